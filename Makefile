@@ -1,0 +1,57 @@
+# vllm-autotune. Every user-facing target runs `setup` first, so each works on a fresh machine.
+SHELL := /bin/bash
+VENV  := .venv
+BIN   := $(VENV)/bin
+
+SCENARIO ?= mixed
+TRIALS   ?=
+MODEL    ?=
+STORAGE  ?=
+STUDY    ?=
+SAMPLER  ?=
+URL      ?=
+
+opt = $(if $(2),$(1) $(2),)
+STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
+
+.PHONY: setup test test-fast search export report dashboard load params bench bench-startup bench-load clean
+
+setup:
+	@bash scripts/setup.sh
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup   ## unit tests only: no vLLM server
+	$(BIN)/python -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
+
+search: setup
+	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
+		$(call opt,--sampler,$(SAMPLER)) $(STUDY_ARGS)
+
+export: setup
+	$(BIN)/autotune export $(SCENARIO) $(STUDY_ARGS)
+
+report: setup
+	$(BIN)/autotune report $(SCENARIO) $(STUDY_ARGS)
+
+dashboard: setup
+	$(BIN)/autotune dashboard $(SCENARIO) $(STUDY_ARGS)
+
+load: setup        ## one load run against a running server: make load URL=http://127.0.0.1:8000 SCENARIO=mixed
+	$(BIN)/autotune load $(SCENARIO) --url $(URL)
+
+params: setup
+	$(BIN)/autotune params $(call opt,--model,$(MODEL))
+
+bench: bench-startup bench-load
+
+bench-startup: setup
+	$(BIN)/python benchmarks/startup.py
+
+bench-load: setup
+	$(BIN)/python benchmarks/load_capacity.py
+	$(BIN)/python benchmarks/load_parity.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Search layer: CLI, study, trial loop, vLLM server launcher, parameter registry."""

