@@ -51,10 +51,10 @@ def main() -> None:
     stops = []
     one_start(ctx, False, warm_cache, work / "prewarm.log")  # fills the warm cache
     for i in range(n):  # interleaved, so drift on a shared machine hits every mode alike
-        for mode in modes:
+        for k, mode in enumerate(modes):
             eager = mode == "eager"
-            cache = warm_cache if "warm" in mode else work / f"cold-{i}-{len(mode)}"
-            ready, init, stop_s = one_start(ctx, eager, cache, work / f"{i}-{len(mode)}.log")
+            cache = warm_cache if "warm" in mode else work / f"cold-{i}-{k}"
+            ready, init, stop_s = one_start(ctx, eager, cache, work / f"run-{i}-{k}.log")
             modes[mode].append(ready)
             inits[mode].append(init)
             stops.append(stop_s)

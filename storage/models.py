@@ -1,0 +1,110 @@
+"""Our tables, beside Optuna's in the same database.
+
+Optuna keeps params, objective values and constraints; these tables keep what a serving
+engineer needs to trust and explain a trial: every measured metric, the server's /metrics
+deltas, the exact flags, what was dropped, why a trial failed, and a Pareto snapshot after
+every finished trial so the front's history can be queried and plotted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class StudyRecord(Base):
+    __tablename__ = "autotune_studies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_name: Mapped[str] = mapped_column(String(512), unique=True)
+    scenario_name: Mapped[str] = mapped_column(String(256))
+    scenario_source: Mapped[str] = mapped_column(Text)  # the file as it was when the study began
+    scenario_digest: Mapped[str] = mapped_column(String(64))
+    model_path: Mapped[str] = mapped_column(Text)
+    vllm_version: Mapped[str] = mapped_column(String(64))
+    hardware: Mapped[dict[str, Any]] = mapped_column(JSON)
+    directions: Mapped[list[Any]] = mapped_column(JSON)
+    objective_names: Mapped[list[Any]] = mapped_column(JSON)
+    calibration: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    hv_reference: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    trials: Mapped[list["TrialRecord"]] = relationship(back_populates="study", order_by="TrialRecord.trial_number")
+    snapshots: Mapped[list["ParetoSnapshot"]] = relationship(
+        back_populates="study", order_by="ParetoSnapshot.after_trial_number")
+
+
+class TrialRecord(Base):
+    __tablename__ = "autotune_trials"
+    __table_args__ = (UniqueConstraint("study_id", "trial_number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"), index=True)
+    trial_number: Mapped[int] = mapped_column(Integer)
+    baseline: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # ok | failed | duplicate | interrupted
+    status: Mapped[str] = mapped_column(String(32))
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    failure_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    failure_phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    failure_line: Mapped[str | None] = mapped_column(Text, nullable=True)
+    duplicate_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)  # as sampled by Optuna
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # canonical values as applied
+    flags: Mapped[dict[str, Any]] = mapped_column(JSON)  # what vLLM received (YAML keys)
+    command: Mapped[str] = mapped_column(Text)
+    adjustments: Mapped[list[Any]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)  # flat metrics, client and server_*
+    server_diagnostics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    values: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # objective vector told
+    constraints: Mapped[dict[str, Any]] = mapped_column(JSON)
+    feasible: Mapped[bool] = mapped_column(Boolean)
+    client_behind: Mapped[bool] = mapped_column(Boolean, default=False)
+    diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    timings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    study: Mapped[StudyRecord] = relationship(back_populates="trials")
+
+
+class ParetoSnapshot(Base):
+    __tablename__ = "autotune_pareto_snapshots"
+    __table_args__ = (UniqueConstraint("study_id", "after_trial_number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"), index=True)
+    after_trial_number: Mapped[int] = mapped_column(Integer)
+    n_finished: Mapped[int] = mapped_column(Integer)
+    n_feasible: Mapped[int] = mapped_column(Integer)
+    hypervolume: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    study: Mapped[StudyRecord] = relationship(back_populates="snapshots")
+    members: Mapped[list["ParetoMember"]] = relationship(
+        back_populates="snapshot", cascade="all, delete-orphan", order_by="ParetoMember.trial_number")
+
+
+class ParetoMember(Base):
+    __tablename__ = "autotune_pareto_members"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    snapshot_id: Mapped[int] = mapped_column(ForeignKey("autotune_pareto_snapshots.id"), index=True)
+    trial_number: Mapped[int] = mapped_column(Integer)
+    values: Mapped[list[Any]] = mapped_column(JSON)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    snapshot: Mapped[ParetoSnapshot] = relationship(back_populates="members")

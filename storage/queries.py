@@ -1,0 +1,95 @@
+"""Opening the database and the few queries the study, export and report need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from sqlalchemy import create_engine, event, select
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session, selectinload
+
+from storage.models import Base, ParetoMember, ParetoSnapshot, StudyRecord, TrialRecord
+
+SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
+
+
+def engine_kwargs(url: str) -> dict:
+    return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
+
+
+def open_db(url: str) -> Engine:
+    """An engine on `url` with our tables created (Optuna creates its own)."""
+    parsed = make_url(url)
+    if parsed.drivername.startswith("sqlite") and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, **engine_kwargs(url))
+    if parsed.drivername.startswith("sqlite"):
+        @event.listens_for(engine, "connect")
+        def _fk_on(dbapi_conn, _):  # pragma: no cover - trivial
+            dbapi_conn.execute("PRAGMA foreign_keys=ON")
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def find_study(session: Session, study_name: str) -> StudyRecord | None:
+    return session.scalar(select(StudyRecord).where(StudyRecord.study_name == study_name))
+
+
+def require_study(session: Session, study_name: str) -> StudyRecord:
+    study = find_study(session, study_name)
+    if study is None:
+        names = session.scalars(select(StudyRecord.study_name)).all()
+        raise LookupError(f"no study named {study_name!r} in this database; studies here: "
+                          f"{', '.join(names) or '(none)'}")
+    return study
+
+
+def save_trial(session: Session, study: StudyRecord, trial_number: int, **fields: Any) -> TrialRecord:
+    """Insert or replace the record of one trial (a re-run after an interruption replaces it)."""
+    row = session.scalar(select(TrialRecord).where(
+        TrialRecord.study_id == study.id, TrialRecord.trial_number == trial_number))
+    if row is None:
+        row = TrialRecord(study_id=study.id, trial_number=trial_number)
+        session.add(row)
+    for key, value in fields.items():
+        setattr(row, key, value)
+    session.flush()
+    return row
+
+
+def earlier_run_of(session: Session, study: StudyRecord, fingerprint: str) -> TrialRecord | None:
+    """A finished trial (measured or failed) with the same effective server configuration."""
+    return session.scalar(
+        select(TrialRecord)
+        .where(TrialRecord.study_id == study.id, TrialRecord.fingerprint == fingerprint,
+               TrialRecord.status.in_(("ok", "failed")))
+        .order_by(TrialRecord.trial_number))
+
+
+def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:
+    return list(session.scalars(
+        select(TrialRecord).where(TrialRecord.study_id == study.id).order_by(TrialRecord.trial_number)))
+
+
+def save_snapshot(session: Session, study: StudyRecord, after_trial_number: int,
+                  members: Iterable[dict[str, Any]], hypervolume: float | None,
+                  n_finished: int, n_feasible: int) -> ParetoSnapshot:
+    old = session.scalar(select(ParetoSnapshot).where(
+        ParetoSnapshot.study_id == study.id, ParetoSnapshot.after_trial_number == after_trial_number))
+    if old is not None:
+        session.delete(old)
+        session.flush()
+    snap = ParetoSnapshot(study_id=study.id, after_trial_number=after_trial_number,
+                          n_finished=n_finished, n_feasible=n_feasible, hypervolume=hypervolume)
+    snap.members = [ParetoMember(**m) for m in members]
+    session.add(snap)
+    session.flush()
+    return snap
+
+
+def front_history(session: Session, study: StudyRecord) -> list[ParetoSnapshot]:
+    return list(session.scalars(
+        select(ParetoSnapshot).where(ParetoSnapshot.study_id == study.id)
+        .options(selectinload(ParetoSnapshot.members))
+        .order_by(ParetoSnapshot.after_trial_number)))
