@@ -36,6 +36,94 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean bad input: printed as one clear message, exit code 2, no traceback."""
+    from search.model_info import ModelError
+    from search.registry import ConfigError
+    from search.scenario import ScenarioError
+    from search.space import SpaceError
+    from search.vllm_flags import VllmNotInstalled
+
+    return ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError
+
+
+def _study_target(args: argparse.Namespace) -> tuple[str, str]:
+    from search.study import DEFAULT_RUNS_DIR, default_storage, default_study_name
+
+    storage = args.storage or default_storage(DEFAULT_RUNS_DIR)
+    return storage, args.study or default_study_name(args.scenario, args.model)
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from search import study as study_mod
+
+    opts = study_mod.StudyOptions(
+        scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
+        storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed)
+    console = Console()
+    prep = study_mod.prepare(opts)  # every check before any server starts
+    console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
+                  f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
+    runner = study_mod.StudyRunner(prep, opts)
+    try:
+        result = runner.run()
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: no server is left running; run the same command to "
+                      "continue where the study stopped")
+        return 130
+    return _finish(console, result.storage_url, result.study_name, result.run_dir)
+
+
+def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
+    from sqlalchemy.orm import Session
+
+    from search import export
+    from search.summary import summary_table
+    from storage.queries import open_db
+
+    with Session(open_db(storage_url)) as session:
+        ls = export.load_study(session, storage_url, study_name)
+        console.print(summary_table(ls))
+        written = export.export(session, storage_url, study_name, out_dir)
+    best = ls.chosen()
+    if best is None:
+        console.print("[red]no feasible configuration[/]: every trial failed or violated an SLO; "
+                      f"the Pareto set file lists none ({written[-1]})")
+    else:
+        console.print(f"chosen: trial {best.number}; config for `vllm serve --config`: [bold]{written[0]}[/]")
+        console.print(f"feasible Pareto set: {written[-1]}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from search.study import DEFAULT_RUNS_DIR
+
+    storage, name = _study_target(args)
+    out = Path(args.out) if args.out else DEFAULT_RUNS_DIR / name
+    return _finish(Console(), storage, name, out)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    import subprocess
+
+    storage, _ = _study_target(args)
+    cmd = [sys.executable, "-m", "optuna_dashboard", storage, "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"optuna-dashboard on http://127.0.0.1:{args.port} ({storage}); Ctrl-C stops it")
+    return subprocess.call(cmd)
+
+
+def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
+    p.add_argument("scenario", nargs=None if scenario_required else "?", default="mixed",
+                   help="scenario name (configs/NAME.yaml) or path to a scenario file")
+    p.add_argument("--model", default=None, help="local model directory (default: the built-in model)")
+    p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
+    p.add_argument("--study", default=None, help="study name (default: scenario[-model])")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autotune", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,15 +135,38 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--quiet", action="store_true")
     build.set_defaults(func=_cmd_model_build)
 
+    search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
+    _add_study_target(search, scenario_required=True)
+    search.add_argument("--trials", type=int, default=None, help="budget in finished trials (baselines included)")
+    search.add_argument("--timeout-min", type=float, default=None, help="wall-time budget")
+    search.add_argument("--sampler", default="tpe", choices=["tpe", "nsga2", "gp", "random", "grid"])
+    search.add_argument("--seed", type=int, default=0)
+    search.set_defaults(func=_cmd_search)
+
+    exp = sub.add_parser("export", help="write best.yaml (for vllm serve --config) and pareto.yaml")
+    _add_study_target(exp)
+    exp.add_argument("--out", default=None, help="directory (default: runs/STUDY)")
+    exp.set_defaults(func=_cmd_export)
+
+    dash = sub.add_parser("dashboard", help="optuna-dashboard on the study database, bound to 127.0.0.1")
+    _add_study_target(dash)
+    dash.add_argument("--port", type=int, default=8080)
+    dash.set_defaults(func=_cmd_dashboard)
+
     params = sub.add_parser("params", help="what the installed vLLM accepts of the tunable parameters")
     params.add_argument("--model", type=Path, default=None)
     params.set_defaults(func=_cmd_params)
+    from objectives.cli import register; register(sub)  # noqa: E702 - `autotune load`
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except _user_errors() as e:
+        print(f"autotune: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -87,6 +87,9 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("performance_mode", "--performance-mode", "choice",
               "Preset that scales default batch sizes.",
               choices=("balanced", "interactivity", "throughput")),
+    ParamSpec("disable_log_requests", "--disable-log-requests", "bool",
+              "Skip the per-request log lines (off by default since 0.12: --enable-log-requests).",
+              removed_in="0.12.0"),
     ParamSpec("swap_space", "--swap-space", "float",
               "CPU swap space (GiB) for preempted sequences.", low=0.0, removed_in="0.18.0"),
 )

@@ -1,0 +1,112 @@
+"""Measured once per study, on the vLLM-defaults baseline: what "relative" means on this machine.
+
+* unloaded latency: each request class alone, one request at a time -> medians that
+  `x_unloaded` thresholds multiply;
+* saturation: the whole mix, closed loop at high concurrency -> the request rate that
+  `capacity_fraction` loads are a fraction of.
+
+The result is stored with the study, so a resumed study replays exactly the same load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from objectives.loadrun import run_load
+from objectives.scoring import SLOSpec
+from objectives.metrics import GoodputSLO
+from objectives.workload import ArrivalSpec, WorkloadSpec
+from search.registry import LaunchContext, ServerArgs
+from search.scenario import RelativeThreshold, Scenario, Threshold, unloaded_reference
+from search.server import LaunchSpec, VllmServer
+
+
+@dataclass
+class CalibrationResult:
+    unloaded: dict[str, float]  # flat metrics, overall and per class (@name)
+    saturation: dict[str, float]
+    capacity_rps: float
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CalibrationResult":
+        return cls(**d)
+
+
+def _closed(workload: WorkloadSpec, concurrency: int, requests: int, classes=None, warmup=0) -> WorkloadSpec:
+    return workload.model_copy(update={
+        "arrival": ArrivalSpec(mode="closed", concurrency=concurrency),
+        "num_requests": requests, "duration_s": None, "warmup_requests": warmup,
+        **({"classes": classes} if classes is not None else {}),
+    })
+
+
+def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
+              on_phase=lambda _: None) -> CalibrationResult:
+    t0 = time.monotonic()
+    cal = scenario.calibration
+    wl = scenario.workload
+    on_phase("calibration: starting the vLLM-defaults server")
+    server = VllmServer(LaunchSpec(model=ctx.model.path, args=baseline.cli(ctx.installed),
+                                   log_path=run_dir / "calibration" / "server.log",
+                                   startup_timeout_s=scenario.server.startup_timeout_s,
+                                   gpu=ctx.hardware.is_gpu))
+    model = str(ctx.model.path)
+    with server:
+        unloaded: dict[str, float] = {}
+        for i, cls in enumerate(wl.classes):
+            on_phase(f"calibration: unloaded latency, class {cls.name}")
+            spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
+                           warmup=2 if i == 0 else 0)
+            flat = asyncio.run(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+            for key, value in flat.items():
+                if "@" not in key:
+                    unloaded[f"{key}@{cls.name}"] = value
+                    if len(wl.classes) == 1:
+                        unloaded[key] = value
+        if len(wl.classes) > 1:  # overall medians: weighted by class share
+            total = sum(c.weight for c in wl.classes)
+            for fam in ("ttft", "tpot", "itl", "e2el"):
+                unloaded[f"{fam}_median_ms"] = sum(
+                    unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
+        on_phase("calibration: saturation throughput")
+        spec = _closed(wl, cal.saturation_concurrency, cal.saturation_requests, warmup=4)
+        saturation = asyncio.run(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+    return CalibrationResult(unloaded=unloaded, saturation=saturation,
+                             capacity_rps=saturation["request_throughput"],
+                             seconds=time.monotonic() - t0)
+
+
+def resolve_threshold(metric: str, value: Threshold, cal: CalibrationResult | None) -> float:
+    if not isinstance(value, RelativeThreshold):
+        return float(value)
+    ref = unloaded_reference(metric)
+    if cal is None or ref not in cal.unloaded:
+        raise ValueError(f"{metric}: a relative bound needs the calibration's {ref}")
+    return value.x_unloaded * cal.unloaded[ref]
+
+
+def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[WorkloadSpec, list[SLOSpec], GoodputSLO | None]:
+    """The scenario with every relative number turned into an absolute one for this machine."""
+    workload = scenario.workload
+    if workload.arrival.capacity_fraction is not None:
+        workload = workload.model_copy(update={"arrival": workload.arrival.resolve(cal.capacity_rps)})
+    slos = []
+    for slo in scenario.slos:
+        if slo.max is not None:
+            slos.append(SLOSpec(metric=slo.metric, max=resolve_threshold(slo.metric, slo.max, cal)))
+        else:
+            slos.append(SLOSpec(metric=slo.metric, min=resolve_threshold(slo.metric, slo.min, cal)))
+    goodput = None
+    if scenario.goodput is not None:
+        goodput = GoodputSLO(**{
+            f: resolve_threshold(f"{f.split('_')[0]}_median_ms", getattr(scenario.goodput, f), cal)
+            for f in ("ttft_ms", "tpot_ms", "e2el_ms") if getattr(scenario.goodput, f) is not None})
+    return workload, slos, goodput

@@ -1,0 +1,242 @@
+"""Scenario files (`configs/*.yaml`): workload, SLOs, objectives, search space, baselines.
+
+Validated on load with pydantic; every error names the file, the field and what is allowed,
+before any server starts. Loads and SLO thresholds may be stated relative to what the study
+measures once on the vLLM-defaults baseline (`calibration`), so one file means the same thing
+on the CPU default model and on an H100.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from objectives.scoring import ObjectiveSpec, validate_metric_names
+from objectives.workload import WorkloadSpec
+from search.registry import REGISTRY
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RelativeThreshold(Strict):
+    """A latency bound as a multiple of the same metric's median on an idle baseline server."""
+
+    x_unloaded: float = Field(gt=0)
+
+
+Threshold = float | RelativeThreshold
+
+
+_LATENCY = re.compile(r"^(ttft|tpot|itl|e2el)_(mean|median|p\d+)_ms(@[\w.-]+)?$")
+
+
+def unloaded_reference(metric: str) -> str | None:
+    """The calibration metric a relative bound multiplies: the median of the same family/class."""
+    m = _LATENCY.match(metric)
+    return f"{m.group(1)}_median_ms{m.group(3) or ''}" if m else None
+
+
+class SLO(Strict):
+    metric: str
+    max: Threshold | None = None
+    min: Threshold | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "SLO":
+        if (self.max is None) == (self.min is None):
+            raise ValueError("give exactly one of max or min")
+        bound = self.max if self.max is not None else self.min
+        if isinstance(bound, RelativeThreshold) and unloaded_reference(self.metric) is None:
+            raise ValueError(f"{self.metric}: x_unloaded applies to latency metrics "
+                             "(ttft/tpot/itl/e2el_<stat>_ms) only; give a number")
+        return self
+
+
+class Goodput(Strict):
+    """Per-request thresholds: a request is 'good' if it meets all given ones (DistServe)."""
+
+    ttft_ms: Threshold | None = None
+    tpot_ms: Threshold | None = None
+    e2el_ms: Threshold | None = None
+
+
+class Selection(Strict):
+    """How "the best" config is picked from the feasible Pareto front.
+
+    best_of: the best value of `metric`; among those within `tolerance` (relative) of it,
+    the best of `then`. knee: the member closest to the ideal point in objective space
+    normalized to the front's range.
+    """
+
+    rule: Literal["best_of", "knee"] = "best_of"
+    metric: str | None = None
+    tolerance: float = Field(default=0.0, ge=0, lt=1)
+    then: str | None = None
+
+
+class Domain(Strict):
+    """A search range: low/high (log, step) for numbers, or an explicit list of choices."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Domain":
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either choices or low/high, not both")
+            if not self.choices:
+                raise ValueError("choices must not be empty")
+        elif self.low is None or self.high is None:
+            raise ValueError("give low and high, or choices")
+        elif self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        elif self.log and self.low <= 0:
+            raise ValueError("a log range needs low > 0")
+        return self
+
+
+class Calibration(Strict):
+    """Measured once per study on the vLLM-defaults baseline, then stored with the study."""
+
+    unloaded_requests: int = Field(default=6, ge=1)
+    saturation_concurrency: int = Field(default=32, ge=1)
+    saturation_requests: int = Field(default=64, ge=1)
+
+
+class ServerSection(Strict):
+    fixed: dict[str, Any] = Field(default_factory=dict)  # held for every trial, baselines included
+    startup_timeout_s: float = Field(default=300, gt=0)
+
+
+class Scenario(Strict):
+    name: str
+    title: str
+    description: str = ""
+    source: str = ""
+    workload: WorkloadSpec
+    objectives: list[ObjectiveSpec] = Field(min_length=1, max_length=3)
+    slos: list[SLO] = Field(default_factory=list)
+    goodput: Goodput | None = None
+    selection: Selection = Field(default_factory=Selection)
+    search_space: dict[str, Domain]
+    server: ServerSection = Field(default_factory=ServerSection)
+    baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    calibration: Calibration = Field(default_factory=Calibration)
+    default_trials: int = Field(default=12, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+            raise ValueError("use letters, digits, '_', '-', '.' only")
+        return v
+
+    @field_validator("search_space", mode="before")
+    @classmethod
+    def _registry_params(cls, space: Any) -> Any:
+        unknown = [k for k in space if k not in REGISTRY] if isinstance(space, dict) else []
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; tunable parameters: "
+                             f"{', '.join(REGISTRY)}")
+        return space
+
+    @model_validator(mode="after")
+    def _metric_names(self) -> "Scenario":
+        validate_metric_names([o.metric for o in self.objectives] + [s.metric for s in self.slos],
+                              self.workload.class_names)
+        return self
+
+    @model_validator(mode="after")
+    def _selection_metrics(self) -> "Scenario":
+        names = [o.metric for o in self.objectives]
+        for field_name in ("metric", "then"):
+            value = getattr(self.selection, field_name)
+            if value is not None and value not in names:
+                raise ValueError(f"selection.{field_name}: {value!r} is not an objective; "
+                                 f"objectives: {', '.join(names)}")
+        if self.selection.rule == "best_of" and self.selection.metric is None:
+            self.selection.metric = names[0]
+        return self
+
+    @property
+    def directions(self) -> list[str]:
+        return [o.direction for o in self.objectives]
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    def thresholds(self) -> list[Threshold]:
+        found = [s.max if s.max is not None else s.min for s in self.slos]
+        if self.goodput is not None:
+            found += [self.goodput.ttft_ms, self.goodput.tpot_ms, self.goodput.e2el_ms]
+        return [t for t in found if t is not None]
+
+    def needs_calibration(self) -> bool:
+        return (self.workload.arrival.capacity_fraction is not None
+                or any(isinstance(t, RelativeThreshold) for t in self.thresholds()))
+
+
+def _format_error(path: str, err: ValidationError) -> str:
+    lines = [f"{path}: invalid scenario"]
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith("function-after"))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "literal_error":
+            msg = f"{msg} (got {e.get('input')!r})"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def resolve_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ScenarioError(f"{p}: no such scenario file")
+        return p
+    candidate = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        known = sorted(f.stem for f in CONFIG_DIR.glob("*.yaml"))
+        raise ScenarioError(f"unknown scenario {name_or_path!r}; built-in scenarios: "
+                            f"{', '.join(known)} (or pass a path to your own YAML file)")
+    return candidate
+
+
+def load(name_or_path: str | Path) -> tuple[Scenario, str, str]:
+    """(scenario, source text, path shown in messages). Raises ScenarioError."""
+    path = resolve_path(name_or_path)
+    shown = str(path.relative_to(CONFIG_DIR.parent)) if path.is_relative_to(CONFIG_DIR.parent) else str(path)
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{shown}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{shown}: expected a mapping at the top level")
+    try:
+        return Scenario.model_validate(data, context={"base_dir": path.parent.resolve()}), text, shown
+    except ValidationError as e:
+        raise ScenarioError(_format_error(shown, e)) from None
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,105 @@
+"""The search space a study samples: the scenario's ranges, minus what the installed vLLM lacks.
+
+A parameter the installed vLLM cannot take is not sampled at all (a dead dimension only slows
+the sampler down); where a substitute acts, its range is sampled instead, mapped through the
+registry's rule. Each decision is said once, at the start of the study.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
+                                  IntDistribution)
+
+from search import registry
+from search.registry import LaunchContext
+from search.scenario import Domain
+
+
+class SpaceError(ValueError):
+    pass
+
+
+def distribution(name: str, domain: Domain, where: str) -> BaseDistribution:
+    spec = registry.REGISTRY[name]
+    if domain.choices is not None:
+        return CategoricalDistribution(domain.choices)
+    if spec.kind == "int":
+        if domain.low != int(domain.low) or domain.high != int(domain.high):
+            raise SpaceError(f"{where}: search_space.{name}: low/high must be integers")
+        step = int(domain.step or 1)
+        return IntDistribution(int(domain.low), int(domain.high), log=domain.log and step == 1, step=step)
+    if spec.kind == "float":
+        return FloatDistribution(domain.low, domain.high, log=domain.log, step=domain.step)
+    raise SpaceError(f"{where}: search_space.{name} is a {spec.kind} parameter: give choices")
+
+
+def _check_in_valid_range(name: str, dist: BaseDistribution, ctx: LaunchContext, where: str) -> None:
+    """Every value the sampler may draw must be one vLLM accepts (else: an error now, not later)."""
+    probe = list(dist.choices) if isinstance(dist, CategoricalDistribution) else [dist.low, dist.high]
+    for value in probe:
+        registry.resolve({name: value}, ctx, where=f"{where}: search_space")
+
+
+def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str
+                 ) -> tuple[dict[str, BaseDistribution], list[str]]:
+    dists: dict[str, BaseDistribution] = {}
+    notes: list[str] = []
+    for name, domain in space.items():
+        spec = registry.REGISTRY[name]
+        dist = distribution(name, domain, where)
+        _check_in_valid_range(name, dist, ctx, where)
+        reason = registry.unsupported_reason(spec, ctx)
+        if reason is None:
+            dists[name] = dist
+            continue
+        sub = registry.REGISTRY.get(spec.substitute) if spec.substitute else None
+        if sub is not None and registry.unsupported_reason(sub, ctx) is None and sub.name not in space:
+            low, high = (spec.substitute_value(v) for v in (dist.low, dist.high))
+            dists[sub.name] = IntDistribution(low, high) if sub.kind == "int" else FloatDistribution(low, high)
+            notes.append(f"{name}: {reason}; searching {sub.flag} in [{low}, {high}] instead "
+                         f"({spec.substitute_note})")
+        else:
+            extra = ""
+            if sub is not None:
+                extra = f"; its nearest knob {sub.flag} does not act here either"
+            notes.append(f"{name}: {reason}{extra}; not searched")
+    if not dists:
+        raise SpaceError(f"{where}: no parameter of search_space is supported by {ctx.installed.label()}")
+    return dists, notes
+
+
+def representable(value: Any, dist: BaseDistribution) -> bool:
+    try:
+        if isinstance(dist, CategoricalDistribution):
+            return value in dist.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(dist, IntDistribution) and value != int(value):
+            return False
+        if not dist.low <= value <= dist.high:
+            return False
+        step = getattr(dist, "step", None)
+        return step is None or math.isclose(((value - dist.low) / step) % 1, 0, abs_tol=1e-9) \
+            or math.isclose(((value - dist.low) / step) % 1, 1, abs_tol=1e-9)
+    except TypeError:
+        return False
+
+
+def suggest(trial: optuna.Trial, dists: dict[str, BaseDistribution],
+            only: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Sample every dimension, or (for a baseline) only those it sets to a value in the space."""
+    params = {}
+    for name, dist in dists.items():
+        if only is not None and not (name in only and representable(only[name], dist)):
+            continue
+        if isinstance(dist, CategoricalDistribution):
+            params[name] = trial.suggest_categorical(name, dist.choices)
+        elif isinstance(dist, IntDistribution):
+            params[name] = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+        else:
+            params[name] = trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return params

@@ -1,0 +1,402 @@
+"""A multi-objective Optuna study over vLLM serving parameters, resumable, one trial at a time.
+
+CLI -> here -> trial_runner (server + load) -> objectives.scoring -> storage + Optuna.
+Every finished trial is written to our tables *before* Optuna is told, so a kill at any point
+loses nothing measured: on the next run a trial Optuna still sees as RUNNING is either
+finished from its stored record or, if it never got that far, run again with the same params.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+from objectives.scoring import Score, score
+from search import calibration as calibration_mod
+from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
+from search.context import launch_context
+from search.progress import StudyProgress
+from search.registry import LaunchContext
+from search.scenario import Scenario
+from storage import queries
+from storage.models import StudyRecord, TrialRecord
+
+DEFAULT_RUNS_DIR = Path("runs")
+# vLLM's own --gpu-memory-utilization default, set explicitly: on the CPU build it then means
+# 0.92 of the KV budget rather than 0.92 of the machine's RAM (which fails on a shared host).
+VLLM_DEFAULT_MEMORY_UTILIZATION = 0.92
+SERVER_OK = "server_ok"
+
+
+@dataclass
+class StudyOptions:
+    scenario: str
+    trials: int | None = None
+    timeout_min: float | None = None
+    model: str | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    runs_dir: Path = DEFAULT_RUNS_DIR
+    export: bool = True
+
+
+@dataclass
+class Prepared:
+    """Everything checked and resolved before any server starts."""
+
+    scenario: Scenario
+    source: str
+    shown: str
+    ctx: LaunchContext
+    dists: dict[str, Any]
+    space_notes: list[str]
+    fixed: dict[str, Any]
+    baselines: dict[str, dict[str, Any]]
+    baseline_notes: list[str]
+    study_name: str
+    storage_url: str
+    run_dir: Path
+
+
+@dataclass
+class StudyResult:
+    study_name: str
+    storage_url: str
+    run_dir: Path
+    finished: int
+    chosen: int | None
+    exported: list[Path] = field(default_factory=list)
+
+
+def default_storage(runs_dir: Path) -> str:
+    return f"sqlite:///{(runs_dir / 'autotune.db').resolve()}"
+
+
+def default_study_name(scenario_name: str, model: str | Path | None) -> str:
+    """One study per scenario and model: the same command resumes it."""
+    return scenario_name if not model else f"{scenario_name}-{Path(model).expanduser().resolve().name}"
+
+
+def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any]:
+    """What every server of the study gets, baselines included, unless the scenario says otherwise.
+
+    On the CPU build: fp32 where bf16 is emulated (`context.serving_dtype`), and eager mode:
+    a compiled start costs ~58 s cold vs ~37 s eager (benchmarks/startup.py) and almost every
+    trial is cold (max_num_seqs and max_num_batched_tokens key the compile cache), while
+    compiled serving was only 4-12% faster. The exported config then says enforce-eager too,
+    so what is deployed is what was measured.
+    """
+    essentials: dict[str, Any] = {"memory_utilization": VLLM_DEFAULT_MEMORY_UTILIZATION}
+    if ctx.dtype:
+        essentials["dtype"] = ctx.dtype
+    if not ctx.hardware.is_gpu:
+        essentials["enforce_eager"] = True
+    for key in essentials.keys() & scenario.server.fixed.keys():
+        essentials[key] = scenario.server.fixed[key]
+    return essentials
+
+
+def prepare(opts: StudyOptions) -> Prepared:
+    """Validate everything (scenario, space, baselines, model, vLLM) without starting a server."""
+    scenario, source, shown = scenario_mod.load(opts.scenario)
+    ctx = launch_context(opts.model)
+    dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
+    essentials = platform_essentials(ctx, scenario)
+    fixed = {**essentials, **scenario.server.fixed}
+    longest = scenario.workload.longest_request_tokens()
+    baselines, baseline_notes = {}, []
+    for name, values in scenario.baselines.items():
+        config = {**essentials, **values}  # baselines are taken as written, not with server.fixed
+        plan = trial_runner.plan(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
+        baselines[name] = config
+        for adj in plan.server_args.adjustments:
+            baseline_notes.append(f"baseline {name}: {adj.param} {adj.action}: {adj.detail}")
+        for problem in plan.problems:
+            baseline_notes.append(f"baseline {name} cannot run here and will be recorded as failed: {problem}")
+    # A fixed value vLLM would reject fails every trial: say it now.
+    trial_runner.plan(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
+    study_name = opts.study_name or default_study_name(scenario.name, opts.model)
+    storage_url = opts.storage or default_storage(opts.runs_dir)
+    return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
+                    study_name, storage_url, opts.runs_dir / study_name)
+
+
+def make_sampler(name: str, seed: int, dists: dict[str, Any], budget: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, min(10, budget // 3)))
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, budget // 3)))
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(3, min(10, budget // 3)))
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        grid = {}
+        for k, d in dists.items():
+            if isinstance(d, optuna.distributions.CategoricalDistribution):
+                grid[k] = list(d.choices)
+            else:  # three points per range: ends and (geometric) middle
+                mid = math.sqrt(d.low * d.high) if d.log else (d.low + d.high) / 2
+                mid = int(round(mid)) if isinstance(d, optuna.distributions.IntDistribution) else mid
+                grid[k] = sorted({d.low, mid, d.high})
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    raise ValueError(f"unknown sampler {name!r}; choose one of tpe, nsga2, gp, random, grid")
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
+    raise KeyboardInterrupt
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class StudyRunner:
+    def __init__(self, prep: Prepared, opts: StudyOptions, progress: StudyProgress | None = None):
+        self.prep = prep
+        self.opts = opts
+        self.sc = prep.scenario
+        self.budget = opts.trials or self.sc.default_trials
+        self.progress = progress or StudyProgress(prep.study_name, self.budget)
+        self.engine = queries.open_db(prep.storage_url)
+        storage = optuna.storages.RDBStorage(
+            prep.storage_url, engine_kwargs=queries.engine_kwargs(prep.storage_url))
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            storage=storage, study_name=prep.study_name, directions=self.sc.directions,
+            sampler=make_sampler(opts.sampler, opts.seed, prep.dists, self.budget), load_if_exists=True)
+        self.study.set_metric_names(self.sc.objective_names)
+        self.workload = None
+        self.slos = None
+        self.goodput = None
+
+    # -- study record, calibration, baselines ----------------------------------------------------
+
+    def _study_record(self, session: Session) -> StudyRecord:
+        p = self.prep
+        rec = queries.find_study(session, p.study_name)
+        digest = scenario_mod.digest(p.source)
+        if rec is None:
+            rec = StudyRecord(
+                study_name=p.study_name, scenario_name=self.sc.name, scenario_source=p.source,
+                scenario_digest=digest, model_path=str(p.ctx.model.path),
+                vllm_version=p.ctx.installed.label(), hardware=p.ctx.hardware.as_dict(),
+                directions=self.sc.directions, objective_names=self.sc.objective_names)
+            session.add(rec)
+            session.flush()
+            self.study.set_user_attr("scenario", self.sc.name)
+            self.study.set_user_attr("vllm", p.ctx.installed.label())
+            self.study.set_user_attr("hardware", p.ctx.hardware.describe())
+        elif rec.scenario_digest != digest:
+            raise scenario_mod.ScenarioError(
+                f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "
+                f"scenario. Pass --study NEW_NAME to start another, or restore the file.")
+        return rec
+
+    def _calibrate(self, session: Session, rec: StudyRecord) -> None:
+        cal = None
+        if self.sc.needs_calibration():
+            if rec.calibration is None:
+                base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
+                args = trial_runner.plan(-1, "calibration", {}, base, self.prep.ctx,
+                                         self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
+                self.progress.start_trial("calibration")
+                cal = calibration_mod.calibrate(self.sc, self.prep.ctx, args, self.prep.run_dir,
+                                                on_phase=self.progress.set_phase)
+                rec.calibration = _json_safe(cal.as_dict())
+                session.commit()
+                self.progress.note(
+                    f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
+                    f"(closed loop, {self.sc.calibration.saturation_concurrency} users), unloaded TTFT "
+                    f"median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
+            else:
+                cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
+        self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
+        arrival = self.workload.arrival
+        if arrival.rate is not None:
+            self.progress.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
+
+    def _enqueue_baselines(self) -> None:
+        present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
+        for name, config in self.prep.baselines.items():
+            if name in present:
+                continue
+            params = {k: v for k, v in config.items()
+                      if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
+            self.study.enqueue_trial(params, user_attrs={"baseline": name})
+
+    def _recover(self, session: Session, rec: StudyRecord) -> None:
+        """Finish or re-queue trials a previous, killed run left RUNNING."""
+        stored = {r.trial_number: r for r in queries.trial_records(session, rec)}
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            row = stored.get(t.number)
+            if row is not None and row.status in ("ok", "failed", "duplicate") and row.values:
+                self._tell(t.number, row.values, row.constraints, {})
+                self.progress.note(f"trial {t.number}: finished from its stored record")
+                continue
+            self.study.tell(t.number, state=TrialState.FAIL)
+            self.study.enqueue_trial(t.params, user_attrs={
+                **{k: v for k, v in t.user_attrs.items() if k == "baseline"}, "retry_of": t.number})
+            self.progress.note(f"trial {t.number} was interrupted; it will run again")
+
+    # -- one trial ---------------------------------------------------------------------------------
+
+    def _score(self, metrics: dict[str, float], ok: bool) -> Score:
+        """A server that never served scores as if nothing was measured: penalties, SLOs violated."""
+        return score(metrics if ok else {}, self.sc.objectives, self.slos,
+                     request_timeout_s=self.workload.request_timeout_s)
+
+    def _tell(self, number: int, values: list[float], constraints: dict[str, float],
+              user_attrs: dict[str, Any]) -> None:
+        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
+        storage = self.study._storage
+        for key, value in constraints.items():
+            storage.set_trial_system_attr(trial_id, f"constraints:{key}", float(value))
+        # optuna-dashboard 0.21 reads only the pre-5.0 list; mirror it so feasibility shows there.
+        storage.set_trial_system_attr(trial_id, "constraints", [float(v) for v in constraints.values()])
+        for key, value in user_attrs.items():
+            storage.set_trial_user_attr(trial_id, key, _json_safe(value))
+        self.study.tell(number, values)
+
+    def _run_one(self, session: Session, rec: StudyRecord) -> None:
+        trial = self.study.ask()
+        baseline = trial.user_attrs.get("baseline")
+        label = f"trial {trial.number}" + (f" (baseline {baseline})" if baseline else "")
+        self.progress.start_trial(label)
+        if baseline:
+            config = dict(self.prep.baselines[baseline])
+            params = space_mod.suggest(trial, self.prep.dists, only=config)
+        else:
+            params = space_mod.suggest(trial, self.prep.dists)
+            config = {**self.prep.fixed, **params}
+        plan = trial_runner.plan(trial.number, baseline, params, config, self.prep.ctx,
+                                 self.workload.longest_request_tokens(), self.prep.shown)
+        earlier = queries.earlier_run_of(session, rec, plan.fingerprint)
+        started = datetime.now(timezone.utc).replace(tzinfo=None)
+        if earlier is not None:
+            status, failure = "duplicate", None
+            metrics, diagnostics = earlier.metrics, earlier.server_diagnostics
+            ok = earlier.status == "ok"
+            timings, log_path, command = {}, earlier.log_path, earlier.command
+            failure_fields = dict(failure_class=earlier.failure_class, failure_phase=earlier.failure_phase,
+                                  failure_line=earlier.failure_line)
+            self.progress.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
+        else:
+            outcome = trial_runner.run(plan, self.prep.ctx, self.workload, self.prep.run_dir,
+                                       self.sc.server.startup_timeout_s, on_phase=self.progress.set_phase)
+            ok, status, failure = outcome.status == "ok", outcome.status, outcome.failure
+            metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
+            timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
+            started = outcome.started_at
+            failure_fields = dict(failure_class=failure.cls.value if failure else None,
+                                  failure_phase=failure.phase if failure else None,
+                                  failure_line=failure.line if failure else None)
+        self.progress.set_phase("scoring")
+        s = self._score(metrics, ok)
+        constraints = {**s.constraints, SERVER_OK: -1.0 if ok else 1.0}
+        feasible = ok and s.feasible
+        client_behind = bool(metrics.get("client_behind", 0))
+        queries.save_trial(
+            session, rec, trial.number, baseline=baseline, status=status,
+            fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
+            params=params, config=_json_safe(config), flags=plan.server_args.flags, command=command,
+            adjustments=[a.as_dict() for a in plan.server_args.adjustments],
+            metrics=_json_safe(metrics), server_diagnostics=_json_safe(diagnostics), values=s.values,
+            constraints=constraints, feasible=feasible, client_behind=client_behind,
+            timings=timings, log_path=str(log_path) if log_path else None, started_at=started,
+            **failure_fields)
+        if rec.hv_reference is None and ok:
+            rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
+        session.commit()
+        attrs = {"status": status, "feasible": feasible, "client_behind": client_behind,
+                 "violated": [k for k, v in constraints.items() if v > 0],
+                 "adjustments": [a.detail for a in plan.server_args.adjustments]}
+        if failure_fields["failure_class"]:
+            attrs["failure"] = f"{failure_fields['failure_class']} ({failure_fields['failure_phase']}): " \
+                               f"{failure_fields['failure_line']}"
+        attrs.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
+        self._tell(trial.number, s.values, constraints, attrs)
+        self._snapshot(session, rec, trial.number)
+        self.progress.finish_trial(self._summary(status, s.values, feasible, failure_fields, client_behind),
+                                   self._best_summary())
+
+    # -- fronts, summaries -------------------------------------------------------------------------
+
+    def _snapshot(self, session: Session, rec: StudyRecord, after: int) -> None:
+        members = pareto.front(self.study)
+        rows = {r.trial_number: r for r in queries.trial_records(session, rec)}
+        finished = pareto.finished(self.study)
+        hv = None
+        if rec.hv_reference is not None:
+            hv = pareto.hypervolume([m.values for m in members], self.sc.directions, rec.hv_reference)
+        queries.save_snapshot(
+            session, rec, after,
+            [{"trial_number": m.number, "values": list(m.values), "params": m.params,
+              "config": rows[m.number].config if m.number in rows else {}} for m in members],
+            hypervolume=hv, n_finished=len(finished), n_feasible=sum(pareto.feasible(t) for t in finished))
+        session.commit()
+
+    def chosen(self) -> optuna.trial.FrozenTrial | None:
+        return pareto.select(pareto.front(self.study), self.sc.directions, self.sc.objective_names,
+                             self.sc.selection)
+
+    def _fmt(self, values) -> str:
+        return ", ".join(f"{n} {v:.4g}" for n, v in zip(self.sc.objective_names, values))
+
+    def _summary(self, status, values, feasible, failure_fields, client_behind) -> str:
+        if status == "failed":
+            return f"failed: {failure_fields['failure_class']}: {(failure_fields['failure_line'] or '')[:120]}"
+        text = f"{self._fmt(values)}; {'feasible' if feasible else 'violates SLOs'}"
+        if client_behind:
+            text += "; CLIENT FELL BEHIND its schedule (load was lower than asked)"
+        return text
+
+    def _best_summary(self) -> str | None:
+        best = self.chosen()
+        return f"trial {best.number}: {self._fmt(best.values)}" if best else "no feasible trial yet"
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self) -> StudyResult:
+        deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            with self.progress, Session(self.engine, expire_on_commit=False) as session:
+                for note in self.prep.space_notes + self.prep.baseline_notes:
+                    self.progress.note(f"[yellow]note[/]: {note}")
+                rec = self._study_record(session)
+                session.commit()
+                self._recover(session, rec)
+                self._calibrate(session, rec)
+                self._enqueue_baselines()
+                while len(pareto.finished(self.study)) < self.budget:
+                    if deadline and time.monotonic() > deadline:
+                        self.progress.note("wall-time budget reached")
+                        break
+                    self._run_one(session, rec)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        best = self.chosen()
+        return StudyResult(self.prep.study_name, self.prep.storage_url, self.prep.run_dir,
+                           len(pareto.finished(self.study)), best.number if best else None)

@@ -1,0 +1,112 @@
+"""One trial: pre-check, start the server, warm up and load it, stop it, hand back the numbers.
+
+No Optuna and no database here: the study decides what to run and records what came back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from objectives.loadrun import run_load
+from objectives.workload import WorkloadSpec
+from search import registry
+from search.failures import Failure, FailureClass
+from search.registry import LaunchContext, ServerArgs
+from search.server import LaunchSpec, ServerFailed, VllmServer
+
+PhaseCallback = Callable[[str], None]
+
+
+@dataclass
+class TrialPlan:
+    number: int
+    baseline: str | None
+    params: dict[str, Any]  # as Optuna sampled them
+    config: dict[str, Any]  # canonical values asked for (fixed + sampled or baseline)
+    server_args: ServerArgs
+    problems: list[str]  # known-invalid combination: never started
+
+    @property
+    def fingerprint(self) -> str:
+        """Same flags, same server: two trials with equal fingerprints measure the same thing."""
+        return hashlib.sha256(json.dumps(self.server_args.flags, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass
+class TrialOutcome:
+    status: str  # ok | failed
+    failure: Failure | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    server_diagnostics: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    log_path: Path | None = None
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc).replace(tzinfo=None))
+    command: str = ""
+
+
+def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict[str, Any],
+         ctx: LaunchContext, longest_request: int, where: str) -> TrialPlan:
+    server_args = registry.resolve(config, ctx, where=where)
+    problems = registry.check_combination(server_args.values, ctx, longest_request=longest_request)
+    return TrialPlan(number, baseline, params, config, server_args, problems)
+
+
+async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model: str,
+                               tokenizer_path: Path):
+    """Run the load, but stop at once if the server dies under it (OOM under load, say)."""
+    task = asyncio.ensure_future(run_load(server.base_url, model, workload,
+                                          tokenizer_path=tokenizer_path))
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+        if done:
+            return task.result()
+        failure = server.poll_failure(phase="load")
+        if failure is not None:
+            task.cancel()
+            raise ServerFailed(failure)
+
+
+def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
+    spec = LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=Path("-"))
+    return " ".join(spec.command(port=8000)[1:]).replace(" --port 8000", "")
+
+
+def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: Path,
+        startup_timeout_s: float = 300, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
+    log_path = run_dir / f"trial-{trial.number:04d}" / "server.log"
+    outcome = TrialOutcome(status="failed", log_path=log_path,
+                           command=command_line(ctx, trial.server_args))
+    if trial.problems:
+        outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(trial.problems), phase="precheck")
+        return outcome
+    on_phase("starting")
+    server = VllmServer(LaunchSpec(
+        model=ctx.model.path, args=trial.server_args.cli(ctx.installed), log_path=log_path,
+        startup_timeout_s=startup_timeout_s, gpu=ctx.hardware.is_gpu))
+    t0 = time.monotonic()
+    try:
+        server.start()
+        outcome.timings["start_s"] = server.ready_s
+        on_phase("load")
+        t1 = time.monotonic()
+        result = asyncio.run(_load_while_watching(server, workload, str(ctx.model.path), ctx.model.path))
+        outcome.timings["load_s"] = time.monotonic() - t1
+        outcome.metrics = result.flat_metrics()
+        outcome.server_diagnostics = result.server_diagnostics()
+        outcome.status = "ok"
+    except ServerFailed as e:
+        outcome.failure = e.failure
+    finally:
+        on_phase("stopping")
+        report = server.stop()
+        if report is not None:
+            outcome.timings["stop_s"] = report.seconds
+        outcome.timings["total_s"] = time.monotonic() - t0
+    return outcome

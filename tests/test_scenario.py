@@ -1,0 +1,98 @@
+"""Scenario files: the built-in four are valid; bad files fail with file, field and allowed values."""
+
+import textwrap
+
+import pytest
+
+from search import calibration, scenario
+from search.scenario import ScenarioError
+
+BUILT_IN = ["online_chat", "api_service", "batch_processing", "mixed"]
+
+GOOD = """
+name: mine
+title: my scenario
+workload:
+  endpoint: completions
+  num_requests: 10
+  arrival: {mode: poisson, capacity_fraction: 0.5}
+  prompt_tokens: 100
+  output_tokens: 10
+objectives:
+  - {metric: ttft_p95_ms, direction: minimize}
+slos:
+  - {metric: ttft_p95_ms, max: {x_unloaded: 4}}
+  - {metric: error_rate, max: 0.01}
+search_space:
+  max_num_seqs: {low: 4, high: 64, log: true}
+"""
+
+
+def write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_built_in_scenarios_load(name):
+    sc, source, shown = scenario.load(name)
+    assert sc.name == name and shown == f"configs/{name}.yaml"
+    assert "vllm_defaults" in sc.baselines and "seed_recommended" in sc.baselines
+    assert {"max_num_seqs", "max_num_batched_tokens", "memory_utilization",
+            "scheduler_delay_factor"} <= set(sc.search_space)
+    assert sc.workload.longest_request_tokens() > 0
+
+
+def test_own_scenario_file_by_path(tmp_path):
+    sc, _, shown = scenario.load(write(tmp_path, GOOD))
+    assert sc.name == "mine" and shown.endswith("s.yaml")
+    assert sc.needs_calibration()
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (("endpoint: completions", "endpoint: grpc"), r"workload.endpoint: Input should be 'chat' or 'completions' \(got 'grpc'\)"),
+    (("direction: minimize", "direction: lower"), r"objectives.0.direction: .*'minimize' or 'maximize'"),
+    (("max_num_seqs: {low", "max_seqs: {low"), r"search_space: unknown parameter\(s\) max_seqs; tunable parameters: scheduler_delay_factor, max_num_seqs"),
+    (("metric: error_rate", "metric: error_ratio"), r"unknown metric name\(s\): error_ratio. Allowed: .*error_rate"),
+    (("title: my scenario\n", "title: my scenario\ncolour: red\n"), r"colour: unknown field"),
+    (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: {x_unloaded: 2}}"), r"x_unloaded applies to latency metrics"),
+    (("high: 64", "high: 2"), r"search_space.max_num_seqs: .*low \(4.0\) is greater than high \(2.0\)"),
+])
+def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):
+    path = write(tmp_path, GOOD.replace(*edit), "bad.yaml")
+    with pytest.raises(ScenarioError, match=expected) as err:
+        scenario.load(path)
+    assert str(err.value).startswith(f"{path}: invalid scenario")
+
+
+def test_unknown_scenario_lists_the_built_in_ones():
+    with pytest.raises(ScenarioError, match="built-in scenarios: api_service, batch_processing, mixed, online_chat"):
+        scenario.load("chat")
+
+
+def test_not_yaml(tmp_path):
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        scenario.load(write(tmp_path, "name: [unclosed\n"))
+
+
+def test_relative_numbers_resolve_against_the_calibration():
+    sc, _, _ = scenario.load("mixed")
+    cal = calibration.CalibrationResult(
+        unloaded={"ttft_median_ms@short": 50.0, "ttft_median_ms": 80.0, "tpot_median_ms": 10.0,
+                  "tpot_median_ms@short": 9.0, "e2el_median_ms": 900.0},
+        saturation={"request_throughput": 2.0}, capacity_rps=2.0, seconds=1.0)
+    workload, slos, goodput = calibration.resolve(sc, cal)
+    assert workload.arrival.rate == pytest.approx(0.75 * 2.0)
+    assert workload.arrival.capacity_fraction is None
+    bounds = {s.metric: s.max for s in slos}
+    assert bounds["ttft_p95_ms@short"] == pytest.approx(6 * 50.0)
+    assert bounds["tpot_p95_ms"] == pytest.approx(4 * 10.0)
+    assert bounds["error_rate"] == 0.01
+    assert goodput.ttft_ms == pytest.approx(8 * 80.0) and goodput.tpot_ms == pytest.approx(40.0)
+
+
+def test_unloaded_reference_metric():
+    assert scenario.unloaded_reference("ttft_p95_ms@short") == "ttft_median_ms@short"
+    assert scenario.unloaded_reference("e2el_p99_ms") == "e2el_median_ms"
+    assert scenario.unloaded_reference("goodput") is None

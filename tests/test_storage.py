@@ -1,0 +1,86 @@
+"""Our tables in a real SQLite file through SQLAlchemy, beside Optuna's."""
+
+from datetime import datetime
+
+import optuna
+from sqlalchemy import inspect
+from sqlalchemy.orm import Session
+
+from storage import queries
+from storage.models import StudyRecord
+
+
+def new_study(session, name="s"):
+    rec = StudyRecord(study_name=name, scenario_name="mixed", scenario_source="name: mixed",
+                      scenario_digest="d", model_path="/m", vllm_version="vllm 0.32.0",
+                      hardware={"description": "cpu"}, directions=["maximize"], objective_names=["goodput"])
+    session.add(rec)
+    session.flush()
+    return rec
+
+
+def trial_fields(**kw):
+    base = dict(status="ok", fingerprint="f1", params={"max_num_seqs": 8}, config={}, flags={},
+                command="python -m vllm...", adjustments=[], metrics={"goodput": 1.5},
+                server_diagnostics={}, values=[1.5], constraints={"slo": -1.0}, feasible=True,
+                timings={}, started_at=datetime(2026, 11, 22))
+    base.update(kw)
+    return base
+
+
+def test_tables_live_beside_optunas_in_one_sqlite_file(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(storage=url, study_name="s", directions=["maximize"])
+    engine = queries.open_db(url)
+    tables = set(inspect(engine).get_table_names())
+    assert {"autotune_studies", "autotune_trials", "autotune_pareto_snapshots",
+            "autotune_pareto_members", "trials", "studies"} <= tables
+
+
+def test_trials_upsert_and_earlier_runs_are_found_by_fingerprint(tmp_path):
+    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    with Session(engine) as session:
+        rec = new_study(session)
+        queries.save_trial(session, rec, 0, **trial_fields(status="failed", fingerprint="bad",
+                                                           failure_class="invalid_config"))
+        queries.save_trial(session, rec, 1, **trial_fields())
+        queries.save_trial(session, rec, 1, **trial_fields(metrics={"goodput": 2.0}))  # replaces
+        session.commit()
+    with Session(engine) as session:
+        rec = queries.require_study(session, "s")
+        rows = queries.trial_records(session, rec)
+        assert [r.trial_number for r in rows] == [0, 1]
+        assert rows[1].metrics == {"goodput": 2.0}
+        assert queries.earlier_run_of(session, rec, "bad").failure_class == "invalid_config"
+        assert queries.earlier_run_of(session, rec, "f1").trial_number == 1
+        assert queries.earlier_run_of(session, rec, "nope") is None
+
+
+def test_pareto_snapshots_keep_history(tmp_path):
+    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    with Session(engine) as session:
+        rec = new_study(session)
+        for after, members, hv in [(0, [(0, [1.0])], 1.0), (1, [(1, [2.0])], 2.0),
+                                   (2, [(1, [2.0]), (2, [2.0])], 2.5)]:
+            queries.save_snapshot(session, rec, after, [
+                {"trial_number": n, "values": v, "params": {}, "config": {}} for n, v in members],
+                hypervolume=hv, n_finished=after + 1, n_feasible=after + 1)
+        queries.save_snapshot(session, rec, 2, [{"trial_number": 2, "values": [3.0], "params": {},
+                                                 "config": {}}], hypervolume=3.0, n_finished=3, n_feasible=3)
+        session.commit()
+        history = queries.front_history(session, rec)
+    assert [s.after_trial_number for s in history] == [0, 1, 2]
+    assert [s.hypervolume for s in history] == [1.0, 2.0, 3.0]
+    assert [m.trial_number for m in history[2].members] == [2]
+
+
+def test_unknown_study_lists_the_ones_there(tmp_path):
+    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    with Session(engine) as session:
+        new_study(session, "mixed")
+        try:
+            queries.require_study(session, "chat")
+        except LookupError as e:
+            assert "studies here: mixed" in str(e)
+        else:
+            raise AssertionError("expected LookupError")
