@@ -1,0 +1,109 @@
+"""From a run's flat metrics to what Optuna sees: the objective vector and SLO constraint values.
+
+Constraint values follow Optuna's convention (<= 0 feasible) and are normalized by the bound,
+so SLOs in ms and in tokens/s weigh alike: `(value - max) / max`, `(min - value) / min`. A NaN
+metric (nothing measured) violates its SLO by 1.0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from objectives.metrics import BASE_KEYS, PER_CLASS_KEYS
+from objectives.server_metrics import SERVER_KEYS
+
+NAN_VIOLATION = 1.0
+# Worst case for a minimized metric that is not a latency: finite, so samplers can use it.
+LARGE_PENALTY = 1e9
+
+
+class ObjectiveSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    direction: Literal["minimize", "maximize"]
+
+
+class SLOSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "SLOSpec":
+        if (self.max is None) == (self.min is None):
+            raise ValueError(f"SLO on {self.metric}: give exactly one of max, min")
+        bound = self.max if self.max is not None else self.min
+        if bound == 0:
+            raise ValueError(f"SLO on {self.metric}: the bound must be non-zero "
+                             "(constraints are normalized by it)")
+        return self
+
+    def violation(self, value: float) -> float:
+        """> 0: violated, by that fraction of the bound; <= 0: met."""
+        if value is None or math.isnan(value):
+            return NAN_VIOLATION
+        if self.max is not None:
+            return (value - self.max) / abs(self.max)
+        return (self.min - value) / abs(self.min)
+
+
+@dataclass
+class Score:
+    values: list[float]
+    constraints: dict[str, float] = field(default_factory=dict)
+    feasible: bool = True
+
+
+def _slo_key(slo: SLOSpec) -> str:
+    return f"{slo.metric}<={slo.max:g}" if slo.max is not None else f"{slo.metric}>={slo.min:g}"
+
+
+def penalty_values(objectives: list[ObjectiveSpec], request_timeout_s: float) -> list[float]:
+    """Worst-case objective values, for NaN objectives and for trials whose server never served."""
+    out = []
+    for o in objectives:
+        if o.direction == "maximize":
+            out.append(0.0)
+        elif o.metric.split("@", 1)[0].endswith("_ms"):
+            out.append(request_timeout_s * 1000.0)
+        else:
+            out.append(LARGE_PENALTY)
+    return out
+
+
+def score(flat_metrics: dict[str, float], objectives: list[ObjectiveSpec],
+          slos: list[SLOSpec] = (), request_timeout_s: float = 300.0) -> Score:
+    """The objective vector (NaN or missing -> the penalty value) and the SLO constraints."""
+    penalties = penalty_values(objectives, request_timeout_s)
+    values = []
+    for o, penalty in zip(objectives, penalties):
+        v = flat_metrics.get(o.metric, math.nan)
+        values.append(penalty if v is None or math.isnan(v) else float(v))
+    constraints = {_slo_key(s): s.violation(flat_metrics.get(s.metric, math.nan)) for s in slos}
+    return Score(values, constraints, all(c <= 0 for c in constraints.values()))
+
+
+def known_metric_names(class_names: list[str] = ()) -> list[str]:
+    return (list(BASE_KEYS) + [f"{k}@{c}" for c in class_names for k in PER_CLASS_KEYS]
+            + list(SERVER_KEYS))
+
+
+def validate_metric_names(names: list[str], class_names: list[str] = ()) -> None:
+    """Raise ValueError naming each unknown metric and listing the allowed ones."""
+    known = set(known_metric_names(class_names))
+    unknown = [n for n in names if n not in known]
+    if not unknown:
+        return
+    per_class = (f"; per class: <metric>@<class> with class in {', '.join(class_names)}"
+                 if class_names else "; per-class metrics need the workload's class names")
+    raise ValueError(
+        f"unknown metric name(s): {', '.join(unknown)}. Allowed: {', '.join(BASE_KEYS)}; "
+        f"server-side: {', '.join(SERVER_KEYS)}{per_class} (per-class metrics: "
+        f"{', '.join(PER_CLASS_KEYS)})")
