@@ -1,0 +1,274 @@
+"""`autotune load`: one load run against an already running server, printed as a metrics table.
+
+The workload comes from a scenario (name in configs/ or a path; its `workload:` section), a
+workload YAML (`--workload`), or defaults, then flags override parts of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIRS = (Path("configs"), Path("configs/scenarios"))
+DEFAULT_WORKLOAD: dict[str, Any] = {
+    "endpoint": "completions", "prompt_tokens": 256, "output_tokens": 64,
+    "arrival": {"mode": "closed", "concurrency": 8}, "num_requests": 100, "warmup_requests": 4,
+}
+
+
+class LoadCliError(ValueError):
+    pass
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "load", help="one load run against a running server; prints the metrics table",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", nargs="?", default=None,
+                   help="scenario name (configs/<name>.yaml) or path; its workload section is used")
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--workload", type=Path, help="a WorkloadSpec YAML file")
+    p.add_argument("--model", help="served model name (default: the first from /v1/models)")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the model's root)")
+    g = p.add_argument_group("workload overrides")
+    g.add_argument("--endpoint", choices=("chat", "completions"))
+    g.add_argument("--rate", type=float, help="open loop at this many requests/s")
+    g.add_argument("--arrival", choices=("poisson", "gamma", "constant", "burst"),
+                   help="open-loop process for --rate (default: the workload's, else poisson)")
+    g.add_argument("--burstiness", type=float, help="gamma shape (implies --arrival gamma)")
+    g.add_argument("--concurrency", type=int, help="closed loop with this many users")
+    g.add_argument("--num-requests", type=int, help="measured requests (drops the duration bound "
+                   "unless --duration is given too)")
+    g.add_argument("--duration", type=float, help="seconds of sending (drops the request-count "
+                   "bound unless --num-requests is given too)")
+    g.add_argument("--warmup", type=int, help="warmup requests (excluded)")
+    g.add_argument("--prompt-tokens", type=int, help="fixed prompt length (single class)")
+    g.add_argument("--output-tokens", type=int, help="fixed output length (single class)")
+    g.add_argument("--seed", type=int)
+    g.add_argument("--timeout", type=float, help="per-request timeout, s")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--client", choices=("aiohttp", "openai"), default="aiohttp")
+    m.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    m.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="per-request SLOs for goodput: ttft:500 tpot:50 e2el:2000")
+    m.add_argument("--no-server-metrics", action="store_true", help="do not scrape /metrics")
+    m.add_argument("--json", type=Path, help="write metrics (and, with --records, every request) here")
+    m.add_argument("--records", action="store_true", help="include per-request records in --json")
+    m.add_argument("--quiet", action="store_true", help="no table (with --json)")
+    p.set_defaults(func=_cmd_load)
+
+
+def _scenario_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise LoadCliError(f"scenario file not found: {path}")
+        return path
+    for d in CONFIG_DIRS:
+        for ext in (".yaml", ".yml"):
+            if (d / f"{name}{ext}").is_file():
+                return d / f"{name}{ext}"
+    known = sorted({f.stem for d in CONFIG_DIRS if d.is_dir() for f in d.glob("*.y*ml")})
+    raise LoadCliError(f"no scenario {name!r}; known: {', '.join(known) or '(none)'}; or pass "
+                       "--workload FILE.yaml")
+
+
+def _read_yaml(path: Path) -> tuple[dict, dict | None]:
+    """(workload mapping, the scenario's goodput mapping if any) from a scenario or workload file."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    if "workload" in data:
+        return data["workload"], data.get("goodput")
+    return data, None
+
+
+def build_workload(args: argparse.Namespace):
+    from objectives.workload import WorkloadSpec
+
+    base_dir = None
+    goodput_cfg = None
+    source = args.workload or (_scenario_path(args.scenario) if args.scenario else None)
+    if source is not None:
+        data, goodput_cfg = _read_yaml(Path(source))
+        base_dir = Path(source).parent.resolve()
+    else:
+        data = json.loads(json.dumps(DEFAULT_WORKLOAD))
+    data = dict(data)
+    if args.endpoint:
+        data["endpoint"] = args.endpoint
+    if args.prompt_tokens or args.output_tokens:
+        classes = data.pop("classes", None)
+        single = dict(classes[0]) if classes else {}
+        single.update({k: data.pop(k) for k in ("prompt_tokens", "output_tokens", "shared_prefix",
+                                                 "sharegpt") if k in data})
+        single.pop("name", None), single.pop("weight", None)
+        if args.prompt_tokens:
+            single.pop("sharegpt", None)
+            single["prompt_tokens"] = args.prompt_tokens
+        if args.output_tokens:
+            single["output_tokens"] = args.output_tokens
+        if classes and len(classes) > 1:
+            raise LoadCliError("--prompt-tokens/--output-tokens replace a single class; this "
+                               f"workload has {len(classes)}")
+        data.update(single)
+    arrival = dict(data.get("arrival") or {})
+    if args.concurrency is not None:
+        arrival = {"mode": "closed", "concurrency": args.concurrency}
+    elif args.rate is not None or args.arrival or args.burstiness is not None:
+        mode = args.arrival or ("gamma" if args.burstiness is not None else None) \
+            or (arrival.get("mode") if arrival.get("mode") not in (None, "closed") else "poisson")
+        keep = {k: v for k, v in arrival.items() if k in ("burstiness", "peak_multiplier", "period_s", "duty")
+                and (k == "burstiness") == (mode == "gamma")}
+        rate = args.rate if args.rate is not None else arrival.get("rate")
+        arrival = {"mode": mode, **keep, "rate": rate}
+        if args.burstiness is not None:
+            arrival["burstiness"] = args.burstiness
+    data["arrival"] = arrival
+    if args.num_requests is not None:
+        data["num_requests"] = args.num_requests
+        if args.duration is None:
+            data.pop("duration_s", None)
+    if args.duration is not None:
+        data["duration_s"] = args.duration
+        if args.num_requests is None:
+            data.pop("num_requests", None)
+    for flag, key in (("warmup", "warmup_requests"), ("seed", "seed"), ("timeout", "request_timeout_s")):
+        if getattr(args, flag) is not None:
+            data[key] = getattr(args, flag)
+    spec = WorkloadSpec.model_validate(data, context={"base_dir": base_dir} if base_dir else None)
+    if not spec.arrival.is_resolved:
+        raise LoadCliError(
+            f"the workload's rate is relative to capacity (capacity_fraction="
+            f"{spec.arrival.capacity_fraction}), which a study measures; give --rate or --concurrency")
+    return spec, goodput_cfg
+
+
+def parse_goodput(items: list[str] | None, scenario_cfg: dict | None):
+    from objectives.metrics import GoodputSLO
+
+    values: dict[str, float] = {}
+    if scenario_cfg:
+        for k, v in scenario_cfg.items():
+            if isinstance(v, (int, float)):  # relative bounds need a calibration: ignored here
+                values[k] = float(v)
+    for item in items or []:
+        key, _, ms = item.partition(":")
+        if key not in ("ttft", "tpot", "e2el") or not ms:
+            raise LoadCliError(f"--goodput {item!r}: use ttft:<ms>, tpot:<ms>, e2el:<ms>")
+        values[f"{key}_ms"] = float(ms)
+    return GoodputSLO(**values) if values else None
+
+
+def _fmt(v: float, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and v.is_integer():
+        return f"{int(v)}"
+    return f"{v:.{digits}f}"
+
+
+def print_result(result, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    f = result.flat()
+    spec = result.spec
+    a = spec.arrival
+    load = (f"closed loop, {a.concurrency} users" if a.mode == "closed"
+            else f"{a.mode} at {a.rate:g} req/s" + (f" (burstiness {a.burstiness:g})" if a.mode == "gamma" else ""))
+    console.print(f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, "
+                  f"client {result.client}")
+
+    lat = Table(title="Latency (ms)")
+    lat.add_column("metric")
+    for s in ("mean", "median", "p90", "p95", "p99"):
+        lat.add_column(s, justify="right")
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (per chunk)"), ("e2el", "E2EL")):
+        lat.add_row(label, *[_fmt(f[f"{name}_{s}_ms"]) for s in ("mean", "median", "p90", "p95", "p99")])
+    console.print(lat)
+
+    run = Table(title="Throughput and outcome")
+    run.add_column("metric")
+    run.add_column("value", justify="right")
+    rows = [("requests completed / failed", f"{int(f['completed'])} / {int(f['failed'])}"),
+            ("error rate", _fmt(f["error_rate"], 4)),
+            ("duration (s, drain included)", _fmt(f["duration_s"])),
+            ("request throughput (req/s)", _fmt(f["request_throughput"], 3)),
+            ("output throughput (tok/s)", _fmt(f["output_throughput"])),
+            ("total token throughput (tok/s)", _fmt(f["total_token_throughput"])),
+            ("goodput (req/s)", _fmt(f["goodput"], 3)),
+            ("goodput ratio", _fmt(f["goodput_ratio"], 4)),
+            ("target rate / achieved send rate (req/s)",
+             f"{_fmt(result.target_rate or float('nan'), 3)} / {_fmt(result.achieved_send_rate, 3)}"),
+            ("schedule lag p50 / p99 / max (ms)",
+             f"{_fmt(f['schedule_lag_p50_ms'])} / {_fmt(f['schedule_lag_p99_ms'])} / {_fmt(f['schedule_lag_max_ms'])}"),
+            ("client behind", "[red]YES[/]" if f["client_behind"] else "no")]
+    for k, v in rows:
+        run.add_row(k, v)
+    console.print(run)
+
+    if result.server is not None:
+        srv = Table(title="Server (/metrics, over the run)")
+        srv.add_column("metric")
+        srv.add_column("value", justify="right")
+        for k, v in result.server.flat().items():
+            srv.add_row(k, _fmt(v, 3))
+        console.print(srv)
+
+    if len(result.metrics.per_class) > 1:
+        cls = Table(title="Per class")
+        cls.add_column("metric")
+        names = list(result.metrics.per_class)
+        for name in names:
+            cls.add_column(name, justify="right")
+        for c in ("completed", "failed", "ttft_median_ms", "ttft_p99_ms", "tpot_median_ms",
+                  "tpot_p99_ms", "e2el_p99_ms", "output_throughput", "goodput"):
+            cls.add_row(c, *[_fmt(f[f"{c}@{name}"]) for name in names])
+        console.print(cls)
+    if result.metrics.error_kinds:
+        console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
+        first = next((r for r in result.records if r.error_kind), None)
+        if first is not None:
+            console.print(f"  first: {first.error_text}", markup=False)
+    for note in result.notes:
+        console.print(f"[yellow]note[/]: {note}")
+
+
+def _json_safe(x):
+    """NaN -> null: strict JSON for other tools."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _cmd_load(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from objectives.loadrun import run_load_sync
+
+    console = Console()
+    try:
+        spec, goodput_cfg = build_workload(args)
+        goodput = parse_goodput(args.goodput, goodput_cfg)
+    except (LoadCliError, ValueError) as e:
+        console.print(f"[red]error[/]: {e}", markup=True)
+        return 2
+    result = run_load_sync(args.url, args.model, spec, client=args.client, loop=args.loop,
+                           tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics,
+                           goodput=goodput)
+    if not args.quiet:
+        print_result(result, console)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_json_safe(result.to_json(include_records=args.records)),
+                                        indent=1))
+    return 0

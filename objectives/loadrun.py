@@ -1,0 +1,323 @@
+"""One load run against a running OpenAI-compatible server: build, warm up, measure, score inputs.
+
+Order: discover the model (`GET /v1/models`), load its tokenizer, build the workload's requests
+(chat prompts checked against the server's `/tokenize`, realigned there if the local count
+disagrees), send the warmup requests (excluded), scrape `/metrics`, run the arrival schedule
+with a gauge sampler alongside, scrape again, compute the metrics.
+
+Client hygiene during the measured window: everything is prepared beforehand (JSON bodies,
+due times, records), the garbage collector's existing objects are frozen (`gc.freeze`, as
+`vllm bench serve`), and nothing heavier than a /metrics fetch per second shares the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from objectives.arrivals import open_loop_offsets
+from objectives.client import make_client
+from objectives.dispatch import run_closed_loop, run_open_loop
+from objectives.metrics import DEFAULT_LAG_LIMIT_MS, GoodputSLO, RunMetrics, compute_metrics
+from objectives.prompts import Request, build_requests, plan_requests, realize_async
+from objectives.records import RequestRecord
+from objectives.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
+                                       diagnose, fetch_metrics_text)
+from objectives.tokenizer import PromptTokenizer, TokenizerError
+from objectives.workload import WorkloadSpec
+
+CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
+ALIGN_CONCURRENCY = 16
+CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
+DEFAULT_WARMUP_CONCURRENCY = 16
+
+
+class LoadRunError(RuntimeError):
+    pass
+
+
+@dataclass
+class LoadResult:
+    base_url: str
+    model: str
+    client: str
+    spec: WorkloadSpec
+    records: list[RequestRecord]  # measured requests that were sent
+    warmup_records: list[RequestRecord]
+    metrics: RunMetrics
+    server: ServerDiagnostics | None
+    start: float  # perf_counter at the start of the arrival schedule
+    end: float  # ... when the last response ended
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def target_rate(self) -> float | None:
+        return self.spec.arrival.mean_rate()
+
+    @property
+    def achieved_send_rate(self) -> float:
+        """Requests sent per second over the sending window (first to last send)."""
+        sends = sorted(r.send_time for r in self.records)
+        if len(sends) < 2 or sends[-1] <= sends[0]:
+            return math.nan
+        return (len(sends) - 1) / (sends[-1] - sends[0])
+
+    def flat(self) -> dict[str, float]:
+        return self.metrics.flat()
+
+    flat_metrics = flat
+
+    def server_diagnostics(self) -> dict[str, float]:
+        """The server's view (deltas, gauge peaks); empty if /metrics was not scraped."""
+        return asdict(self.server) if self.server is not None else {}
+
+    def to_json(self, include_records: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "base_url": self.base_url, "model": self.model, "client": self.client,
+            "workload": self.spec.model_dump(mode="json"),
+            "target_rate": self.target_rate, "achieved_send_rate": self.achieved_send_rate,
+            "metrics": self.flat(), "error_kinds": self.metrics.error_kinds,
+            "total_input_tokens": self.metrics.total_input_tokens,
+            "total_output_tokens": self.metrics.total_output_tokens, "notes": self.notes,
+        }
+        if include_records:
+            out["records"] = [r.to_dict(self.start) for r in self.records]
+        return out
+
+
+def _new_record(req: Request, warmup: bool) -> RequestRecord:
+    return RequestRecord(req.index, req.class_name, math.nan, req.prompt_tokens,
+                         req.output_tokens, warmup=warmup)
+
+
+async def discover_model(session, base_url: str, model: str | None = None) -> tuple[str, str | None]:
+    """(served model id, its `root`: usually the path the server loaded) from GET /v1/models.
+
+    Without `model`, the first served model; with it, that model's root (None if not listed).
+    """
+    async with session.get(base_url + "/v1/models") as resp:
+        if resp.status != 200:
+            raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
+        data = (await resp.json())["data"]
+    if not data:
+        raise LoadRunError(f"{base_url} serves no model")
+    if model is None:
+        return data[0]["id"], data[0].get("root")
+    return model, next((d.get("root") for d in data if d["id"] == model), None)
+
+
+def _tokenizer_for(tokenizer_path: str | Path | None, model: str, root: str | None) -> PromptTokenizer:
+    for candidate in (tokenizer_path, root, model):
+        if candidate and Path(candidate).expanduser().is_dir():
+            return PromptTokenizer.load(candidate)
+    raise TokenizerError(
+        f"no local tokenizer for model {model!r} (root {root!r}); pass tokenizer_path "
+        "(a directory with tokenizer.json or tokenizer files)")
+
+
+class _ServerCounter:
+    """Counts chat prompt tokens with the server's `/tokenize` (template applied by the server)."""
+
+    def __init__(self, session, base_url: str, model: str):
+        self.session, self.url, self.model = session, base_url + "/tokenize", model
+        self.semaphore = asyncio.Semaphore(ALIGN_CONCURRENCY)
+
+    async def __call__(self, messages) -> int:
+        async with self.semaphore:
+            async with self.session.post(self.url, json={"model": self.model, "messages": messages}) as r:
+                if r.status != 200:
+                    raise LoadRunError(f"POST /tokenize -> HTTP {r.status}: {(await r.text())[:300]}")
+                return int((await r.json())["count"])
+
+
+_BUILD_CACHE: dict[tuple, list[Request]] = {}
+_BUILD_CACHE_SIZE = 4
+
+
+def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
+               server_checked: bool) -> tuple:
+    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
+    shape = spec.model_dump_json(include={"endpoint", "classes", "seed"})
+    return shape, tokenizer.fingerprint, n, warmup, server_checked
+
+
+async def _build(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
+                 counter: "_ServerCounter | None", notes: list[str]) -> list[Request]:
+    """Built once per (workload shape, tokenizer, n) in this process; deterministic, so cached."""
+    key = _cache_key(spec, tokenizer, n, warmup, counter is not None)
+    if key not in _BUILD_CACHE:
+        if len(_BUILD_CACHE) >= _BUILD_CACHE_SIZE:
+            _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
+        _BUILD_CACHE[key] = await _build_uncached(spec, tokenizer, n, warmup, counter, notes)
+    return _BUILD_CACHE[key]
+
+
+async def _build_uncached(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
+                          counter: "_ServerCounter | None", notes: list[str]) -> list[Request]:
+    if spec.endpoint == "completions" or n == 0:
+        return build_requests(spec, tokenizer, n, warmup=warmup)
+    if tokenizer.can_render_chat:
+        requests = build_requests(spec, tokenizer, n, warmup=warmup)
+        if counter is None:
+            return requests
+        probe = requests[:CHAT_PROBE_REQUESTS]
+        try:
+            server_counts = await asyncio.gather(*(counter([dict(m) for m in r.messages]) for r in probe))
+        except Exception as e:  # noqa: BLE001 - no /tokenize (not vLLM): local counts stand
+            notes.append(f"chat prompt lengths counted locally only (/tokenize failed: {e})")
+            return requests
+        if all(r.prompt_tokens == c for r, c in zip(probe, server_counts)):
+            return requests
+        notes.append("local chat template count differs from the server's: prompts aligned "
+                     "with /tokenize")
+    elif counter is None:
+        raise LoadRunError("chat prompts need the tokenizer's chat template or the server's /tokenize")
+    plans = plan_requests(spec, tokenizer, n, warmup=warmup)
+    return list(await asyncio.gather(*(realize_async(p, tokenizer, counter) for p in plans)))
+
+
+class _LazyTokenizer:
+    """Loaded on first use: a study passing prebuilt requests never needs it."""
+
+    def __init__(self, path, model, root):
+        self.args = (path, model, root)
+        self._tok: PromptTokenizer | None = None
+
+    def get(self) -> PromptTokenizer:
+        if self._tok is None:
+            self._tok = _tokenizer_for(*self.args)
+        return self._tok
+
+
+class _Pool:
+    """Prepared bodies and records; a duration-bounded closed loop extends it on demand."""
+
+    def __init__(self, spec, tokenizer: _LazyTokenizer, client, model, requests: list[Request],
+                 warmup: bool):
+        self.spec, self.tokenizer, self.client, self.model, self.warmup = spec, tokenizer, client, model, warmup
+        self.prepared: list[Any] = []
+        self.records: list[RequestRecord] = []
+        self.extended = 0
+        self._add(requests)
+
+    def _add(self, requests: list[Request]) -> None:
+        for r in requests:
+            self.prepared.append(self.client.prepare(r, self.model, self.spec.temperature))
+            self.records.append(_new_record(r, self.warmup))
+
+    def get(self, i: int) -> tuple[Any, RequestRecord]:
+        while i >= len(self.records):  # local chat counts here: no awaiting in the middle of a run
+            self._add(build_requests(self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH,
+                                     warmup=self.warmup, start=len(self.records)))
+            self.extended += 1
+        return self.prepared[i], self.records[i]
+
+
+async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, client: str = "aiohttp",
+                   tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
+                   goodput: GoodputSLO | None = None, lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
+                   requests: list[Request] | None = None,
+                   sample_period_s: float = 1.0) -> LoadResult:
+    """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials)."""
+    import aiohttp
+
+    spec.arrival.require_resolved()
+    base_url = base_url.rstrip("/")
+    notes: list[str] = []
+    closed = spec.arrival.mode == "closed"
+    offsets = None
+    if not closed:
+        offsets = open_loop_offsets(spec.arrival, spec.num_requests, spec.duration_s, spec.seed).tolist()
+        if not offsets:
+            raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as control:
+        model, root = await discover_model(control, base_url, model)
+        counter = _ServerCounter(control, base_url, model) if spec.endpoint == "chat" else None
+        tokenizer = _LazyTokenizer(tokenizer_path, model, root)
+        needed = len(offsets) if offsets is not None else (spec.num_requests or CLOSED_LOOP_BATCH)
+        if requests is None or len(requests) < needed:
+            requests = await _build(spec, tokenizer.get(), needed, False, counter, notes)
+        warm = (await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
+                if spec.warmup_requests else [])
+
+        async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
+            warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
+            if warm:
+                width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
+                await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
+            pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+
+            before = None
+            sampler = None
+            if scrape_metrics:
+                text = await fetch_metrics_text(control, base_url)
+                if text is None:
+                    notes.append("no /metrics from the server: server_* metrics are NaN")
+                else:
+                    before = MetricsSnapshot.parse(text)
+                    sampler = GaugeSampler(control, base_url, sample_period_s)
+                    sampler.start()
+
+            gc.collect()
+            gc.freeze()
+            try:
+                if closed:
+                    start, end, sent = await run_closed_loop(
+                        lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s)
+                else:
+                    start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
+            finally:
+                gc.unfreeze()
+            samples = await sampler.stop() if sampler is not None else []
+            after = None
+            if before is not None:
+                text = await fetch_metrics_text(control, base_url)
+                after = MetricsSnapshot.parse(text) if text is not None else None
+
+    records = [r for r in pool.records if not math.isnan(r.send_time)]
+    server = diagnose(before, after, samples) if before is not None and after is not None else None
+    if pool.extended:
+        notes.append(f"closed loop built {pool.extended * CLOSED_LOOP_BATCH} extra requests during "
+                     "the run (duration-bounded); their chat lengths were counted locally")
+    mismatched = sum(1 for r in records if r.prompt_tokens is not None
+                     and r.prompt_tokens != r.expected_prompt_tokens)
+    if mismatched:
+        notes.append(f"{mismatched} requests: the server counted a different prompt length than built")
+    short = sum(1 for r in records if r.ok and r.completion_tokens is not None
+                and r.completion_tokens != r.expected_output_tokens)
+    if short:
+        notes.append(f"{short} requests got a different output length than max_tokens "
+                     "(prompt + output > max_model_len truncates silently)")
+    metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
+                              lag_limit_ms=lag_limit_ms, server=server)
+    if metrics.client_behind:
+        notes.append(f"client fell behind: p99 schedule lag {metrics.schedule_lag_p99_ms:.1f} ms > "
+                     f"{lag_limit_ms:g} ms; the offered load was lower than asked")
+    return LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
+                      start, end, notes)
+
+
+def run_async(coro, loop: str = "asyncio"):
+    """Run a coroutine on a fresh event loop: "asyncio" or "uvloop"."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    if loop != "asyncio":
+        raise ValueError(f"loop must be asyncio or uvloop, not {loop!r}")
+    return asyncio.run(coro)
+
+
+def run_load_sync(base_url: str, model: str | None, spec: WorkloadSpec, *, loop: str = "asyncio",
+                  **kwargs) -> LoadResult:
+    """`run_load` for synchronous callers (the study): its own event loop, closed afterwards."""
+    return run_async(run_load(base_url, model, spec, **kwargs), loop)

@@ -1,0 +1,346 @@
+"""A small OpenAI-compatible streaming server with pinned timing, for client tests and benchmarks.
+
+Every stream: the first chunk `ttft_ms` after the request arrived, then one chunk per token
+every `itl_ms` (absolute schedule, no drift), then the usage chunk and `data: [DONE]`. Chunk
+bytes are precomputed, shaped like vLLM's, so the stub spends little CPU per chunk.
+
+Faults, for error accounting, picked per request by its `max_tokens` (`faults_by_max_tokens`,
+so a workload class can carry them) or by arrival count (`fault_every`):
+`http:<status>`, `stall` (headers sent, then nothing), `stall_headers` (nothing at all),
+`truncate:<k>` (k chunks, then the connection is cut mid-stream), `eof:<k>` (k chunks, then a
+clean end without [DONE]), `error_event` (one chunk, then an SSE error event), `no_token`
+(only usage and [DONE]), `drop` (connection closed before any response).
+
+Also serves `/v1/models`, `/health`, `/tokenize` (with a local tokenizer) and a vLLM-shaped
+`/metrics` whose counters follow the traffic. Run as a process:
+`python -m tests.support.stub_server --port 0 --ttft-ms 10 --itl-ms 5 --chunks 16 [--uvloop]`
+prints `PORT <n>` once listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+MODEL = "stub-model"
+
+
+@dataclass
+class StubConfig:
+    ttft_ms: float = 20.0
+    itl_ms: float = 5.0
+    chunks: int | None = None  # tokens per stream; None: the request's max_tokens
+    model: str = MODEL
+    root: str | None = None  # reported by /v1/models (a tokenizer directory)
+    faults_by_max_tokens: dict[int, str] = field(default_factory=dict)
+    fault_every: int = 0
+    fault_kind: str = "http:500"
+    record_bodies: bool = False
+    # SSE shapes a client must cope with:
+    role_at_arrival: bool = False  # chat: the role-only opener at once, long before the first token
+    comments: bool = False  # a ": keep-alive" comment before every chunk
+    split_chunks: bool = False  # every chunk written in two halves, 1 ms apart
+    crlf: bool = False  # "\r\n" line endings
+
+
+_COMPLETION = (b'data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":"%s",'
+               b'"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":%s,'
+               b'"stop_reason":null}]}\n\n')
+_CHAT_ROLE = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,'
+              b'"model":"%s","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+              b'"logprobs":null,"finish_reason":null}]}\n\n')
+_CHAT = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,"model":"%s",'
+         b'"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":%s}]}\n\n')
+_USAGE = ('data: {{"id":"stub","object":"{obj}","created":0,"model":"{model}","choices":[],'
+          '"usage":{{"prompt_tokens":{p},"total_tokens":{t},"completion_tokens":{c}}}}}\n\n')
+_DONE = b"data: [DONE]\n\n"
+_ERROR_EVENT = b'data: {"error":{"message":"stub: injected engine error","type":"InternalServerError","code":500}}\n\n'
+
+
+class Stats:
+    def __init__(self):
+        self.requests = 0
+        self.in_flight = 0
+        self.completed = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.max_in_flight = 0
+        self.bodies: list[dict] = []
+
+
+class StubApp:
+    def __init__(self, config: StubConfig, tokenizer=None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.stats = Stats()
+        m = config.model.encode()
+        self._completion = _COMPLETION % (m, b"null")
+        self._completion_last = _COMPLETION % (m, b'"length"')
+        self._chat_role = _CHAT_ROLE % m
+        self._chat = _CHAT % (m, b"null")
+        self._chat_last = _CHAT % (m, b'"length"')
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/tokenize", self.tokenize)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.config.model, "object": "model", "root": self.config.root or self.config.model,
+             "max_model_len": 4096}]})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if self.tokenizer is None:
+            return web.json_response({"error": "no tokenizer"}, status=501)
+        if "messages" in body:
+            count = self.tokenizer.count_chat(body["messages"])
+        else:
+            count = len(self.tokenizer.encode(body["prompt"]))
+        return web.json_response({"count": count, "max_model_len": 4096, "tokens": []})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        s = self.stats
+        labels = f'engine="0",model_name="{self.config.model}"'
+        lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {float(s.in_flight)}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{labels}}} 0.0",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{{{labels}}} {min(1.0, s.in_flight / 100):.4f}",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{{{labels}}} 0.0",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{labels}}} {float(s.prompt_tokens)}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{labels}}} {float(s.generation_tokens)}",
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            f"vllm:prefix_cache_queries_total{{{labels}}} {float(s.prompt_tokens)}",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            f"vllm:prefix_cache_hits_total{{{labels}}} {float(s.prompt_tokens // 2)}",
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{{labels},finished_reason="length"}} {float(s.completed)}',
+            "# TYPE vllm:request_queue_time_seconds histogram",
+        ]
+        for le in ("0.001", "0.01", "0.1", "1.0", "+Inf"):
+            lines.append(f'vllm:request_queue_time_seconds_bucket{{{labels},le="{le}"}} {float(s.completed)}')
+        lines += [f"vllm:request_queue_time_seconds_count{{{labels}}} {float(s.completed)}",
+                  f"vllm:request_queue_time_seconds_sum{{{labels}}} {s.completed * 0.0005}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
+        c = self.config
+        if not (c.comments or c.split_chunks or c.crlf):
+            await resp.write(data)
+            return
+        if c.crlf:
+            data = data.replace(b"\n", b"\r\n")
+        if c.comments:
+            await resp.write(b": keep-alive\r\n\r\n" if c.crlf else b": keep-alive\n\n")
+        if c.split_chunks:
+            half = len(data) // 2
+            await resp.write(data[:half])
+            await asyncio.sleep(0.001)
+            data = data[half:]
+        await resp.write(data)
+
+    def _fault(self, max_tokens: int) -> str | None:
+        fault = self.config.faults_by_max_tokens.get(max_tokens)
+        if fault is None and self.config.fault_every and self.stats.requests % self.config.fault_every == 0:
+            fault = self.config.fault_kind
+        return fault
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, chat=True)
+
+    async def _stream(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        t_arrival = loop.time()
+        body = json.loads(await request.read())
+        s = self.stats
+        s.requests += 1
+        if self.config.record_bodies:
+            s.bodies.append(body)
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        n = self.config.chunks or max_tokens
+        fault = self._fault(max_tokens)
+        if chat:
+            prompt_tokens = self.tokenizer.count_chat(body["messages"]) if self.tokenizer else 0
+        else:
+            prompt = body.get("prompt")
+            prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        if fault is not None:
+            kind, _, arg = fault.partition(":")
+            if kind == "http":
+                return web.json_response({"error": {"message": f"stub: injected HTTP {arg}",
+                                                    "code": int(arg)}}, status=int(arg))
+            if kind == "drop":
+                request.transport.close()
+                await asyncio.sleep(3600)
+            if kind == "stall_headers":
+                await asyncio.sleep(3600)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if fault == "stall":
+            await asyncio.sleep(3600)
+        s.in_flight += 1
+        s.max_in_flight = max(s.max_in_flight, s.in_flight)
+        try:
+            stop_after = n
+            if fault and fault.split(":")[0] in ("truncate", "eof"):
+                stop_after = int(fault.split(":")[1])
+            if fault == "error_event":
+                stop_after = 1
+            if fault == "no_token":
+                stop_after = 0
+            ttft, itl = self.config.ttft_ms / 1000, self.config.itl_ms / 1000
+            chunk, last = (self._chat, self._chat_last) if chat else (self._completion, self._completion_last)
+            if chat and self.config.role_at_arrival:
+                await self._write(resp, self._chat_role)
+            for k in range(min(n, stop_after)):
+                due = t_arrival + ttft + k * itl
+                delay = due - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if k == 0 and chat and not self.config.role_at_arrival:
+                    await self._write(resp, self._chat_role)
+                await self._write(resp, last if k == n - 1 else chunk)
+            if fault and fault.startswith("truncate"):
+                request.transport.close()  # mid-chunked-encoding: the client sees a broken stream
+                return resp
+            if fault and fault.startswith("eof"):
+                await resp.write_eof()
+                return resp
+            if fault == "error_event":
+                await self._write(resp, _ERROR_EVENT)
+            produced = 0 if fault in ("no_token", "error_event") else n
+            usage = _USAGE.format(obj="chat.completion.chunk" if chat else "text_completion",
+                                  model=self.config.model, p=prompt_tokens, t=prompt_tokens + produced,
+                                  c=produced)
+            await self._write(resp, usage.encode())
+            await self._write(resp, _DONE)
+            await resp.write_eof()
+            s.completed += 1
+            s.prompt_tokens += prompt_tokens
+            s.generation_tokens += produced
+            return resp
+        finally:
+            s.in_flight -= 1
+
+
+class StubServer:
+    """The stub on a background thread with its own event loop (for tests)."""
+
+    def __init__(self, config: StubConfig | None = None, tokenizer=None):
+        self.stub = StubApp(config or StubConfig(), tokenizer)
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def stats(self) -> Stats:
+        return self.stub.stats
+
+    def __enter__(self) -> "StubServer":
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        async def start() -> None:
+            self._runner = web.AppRunner(self.stub.app(), access_log=None, shutdown_timeout=0.1)
+            await self._runner.setup()
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+            site = web.SockSite(self._runner, sock)
+            await site.start()
+
+        def main() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=main, daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("stub server did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        async def stop() -> None:
+            await self._runner.cleanup()
+
+        fut = asyncio.run_coroutine_threadsafe(stop(), self._loop)
+        try:
+            fut.result(10)
+        except Exception:  # noqa: BLE001 - stalled handlers may be cancelled noisily
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttft-ms", type=float, default=20.0)
+    p.add_argument("--itl-ms", type=float, default=5.0)
+    p.add_argument("--chunks", type=int, default=None)
+    p.add_argument("--model", default=MODEL)
+    p.add_argument("--tokenizer", default=None, help="directory: serve /tokenize and chat usage counts")
+    p.add_argument("--uvloop", action="store_true")
+    args = p.parse_args(argv)
+    tokenizer = None
+    if args.tokenizer:
+        from objectives.tokenizer import PromptTokenizer
+
+        tokenizer = PromptTokenizer.load(args.tokenizer)
+    stub = StubApp(StubConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks,
+                              model=args.model, root=args.tokenizer), tokenizer)
+
+    async def serve() -> None:
+        runner = web.AppRunner(stub.app(), access_log=None)
+        await runner.setup()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", args.port))
+        await web.SockSite(runner, sock, backlog=4096).start()
+        print(f"PORT {sock.getsockname()[1]}", flush=True)
+        await asyncio.Event().wait()
+
+    if args.uvloop:
+        import uvloop
+
+        uvloop.run(serve())
+    else:
+        asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
