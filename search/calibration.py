@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from objectives.loadrun import run_load
-from objectives.scoring import SLOSpec
 from objectives.metrics import GoodputSLO
+from objectives.scoring import SLOSpec
 from objectives.workload import ArrivalSpec, WorkloadSpec
 from search.registry import LaunchContext, ServerArgs
 from search.scenario import RelativeThreshold, Scenario, Threshold, unloaded_reference

@@ -157,5 +157,8 @@ def build_dummy_architecture(config_json: Path, dest: Path, spec: TinyLlamaSpec 
         raise ValueError(f"{config_json}: vocab_size {cfg.get('vocab_size')} is smaller than the "
                          f"local tokenizer ({len(tokenizer)} tokens)")
     cfg.setdefault("torch_dtype", "bfloat16")
+    # Special tokens must be the local tokenizer's, whatever the original model used.
+    cfg.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id)
     (dest / "config.json").write_text(json.dumps(cfg, indent=2))
     return dest

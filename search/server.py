@@ -39,7 +39,7 @@ class ServerFailed(RuntimeError):
 
 @dataclass
 class LaunchSpec:
-    model: Path
+    model: Path | None  # None: the args name it (e.g. via --config FILE)
     args: list[str]  # vLLM flags, without --model/--host/--port
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
@@ -51,8 +51,8 @@ class LaunchSpec:
     def command(self, port: int) -> list[str]:
         # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
         # it ignores a positional model, hence always --model.
-        return [self.python, "-m", API_MODULE, "--model", str(self.model),
-                "--host", HOST, "--port", str(port), *self.args]
+        model = ["--model", str(self.model)] if self.model is not None else []
+        return [self.python, "-m", API_MODULE, *model, "--host", HOST, "--port", str(port), *self.args]
 
 
 @dataclass(frozen=True)

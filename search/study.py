@@ -8,7 +8,9 @@ finished from its stored record or, if it never got that far, run again with the
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -35,6 +37,11 @@ DEFAULT_RUNS_DIR = Path("runs")
 # 0.92 of the KV budget rather than 0.92 of the machine's RAM (which fails on a shared host).
 VLLM_DEFAULT_MEMORY_UTILIZATION = 0.92
 SERVER_OK = "server_ok"
+MAX_ASKS_PER_BUDGETED_TRIAL = 5
+
+
+class StudyBusy(RuntimeError):
+    pass
 
 
 @dataclass
@@ -48,7 +55,6 @@ class StudyOptions:
     sampler: str = "tpe"
     seed: int = 0
     runs_dir: Path = DEFAULT_RUNS_DIR
-    export: bool = True
 
 
 @dataclass
@@ -102,6 +108,8 @@ def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any
         essentials["dtype"] = ctx.dtype
     if not ctx.hardware.is_gpu:
         essentials["enforce_eager"] = True
+    if not ctx.model.has_weights:  # config.json + tokenizer only: random weights, timing intact
+        essentials["load_format"] = "dummy"
     for key in essentials.keys() & scenario.server.fixed.keys():
         essentials[key] = scenario.server.fixed[key]
     return essentials
@@ -204,10 +212,11 @@ class StudyRunner:
                 vllm_version=p.ctx.installed.label(), hardware=p.ctx.hardware.as_dict(),
                 directions=self.sc.directions, objective_names=self.sc.objective_names)
             session.add(rec)
-            session.flush()
+            session.commit()  # before Optuna writes: one SQLite file, one writer at a time
             self.study.set_user_attr("scenario", self.sc.name)
             self.study.set_user_attr("vllm", p.ctx.installed.label())
             self.study.set_user_attr("hardware", p.ctx.hardware.describe())
+            self.study.set_user_attr("notes", p.space_notes + p.baseline_notes)
         elif rec.scenario_digest != digest:
             raise scenario_mod.ScenarioError(
                 f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "
@@ -304,7 +313,9 @@ class StudyRunner:
             self.progress.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
         else:
             outcome = trial_runner.run(plan, self.prep.ctx, self.workload, self.prep.run_dir,
-                                       self.sc.server.startup_timeout_s, on_phase=self.progress.set_phase)
+                                       goodput=self.goodput,
+                                       startup_timeout_s=self.sc.server.startup_timeout_s,
+                                       on_phase=self.progress.set_phase)
             ok, status, failure = outcome.status == "ok", outcome.status, outcome.failure
             metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
             timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
@@ -378,25 +389,54 @@ class StudyRunner:
 
     # -- the loop ----------------------------------------------------------------------------------
 
+    @staticmethod
+    def spent(session: Session, rec: StudyRecord) -> int:
+        """Trials that cost a server start. Pre-check rejections and repeats of an earlier
+        trial's flags cost nothing and do not count against the budget."""
+        return sum(1 for r in queries.trial_records(session, rec)
+                   if r.status in ("ok", "failed") and r.failure_phase != "precheck")
+
+    def _lock(self):
+        """One tuner per study: a second one would re-queue the first one's running trial."""
+        self.prep.run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(self.prep.run_dir / ".lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise StudyBusy(f"study {self.prep.study_name!r} is being run by another process "
+                            f"(pid {handle.read().strip() or '?'})") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return handle
+
     def run(self) -> StudyResult:
         deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        lock = self._lock()
         try:
             with self.progress, Session(self.engine, expire_on_commit=False) as session:
                 for note in self.prep.space_notes + self.prep.baseline_notes:
                     self.progress.note(f"[yellow]note[/]: {note}")
                 rec = self._study_record(session)
-                session.commit()
                 self._recover(session, rec)
                 self._calibrate(session, rec)
                 self._enqueue_baselines()
-                while len(pareto.finished(self.study)) < self.budget:
+                asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
+                while self.spent(session, rec) < self.budget:
                     if deadline and time.monotonic() > deadline:
                         self.progress.note("wall-time budget reached")
+                        break
+                    if len(pareto.finished(self.study)) >= asked_cap:
+                        self.progress.note(f"stopped after {asked_cap} proposals: the sampler keeps "
+                                           "proposing configurations that never start; narrow the space")
                         break
                     self._run_one(session, rec)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            lock.close()
         best = self.chosen()
         return StudyResult(self.prep.study_name, self.prep.storage_url, self.prep.run_dir,
                            len(pareto.finished(self.study)), best.number if best else None)

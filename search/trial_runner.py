@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from objectives.loadrun import run_load
+from objectives.metrics import GoodputSLO
 from objectives.workload import WorkloadSpec
 from search import registry
 from search.failures import Failure, FailureClass
@@ -59,10 +60,10 @@ def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict
 
 
 async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model: str,
-                               tokenizer_path: Path):
+                               tokenizer_path: Path, goodput: GoodputSLO | None):
     """Run the load, but stop at once if the server dies under it (OOM under load, say)."""
     task = asyncio.ensure_future(run_load(server.base_url, model, workload,
-                                          tokenizer_path=tokenizer_path))
+                                          tokenizer_path=tokenizer_path, goodput=goodput))
     while True:
         done, _ = await asyncio.wait({task}, timeout=0.5)
         if done:
@@ -79,7 +80,8 @@ def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
 
 
 def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: Path,
-        startup_timeout_s: float = 300, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
+        goodput: GoodputSLO | None = None, startup_timeout_s: float = 300,
+        on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
     log_path = run_dir / f"trial-{trial.number:04d}" / "server.log"
     outcome = TrialOutcome(status="failed", log_path=log_path,
                            command=command_line(ctx, trial.server_args))
@@ -96,7 +98,8 @@ def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: P
         outcome.timings["start_s"] = server.ready_s
         on_phase("load")
         t1 = time.monotonic()
-        result = asyncio.run(_load_while_watching(server, workload, str(ctx.model.path), ctx.model.path))
+        result = asyncio.run(_load_while_watching(server, workload, str(ctx.model.path),
+                                                  ctx.model.path, goodput))
         outcome.timings["load_s"] = time.monotonic() - t1
         outcome.metrics = result.flat_metrics()
         outcome.server_diagnostics = result.server_diagnostics()

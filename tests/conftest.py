@@ -27,3 +27,32 @@ def quick_server_values(ctx, **overrides):
               "memory_utilization": 0.25}
     values.update(overrides)
     return {k: v for k, v in values.items() if v is not None}
+
+
+REPO = Path(__file__).resolve().parent.parent
+E2E_SCENARIO = REPO / "tests" / "fixtures" / "scenarios" / "e2e.yaml"
+
+
+def autotune(*args, **kw):
+    """Run the real CLI in a subprocess, as a user would."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "search.cli", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="session")
+def finished_study(tmp_path_factory, artifacts_dir):
+    """One small real study per test session (3 vLLM starts on the CPU default model).
+
+    Returns dict(storage=URL, study=name, runs_dir=Path, run_dir=Path, stdout=str).
+    """
+    runs = tmp_path_factory.mktemp("finished-study")
+    storage = f"sqlite:///{runs / 'study.db'}"
+    proc = autotune("search", E2E_SCENARIO, "--trials", 3, "--storage", storage, "--runs-dir", runs,
+                    timeout=1200)
+    (artifacts_dir / "finished_study.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"storage": storage, "study": "e2e", "runs_dir": runs, "run_dir": runs / "e2e",
+            "stdout": proc.stdout}

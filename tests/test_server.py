@@ -9,6 +9,7 @@ import textwrap
 import time
 import urllib.request
 
+import psutil
 import pytest
 
 from search import registry
@@ -19,10 +20,21 @@ from tests.conftest import quick_server_values
 pytestmark = pytest.mark.vllm
 
 
-def vllm_processes() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines()[1:]
-            if ("VLLM::" in line or "vllm.entrypoints" in line) and " Z" not in line[:15]]
+def server_groups(root_pid: int) -> set[int]:
+    """Process groups of the vLLM servers below a process (the tuner, or this test)."""
+    groups = set()
+    for child in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if "server_guard" in " ".join(child.cmdline()):
+                groups.add(os.getpgid(child.pid))
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            continue
+    return groups
+
+
+def leftovers(groups: set[int]) -> list[str]:
+    """Live (non-zombie) processes left in those groups."""
+    return [f"{p.pid} {p.name()}" for g in groups for p in group_members(g)]
 
 
 def stream_completion(base_url: str, model: str, max_tokens: int) -> tuple[int, int]:
@@ -66,7 +78,6 @@ def test_healthy_start_serves_exact_token_count_and_stop_leaves_nothing(launch_c
     assert report.port_freed
     assert group_members(pgid) == []
     assert not port_listening(port)
-    assert vllm_processes() == []
 
 
 def test_invalid_combination_past_the_precheck_is_classified_quickly(launch_ctx, tmp_path):
@@ -80,7 +91,7 @@ def test_invalid_combination_past_the_precheck_is_classified_quickly(launch_ctx,
     assert "max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128)" \
         in err.value.failure.line
     assert elapsed < 20, f"an early exit must be noticed at once, took {elapsed:.1f} s"
-    assert vllm_processes() == []
+    assert server_groups(os.getpid()) == set()
 
 
 def test_start_timeout_is_classified_and_the_server_is_killed(launch_ctx, tmp_path):
@@ -90,7 +101,8 @@ def test_start_timeout_is_classified_and_the_server_is_killed(launch_ctx, tmp_pa
     with pytest.raises(ServerFailed) as err:
         server.start()
     assert err.value.failure.cls is FailureClass.START_TIMEOUT
-    assert vllm_processes() == []
+    assert server.proc is None  # stopped
+    assert server_groups(os.getpid()) == set()
 
 
 def test_sigkill_of_the_tuner_takes_its_vllm_server_down(launch_ctx, tmp_path):
@@ -118,7 +130,6 @@ def test_sigkill_of_the_tuner_takes_its_vllm_server_down(launch_ctx, tmp_path):
             time.sleep(0.5)
         assert group_members(pgid) == []
         assert not port_listening(port)
-        assert vllm_processes() == []
     finally:
         if tuner.poll() is None:
             tuner.kill()
