@@ -244,7 +244,7 @@ _FAILURE_STEPS: dict[str, list[str]] = {
     ],
     "oom": [
         "lower memory_utilization or max_num_seqs (the sampler warmup allocates max_num_seqs requests)",
-        "a smaller or quantized model (seed 000: 减小模型 / 加大量化)",
+        "a smaller or quantized model (seed 000 tree: smaller model / more quantization)",
     ],
     "invalid_config": ["fix the combination the line names; narrow the search space so it is never sampled"],
     "invalid_flag": ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
@@ -327,7 +327,7 @@ def _server_errors(m, config, failure_class, failure_line, err) -> Diagnosis:
     steps = ["read the trial's server log and the client's error kinds: 400s mean prompt + max_tokens "
              "exceeds max_model_len, timeouts mean the queue (see waiting) outgrew request_timeout_s"]
     if failure_class == "oom":
-        steps.append("out of memory under load (seed 000: 真的显存不够?): lower memory_utilization or "
+        steps.append("out of memory under load (seed 000 tree: really out of memory?): lower memory_utilization or "
                      "max_num_seqs, or a quantized model")
     steps.append("limit max_tokens per request at the gateway so one request cannot hog the KV cache "
                  "(seed 001)")
@@ -373,7 +373,7 @@ def _preemption(m, config, facts: ServingFacts, workload) -> Diagnosis | None:
                 + (f"; KV cache usage peaked at {kv:.0%}" if _ok(kv) else "")]
     steps = []
     if facts.has_flag("--swap-space"):
-        steps.append("raise swap_space (seed 000: 增大 swap-space, at least 4 GB)")
+        steps.append("raise swap_space (seed 000 tree: frequent preemption -> larger swap-space, at least 4 GB)")
     else:
         steps.append("the seeds say raise swap-space; V1 has none (removed in 0.18: a preempted "
                      "request is recomputed), so give the KV cache more room instead:")
@@ -413,7 +413,7 @@ def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
     steps = []
     if _ok(running) and mns and running >= mns:
         evidence.append(f"the batch was full: {running:.0f} running = max_num_seqs {mns}")
-        steps.append(f"raise max_num_seqs above {mns} (seed 000: 增加 max-num-seqs; or max_num_active_seqs "
+        steps.append(f"raise max_num_seqs above {mns} (seed 000 tree: waiting queue backlog -> more max-num-seqs; or max_num_active_seqs "
                      "on vLLM >= 0.29, which needs no recompile)")
     elif _ok(kv) and kv >= KV_FULL:
         evidence.append(f"admission was held back by the KV cache ({kv:.0%} used), not by max_num_seqs")
@@ -422,9 +422,9 @@ def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
         if _ok(running):
             evidence.append(f"the batch was not full ({running:.0f} running"
                             + (f" of max_num_seqs {mns}" if mns else "") + "): the engine itself is saturated")
-        steps.append("the offered load exceeds this server's capacity: scale out (seed 000: 考虑扩容) "
+        steps.append("the offered load exceeds this server's capacity: scale out (seed 000 tree: consider more capacity) "
                      "or lower the request rate")
-        steps.append("raise max_num_batched_tokens for throughput (seed 002: 吞吐量低)")
+        steps.append("raise max_num_batched_tokens for throughput (seed 002: low throughput)")
     if config.get("scheduler_delay_factor"):
         steps.append("scheduler_delay_factor does nothing on V1 (removed in 0.11; new requests are "
                      "admitted every step); the seeds' 'lower the delay factor' is already the V1 behaviour")
@@ -441,7 +441,7 @@ def _ttft_high(m, violated, unloaded, key="ttft_p95_ms") -> tuple[bool, str]:
     if ref and _ok(ttft) and ttft >= LATENCY_X_UNLOADED * ref:
         return True, f"TTFT p95 {_ms(ttft)} is {ttft / ref:.1f}x the idle server's median {_ms(ref)}"
     if _ok(ttft) and ttft > TTFT_HIGH_MS:
-        return True, f"TTFT p95 {_ms(ttft)} > {_ms(TTFT_HIGH_MS)} (seed 000: TTFT 很高)"
+        return True, f"TTFT p95 {_ms(ttft)} > {_ms(TTFT_HIGH_MS)} (seed 000 tree: TTFT very high)"
     return False, ""
 
 
@@ -474,7 +474,7 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
     steps.append("set long_prefill_token_threshold (e.g. 256-1024) so a long prompt cannot take a "
                  "whole step and short requests get their first token sooner")
     if _has_shared_prefix(workload) and config.get("enable_prefix_caching") is False:
-        steps.append("enable_prefix_caching: the workload shares prompt prefixes (seed 001: 白捡的性能)")
+        steps.append("enable_prefix_caching: the workload shares prompt prefixes (seed 001: free performance)")
     steps.append("the seeds' first answer, lower scheduler_delay_factor, has no V1 knob: V1 already "
                  "admits prefills every step")
     return Diagnosis("prefill_bound", "Time to first token is high and it is spent computing prompts, "
@@ -503,14 +503,14 @@ def _decode_bound(m, config, violated, unloaded, facts: ServingFacts) -> Diagnos
                         "stall behind prefill chunks")
     mns = _effective_max_num_seqs(config, facts)
     steps = [f"lower max_num_seqs{f' (now {mns})' if mns else ''} or max_num_active_seqs: fewer "
-             "sequences per step, each step faster (seed 002: 延迟高 -> 减小 max-num-seqs)"]
+             "sequences per step, each step faster (seed 002: high latency -> smaller max-num-seqs)"]
     if stalled:
         steps.append("lower max_num_batched_tokens or set long_prefill_token_threshold, so prefill "
                      "chunks take less of each decode step")
     ref = unloaded.get("tpot_median_ms")
     if ref:
         steps.append(f"if even the idle TPOT ({_ms(ref)}) is too slow, it is the model or its precision, "
-                     "not scheduling (seed 000: 这是模型/量化问题)")
+                     "not scheduling (seed 000 tree: a model/quantization problem, not scheduling)")
     return Diagnosis("decode_bound", "Generating each token is slow: decode steps carry too many "
                      "sequences or too much prefill.", evidence=evidence, next_steps=steps)
 
@@ -676,7 +676,7 @@ def antipatterns(config: dict[str, Any], workload: WorkloadSpec | None = None, *
                 "kv_cache_small", "warning",
                 f"memory_utilization {util:g} gives a KV cache of ~{kv_tokens:.0f} tokens, ~{kv_tokens / mean_req:.1f} "
                 f"average requests ({mean_req:.0f} tokens) for up to {width} concurrent: expect preemption",
-                "seed 002 (设置过低会浪费… 降低并发能力)",
+                "seed 002 (too low wastes memory and lowers concurrency)",
                 "applies (on the CPU build memory_utilization is a share of the tuner's KV budget, "
                 "not of RAM, so only 'too low' applies)"))
 
@@ -708,7 +708,7 @@ def antipatterns(config: dict[str, Any], workload: WorkloadSpec | None = None, *
         out.append(Finding(
             "prefix_caching_off", "warning",
             "enable_prefix_caching is off, but the workload shares prompt prefixes: every shared "
-            "prefix is recomputed", "seed 001 (前缀缓存算是白捡的性能); seed 000 mixed_workload",
+            "prefix is recomputed", "seed 001 (prefix caching is free performance); seed 000 mixed_workload",
             "applies (on by default in V1)"))
 
     if config.get("disable_log_stats"):
