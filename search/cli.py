@@ -94,6 +94,9 @@ def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
     else:
         console.print(f"chosen: trial {best.number}; config for `vllm serve --config`: [bold]{written[0]}[/]")
         console.print(f"feasible Pareto set: {written[-1]}")
+    from search.report import REPORT_NAME, write_report  # the study's HTML report, beside best.yaml
+
+    console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")
     return 0
 
 
@@ -108,12 +111,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    import subprocess
+    from search.dashboard import cmd_dashboard  # publishes figures and notes, then serves on 127.0.0.1
 
-    storage, _ = _study_target(args)
-    cmd = [sys.executable, "-m", "optuna_dashboard", storage, "--host", "127.0.0.1", "--port", str(args.port)]
-    print(f"optuna-dashboard on http://127.0.0.1:{args.port} ({storage}); Ctrl-C stops it")
-    return subprocess.call(cmd)
+    return cmd_dashboard(args)
 
 
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     params.add_argument("--model", type=Path, default=None)
     params.set_defaults(func=_cmd_params)
     from objectives.cli import register; register(sub)  # noqa: E702 - `autotune load`
+    from search.report_cli import register as register_report; register_report(sub)  # noqa: E702
     return parser
 
 
