@@ -20,6 +20,7 @@ setup:
 	@bash scripts/setup.sh
 
 test: setup
+	@bash scripts/setup_browser.sh   ## Debian chromium for tests/test_browser.py
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup   ## unit tests only: no vLLM server
