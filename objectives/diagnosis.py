@@ -471,8 +471,13 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
         if mnbt and chunked and longest > mnbt:
             steps.append(f"raise max_num_batched_tokens (now {mnbt}): the longest prompt ({longest} tokens) "
                          f"needs {math.ceil(longest / mnbt)} steps to prefill")
-    steps.append("set long_prefill_token_threshold (e.g. 256-1024) so a long prompt cannot take a "
-                 "whole step and short requests get their first token sooner")
+    lpt = config.get("long_prefill_token_threshold") or 0
+    if lpt > 0:
+        steps.append(f"lower long_prefill_token_threshold (now {lpt}) so long prompts take less of each "
+                     "step and short requests get their first token sooner")
+    else:
+        steps.append("set long_prefill_token_threshold (e.g. 256-1024) so a long prompt cannot take a "
+                     "whole step and short requests get their first token sooner")
     if _has_shared_prefix(workload) and config.get("enable_prefix_caching") is False:
         steps.append("enable_prefix_caching: the workload shares prompt prefixes (seed 001: free performance)")
     steps.append("the seeds' first answer, lower scheduler_delay_factor, has no V1 knob: V1 already "

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from objectives.diagnosis import Diagnosis, summarize
 from search import export, figures
+from search.report import searched_params
 from search.scenario import Scenario
 from search.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict, view_of
 from storage import queries
@@ -110,8 +111,8 @@ def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str 
                or "none: no trial met every SLO")
     out += ["", "**Caveat**: optuna-dashboard 0.21 computes its own *Best Trials* and highlights its "
             "Pareto front without constraints, so it may list infeasible trials there. Trust the "
-            "figure *Pareto front (feasible)* under Analytics, the `feasible` user attribute, and "
-            "this list.", ""]
+            "figure *Pareto front (feasible, SLOs honoured)* on the study page, the `feasible` "
+            "user attribute, and this list.", ""]
     out += ["## What limited the trials", ""]
     out += [f"- {k}: {n}" for k, n in counts.items()]
     if report_path:
@@ -168,10 +169,10 @@ def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> 
             out["optuna-pareto-front-constraints"] = fig
     if snapshots:
         out["hypervolume-history"] = figures.hypervolume_figure(snapshots, ls.record.hv_reference, names)
-    imp, _ = figures.importance_figure(ls.study, views, names)
+    imp, _ = figures.importance_figure(ls.study, views, names, directions)
     if imp is not None:
         out["param-importances"] = imp
-    grid = figures.objective_param_figure(views, names, directions, list(sc.search_space))
+    grid = figures.objective_param_figure(views, names, directions, searched_params(ls, views))
     if grid is not None:
         out["objective-vs-parameter"] = grid
     out["bottlenecks"] = figures.bottleneck_figure(views)
@@ -220,8 +221,8 @@ def cmd_dashboard(args) -> int:
     storage, name = _study_target(args)
     try:
         done = publish(storage, name)
-        print(f"published study {name!r}: {len(done.figures)} figures (study page), notes on "
-              f"{done.trial_notes} trials", flush=True)
+        print(f"published study {name!r}: {len(done.figures)} figures on the study page, a study "
+              f"note, {done.trial_notes} trial notes written or updated", flush=True)
     except LookupError as e:
         print(f"note: {e}; serving the database as it is", file=sys.stderr)
     try:

@@ -8,6 +8,7 @@ no measured value), open diamonds are baselines, the gold star is the chosen con
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import optuna
@@ -95,7 +96,8 @@ def pareto_figure(views: list[TrialView], names: Sequence[str], directions: Sequ
     if baselines:
         fig.add_trace(go.Scatter(
             x=[xy(v)[0] for v in baselines], y=[xy(v)[1] for v in baselines], mode="markers+text",
-            name="baselines", text=[v.baseline for v in baselines], textposition="top center",
+            name="baselines", text=[v.baseline for v in baselines],
+            textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(baselines))],
             marker=dict(symbol="diamond-open", size=20, color="#7f3fbf", line=dict(width=2)),
             hovertext=[hover(v, names) for v in baselines], hoverinfo="text"))
     chosen = [v for v in views if v.chosen]
@@ -158,8 +160,8 @@ def measured_study(study: optuna.Study, views: list[TrialView]) -> optuna.Study:
     return copy
 
 
-def importance_figure(study: optuna.Study, views: list[TrialView], names: Sequence[str]
-                      ) -> tuple[go.Figure | None, str]:
+def importance_figure(study: optuna.Study, views: list[TrialView], names: Sequence[str],
+                      directions: Sequence[str]) -> tuple[go.Figure | None, str]:
     """Parameter importances per objective (Optuna 5's default PED-ANOVA), or why there are none."""
     measured = measured_study(study, views)
     n = len(measured.trials)
@@ -169,11 +171,18 @@ def importance_figure(study: optuna.Study, views: list[TrialView], names: Sequen
     fig = go.Figure()
     notes = []
     for k, name in enumerate(names):
-        try:
-            imp = optuna.importance.get_param_importances(measured, target=lambda t, k=k: t.values[k])
-        except Exception as e:  # noqa: BLE001 - too few distinct values, etc.
-            notes.append(f"{name}: {e}")
-            continue
+        sign = 1.0 if directions[k] == "minimize" else -1.0  # PED-ANOVA explains *low* targets
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                imp = optuna.importance.get_param_importances(
+                    measured, target=lambda t, k=k, sign=sign: sign * t.values[k])
+            except Exception as e:  # noqa: BLE001 - too few distinct values, etc.
+                notes.append(f"{name}: {e}")
+                continue
+        if any("less than 2 trials" in str(w.message) for w in caught):
+            notes.append(f"{name}: some parameter ranges hold fewer than 2 trials, so the importances "
+                         "are rough")
         fig.add_trace(go.Bar(x=[imp.get(p, 0.0) for p in params], y=params, orientation="h", name=name))
     if not fig.data:
         return None, "Parameter importances could not be computed: " + "; ".join(notes)

@@ -159,6 +159,13 @@ def metrics_table(views: list[TrialView]) -> str:
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
+def searched_params(ls: export.LoadedStudy, views: list[TrialView]) -> list[str]:
+    """Scenario parameters some trial sampled (the installed vLLM may have dropped others)."""
+    sampled = {p for v in views for p in v.params}
+    return [p for p in ls.scenario.search_space if p in sampled] + sorted(
+        sampled - set(ls.scenario.search_space))
+
+
 def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
     sc, rec = ls.scenario, ls.record
     names, directions = sc.objective_names, sc.directions
@@ -174,11 +181,10 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
     hv = figures.hypervolume_figure(snapshots, rec.hv_reference, names) if snapshots else None
     figs.append(("hypervolume", "Hypervolume history",
                  _fig_html(hv, "hypervolume") or '<p class="note">No front snapshots stored yet.</p>'))
-    imp, imp_note = figures.importance_figure(ls.study, views, names)
+    imp, imp_note = figures.importance_figure(ls.study, views, names, directions)
     figs.append(("importances", "Parameter importances",
                  _fig_html(imp, "importances") + (f'<p class="note">{_e(imp_note)}</p>' if imp_note else "")))
-    params = list(sc.search_space)
-    grid = figures.objective_param_figure(views, names, directions, params)
+    grid = figures.objective_param_figure(views, names, directions, searched_params(ls, views))
     figs.append(("objective-vs-parameter", "Each objective against each parameter",
                  _fig_html(grid, "objective-vs-parameter") or '<p class="note">No measured trial yet.</p>'))
 

@@ -6,6 +6,7 @@ run, which breaks the TTFT SLO) and failed (a real kv_insufficient startup log).
 
 import json
 import re
+import warnings
 from datetime import datetime
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from objectives.workload import WorkloadSpec
 from search import dashboard
 from search.failures import classify
 from search.report import write_report
+from search.scenario import Scenario
 from storage import queries
 from storage.models import StudyRecord
 
@@ -49,7 +51,9 @@ def study(tmp_path):
     engine = queries.open_db(url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     st = optuna.create_study(storage=url, study_name="recorded", directions=["maximize", "minimize"])
-    st.set_metric_names(["request_throughput", "ttft_p95_ms"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        st.set_metric_names(["request_throughput", "ttft_p95_ms"])
     wl = WorkloadSpec.model_validate(SCENARIO["workload"])
     cls, line = classify((LOGS / "kv_insufficient.log").read_text(), returncode=1)
     trials = [  # (baseline, record, max_num_seqs, failure)
@@ -141,3 +145,17 @@ def test_publish_writes_figures_and_notes_the_dashboard_reads(study):
     assert "Bottleneck: queueing" in notes[1] and "Bottleneck: startup failure" in notes[2]
     assert "server_queue_time_mean_ms" in notes[1]  # every measured metric
     assert dashboard.publish(study, "recorded").trial_notes == 0  # unchanged: not rewritten
+
+
+def test_publish_trial_notes_one_trial_as_the_study_tells_it(study):
+    from optuna_dashboard import get_note
+
+    st = optuna.load_study(study_name="recorded", storage=study)
+    with Session(queries.open_db(study)) as s:
+        rec = queries.require_study(s, "recorded")
+        row = queries.trial_records(s, rec)[1]
+        scenario = Scenario.model_validate(SCENARIO)
+        dashboard.publish_trial(st, row, scenario)
+    note = get_note(optuna.trial.Trial(st, st.trials[1]._trial_id))
+    assert note.startswith("## trial 1: INFEASIBLE") and "Bottleneck: queueing" in note
+    assert dashboard.trial_user_attrs(row.diagnosis)["bottleneck"] == "queueing"
