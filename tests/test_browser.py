@@ -39,9 +39,10 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
-    """A headless Chromium context with a fresh profile."""
+    """A headless Chromium context with a fresh profile. Requested first by the tests, so a
+    missing Chromium is reported before minutes go into the finished study."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -65,7 +66,7 @@ def expected_categories(finished_study) -> dict[int, str]:
                 if r.status != "interrupted"}
 
 
-def test_report_shows_figures_and_feasibility_offline(finished_study, browser, artifacts_dir):
+def test_report_shows_figures_and_feasibility_offline(browser, finished_study, artifacts_dir):
     auto = finished_study["run_dir"] / "report.html"
     assert auto.is_file(), "the study writes its report when it ends"
     out = artifacts_dir / "report.html"
@@ -159,7 +160,7 @@ def dashboard(finished_study, artifacts_dir):
         log.close()
 
 
-def test_dashboard_tells_feasibility_metrics_and_diagnosis(finished_study, dashboard, browser, artifacts_dir):
+def test_dashboard_tells_feasibility_metrics_and_diagnosis(browser, finished_study, dashboard, artifacts_dir):
     base, port, proc = dashboard
     listening = [c.laddr.ip for c in psutil.net_connections("tcp")
                  if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN]
