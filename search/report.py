@@ -193,7 +193,7 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
     if chosen is not None:
         body = yaml.safe_dump({"model": rec.model_path, **chosen.flags}, sort_keys=False)
         chosen_html = (f"<h2 id=\"chosen-config\">Chosen configuration ({_e(chosen.label)})</h2>"
-                       f"<p>As <code>runs/{_e(rec.study_name)}/best.yaml</code> holds it, for "
+                       f"<p>As <code>best.yaml</code> (beside this report) holds it, for "
                        f"<code>vllm serve --config</code>:</p><pre>{_e(body)}</pre>"
                        + _findings_html("Anti-patterns in the chosen configuration", chosen.diagnosis.findings)
                        + f"<p><b>Its diagnosis</b>: {_diagnosis_cell(chosen)}</p>")
