@@ -16,6 +16,13 @@ def _cmd_model_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_model_dummy(args: argparse.Namespace) -> int:
+    from search import local_model
+
+    print(local_model.build_dummy_architecture(Path(args.config), Path(args.out)))
+    return 0
+
+
 def _cmd_params(args: argparse.Namespace) -> int:
     """Which tunable parameters the installed vLLM takes, and what happens to the others."""
     from rich.console import Console
@@ -44,13 +51,15 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from search.space import SpaceError
     from search.vllm_flags import VllmNotInstalled
 
-    return ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError
+    from search.study import StudyBusy
+
+    return ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
-    from search.study import DEFAULT_RUNS_DIR, default_storage, default_study_name
+    from search.study import default_storage, default_study_name
 
-    storage = args.storage or default_storage(DEFAULT_RUNS_DIR)
+    storage = args.storage or default_storage(Path(args.runs_dir))
     return storage, args.study or default_study_name(args.scenario, args.model)
 
 
@@ -61,7 +70,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     opts = study_mod.StudyOptions(
         scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
-        storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed)
+        storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed,
+        runs_dir=Path(args.runs_dir))
     console = Console()
     prep = study_mod.prepare(opts)  # every check before any server starts
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
@@ -103,10 +113,8 @@ def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from search.study import DEFAULT_RUNS_DIR
-
     storage, name = _study_target(args)
-    out = Path(args.out) if args.out else DEFAULT_RUNS_DIR / name
+    out = Path(args.out) if args.out else Path(args.runs_dir) / name
     return _finish(Console(), storage, name, out)
 
 
@@ -122,6 +130,7 @@ def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = Fals
     p.add_argument("--model", default=None, help="local model directory (default: the built-in model)")
     p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
     p.add_argument("--study", default=None, help="study name (default: scenario[-model])")
+    p.add_argument("--runs-dir", default="runs", help="where logs, exports and the default database go")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true")
     build.add_argument("--quiet", action="store_true")
     build.set_defaults(func=_cmd_model_build)
+    dummy = model_sub.add_parser(
+        "dummy", help="a real architecture's config.json + the local tokenizer, no weights "
+                      "(served with --load-format dummy; for GPUs)")
+    dummy.add_argument("--config", required=True, help="path to the architecture's config.json")
+    dummy.add_argument("--out", required=True, help="directory to write (then: MODEL=that directory)")
+    dummy.set_defaults(func=_cmd_model_dummy)
 
     search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
     _add_study_target(search, scenario_required=True)
