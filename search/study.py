@@ -22,9 +22,10 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
+from objectives.diagnosis import diagnose_trial
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
-from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
+from search import dashboard, pareto, scenario as scenario_mod, space as space_mod, trial_runner
 from search.context import launch_context
 from search.progress import StudyProgress
 from search.registry import LaunchContext
@@ -328,7 +329,11 @@ class StudyRunner:
         constraints = {**s.constraints, SERVER_OK: -1.0 if ok else 1.0}
         feasible = ok and s.feasible
         client_behind = bool(metrics.get("client_behind", 0))
-        queries.save_trial(
+        diagnosis = diagnose_trial(metrics, config, self.workload, failure_fields["failure_class"],
+                                   failure_phase=failure_fields["failure_phase"],
+                                   failure_line=failure_fields["failure_line"], constraints=constraints,
+                                   unloaded=(rec.calibration or {}).get("unloaded"), ctx=self.prep.ctx)
+        row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
             params=params, config=_json_safe(config), flags=plan.server_args.flags, command=command,
@@ -336,7 +341,7 @@ class StudyRunner:
             metrics=_json_safe(metrics), server_diagnostics=_json_safe(diagnostics), values=s.values,
             constraints=constraints, feasible=feasible, client_behind=client_behind,
             timings=timings, log_path=str(log_path) if log_path else None, started_at=started,
-            **failure_fields)
+            diagnosis=_json_safe(diagnosis), **failure_fields)
         if rec.hv_reference is None and ok:
             rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
         session.commit()
@@ -347,7 +352,9 @@ class StudyRunner:
             attrs["failure"] = f"{failure_fields['failure_class']} ({failure_fields['failure_phase']}): " \
                                f"{failure_fields['failure_line']}"
         attrs.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
+        attrs.update(dashboard.trial_user_attrs(diagnosis))
         self._tell(trial.number, s.values, constraints, attrs)
+        dashboard.publish_trial(self.study, row, self.sc)
         self._snapshot(session, rec, trial.number)
         self.progress.finish_trial(self._summary(status, s.values, feasible, failure_fields, client_behind),
                                    self._best_summary())
