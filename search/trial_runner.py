@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -75,8 +76,9 @@ async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model
 
 
 def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
+    """The server's command as a user would type it (on port 8000 rather than a random one)."""
     spec = LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=Path("-"))
-    return " ".join(spec.command(port=8000)[1:]).replace(" --port 8000", "")
+    return shlex.join(["python", *spec.command(port=8000)[1:]])
 
 
 def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: Path,
