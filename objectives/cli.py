@@ -19,6 +19,10 @@ DEFAULT_WORKLOAD: dict[str, Any] = {
 }
 
 
+PROBE_CONCURRENCY = 32
+PROBE_REQUESTS = 96
+
+
 class LoadCliError(ValueError):
     pass
 
@@ -40,6 +44,9 @@ def register(subparsers) -> None:
                    help="open-loop process for --rate (default: the workload's, else poisson)")
     g.add_argument("--burstiness", type=float, help="gamma shape (implies --arrival gamma)")
     g.add_argument("--concurrency", type=int, help="closed loop with this many users")
+    g.add_argument("--capacity", type=float, metavar="RPS",
+                   help="capacity that a capacity_fraction rate refers to (default: measured "
+                   "with a short closed-loop probe)")
     g.add_argument("--num-requests", type=int, help="measured requests (drops the duration bound "
                    "unless --duration is given too)")
     g.add_argument("--duration", type=float, help="seconds of sending (drops the request-count "
@@ -140,11 +147,29 @@ def build_workload(args: argparse.Namespace):
         if getattr(args, flag) is not None:
             data[key] = getattr(args, flag)
     spec = WorkloadSpec.model_validate(data, context={"base_dir": base_dir} if base_dir else None)
-    if not spec.arrival.is_resolved:
-        raise LoadCliError(
-            f"the workload's rate is relative to capacity (capacity_fraction="
-            f"{spec.arrival.capacity_fraction}), which a study measures; give --rate or --concurrency")
+    if not spec.arrival.is_resolved and args.capacity is not None:
+        spec = spec.model_copy(update={"arrival": spec.arrival.resolve(args.capacity)})
     return spec, goodput_cfg
+
+
+def probe_capacity(args: argparse.Namespace, spec, console) -> float:
+    """Requests/s of the workload's mix in a short saturating closed loop (as a study calibrates)."""
+    from objectives.loadrun import run_load_sync
+    from objectives.workload import ArrivalSpec
+
+    probe = spec.model_copy(update={
+        "arrival": ArrivalSpec(mode="closed", concurrency=PROBE_CONCURRENCY),
+        "num_requests": PROBE_REQUESTS, "duration_s": None, "warmup_requests": 4})
+    console.print(f"capacity_fraction={spec.arrival.capacity_fraction}: measuring capacity first "
+                  f"(closed loop, {PROBE_CONCURRENCY} users, {PROBE_REQUESTS} requests; "
+                  "--capacity RPS or --rate skips this)")
+    result = run_load_sync(args.url, args.model, probe, client=args.client, loop=args.loop,
+                           tokenizer_path=args.tokenizer, scrape_metrics=False)
+    capacity = result.metrics.request_throughput
+    if not capacity > 0:
+        raise LoadCliError("the capacity probe completed no request; give --rate or --concurrency")
+    console.print(f"capacity: {capacity:.3f} req/s")
+    return capacity
 
 
 def parse_goodput(items: list[str] | None, scenario_cfg: dict | None):
@@ -207,6 +232,7 @@ def print_result(result, console=None) -> None:
              f"{_fmt(result.target_rate or float('nan'), 3)} / {_fmt(result.achieved_send_rate, 3)}"),
             ("schedule lag p50 / p99 / max (ms)",
              f"{_fmt(f['schedule_lag_p50_ms'])} / {_fmt(f['schedule_lag_p99_ms'])} / {_fmt(f['schedule_lag_max_ms'])}"),
+            ("client CPU (cores, of the run)", _fmt(result.client_cpu_share, 2)),
             ("client behind", "[red]YES[/]" if f["client_behind"] else "no")]
     for k, v in rows:
         run.add_row(k, v)
@@ -259,8 +285,11 @@ def _cmd_load(args: argparse.Namespace) -> int:
     try:
         spec, goodput_cfg = build_workload(args)
         goodput = parse_goodput(args.goodput, goodput_cfg)
+        if not spec.arrival.is_resolved:
+            capacity = probe_capacity(args, spec, console)
+            spec = spec.model_copy(update={"arrival": spec.arrival.resolve(capacity)})
     except (LoadCliError, ValueError) as e:
-        console.print(f"[red]error[/]: {e}", markup=True)
+        console.print(f"[red]error[/]: {e}", markup=False)
         return 2
     result = run_load_sync(args.url, args.model, spec, client=args.client, loop=args.loop,
                            tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics,

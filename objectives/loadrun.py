@@ -35,6 +35,7 @@ CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /to
 ALIGN_CONCURRENCY = 16
 CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
 DEFAULT_WARMUP_CONCURRENCY = 16
+MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
 
 
 class LoadRunError(RuntimeError):
@@ -54,6 +55,12 @@ class LoadResult:
     start: float  # perf_counter at the start of the arrival schedule
     end: float  # ... when the last response ended
     notes: list[str] = field(default_factory=list)
+    client_cpu_s: float = math.nan  # this process's CPU time over the measured window
+
+    @property
+    def client_cpu_share(self) -> float:
+        """Client CPU over the run, in cores: near 1.0, the client itself was the bottleneck."""
+        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else math.nan
 
     @property
     def duration_s(self) -> float:
@@ -88,6 +95,8 @@ class LoadResult:
             "metrics": self.flat(), "error_kinds": self.metrics.error_kinds,
             "total_input_tokens": self.metrics.total_input_tokens,
             "total_output_tokens": self.metrics.total_output_tokens, "notes": self.notes,
+            "client_cpu_s": self.client_cpu_s, "client_cpu_share": self.client_cpu_share,
+            "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
         }
         if include_records:
             out["records"] = [r.to_dict(self.start) for r in self.records]
@@ -222,6 +231,19 @@ class _Pool:
         return self.prepared[i], self.records[i]
 
 
+def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
+    """Connections the run will need at once: the users of a closed loop; for an open loop,
+    rate x request latency (from the warmup, else a guess of 1 s) with 50 % headroom."""
+    if spec.arrival.mode == "closed":
+        return spec.arrival.concurrency
+    done = [r.end_time - r.send_time for r in warm if r.ok]
+    latency = sum(done) / len(done) if done else 1.0
+    rate = spec.arrival.mean_rate()
+    if spec.arrival.mode == "burst":
+        rate = spec.arrival.rate * spec.arrival.peak_multiplier
+    return max(1, min(MAX_PRECONNECT, math.ceil(1.5 * rate * latency) + 8))
+
+
 async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, client: str = "aiohttp",
                    tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
                    goodput: GoodputSLO | None = None, lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
@@ -255,6 +277,8 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                 width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
                 await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
             pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+            if hasattr(lc, "preconnect"):
+                await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
 
             before = None
             sampler = None
@@ -269,6 +293,7 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
 
             gc.collect()
             gc.freeze()
+            cpu0 = time.process_time()
             try:
                 if closed:
                     start, end, sent = await run_closed_loop(
@@ -276,6 +301,7 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                 else:
                     start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
             finally:
+                client_cpu = time.process_time() - cpu0
                 gc.unfreeze()
             samples = await sampler.stop() if sampler is not None else []
             after = None
@@ -300,10 +326,12 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
     metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
                               lag_limit_ms=lag_limit_ms, server=server)
     if metrics.client_behind:
+        share = client_cpu / (end - start) if end > start else math.nan
         notes.append(f"client fell behind: p99 schedule lag {metrics.schedule_lag_p99_ms:.1f} ms > "
-                     f"{lag_limit_ms:g} ms; the offered load was lower than asked")
+                     f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
+                     f"{share:.0%} of a core: {'the client itself is the bottleneck' if share > 0.8 else 'it was starved of CPU by other processes, or paused'})")
     return LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
-                      start, end, notes)
+                      start, end, notes, client_cpu)
 
 
 def run_async(coro, loop: str = "asyncio"):

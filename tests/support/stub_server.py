@@ -2,7 +2,8 @@
 
 Every stream: the first chunk `ttft_ms` after the request arrived, then one chunk per token
 every `itl_ms` (absolute schedule, no drift), then the usage chunk and `data: [DONE]`. Chunk
-bytes are precomputed, shaped like vLLM's, so the stub spends little CPU per chunk.
+bytes are precomputed, shaped like vLLM's, so the stub spends little CPU per chunk. With
+`itl_ms` 0 the whole stream goes out in one socket write (still one SSE message per token).
 
 Faults, for error accounting, picked per request by its `max_tokens` (`faults_by_max_tokens`,
 so a workload class can carry them) or by arrival count (`fault_every`):
@@ -49,6 +50,7 @@ class StubConfig:
     comments: bool = False  # a ": keep-alive" comment before every chunk
     split_chunks: bool = False  # every chunk written in two halves, 1 ms apart
     crlf: bool = False  # "\r\n" line endings
+    empty_final_delta: bool = False  # chat: a closing chunk with `delta: {}` (carries no token)
 
 
 _COMPLETION = (b'data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":"%s",'
@@ -59,6 +61,8 @@ _CHAT_ROLE = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","cr
               b'"logprobs":null,"finish_reason":null}]}\n\n')
 _CHAT = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,"model":"%s",'
          b'"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":%s}]}\n\n')
+_CHAT_EMPTY = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,'
+               b'"model":"%s","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]}\n\n')
 _USAGE = ('data: {{"id":"stub","object":"{obj}","created":0,"model":"{model}","choices":[],'
           '"usage":{{"prompt_tokens":{p},"total_tokens":{t},"completion_tokens":{c}}}}}\n\n')
 _DONE = b"data: [DONE]\n\n"
@@ -73,6 +77,7 @@ class Stats:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.max_in_flight = 0
+        self.health_checks = 0
         self.bodies: list[dict] = []
 
 
@@ -99,6 +104,7 @@ class StubApp:
         return app
 
     async def health(self, request: web.Request) -> web.Response:
+        self.stats.health_checks += 1
         return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
@@ -216,6 +222,23 @@ class StubApp:
                 stop_after = 0
             ttft, itl = self.config.ttft_ms / 1000, self.config.itl_ms / 1000
             chunk, last = (self._chat, self._chat_last) if chat else (self._completion, self._completion_last)
+            c = self.config
+            if itl == 0 and fault is None and not (c.role_at_arrival or c.comments or c.split_chunks
+                                                   or c.crlf or c.empty_final_delta):
+                # Burst: the whole stream in one write once the first token is due (separate SSE
+                # messages, one socket write): the cheapest stream a client can get.
+                delay = t_arrival + ttft - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                usage = _USAGE.format(obj="chat.completion.chunk" if chat else "text_completion",
+                                      model=c.model, p=prompt_tokens, t=prompt_tokens + n, c=n)
+                await resp.write((self._chat_role if chat else b"") + chunk * (n - 1) + last
+                                 + usage.encode() + _DONE)
+                await resp.write_eof()
+                s.completed += 1
+                s.prompt_tokens += prompt_tokens
+                s.generation_tokens += n
+                return resp
             if chat and self.config.role_at_arrival:
                 await self._write(resp, self._chat_role)
             for k in range(min(n, stop_after)):
@@ -232,6 +255,8 @@ class StubApp:
             if fault and fault.startswith("eof"):
                 await resp.write_eof()
                 return resp
+            if chat and self.config.empty_final_delta:
+                await self._write(resp, _CHAT_EMPTY % self.config.model.encode())
             if fault == "error_event":
                 await self._write(resp, _ERROR_EVENT)
             produced = 0 if fault in ("no_token", "error_event") else n
