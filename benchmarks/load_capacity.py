@@ -62,7 +62,8 @@ def cpu_seconds(proc: psutil.Process) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", default="spaced,burst")
-    ap.add_argument("--tools", default="ours,vllm", help="ours, ours-asyncio, openai, vllm")
+    ap.add_argument("--tools", default="ours,vllm",
+                    help="ours (defaults: aiohttp, uvloop), ours-asyncio, openai, vllm")
     ap.add_argument("--rates", default="250,500,750,1000,1250,1500,2000,2500,3000,4000")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="schedule length per run")
@@ -122,7 +123,7 @@ def main() -> int:
                                 wl.write_text(yaml.safe_dump(workload(rate, n, args.seed).model_dump(
                                     mode="json", exclude_none=True)))
                                 client = "openai" if tool == "openai" else "aiohttp"
-                                loop = "asyncio" if tool == "ours-asyncio" else "uvloop"
+                                loop = "asyncio" if tool == "ours-asyncio" else "auto"
                                 res = run_ours(url, wl, out / f"{name}.json", out / f"{name}.log",
                                                "--client", client, "--loop", loop, "--no-server-metrics",
                                                "--tokenizer", str(model_dir))

@@ -58,7 +58,8 @@ def register(subparsers) -> None:
     g.add_argument("--timeout", type=float, help="per-request timeout, s")
     m = p.add_argument_group("measurement")
     m.add_argument("--client", choices=("aiohttp", "openai"), default="aiohttp")
-    m.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    m.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                   help="event loop (auto: uvloop if installed)")
     m.add_argument("--goodput", nargs="+", metavar="KEY:MS",
                    help="per-request SLOs for goodput: ttft:500 tpot:50 e2el:2000")
     m.add_argument("--no-server-metrics", action="store_true", help="do not scrape /metrics")

@@ -30,8 +30,9 @@ async def run_open_loop(send: Send, prepared: Sequence[Any], records: Sequence[R
         due = start + offset
         rec.scheduled_time = due
         delay = due - perf()
-        if delay > 0:
+        while delay > 0:  # uvloop's timers round to the nearest ms: never send early
             await sleep(delay)
+            delay = due - perf()
         append(create_task(send(body, rec)))
     if tasks:
         await asyncio.gather(*tasks)
