@@ -23,7 +23,8 @@ from typing import Any
 from objectives.arrivals import open_loop_offsets
 from objectives.client import make_client
 from objectives.dispatch import run_closed_loop, run_open_loop
-from objectives.metrics import DEFAULT_LAG_LIMIT_MS, GoodputSLO, RunMetrics, compute_metrics
+from objectives.metrics import GoodputSLO, RunMetrics, compute_metrics
+from objectives.metrics import lag_limit_ms as default_lag_limit_ms
 from objectives.prompts import Request, build_requests, plan_requests, realize_async
 from objectives.records import RequestRecord
 from objectives.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
@@ -246,13 +247,19 @@ def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
 
 async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, client: str = "aiohttp",
                    tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
-                   goodput: GoodputSLO | None = None, lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
+                   goodput: GoodputSLO | None = None, lag_limit_ms: float | None = None,
                    requests: list[Request] | None = None,
                    sample_period_s: float = 1.0) -> LoadResult:
-    """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials)."""
+    """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
+
+    `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
+    between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
+    """
     import aiohttp
 
     spec.arrival.require_resolved()
+    if lag_limit_ms is None:
+        lag_limit_ms = default_lag_limit_ms(spec.arrival.mean_rate())
     base_url = base_url.rstrip("/")
     notes: list[str] = []
     closed = spec.arrival.mode == "closed"

@@ -10,13 +10,12 @@ The result is stored with the study, so a resumed study replays exactly the same
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from objectives.loadrun import run_load
+from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from objectives.workload import ArrivalSpec, WorkloadSpec
@@ -65,7 +64,7 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
             on_phase(f"calibration: unloaded latency, class {cls.name}")
             spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
                            warmup=2 if i == 0 else 0)
-            flat = asyncio.run(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+            flat = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
             for key, value in flat.items():
                 if "@" not in key:
                     unloaded[f"{key}@{cls.name}"] = value
@@ -78,7 +77,7 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
                     unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
         on_phase("calibration: saturation throughput")
         spec = _closed(wl, cal.saturation_concurrency, cal.saturation_requests, warmup=4)
-        saturation = asyncio.run(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+        saturation = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
     return CalibrationResult(unloaded=unloaded, saturation=saturation,
                              capacity_rps=saturation["request_throughput"],
                              seconds=time.monotonic() - t0)

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from objectives.loadrun import run_load
+from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
 from objectives.workload import WorkloadSpec
 from search import registry
@@ -100,7 +100,7 @@ def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: P
         outcome.timings["start_s"] = server.ready_s
         on_phase("load")
         t1 = time.monotonic()
-        result = asyncio.run(_load_while_watching(server, workload, str(ctx.model.path),
+        result = run_async(_load_while_watching(server, workload, str(ctx.model.path),
                                                   ctx.model.path, goodput))
         outcome.timings["load_s"] = time.monotonic() - t1
         outcome.metrics = result.flat_metrics()

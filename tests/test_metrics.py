@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from objectives.metrics import (BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics,
+from objectives.metrics import (BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms,
                                 metric_names)
 from objectives.records import HTTP_ERROR, TRUNCATED, RequestRecord
 from objectives.server_metrics import SERVER_KEYS, ServerDiagnostics
@@ -93,6 +93,15 @@ def test_schedule_lag_and_client_behind():
     assert m.schedule_lag_p99_ms == pytest.approx(np.percentile([0.5] * 99 + [20.0], 99))
     assert m.client_behind is (m.schedule_lag_p99_ms > 5.0)
     assert compute_metrics(on_time, 101.0).client_behind is False
+
+
+def test_lag_limit_scales_with_the_gap_between_arrivals():
+    assert lag_limit_ms(2000.0) == 5.0  # 0.5 ms gaps: the absolute floor
+    assert lag_limit_ms(1.5) == pytest.approx(66.7, abs=0.1)  # 10% of a 667 ms gap
+    assert lag_limit_ms(None) == 5.0  # closed loop
+    lagging = [rec(i, 0.01, [0.01], scheduled=i - 0.030) for i in range(50)]  # 30 ms late each
+    assert compute_metrics(lagging, 51.0, lag_limit_ms=lag_limit_ms(1.0)).client_behind is False
+    assert compute_metrics(lagging, 51.0, lag_limit_ms=lag_limit_ms(100.0)).client_behind is True
 
 
 def test_warmup_and_unsent_records_are_excluded():
