@@ -39,10 +39,13 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     """A headless Chromium context with a fresh profile. Requested first by the tests, so a
-    missing Chromium is reported before minutes go into the finished study."""
+    missing Chromium is reported before minutes go into the finished study.
+
+    Module scope, not session: playwright's sync API holds an asyncio loop as the thread's
+    running loop until it exits, and every later ``asyncio.run`` in the session would fail."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
