@@ -14,6 +14,21 @@ def launch_ctx():
 
 
 @pytest.fixture(scope="session")
+def tok_dir(tmp_path_factory) -> Path:
+    """A tiny locally trained tokenizer (no model): for workload and load-generator tests."""
+    from tests.support.tiny_tokenizer import build_tiny_tokenizer
+
+    return build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="session")
+def tok(tok_dir):
+    from objectives.tokenizer import PromptTokenizer
+
+    return PromptTokenizer.load(tok_dir)
+
+
+@pytest.fixture(scope="session")
 def artifacts_dir() -> Path:
     """Kept after the run (CI uploads it): server logs, screenshots, reports."""
     d = Path(os.environ.get("AUTOTUNE_TEST_ARTIFACTS", Path(__file__).parent.parent / "test-artifacts"))

@@ -28,16 +28,6 @@ TOL_GAP_MS = 4.0
 CLIENTS = ["aiohttp", "openai"]
 
 
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory) -> Path:
-    return build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
-def tok(tok_dir) -> PromptTokenizer:
-    return PromptTokenizer.load(tok_dir)
-
-
 def stub(tok_dir, tok, **kw) -> StubServer:
     return StubServer(StubConfig(root=str(tok_dir), **kw), tokenizer=tok)
 

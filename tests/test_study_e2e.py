@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,7 +63,11 @@ def test_exported_yaml_starts_a_real_server_through_config(finished_study, tmp_p
     assert text.startswith("# vllm-autotune: chosen configuration for scenario 'e2e'")
     assert "baseline vllm_defaults (trial" in text and "command: " in text
     flags = yaml.safe_load(text)
-    assert "model" in flags and "max-num-seqs" in flags or "max-model-len" in flags
+    # exactly the flags the chosen trial's server ran with (which trial wins varies by run)
+    chosen = int(re.search(r", trial (\d+), picked by", text).group(1))
+    rows, _ = records(finished_study["storage"])
+    by_number = {r.trial_number: r for r in rows}
+    assert flags == {"model": flags["model"], **by_number[chosen].flags}
     assert not any("_" in k for k in flags)  # vLLM's long option names
     pareto = yaml.safe_load((finished_study["run_dir"] / "pareto.yaml").read_text())
     assert pareto["feasible_pareto_set"]

@@ -13,21 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from objectives.prompts import build_requests, requests_digest
-from objectives.tokenizer import PromptTokenizer
 from objectives.workload import (ArrivalSpec, LengthDist, UnresolvedRateError, WorkloadSpec)
-from tests.support.tiny_tokenizer import build_tiny_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory) -> Path:
-    return build_tiny_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture(scope="module")
-def tok(tok_dir) -> PromptTokenizer:
-    return PromptTokenizer.load(tok_dir)
 
 
 def spec(**kw) -> WorkloadSpec:
