@@ -23,9 +23,18 @@ def _cmd_model_dummy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _console():
+    """Rich's console; 160 columns when the output goes to a file or a pipe (rich would assume
+    80 and fold the summary's parameter column into fragments)."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
 def _cmd_params(args: argparse.Namespace) -> int:
     """Which tunable parameters the installed vLLM takes, and what happens to the others."""
-    from rich.console import Console
     from rich.table import Table
 
     from search import registry
@@ -39,7 +48,7 @@ def _cmd_params(args: argparse.Namespace) -> int:
         reason = registry.unsupported_reason(spec, ctx)
         flag = spec.flag or ("--gpu-memory-utilization" if ctx.hardware.is_gpu else "--kv-cache-memory-bytes")
         table.add_row(spec.name, flag, spec.kind, "accepted" if reason is None else reason)
-    Console().print(table)
+    _console().print(table)
     return 0
 
 
@@ -64,15 +73,13 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from search import study as study_mod
 
     opts = study_mod.StudyOptions(
         scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
         storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed,
         runs_dir=Path(args.runs_dir))
-    console = Console()
+    console = _console()
     prep = study_mod.prepare(opts)  # every check before any server starts
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
@@ -111,11 +118,9 @@ def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     storage, name = _study_target(args)
     out = Path(args.out) if args.out else Path(args.runs_dir) / name
-    return _finish(Console(), storage, name, out)
+    return _finish(_console(), storage, name, out)
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:

@@ -14,11 +14,11 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     table = Table(title=f"study {ls.record.study_name}: scenario {sc.name}, {ls.record.vllm_version}, "
                         f"{ls.record.hardware.get('description')}")
     table.add_column("trial", justify="right")
-    table.add_column("kind")
+    table.add_column("kind", no_wrap=True)
     for name, obj in zip(sc.objective_names, sc.objectives):
         table.add_column(f"{name} ({'max' if obj.direction == 'maximize' else 'min'})", justify="right")
     table.add_column("SLOs")
-    table.add_column("parameters")
+    table.add_column("parameters", overflow="fold")  # fold, not "…": a cut name says nothing
     rows = sorted(ls.trials.values(), key=lambda r: r.trial_number)[-max_rows:]
     for row in rows:
         mark = " *" if chosen is not None and row.trial_number == chosen.number else (
@@ -33,7 +33,11 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
             slo = "[green]met[/]" if not violated else "[yellow]violated: " + ", ".join(violated) + "[/]"
             if row.client_behind:
                 slo += " [red](client behind)[/]"
-        params = ", ".join(f"{k}={v}" for k, v in row.params.items()) if not row.baseline else ""
+        params = " ".join(f"{k}={_short(v)}" for k, v in row.params.items()) if not row.baseline else ""
         table.add_row(f"{row.trial_number}{mark}", kind, *values, slo, params)
     table.caption = "* chosen config   p on the feasible Pareto front"
     return table
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
