@@ -83,7 +83,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     prep = study_mod.prepare(opts)  # every check before any server starts
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
-    runner = study_mod.StudyRunner(prep, opts)
+    runner = study_mod.StudyRunner(prep, opts, console)
     try:
         result = runner.run()
     except KeyboardInterrupt:

@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from rich.console import Console
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
@@ -182,12 +183,12 @@ def _json_safe(value: Any) -> Any:
 
 
 class StudyRunner:
-    def __init__(self, prep: Prepared, opts: StudyOptions, progress: StudyProgress | None = None):
+    def __init__(self, prep: Prepared, opts: StudyOptions, console: Console | None = None):
         self.prep = prep
         self.opts = opts
         self.sc = prep.scenario
         self.budget = opts.trials or self.sc.default_trials
-        self.progress = progress or StudyProgress(prep.study_name, self.budget)
+        self.progress = StudyProgress(prep.study_name, self.budget, console)
         self.engine = queries.open_db(prep.storage_url)
         storage = optuna.storages.RDBStorage(
             prep.storage_url, engine_kwargs=queries.engine_kwargs(prep.storage_url))

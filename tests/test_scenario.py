@@ -83,11 +83,13 @@ def test_relative_numbers_resolve_against_the_calibration():
                   "tpot_median_ms@short": 9.0, "e2el_median_ms": 900.0},
         saturation={"request_throughput": 2.0}, capacity_rps=2.0, seconds=1.0)
     workload, slos, goodput = calibration.resolve(sc, cal)
-    assert workload.arrival.rate == pytest.approx(0.4 * 2.0)
+    assert workload.arrival.rate == pytest.approx(sc.workload.arrival.capacity_fraction * 2.0)
     assert workload.arrival.capacity_fraction is None
     bounds = {s.metric: s.max for s in slos}
-    assert bounds["ttft_p95_ms@short"] == pytest.approx(10 * 50.0)
-    assert bounds["tpot_p95_ms"] == pytest.approx(20 * 10.0)
+    factor = {s.metric: s.max.x_unloaded for s in sc.slos if hasattr(s.max, "x_unloaded")}
+    # a per-class SLO multiplies that class's unloaded median (50), not the overall one (80)
+    assert bounds["ttft_p95_ms@short"] == pytest.approx(factor["ttft_p95_ms@short"] * 50.0)
+    assert bounds["tpot_p95_ms"] == pytest.approx(factor["tpot_p95_ms"] * 10.0)
     assert bounds["error_rate"] == 0.01
     assert goodput.ttft_ms == pytest.approx(8 * 80.0) and goodput.tpot_ms == pytest.approx(8 * 10.0)
 
