@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,7 +197,9 @@ class StudyRunner:
         self.study = optuna.create_study(
             storage=storage, study_name=prep.study_name, directions=self.sc.directions,
             sampler=make_sampler(opts.sampler, opts.seed, prep.dists, self.budget), load_if_exists=True)
-        self.study.set_metric_names(self.sc.objective_names)
+        with warnings.catch_warnings():  # "experimental since 3.2": noise on every run
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.study.set_metric_names(self.sc.objective_names)
         self.workload = None
         self.slos = None
         self.goodput = None
