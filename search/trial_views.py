@@ -216,7 +216,7 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
            f"best {rule.metric}" + (f", then best {rule.then} within {rule.tolerance:.0%}" if rule.then else ""))
     objs = ", ".join(f"{o.metric} {_fmt(chosen.metrics.get(o.metric))}" for o in sc.objectives)
     settings = chosen.params if not chosen.baseline else chosen.config
-    changed = ", ".join(f"{k}={v}" for k, v in settings.items()) or "vLLM's defaults"
+    changed = ", ".join(f"{k}={_fmt(v)}" for k, v in settings.items()) or "vLLM's defaults"
     n_front = sum(v.on_front for v in views)
     lines.insert(0, f"Recommended: {chosen.label}, picked as {how} from the {n_front} "
                     f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front. "
