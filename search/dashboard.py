@@ -19,7 +19,6 @@ study sets `trial_user_attrs(diagnosis)` when it tells a trial; notes can be wri
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,8 @@ from objectives.diagnosis import Diagnosis, summarize
 from search import export, figures
 from search.report import searched_params
 from search.scenario import Scenario
-from search.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict, view_of
+from search.trial_views import (FAILED, FEASIBLE, INFEASIBLE, TrialView, fmt_value, trial_views, verdict,
+                                 view_of)
 from storage import queries
 from storage.models import TrialRecord
 
@@ -57,12 +57,6 @@ def trial_user_attrs(diagnosis: dict[str, Any] | None) -> dict[str, Any]:
             "antipatterns": [f["code"] for f in diagnosis.get("findings", [])]}
 
 
-def _fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def trial_note(v: TrialView, scenario: Scenario) -> str:
     """Markdown for the trial's note: what a serving engineer asks of one trial."""
     mark = {FEASIBLE: "FEASIBLE (meets every SLO)", INFEASIBLE: "INFEASIBLE (violates an SLO)",
@@ -74,7 +68,7 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         lines += ["On the feasible Pareto front.", ""]
     if v.values:
         lines += ["| objective | value |", "|---|---|"]
-        lines += [f"| {n} | {_fmt(x)} |" for n, x in zip(scenario.objective_names, v.values)]
+        lines += [f"| {n} | {fmt_value(x)} |" for n, x in zip(scenario.objective_names, v.values)]
         lines.append("")
     if v.violated:
         lines.append("**Violated SLOs** (by how much of the bound): "
@@ -94,9 +88,9 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         base = {k: x for k, x in v.metrics.items() if "@" not in k}
         classes = sorted({k.split("@", 1)[1] for k in v.metrics if "@" in k})
         lines += ["### Every measured metric", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(x)} |" for k, x in base.items()]
+        lines += [f"| {k} | {fmt_value(x)} |" for k, x in base.items()]
         for cls in classes:
-            lines += [f"| {k} | {_fmt(x)} |" for k, x in v.metrics.items() if k.endswith("@" + cls)]
+            lines += [f"| {k} | {fmt_value(x)} |" for k, x in v.metrics.items() if k.endswith("@" + cls)]
     return "\n".join(lines) + "\n"
 
 

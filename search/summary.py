@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from search.export import LoadedStudy
+from search.trial_views import fmt_value
 
 
 def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
@@ -33,11 +34,7 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
             slo = "[green]met[/]" if not violated else "[yellow]violated: " + ", ".join(violated) + "[/]"
             if row.client_behind:
                 slo += " [red](client behind)[/]"
-        params = " ".join(f"{k}={_short(v)}" for k, v in row.params.items()) if not row.baseline else ""
+        params = " ".join(f"{k}={fmt_value(v)}" for k, v in row.params.items()) if not row.baseline else ""
         table.add_row(f"{row.trial_number}{mark}", kind, *values, slo, params)
     table.caption = "* chosen config   p on the feasible Pareto front"
     return table
-
-
-def _short(value) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)

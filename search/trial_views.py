@@ -159,7 +159,8 @@ def _diagnose(row: TrialRecord, workload: WorkloadSpec, unloaded: dict[str, floa
 
 # --- the verdict in plain words ------------------------------------------------------------
 
-def _fmt(v: Any) -> str:
+def fmt_value(v: Any) -> str:
+    """A metric or parameter value as people read it: 3 significant digits, thousands grouped."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     if isinstance(v, float):
@@ -188,7 +189,7 @@ def gains(ls: LoadedStudy, chosen: TrialView, views: list[TrialView]) -> list[st
                 continue
             better = new > old if obj.direction == "maximize" else new < old
             rel = f"{(new - old) / abs(old) * 100:+.0f}%" if old else "n/a"
-            parts.append(f"{obj.metric} {_fmt(new)} vs {_fmt(old)} ({rel}, "
+            parts.append(f"{obj.metric} {fmt_value(new)} vs {fmt_value(old)} ({rel}, "
                          f"{'better' if better else 'worse' if new != old else 'same'})")
         slo = ("meets every SLO" if base.category == FEASIBLE else
                "violates " + ", ".join(base.violated))
@@ -214,9 +215,9 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
     rule = sc.selection
     how = ("the knee of the feasible Pareto front" if rule.rule == "knee" else
            f"best {rule.metric}" + (f", then best {rule.then} within {rule.tolerance:.0%}" if rule.then else ""))
-    objs = ", ".join(f"{o.metric} {_fmt(chosen.metrics.get(o.metric))}" for o in sc.objectives)
+    objs = ", ".join(f"{o.metric} {fmt_value(chosen.metrics.get(o.metric))}" for o in sc.objectives)
     settings = chosen.params if not chosen.baseline else chosen.config
-    changed = ", ".join(f"{k}={_fmt(v)}" for k, v in settings.items()) or "vLLM's defaults"
+    changed = ", ".join(f"{k}={fmt_value(v)}" for k, v in settings.items()) or "vLLM's defaults"
     n_front = sum(v.on_front for v in views)
     lines.insert(0, f"Recommended: {chosen.label}, picked as {how} from the {n_front} "
                     f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front. "
