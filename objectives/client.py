@@ -240,13 +240,9 @@ class AiohttpClient:
             self._deadlines.pop(task, None)
         if rec.error_kind is not None:  # an error event inside the stream
             rec.end_time = end
-        elif not done:
-            rec.fail(TRUNCATED, f"stream ended before [DONE] after {len(times)} token chunks", end)
-        elif not times:
-            rec.fail(NO_TOKEN, "complete stream without a token-bearing chunk", end)
         else:
-            rec.end_time = end
-            rec.first_token_time = times[0]
+            _close_stream(rec, times, end, None if done else
+                          f"stream ended before [DONE] after {len(times)} token chunks")
 
 
 class OpenAIClient:
@@ -332,13 +328,21 @@ class OpenAIClient:
             rec.fail(CLIENT_ERROR, repr(e), perf())
             return
         # The SDK swallows [DONE]; the usage chunk (requested) is the end-of-stream evidence.
-        if not got_usage:
-            rec.fail(TRUNCATED, f"stream ended without usage after {len(times)} token chunks", end)
-        elif not times:
-            rec.fail(NO_TOKEN, "complete stream without a token-bearing chunk", end)
-        else:
-            rec.end_time = end
-            rec.first_token_time = times[0]
+        _close_stream(rec, times, end, None if got_usage else
+                      f"stream ended without usage after {len(times)} token chunks")
+
+
+
+def _close_stream(rec, times: list[float], end: float, truncated: str | None) -> None:
+    """A stream that ended without an error event: cut short (``truncated`` says how), without a
+    single token, or complete."""
+    if truncated is not None:
+        rec.fail(TRUNCATED, truncated, end)
+    elif not times:
+        rec.fail(NO_TOKEN, "complete stream without a token-bearing chunk", end)
+    else:
+        rec.end_time = end
+        rec.first_token_time = times[0]
 
 
 CLIENTS = {"aiohttp": AiohttpClient, "openai": OpenAIClient}
