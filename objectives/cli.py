@@ -266,21 +266,11 @@ def print_result(result, console=None) -> None:
         console.print(f"[yellow]note[/]: {note}")
 
 
-def _json_safe(x):
-    """NaN -> null: strict JSON for other tools."""
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    return x
-
-
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from objectives.loadrun import run_load_sync
+    from objectives.metrics import json_safe
 
     console = Console()
     try:
@@ -299,6 +289,6 @@ def _cmd_load(args: argparse.Namespace) -> int:
         print_result(result, console)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_json_safe(result.to_json(include_records=args.records)),
+        args.json.write_text(json.dumps(json_safe(result.to_json(include_records=args.records)),
                                         indent=1))
     return 0

@@ -332,7 +332,6 @@ class OpenAIClient:
                       f"stream ended without usage after {len(times)} token chunks")
 
 
-
 def _close_stream(rec, times: list[float], end: float, truncated: str | None) -> None:
     """A stream that ended without an error event: cut short (``truncated`` says how), without a
     single token, or complete."""

@@ -332,13 +332,16 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                      "(prompt + output > max_model_len truncates silently)")
     metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
                               lag_limit_ms=lag_limit_ms, server=server)
+    result = LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
+                        start, end, notes, client_cpu)
     if metrics.client_behind:
-        share = client_cpu / (end - start) if end > start else math.nan
+        share = result.client_cpu_share
+        why = ("the client itself is the bottleneck" if share > 0.8
+               else "it was starved of CPU by other processes, or paused")
         notes.append(f"client fell behind: p99 schedule lag {metrics.schedule_lag_p99_ms:.1f} ms > "
                      f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
-                     f"{share:.0%} of a core: {'the client itself is the bottleneck' if share > 0.8 else 'it was starved of CPU by other processes, or paused'})")
-    return LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
-                      start, end, notes, client_cpu)
+                     f"{share:.0%} of a core: {why})")
+    return result
 
 
 def default_loop() -> str:

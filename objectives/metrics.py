@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,19 @@ def lag_limit_ms(mean_rate: float | None) -> float:
     if not mean_rate:
         return DEFAULT_LAG_LIMIT_MS
     return max(DEFAULT_LAG_LIMIT_MS, LAG_SHARE_OF_GAP * 1000.0 / mean_rate)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities -> None, recursively: strict JSON for SQLite columns and other tools."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p95", "p99")
 _RUN_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "goodput",

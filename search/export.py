@@ -100,9 +100,13 @@ def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -
     return lines
 
 
+def serve_config(ls: LoadedStudy, number: int) -> dict[str, Any]:
+    """Trial `number`'s server as `vllm serve --config` takes it: flag names as keys."""
+    return {"model": ls.record.model_path, **ls.trials[number].flags}
+
+
 def best_config_yaml(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -> str:
-    row = ls.trials[trial.number]
-    body = {"model": ls.record.model_path, **row.flags}
+    body = serve_config(ls, trial.number)
     comment = "\n".join("# " + line for line in header(ls, trial, storage_url))
     return comment + "\n" + yaml.safe_dump(body, sort_keys=False)
 
@@ -116,7 +120,7 @@ def pareto_yaml(ls: LoadedStudy) -> str:
             "baseline": row.baseline,
             "objectives": {n: float(v) for n, v in zip(ls.scenario.objective_names, t.values)},
             "slo_metrics": {s.metric: row.metrics.get(s.metric) for s in ls.scenario.slos},
-            "config": {"model": ls.record.model_path, **row.flags},
+            "config": serve_config(ls, t.number),
             "command": row.command,
         })
     doc = {"scenario": ls.scenario.name, "study": ls.record.study_name,

@@ -191,7 +191,7 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
     verdict_html = "".join(f"<p>{_e(x)}</p>" for x in lines)
     chosen_html = ""
     if chosen is not None:
-        body = yaml.safe_dump({"model": rec.model_path, **chosen.flags}, sort_keys=False)
+        body = yaml.safe_dump(export.serve_config(ls, chosen.number), sort_keys=False)
         chosen_html = (f"<h2 id=\"chosen-config\">Chosen configuration ({_e(chosen.label)})</h2>"
                        f"<p>As <code>best.yaml</code> (beside this report) holds it, for "
                        f"<code>vllm serve --config</code>:</p><pre>{_e(body)}</pre>"

@@ -25,6 +25,7 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
+from objectives.metrics import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
 from search import dashboard, pareto, scenario as scenario_mod, space as space_mod, trial_runner
@@ -173,16 +174,6 @@ def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blo
     raise KeyboardInterrupt
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 class StudyRunner:
     def __init__(self, prep: Prepared, opts: StudyOptions, console: Console | None = None):
         self.prep = prep
@@ -238,7 +229,7 @@ class StudyRunner:
                 self.progress.start_trial("calibration")
                 cal = calibration_mod.calibrate(self.sc, self.prep.ctx, args, self.prep.run_dir,
                                                 on_phase=self.progress.set_phase)
-                rec.calibration = _json_safe(cal.as_dict())
+                rec.calibration = json_safe(cal.as_dict())
                 session.commit()
                 self.progress.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
@@ -290,7 +281,7 @@ class StudyRunner:
         # optuna-dashboard 0.21 reads only the pre-5.0 list; mirror it so feasibility shows there.
         storage.set_trial_system_attr(trial_id, "constraints", [float(v) for v in constraints.values()])
         for key, value in user_attrs.items():
-            storage.set_trial_user_attr(trial_id, key, _json_safe(value))
+            storage.set_trial_user_attr(trial_id, key, json_safe(value))
         self.study.tell(number, values)
 
     def _run_one(self, session: Session, rec: StudyRecord) -> None:
@@ -340,12 +331,12 @@ class StudyRunner:
         row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
-            params=params, config=_json_safe(config), flags=plan.server_args.flags, command=command,
+            params=params, config=json_safe(config), flags=plan.server_args.flags, command=command,
             adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-            metrics=_json_safe(metrics), server_diagnostics=_json_safe(diagnostics), values=s.values,
+            metrics=json_safe(metrics), server_diagnostics=json_safe(diagnostics), values=s.values,
             constraints=constraints, feasible=feasible, client_behind=client_behind,
             timings=timings, log_path=str(log_path) if log_path else None, started_at=started,
-            diagnosis=_json_safe(diagnosis), **failure_fields)
+            diagnosis=json_safe(diagnosis), **failure_fields)
         if rec.hv_reference is None and ok:
             rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
         session.commit()
