@@ -37,7 +37,7 @@ from objectives.arrivals import open_loop_offsets
 from objectives.prompts import build_requests
 from objectives.tokenizer import PromptTokenizer
 from objectives.workload import WorkloadSpec
-from search import local_model
+from search.serving import build_default_model
 
 LAG_LIMIT_MS = 5.0
 RATE_TOLERANCE = 0.97
@@ -78,7 +78,7 @@ def main() -> int:
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
     console = Console()
-    model_dir = local_model.build()
+    model_dir = build_default_model()
     tok = PromptTokenizer.load(model_dir)
     rates = [float(r) for r in args.rates.split(",")]
     tools = args.tools.split(",")

@@ -34,9 +34,7 @@ from objectives.arrivals import open_loop_offsets
 from objectives.loadrun import _build, discover_model  # noqa: F401 - same build path as a run
 from objectives.tokenizer import PromptTokenizer
 from objectives.workload import WorkloadSpec
-from search import registry
-from search.context import launch_context
-from search.server import LaunchSpec, VllmServer
+from search.serving import launch, launch_context, resolve_server_args
 
 METRICS = [  # (label, our flat key, vLLM result key)
     ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),
@@ -90,10 +88,9 @@ def main() -> int:
 
     values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
               "memory_utilization": 0.5, "enable_prefix_caching": False}
-    sa = registry.resolve(values, ctx)
+    sa = resolve_server_args(values, ctx)
     rows: list[dict] = []
-    with VllmServer(LaunchSpec(model=ctx.model.path, args=sa.cli(ctx.installed),
-                               log_path=out / "server.log")) as server:
+    with launch(ctx, sa, out / "server.log") as server:
         url = server.base_url
         console.print(f"server up in {server.ready_s:.0f} s at {url}: {' '.join(sa.cli(ctx.installed))}")
 

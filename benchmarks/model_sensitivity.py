@@ -20,9 +20,7 @@ from rich.table import Table
 
 from objectives.loadrun import run_load_sync
 from objectives.workload import WorkloadSpec
-from search import registry
-from search.context import launch_context
-from search.server import LaunchSpec, VllmServer
+from search.serving import launch, launch_context, resolve_server_args
 
 CONFIGS = {
     "vLLM CPU defaults": {},
@@ -49,9 +47,8 @@ def main() -> None:
         for k, (name, knobs) in enumerate(CONFIGS.items()):
             values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
                       "memory_utilization": 0.5, **knobs}
-            args = registry.resolve(values, ctx)
-            spec = LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=logs / f"{i}-{k}.log")
-            with VllmServer(spec) as server:
+            args = resolve_server_args(values, ctx)
+            with launch(ctx, args, logs / f"{i}-{k}.log") as server:
                 starts[name].append(server.ready_s)
                 flat = run_load_sync(server.base_url, None, WORKLOAD, tokenizer_path=ctx.model.path).flat()
             results[name].append(flat)

@@ -122,16 +122,15 @@ def _load(server, ctx, workload: dict, starve: bool) -> dict:
 
 
 def record(name: str, ctx) -> list[Path]:
-    from search import registry
-    from search.server import LaunchSpec, VllmServer
+    from search.serving import launch, resolve_server_args
 
     case = CASES[name]
     values = {"dtype": ctx.dtype, "enforce_eager": True, **case["server"]}
     values = {k: v for k, v in values.items() if v is not None}
-    args = registry.resolve(values, ctx)
+    args = resolve_server_args(values, ctx)
     log = Path(tempfile.mkdtemp(prefix=f"diag-{name}-")) / "server.log"
     written = []
-    with VllmServer(LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=log)) as server:
+    with launch(ctx, args, log) as server:
         runs = [(name, case.get("starve_client", False))]
         if case.get("control"):
             runs.append((case["control"], False))
@@ -178,7 +177,7 @@ def main() -> None:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         ap.error(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(CASES)}")
-    from search.context import launch_context
+    from search.serving import launch_context
 
     ctx = launch_context()
     OUT_DIR.mkdir(parents=True, exist_ok=True)

@@ -18,9 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from search import registry
-from search.context import launch_context
-from search.server import LaunchSpec, VllmServer
+from search.serving import launch, launch_context, resolve_server_args
 
 INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
 
@@ -28,10 +26,9 @@ INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\
 def one_start(ctx, eager: bool, cache_dir: Path, log: Path) -> tuple[float, float | None, float]:
     values = {"dtype": ctx.dtype, "enforce_eager": eager, "max_model_len": 2048,
               "memory_utilization": 0.25}
-    args = registry.resolve(values, ctx)
+    args = resolve_server_args(values, ctx)
     env = {"VLLM_CACHE_ROOT": str(cache_dir), "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
-    server = VllmServer(LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed),
-                                   log_path=log, env=env))
+    server = launch(ctx, args, log, env=env)
     server.start()
     ready = server.ready_s
     stop = server.stop()

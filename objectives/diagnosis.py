@@ -152,7 +152,7 @@ class ServingFacts:
 
     @classmethod
     def from_context(cls, ctx: Any) -> "ServingFacts":
-        """From a `search.registry.LaunchContext` (duck-typed: objectives does not import search)."""
+        """From a `search.serving.registry.LaunchContext` (duck-typed: objectives does not import search)."""
         gpu = ctx.hardware.is_gpu
         mem = ctx.hardware.gpus[0].memory_gib if gpu and ctx.hardware.gpus else 0
         # vLLM's serve defaults (EngineArgs.get_batch_defaults; reference/vllm.md section 3).

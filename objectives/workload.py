@@ -387,10 +387,3 @@ class WorkloadSpec(BaseModel):
     def longest_request_tokens(self) -> int:
         """The largest prompt + output any request of this workload can have."""
         return max(c.longest_request_tokens(self.endpoint) for c in self.classes)
-
-    def build_requests(self, tokenizer: "PromptTokenizer", n: int | None = None, *,
-                       warmup: bool = False) -> list["Request"]:
-        """The deterministic requests of this workload (see `objectives.prompts`)."""
-        from objectives.prompts import build_requests
-
-        return build_requests(self, tokenizer, n, warmup=warmup)

@@ -19,9 +19,9 @@ from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from objectives.workload import ArrivalSpec, WorkloadSpec
-from search.registry import LaunchContext, ServerArgs
+from search.serving import LaunchContext, ServerArgs
 from search.scenario import RelativeThreshold, Scenario, Threshold, unloaded_reference
-from search.server import LaunchSpec, VllmServer
+from search.serving import launch
 
 
 @dataclass
@@ -53,10 +53,8 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
     cal = scenario.calibration
     wl = scenario.workload
     on_phase("calibration: starting the vLLM-defaults server")
-    server = VllmServer(LaunchSpec(model=ctx.model.path, args=baseline.cli(ctx.installed),
-                                   log_path=run_dir / "calibration" / "server.log",
-                                   startup_timeout_s=scenario.server.startup_timeout_s,
-                                   gpu=ctx.hardware.is_gpu))
+    server = launch(ctx, baseline, run_dir / "calibration" / "server.log",
+                    startup_timeout_s=scenario.server.startup_timeout_s)
     model = str(ctx.model.path)
     with server:
         unloaded: dict[str, float] = {}

@@ -8,18 +8,18 @@ from pathlib import Path
 
 
 def _cmd_model_build(args: argparse.Namespace) -> int:
-    from search import local_model
+    from search.serving import build_default_model
 
-    path = local_model.build(force=args.force)
+    path = build_default_model(force=args.force)
     if not args.quiet:
         print(path)
     return 0
 
 
 def _cmd_model_dummy(args: argparse.Namespace) -> int:
-    from search import local_model
+    from search.serving import build_dummy_architecture
 
-    print(local_model.build_dummy_architecture(Path(args.config), Path(args.out)))
+    print(build_dummy_architecture(Path(args.config), Path(args.out)))
     return 0
 
 
@@ -37,15 +37,14 @@ def _cmd_params(args: argparse.Namespace) -> int:
     """Which tunable parameters the installed vLLM takes, and what happens to the others."""
     from rich.table import Table
 
-    from search import registry
-    from search.context import launch_context
+    from search.serving import PARAMS, launch_context, unsupported_reason
 
     ctx = launch_context(model=args.model)
     table = Table(title=f"Tunable parameters on {ctx.installed.label()} ({ctx.hardware.describe()})")
     for col in ("parameter", "flag", "type", "installed vLLM"):
         table.add_column(col)
-    for spec in registry.PARAMS:
-        reason = registry.unsupported_reason(spec, ctx)
+    for spec in PARAMS:
+        reason = unsupported_reason(spec, ctx)
         flag = spec.flag or ("--gpu-memory-utilization" if ctx.hardware.is_gpu else "--kv-cache-memory-bytes")
         table.add_row(spec.name, flag, spec.kind, "accepted" if reason is None else reason)
     _console().print(table)
@@ -54,12 +53,9 @@ def _cmd_params(args: argparse.Namespace) -> int:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors that mean bad input: printed as one clear message, exit code 2, no traceback."""
-    from search.model_info import ModelError
-    from search.registry import ConfigError
     from search.scenario import ScenarioError
+    from search.serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
-    from search.vllm_flags import VllmNotInstalled
-
     from search.study import StudyBusy
 
     return ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy
@@ -96,8 +92,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
 def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
     from sqlalchemy.orm import Session
 
-    from search import export
-    from search.summary import summary_table
+    from search.outputs import export
+    from search.outputs.summary import summary_table
     from storage.queries import open_db
 
     with Session(open_db(storage_url)) as session:
@@ -111,7 +107,7 @@ def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
     else:
         console.print(f"chosen: trial {best.number}; config for `vllm serve --config`: [bold]{written[0]}[/]")
         console.print(f"feasible Pareto set: {written[-1]}")
-    from search.report import REPORT_NAME, write_report  # the study's HTML report, beside best.yaml
+    from search.outputs.report import REPORT_NAME, write_report  # the study's HTML report, beside best.yaml
 
     console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")
     return 0
@@ -124,9 +120,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from search.dashboard import cmd_dashboard  # publishes figures and notes, then serves on 127.0.0.1
+    from search.outputs.dashboard import publish_and_serve  # figures and notes, then serves on 127.0.0.1
 
-    return cmd_dashboard(args)
+    storage, name = _study_target(args)
+    return publish_and_serve(storage, name, port=args.port)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from search.outputs.report import REPORT_NAME, write_report  # plotly: imported only here
+
+    storage, name = _study_target(args)
+    out = Path(args.out) if args.out else Path(args.runs_dir) / name / REPORT_NAME
+    print(f"report: {write_report(storage, name, out)}")
+    return 0
 
 
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
@@ -177,7 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     params.add_argument("--model", type=Path, default=None)
     params.set_defaults(func=_cmd_params)
     from objectives.cli import register; register(sub)  # noqa: E702 - `autotune load`
-    from search.report_cli import register as register_report; register_report(sub)  # noqa: E702
+
+    report = sub.add_parser("report", help="write the study's self-contained HTML report (plotly, offline)")
+    _add_study_target(report)
+    report.add_argument("--out", default=None, help="file (default: RUNS_DIR/STUDY/report.html)")
+    report.set_defaults(func=_cmd_report)
     return parser
 
 

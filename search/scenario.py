@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from objectives.scoring import ObjectiveSpec, validate_metric_names
 from objectives.workload import WorkloadSpec
-from search.registry import REGISTRY
+from search.serving import REGISTRY
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 

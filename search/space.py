@@ -14,8 +14,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from search import registry
-from search.registry import LaunchContext
+from search.serving import LaunchContext, REGISTRY, resolve_server_args, unsupported_reason
 from search.scenario import Domain
 
 
@@ -24,7 +23,7 @@ class SpaceError(ValueError):
 
 
 def distribution(name: str, domain: Domain, where: str) -> BaseDistribution:
-    spec = registry.REGISTRY[name]
+    spec = REGISTRY[name]
     if domain.choices is not None:
         return CategoricalDistribution(domain.choices)
     if spec.kind == "int":
@@ -41,7 +40,7 @@ def _check_in_valid_range(name: str, dist: BaseDistribution, ctx: LaunchContext,
     """Every value the sampler may draw must be one vLLM accepts (else: an error now, not later)."""
     probe = list(dist.choices) if isinstance(dist, CategoricalDistribution) else [dist.low, dist.high]
     for value in probe:
-        registry.resolve({name: value}, ctx, where=f"{where}: search_space")
+        resolve_server_args({name: value}, ctx, where=f"{where}: search_space")
 
 
 def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str
@@ -49,15 +48,15 @@ def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str
     dists: dict[str, BaseDistribution] = {}
     notes: list[str] = []
     for name, domain in space.items():
-        spec = registry.REGISTRY[name]
+        spec = REGISTRY[name]
         dist = distribution(name, domain, where)
         _check_in_valid_range(name, dist, ctx, where)
-        reason = registry.unsupported_reason(spec, ctx)
+        reason = unsupported_reason(spec, ctx)
         if reason is None:
             dists[name] = dist
             continue
-        sub = registry.REGISTRY.get(spec.substitute) if spec.substitute else None
-        if sub is not None and registry.unsupported_reason(sub, ctx) is None and sub.name not in space:
+        sub = REGISTRY.get(spec.substitute) if spec.substitute else None
+        if sub is not None and unsupported_reason(sub, ctx) is None and sub.name not in space:
             low, high = (spec.substitute_value(v) for v in (dist.low, dist.high))
             dists[sub.name] = IntDistribution(low, high) if sub.kind == "int" else FloatDistribution(low, high)
             notes.append(f"{name}: {reason}; searching {sub.flag} in [{low}, {high}] instead "

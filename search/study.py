@@ -28,10 +28,11 @@ from objectives.diagnosis import diagnose_trial
 from objectives.metrics import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
-from search import dashboard, pareto, scenario as scenario_mod, space as space_mod, trial_runner
-from search.context import launch_context
-from search.progress import StudyProgress
-from search.registry import LaunchContext
+from search.outputs import dashboard
+from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
+from search.serving import launch_context
+from search.outputs.progress import StudyProgress
+from search.serving import LaunchContext
 from search.scenario import Scenario
 from storage import queries
 from storage.models import StudyRecord, TrialRecord

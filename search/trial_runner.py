@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,10 +17,8 @@ from typing import Any, Callable
 from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
 from objectives.workload import WorkloadSpec
-from search import registry
-from search.failures import Failure, FailureClass
-from search.registry import LaunchContext, ServerArgs
-from search.server import LaunchSpec, ServerFailed, VllmServer
+from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
+                            check_combination, command_line, launch, resolve_server_args)
 
 PhaseCallback = Callable[[str], None]
 
@@ -55,8 +52,8 @@ class TrialOutcome:
 
 def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict[str, Any],
          ctx: LaunchContext, longest_request: int, where: str) -> TrialPlan:
-    server_args = registry.resolve(config, ctx, where=where)
-    problems = registry.check_combination(server_args.values, ctx, longest_request=longest_request)
+    server_args = resolve_server_args(config, ctx, where=where)
+    problems = check_combination(server_args.values, ctx, longest_request=longest_request)
     return TrialPlan(number, baseline, params, config, server_args, problems)
 
 
@@ -75,12 +72,6 @@ async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model
             raise ServerFailed(failure)
 
 
-def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
-    """The server's command as a user would type it (on port 8000 rather than a random one)."""
-    spec = LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=Path("-"))
-    return shlex.join(["python", *spec.command(port=8000)[1:]])
-
-
 def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: Path,
         goodput: GoodputSLO | None = None, startup_timeout_s: float = 300,
         on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
@@ -91,9 +82,7 @@ def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: P
         outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(trial.problems), phase="precheck")
         return outcome
     on_phase("starting")
-    server = VllmServer(LaunchSpec(
-        model=ctx.model.path, args=trial.server_args.cli(ctx.installed), log_path=log_path,
-        startup_timeout_s=startup_timeout_s, gpu=ctx.hardware.is_gpu))
+    server = launch(ctx, trial.server_args, log_path, startup_timeout_s=startup_timeout_s)
     t0 = time.monotonic()
     try:
         server.start()

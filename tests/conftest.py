@@ -4,11 +4,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import autotune
+from tests.support.paths import E2E_SCENARIO, REPO
+
 
 @pytest.fixture(scope="session")
 def launch_ctx():
     """Installed vLLM, this machine, the default model (built once, cached)."""
-    from search.context import launch_context
+    from search.serving.context import launch_context
 
     return launch_context()
 
@@ -31,30 +34,9 @@ def tok(tok_dir):
 @pytest.fixture(scope="session")
 def artifacts_dir() -> Path:
     """Kept after the run (CI uploads it): server logs, screenshots, reports."""
-    d = Path(os.environ.get("AUTOTUNE_TEST_ARTIFACTS", Path(__file__).parent.parent / "test-artifacts"))
+    d = Path(os.environ.get("AUTOTUNE_TEST_ARTIFACTS", REPO / "test-artifacts"))
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def quick_server_values(ctx, **overrides):
-    """A fast-starting server on the default model: eager, small KV cache."""
-    values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
-              "memory_utilization": 0.25}
-    values.update(overrides)
-    return {k: v for k, v in values.items() if v is not None}
-
-
-REPO = Path(__file__).resolve().parent.parent
-E2E_SCENARIO = REPO / "tests" / "fixtures" / "scenarios" / "e2e.yaml"
-
-
-def autotune(*args, **kw):
-    """Run the real CLI in a subprocess, as a user would."""
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "search.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, **kw)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,223 @@
+"""Make optuna-dashboard 0.21 tell the truth about a study, then serve it on 127.0.0.1.
+
+optuna-dashboard 0.21 does not read Optuna 5's `Trial.set_constraint` (the study mirrors the
+constraints into the old list it does read, so its trial list and Pareto plot colour infeasible
+trials), and its "best trials" are a Pareto set that ignores constraints altogether. So
+`publish` adds what it cannot compute, in the places it does show:
+
+* custom plotly figures (`save_plotly_graph_object`), on the study's top page: the
+  feasible Pareto front as the report draws it, Optuna's own `plot_pareto_front` (which
+  honours the constraints), the hypervolume history from our front snapshots, parameter
+  importances without the failed trials' penalty values, each objective against each
+  parameter, the bottleneck count, and a table of every trial with its failure and diagnosis;
+* a study note: the recommendation, the true feasible Pareto set, and the caveat above;
+* a note per trial: feasibility, violated SLOs, failure, every measured metric, the diagnosis.
+
+User attributes can only be written before a trial finishes (Optuna refuses afterwards), so the
+study sets `trial_user_attrs(diagnosis)` when it tells a trial; notes can be written any time.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from sqlalchemy.orm import Session
+
+from objectives.diagnosis import Diagnosis, summarize
+from search.outputs import export, figures
+from search.outputs.report import searched_params
+from search.scenario import Scenario
+from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, TrialView, fmt_value, trial_views, verdict,
+                                 view_of)
+from storage import queries
+from storage.models import TrialRecord
+
+# Fixed ids, so publishing again replaces the figures instead of adding copies.
+DASHBOARD_CARD_HEIGHT = 440  # optuna-dashboard 0.21 gives a custom figure a 450 px high box
+FIGURE_IDS = ("feasible-pareto-front", "optuna-pareto-front-constraints", "hypervolume-history",
+              "param-importances", "objective-vs-parameter", "bottlenecks", "all-trials")
+
+
+@dataclass
+class Published:
+    study_name: str
+    figures: list[str]
+    trial_notes: int
+
+
+def trial_user_attrs(diagnosis: dict[str, Any] | None) -> dict[str, Any]:
+    """User attributes for the dashboard's trial table (filterable, sortable); set before `tell`."""
+    if not diagnosis:
+        return {}
+    return {"bottleneck": diagnosis["bottleneck"], "diagnosis": diagnosis["headline"],
+            "next_step": (diagnosis.get("next_steps") or [""])[0],
+            "antipatterns": [f["code"] for f in diagnosis.get("findings", [])]}
+
+
+def trial_note(v: TrialView, scenario: Scenario) -> str:
+    """Markdown for the trial's note: what a serving engineer asks of one trial."""
+    mark = {FEASIBLE: "FEASIBLE (meets every SLO)", INFEASIBLE: "INFEASIBLE (violates an SLO)",
+            FAILED: "FAILED (never served)"}[v.category]
+    lines = [f"## {v.label}: {mark}", ""]
+    if v.chosen:
+        lines += ["**Chosen configuration** of the study.", ""]
+    elif v.on_front:
+        lines += ["On the feasible Pareto front.", ""]
+    if v.values:
+        lines += ["| objective | value |", "|---|---|"]
+        lines += [f"| {n} | {fmt_value(x)} |" for n, x in zip(scenario.objective_names, v.values)]
+        lines.append("")
+    if v.violated:
+        lines.append("**Violated SLOs** (by how much of the bound): "
+                     + ", ".join(f"`{k}` +{x:.0%}" for k, x in v.violated.items()))
+        lines.append("")
+    if v.failure:
+        lines += [f"**Failure**: `{v.failure[:400]}`", ""]
+    if v.duplicate_of is not None:
+        lines += [f"Same flags as trial {v.duplicate_of}: its measurement is reused.", ""]
+    lines += ["### Diagnosis", "", v.diagnosis.markdown(), ""]
+    if v.adjustments:
+        lines += ["**Adjusted for the installed vLLM**: " + "; ".join(v.adjustments), ""]
+    if v.params:
+        lines.append("**Parameters**: " + ", ".join(f"`{k}={x}`" for k, x in v.params.items()))
+        lines.append("")
+    if v.metrics:
+        base = {k: x for k, x in v.metrics.items() if "@" not in k}
+        classes = sorted({k.split("@", 1)[1] for k in v.metrics if "@" in k})
+        lines += ["### Every measured metric", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {fmt_value(x)} |" for k, x in base.items()]
+        for cls in classes:
+            lines += [f"| {k} | {fmt_value(x)} |" for k, x in v.metrics.items() if k.endswith("@" + cls)]
+    return "\n".join(lines) + "\n"
+
+
+def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str | None) -> str:
+    chosen, lines = verdict(ls, views)
+    front = [v for v in views if v.on_front]
+    counts = summarize(v.diagnosis.as_dict() for v in views)
+    out = [f"# {ls.record.study_name}: {ls.scenario.title}", ""]
+    out += [f"- {x}" for x in lines]
+    out += ["", "## Feasible Pareto front (SLOs honoured)", ""]
+    out.append(", ".join(f"trial {v.number}" + (f" ({v.baseline})" if v.baseline else "") for v in front)
+               or "none: no trial met every SLO")
+    out += ["", "**Caveat**: optuna-dashboard 0.21 computes its own *Best Trials* and highlights its "
+            "Pareto front without constraints, so it may list infeasible trials there. Trust the "
+            "figure *Pareto front (feasible, SLOs honoured)* on the study page, the `feasible` "
+            "user attribute, and this list.", ""]
+    out += ["## What limited the trials", ""]
+    out += [f"- {k}: {n}" for k, n in counts.items()]
+    if report_path:
+        out += ["", f"Full report (offline HTML): `{report_path}`"]
+    return "\n".join(out) + "\n"
+
+
+def _note_body(study_or_trial) -> str:
+    from optuna_dashboard import get_note
+
+    try:
+        return get_note(study_or_trial)
+    except Exception:  # noqa: BLE001 - no note yet
+        return ""
+
+
+def _save_note_if_changed(study_or_trial, body: str) -> bool:
+    from optuna_dashboard import save_note
+
+    if _note_body(study_or_trial) == body:
+        return False
+    save_note(study_or_trial, body)
+    return True
+
+
+def publish_trial(study: optuna.Study, row: TrialRecord, scenario: Scenario,
+                  on_front: bool = False, chosen: bool = False) -> None:
+    """The trial's note, right after it is told (needs `row.diagnosis`)."""
+    if not row.diagnosis:
+        return
+    trial = optuna.trial.Trial(study, study._storage.get_trial_id_from_study_id_trial_number(
+        study._study_id, row.trial_number))
+    _save_note_if_changed(trial, trial_note(view_of(row, Diagnosis.from_dict(row.diagnosis),
+                                                    on_front, chosen), scenario))
+
+
+def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:
+    sc = ls.scenario
+    names, directions = sc.objective_names, sc.directions
+    out: dict[str, Any] = {}
+    pareto = figures.pareto_figure(views, names, directions)
+    pareto.update_layout(title=(pareto.layout.title.text or "").replace("Pareto front", "Pareto front (feasible, SLOs honoured)", 1))
+    out["feasible-pareto-front"] = pareto
+    if len(names) in (2, 3):
+        measured = figures.measured_study(ls.study, views)
+        if measured.trials:
+            level = optuna.logging.get_verbosity()
+            optuna.logging.set_verbosity(optuna.logging.ERROR)  # "no feasible trials" is no error here
+            try:
+                fig = optuna.visualization.plot_pareto_front(measured, target_names=names)
+            finally:
+                optuna.logging.set_verbosity(level)
+            fig.update_layout(title="Optuna's plot_pareto_front (honours Trial.constraints; failed trials left out)")
+            out["optuna-pareto-front-constraints"] = fig
+    if snapshots:
+        out["hypervolume-history"] = figures.hypervolume_figure(snapshots, ls.record.hv_reference, names)
+    imp, _ = figures.importance_figure(ls.study, views, names, directions)
+    if imp is not None:
+        out["param-importances"] = imp
+    grid = figures.objective_param_figure(views, names, directions, searched_params(ls, views))
+    if grid is not None:
+        out["objective-vs-parameter"] = grid
+    out["bottlenecks"] = figures.bottleneck_figure(views)
+    out["all-trials"] = figures.trials_table_figure(views, names)
+    for fig in out.values():  # the dashboard draws each in a 450 px high, half-width card
+        fig.update_layout(height=DASHBOARD_CARD_HEIGHT, width=None, autosize=True,
+                          margin=dict(l=60, r=20, t=50, b=40))
+    return out
+
+
+def publish(storage_url: str, study_name: str, report_path: str | None = None) -> Published:
+    """Figures, study note and trial notes for optuna-dashboard. Idempotent."""
+    from optuna_dashboard import save_plotly_graph_object
+
+    with Session(queries.open_db(storage_url), expire_on_commit=False) as session:
+        ls = export.load_study(session, storage_url, study_name)
+        snapshots = queries.front_history(session, ls.record)
+        views = trial_views(ls)
+    study = ls.study
+    figs = build_figures(ls, views, snapshots)
+    for gid, fig in figs.items():
+        save_plotly_graph_object(study, fig, graph_object_id=gid)
+    _save_note_if_changed(study, study_note(ls, views, report_path))
+    written = 0
+    ids = {t.number: t._trial_id for t in study.get_trials(deepcopy=False)}
+    for v in views:
+        if v.number in ids:
+            written += _save_note_if_changed(optuna.trial.Trial(study, ids[v.number]), trial_note(v, ls.scenario))
+    return Published(study_name, list(figs), written)
+
+
+def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """optuna-dashboard in this process (blocks). SQLite: a long busy timeout, as the study writes."""
+    from optuna_dashboard import run_server
+
+    storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=queries.engine_kwargs(storage_url),
+                                         skip_compatibility_check=True, skip_table_creation=True)
+    print(f"optuna-dashboard on http://{host}:{port} ({storage_url}); Ctrl-C stops it", flush=True)
+    run_server(storage, host=host, port=port)
+
+
+def publish_and_serve(storage_url: str, study_name: str, port: int = 8080) -> int:
+    """`autotune dashboard`: publish the study (if it is there), then serve every study of the DB."""
+    try:
+        done = publish(storage_url, study_name)
+        print(f"published study {study_name!r}: {len(done.figures)} figures on the study page, a study "
+              f"note, {done.trial_notes} trial notes written or updated", flush=True)
+    except LookupError as e:
+        print(f"note: {e}; serving the database as it is", file=sys.stderr)
+    try:
+        serve(storage_url, port=port)
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,259 @@
+"""The study's plotly figures, shared by the HTML report and the optuna-dashboard.
+
+Colours and symbols mean the same everywhere: green circles met every SLO, orange triangles
+violated one, red crosses never served (drawn at the worst edge of the axes, since they have
+no measured value), open diamonds are baselines, the gold star is the chosen configuration.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence
+
+import optuna
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from objectives.diagnosis import BOTTLENECKS
+from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
+from storage.models import ParetoSnapshot
+
+STYLE = {
+    FEASIBLE: dict(name="feasible (meets every SLO)", color="#2ca02c", symbol="circle"),
+    INFEASIBLE: dict(name="infeasible (violates an SLO)", color="#ff7f0e", symbol="triangle-up"),
+    FAILED: dict(name="failed (never served; drawn at the worst edge)", color="#d62728", symbol="x"),
+}
+FRONT_COLOR = "#1f3b73"
+CHOSEN_COLOR = "#e6b800"
+
+
+def axis_title(metric: str, direction: str) -> str:
+    return f"{metric} ({'higher' if direction == 'maximize' else 'lower'} is better)"
+
+
+def hover(v: TrialView, names: Sequence[str]) -> str:
+    lines = [f"<b>{v.label}</b> [{v.category}]"]
+    if v.values:
+        lines += [f"{n}: {x:.4g}" for n, x in zip(names, v.values)]
+    if v.violated:
+        lines.append("violates: " + ", ".join(v.violated))
+    if v.failure:
+        lines.append("failed: " + v.failure[:120])
+    lines.append(f"bottleneck: {v.diagnosis.bottleneck}")
+    if v.params:
+        lines.append(", ".join(f"{k}={_short(x)}" for k, x in v.params.items()))
+    return "<br>".join(lines)
+
+
+def _short(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def _worst_edge(values: list[float], direction: str) -> float:
+    """Where unmeasured trials are drawn: just past the worst measured value."""
+    if not values:
+        return 0.0
+    lo, hi = min(values), max(values)
+    pad = 0.08 * (hi - lo) if hi > lo else 0.1 * abs(hi) or 1.0
+    if direction == "minimize":
+        return hi + pad
+    return max(lo - pad, 0.0) if lo >= 0 else lo - pad
+
+
+def pareto_figure(views: list[TrialView], names: Sequence[str], directions: Sequence[str],
+                  pair: tuple[int, int] = (0, 1)) -> go.Figure:
+    """Objective i against objective j: every trial by category, the feasible front, baselines, chosen."""
+    fig = go.Figure()
+    if len(names) == 1:  # one objective: against the trial number
+        return _single_objective(views, names[0], directions[0])
+    i, j = pair
+    measured = [v for v in views if v.values]
+    edge_x = _worst_edge([v.values[i] for v in measured], directions[i])
+    edge_y = _worst_edge([v.values[j] for v in measured], directions[j])
+
+    def xy(v: TrialView) -> tuple[float, float]:
+        return (v.values[i], v.values[j]) if v.values else (edge_x, edge_y)
+
+    for cat in (FEASIBLE, INFEASIBLE, FAILED):
+        group = [v for v in views if v.category == cat]
+        st = STYLE[cat]
+        fig.add_trace(go.Scatter(  # an empty category keeps its legend entry (count 0): [None]
+            x=[xy(v)[0] for v in group] or [None], y=[xy(v)[1] for v in group] or [None], mode="markers",
+            name=f"{st['name']}: {len(group)}", legendgroup=cat,
+            marker=dict(color=st["color"], symbol=st["symbol"], size=11,
+                        line=dict(width=1, color="#333")),
+            text=[hover(v, names) for v in group], hoverinfo="text",
+            customdata=[[v.number, cat] for v in group]))
+    front = sorted((v for v in views if v.on_front), key=lambda v: v.values[i])
+    if front:
+        fig.add_trace(go.Scatter(
+            x=[v.values[i] for v in front], y=[v.values[j] for v in front], mode="lines+markers",
+            name=f"feasible Pareto front: {len(front)}", line=dict(color=FRONT_COLOR, width=2, shape="hv"),
+            marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2, color=FRONT_COLOR)),
+            text=[hover(v, names) for v in front], hoverinfo="text"))
+    baselines = [v for v in views if v.baseline]
+    if baselines:
+        fig.add_trace(go.Scatter(
+            x=[xy(v)[0] for v in baselines], y=[xy(v)[1] for v in baselines], mode="markers+text",
+            name="baselines", text=[v.baseline for v in baselines],
+            textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(baselines))],
+            marker=dict(symbol="diamond-open", size=20, color="#7f3fbf", line=dict(width=2)),
+            hovertext=[hover(v, names) for v in baselines], hoverinfo="text"))
+    chosen = [v for v in views if v.chosen]
+    if chosen:
+        fig.add_trace(go.Scatter(
+            x=[chosen[0].values[i]], y=[chosen[0].values[j]], mode="markers", name="chosen",
+            marker=dict(symbol="star", size=22, color=CHOSEN_COLOR, line=dict(width=1.5, color="#000")),
+            text=[hover(chosen[0], names)], hoverinfo="text"))
+    fig.update_layout(
+        title=f"Pareto front: {names[i]} vs {names[j]}",
+        xaxis_title=axis_title(names[i], directions[i]), yaxis_title=axis_title(names[j], directions[j]),
+        legend=dict(orientation="h", y=-0.2), height=560, margin=dict(t=60))
+    return fig
+
+
+def _single_objective(views, name, direction) -> go.Figure:
+    fig = go.Figure()
+    measured = [v for v in views if v.values]
+    edge = _worst_edge([v.values[0] for v in measured], direction)
+    for cat in (FEASIBLE, INFEASIBLE, FAILED):
+        group = [v for v in views if v.category == cat]
+        st = STYLE[cat]
+        fig.add_trace(go.Scatter(
+            x=[v.number for v in group] or [None], y=[v.values[0] if v.values else edge for v in group] or [None],
+            mode="markers", name=f"{st['name']}: {len(group)}",
+            marker=dict(color=st["color"], symbol=st["symbol"], size=11),
+            text=[hover(v, [name]) for v in group], hoverinfo="text"))
+    fig.update_layout(title=f"{name} by trial", xaxis_title="trial",
+                      yaxis_title=axis_title(name, direction), height=480)
+    return fig
+
+
+def hypervolume_figure(snapshots: list[ParetoSnapshot], reference: Sequence[float] | None,
+                       names: Sequence[str]) -> go.Figure:
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    xs = [s.after_trial_number for s in snapshots]
+    fig.add_trace(go.Scatter(x=xs, y=[s.hypervolume for s in snapshots], mode="lines+markers",
+                             name="hypervolume of the feasible front", line=dict(color=FRONT_COLOR)),
+                  secondary_y=False)
+    fig.add_trace(go.Bar(x=xs, y=[s.n_feasible for s in snapshots], name="feasible trials so far",
+                         marker_color="rgba(44,160,44,0.35)"), secondary_y=True)
+    ref = (" (reference point: " + ", ".join(f"{n} {r:.4g}" for n, r in zip(names, reference)) + ")"
+           if reference else "")
+    fig.update_layout(title="Hypervolume history" + ref, xaxis_title="after trial", height=420,
+                      legend=dict(orientation="h", y=-0.25))
+    fig.update_yaxes(title_text="hypervolume", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="feasible trials", rangemode="tozero", dtick=1, secondary_y=True)
+    return fig
+
+
+def measured_study(study: optuna.Study, views: list[TrialView]) -> optuna.Study:
+    """An in-memory copy with measured trials only: failed trials carry penalty values that
+    would dominate any importance or slice."""
+    keep = {v.number for v in views if v.values}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    copy = optuna.create_study(directions=study.directions)
+    copy.add_trials([t for t in study.get_trials(deepcopy=False,
+                                                 states=(optuna.trial.TrialState.COMPLETE,))
+                     if t.number in keep])
+    return copy
+
+
+def importance_figure(study: optuna.Study, views: list[TrialView], names: Sequence[str],
+                      directions: Sequence[str]) -> tuple[go.Figure | None, str]:
+    """Parameter importances per objective (Optuna 5's default PED-ANOVA), or why there are none."""
+    measured = measured_study(study, views)
+    n = len(measured.trials)
+    params = sorted({p for t in measured.trials for p in t.params})
+    if n < 3 or not params:
+        return None, f"Parameter importances need at least 3 measured trials with sampled parameters ({n} here)."
+    fig = go.Figure()
+    notes = []
+    for k, name in enumerate(names):
+        sign = 1.0 if directions[k] == "minimize" else -1.0  # PED-ANOVA explains *low* targets
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                imp = optuna.importance.get_param_importances(
+                    measured, target=lambda t, k=k, sign=sign: sign * t.values[k])
+            except Exception as e:  # noqa: BLE001 - too few distinct values, etc.
+                notes.append(f"{name}: {e}")
+                continue
+        if any("less than 2 trials" in str(w.message) for w in caught):
+            notes.append(f"{name}: some parameter ranges hold fewer than 2 trials, so the importances "
+                         "are rough")
+        fig.add_trace(go.Bar(x=[imp.get(p, 0.0) for p in params], y=params, orientation="h", name=name))
+    if not fig.data:
+        return None, "Parameter importances could not be computed: " + "; ".join(notes)
+    fig.update_layout(title=f"Parameter importances per objective ({n} measured trials, PED-ANOVA)",
+                      xaxis_title="importance (share)", barmode="group", height=120 + 60 * len(params))
+    return fig, "; ".join(notes)
+
+
+def objective_param_figure(views: list[TrialView], names: Sequence[str], directions: Sequence[str],
+                           params: Sequence[str]) -> go.Figure | None:
+    """Each objective (rows) against each searched parameter (columns); failed trials at the worst edge."""
+    measured = [v for v in views if v.values]
+    params = [p for p in params if any(p in v.config for v in measured)]
+    if not measured or not params:
+        return None
+    fig = make_subplots(rows=len(names), cols=len(params), shared_yaxes=True,
+                        horizontal_spacing=0.03, vertical_spacing=0.12,
+                        column_titles=list(params), row_titles=list(names))
+    failed = [v for v in views if v.category == FAILED]
+    for r, name in enumerate(names, start=1):
+        edge = _worst_edge([v.values[r - 1] for v in measured], directions[r - 1])
+        for c, p in enumerate(params, start=1):
+            for cat in (FEASIBLE, INFEASIBLE, FAILED):
+                group = [v for v in (failed if cat == FAILED else measured) if v.category == cat and p in v.config]
+                fig.add_trace(go.Scatter(
+                    x=[_plain(v.config[p]) for v in group],
+                    y=[v.values[r - 1] if v.values else edge for v in group],
+                    mode="markers", marker=dict(color=STYLE[cat]["color"], symbol=STYLE[cat]["symbol"], size=9),
+                    name=STYLE[cat]["name"], legendgroup=cat, showlegend=(r == 1 and c == 1),
+                    text=[hover(v, names) for v in group], hoverinfo="text"), row=r, col=c)
+            if r == len(names):
+                fig.update_xaxes(title_text=p, row=r, col=c)
+        fig.update_yaxes(title_text=axis_title(name, directions[r - 1]), row=r, col=1)
+    fig.update_layout(title="Each objective against each parameter (as applied; baselines included)",
+                      height=300 * len(names) + 120, width=max(700, 260 * len(params)),
+                      legend=dict(orientation="h", y=-0.12))
+    return fig
+
+
+def _plain(x: Any) -> Any:
+    return str(x) if isinstance(x, bool) else x
+
+
+def bottleneck_figure(views: list[TrialView]) -> go.Figure:
+    order = [b for b in BOTTLENECKS if any(v.diagnosis.bottleneck == b for v in views)]
+    fig = go.Figure()
+    for cat in (FEASIBLE, INFEASIBLE, FAILED):
+        fig.add_trace(go.Bar(
+            x=order, y=[sum(v.category == cat and v.diagnosis.bottleneck == b for v in views) for b in order],
+            name=STYLE[cat]["name"].split(" (")[0], marker_color=STYLE[cat]["color"],
+            customdata=[", ".join(str(v.number) for v in views if v.category == cat and v.diagnosis.bottleneck == b)
+                        for b in order], hovertemplate="%{x}: %{y} trials (%{customdata})<extra></extra>"))
+    fig.update_layout(title="What limited each trial (diagnosis)", barmode="stack",
+                      yaxis_title="trials", height=380)
+    return fig
+
+
+def trials_table_figure(views: list[TrialView], names: Sequence[str]) -> go.Figure:
+    """Every trial with its category, objectives, failure class and bottleneck (for the dashboard,
+    where each trial's note holds the rest)."""
+    fill = {FEASIBLE: "#e3f5e1", INFEASIBLE: "#fdebd3", FAILED: "#f9d9d9"}
+    cols = ["trial", "kind", "feasibility", *names, "violated SLOs", "failure", "bottleneck"]
+    rows = [[f"{v.number}{' *' if v.chosen else ' p' if v.on_front else ''}", v.kind, v.category,
+             *([f"{x:.4g}" for x in v.values] if v.values else ["-"] * len(names)),
+             ", ".join(k.split("<=")[0].split(">=")[0] for k in v.violated) or "-",
+             v.failure.split(" ", 1)[0] if v.failure else "-", v.diagnosis.bottleneck] for v in views]
+    fig = go.Figure(go.Table(
+        header=dict(values=cols, fill_color="#1f3b73", font=dict(color="white", size=11)),
+        cells=dict(values=list(zip(*rows)) if rows else [[] for _ in cols], height=24,
+                   fill_color=[[fill[v.category] for v in views]] * len(cols), align="left",
+                   font=dict(size=11))))
+    fig.update_layout(title="All trials (* chosen, p on the feasible Pareto front)",
+                      height=160 + 26 * len(views))
+    return fig

@@ -1,0 +1,226 @@
+"""A finished study as the report and the dashboard show it: one view per trial.
+
+Each trial falls in exactly one category (feasible, infeasible, failed) from our own records,
+which hold Optuna 5's constraints, so nothing here depends on what optuna-dashboard can read.
+A trial stored without a diagnosis (older studies) is diagnosed here from its stored metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from objectives.diagnosis import Diagnosis, ServingFacts
+from objectives.workload import WorkloadSpec
+from search.serving import PARAMS, default_batch
+from search.outputs.export import LoadedStudy
+from search.serving import parse_version
+from storage.models import TrialRecord
+
+FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
+CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
+
+
+@dataclass
+class TrialView:
+    number: int
+    kind: str  # baseline name, "search" or "duplicate"
+    status: str  # as stored: ok | failed | duplicate | interrupted
+    category: str  # feasible | infeasible | failed
+    values: list[float] | None  # objective values, None for failed trials (only penalties told)
+    params: dict[str, Any]
+    config: dict[str, Any]
+    flags: dict[str, Any]
+    metrics: dict[str, Any]
+    violated: dict[str, float]  # SLO key -> violation (> 0), server_ok excluded
+    failure: str | None
+    diagnosis: Diagnosis
+    on_front: bool = False
+    chosen: bool = False
+    baseline: str | None = None
+    duplicate_of: int | None = None
+    adjustments: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"trial {self.number}" + (f" ({self.baseline})" if self.baseline else "")
+
+
+def category_of(row: TrialRecord) -> str:
+    measured = row.status == "ok" or (row.status == "duplicate" and not row.failure_class)
+    if not measured:
+        return FAILED
+    return FEASIBLE if row.feasible else INFEASIBLE
+
+
+def facts_for(ls: LoadedStudy) -> ServingFacts:
+    """What the anti-pattern checks need, from what the study recorded (not from this machine)."""
+    rec = ls.record
+    label = rec.vllm_version
+    version = parse_version(label.split()[-1]) if label else ()
+
+    def accepts(flag: str) -> bool:
+        spec = next((p for p in PARAMS if p.flag == flag), None)
+        if spec is None or spec.removed_in is None or not version:
+            return True
+        return version < parse_version(spec.removed_in)
+
+    is_gpu = rec.hardware.get("device") == "cuda"
+    kv_per_token = model_max = None
+    try:
+        from search.serving import read_model_info
+
+        info = read_model_info(rec.model_path)
+        dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
+        kv_per_token, model_max = info.kv_bytes_per_token(dtype), info.max_position_embeddings
+    except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
+        pass
+    budget = None
+    if not is_gpu:
+        from search.serving.context import cpu_kv_budget_bytes
+
+        budget = cpu_kv_budget_bytes()
+    default_mns = default_batch(_hardware(rec.hardware))[1]
+    return ServingFacts(accepts=accepts, is_gpu=is_gpu, vllm_label=label, model_max_len=model_max,
+                        kv_bytes_per_token=kv_per_token, cpu_kv_budget_bytes=budget,
+                        default_max_num_seqs=default_mns)
+
+
+def _hardware(d: dict[str, Any]):
+    from search.serving import Gpu, Hardware
+
+    return Hardware(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", ""),
+                    cpu_cores=d.get("cpu_cores", 0), ram_gib=d.get("ram_gib", 0.0),
+                    gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", [])))
+
+
+def resolved_workload(ls: LoadedStudy) -> tuple[WorkloadSpec, dict[str, float]]:
+    """The workload as the study ran it (calibrated rate) and the idle-server medians."""
+    from search import calibration
+
+    cal = None
+    if ls.record.calibration:
+        cal = calibration.CalibrationResult.from_dict(ls.record.calibration)
+    try:
+        workload, _, _ = calibration.resolve(ls.scenario, cal)
+    except (ValueError, TypeError):
+        workload = ls.scenario.workload
+    return workload, (cal.unloaded if cal is not None else {})
+
+
+def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
+            chosen: bool = False) -> TrialView:
+    category = category_of(row)
+    failure = (f"{row.failure_class} ({row.failure_phase}): {row.failure_line or ''}".strip()
+               if row.failure_class else None)
+    violated = {k: float(v) for k, v in (row.constraints or {}).items()
+                if v is not None and v > 0 and k != "server_ok"}
+    kind = row.baseline or ("duplicate" if row.status == "duplicate" else "search")
+    return TrialView(
+        number=row.trial_number, kind=kind, status=row.status, category=category,
+        values=[float(v) for v in row.values] if category != FAILED and row.values else None,
+        params=dict(row.params or {}), config=dict(row.config or {}), flags=dict(row.flags or {}),
+        metrics=dict(row.metrics or {}), violated=violated, failure=failure, diagnosis=diagnosis,
+        on_front=on_front, chosen=chosen, baseline=row.baseline, duplicate_of=row.duplicate_of,
+        adjustments=[a.get("detail", "") for a in (row.adjustments or [])])
+
+
+def trial_views(ls: LoadedStudy) -> list[TrialView]:
+    workload, unloaded = resolved_workload(ls)
+    facts = None
+    front = {t.number for t in ls.front}
+    best = ls.chosen()
+    views = []
+    for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
+        if row.status == "interrupted":
+            continue
+        if row.diagnosis:
+            diag = Diagnosis.from_dict(row.diagnosis)
+        else:
+            facts = facts or facts_for(ls)
+            diag = Diagnosis.from_dict(_diagnose(row, workload, unloaded, facts))
+        views.append(view_of(row, diag, on_front=row.trial_number in front,
+                             chosen=best is not None and row.trial_number == best.number))
+    return views
+
+
+def _diagnose(row: TrialRecord, workload: WorkloadSpec, unloaded: dict[str, float],
+              facts: ServingFacts) -> dict[str, Any]:
+    from objectives.diagnosis import antipatterns, diagnose
+
+    d = diagnose(row.metrics or {}, row.config or {}, workload, constraints=row.constraints,
+                 failure_class=row.failure_class, failure_phase=row.failure_phase,
+                 failure_line=row.failure_line, unloaded=unloaded, facts=facts)
+    d.findings = antipatterns(row.config or {}, workload, facts=facts,
+                              metrics=row.metrics if d.bottleneck != "startup_failure" else None)
+    return d.as_dict()
+
+
+# --- the verdict in plain words ------------------------------------------------------------
+
+def fmt_value(v: Any) -> str:
+    """A metric or parameter value as people read it: 3 significant digits, thousands grouped."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def gains(ls: LoadedStudy, chosen: TrialView, views: list[TrialView]) -> list[str]:
+    """One sentence per baseline: how the chosen config compares, objective by objective."""
+    sc = ls.scenario
+    out = []
+    by_baseline = {v.baseline: v for v in views if v.baseline}
+    for name, base in by_baseline.items():
+        if base.number == chosen.number:
+            out.append(f"The chosen configuration is the {name} baseline itself: the search found "
+                       "nothing better under the selection rule.")
+            continue
+        if base.category == FAILED:
+            out.append(f"Baseline {name} (trial {base.number}) never served: {base.failure}. "
+                       "Any working configuration beats it.")
+            continue
+        parts = []
+        for obj in sc.objectives:
+            new, old = chosen.metrics.get(obj.metric), base.metrics.get(obj.metric)
+            if new is None or old is None:
+                continue
+            better = new > old if obj.direction == "maximize" else new < old
+            rel = f"{(new - old) / abs(old) * 100:+.0f}%" if old else "n/a"
+            parts.append(f"{obj.metric} {fmt_value(new)} vs {fmt_value(old)} ({rel}, "
+                         f"{'better' if better else 'worse' if new != old else 'same'})")
+        slo = ("meets every SLO" if base.category == FEASIBLE else
+               "violates " + ", ".join(base.violated))
+        out.append(f"Against {name} (trial {base.number}, which {slo}): " + "; ".join(parts) + ".")
+    return out
+
+
+def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, list[str]]:
+    """(chosen trial, sentences for the top of the report)."""
+    sc = ls.scenario
+    counts = {c: sum(v.category == c for v in views) for c in CATEGORIES}
+    chosen = next((v for v in views if v.chosen), None)
+    lines = [f"{len(views)} trials: {counts[FEASIBLE]} met every SLO, {counts[INFEASIBLE]} violated "
+             f"at least one, {counts[FAILED]} never served."]
+    if chosen is None:
+        lines.insert(0, "No configuration met every SLO, so none is recommended.")
+        measured = [v for v in views if v.category == INFEASIBLE]
+        if measured:
+            closest = min(measured, key=lambda v: sum(v.violated.values()))
+            lines.append(f"Closest: {closest.label}, violating " + ", ".join(
+                f"{k} by {v:.0%}" for k, v in closest.violated.items()) + ".")
+        return None, lines
+    rule = sc.selection
+    how = ("the knee of the feasible Pareto front" if rule.rule == "knee" else
+           f"best {rule.metric}" + (f", then best {rule.then} within {rule.tolerance:.0%}" if rule.then else ""))
+    objs = ", ".join(f"{o.metric} {fmt_value(chosen.metrics.get(o.metric))}" for o in sc.objectives)
+    settings = chosen.params if not chosen.baseline else chosen.config
+    changed = ", ".join(f"{k}={fmt_value(v)}" for k, v in settings.items()) or "vLLM's defaults"
+    n_front = sum(v.on_front for v in views)
+    lines.insert(0, f"Recommended: {chosen.label}, picked as {how} from the {n_front} "
+                    f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front. "
+                    f"It measured {objs} and meets every SLO. Settings: {changed}.")
+    lines[1:1] = gains(ls, chosen, views)
+    return chosen, lines

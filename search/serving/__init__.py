@@ -1,0 +1,30 @@
+"""Serving: everything about one vLLM server and nothing about studies.
+
+Which flags the installed vLLM takes (`registry`, `vllm_flags`), the machine (`hardware`), the
+model (`model_info`, `local_model`), the facts a launch depends on (`context`), starting and
+stopping a server as one process group with a guard (`server`, `server_guard`, `launch`), and why
+a start failed (`failures`). Other packages import from here, never from the modules inside.
+"""
+
+from search.serving.context import launch_context
+from search.serving.failures import Failure, FailureClass, classify
+from search.serving.hardware import Gpu, Hardware
+from search.serving.launch import command_line, launch
+from search.serving.local_model import build as build_default_model
+from search.serving.local_model import build_dummy_architecture
+from search.serving.model_info import ModelError, ModelInfo
+from search.serving.model_info import read as read_model_info
+from search.serving.registry import (PARAMS, REGISTRY, Adjustment, ConfigError, LaunchContext, ParamSpec,
+                                     ServerArgs, check_combination, default_batch, unsupported_reason)
+from search.serving.registry import resolve as resolve_server_args
+from search.serving.server import ServerFailed, StopReport, VllmServer
+from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
+
+__all__ = [
+    "PARAMS", "REGISTRY", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
+    "InstalledVllm", "LaunchContext", "ModelError", "ModelInfo", "ParamSpec", "ServerArgs",
+    "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
+    "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",
+    "launch", "launch_context", "parse_version", "read_model_info", "resolve_server_args",
+    "unsupported_reason",
+]

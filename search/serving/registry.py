@@ -1,0 +1,299 @@
+"""The one place that knows each tunable vLLM parameter.
+
+For every parameter: its flag, its type and valid range, since when it does something, when
+it was removed and what stands in for it. Whether the *installed* vLLM accepts a flag is read
+from its own parser (`search.serving.vllm_flags`), never assumed from a version table; the versions
+here only explain, in plain words, why something was dropped.
+
+`resolve()` turns canonical parameter values into the flags a server gets, dropping or
+substituting what the installed vLLM lacks; `check_combination()` catches configurations
+vLLM is known to reject, before any server starts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from search.serving.hardware import Hardware
+from search.serving.model_info import ModelInfo
+from search.serving.vllm_flags import InstalledVllm, parse_version
+
+Kind = Literal["int", "float", "bool", "choice"]
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    flag: str | None  # None: rendered by a per-device rule (memory_utilization)
+    kind: Kind
+    doc: str
+    low: float | None = None  # valid range as vLLM validates it (not a search range)
+    high: float | None = None
+    high_exclusive: bool = False
+    choices: tuple = ()
+    cpu_choices: tuple = ()  # where the CPU build accepts fewer values
+    removed_in: str | None = None
+    effective_since: str | None = None  # parses earlier, but has no effect on a dense model
+    substitute: str | None = None
+    substitute_value: Callable[[Any], Any] | None = None
+    substitute_note: str = ""
+
+
+def _delay_factor_to_interval(d: float) -> int:
+    # The V0 delay held a new prompt back d x (last prompt's latency); a prefill step costs
+    # roughly ten decode steps, so that is about 10*d steps of prefill-free decoding.
+    return 1 + int(math.floor(10 * float(d) + 0.5))
+
+
+PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec(
+        "scheduler_delay_factor", "--scheduler-delay-factor", "float",
+        "Delay (x previous prompt latency) before scheduling the next prompt; V0 scheduler only.",
+        low=0.0, removed_in="0.11.0",
+        substitute="prefill_schedule_interval", substitute_value=_delay_factor_to_interval,
+        substitute_note="prefill admitted once every N engine steps, N = 1 + round(10 x delay factor)",
+    ),
+    ParamSpec("max_num_seqs", "--max-num-seqs", "int",
+              "Most sequences scheduled in one step (batch width).", low=1),
+    ParamSpec("max_num_batched_tokens", "--max-num-batched-tokens", "int",
+              "Token budget of one step: prefill chunk plus decodes.", low=1),
+    ParamSpec(
+        "memory_utilization", None, "float",
+        "Device memory for weights + KV cache. GPU: --gpu-memory-utilization. CPU build: "
+        "--kv-cache-memory-bytes = value x the CPU KV budget (see README).",
+        low=0.0, high=1.0,
+    ),
+    ParamSpec("max_model_len", "--max-model-len", "int",
+              "Longest prompt + output a request may have; bounds KV reserved per sequence.", low=1),
+    ParamSpec("enable_chunked_prefill", "--enable-chunked-prefill", "bool",
+              "Split long prefills across steps so decodes keep running."),
+    ParamSpec("enable_prefix_caching", "--enable-prefix-caching", "bool",
+              "Reuse KV blocks of shared prompt prefixes."),
+    ParamSpec("long_prefill_token_threshold", "--long-prefill-token-threshold", "int",
+              "Prompts longer than this are prefilled at most this many tokens per step (0: off).",
+              low=0),
+    ParamSpec("max_num_active_seqs", "--max-num-active-seqs", "int",
+              "Cap on RUNNING requests below max_num_seqs (buffers and graphs stay sized by "
+              "max_num_seqs, so no recompile).", low=1),
+    ParamSpec("block_size", "--block-size", "choice", "Tokens per KV cache block.",
+              choices=(8, 16, 32, 64, 128, 256), cpu_choices=(32, 64, 128, 256)),
+    ParamSpec("prefill_schedule_interval", "--prefill-schedule-interval", "int",
+              "Admit new prefills once every N engine steps.", low=1, effective_since="0.33.0"),
+    ParamSpec("watermark", "--watermark", "float",
+              "Fraction of KV blocks kept free when admitting requests.",
+              low=0.0, high=1.0, high_exclusive=True),
+    ParamSpec("performance_mode", "--performance-mode", "choice",
+              "Preset that scales default batch sizes.",
+              choices=("balanced", "interactivity", "throughput")),
+    ParamSpec("disable_log_requests", "--disable-log-requests", "bool",
+              "Skip the per-request log lines (off by default since 0.12: --enable-log-requests).",
+              removed_in="0.12.0"),
+    ParamSpec("swap_space", "--swap-space", "float",
+              "CPU swap space (GiB) for preempted sequences.", low=0.0, removed_in="0.18.0"),
+)
+
+REGISTRY: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
+
+# What vLLM uses when max_num_batched_tokens / max_num_seqs are unset (EngineArgs.get_batch_defaults,
+# OPENAI_API_SERVER usage context). Needed to check a combination where only one side is set.
+def default_batch(hardware: Hardware) -> tuple[int, int]:
+    if not hardware.is_gpu:
+        return 2048, 128
+    mem = hardware.gpus[0].memory_gib
+    if mem >= 160:
+        return 16384, 1024
+    if mem >= 70 and "A100" not in hardware.gpus[0].name:
+        return 8192, 1024
+    return 2048, 256
+
+
+class ConfigError(ValueError):
+    """A configuration that vLLM would reject, found before starting anything."""
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    installed: InstalledVllm
+    hardware: Hardware
+    model: ModelInfo
+    cpu_kv_budget_bytes: int  # what memory_utilization=1.0 means on the CPU build
+    dtype: str | None = None  # serving dtype, for the KV size check
+
+    def version_at_least(self, v: str) -> bool:
+        return self.installed.version_tuple >= parse_version(v)
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    param: str
+    action: Literal["dropped", "substituted"]
+    detail: str
+    replacement: tuple[str, Any] | None = None
+
+    def as_dict(self) -> dict:
+        return {"param": self.param, "action": self.action, "detail": self.detail,
+                "replacement": list(self.replacement) if self.replacement else None}
+
+
+@dataclass
+class ServerArgs:
+    """What one server gets: canonical values as applied, and the flags that carry them."""
+
+    values: dict[str, Any]
+    flags: dict[str, Any]  # long option without "--" -> value; exactly the `vllm serve --config` keys
+    adjustments: list[Adjustment] = field(default_factory=list)
+
+    def cli(self, installed: InstalledVllm) -> list[str]:
+        args: list[str] = []
+        for key, value in self.flags.items():
+            flag = "--" + key
+            if isinstance(value, bool):
+                if value:
+                    args.append(flag)
+                elif installed.accepts("--no-" + key):
+                    args.append("--no-" + key)
+            else:
+                args += [flag, str(value)]
+        return args
+
+
+def unsupported_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
+    """Why the installed vLLM cannot take this parameter, or None if it can."""
+    label = ctx.installed.label()
+    if spec.flag is not None and not ctx.installed.accepts(spec.flag):
+        since = f"removed in vLLM {spec.removed_in}" if spec.removed_in else "not a flag"
+        return f"{spec.flag} is {since}; the installed {label} does not accept it"
+    if spec.effective_since and not ctx.version_at_least(spec.effective_since):
+        return (f"{spec.flag} parses in {label} but acts only on data-parallel MoE engines "
+                f"before {spec.effective_since}")
+    return None
+
+
+def _check_value(spec: ParamSpec, value: Any, ctx: LaunchContext, where: str) -> Any:
+    def bad(allowed: str) -> ConfigError:
+        return ConfigError(f"{where}: {spec.name}={value!r} is not allowed; allowed: {allowed}")
+
+    if spec.kind == "bool":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if spec.kind == "choice":
+        choices = spec.cpu_choices if (spec.cpu_choices and not ctx.hardware.is_gpu) else spec.choices
+        if value not in choices:
+            raise bad(", ".join(map(str, choices)))
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad(f"a number ({spec.kind})")
+    if spec.kind == "int":
+        if float(value) != int(value):
+            raise bad("an integer")
+        value = int(value)
+    else:
+        value = float(value)
+    if spec.low is not None and value < spec.low:
+        raise bad(f">= {spec.low:g}")
+    if spec.high is not None and (value >= spec.high if spec.high_exclusive else value > spec.high):
+        raise bad(f"{'<' if spec.high_exclusive else '<='} {spec.high:g}")
+    if spec.name == "memory_utilization" and value <= 0:
+        raise bad("a fraction in (0, 1]")
+    return value
+
+
+def _render(name: str, value: Any, ctx: LaunchContext) -> dict[str, Any]:
+    spec = REGISTRY.get(name)
+    if spec is None:
+        return {name.replace("_", "-"): value}
+    if name == "memory_utilization":
+        if ctx.hardware.is_gpu:
+            return {"gpu-memory-utilization": value}
+        return {"kv-cache-memory-bytes": int(value * ctx.cpu_kv_budget_bytes)}
+    return {spec.flag.removeprefix("--"): value}
+
+
+def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -> ServerArgs:
+    """Canonical values -> the flags this installed vLLM gets, with every drop/substitution said.
+
+    Keys that are not registry parameters pass through as vLLM flags (`dtype`, `enforce_eager`,
+    `load_format`, ...) if the installed vLLM accepts them; anything else is an error.
+    """
+    applied: dict[str, Any] = {}
+    adjustments: list[Adjustment] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        spec = REGISTRY.get(name)
+        if spec is None:
+            flag = "--" + name.replace("_", "-")
+            if not ctx.installed.accepts(flag):
+                raise ConfigError(
+                    f"{where}: {name!r} is neither a tunable parameter ({', '.join(REGISTRY)}) "
+                    f"nor a flag the installed {ctx.installed.label()} accepts ({flag})"
+                )
+            applied[name] = value
+            continue
+        value = _check_value(spec, value, ctx, where)
+        reason = unsupported_reason(spec, ctx)
+        if reason is None:
+            applied[name] = value
+            continue
+        sub = REGISTRY.get(spec.substitute) if spec.substitute else None
+        if sub is not None and unsupported_reason(sub, ctx) is None and sub.name not in values:
+            new_value = spec.substitute_value(value) if spec.substitute_value else value
+            applied[sub.name] = new_value
+            adjustments.append(Adjustment(
+                name, "substituted", f"{reason}; using {sub.flag} {new_value} instead "
+                f"({spec.substitute_note})", (sub.name, new_value)))
+        else:
+            why_not = ""
+            if sub is not None:
+                sub_reason = unsupported_reason(sub, ctx)
+                why_not = f"; its nearest knob {sub.flag} is no substitute here ({sub_reason})" \
+                    if sub_reason else f"; {sub.flag} is set explicitly"
+            adjustments.append(Adjustment(name, "dropped", f"{reason}{why_not}; not passed"))
+    flags: dict[str, Any] = {}
+    for name, value in applied.items():
+        flags.update(_render(name, value, ctx))
+    return ServerArgs(values=applied, flags=flags, adjustments=adjustments)
+
+
+def check_combination(values: dict[str, Any], ctx: LaunchContext,
+                      longest_request: int | None = None) -> list[str]:
+    """Known-invalid combinations (vLLM's own startup checks, run here in milliseconds)."""
+    problems: list[str] = []
+    model_max = ctx.model.max_position_embeddings
+    mml = values.get("max_model_len") or model_max
+    default_mnbt, default_mns = default_batch(ctx.hardware)
+    mnbt = values.get("max_num_batched_tokens")
+    mns = values.get("max_num_seqs")
+    chunked = values.get("enable_chunked_prefill", True) is not False
+    if mml > model_max:
+        problems.append(f"max_model_len ({mml}) is greater than the model's max_position_embeddings "
+                        f"({model_max})")
+    if mnbt is not None and mns is not None and mnbt < mns:
+        problems.append(f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns})")
+    if not chunked and mnbt is not None and mnbt < mml:
+        problems.append(f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}) "
+                        "with chunked prefill off: longer prompts could never be scheduled")
+    effective_mns = mns if mns is not None else min(default_mns, mnbt or default_mnbt)
+    active = values.get("max_num_active_seqs")
+    if active is not None and active > effective_mns:
+        problems.append(f"max_num_active_seqs ({active}) cannot be greater than max_num_seqs "
+                        f"({effective_mns})")
+    lpt = values.get("long_prefill_token_threshold")
+    if lpt is not None and lpt > mml:
+        problems.append(f"long_prefill_token_threshold ({lpt}) cannot be greater than "
+                        f"max_model_len ({mml})")
+    if longest_request is not None and longest_request > mml:
+        problems.append(f"the workload's longest request ({longest_request} tokens, prompt + output) "
+                        f"does not fit max_model_len ({mml}); vLLM would reject or truncate it")
+    util = values.get("memory_utilization")
+    if util is not None and not ctx.hardware.is_gpu:
+        kv_bytes = int(util * ctx.cpu_kv_budget_bytes)
+        per_token = ctx.model.kv_bytes_per_token(ctx.dtype)
+        if kv_bytes < per_token * mml:
+            problems.append(
+                f"memory_utilization {util:.2f} gives {kv_bytes / 2**20:.0f} MiB of KV cache, less "
+                f"than one {mml}-token request needs ({per_token * mml / 2**20:.0f} MiB)")
+    return problems

@@ -1,0 +1,260 @@
+"""Starts, watches and stops one vLLM server, and never leaves one behind.
+
+* binds 127.0.0.1 on a free port, in its own process group (see `server_guard`), log to a file;
+* waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
+  the timeout, and classifying it from the log (`search.serving.failures`);
+* stops the whole group (TERM, then KILL) and returns only once no process of the group is
+  left, the port no longer listens and, on a GPU, the memory is back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from search.serving.failures import Failure, FailureClass, classify
+from search.serving.hardware import gpu_memory_used_mib
+from search.serving.paths import vllm_cache_root
+
+HOST = "127.0.0.1"
+API_MODULE = "vllm.entrypoints.openai.api_server"
+POLL_S = 0.25
+
+
+class ServerFailed(RuntimeError):
+    def __init__(self, failure: Failure):
+        super().__init__(failure.summary())
+        self.failure = failure
+
+
+@dataclass
+class LaunchSpec:
+    model: Path | None  # None: the args name it (e.g. via --config FILE)
+    args: list[str]  # vLLM flags, without --model/--host/--port
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable
+    startup_timeout_s: float = 300.0
+    stop_grace_s: float = 15.0
+    gpu: bool = False
+
+    def command(self, port: int) -> list[str]:
+        # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
+        # it ignores a positional model, hence always --model.
+        model = ["--model", str(self.model)] if self.model is not None else []
+        return [self.python, "-m", API_MODULE, *model, "--host", HOST, "--port", str(port), *self.args]
+
+
+@dataclass(frozen=True)
+class StopReport:
+    seconds: float
+    killed: bool  # needed SIGKILL after the grace period
+    port_freed: bool
+    gpu_memory_released: bool | None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_listening(port: int) -> bool:
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # pragma: no cover - non-root on some kernels
+        with socket.socket() as s:
+            return s.connect_ex((HOST, port)) == 0
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    alive = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return alive
+
+
+_LIVE: set["VllmServer"] = set()
+
+
+def stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+class VllmServer:
+    """One server process group. Use as a context manager, or call start()/stop()."""
+
+    def __init__(self, spec: LaunchSpec):
+        self.spec = spec
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self._pipe_w: int | None = None
+        self._log = None
+        self.started_at: float | None = None
+        self.ready_s: float | None = None
+        self._gpu_baseline: list[float] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root()))
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the KV size comes from our flags only
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.spec.env)
+        return env
+
+    def start(self) -> None:
+        """Start and wait until healthy; raises ServerFailed (already stopped) otherwise."""
+        if self.spec.gpu:
+            self._gpu_baseline = gpu_memory_used_mib()
+        self.port = free_port()
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.spec.log_path, "ab")
+        read_fd, self._pipe_w = os.pipe()
+        cmd = [sys.executable, "-m", "search.serving.server_guard", str(read_fd), "--",
+               *self.spec.command(self.port)]
+        self._log.write(("$ " + " ".join(cmd[4:]) + "\n").encode())
+        self._log.flush()
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self._env(), start_new_session=True, pass_fds=(read_fd,),
+        )
+        os.close(read_fd)
+        _LIVE.add(self)
+        try:
+            self._wait_healthy()
+        except ServerFailed:
+            self.stop()
+            raise
+        self.ready_s = time.monotonic() - self.started_at
+
+    def _wait_healthy(self) -> None:
+        deadline = self.started_at + self.spec.startup_timeout_s
+        while True:
+            failure = self.poll_failure(phase="startup")
+            if failure is not None:
+                raise ServerFailed(failure)
+            if self.healthy(timeout=2.0):
+                return
+            if time.monotonic() > deadline:
+                lines = [x for x in self.log_text().splitlines() if x.strip()]
+                raise ServerFailed(Failure(
+                    FailureClass.START_TIMEOUT,
+                    f"not healthy after {self.spec.startup_timeout_s:.0f} s; last log line: "
+                    f"{lines[-1][:300] if lines else '(empty)'}",
+                    phase="startup", elapsed_s=self.elapsed(), log_path=str(self.spec.log_path)))
+            time.sleep(POLL_S)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        try:
+            conn.request("GET", "/health")
+            return conn.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started_at if self.started_at else 0.0
+
+    def log_text(self) -> str:
+        try:
+            return self.spec.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def poll_failure(self, phase: str) -> Failure | None:
+        """If the server has exited, why. Call during load to catch a crash mid-run."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        rc = self.proc.returncode
+        cls, line = classify(self.log_text(), rc)
+        return Failure(cls, line, phase=phase, returncode=rc, elapsed_s=self.elapsed(),
+                       log_path=str(self.spec.log_path))
+
+    # -- stop --------------------------------------------------------------------------------
+
+    def stop(self) -> StopReport | None:
+        if self.proc is None:
+            return None
+        t0 = time.monotonic()
+        pgid, killed = self.proc.pid, False
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = t0 + self.spec.stop_grace_s
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if group_members(pgid):
+            killed = True
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while group_members(pgid) and time.monotonic() < deadline + 30:
+                time.sleep(POLL_S)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        port_freed = self._wait(lambda: not port_listening(self.port), 30)
+        gpu_released = None
+        if self.spec.gpu and self._gpu_baseline is not None:
+            base = self._gpu_baseline
+            gpu_released = self._wait(
+                lambda: all(u <= b + 512 for u, b in zip(gpu_memory_used_mib(), base)), 60)
+        if self._pipe_w is not None:
+            os.close(self._pipe_w)
+            self._pipe_w = None
+        if self._log:
+            self._log.close()
+        _LIVE.discard(self)
+        self.proc = None
+        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released)
+
+    @staticmethod
+    def _wait(cond, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if cond():
+                return True
+            time.sleep(POLL_S)
+        return cond()

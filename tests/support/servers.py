@@ -1,0 +1,32 @@
+"""Real vLLM servers in tests: quick-starting values, and the process groups a run leaves."""
+
+import os
+
+import psutil
+
+from search.serving.server import group_members
+
+
+def quick_server_values(ctx, **overrides):
+    """A fast-starting server on the default model: eager, small KV cache."""
+    values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
+              "memory_utilization": 0.25}
+    values.update(overrides)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def server_groups(root_pid: int) -> set[int]:
+    """Process groups of the vLLM servers below a process (the tuner, or this test)."""
+    groups = set()
+    for child in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if "server_guard" in " ".join(child.cmdline()):
+                groups.add(os.getpgid(child.pid))
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            continue
+    return groups
+
+
+def leftovers(groups: set[int]) -> list[str]:
+    """Live (non-zombie) processes left in those groups."""
+    return [f"{p.pid} {p.name()}" for g in groups for p in group_members(g)]

@@ -1,0 +1,24 @@
+"""The command line on bad input: clear errors, before any server starts."""
+
+from tests.support.cli import autotune
+
+
+def test_malformed_scenario_is_rejected_before_any_server_starts(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntitle: t\nworkload:\n  endpoint: chat\n  num_requests: 4\n"
+                   "  arrival: {mode: closed, concurrency: 1}\n  prompt_tokens: 10\n  output_tokens: 4\n"
+                   "objectives:\n  - {metric: ttft_p95_ms, direction: minimize}\n"
+                   "search_space:\n  max_num_seqs: {low: 4, high: 2}\n  gpu_util: {low: 0.1, high: 0.9}\n")
+    proc = autotune("search", bad, "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--runs-dir", tmp_path,
+                    timeout=120)
+    assert proc.returncode == 2
+    assert f"autotune: error: {bad}: invalid scenario" in proc.stderr
+    assert "search_space: unknown parameter(s) gpu_util; tunable parameters:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "bad").exists()  # no study dir: nothing was started
+
+
+def test_unknown_scenario_name(tmp_path):
+    proc = autotune("search", "chatbot", "--runs-dir", tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown scenario 'chatbot'; built-in scenarios: api_service, batch_processing, mixed, online_chat" in proc.stderr
