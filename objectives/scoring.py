@@ -17,6 +17,8 @@ from objectives.metrics import BASE_KEYS, PER_CLASS_KEYS
 from objectives.server_metrics import SERVER_KEYS
 
 NAN_VIOLATION = 1.0
+# Every trial's first constraint: the server started and served the load.
+SERVER_OK = "server_ok"
 # Worst case for a minimized metric that is not a latency: finite, so samplers can use it.
 LARGE_PENALTY = 1e9
 
@@ -79,14 +81,19 @@ def penalty_values(objectives: list[ObjectiveSpec], request_timeout_s: float) ->
 
 
 def score(flat_metrics: dict[str, float], objectives: list[ObjectiveSpec],
-          slos: list[SLOSpec] = (), request_timeout_s: float = 300.0) -> Score:
-    """The objective vector (NaN or missing -> the penalty value) and the SLO constraints."""
+          slos: list[SLOSpec] = (), request_timeout_s: float = 300.0, *, served: bool = True) -> Score:
+    """The objective vector (NaN or missing -> the penalty value) and the SLO constraints.
+
+    A server that never served scores as if nothing was measured: penalties, every SLO violated,
+    and the `server_ok` constraint violated too."""
+    metrics = flat_metrics if served else {}
     penalties = penalty_values(objectives, request_timeout_s)
     values = []
     for o, penalty in zip(objectives, penalties):
-        v = flat_metrics.get(o.metric, math.nan)
+        v = metrics.get(o.metric, math.nan)
         values.append(penalty if v is None or math.isnan(v) else float(v))
-    constraints = {_slo_key(s): s.violation(flat_metrics.get(s.metric, math.nan)) for s in slos}
+    constraints = {_slo_key(s): s.violation(metrics.get(s.metric, math.nan)) for s in slos}
+    constraints[SERVER_OK] = -1.0 if served else 1.0
     return Score(values, constraints, all(c <= 0 for c in constraints.values()))
 
 

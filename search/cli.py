@@ -145,6 +145,8 @@ def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = Fals
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from search.samplers import DEFAULT_SAMPLER, SAMPLERS
+
     parser = argparse.ArgumentParser(prog="autotune", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -165,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_target(search, scenario_required=True)
     search.add_argument("--trials", type=int, default=None, help="budget in finished trials (baselines included)")
     search.add_argument("--timeout-min", type=float, default=None, help="wall-time budget")
-    search.add_argument("--sampler", default="tpe", choices=["tpe", "nsga2", "gp", "random", "grid"])
+    search.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
     search.add_argument("--seed", type=int, default=0)
     search.set_defaults(func=_cmd_search)
 

@@ -9,7 +9,6 @@ finished from its stored record or, if it never got that far, run again with the
 from __future__ import annotations
 
 import fcntl
-import math
 import os
 import signal
 import time
@@ -30,18 +29,18 @@ from objectives.scoring import Score, score
 from search import calibration as calibration_mod
 from search.outputs import dashboard
 from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
+from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.serving import launch_context
 from search.outputs.progress import StudyProgress
 from search.serving import LaunchContext
 from search.scenario import Scenario
 from storage import queries
-from storage.models import StudyRecord, TrialRecord
+from storage.models import StudyRecord, TrialRecord, TrialStatus
 
 DEFAULT_RUNS_DIR = Path("runs")
 # vLLM's own --gpu-memory-utilization default, set explicitly: on the CPU build it then means
 # 0.92 of the KV budget rather than 0.92 of the machine's RAM (which fails on a shared host).
 VLLM_DEFAULT_MEMORY_UTILIZATION = 0.92
-SERVER_OK = "server_ok"
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 
 
@@ -57,7 +56,7 @@ class StudyOptions:
     model: str | None = None
     storage: str | None = None
     study_name: str | None = None
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     seed: int = 0
     runs_dir: Path = DEFAULT_RUNS_DIR
 
@@ -143,28 +142,6 @@ def prepare(opts: StudyOptions) -> Prepared:
     storage_url = opts.storage or default_storage(opts.runs_dir)
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
                     study_name, storage_url, opts.runs_dir / study_name)
-
-
-def make_sampler(name: str, seed: int, dists: dict[str, Any], budget: int) -> optuna.samplers.BaseSampler:
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, min(10, budget // 3)))
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, budget // 3)))
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(3, min(10, budget // 3)))
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "grid":
-        grid = {}
-        for k, d in dists.items():
-            if isinstance(d, optuna.distributions.CategoricalDistribution):
-                grid[k] = list(d.choices)
-            else:  # three points per range: ends and (geometric) middle
-                mid = math.sqrt(d.low * d.high) if d.log else (d.low + d.high) / 2
-                mid = int(round(mid)) if isinstance(d, optuna.distributions.IntDistribution) else mid
-                grid[k] = sorted({d.low, mid, d.high})
-        return optuna.samplers.GridSampler(grid, seed=seed)
-    raise ValueError(f"unknown sampler {name!r}; choose one of tpe, nsga2, gp, random, grid")
 
 
 class _Interrupted(Exception):
@@ -257,7 +234,7 @@ class StudyRunner:
         stored = {r.trial_number: r for r in queries.trial_records(session, rec)}
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             row = stored.get(t.number)
-            if row is not None and row.status in ("ok", "failed", "duplicate") and row.values:
+            if row is not None and row.values:
                 self._tell(t.number, row.values, row.constraints, {})
                 self.progress.note(f"trial {t.number}: finished from its stored record")
                 continue
@@ -269,9 +246,8 @@ class StudyRunner:
     # -- one trial ---------------------------------------------------------------------------------
 
     def _score(self, metrics: dict[str, float], ok: bool) -> Score:
-        """A server that never served scores as if nothing was measured: penalties, SLOs violated."""
-        return score(metrics if ok else {}, self.sc.objectives, self.slos,
-                     request_timeout_s=self.workload.request_timeout_s)
+        return score(metrics, self.sc.objectives, self.slos,
+                     request_timeout_s=self.workload.request_timeout_s, served=ok)
 
     def _tell(self, number: int, values: list[float], constraints: dict[str, float],
               user_attrs: dict[str, Any]) -> None:
@@ -301,9 +277,9 @@ class StudyRunner:
         earlier = queries.earlier_run_of(session, rec, plan.fingerprint)
         started = datetime.now(timezone.utc).replace(tzinfo=None)
         if earlier is not None:
-            status, failure = "duplicate", None
+            status, failure = TrialStatus.DUPLICATE, None
             metrics, diagnostics = earlier.metrics, earlier.server_diagnostics
-            ok = earlier.status == "ok"
+            ok = earlier.status == TrialStatus.OK
             timings, log_path, command = {}, earlier.log_path, earlier.command
             failure_fields = dict(failure_class=earlier.failure_class, failure_phase=earlier.failure_phase,
                                   failure_line=earlier.failure_line)
@@ -313,7 +289,7 @@ class StudyRunner:
                                        goodput=self.goodput,
                                        startup_timeout_s=self.sc.server.startup_timeout_s,
                                        on_phase=self.progress.set_phase)
-            ok, status, failure = outcome.status == "ok", outcome.status, outcome.failure
+            ok, status, failure = outcome.status == TrialStatus.OK, outcome.status, outcome.failure
             metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
             timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
             started = outcome.started_at
@@ -322,8 +298,8 @@ class StudyRunner:
                                   failure_line=failure.line if failure else None)
         self.progress.set_phase("scoring")
         s = self._score(metrics, ok)
-        constraints = {**s.constraints, SERVER_OK: -1.0 if ok else 1.0}
-        feasible = ok and s.feasible
+        constraints = s.constraints
+        feasible = s.feasible
         client_behind = bool(metrics.get("client_behind", 0))
         diagnosis = diagnose_trial(metrics, config, self.workload, failure_fields["failure_class"],
                                    failure_phase=failure_fields["failure_phase"],
@@ -379,7 +355,7 @@ class StudyRunner:
         return ", ".join(f"{n} {v:.4g}" for n, v in zip(self.sc.objective_names, values))
 
     def _summary(self, status, values, feasible, failure_fields, client_behind) -> str:
-        if status == "failed":
+        if status == TrialStatus.FAILED:
             return f"failed: {failure_fields['failure_class']}: {(failure_fields['failure_line'] or '')[:120]}"
         text = f"{self._fmt(values)}; {'feasible' if feasible else 'violates SLOs'}"
         if client_behind:
@@ -397,7 +373,7 @@ class StudyRunner:
         """Trials that cost a server start. Pre-check rejections and repeats of an earlier
         trial's flags cost nothing and do not count against the budget."""
         return sum(1 for r in queries.trial_records(session, rec)
-                   if r.status in ("ok", "failed") and r.failure_phase != "precheck")
+                   if TrialStatus(r.status).cost_a_start and r.failure_phase != "precheck")
 
     def _lock(self):
         """One tuner per study: a second one would re-queue the first one's running trial."""

@@ -19,6 +19,7 @@ from objectives.metrics import GoodputSLO
 from objectives.workload import WorkloadSpec
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
                             check_combination, command_line, launch, resolve_server_args)
+from storage.models import TrialStatus
 
 PhaseCallback = Callable[[str], None]
 
@@ -40,7 +41,7 @@ class TrialPlan:
 
 @dataclass
 class TrialOutcome:
-    status: str  # ok | failed
+    status: TrialStatus  # OK or FAILED
     failure: Failure | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     server_diagnostics: dict[str, Any] = field(default_factory=dict)
@@ -76,7 +77,7 @@ def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: P
         goodput: GoodputSLO | None = None, startup_timeout_s: float = 300,
         on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
     log_path = run_dir / f"trial-{trial.number:04d}" / "server.log"
-    outcome = TrialOutcome(status="failed", log_path=log_path,
+    outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
                            command=command_line(ctx, trial.server_args))
     if trial.problems:
         outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(trial.problems), phase="precheck")
@@ -94,7 +95,7 @@ def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: P
         outcome.timings["load_s"] = time.monotonic() - t1
         outcome.metrics = result.flat_metrics()
         outcome.server_diagnostics = result.server_diagnostics()
-        outcome.status = "ok"
+        outcome.status = TrialStatus.OK
     except ServerFailed as e:
         outcome.failure = e.failure
     finally:

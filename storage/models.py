@@ -9,6 +9,7 @@ every finished trial so the front's history can be queried and plotted.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
@@ -17,6 +18,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class TrialStatus(StrEnum):
+    """What became of a trial; stored as its value."""
+
+    OK = "ok"  # the server started and the load ran: measured
+    FAILED = "failed"  # never measured: pre-check rejection, failed start, or the server died
+    DUPLICATE = "duplicate"  # same flags as an earlier trial: its result reused, no server started
+
+    @property
+    def cost_a_start(self) -> bool:
+        return self in (TrialStatus.OK, TrialStatus.FAILED)
 
 
 class Base(DeclarativeBase):
@@ -53,8 +66,7 @@ class TrialRecord(Base):
     study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"), index=True)
     trial_number: Mapped[int] = mapped_column(Integer)
     baseline: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    # ok | failed | duplicate | interrupted
-    status: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(32))  # a TrialStatus value
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
     failure_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
     failure_phase: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, event, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 
-from storage.models import Base, ParetoMember, ParetoSnapshot, StudyRecord, TrialRecord
+from storage.models import Base, ParetoMember, ParetoSnapshot, StudyRecord, TrialRecord, TrialStatus
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
 
@@ -63,7 +63,7 @@ def earlier_run_of(session: Session, study: StudyRecord, fingerprint: str) -> Tr
     return session.scalar(
         select(TrialRecord)
         .where(TrialRecord.study_id == study.id, TrialRecord.fingerprint == fingerprint,
-               TrialRecord.status.in_(("ok", "failed")))
+               TrialRecord.status.in_((TrialStatus.OK, TrialStatus.FAILED)))
         .order_by(TrialRecord.trial_number))
 
 

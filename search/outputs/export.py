@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from search import pareto
 from search.scenario import Scenario
 from storage import queries
-from storage.models import StudyRecord, TrialRecord
+from storage.models import StudyRecord, TrialRecord, TrialStatus
 
 
 @dataclass
@@ -42,7 +42,7 @@ class LoadedStudy:
     def baselines(self) -> dict[str, TrialRecord]:
         out = {}
         for row in self.trials.values():
-            if row.baseline and row.status != "interrupted" and row.baseline not in out:
+            if row.baseline and row.baseline not in out:
                 out[row.baseline] = row
         return out
 
@@ -84,7 +84,7 @@ def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -
     for name in names:
         lines.append(f"  {name}: {_num(row.metrics.get(name))}")
     for bname, brow in ls.baselines().items():
-        if brow.status == "failed":
+        if brow.status == TrialStatus.FAILED:
             lines.append(f"baseline {bname} (trial {brow.trial_number}): failed: {brow.failure_class}: "
                          f"{(brow.failure_line or '')[:100]}")
             continue

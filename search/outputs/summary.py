@@ -6,6 +6,7 @@ from rich.table import Table
 
 from search.outputs.export import LoadedStudy
 from search.outputs.trial_views import fmt_value
+from storage.models import TrialStatus
 
 
 def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
@@ -24,8 +25,8 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     for row in rows:
         mark = " *" if chosen is not None and row.trial_number == chosen.number else (
             " p" if row.trial_number in front else "")
-        kind = row.baseline or ("duplicate" if row.status == "duplicate" else "search")
-        if row.status == "failed" or (row.status == "duplicate" and row.failure_class):
+        kind = row.baseline or ("duplicate" if row.status == TrialStatus.DUPLICATE else "search")
+        if row.status == TrialStatus.FAILED or (row.status == TrialStatus.DUPLICATE and row.failure_class):
             values = ["-"] * len(sc.objective_names)
             slo = f"[red]failed: {row.failure_class}[/]"
         else:

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objectives.diagnosis import Diagnosis, ServingFacts
+from objectives.scoring import SERVER_OK
 from objectives.workload import WorkloadSpec
 from search.serving import PARAMS, default_batch
 from search.outputs.export import LoadedStudy
 from search.serving import parse_version
-from storage.models import TrialRecord
+from storage.models import TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
 CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
@@ -26,7 +27,7 @@ CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
 class TrialView:
     number: int
     kind: str  # baseline name, "search" or "duplicate"
-    status: str  # as stored: ok | failed | duplicate | interrupted
+    status: str  # a TrialStatus value
     category: str  # feasible | infeasible | failed
     values: list[float] | None  # objective values, None for failed trials (only penalties told)
     params: dict[str, Any]
@@ -48,7 +49,7 @@ class TrialView:
 
 
 def category_of(row: TrialRecord) -> str:
-    measured = row.status == "ok" or (row.status == "duplicate" and not row.failure_class)
+    measured = row.status == TrialStatus.OK or (row.status == TrialStatus.DUPLICATE and not row.failure_class)
     if not measured:
         return FAILED
     return FEASIBLE if row.feasible else INFEASIBLE
@@ -115,8 +116,8 @@ def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
     failure = (f"{row.failure_class} ({row.failure_phase}): {row.failure_line or ''}".strip()
                if row.failure_class else None)
     violated = {k: float(v) for k, v in (row.constraints or {}).items()
-                if v is not None and v > 0 and k != "server_ok"}
-    kind = row.baseline or ("duplicate" if row.status == "duplicate" else "search")
+                if v is not None and v > 0 and k != SERVER_OK}
+    kind = row.baseline or ("duplicate" if row.status == TrialStatus.DUPLICATE else "search")
     return TrialView(
         number=row.trial_number, kind=kind, status=row.status, category=category,
         values=[float(v) for v in row.values] if category != FAILED and row.values else None,
@@ -133,8 +134,6 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
     best = ls.chosen()
     views = []
     for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
-        if row.status == "interrupted":
-            continue
         if row.diagnosis:
             diag = Diagnosis.from_dict(row.diagnosis)
         else:

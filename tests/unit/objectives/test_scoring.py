@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from objectives.scoring import (LARGE_PENALTY, ObjectiveSpec, SLOSpec, penalty_values, score,
+from objectives.scoring import (LARGE_PENALTY, SERVER_OK, ObjectiveSpec, SLOSpec, penalty_values, score,
                                 validate_metric_names)
 
 OBJ = [ObjectiveSpec(metric="ttft_p95_ms", direction="minimize"),
@@ -16,7 +16,7 @@ OBJ = [ObjectiveSpec(metric="ttft_p95_ms", direction="minimize"),
 
 def test_objective_vector_in_order():
     s = score({"ttft_p95_ms": 120.0, "output_throughput": 380.0}, OBJ)
-    assert s.values == [120.0, 380.0] and s.constraints == {} and s.feasible
+    assert s.values == [120.0, 380.0] and s.constraints == {SERVER_OK: -1.0} and s.feasible
 
 
 def test_constraints_are_normalized_and_positive_when_violated():
@@ -25,7 +25,7 @@ def test_constraints_are_normalized_and_positive_when_violated():
     s = score({"ttft_p95_ms": 150.0, "output_throughput": 500.0, "error_rate": 0.0}, OBJ, slos)
     assert s.constraints == {"ttft_p95_ms<=100": pytest.approx(0.5),
                              "output_throughput>=400": pytest.approx(-0.25),
-                             "error_rate<=0.01": pytest.approx(-1.0)}
+                             "error_rate<=0.01": pytest.approx(-1.0), SERVER_OK: -1.0}
     assert not s.feasible
     ok = score({"ttft_p95_ms": 90.0, "output_throughput": 500.0, "error_rate": 0.0}, OBJ, slos)
     assert ok.feasible and all(v <= 0 for v in ok.constraints.values())
@@ -38,6 +38,13 @@ def test_nan_metric_violates_its_slo_and_takes_the_penalty_value():
     assert s.constraints["ttft_p95_ms<=100"] == 1.0 and not s.feasible
     never_served = score({}, OBJ, slos, request_timeout_s=60)
     assert never_served.values == [60_000.0, 0.0] and not never_served.feasible
+
+
+def test_a_server_that_never_served_scores_penalties_whatever_it_measured():
+    slos = [SLOSpec(metric="ttft_p95_ms", max=100.0)]
+    s = score({"ttft_p95_ms": 50.0, "output_throughput": 900.0}, OBJ, slos, request_timeout_s=60, served=False)
+    assert s.values == [60_000.0, 0.0]
+    assert s.constraints == {"ttft_p95_ms<=100": 1.0, SERVER_OK: 1.0} and not s.feasible
 
 
 def test_penalty_values():
