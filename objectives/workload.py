@@ -14,15 +14,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo,
                       field_validator, model_validator)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from objectives.prompts import Request
-    from objectives.tokenizer import PromptTokenizer
 
 DistName = Literal["fixed", "uniform", "normal", "lognormal", "empirical"]
 ArrivalMode = Literal["poisson", "gamma", "constant", "burst", "closed"]

@@ -27,20 +27,16 @@ from objectives.diagnosis import diagnose_trial
 from objectives.metrics import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
-from search.outputs import dashboard
 from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
-from search.samplers import DEFAULT_SAMPLER, make_sampler
-from search.serving import launch_context
+from search.outputs import dashboard
 from search.outputs.progress import StudyProgress
-from search.serving import LaunchContext
+from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.scenario import Scenario
+from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context
 from storage import queries
-from storage.models import StudyRecord, TrialRecord, TrialStatus
+from storage.models import StudyRecord, TrialStatus
 
 DEFAULT_RUNS_DIR = Path("runs")
-# vLLM's own --gpu-memory-utilization default, set explicitly: on the CPU build it then means
-# 0.92 of the KV budget rather than 0.92 of the machine's RAM (which fails on a shared host).
-VLLM_DEFAULT_MEMORY_UTILIZATION = 0.92
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 
 
@@ -107,7 +103,7 @@ def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any
     compiled serving was only 4-12% faster. The exported config then says enforce-eager too,
     so what is deployed is what was measured.
     """
-    essentials: dict[str, Any] = {"memory_utilization": VLLM_DEFAULT_MEMORY_UTILIZATION}
+    essentials: dict[str, Any] = {"memory_utilization": DEFAULT_MEMORY_UTILIZATION}
     if ctx.dtype:
         essentials["dtype"] = ctx.dtype
     if not ctx.hardware.is_gpu:

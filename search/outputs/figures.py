@@ -7,7 +7,6 @@ no measured value), open diamonds are baselines, the gold star is the chosen con
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Sequence
 

@@ -15,13 +15,14 @@ from search.serving.local_model import build_dummy_architecture
 from search.serving.model_info import ModelError, ModelInfo
 from search.serving.model_info import read as read_model_info
 from search.serving.registry import (PARAMS, REGISTRY, Adjustment, ConfigError, LaunchContext, ParamSpec,
-                                     ServerArgs, check_combination, default_batch, unsupported_reason)
+                                     ServerArgs, check_combination, unsupported_reason)
 from search.serving.registry import resolve as resolve_server_args
 from search.serving.server import ServerFailed, StopReport, VllmServer
+from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
 
 __all__ = [
-    "PARAMS", "REGISTRY", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
+    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
     "InstalledVllm", "LaunchContext", "ModelError", "ModelInfo", "ParamSpec", "ServerArgs",
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",

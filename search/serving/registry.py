@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal
 
 from search.serving.hardware import Hardware
 from search.serving.model_info import ModelInfo
+from search.serving.vllm_defaults import default_batch
 from search.serving.vllm_flags import InstalledVllm, parse_version
 
 Kind = Literal["int", "float", "bool", "choice"]
@@ -95,19 +96,6 @@ PARAMS: tuple[ParamSpec, ...] = (
 )
 
 REGISTRY: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
-
-# What vLLM uses when max_num_batched_tokens / max_num_seqs are unset (EngineArgs.get_batch_defaults,
-# OPENAI_API_SERVER usage context). Needed to check a combination where only one side is set.
-def default_batch(hardware: Hardware) -> tuple[int, int]:
-    if not hardware.is_gpu:
-        return 2048, 128
-    mem = hardware.gpus[0].memory_gib
-    if mem >= 160:
-        return 16384, 1024
-    if mem >= 70 and "A100" not in hardware.gpus[0].name:
-        return 8192, 1024
-    return 2048, 256
-
 
 class ConfigError(ValueError):
     """A configuration that vLLM would reject, found before starting anything."""

@@ -9,13 +9,12 @@ import textwrap
 import time
 import urllib.request
 
-import psutil
 import pytest
 
 from search.serving import registry
 from search.serving.failures import FailureClass
 from search.serving.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
-from tests.support.servers import leftovers, quick_server_values, server_groups
+from tests.support.servers import quick_server_values, server_groups
 
 pytestmark = pytest.mark.vllm
 

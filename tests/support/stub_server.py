@@ -26,7 +26,6 @@ import json
 import socket
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 
 from aiohttp import web

@@ -2,7 +2,6 @@
 benchmarks/record_diagnosis_runs.py), and the seeds' anti-patterns on configurations."""
 
 import json
-from pathlib import Path
 
 import pytest
 

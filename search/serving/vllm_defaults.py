@@ -1,0 +1,26 @@
+"""What vLLM does when a flag is not given: the one place these numbers live.
+
+Flags vLLM removed live with their parameter in `registry.PARAMS` (`removed_in`).
+"""
+
+from __future__ import annotations
+
+from search.serving.hardware import Hardware
+
+# vLLM's own --gpu-memory-utilization default. The study sets it explicitly: on the CPU build it
+# then means 0.92 of the KV budget rather than 0.92 of the machine's RAM (which fails on a
+# shared host).
+DEFAULT_MEMORY_UTILIZATION = 0.92
+
+
+# What vLLM uses when max_num_batched_tokens / max_num_seqs are unset (EngineArgs.get_batch_defaults,
+# OPENAI_API_SERVER usage context). Needed to check a combination where only one side is set.
+def default_batch(hardware: Hardware) -> tuple[int, int]:
+    if not hardware.is_gpu:
+        return 2048, 128
+    mem = hardware.gpus[0].memory_gib
+    if mem >= 160:
+        return 16384, 1024
+    if mem >= 70 and "A100" not in hardware.gpus[0].name:
+        return 8192, 1024
+    return 2048, 256
