@@ -14,17 +14,20 @@ URL      ?=
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast search export report dashboard load params bench bench-startup bench-load clean
+.PHONY: setup test test-fast lint-imports search export report dashboard load params bench bench-startup bench-load clean
 
 setup:
 	@bash scripts/setup.sh
 
-test: setup
-	@bash scripts/setup_browser.sh   ## Debian chromium for tests/test_browser.py
+test: setup lint-imports
+	@bash scripts/setup_browser.sh   ## Debian chromium for tests/integration/test_browser.py
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-test-fast: setup   ## unit tests only: no vLLM server
+test-fast: setup lint-imports   ## unit tests only: no vLLM server
 	$(BIN)/python -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
+
+lint-imports: setup   ## the package layering of docs/architecture.md (pyproject: tool.importlinter)
+	$(BIN)/lint-imports --no-cache
 
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
