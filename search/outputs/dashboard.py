@@ -30,8 +30,8 @@ from objectives.diagnosis import Diagnosis, summarize
 from search.outputs import export, figures
 from search.outputs.report import searched_params
 from search.scenario import Scenario
-from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, TrialView, fmt_value, trial_views, verdict,
-                                 view_of)
+from search.outputs.format import fmt_value
+from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict, view_of
 from storage import queries
 from storage.models import TrialRecord
 
@@ -82,7 +82,7 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
     if v.adjustments:
         lines += ["**Adjusted for the installed vLLM**: " + "; ".join(v.adjustments), ""]
     if v.params:
-        lines.append("**Parameters**: " + ", ".join(f"`{k}={x}`" for k, x in v.params.items()))
+        lines.append("**Parameters**: " + ", ".join(f"`{k}={fmt_value(x)}`" for k, x in v.params.items()))
         lines.append("")
     if v.metrics:
         base = {k: x for k, x in v.metrics.items() if "@" not in k}

@@ -7,7 +7,6 @@ A trial stored without a diagnosis (older studies) is diagnosed here from its st
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ from objectives.scoring import SERVER_OK
 from objectives.workload import WorkloadSpec
 from search.serving import PARAMS, default_batch
 from search.outputs.export import LoadedStudy
+from search.outputs.format import fmt_value
 from search.serving import parse_version
 from storage.models import TrialRecord, TrialStatus
 
@@ -157,15 +157,6 @@ def _diagnose(row: TrialRecord, workload: WorkloadSpec, unloaded: dict[str, floa
 
 
 # --- the verdict in plain words ------------------------------------------------------------
-
-def fmt_value(v: Any) -> str:
-    """A metric or parameter value as people read it: 3 significant digits, thousands grouped."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
-
 
 def gains(ls: LoadedStudy, chosen: TrialView, views: list[TrialView]) -> list[str]:
     """One sentence per baseline: how the chosen config compares, objective by objective."""
