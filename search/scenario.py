@@ -86,6 +86,21 @@ class Selection(Strict):
     tolerance: float = Field(default=0.0, ge=0, lt=1)
     then: str | None = None
 
+    def describe(self) -> str:
+        """What `pareto.select` does with this rule, in words: the tolerance widens the best of
+        `metric`, and `then` picks among the configurations inside it (without `then` the
+        tolerance changes nothing)."""
+        if self.rule == "knee":
+            return ("the knee of the front: the configuration closest to the ideal point, each "
+                    "objective scaled to the front's range")
+        metric = self.metric or "the first objective"
+        if self.then is None:
+            return f"the best {metric}"
+        if self.tolerance == 0:
+            return f"the best {metric}, ties broken by the best {self.then}"
+        return (f"the best {self.then} among the configurations within {self.tolerance * 100:g}% "
+                f"of the best {metric}")
+
 
 class Domain(Strict):
     """A search range: low/high (log, step) for numbers, or an explicit list of choices."""

@@ -65,12 +65,9 @@ def _delta(new: float, old: float) -> str:
 
 def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -> list[str]:
     sc, rec, row = ls.scenario, ls.record, ls.trials[trial.number]
-    sel = sc.selection
-    rule = ("knee of the front" if sel.rule == "knee" else
-            f"best {sel.metric}" + (f" (within {sel.tolerance:.0%}), then best {sel.then}" if sel.then else ""))
     lines = [
         f"vllm-autotune: chosen configuration for scenario '{sc.name}' ({sc.title})",
-        f"study '{rec.study_name}' in {storage_url}, trial {trial.number}, picked by: {rule}",
+        f"study '{rec.study_name}' in {storage_url}, trial {trial.number}, picked by: {sc.selection.describe()}",
         f"vLLM: {rec.vllm_version}; hardware: {rec.hardware.get('description')}",
         f"model: {rec.model_path}",
         "measured (this trial):",

@@ -202,15 +202,13 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
             lines.append(f"Closest: {closest.label}, violating " + ", ".join(
                 f"{k} by {v:.0%}" for k, v in closest.violated.items()) + ".")
         return None, lines
-    rule = sc.selection
-    how = ("the knee of the feasible Pareto front" if rule.rule == "knee" else
-           f"best {rule.metric}" + (f", then best {rule.then} within {rule.tolerance:.0%}" if rule.then else ""))
     objs = ", ".join(f"{o.metric} {fmt_value(chosen.metrics.get(o.metric))}" for o in sc.objectives)
     settings = chosen.params if not chosen.baseline else chosen.config
     changed = ", ".join(f"{k}={fmt_value(v)}" for k, v in settings.items()) or "vLLM's defaults"
     n_front = sum(v.on_front for v in views)
-    lines.insert(0, f"Recommended: {chosen.label}, picked as {how} from the {n_front} "
-                    f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front. "
+    lines.insert(0, f"Recommended: {chosen.label}, picked from the {n_front} "
+                    f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front as "
+                    f"{sc.selection.describe()}. "
                     f"It measured {objs} and meets every SLO. Settings: {changed}.")
     lines[1:1] = gains(ls, chosen, views)
     return chosen, lines
