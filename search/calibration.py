@@ -97,10 +97,8 @@ def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[Workload
         workload = workload.model_copy(update={"arrival": workload.arrival.resolve(cal.capacity_rps)})
     slos = []
     for slo in scenario.slos:
-        if slo.max is not None:
-            slos.append(SLOSpec(metric=slo.metric, max=resolve_threshold(slo.metric, slo.max, cal)))
-        else:
-            slos.append(SLOSpec(metric=slo.metric, min=resolve_threshold(slo.metric, slo.min, cal)))
+        side = "max" if slo.max is not None else "min"
+        slos.append(SLOSpec(metric=slo.metric, **{side: resolve_threshold(slo.metric, slo.bound, cal)}))
     goodput = None
     if scenario.goodput is not None:
         goodput = GoodputSLO(**{
