@@ -21,10 +21,6 @@ DEFAULT_WORKLOAD: dict[str, Any] = {
 }
 
 
-PROBE_CONCURRENCY = 32
-PROBE_REQUESTS = 96
-
-
 class LoadCliError(ValueError):
     pass
 
@@ -148,16 +144,15 @@ def build_workload(args: argparse.Namespace):
     return spec, sc
 
 
-def probe_capacity(args: argparse.Namespace, spec, console) -> float:
-    """Requests/s of the workload's mix in a short saturating closed loop (as a study calibrates)."""
+def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
+    """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
+    (the scenario's `calibration:` settings, else their defaults)."""
     from objectives.loadrun import run_load_sync
-    from objectives.workload import ArrivalSpec
+    from search.calibration import saturation_workload
 
-    probe = spec.model_copy(update={
-        "arrival": ArrivalSpec(mode="closed", concurrency=PROBE_CONCURRENCY),
-        "num_requests": PROBE_REQUESTS, "duration_s": None, "warmup_requests": 4})
+    probe = saturation_workload(spec, sc.calibration if sc is not None else None)
     console.print(f"capacity_fraction={spec.arrival.capacity_fraction}: measuring capacity first "
-                  f"(closed loop, {PROBE_CONCURRENCY} users, {PROBE_REQUESTS} requests; "
+                  f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
                   "--capacity RPS or --rate skips this)")
     result = run_load_sync(args.url, args.model, probe, client=args.client, loop=args.loop,
                            tokenizer_path=args.tokenizer, scrape_metrics=False)
@@ -270,7 +265,7 @@ def _cmd_load(args: argparse.Namespace) -> int:
         spec, sc = build_workload(args)
         goodput = parse_goodput(args.goodput, sc.goodput if sc is not None else None)
         if not spec.arrival.is_resolved:
-            capacity = probe_capacity(args, spec, console)
+            capacity = probe_capacity(args, spec, sc, console)
             spec = spec.model_copy(update={"arrival": spec.arrival.resolve(capacity)})
     except ScenarioError:
         raise  # reported by search.cli as for every command: one line, exit code 2

@@ -203,6 +203,7 @@ def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys)
 
 def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
     from search.cli import main
+    from search.scenario import Calibration
 
     scenario = tmp_path / "sc.yaml"
     scenario.write_text(json.dumps({  # a whole scenario: the load command validates it as a study does
@@ -223,7 +224,7 @@ def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
         assert main(["load", str(scenario), "--url", s.base_url, "--json", str(out), "--quiet"]) == 0
         probed = s.stats.requests - received
     assert "measuring capacity first" in capsys.readouterr().out
-    assert probed == 4 + 96 + 8  # probe warmup + probe + the run
+    assert probed == 4 + Calibration().saturation_requests + 8  # probe warmup + probe + the run
     assert json.loads(out.read_text())["workload"]["arrival"]["rate"] > 0
 
 

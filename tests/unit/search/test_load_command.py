@@ -2,10 +2,11 @@
 
 import argparse
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
-from search import load_command, scenario
+from search import calibration, load_command, scenario
 from search.scenario import CONFIG_DIR, ScenarioError
 from tests.support.cli import autotune
 
@@ -52,3 +53,47 @@ def test_unknown_scenario_is_the_same_one_line_as_for_a_study(tmp_path):
     assert load.stderr.strip() == search.stderr.strip() == line
     assert load.stdout == ""
 
+
+def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch):
+    """The load command's probe and the study's calibration run the same closed loop, with the
+    scenario's `calibration:` settings."""
+    text = (CONFIG_DIR / "online_chat.yaml").read_text() + "\ncalibration: {saturation_requests: 40}\n"
+    path = tmp_path / "chat.yaml"
+    path.write_text(text)
+    sc, _, _ = scenario.load(path)
+
+    sent = []
+
+    def fake_run(spec):
+        sent.append(spec)
+        return SimpleNamespace(metrics=SimpleNamespace(request_throughput=5.0),
+                               flat_metrics=lambda: {"request_throughput": 5.0, "ttft_median_ms": 1.0})
+
+    monkeypatch.setattr("objectives.loadrun.run_load_sync", lambda url, model, spec, **kw: fake_run(spec))
+    args = parse(path)
+    spec, found = load_command.build_workload(args)
+    assert load_command.probe_capacity(args, spec, found, SimpleNamespace(print=lambda *a: None)) == 5.0
+    probe = sent.pop()
+
+    async def fake_load(url, model, spec, **kw):
+        return fake_run(spec)
+
+    class FakeServer:
+        base_url = URL
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(calibration, "launch", lambda *a, **kw: FakeServer())
+    monkeypatch.setattr(calibration, "run_load", fake_load)
+    ctx = SimpleNamespace(model=SimpleNamespace(path=tmp_path))
+    calibration.calibrate(sc, ctx, baseline=None, run_dir=tmp_path)
+    saturation = sent[-1]
+
+    assert probe == saturation
+    assert (probe.arrival.mode, probe.arrival.concurrency, probe.num_requests) == ("closed", 32, 40)
+    default = calibration.saturation_workload(spec)  # a plain workload file: the defaults
+    assert (default.arrival.concurrency, default.num_requests) == (32, 64)
