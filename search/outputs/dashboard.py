@@ -35,10 +35,7 @@ from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, 
 from storage import queries
 from storage.models import TrialRecord
 
-# Fixed ids, so publishing again replaces the figures instead of adding copies.
 DASHBOARD_CARD_HEIGHT = 440  # optuna-dashboard 0.21 gives a custom figure a 450 px high box
-FIGURE_IDS = ("feasible-pareto-front", "optuna-pareto-front-constraints", "hypervolume-history",
-              "param-importances", "objective-vs-parameter", "bottlenecks", "all-trials")
 
 
 @dataclass
@@ -144,6 +141,8 @@ def publish_trial(study: optuna.Study, row: TrialRecord, scenario: Scenario,
 
 
 def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:
+    """The study page's figures by graph id. The ids are fixed, so publishing again replaces
+    the figures instead of adding copies."""
     sc = ls.scenario
     names, directions = sc.objective_names, sc.directions
     out: dict[str, Any] = {}
