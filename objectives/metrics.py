@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypeVar  # PEP 696 defaults (typing has them from 3.13)
 
 from objectives.records import RequestRecord
 from objectives.server_metrics import SERVER_KEYS, ServerDiagnostics
@@ -61,13 +63,20 @@ BASE_KEYS: tuple[str, ...] = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STA
 PER_CLASS_KEYS: tuple[str, ...] = tuple(k for k in BASE_KEYS if k not in ("duration_s", "client_behind"))
 
 
-@dataclass(frozen=True)
-class GoodputSLO:
+# What an SLO bound is: a number here. A scenario may state bounds relative to a calibration
+# (`GoodputSLO[Threshold]`, `SLOSpec[Threshold]` in search.scenario), resolved to numbers before
+# anything is measured or scored, so the rules of these types are written once.
+Bound = TypeVar("Bound", default=float)
+
+
+class GoodputSLO(BaseModel, Generic[Bound]):
     """Per-request thresholds in ms (any subset); a request is good if it meets all given."""
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2el_ms: float | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: Bound | None = None
+    tpot_ms: Bound | None = None
+    e2el_ms: Bound | None = None
 
     @property
     def empty(self) -> bool:

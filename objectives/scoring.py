@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from objectives.metrics import BASE_KEYS, PER_CLASS_KEYS
+from objectives.metrics import BASE_KEYS, PER_CLASS_KEYS, Bound
 from objectives.server_metrics import SERVER_KEYS
 
 NAN_VIOLATION = 1.0
@@ -30,25 +30,30 @@ class ObjectiveSpec(BaseModel):
     direction: Literal["minimize", "maximize"]
 
 
-class SLOSpec(BaseModel):
+class SLOSpec(BaseModel, Generic[Bound]):
+    """One bound on one metric: exactly one of max, min (numbers unless parametrized)."""
+
     model_config = ConfigDict(extra="forbid")
 
     metric: str
-    max: float | None = None
-    min: float | None = None
+    max: Bound | None = None
+    min: Bound | None = None
 
     @model_validator(mode="after")
     def _one_bound(self) -> "SLOSpec":
         if (self.max is None) == (self.min is None):
             raise ValueError(f"SLO on {self.metric}: give exactly one of max, min")
-        bound = self.max if self.max is not None else self.min
-        if bound == 0:
+        if self.bound == 0:
             raise ValueError(f"SLO on {self.metric}: the bound must be non-zero "
                              "(constraints are normalized by it)")
         return self
 
+    @property
+    def bound(self) -> Bound:
+        return self.max if self.max is not None else self.min
+
     def violation(self, value: float) -> float:
-        """> 0: violated, by that fraction of the bound; <= 0: met."""
+        """> 0: violated, by that fraction of the bound; <= 0: met (numeric bounds only)."""
         if value is None or math.isnan(value):
             return NAN_VIOLATION
         if self.max is not None:

@@ -20,7 +20,7 @@ from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from objectives.workload import ArrivalSpec, WorkloadSpec
 from search.serving import LaunchContext, ServerArgs
-from search.scenario import RelativeThreshold, Scenario, Threshold, unloaded_reference
+from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
 from search.serving import launch
 
 
@@ -45,6 +45,14 @@ def _closed(workload: WorkloadSpec, concurrency: int, requests: int, classes=Non
         "num_requests": requests, "duration_s": None, "warmup_requests": warmup,
         **({"classes": classes} if classes is not None else {}),
     })
+
+
+def saturation_workload(workload: WorkloadSpec, settings: Calibration | None = None) -> WorkloadSpec:
+    """The whole mix in a saturating closed loop: the capacity that `capacity_fraction` loads are
+    a fraction of. The study's calibration and `autotune load`'s capacity probe both run this,
+    with the scenario's `calibration:` settings (or their defaults)."""
+    settings = settings or Calibration()
+    return _closed(workload, settings.saturation_concurrency, settings.saturation_requests, warmup=4)
 
 
 def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
@@ -74,7 +82,7 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
                 unloaded[f"{fam}_median_ms"] = sum(
                     unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
         on_phase("calibration: saturation throughput")
-        spec = _closed(wl, cal.saturation_concurrency, cal.saturation_requests, warmup=4)
+        spec = saturation_workload(wl, cal)
         saturation = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
     return CalibrationResult(unloaded=unloaded, saturation=saturation,
                              capacity_rps=saturation["request_throughput"],
@@ -97,10 +105,8 @@ def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[Workload
         workload = workload.model_copy(update={"arrival": workload.arrival.resolve(cal.capacity_rps)})
     slos = []
     for slo in scenario.slos:
-        if slo.max is not None:
-            slos.append(SLOSpec(metric=slo.metric, max=resolve_threshold(slo.metric, slo.max, cal)))
-        else:
-            slos.append(SLOSpec(metric=slo.metric, min=resolve_threshold(slo.metric, slo.min, cal)))
+        side = "max" if slo.max is not None else "min"
+        slos.append(SLOSpec(metric=slo.metric, **{side: resolve_threshold(slo.metric, slo.bound, cal)}))
     goodput = None
     if scenario.goodput is not None:
         goodput = GoodputSLO(**{

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from search import load_command  # `autotune load`; imports what it runs only when run
+
 
 def _cmd_model_build(args: argparse.Namespace) -> int:
     from search.serving import build_default_model
@@ -184,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     params = sub.add_parser("params", help="what the installed vLLM accepts of the tunable parameters")
     params.add_argument("--model", type=Path, default=None)
     params.set_defaults(func=_cmd_params)
-    from objectives.cli import register; register(sub)  # noqa: E702 - `autotune load`
+    load_command.register(sub)
 
     report = sub.add_parser("report", help="write the study's self-contained HTML report (plotly, offline)")
     _add_study_target(report)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -70,7 +69,3 @@ def select(members: Sequence[FrozenTrial], directions: Sequence[str], names: Seq
 
 def finished(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-
-
-def is_finite_vector(values: Sequence[float] | None) -> bool:
-    return values is not None and all(math.isfinite(v) for v in values)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
-from objectives.scoring import ObjectiveSpec, validate_metric_names
+from objectives.metrics import GoodputSLO
+from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.workload import WorkloadSpec
 from search.serving import REGISTRY
 
@@ -49,28 +51,17 @@ def unloaded_reference(metric: str) -> str | None:
     return f"{m.group(1)}_median_ms{m.group(3) or ''}" if m else None
 
 
-class SLO(Strict):
-    metric: str
-    max: Threshold | None = None
-    min: Threshold | None = None
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> "SLO":
-        if (self.max is None) == (self.min is None):
-            raise ValueError("give exactly one of max or min")
-        bound = self.max if self.max is not None else self.min
-        if isinstance(bound, RelativeThreshold) and unloaded_reference(self.metric) is None:
-            raise ValueError(f"{self.metric}: x_unloaded applies to latency metrics "
-                             "(ttft/tpot/itl/e2el_<stat>_ms) only; give a number")
-        return self
+def _relative_only_on_latency(slo: SLOSpec[Threshold]) -> SLOSpec[Threshold]:
+    if isinstance(slo.bound, RelativeThreshold) and unloaded_reference(slo.metric) is None:
+        raise ValueError(f"{slo.metric}: x_unloaded applies to latency metrics "
+                         "(ttft/tpot/itl/e2el_<stat>_ms) only; give a number")
+    return slo
 
 
-class Goodput(Strict):
-    """Per-request thresholds: a request is 'good' if it meets all given ones (DistServe)."""
-
-    ttft_ms: Threshold | None = None
-    tpot_ms: Threshold | None = None
-    e2el_ms: Threshold | None = None
+# The scoring's SLO and goodput types, with bounds that may be relative (calibration.resolve
+# turns them into the plain, numeric ones).
+SLO = Annotated[SLOSpec[Threshold], AfterValidator(_relative_only_on_latency)]
+Goodput = GoodputSLO[Threshold]
 
 
 class Selection(Strict):
@@ -85,6 +76,21 @@ class Selection(Strict):
     metric: str | None = None
     tolerance: float = Field(default=0.0, ge=0, lt=1)
     then: str | None = None
+
+    def describe(self) -> str:
+        """What `pareto.select` does with this rule, in words: the tolerance widens the best of
+        `metric`, and `then` picks among the configurations inside it (without `then` the
+        tolerance changes nothing)."""
+        if self.rule == "knee":
+            return ("the knee of the front: the configuration closest to the ideal point, each "
+                    "objective scaled to the front's range")
+        metric = self.metric or "the first objective"
+        if self.then is None:
+            return f"the best {metric}"
+        if self.tolerance == 0:
+            return f"the best {metric}, ties broken by the best {self.then}"
+        return (f"the best {self.then} among the configurations within {self.tolerance * 100:g}% "
+                f"of the best {metric}")
 
 
 class Domain(Strict):
@@ -184,7 +190,7 @@ class Scenario(Strict):
         return [o.metric for o in self.objectives]
 
     def thresholds(self) -> list[Threshold]:
-        found = [s.max if s.max is not None else s.min for s in self.slos]
+        found = [s.bound for s in self.slos]
         if self.goodput is not None:
             found += [self.goodput.ttft_ms, self.goodput.tpot_ms, self.goodput.e2el_ms]
         return [t for t in found if t is not None]

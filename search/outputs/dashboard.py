@@ -30,15 +30,12 @@ from objectives.diagnosis import Diagnosis, summarize
 from search.outputs import export, figures
 from search.outputs.report import searched_params
 from search.scenario import Scenario
-from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, TrialView, fmt_value, trial_views, verdict,
-                                 view_of)
+from search.outputs.format import fmt_value
+from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict, view_of
 from storage import queries
 from storage.models import TrialRecord
 
-# Fixed ids, so publishing again replaces the figures instead of adding copies.
 DASHBOARD_CARD_HEIGHT = 440  # optuna-dashboard 0.21 gives a custom figure a 450 px high box
-FIGURE_IDS = ("feasible-pareto-front", "optuna-pareto-front-constraints", "hypervolume-history",
-              "param-importances", "objective-vs-parameter", "bottlenecks", "all-trials")
 
 
 @dataclass
@@ -82,7 +79,7 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
     if v.adjustments:
         lines += ["**Adjusted for the installed vLLM**: " + "; ".join(v.adjustments), ""]
     if v.params:
-        lines.append("**Parameters**: " + ", ".join(f"`{k}={x}`" for k, x in v.params.items()))
+        lines.append("**Parameters**: " + ", ".join(f"`{k}={fmt_value(x)}`" for k, x in v.params.items()))
         lines.append("")
     if v.metrics:
         base = {k: x for k, x in v.metrics.items() if "@" not in k}
@@ -144,6 +141,8 @@ def publish_trial(study: optuna.Study, row: TrialRecord, scenario: Scenario,
 
 
 def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:
+    """The study page's figures by graph id. The ids are fixed, so publishing again replaces
+    the figures instead of adding copies."""
     sc = ls.scenario
     names, directions = sc.objective_names, sc.directions
     out: dict[str, Any] = {}

@@ -17,6 +17,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from search import pareto
+from search.outputs.format import fmt_value
 from search.scenario import Scenario
 from storage import queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus
@@ -56,12 +57,6 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     return LoadedStudy(rec, scenario, study, trials)
 
 
-def _num(v: Any) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def _delta(new: float, old: float) -> str:
     if old in (0, None) or new is None or not all(map(math.isfinite, (new, old))):
         return ""
@@ -70,25 +65,22 @@ def _delta(new: float, old: float) -> str:
 
 def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -> list[str]:
     sc, rec, row = ls.scenario, ls.record, ls.trials[trial.number]
-    sel = sc.selection
-    rule = ("knee of the front" if sel.rule == "knee" else
-            f"best {sel.metric}" + (f" (within {sel.tolerance:.0%}), then best {sel.then}" if sel.then else ""))
     lines = [
         f"vllm-autotune: chosen configuration for scenario '{sc.name}' ({sc.title})",
-        f"study '{rec.study_name}' in {storage_url}, trial {trial.number}, picked by: {rule}",
+        f"study '{rec.study_name}' in {storage_url}, trial {trial.number}, picked by: {sc.selection.describe()}",
         f"vLLM: {rec.vllm_version}; hardware: {rec.hardware.get('description')}",
         f"model: {rec.model_path}",
         "measured (this trial):",
     ]
     names = sc.objective_names + [s.metric for s in sc.slos if s.metric not in sc.objective_names]
     for name in names:
-        lines.append(f"  {name}: {_num(row.metrics.get(name))}")
+        lines.append(f"  {name}: {fmt_value(row.metrics.get(name), digits=4)}")
     for bname, brow in ls.baselines().items():
         if brow.status == TrialStatus.FAILED:
             lines.append(f"baseline {bname} (trial {brow.trial_number}): failed: {brow.failure_class}: "
                          f"{(brow.failure_line or '')[:100]}")
             continue
-        parts = [f"{n} {_num(brow.metrics.get(n))}{_delta(row.metrics.get(n), brow.metrics.get(n))}"
+        parts = [f"{n} {fmt_value(brow.metrics.get(n), digits=4)}{_delta(row.metrics.get(n), brow.metrics.get(n))}"
                  for n in sc.objective_names]
         lines.append(f"baseline {bname} (trial {brow.trial_number}): " + ", ".join(parts)
                      + "   [(%) = this config relative to the baseline]")

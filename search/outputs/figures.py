@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from objectives.diagnosis import BOTTLENECKS
+from search.outputs.format import fmt_value
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 from storage.models import ParetoSnapshot
 
@@ -34,19 +35,15 @@ def axis_title(metric: str, direction: str) -> str:
 def hover(v: TrialView, names: Sequence[str]) -> str:
     lines = [f"<b>{v.label}</b> [{v.category}]"]
     if v.values:
-        lines += [f"{n}: {x:.4g}" for n, x in zip(names, v.values)]
+        lines += [f"{n}: {fmt_value(x, digits=4)}" for n, x in zip(names, v.values)]
     if v.violated:
         lines.append("violates: " + ", ".join(v.violated))
     if v.failure:
         lines.append("failed: " + v.failure[:120])
     lines.append(f"bottleneck: {v.diagnosis.bottleneck}")
     if v.params:
-        lines.append(", ".join(f"{k}={_short(x)}" for k, x in v.params.items()))
+        lines.append(", ".join(f"{k}={fmt_value(x)}" for k, x in v.params.items()))
     return "<br>".join(lines)
-
-
-def _short(x: Any) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
 def _worst_edge(values: list[float], direction: str) -> float:
@@ -138,7 +135,7 @@ def hypervolume_figure(snapshots: list[ParetoSnapshot], reference: Sequence[floa
                   secondary_y=False)
     fig.add_trace(go.Bar(x=xs, y=[s.n_feasible for s in snapshots], name="feasible trials so far",
                          marker_color="rgba(44,160,44,0.35)"), secondary_y=True)
-    ref = (" (reference point: " + ", ".join(f"{n} {r:.4g}" for n, r in zip(names, reference)) + ")"
+    ref = (" (reference point: " + ", ".join(f"{n} {fmt_value(r, digits=4)}" for n, r in zip(names, reference)) + ")"
            if reference else "")
     fig.update_layout(title="Hypervolume history" + ref, xaxis_title="after trial", height=420,
                       legend=dict(orientation="h", y=-0.25))
@@ -245,7 +242,7 @@ def trials_table_figure(views: list[TrialView], names: Sequence[str]) -> go.Figu
     fill = {FEASIBLE: "#e3f5e1", INFEASIBLE: "#fdebd3", FAILED: "#f9d9d9"}
     cols = ["trial", "kind", "feasibility", *names, "violated SLOs", "failure", "bottleneck"]
     rows = [[f"{v.number}{' *' if v.chosen else ' p' if v.on_front else ''}", v.kind, v.category,
-             *([f"{x:.4g}" for x in v.values] if v.values else ["-"] * len(names)),
+             *([fmt_value(x, digits=4) for x in v.values] if v.values else ["-"] * len(names)),
              ", ".join(k.split("<=")[0].split(">=")[0] for k in v.violated) or "-",
              v.failure.split(" ", 1)[0] if v.failure else "-", v.diagnosis.bottleneck] for v in views]
     fig = go.Figure(go.Table(

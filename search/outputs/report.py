@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from plotly.offline import get_plotlyjs
 from sqlalchemy.orm import Session
 
 from search.outputs import export, figures
+from search.outputs.format import fmt_value
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict
 from storage import queries
 
@@ -75,14 +75,13 @@ def _e(x: Any) -> str:
 
 
 def _num(v: Any) -> tuple[str, str]:
-    """(shown text, sort key) of a metric value."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "", ""
+    """(shown text, sort key) of a metric value; the key sorts numbers by value, not by text."""
+    shown = _e(fmt_value(v, digits=4, missing=""))
     if isinstance(v, bool):
-        return str(v), str(int(v))
-    if isinstance(v, (int, float)):
-        return (f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"), repr(float(v))
-    return _e(v), _e(v)
+        return shown, str(int(v))
+    if isinstance(v, (int, float)) and shown:
+        return shown, repr(float(v))
+    return shown, shown
 
 
 def _fig_html(fig: go.Figure | None, div_id: str) -> str:
@@ -139,7 +138,7 @@ def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str
         for m in metric_cols:
             shown, key = _num(v.metrics.get(m)) if v.category != FAILED else ("", "")
             cells.append(f'<td class="num" data-v="{key}">{shown}</td>')
-        cells.append("<td>" + _e(", ".join(f"{k}={x}" for k, x in v.params.items())) + "</td>")
+        cells.append("<td>" + _e(", ".join(f"{k}={fmt_value(x)}" for k, x in v.params.items())) + "</td>")
         rows.append(f'<tr data-trial="{v.number}" data-category="{v.category}"'
                     f'{" class=chosen" if v.chosen else ""}>' + "".join(cells) + "</tr>")
     return ('<div class="scroll"><table class="sortable" id="trials-table"><thead><tr>'

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from search.outputs.export import LoadedStudy
-from search.outputs.trial_views import fmt_value
+from search.outputs.format import fmt_value
 from storage.models import TrialStatus
 
 
@@ -30,7 +30,7 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
             values = ["-"] * len(sc.objective_names)
             slo = f"[red]failed: {row.failure_class}[/]"
         else:
-            values = [f"{row.metrics.get(n, float('nan')):.4g}" for n in sc.objective_names]
+            values = [fmt_value(row.metrics.get(n), digits=4) for n in sc.objective_names]
             violated = [k for k, v in row.constraints.items() if v > 0]
             slo = "[green]met[/]" if not violated else "[yellow]violated: " + ", ".join(violated) + "[/]"
             if row.client_behind:

@@ -7,7 +7,6 @@ A trial stored without a diagnosis (older studies) is diagnosed here from its st
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ from objectives.scoring import SERVER_OK
 from objectives.workload import WorkloadSpec
 from search.serving import PARAMS, default_batch
 from search.outputs.export import LoadedStudy
+from search.outputs.format import fmt_value
 from search.serving import parse_version
 from storage.models import TrialRecord, TrialStatus
 
@@ -158,15 +158,6 @@ def _diagnose(row: TrialRecord, workload: WorkloadSpec, unloaded: dict[str, floa
 
 # --- the verdict in plain words ------------------------------------------------------------
 
-def fmt_value(v: Any) -> str:
-    """A metric or parameter value as people read it: 3 significant digits, thousands grouped."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
-
-
 def gains(ls: LoadedStudy, chosen: TrialView, views: list[TrialView]) -> list[str]:
     """One sentence per baseline: how the chosen config compares, objective by objective."""
     sc = ls.scenario
@@ -211,15 +202,13 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
             lines.append(f"Closest: {closest.label}, violating " + ", ".join(
                 f"{k} by {v:.0%}" for k, v in closest.violated.items()) + ".")
         return None, lines
-    rule = sc.selection
-    how = ("the knee of the feasible Pareto front" if rule.rule == "knee" else
-           f"best {rule.metric}" + (f", then best {rule.then} within {rule.tolerance:.0%}" if rule.then else ""))
     objs = ", ".join(f"{o.metric} {fmt_value(chosen.metrics.get(o.metric))}" for o in sc.objectives)
     settings = chosen.params if not chosen.baseline else chosen.config
     changed = ", ".join(f"{k}={fmt_value(v)}" for k, v in settings.items()) or "vLLM's defaults"
     n_front = sum(v.on_front for v in views)
-    lines.insert(0, f"Recommended: {chosen.label}, picked as {how} from the {n_front} "
-                    f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front. "
+    lines.insert(0, f"Recommended: {chosen.label}, picked from the {n_front} "
+                    f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front as "
+                    f"{sc.selection.describe()}. "
                     f"It measured {objs} and meets every SLO. Settings: {changed}.")
     lines[1:1] = gains(ls, chosen, views)
     return chosen, lines

@@ -203,10 +203,12 @@ def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys)
 
 def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
     from search.cli import main
+    from search.scenario import Calibration
 
     scenario = tmp_path / "sc.yaml"
-    scenario.write_text(json.dumps({
-        "name": "x", "objectives": [{"metric": "goodput", "direction": "maximize"}],
+    scenario.write_text(json.dumps({  # a whole scenario: the load command validates it as a study does
+        "name": "x", "title": "x", "objectives": [{"metric": "goodput", "direction": "maximize"}],
+        "search_space": {"max_num_seqs": {"low": 1, "high": 4}},
         "goodput": {"ttft_ms": 1000, "tpot_ms": {"x_unloaded": 3}},
         "workload": {"endpoint": "completions", "prompt_tokens": 30, "output_tokens": 4,
                      "arrival": {"mode": "poisson", "capacity_fraction": 0.5}, "num_requests": 8}}))
@@ -222,7 +224,7 @@ def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
         assert main(["load", str(scenario), "--url", s.base_url, "--json", str(out), "--quiet"]) == 0
         probed = s.stats.requests - received
     assert "measuring capacity first" in capsys.readouterr().out
-    assert probed == 4 + 96 + 8  # probe warmup + probe + the run
+    assert probed == 4 + Calibration().saturation_requests + 8  # probe warmup + probe + the run
     assert json.loads(out.read_text())["workload"]["arrival"]["rate"] > 0
 
 

@@ -45,3 +45,27 @@ def test_selection_rules():
     pick = pareto.select(members, dirs, names, Selection(rule="knee"))
     assert pick.number == 1
     assert pareto.select([], dirs, names, Selection()) is None
+
+
+def test_selection_sentence_says_what_select_does():
+    # goodput is maximized, ttft minimized. The tolerance widens the best *goodput* (12): trials
+    # 0 (10) and 1 (9.8) are within 20% of it, trial 2 (6) is not although its ttft is the best.
+    study = make_study([(10, 100), (9.8, 60), (6, 20), (12, 300)])
+    members = pareto.front(study)
+    names, dirs = ["goodput", "ttft"], ["maximize", "minimize"]
+
+    rule = Selection(rule="best_of", metric="goodput", tolerance=0.2, then="ttft")
+    assert rule.describe() == "the best ttft among the configurations within 20% of the best goodput"
+    assert pareto.select(members, dirs, names, rule).number == 1
+
+    rule = Selection(rule="best_of", metric="goodput", tolerance=0.2)  # no `then`: tolerance moot
+    assert rule.describe() == "the best goodput"
+    assert pareto.select(members, dirs, names, rule).number == 3
+
+    rule = Selection(rule="best_of", metric="ttft", then="goodput")  # tolerance 0: a tie-break
+    assert rule.describe() == "the best ttft, ties broken by the best goodput"
+    assert pareto.select(members, dirs, names, rule).number == 2
+
+    rule = Selection(rule="knee")
+    assert rule.describe().startswith("the knee of the front: the configuration closest to the ideal point")
+    assert pareto.select(members, dirs, names, rule).number == 1

@@ -4,6 +4,8 @@ import textwrap
 
 import pytest
 
+from objectives.metrics import GoodputSLO
+from objectives.scoring import SLOSpec
 from search import calibration, scenario
 from search.scenario import ScenarioError
 
@@ -57,6 +59,9 @@ def test_own_scenario_file_by_path(tmp_path):
     (("metric: error_rate", "metric: error_ratio"), r"unknown metric name\(s\): error_ratio. Allowed: .*error_rate"),
     (("title: my scenario\n", "title: my scenario\ncolour: red\n"), r"colour: unknown field"),
     (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: {x_unloaded: 2}}"), r"x_unloaded applies to latency metrics"),
+    # the scoring's own rules, checked when the file is read rather than when the study scores
+    (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0}"), r"slos.1: SLO on error_rate: the bound must be non-zero"),
+    (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0.01, min: 0.001}"), r"slos.1: SLO on error_rate: give exactly one of max, min"),
     (("high: 64", "high: 2"), r"search_space.max_num_seqs: .*low \(4.0\) is greater than high \(2.0\)"),
 ])
 def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):
@@ -98,3 +103,14 @@ def test_unloaded_reference_metric():
     assert scenario.unloaded_reference("ttft_p95_ms@short") == "ttft_median_ms@short"
     assert scenario.unloaded_reference("e2el_p99_ms") == "e2el_median_ms"
     assert scenario.unloaded_reference("goodput") is None
+
+
+def test_scenario_slos_are_the_scorings_types_and_resolve_to_plain_numbers():
+    sc, _, _ = scenario.load("api_service")
+    assert all(isinstance(s, SLOSpec) for s in sc.slos) and isinstance(sc.goodput, GoodputSLO)
+    cal = calibration.CalibrationResult(
+        unloaded={"ttft_median_ms": 80.0, "tpot_median_ms": 10.0, "e2el_median_ms": 900.0},
+        saturation={"request_throughput": 2.0}, capacity_rps=2.0, seconds=1.0)
+    _, slos, goodput = calibration.resolve(sc, cal)
+    assert slos and all(type(s) is SLOSpec and isinstance(s.bound, float) for s in slos)
+    assert goodput == GoodputSLO(ttft_ms=10 * 80.0, tpot_ms=8 * 10.0)

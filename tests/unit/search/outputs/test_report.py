@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
 from objectives.workload import WorkloadSpec
-from search.outputs import dashboard
+from search.outputs import dashboard, export
 from search.serving.failures import classify
 from search.outputs.report import write_report
 from search.scenario import Scenario
@@ -36,6 +36,7 @@ SCENARIO = {
     "objectives": [{"metric": "request_throughput", "direction": "maximize"},
                    {"metric": "ttft_p95_ms", "direction": "minimize"}],
     "slos": [{"metric": "ttft_p95_ms", "max": 1000}],
+    "selection": {"rule": "best_of", "metric": "request_throughput", "tolerance": 0.1, "then": "ttft_p95_ms"},
     "search_space": {"max_num_seqs": {"low": 2, "high": 64, "log": True}},
     "baselines": {"vllm_defaults": {}},
 }
@@ -159,3 +160,13 @@ def test_publish_trial_notes_one_trial_as_the_study_tells_it(study):
     note = get_note(optuna.trial.Trial(st, st.trials[1]._trial_id))
     assert note.startswith("## trial 1: INFEASIBLE") and "Bottleneck: queueing" in note
     assert dashboard.trial_user_attrs(row.diagnosis)["bottleneck"] == "queueing"
+
+
+def test_best_yaml_and_report_state_the_selection_rule_in_the_same_words(study, tmp_path):
+    rule = "the best ttft_p95_ms among the configurations within 10% of the best request_throughput"
+    with Session(queries.open_db(study)) as s:
+        assert export.load_study(s, study, "recorded").scenario.selection.describe() == rule
+        best_yaml = export.export(s, study, "recorded", tmp_path)[0]
+    assert f", trial 0, picked by: {rule}\n" in best_yaml.read_text()
+    page = write_report(study, "recorded", tmp_path / "report.html").read_text()
+    assert f"on the feasible Pareto front as {rule}. It measured" in page

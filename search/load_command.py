@@ -3,24 +3,22 @@
 The workload comes from a scenario (name in configs/ or a path; its `workload:` section), a
 workload YAML (`--workload`), or defaults, then flags override parts of it.
 """
+# Registered by search.cli; the measuring is objectives.loadrun. Heavy imports are made inside
+# the functions, so `autotune --help` stays fast.
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIRS = (Path("configs"), Path("configs/scenarios"))
+from search.outputs.format import fmt_value
+
 DEFAULT_WORKLOAD: dict[str, Any] = {
     "endpoint": "completions", "prompt_tokens": 256, "output_tokens": 64,
     "arrival": {"mode": "closed", "concurrency": 8}, "num_requests": 100, "warmup_requests": 4,
 }
-
-
-PROBE_CONCURRENCY = 32
-PROBE_REQUESTS = 96
 
 
 class LoadCliError(ValueError):
@@ -69,42 +67,35 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_load)
 
 
-def _scenario_path(name: str) -> Path:
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise LoadCliError(f"scenario file not found: {path}")
-        return path
-    for d in CONFIG_DIRS:
-        for ext in (".yaml", ".yml"):
-            if (d / f"{name}{ext}").is_file():
-                return d / f"{name}{ext}"
-    known = sorted({f.stem for d in CONFIG_DIRS if d.is_dir() for f in d.glob("*.y*ml")})
-    raise LoadCliError(f"no scenario {name!r}; known: {', '.join(known) or '(none)'}; or pass "
-                       "--workload FILE.yaml")
+def read_source(args: argparse.Namespace):
+    """(workload mapping as written, its directory, the validated scenario or None).
 
-
-def _read_yaml(path: Path) -> tuple[dict, dict | None]:
-    """(workload mapping, the scenario's goodput mapping if any) from a scenario or workload file."""
+    A scenario, named or by path, positional or as `--workload`, is found and validated by
+    `search.scenario` as for a study (ScenarioError otherwise); the mapping is its `workload:`
+    section as written, so the flags below override what the file says.
+    """
     import yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
-    if "workload" in data:
-        return data["workload"], data.get("goodput")
-    return data, None
+    from search import scenario as scenario_mod
+
+    if args.workload is not None:
+        data = yaml.safe_load(Path(args.workload).read_text()) or {}
+        if "workload" not in data:  # a plain WorkloadSpec file
+            return data, Path(args.workload).parent.resolve(), None
+        path = Path(args.workload)
+    elif args.scenario:
+        path = scenario_mod.resolve_path(args.scenario)
+    else:
+        return json.loads(json.dumps(DEFAULT_WORKLOAD)), None, None
+    sc, text, _ = scenario_mod.load(path)
+    return yaml.safe_load(text)["workload"], path.parent.resolve(), sc
 
 
 def build_workload(args: argparse.Namespace):
+    """(WorkloadSpec with the flags applied, the scenario it came from or None)."""
     from objectives.workload import WorkloadSpec
 
-    base_dir = None
-    goodput_cfg = None
-    source = args.workload or (_scenario_path(args.scenario) if args.scenario else None)
-    if source is not None:
-        data, goodput_cfg = _read_yaml(Path(source))
-        base_dir = Path(source).parent.resolve()
-    else:
-        data = json.loads(json.dumps(DEFAULT_WORKLOAD))
+    data, base_dir, sc = read_source(args)
     data = dict(data)
     if args.endpoint:
         data["endpoint"] = args.endpoint
@@ -150,37 +141,36 @@ def build_workload(args: argparse.Namespace):
     spec = WorkloadSpec.model_validate(data, context={"base_dir": base_dir} if base_dir else None)
     if not spec.arrival.is_resolved and args.capacity is not None:
         spec = spec.model_copy(update={"arrival": spec.arrival.resolve(args.capacity)})
-    return spec, goodput_cfg
+    return spec, sc
 
 
-def probe_capacity(args: argparse.Namespace, spec, console) -> float:
-    """Requests/s of the workload's mix in a short saturating closed loop (as a study calibrates)."""
+def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
+    """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
+    (the scenario's `calibration:` settings, else their defaults)."""
     from objectives.loadrun import run_load_sync
-    from objectives.workload import ArrivalSpec
+    from search.calibration import saturation_workload
 
-    probe = spec.model_copy(update={
-        "arrival": ArrivalSpec(mode="closed", concurrency=PROBE_CONCURRENCY),
-        "num_requests": PROBE_REQUESTS, "duration_s": None, "warmup_requests": 4})
+    probe = saturation_workload(spec, sc.calibration if sc is not None else None)
     console.print(f"capacity_fraction={spec.arrival.capacity_fraction}: measuring capacity first "
-                  f"(closed loop, {PROBE_CONCURRENCY} users, {PROBE_REQUESTS} requests; "
+                  f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
                   "--capacity RPS or --rate skips this)")
     result = run_load_sync(args.url, args.model, probe, client=args.client, loop=args.loop,
                            tokenizer_path=args.tokenizer, scrape_metrics=False)
     capacity = result.metrics.request_throughput
     if not capacity > 0:
         raise LoadCliError("the capacity probe completed no request; give --rate or --concurrency")
-    console.print(f"capacity: {capacity:.3f} req/s")
+    console.print(f"capacity: {_cell(capacity)} req/s")
     return capacity
 
 
-def parse_goodput(items: list[str] | None, scenario_cfg: dict | None):
+def parse_goodput(items: list[str] | None, scenario_goodput=None):
+    """The scenario's absolute goodput bounds (relative ones need a calibration: left out),
+    overridden by `--goodput KEY:MS` items."""
     from objectives.metrics import GoodputSLO
 
     values: dict[str, float] = {}
-    if scenario_cfg:
-        for k, v in scenario_cfg.items():
-            if isinstance(v, (int, float)):  # relative bounds need a calibration: ignored here
-                values[k] = float(v)
+    if scenario_goodput is not None:
+        values = {k: float(v) for k, v in dict(scenario_goodput).items() if isinstance(v, (int, float))}
     for item in items or []:
         key, _, ms = item.partition(":")
         if key not in ("ttft", "tpot", "e2el") or not ms:
@@ -189,12 +179,8 @@ def parse_goodput(items: list[str] | None, scenario_cfg: dict | None):
     return GoodputSLO(**values) if values else None
 
 
-def _fmt(v: float, digits: int = 2) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float) and v.is_integer():
-        return f"{int(v)}"
-    return f"{v:.{digits}f}"
+def _cell(v: Any) -> str:
+    return fmt_value(v, digits=4, missing="-")
 
 
 def print_result(result, console=None) -> None:
@@ -206,7 +192,7 @@ def print_result(result, console=None) -> None:
     spec = result.spec
     a = spec.arrival
     load = (f"closed loop, {a.concurrency} users" if a.mode == "closed"
-            else f"{a.mode} at {a.rate:g} req/s" + (f" (burstiness {a.burstiness:g})" if a.mode == "gamma" else ""))
+            else f"{a.mode} at {_cell(a.rate)} req/s" + (f" (burstiness {_cell(a.burstiness)})" if a.mode == "gamma" else ""))
     console.print(f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, "
                   f"client {result.client}")
 
@@ -215,25 +201,25 @@ def print_result(result, console=None) -> None:
     for s in ("mean", "median", "p90", "p95", "p99"):
         lat.add_column(s, justify="right")
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (per chunk)"), ("e2el", "E2EL")):
-        lat.add_row(label, *[_fmt(f[f"{name}_{s}_ms"]) for s in ("mean", "median", "p90", "p95", "p99")])
+        lat.add_row(label, *[_cell(f[f"{name}_{s}_ms"]) for s in ("mean", "median", "p90", "p95", "p99")])
     console.print(lat)
 
     run = Table(title="Throughput and outcome")
     run.add_column("metric")
     run.add_column("value", justify="right")
     rows = [("requests completed / failed", f"{int(f['completed'])} / {int(f['failed'])}"),
-            ("error rate", _fmt(f["error_rate"], 4)),
-            ("duration (s, drain included)", _fmt(f["duration_s"])),
-            ("request throughput (req/s)", _fmt(f["request_throughput"], 3)),
-            ("output throughput (tok/s)", _fmt(f["output_throughput"])),
-            ("total token throughput (tok/s)", _fmt(f["total_token_throughput"])),
-            ("goodput (req/s)", _fmt(f["goodput"], 3)),
-            ("goodput ratio", _fmt(f["goodput_ratio"], 4)),
+            ("error rate", _cell(f["error_rate"])),
+            ("duration (s, drain included)", _cell(f["duration_s"])),
+            ("request throughput (req/s)", _cell(f["request_throughput"])),
+            ("output throughput (tok/s)", _cell(f["output_throughput"])),
+            ("total token throughput (tok/s)", _cell(f["total_token_throughput"])),
+            ("goodput (req/s)", _cell(f["goodput"])),
+            ("goodput ratio", _cell(f["goodput_ratio"])),
             ("target rate / achieved send rate (req/s)",
-             f"{_fmt(result.target_rate or float('nan'), 3)} / {_fmt(result.achieved_send_rate, 3)}"),
+             f"{_cell(result.target_rate or None)} / {_cell(result.achieved_send_rate)}"),
             ("schedule lag p50 / p99 / max (ms)",
-             f"{_fmt(f['schedule_lag_p50_ms'])} / {_fmt(f['schedule_lag_p99_ms'])} / {_fmt(f['schedule_lag_max_ms'])}"),
-            ("client CPU (cores, of the run)", _fmt(result.client_cpu_share, 2)),
+             f"{_cell(f['schedule_lag_p50_ms'])} / {_cell(f['schedule_lag_p99_ms'])} / {_cell(f['schedule_lag_max_ms'])}"),
+            ("client CPU (cores, of the run)", _cell(result.client_cpu_share)),
             ("client behind", "[red]YES[/]" if f["client_behind"] else "no")]
     for k, v in rows:
         run.add_row(k, v)
@@ -244,7 +230,7 @@ def print_result(result, console=None) -> None:
         srv.add_column("metric")
         srv.add_column("value", justify="right")
         for k, v in result.server.flat().items():
-            srv.add_row(k, _fmt(v, 3))
+            srv.add_row(k, _cell(v))
         console.print(srv)
 
     if len(result.metrics.per_class) > 1:
@@ -255,7 +241,7 @@ def print_result(result, console=None) -> None:
             cls.add_column(name, justify="right")
         for c in ("completed", "failed", "ttft_median_ms", "ttft_p99_ms", "tpot_median_ms",
                   "tpot_p99_ms", "e2el_p99_ms", "output_throughput", "goodput"):
-            cls.add_row(c, *[_fmt(f[f"{c}@{name}"]) for name in names])
+            cls.add_row(c, *[_cell(f[f"{c}@{name}"]) for name in names])
         console.print(cls)
     if result.metrics.error_kinds:
         console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
@@ -268,19 +254,23 @@ def print_result(result, console=None) -> None:
 
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.text import Text
 
     from objectives.loadrun import run_load_sync
     from objectives.metrics import json_safe
+    from search.scenario import ScenarioError
 
     console = Console()
     try:
-        spec, goodput_cfg = build_workload(args)
-        goodput = parse_goodput(args.goodput, goodput_cfg)
+        spec, sc = build_workload(args)
+        goodput = parse_goodput(args.goodput, sc.goodput if sc is not None else None)
         if not spec.arrival.is_resolved:
-            capacity = probe_capacity(args, spec, console)
+            capacity = probe_capacity(args, spec, sc, console)
             spec = spec.model_copy(update={"arrival": spec.arrival.resolve(capacity)})
+    except ScenarioError:
+        raise  # reported by search.cli as for every command: one line, exit code 2
     except (LoadCliError, ValueError) as e:
-        console.print(f"[red]error[/]: {e}", markup=False)
+        console.print(Text.assemble(("error", "red"), f": {e}"))  # the message as is, no markup
         return 2
     result = run_load_sync(args.url, args.model, spec, client=args.client, loop=args.loop,
                            tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics,
