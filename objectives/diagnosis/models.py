@@ -10,6 +10,7 @@ Bottleneck = Literal["startup_failure", "server_errors", "client_bound", "preemp
                      "prefill_bound", "decode_bound", "healthy"]
 BOTTLENECKS: tuple[str, ...] = ("startup_failure", "server_errors", "client_bound", "preemption",
                                 "queueing", "prefill_bound", "decode_bound", "healthy")
+Severity = Literal["error", "warning", "info"]
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class Finding:
     """One anti-pattern in a configuration."""
 
     code: str
-    severity: Literal["error", "warning", "info"]
+    severity: Severity
     message: str
     source: str  # which seed (or reference) says so
     applies_to_v1: str  # whether and how the seed's concern holds on vLLM V1
