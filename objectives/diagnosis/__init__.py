@@ -13,13 +13,15 @@ that puts causes before their symptoms:
     TPOT high    -> decode_bound         nothing crossed -> healthy
 
 The seeds were written for vLLM's V0 engine. Where their advice names a knob V1 no longer has
-(`--scheduler-delay-factor` removed in 0.11, `--swap-space` in 0.18), the next steps name the
-V1 knob that does the same job, and say so.
+(`--scheduler-delay-factor`, `--swap-space`), the next steps name the V1 knob that does the same
+job, and say so. Which release removed a knob, whether the installed vLLM still has it, and vLLM's
+own defaults are not known here: they come in as `ServingFacts`, which `search.serving` fills from
+its flag registry (objectives never imports search).
 
 `antipatterns` checks a configuration against the seed 000 anti-pattern table and the pitfalls
 of seeds 001/002, saying for each whether it still applies on vLLM V1.
 
-Modules: `models` (what comes out), `facts` (what the caller tells about vLLM and the machine),
+Modules: `models` (what comes out), `facts` (what the caller says about vLLM and the machine),
 `readings` (metrics and workload sizes), `thresholds`, `tree`, `antipatterns`, and `trial` (both
 together, as the study stores them).
 """

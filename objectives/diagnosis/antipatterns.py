@@ -165,14 +165,20 @@ def _batched_tokens_tiny(s: Subject) -> bool:
             and mnbt * PREFILL_STEPS_MAX < s.longest_prompt)
 
 
-def _still_has(s: Subject, param: str, flag: str) -> bool:
-    """The configuration sets `param`, and the installed vLLM still has its flag."""
-    return param in s.config and s.facts.has_flag(flag)
+def _still_has(s: Subject, param: str) -> bool:
+    """The configuration sets `param`, and the installed vLLM still takes it."""
+    return param in s.config and s.facts.still_has(param)
 
 
-def _no_longer_has(s: Subject, param: str, flag: str) -> bool:
-    """The configuration sets `param`, but the installed vLLM no longer has its flag."""
-    return param in s.config and not s.facts.has_flag(flag)
+def _no_longer_has(s: Subject, param: str) -> bool:
+    """The configuration sets `param`, but the installed vLLM no longer takes it."""
+    return param in s.config and not s.facts.still_has(param)
+
+
+def _no_headroom_message(s: Subject) -> str:
+    default = s.facts.default_memory_utilization
+    return (f"memory_utilization {s.memory_utilization:g} leaves less than the 10% headroom seed 001 asks for"
+            + (f" (vLLM's own default is {default:g})" if default is not None else ""))
 
 
 RULES: tuple[Rule, ...] = (
@@ -187,15 +193,15 @@ RULES: tuple[Rule, ...] = (
          "but the cache must still fit one max_model_len request at start (else kv_insufficient) "
          "and a runaway request may grow until it preempts the rest"),
     Rule("delay_factor_zero", "warning", "seed 000 anti-pattern table",
-         lambda s: _still_has(s, "scheduler_delay_factor", "--scheduler-delay-factor")
-         and s.config["scheduler_delay_factor"] == 0,
+         lambda s: _still_has(s, "scheduler_delay_factor") and s.config["scheduler_delay_factor"] == 0,
          lambda s: ("scheduler_delay_factor 0 schedules every iteration immediately, with small batches; "
                     f"use {DELAY_FACTOR_RANGE[0]}-{DELAY_FACTOR_RANGE[1]}"),
          lambda s: f"applies: {s.facts.vllm_label} runs the V0 scheduler"),
     Rule("delay_factor_obsolete", "info", "seed 000 anti-pattern table",
-         lambda s: _no_longer_has(s, "scheduler_delay_factor", "--scheduler-delay-factor"),
+         lambda s: _no_longer_has(s, "scheduler_delay_factor"),
          lambda s: (f"scheduler_delay_factor {s.config['scheduler_delay_factor']} has no effect: "
-                    f"{s.facts.vllm_label} has no such flag (removed in vLLM 0.11 with the V0 scheduler)"),
+                    f"{s.facts.vllm_label} has no such flag ({s.facts.removed('scheduler_delay_factor')} "
+                    "with the V0 scheduler)"),
          "obsolete: V1 admits new prefills every step (as delay 0 did); the nearest knob, "
          "prefill_schedule_interval, acts on all engines only from 0.33"),
     Rule("max_num_seqs_excessive", "warning", "seed 000 anti-pattern table; seed 002 max-num-seqs",
@@ -203,15 +209,15 @@ RULES: tuple[Rule, ...] = (
          "applies when the batch really gets that wide (every sequence gets less of each step); "
          "unused slots cost little on V1 beyond warmup and CUDA-graph memory"),
     Rule("swap_space_low", "warning", "seed 000 anti-pattern table",
-         lambda s: _still_has(s, "swap_space", "--swap-space")
+         lambda s: _still_has(s, "swap_space")
          and s.config["swap_space"] is not None and s.config["swap_space"] < SWAP_SPACE_MIN_GIB,
          lambda s: (f"swap_space {s.config['swap_space']} GiB: preempted sequences cannot be swapped; "
                     f"use at least {SWAP_SPACE_MIN_GIB:g} GiB"),
          lambda s: f"applies only where swapping exists ({s.facts.vllm_label} still takes --swap-space)"),
     Rule("swap_space_obsolete", "info", "seed 000 anti-pattern table",
-         lambda s: _no_longer_has(s, "swap_space", "--swap-space"),
+         lambda s: _no_longer_has(s, "swap_space"),
          lambda s: (f"swap_space {s.config['swap_space']} has no effect: {s.facts.vllm_label} has no such "
-                    "flag (removed in vLLM 0.18)"),
+                    f"flag ({s.facts.removed('swap_space')})"),
          "obsolete: V1 recomputes preempted requests instead of swapping them; against preemption "
          "give the KV cache more memory or run fewer sequences"),
     Rule("memory_utilization_high", "warning", "seed 001 --gpu-memory-utilization; seed 002",
@@ -222,8 +228,7 @@ RULES: tuple[Rule, ...] = (
     Rule("memory_utilization_no_headroom", "info", "seed 001",
          lambda s: _on_gpu(s)
          and GPU_MEMORY_UTILIZATION_HEADROOM < s.memory_utilization <= GPU_MEMORY_UTILIZATION_HIGH,
-         lambda s: (f"memory_utilization {s.memory_utilization:g} leaves less than the 10% headroom seed 001 "
-                    "asks for (vLLM's own default is 0.92)"),
+         _no_headroom_message,
          "applies"),
     Rule("memory_utilization_low", "warning", "seed 002",
          lambda s: _on_gpu(s) and s.memory_utilization < GPU_MEMORY_UTILIZATION_LOW,

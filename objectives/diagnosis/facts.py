@@ -2,41 +2,52 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
 class ServingFacts:
-    """What the checks need to know about the installed vLLM and the machine (None: unknown)."""
+    """What the checks need to know about the installed vLLM and the machine (None: unknown).
 
-    accepts: Callable[[str], bool] | None = None  # does the installed vLLM take this flag?
+    objectives does not import search, so these come in from the caller:
+    `search.serving.serving_facts` fills them from the flag registry (which parameters vLLM
+    removed, and in which release) and vLLM's defaults, for a study's launch context or for what
+    a stored study recorded. Nothing here is a vLLM version or default of its own.
+    """
+
+    accepts: Callable[[str], bool] | None = None  # does the installed vLLM take this parameter (canonical name)?
     is_gpu: bool | None = None
     vllm_label: str = "the installed vLLM"
     model_max_len: int | None = None
     kv_bytes_per_token: int | None = None
     cpu_kv_budget_bytes: int | None = None  # what memory_utilization 1.0 means on the CPU build
-    default_max_num_seqs: int | None = None
+    default_max_num_seqs: int | None = None  # vLLM's own, on this hardware, when max_num_seqs is unset
+    default_memory_utilization: float | None = None  # vLLM's own --gpu-memory-utilization
+    removed_in: Mapping[str, str] = field(default_factory=dict)  # parameter -> vLLM release that removed it
 
-    @classmethod
-    def from_context(cls, ctx: Any) -> "ServingFacts":
-        """From a `search.serving.registry.LaunchContext` (duck-typed: objectives does not import search)."""
-        gpu = ctx.hardware.is_gpu
-        mem = ctx.hardware.gpus[0].memory_gib if gpu and ctx.hardware.gpus else 0
-        # vLLM's serve defaults (EngineArgs.get_batch_defaults; reference/vllm.md section 3).
-        default_mns = 128 if not gpu else (1024 if mem >= 70 and "A100" not in ctx.hardware.gpus[0].name
-                                           else 256)
-        return cls(accepts=ctx.installed.accepts, is_gpu=gpu, vllm_label=ctx.installed.label(),
-                   model_max_len=ctx.model.max_position_embeddings,
-                   kv_bytes_per_token=ctx.model.kv_bytes_per_token(ctx.dtype),
-                   cpu_kv_budget_bytes=ctx.cpu_kv_budget_bytes, default_max_num_seqs=default_mns)
+    def still_has(self, param: str) -> bool:
+        """Whether the installed vLLM still takes `param`, a knob of the V0-era seeds (`swap_space`).
 
-    def has_flag(self, flag: str) -> bool:
-        """Unknown installs are taken as current V1 (0.32): the seeds' removed flags are gone."""
-        if self.accepts is not None:
-            return self.accepts(flag)
-        return flag not in ("--scheduler-delay-factor", "--swap-space")
+        An unknown install is taken as current V1, which has none of them.
+        """
+        return self.accepts is not None and self.accepts(param)
 
+    def removed(self, param: str, *, product: bool = True) -> str:
+        """'removed in vLLM 0.18' ('removed in 0.18' without the product name); 'removed' where the
+        release is not known."""
+        release = self.removed_in.get(param)
+        if release is None:
+            return "removed"
+        return f"removed in {'vLLM ' if product else ''}{_short_release(release)}"
+
+
+def _short_release(version: str) -> str:
+    """'0.18.0' -> '0.18', as people name a vLLM release; '0.18.1' stays."""
+    parts = version.split(".")
+    while len(parts) > 2 and parts[-1] == "0":
+        parts.pop()
+    return ".".join(parts)
 
 
 def effective_max_num_seqs(config: dict[str, Any], facts: ServingFacts) -> int | None:

@@ -160,11 +160,11 @@ def _preemption(m, config, facts: ServingFacts, workload) -> Diagnosis | None:
     evidence = [f"{pre:.0f} preemptions for {done:.0f} completed requests ({per_req:.2f} per request)"
                 + (f"; KV cache usage peaked at {kv:.0%}" if known(kv) else "")]
     steps = []
-    if facts.has_flag("--swap-space"):
+    if facts.still_has("swap_space"):
         steps.append("raise swap_space (seed 000 tree: frequent preemption -> larger swap-space, at least 4 GB)")
     else:
-        steps.append("the seeds say raise swap-space; V1 has none (removed in 0.18: a preempted "
-                     "request is recomputed), so give the KV cache more room instead:")
+        steps.append(f"the seeds say raise swap-space; V1 has none ({facts.removed('swap_space', product=False)}: "
+                     "a preempted request is recomputed), so give the KV cache more room instead:")
     util = config.get("memory_utilization")
     steps.append(f"raise memory_utilization{f' (now {util:g})' if util is not None else ''}: more KV blocks")
     mns = effective_max_num_seqs(config, facts)
@@ -214,8 +214,9 @@ def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
                      "or lower the request rate")
         steps.append("raise max_num_batched_tokens for throughput (seed 002: low throughput)")
     if config.get("scheduler_delay_factor"):
-        steps.append("scheduler_delay_factor does nothing on V1 (removed in 0.11; new requests are "
-                     "admitted every step); the seeds' 'lower the delay factor' is already the V1 behaviour")
+        steps.append("scheduler_delay_factor does nothing on V1 "
+                     f"({facts.removed('scheduler_delay_factor', product=False)}; new requests are admitted "
+                     "every step); the seeds' 'lower the delay factor' is already the V1 behaviour")
     return Diagnosis("queueing", "Requests spent most of their time to first token waiting in the "
                      "server's queue.", evidence=evidence, next_steps=steps)
 
