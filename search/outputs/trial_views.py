@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from objectives.diagnosis import Diagnosis, ServingFacts
+from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
 from objectives.scoring import SERVER_OK
 from objectives.workload import WorkloadSpec
 from search.outputs.export import LoadedStudy
@@ -125,22 +125,13 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
             diag = Diagnosis.from_dict(row.diagnosis)
         else:
             facts = facts or facts_for(ls)
-            diag = Diagnosis.from_dict(_diagnose(row, workload, unloaded, facts))
+            diag = Diagnosis.from_dict(diagnose_trial(
+                row.metrics or {}, row.config or {}, workload, row.failure_class,
+                failure_phase=row.failure_phase, failure_line=row.failure_line,
+                constraints=row.constraints, unloaded=unloaded, facts=facts))
         views.append(view_of(row, diag, on_front=row.trial_number in front,
                              chosen=best is not None and row.trial_number == best.number))
     return views
-
-
-def _diagnose(row: TrialRecord, workload: WorkloadSpec, unloaded: dict[str, float],
-              facts: ServingFacts) -> dict[str, Any]:
-    from objectives.diagnosis import antipatterns, diagnose
-
-    d = diagnose(row.metrics or {}, row.config or {}, workload, constraints=row.constraints,
-                 failure_class=row.failure_class, failure_phase=row.failure_phase,
-                 failure_line=row.failure_line, unloaded=unloaded, facts=facts)
-    d.findings = antipatterns(row.config or {}, workload, facts=facts,
-                              metrics=row.metrics if d.bottleneck != "startup_failure" else None)
-    return d.as_dict()
 
 
 # --- the verdict in plain words ------------------------------------------------------------
