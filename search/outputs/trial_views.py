@@ -15,7 +15,7 @@ from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
 from objectives.scoring import SERVER_OK
 from objectives.workload import WorkloadSpec
 from search.outputs.export import LoadedStudy
-from search.serving import serving_facts
+from search.serving import recorded_cpu_kv_budget, serving_facts
 from storage.models import TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
@@ -66,11 +66,9 @@ def facts_for(ls: LoadedStudy) -> ServingFacts:
         dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
     except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
         pass
-    budget = None
-    if not hardware.is_gpu:
-        from search.serving.context import cpu_kv_budget_bytes
-
-        budget = cpu_kv_budget_bytes()
+    # The budget is not stored with the study; its trials' flags carry it (kv-cache-memory-bytes).
+    budget = None if hardware.is_gpu else recorded_cpu_kv_budget(
+        (r.config or {}, r.flags or {}) for r in ls.trials.values())
     return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
                          cpu_kv_budget_bytes=budget)
 
