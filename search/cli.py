@@ -94,14 +94,13 @@ def _cmd_search(args: argparse.Namespace) -> int:
 def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
     from sqlalchemy.orm import Session
 
-    from search.outputs import export
-    from search.outputs.summary import summary_table
+    from search.outputs import REPORT_NAME, export_study, load_study, summary_table, write_report
     from storage.queries import open_db
 
     with Session(open_db(storage_url)) as session:
-        ls = export.load_study(session, storage_url, study_name)
+        ls = load_study(session, storage_url, study_name)
         console.print(summary_table(ls))
-        written = export.export(session, storage_url, study_name, out_dir)
+        written = export_study(session, storage_url, study_name, out_dir)
     best = ls.chosen()
     if best is None:
         console.print("[red]no feasible configuration[/]: every trial failed or violated an SLO; "
@@ -109,8 +108,6 @@ def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
     else:
         console.print(f"chosen: trial {best.number}; config for `vllm serve --config`: [bold]{written[0]}[/]")
         console.print(f"feasible Pareto set: {written[-1]}")
-    from search.outputs.report import REPORT_NAME, write_report  # the study's HTML report, beside best.yaml
-
     console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")
     return 0
 
@@ -122,14 +119,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from search.outputs.dashboard import publish_and_serve  # figures and notes, then serves on 127.0.0.1
+    from search.outputs import publish_and_serve  # figures and notes, then serves on 127.0.0.1
 
     storage, name = _study_target(args)
     return publish_and_serve(storage, name, port=args.port)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from search.outputs.report import REPORT_NAME, write_report  # plotly: imported only here
+    from search.outputs import REPORT_NAME, write_report
 
     storage, name = _study_target(args)
     out = Path(args.out) if args.out else Path(args.runs_dir) / name / REPORT_NAME

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from search.outputs.format import fmt_value
+from search.outputs import fmt_value
 
 DEFAULT_WORKLOAD: dict[str, Any] = {
     "endpoint": "completions", "prompt_tokens": 256, "output_tokens": 64,
