@@ -1,6 +1,6 @@
 """A multi-objective Optuna study over vLLM serving parameters, resumable, one trial at a time.
 
-CLI -> here -> trial_runner (server + load) -> objectives.scoring -> storage + Optuna.
+CLI -> here -> a TrialExecutor (search.executor: server + load) -> objectives.scoring -> storage + Optuna.
 Every finished trial is written to our tables *before* Optuna is told, so a kill at any point
 loses nothing measured: on the next run a trial Optuna still sees as RUNNING is either
 finished from its stored record or, if it never got that far, run again with the same params.
@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -24,20 +24,27 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
-from objectives.metrics import json_safe
+from objectives.metrics import GoodputSLO, json_safe
 from objectives.scoring import Score, score
+from objectives.workload import WorkloadSpec
 from search import calibration as calibration_mod
-from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
+from search import pareto, scenario as scenario_mod, space as space_mod
+from search.executor import PhaseCallback, TrialExecutor, VllmExecutor, plan as plan_trial
 from search.outputs import dashboard
 from search.outputs.progress import StudyProgress
 from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.scenario import Scenario
-from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context
+from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, ServerArgs, launch_context
 from storage import queries
 from storage.models import StudyRecord, TrialStatus
 
 DEFAULT_RUNS_DIR = Path("runs")
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
+
+# What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
+ExecutorFactory = Callable[[WorkloadSpec, GoodputSLO | None], TrialExecutor]
+# search.calibration.calibrate: measures the scenario on the baseline's server, logs under run_dir.
+Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
 
 
 class StudyBusy(RuntimeError):
@@ -115,10 +122,18 @@ def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any
     return essentials
 
 
-def prepare(opts: StudyOptions) -> Prepared:
-    """Validate everything (scenario, space, baselines, model, vLLM) without starting a server."""
+def vllm_executor(prep: Prepared) -> ExecutorFactory:
+    """The real executor: a vLLM server per trial, on this machine."""
+    return lambda workload, goodput: VllmExecutor(prep.ctx, workload, prep.run_dir, goodput,
+                                                  prep.scenario.server.startup_timeout_s)
+
+
+def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
+    """Validate everything (scenario, space, baselines, model, vLLM) without starting a server.
+
+    `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
     scenario, source, shown = scenario_mod.load(opts.scenario)
-    ctx = launch_context(opts.model)
+    ctx = ctx or launch_context(opts.model)
     dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
     essentials = platform_essentials(ctx, scenario)
     fixed = {**essentials, **scenario.server.fixed}
@@ -126,14 +141,14 @@ def prepare(opts: StudyOptions) -> Prepared:
     baselines, baseline_notes = {}, []
     for name, values in scenario.baselines.items():
         config = {**essentials, **values}  # baselines are taken as written, not with server.fixed
-        plan = trial_runner.plan(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
+        plan = plan_trial(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
         baselines[name] = config
         for adj in plan.server_args.adjustments:
             baseline_notes.append(f"baseline {name}: {adj.param} {adj.action}: {adj.detail}")
         for problem in plan.problems:
             baseline_notes.append(f"baseline {name} cannot run here and will be recorded as failed: {problem}")
     # A fixed value vLLM would reject fails every trial: say it now.
-    trial_runner.plan(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
+    plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
     study_name = opts.study_name or default_study_name(scenario.name, opts.model)
     storage_url = opts.storage or default_storage(opts.runs_dir)
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
@@ -149,7 +164,11 @@ def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blo
 
 
 class StudyRunner:
-    def __init__(self, prep: Prepared, opts: StudyOptions, console: Console | None = None):
+    """The study loop. Trials run on what `executor` builds (by default a vLLM server each) and
+    calibration on `calibrate`: a test swaps in scripted ones and keeps everything else."""
+
+    def __init__(self, prep: Prepared, opts: StudyOptions, console: Console | None = None, *,
+                 executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None):
         self.prep = prep
         self.opts = opts
         self.sc = prep.scenario
@@ -165,9 +184,12 @@ class StudyRunner:
         with warnings.catch_warnings():  # "experimental since 3.2": noise on every run
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names(self.sc.objective_names)
+        self._make_executor = executor or vllm_executor(prep)
+        self._calibrate_on_server = calibrate or calibration_mod.calibrate
         self.workload = None
         self.slos = None
         self.goodput = None
+        self.executor: TrialExecutor | None = None
 
     # -- study record, calibration, baselines ----------------------------------------------------
 
@@ -198,11 +220,11 @@ class StudyRunner:
         if self.sc.needs_calibration():
             if rec.calibration is None:
                 base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
-                args = trial_runner.plan(-1, "calibration", {}, base, self.prep.ctx,
-                                         self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
+                args = plan_trial(-1, "calibration", {}, base, self.prep.ctx,
+                                  self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
                 self.progress.start_trial("calibration")
-                cal = calibration_mod.calibrate(self.sc, self.prep.ctx, args, self.prep.run_dir,
-                                                on_phase=self.progress.set_phase)
+                cal = self._calibrate_on_server(self.sc, self.prep.ctx, args, self.prep.run_dir,
+                                                self.progress.set_phase)
                 rec.calibration = json_safe(cal.as_dict())
                 session.commit()
                 self.progress.note(
@@ -212,6 +234,7 @@ class StudyRunner:
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
+        self.executor = self._make_executor(self.workload, self.goodput)
         arrival = self.workload.arrival
         if arrival.rate is not None:
             self.progress.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
@@ -268,8 +291,8 @@ class StudyRunner:
         else:
             params = space_mod.suggest(trial, self.prep.dists)
             config = {**self.prep.fixed, **params}
-        plan = trial_runner.plan(trial.number, baseline, params, config, self.prep.ctx,
-                                 self.workload.longest_request_tokens(), self.prep.shown)
+        plan = plan_trial(trial.number, baseline, params, config, self.prep.ctx,
+                          self.workload.longest_request_tokens(), self.prep.shown)
         earlier = queries.earlier_run_of(session, rec, plan.fingerprint)
         started = datetime.now(timezone.utc).replace(tzinfo=None)
         if earlier is not None:
@@ -281,10 +304,7 @@ class StudyRunner:
                                   failure_line=earlier.failure_line)
             self.progress.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
         else:
-            outcome = trial_runner.run(plan, self.prep.ctx, self.workload, self.prep.run_dir,
-                                       goodput=self.goodput,
-                                       startup_timeout_s=self.sc.server.startup_timeout_s,
-                                       on_phase=self.progress.set_phase)
+            outcome = self.executor.run(plan, self.progress.set_phase)
             ok, status, failure = outcome.status == TrialStatus.OK, outcome.status, outcome.failure
             metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
             timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
