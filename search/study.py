@@ -13,14 +13,14 @@ import os
 import signal
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import optuna
 from optuna.trial import TrialState
-from rich.console import Console
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
@@ -29,9 +29,9 @@ from objectives.scoring import Score, score
 from objectives.workload import WorkloadSpec
 from search import calibration as calibration_mod
 from search import pareto, scenario as scenario_mod, space as space_mod
+from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
+                           TrialStarted)
 from search.executor import PhaseCallback, TrialExecutor, VllmExecutor, plan as plan_trial
-from search.outputs import dashboard
-from search.outputs.progress import StudyProgress
 from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.scenario import Scenario
 from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, ServerArgs, launch_context
@@ -165,15 +165,16 @@ def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blo
 
 class StudyRunner:
     """The study loop. Trials run on what `executor` builds (by default a vLLM server each) and
-    calibration on `calibrate`: a test swaps in scripted ones and keeps everything else."""
+    calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. What
+    happens is told to `observers` (`search.events`); the loop itself prints and publishes nothing."""
 
-    def __init__(self, prep: Prepared, opts: StudyOptions, console: Console | None = None, *,
+    def __init__(self, prep: Prepared, opts: StudyOptions, *, observers: Iterable[StudyObserver] = (),
                  executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None):
         self.prep = prep
         self.opts = opts
         self.sc = prep.scenario
         self.budget = opts.trials or self.sc.default_trials
-        self.progress = StudyProgress(prep.study_name, self.budget, console)
+        self.events = Subscribers(observers)
         self.engine = queries.open_db(prep.storage_url)
         storage = optuna.storages.RDBStorage(
             prep.storage_url, engine_kwargs=queries.engine_kwargs(prep.storage_url))
@@ -222,12 +223,12 @@ class StudyRunner:
                 base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
                 args = plan_trial(-1, "calibration", {}, base, self.prep.ctx,
                                   self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
-                self.progress.start_trial("calibration")
+                self.events.calibration_started()
                 cal = self._calibrate_on_server(self.sc, self.prep.ctx, args, self.prep.run_dir,
-                                                self.progress.set_phase)
+                                                self.events.phase)
                 rec.calibration = json_safe(cal.as_dict())
                 session.commit()
-                self.progress.note(
+                self.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
                     f"(closed loop, {self.sc.calibration.saturation_concurrency} users), unloaded TTFT "
                     f"median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
@@ -237,7 +238,7 @@ class StudyRunner:
         self.executor = self._make_executor(self.workload, self.goodput)
         arrival = self.workload.arrival
         if arrival.rate is not None:
-            self.progress.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
+            self.events.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
 
     def _enqueue_baselines(self) -> None:
         present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
@@ -255,12 +256,12 @@ class StudyRunner:
             row = stored.get(t.number)
             if row is not None and row.values:
                 self._tell(t.number, row.values, row.constraints, {})
-                self.progress.note(f"trial {t.number}: finished from its stored record")
+                self.events.note(f"trial {t.number}: finished from its stored record")
                 continue
             self.study.tell(t.number, state=TrialState.FAIL)
             self.study.enqueue_trial(t.params, user_attrs={
                 **{k: v for k, v in t.user_attrs.items() if k == "baseline"}, "retry_of": t.number})
-            self.progress.note(f"trial {t.number} was interrupted; it will run again")
+            self.events.note(f"trial {t.number} was interrupted; it will run again")
 
     # -- one trial ---------------------------------------------------------------------------------
 
@@ -284,7 +285,7 @@ class StudyRunner:
         trial = self.study.ask()
         baseline = trial.user_attrs.get("baseline")
         label = f"trial {trial.number}" + (f" (baseline {baseline})" if baseline else "")
-        self.progress.start_trial(label)
+        self.events.trial_started(TrialStarted(trial.number, baseline, label))
         if baseline:
             config = dict(self.prep.baselines[baseline])
             params = space_mod.suggest(trial, self.prep.dists, only=config)
@@ -302,9 +303,9 @@ class StudyRunner:
             timings, log_path, command = {}, earlier.log_path, earlier.command
             failure_fields = dict(failure_class=earlier.failure_class, failure_phase=earlier.failure_phase,
                                   failure_line=earlier.failure_line)
-            self.progress.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
+            self.events.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
         else:
-            outcome = self.executor.run(plan, self.progress.set_phase)
+            outcome = self.executor.run(plan, self.events.phase)
             ok, status, failure = outcome.status == TrialStatus.OK, outcome.status, outcome.failure
             metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
             timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
@@ -312,7 +313,7 @@ class StudyRunner:
             failure_fields = dict(failure_class=failure.cls.value if failure else None,
                                   failure_phase=failure.phase if failure else None,
                                   failure_line=failure.line if failure else None)
-        self.progress.set_phase("scoring")
+        self.events.phase("scoring")
         s = self._score(metrics, ok)
         constraints = s.constraints
         feasible = s.feasible
@@ -340,12 +341,11 @@ class StudyRunner:
             attrs["failure"] = f"{failure_fields['failure_class']} ({failure_fields['failure_phase']}): " \
                                f"{failure_fields['failure_line']}"
         attrs.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
-        attrs.update(dashboard.trial_user_attrs(diagnosis))
+        self.events.trial_scored(TrialScored(trial, row))  # subscribers may add user attrs until told
         self._tell(trial.number, s.values, constraints, attrs)
-        dashboard.publish_trial(self.study, row, self.sc)
         self._snapshot(session, rec, trial.number)
-        self.progress.finish_trial(self._summary(status, s.values, feasible, failure_fields, client_behind),
-                                   self._best_summary())
+        self.events.trial_recorded(TrialRecorded(
+            row, self._summary(status, s.values, feasible, failure_fields, client_behind), self._best_summary()))
 
     # -- fronts, summaries -------------------------------------------------------------------------
 
@@ -378,7 +378,7 @@ class StudyRunner:
             text += "; CLIENT FELL BEHIND its schedule (load was lower than asked)"
         return text
 
-    def _best_summary(self) -> str | None:
+    def _best_summary(self) -> str:
         best = self.chosen()
         return f"trial {best.number}: {self._fmt(best.values)}" if best else "no feasible trial yet"
 
@@ -407,14 +407,24 @@ class StudyRunner:
         handle.flush()
         return handle
 
+    @contextmanager
+    def _announced(self) -> Iterator[None]:
+        """study_started, then study_finished however the loop ends (subscribers clean up there)."""
+        self.events.study_started(StudyStarted(self.prep.study_name, self.budget, self.study, self.sc,
+                                               self.prep.space_notes + self.prep.baseline_notes))
+        completed = False
+        try:
+            yield
+            completed = True
+        finally:
+            self.events.study_finished(StudyFinished(completed))
+
     def run(self) -> StudyResult:
         deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
+        lock = self._lock()  # first: a busy study raises before anything else changes
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        lock = self._lock()
         try:
-            with self.progress, Session(self.engine, expire_on_commit=False) as session:
-                for note in self.prep.space_notes + self.prep.baseline_notes:
-                    self.progress.note(f"[yellow]note[/]: {note}")
+            with self._announced(), Session(self.engine, expire_on_commit=False) as session:
                 rec = self._study_record(session)
                 self._recover(session, rec)
                 self._calibrate(session, rec)
@@ -422,10 +432,10 @@ class StudyRunner:
                 asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
                 while self.spent(session, rec) < self.budget:
                     if deadline and time.monotonic() > deadline:
-                        self.progress.note("wall-time budget reached")
+                        self.events.note("wall-time budget reached")
                         break
                     if len(pareto.finished(self.study)) >= asked_cap:
-                        self.progress.note(f"stopped after {asked_cap} proposals: the sampler keeps "
+                        self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
                                            "proposing configurations that never start; narrow the space")
                         break
                     self._run_one(session, rec)
