@@ -163,6 +163,15 @@ def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blo
     raise KeyboardInterrupt
 
 
+def _mirror_constraint_list(trial: optuna.Trial, constraints: dict[str, float]) -> None:
+    """The constraints again as Optuna's pre-5.0 `constraints` list system attr: optuna-dashboard
+    0.21 reads only that list (it colours infeasible trials from it). Optuna 5 has no public way
+    to write a system attr (Trial.set_system_attr is removed; the deprecated sampler
+    `constraints_func` writes the list, but not for every sampler), so this is the study's one
+    write through Optuna's private storage."""
+    trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [float(v) for v in constraints.values()])
+
+
 class StudyRunner:
     """The study loop. Trials run on what `executor` builds (by default a vLLM server each) and
     calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. What
@@ -255,7 +264,10 @@ class StudyRunner:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             row = stored.get(t.number)
             if row is not None and row.values:
-                self._tell(t.number, row.values, row.constraints, {})
+                # Optuna hands out a Trial only from ask(); for a trial asked by an earlier process,
+                # this constructor (what ask() itself calls) with the frozen trial's id is the least
+                # private route to the public set_constraint and tell.
+                self._tell(optuna.trial.Trial(self.study, t._trial_id), row.values, row.constraints)
                 self.events.note(f"trial {t.number}: finished from its stored record")
                 continue
             self.study.tell(t.number, state=TrialState.FAIL)
@@ -269,17 +281,13 @@ class StudyRunner:
         return score(metrics, self.sc.objectives, self.slos,
                      request_timeout_s=self.workload.request_timeout_s, served=ok)
 
-    def _tell(self, number: int, values: list[float], constraints: dict[str, float],
-              user_attrs: dict[str, Any]) -> None:
-        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
-        storage = self.study._storage
+    def _tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
+        already = trial.constraints  # a run killed while telling may have set some (set twice: a warning)
         for key, value in constraints.items():
-            storage.set_trial_system_attr(trial_id, f"constraints:{key}", float(value))
-        # optuna-dashboard 0.21 reads only the pre-5.0 list; mirror it so feasibility shows there.
-        storage.set_trial_system_attr(trial_id, "constraints", [float(v) for v in constraints.values()])
-        for key, value in user_attrs.items():
-            storage.set_trial_user_attr(trial_id, key, json_safe(value))
-        self.study.tell(number, values)
+            if key not in already:
+                trial.set_constraint(key, value)
+        _mirror_constraint_list(trial, constraints)
+        self.study.tell(trial, values)
 
     def _run_one(self, session: Session, rec: StudyRecord) -> None:
         trial = self.study.ask()
@@ -341,8 +349,10 @@ class StudyRunner:
             attrs["failure"] = f"{failure_fields['failure_class']} ({failure_fields['failure_phase']}): " \
                                f"{failure_fields['failure_line']}"
         attrs.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
+        for key, value in attrs.items():
+            trial.set_user_attr(key, json_safe(value))
         self.events.trial_scored(TrialScored(trial, row))  # subscribers may add user attrs until told
-        self._tell(trial.number, s.values, constraints, attrs)
+        self._tell(trial, s.values, constraints)
         self._snapshot(session, rec, trial.number)
         self.events.trial_recorded(TrialRecorded(
             row, self._summary(status, s.values, feasible, failure_fields, client_behind), self._best_summary()))
