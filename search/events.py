@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 class StudyStarted:
     study_name: str
     budget: int  # server starts
-    study: "optuna.Study"
-    scenario: "Scenario"
+    study: optuna.Study
+    scenario: Scenario
     notes: list[str] = field(default_factory=list)  # what the space and the baselines lost on this vLLM
 
 
@@ -42,15 +42,15 @@ class TrialStarted:
 class TrialScored:
     """Stored in our tables; Optuna not told yet, so user attrs can still be set on `trial`."""
 
-    trial: "optuna.Trial"
-    row: "TrialRecord"
+    trial: optuna.Trial
+    row: TrialRecord
 
 
 @dataclass
 class TrialRecorded:
     """Stored and told, the Pareto snapshot taken."""
 
-    row: "TrialRecord"
+    row: TrialRecord
     summary: str  # the trial's result in one line
     best: str  # the currently chosen trial in one line
 

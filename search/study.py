@@ -14,7 +14,7 @@ import signal
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -89,7 +89,6 @@ class StudyResult:
     run_dir: Path
     finished: int
     chosen: int | None
-    exported: list[Path] = field(default_factory=list)
 
 
 def default_storage(runs_dir: Path) -> str:
@@ -153,10 +152,6 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     storage_url = opts.storage or default_storage(opts.runs_dir)
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
                     study_name, storage_url, opts.runs_dir / study_name)
-
-
-class _Interrupted(Exception):
-    pass
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
