@@ -441,7 +441,7 @@ class StudyRunner:
                         break
                     if len(pareto.finished(self.study)) >= asked_cap:
                         self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
-                                           "proposing configurations that never start; narrow the space")
+                                         "proposing configurations that never start; narrow the space")
                         break
                     self._run_one(session, rec)
         finally:
