@@ -160,13 +160,15 @@ def test_sigterm_stops_the_loop_like_ctrl_c_and_leaves_the_trial_for_resume(tmp_
     events = Recorder()
     previous = signal.signal(signal.SIGTERM, before_the_loop)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as interrupted:
             runner(tmp_path, ScriptedExecutor(before=sigterm_on_second_trial), trials=3, observers=[events]).run()
         assert signal.getsignal(signal.SIGTERM) is before_the_loop and received == []  # restored, not called
     finally:
         signal.signal(signal.SIGTERM, previous)
+    # Released by the loop itself: the traceback held here keeps run()'s frame (and its lock file) alive.
+    assert interrupted.traceback
     with open(tmp_path / "loop" / ".lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released (raises BlockingIOError if not)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if still held
     assert events.events[-1] == ("study_finished", search.events.StudyFinished(completed=False))
     r = runner(tmp_path, ScriptedExecutor())
     assert [t.state for t in optuna_trials(r)] == [TrialState.COMPLETE, TrialState.RUNNING]
