@@ -259,3 +259,23 @@ def test_calibration_runs_once_on_the_injected_calibrate_and_is_stored(tmp_path)
     again = ScriptedExecutor()
     runner(tmp_path, again, scenario=scenario, trials=2, calibrate=calibrate).run()
     assert calibrate.calls == 1 and again.workload.arrival.rate == 4.0  # the stored calibration, replayed
+
+
+def test_the_cli_subscribes_the_progress_display_and_the_dashboard(tmp_path, monkeypatch, capsys):
+    from optuna_dashboard import get_note
+
+    from search.cli import main
+    from tests.support.fakes import ctx
+    from tests.support.study_loop import LOOP_SCENARIO
+
+    executor = ScriptedExecutor()
+    monkeypatch.setattr(search.study, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(search.study, "vllm_executor", lambda prep: executor.factory)
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "trial 0 (baseline vllm_defaults): scoring" in out
+    assert "trial 0 (baseline vllm_defaults): output_throughput 160, ttft_p95_ms 1024; feasible" in out
+    [t] = optuna.load_study(study_name="loop", storage=storage).trials
+    assert "bottleneck" in t.user_attrs and len(executor.plans) == 1
+    assert get_note(optuna.trial.Trial(optuna.load_study(study_name="loop", storage=storage), t._trial_id))
