@@ -15,7 +15,6 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -31,7 +30,7 @@ from search import calibration as calibration_mod
 from search import pareto, scenario as scenario_mod, space as space_mod
 from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
                            TrialStarted)
-from search.executor import PhaseCallback, TrialExecutor, VllmExecutor, plan as plan_trial
+from search.executor import PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor, plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.scenario import Scenario
 from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, ServerArgs, launch_context
@@ -298,24 +297,20 @@ class StudyRunner:
         plan = plan_trial(trial.number, baseline, params, config, self.prep.ctx,
                           self.workload.longest_request_tokens(), self.prep.shown)
         earlier = queries.earlier_run_of(session, rec, plan.fingerprint)
-        started = datetime.now(timezone.utc).replace(tzinfo=None)
-        if earlier is not None:
-            status, failure = TrialStatus.DUPLICATE, None
-            metrics, diagnostics = earlier.metrics, earlier.server_diagnostics
-            ok = earlier.status == TrialStatus.OK
-            timings, log_path, command = {}, earlier.log_path, earlier.command
-            failure_fields = dict(failure_class=earlier.failure_class, failure_phase=earlier.failure_phase,
-                                  failure_line=earlier.failure_line)
+        if earlier is not None:  # no server: the earlier trial's measurement stands for this one
             self.events.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
+            outcome = TrialOutcome(status=TrialStatus(earlier.status), metrics=earlier.metrics,
+                                   server_diagnostics=earlier.server_diagnostics, log_path=earlier.log_path,
+                                   command=earlier.command)
+            failure_fields = {k: getattr(earlier, k) for k in ("failure_class", "failure_phase", "failure_line")}
         else:
             outcome = self.executor.run(plan, self.events.phase)
-            ok, status, failure = outcome.status == TrialStatus.OK, outcome.status, outcome.failure
-            metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
-            timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
-            started = outcome.started_at
+            failure = outcome.failure
             failure_fields = dict(failure_class=failure.cls.value if failure else None,
                                   failure_phase=failure.phase if failure else None,
                                   failure_line=failure.line if failure else None)
+        status = TrialStatus.DUPLICATE if earlier is not None else outcome.status
+        ok, metrics = outcome.status == TrialStatus.OK, outcome.metrics
         self.events.phase("scoring")
         s = self._score(metrics, ok)
         constraints = s.constraints
@@ -328,12 +323,12 @@ class StudyRunner:
         row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
-            params=params, config=json_safe(config), flags=plan.server_args.flags, command=command,
+            params=params, config=json_safe(config), flags=plan.server_args.flags,
             adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-            metrics=json_safe(metrics), server_diagnostics=json_safe(diagnostics), values=s.values,
-            constraints=constraints, feasible=feasible, client_behind=client_behind,
-            timings=timings, log_path=str(log_path) if log_path else None, started_at=started,
-            diagnosis=json_safe(diagnosis), **failure_fields)
+            metrics=json_safe(metrics), server_diagnostics=json_safe(outcome.server_diagnostics), values=s.values,
+            constraints=constraints, feasible=feasible, client_behind=client_behind, timings=outcome.timings,
+            log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
+            command=outcome.command, diagnosis=json_safe(diagnosis), **failure_fields)
         if rec.hv_reference is None and ok:
             rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
         session.commit()

@@ -91,6 +91,7 @@ def test_same_flags_reuse_the_earlier_result_without_starting_a_server(tmp_path)
     assert [p.number for p in executor.plans] == [0, 2]  # trial 1 never reached the executor
     assert (dup.status, dup.duplicate_of, dup.fingerprint) == ("duplicate", 0, first.fingerprint)
     assert dup.values == first.values and dup.metrics == first.metrics
+    assert (dup.command, dup.log_path, dup.timings) == (first.command, first.log_path, {})
     assert optuna_trials(r)[1].values == first.values
     assert "trial 1: same flags as trial 0; reusing its result" in events.notes
     assert baseline.baseline == "vllm_defaults"
