@@ -72,6 +72,7 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from search import study as study_mod
+    from search.outputs import DashboardPublisher, StudyProgress
 
     opts = study_mod.StudyOptions(
         scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
@@ -81,7 +82,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     prep = study_mod.prepare(opts)  # every check before any server starts
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
-    runner = study_mod.StudyRunner(prep, opts, console)
+    # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
+    runner = study_mod.StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
     try:
         result = runner.run()
     except KeyboardInterrupt:

@@ -1,6 +1,6 @@
 """A multi-objective Optuna study over vLLM serving parameters, resumable, one trial at a time.
 
-CLI -> here -> trial_runner (server + load) -> objectives.scoring -> storage + Optuna.
+CLI -> here -> a TrialExecutor (search.executor: server + load) -> objectives.scoring -> storage + Optuna.
 Every finished trial is written to our tables *before* Optuna is told, so a kill at any point
 loses nothing measured: on the next run a trial Optuna still sees as RUNNING is either
 finished from its stored record or, if it never got that far, run again with the same params.
@@ -13,31 +13,37 @@ import os
 import signal
 import time
 import warnings
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import optuna
 from optuna.trial import TrialState
-from rich.console import Console
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
-from objectives.metrics import json_safe
+from objectives.metrics import GoodputSLO, json_safe
 from objectives.scoring import Score, score
+from objectives.workload import WorkloadSpec
 from search import calibration as calibration_mod
-from search import pareto, scenario as scenario_mod, space as space_mod, trial_runner
-from search.outputs import dashboard
-from search.outputs.progress import StudyProgress
+from search import pareto, scenario as scenario_mod, space as space_mod
+from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
+                           TrialStarted)
+from search.executor import PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor, plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER, make_sampler
 from search.scenario import Scenario
-from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, facts_for_launch, launch_context
+from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, ServerArgs, facts_for_launch, launch_context
 from storage import queries
 from storage.models import StudyRecord, TrialStatus
 
 DEFAULT_RUNS_DIR = Path("runs")
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
+
+# What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
+ExecutorFactory = Callable[[WorkloadSpec, GoodputSLO | None], TrialExecutor]
+# search.calibration.calibrate: measures the scenario on the baseline's server, logs under run_dir.
+Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
 
 
 class StudyBusy(RuntimeError):
@@ -82,7 +88,6 @@ class StudyResult:
     run_dir: Path
     finished: int
     chosen: int | None
-    exported: list[Path] = field(default_factory=list)
 
 
 def default_storage(runs_dir: Path) -> str:
@@ -115,10 +120,18 @@ def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any
     return essentials
 
 
-def prepare(opts: StudyOptions) -> Prepared:
-    """Validate everything (scenario, space, baselines, model, vLLM) without starting a server."""
+def vllm_executor(prep: Prepared) -> ExecutorFactory:
+    """The real executor: a vLLM server per trial, on this machine."""
+    return lambda workload, goodput: VllmExecutor(prep.ctx, workload, prep.run_dir, goodput,
+                                                  prep.scenario.server.startup_timeout_s)
+
+
+def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
+    """Validate everything (scenario, space, baselines, model, vLLM) without starting a server.
+
+    `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
     scenario, source, shown = scenario_mod.load(opts.scenario)
-    ctx = launch_context(opts.model)
+    ctx = ctx or launch_context(opts.model)
     dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
     essentials = platform_essentials(ctx, scenario)
     fixed = {**essentials, **scenario.server.fixed}
@@ -126,35 +139,45 @@ def prepare(opts: StudyOptions) -> Prepared:
     baselines, baseline_notes = {}, []
     for name, values in scenario.baselines.items():
         config = {**essentials, **values}  # baselines are taken as written, not with server.fixed
-        plan = trial_runner.plan(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
+        plan = plan_trial(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
         baselines[name] = config
         for adj in plan.server_args.adjustments:
             baseline_notes.append(f"baseline {name}: {adj.param} {adj.action}: {adj.detail}")
         for problem in plan.problems:
             baseline_notes.append(f"baseline {name} cannot run here and will be recorded as failed: {problem}")
     # A fixed value vLLM would reject fails every trial: say it now.
-    trial_runner.plan(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
+    plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
     study_name = opts.study_name or default_study_name(scenario.name, opts.model)
     storage_url = opts.storage or default_storage(opts.runs_dir)
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
                     study_name, storage_url, opts.runs_dir / study_name)
 
 
-class _Interrupted(Exception):
-    pass
-
-
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
     raise KeyboardInterrupt
 
 
+def _mirror_constraint_list(trial: optuna.Trial, constraints: dict[str, float]) -> None:
+    """The constraints again as Optuna's pre-5.0 `constraints` list system attr: optuna-dashboard
+    0.21 reads only that list (it colours infeasible trials from it). Optuna 5 has no public way
+    to write a system attr (Trial.set_system_attr is removed; the deprecated sampler
+    `constraints_func` writes the list, but not for every sampler), so this is the study's one
+    write through Optuna's private storage."""
+    trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [float(v) for v in constraints.values()])
+
+
 class StudyRunner:
-    def __init__(self, prep: Prepared, opts: StudyOptions, console: Console | None = None):
+    """The study loop. Trials run on what `executor` builds (by default a vLLM server each) and
+    calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. What
+    happens is told to `observers` (`search.events`); the loop itself prints and publishes nothing."""
+
+    def __init__(self, prep: Prepared, opts: StudyOptions, *, observers: Iterable[StudyObserver] = (),
+                 executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None):
         self.prep = prep
         self.opts = opts
         self.sc = prep.scenario
         self.budget = opts.trials or self.sc.default_trials
-        self.progress = StudyProgress(prep.study_name, self.budget, console)
+        self.events = Subscribers(observers)
         self.engine = queries.open_db(prep.storage_url)
         storage = optuna.storages.RDBStorage(
             prep.storage_url, engine_kwargs=queries.engine_kwargs(prep.storage_url))
@@ -165,9 +188,12 @@ class StudyRunner:
         with warnings.catch_warnings():  # "experimental since 3.2": noise on every run
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names(self.sc.objective_names)
+        self._make_executor = executor or vllm_executor(prep)
+        self._calibrate_on_server = calibrate or calibration_mod.calibrate
         self.workload = None
         self.slos = None
         self.goodput = None
+        self.executor: TrialExecutor | None = None
 
     # -- study record, calibration, baselines ----------------------------------------------------
 
@@ -198,23 +224,24 @@ class StudyRunner:
         if self.sc.needs_calibration():
             if rec.calibration is None:
                 base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
-                args = trial_runner.plan(-1, "calibration", {}, base, self.prep.ctx,
-                                         self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
-                self.progress.start_trial("calibration")
-                cal = calibration_mod.calibrate(self.sc, self.prep.ctx, args, self.prep.run_dir,
-                                                on_phase=self.progress.set_phase)
+                args = plan_trial(-1, "calibration", {}, base, self.prep.ctx,
+                                  self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
+                self.events.calibration_started()
+                cal = self._calibrate_on_server(self.sc, self.prep.ctx, args, self.prep.run_dir,
+                                                self.events.phase)
                 rec.calibration = json_safe(cal.as_dict())
                 session.commit()
-                self.progress.note(
+                self.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
                     f"(closed loop, {self.sc.calibration.saturation_concurrency} users), unloaded TTFT "
                     f"median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
+        self.executor = self._make_executor(self.workload, self.goodput)
         arrival = self.workload.arrival
         if arrival.rate is not None:
-            self.progress.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
+            self.events.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
 
     def _enqueue_baselines(self) -> None:
         present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
@@ -231,13 +258,16 @@ class StudyRunner:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             row = stored.get(t.number)
             if row is not None and row.values:
-                self._tell(t.number, row.values, row.constraints, {})
-                self.progress.note(f"trial {t.number}: finished from its stored record")
+                # Optuna hands out a Trial only from ask(); for a trial asked by an earlier process,
+                # this constructor (what ask() itself calls) with the frozen trial's id is the least
+                # private route to the public set_constraint and tell.
+                self._tell(optuna.trial.Trial(self.study, t._trial_id), row.values, row.constraints)
+                self.events.note(f"trial {t.number}: finished from its stored record")
                 continue
             self.study.tell(t.number, state=TrialState.FAIL)
             self.study.enqueue_trial(t.params, user_attrs={
                 **{k: v for k, v in t.user_attrs.items() if k == "baseline"}, "retry_of": t.number})
-            self.progress.note(f"trial {t.number} was interrupted; it will run again")
+            self.events.note(f"trial {t.number} was interrupted; it will run again")
 
     # -- one trial ---------------------------------------------------------------------------------
 
@@ -245,54 +275,43 @@ class StudyRunner:
         return score(metrics, self.sc.objectives, self.slos,
                      request_timeout_s=self.workload.request_timeout_s, served=ok)
 
-    def _tell(self, number: int, values: list[float], constraints: dict[str, float],
-              user_attrs: dict[str, Any]) -> None:
-        trial_id = self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
-        storage = self.study._storage
+    def _tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
+        already = trial.constraints  # a run killed while telling may have set some (set twice: a warning)
         for key, value in constraints.items():
-            storage.set_trial_system_attr(trial_id, f"constraints:{key}", float(value))
-        # optuna-dashboard 0.21 reads only the pre-5.0 list; mirror it so feasibility shows there.
-        storage.set_trial_system_attr(trial_id, "constraints", [float(v) for v in constraints.values()])
-        for key, value in user_attrs.items():
-            storage.set_trial_user_attr(trial_id, key, json_safe(value))
-        self.study.tell(number, values)
+            if key not in already:
+                trial.set_constraint(key, value)
+        _mirror_constraint_list(trial, constraints)
+        self.study.tell(trial, values)
 
     def _run_one(self, session: Session, rec: StudyRecord) -> None:
         trial = self.study.ask()
         baseline = trial.user_attrs.get("baseline")
         label = f"trial {trial.number}" + (f" (baseline {baseline})" if baseline else "")
-        self.progress.start_trial(label)
+        self.events.trial_started(TrialStarted(trial.number, baseline, label))
         if baseline:
             config = dict(self.prep.baselines[baseline])
             params = space_mod.suggest(trial, self.prep.dists, only=config)
         else:
             params = space_mod.suggest(trial, self.prep.dists)
             config = {**self.prep.fixed, **params}
-        plan = trial_runner.plan(trial.number, baseline, params, config, self.prep.ctx,
-                                 self.workload.longest_request_tokens(), self.prep.shown)
+        plan = plan_trial(trial.number, baseline, params, config, self.prep.ctx,
+                          self.workload.longest_request_tokens(), self.prep.shown)
         earlier = queries.earlier_run_of(session, rec, plan.fingerprint)
-        started = datetime.now(timezone.utc).replace(tzinfo=None)
-        if earlier is not None:
-            status, failure = TrialStatus.DUPLICATE, None
-            metrics, diagnostics = earlier.metrics, earlier.server_diagnostics
-            ok = earlier.status == TrialStatus.OK
-            timings, log_path, command = {}, earlier.log_path, earlier.command
-            failure_fields = dict(failure_class=earlier.failure_class, failure_phase=earlier.failure_phase,
-                                  failure_line=earlier.failure_line)
-            self.progress.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
+        if earlier is not None:  # no server: the earlier trial's measurement stands for this one
+            self.events.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
+            outcome = TrialOutcome(status=TrialStatus(earlier.status), metrics=earlier.metrics,
+                                   server_diagnostics=earlier.server_diagnostics, log_path=earlier.log_path,
+                                   command=earlier.command)
+            failure_fields = {k: getattr(earlier, k) for k in ("failure_class", "failure_phase", "failure_line")}
         else:
-            outcome = trial_runner.run(plan, self.prep.ctx, self.workload, self.prep.run_dir,
-                                       goodput=self.goodput,
-                                       startup_timeout_s=self.sc.server.startup_timeout_s,
-                                       on_phase=self.progress.set_phase)
-            ok, status, failure = outcome.status == TrialStatus.OK, outcome.status, outcome.failure
-            metrics, diagnostics = outcome.metrics, outcome.server_diagnostics
-            timings, log_path, command = outcome.timings, outcome.log_path, outcome.command
-            started = outcome.started_at
+            outcome = self.executor.run(plan, self.events.phase)
+            failure = outcome.failure
             failure_fields = dict(failure_class=failure.cls.value if failure else None,
                                   failure_phase=failure.phase if failure else None,
                                   failure_line=failure.line if failure else None)
-        self.progress.set_phase("scoring")
+        status = TrialStatus.DUPLICATE if earlier is not None else outcome.status
+        ok, metrics = outcome.status == TrialStatus.OK, outcome.metrics
+        self.events.phase("scoring")
         s = self._score(metrics, ok)
         constraints = s.constraints
         feasible = s.feasible
@@ -305,12 +324,12 @@ class StudyRunner:
         row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
-            params=params, config=json_safe(config), flags=plan.server_args.flags, command=command,
+            params=params, config=json_safe(config), flags=plan.server_args.flags,
             adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-            metrics=json_safe(metrics), server_diagnostics=json_safe(diagnostics), values=s.values,
-            constraints=constraints, feasible=feasible, client_behind=client_behind,
-            timings=timings, log_path=str(log_path) if log_path else None, started_at=started,
-            diagnosis=json_safe(diagnosis), **failure_fields)
+            metrics=json_safe(metrics), server_diagnostics=json_safe(outcome.server_diagnostics), values=s.values,
+            constraints=constraints, feasible=feasible, client_behind=client_behind, timings=outcome.timings,
+            log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
+            command=outcome.command, diagnosis=json_safe(diagnosis), **failure_fields)
         if rec.hv_reference is None and ok:
             rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
         session.commit()
@@ -321,12 +340,13 @@ class StudyRunner:
             attrs["failure"] = f"{failure_fields['failure_class']} ({failure_fields['failure_phase']}): " \
                                f"{failure_fields['failure_line']}"
         attrs.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
-        attrs.update(dashboard.trial_user_attrs(diagnosis))
-        self._tell(trial.number, s.values, constraints, attrs)
-        dashboard.publish_trial(self.study, row, self.sc)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, json_safe(value))
+        self.events.trial_scored(TrialScored(trial, row))  # subscribers may add user attrs until told
+        self._tell(trial, s.values, constraints)
         self._snapshot(session, rec, trial.number)
-        self.progress.finish_trial(self._summary(status, s.values, feasible, failure_fields, client_behind),
-                                   self._best_summary())
+        self.events.trial_recorded(TrialRecorded(
+            row, self._summary(status, s.values, feasible, failure_fields, client_behind), self._best_summary()))
 
     # -- fronts, summaries -------------------------------------------------------------------------
 
@@ -359,7 +379,7 @@ class StudyRunner:
             text += "; CLIENT FELL BEHIND its schedule (load was lower than asked)"
         return text
 
-    def _best_summary(self) -> str | None:
+    def _best_summary(self) -> str:
         best = self.chosen()
         return f"trial {best.number}: {self._fmt(best.values)}" if best else "no feasible trial yet"
 
@@ -388,14 +408,24 @@ class StudyRunner:
         handle.flush()
         return handle
 
+    @contextmanager
+    def _announced(self) -> Iterator[None]:
+        """study_started, then study_finished however the loop ends (subscribers clean up there)."""
+        self.events.study_started(StudyStarted(self.prep.study_name, self.budget, self.study, self.sc,
+                                               self.prep.space_notes + self.prep.baseline_notes))
+        completed = False
+        try:
+            yield
+            completed = True
+        finally:
+            self.events.study_finished(StudyFinished(completed))
+
     def run(self) -> StudyResult:
         deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
+        lock = self._lock()  # first: a busy study raises before anything else changes
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        lock = self._lock()
         try:
-            with self.progress, Session(self.engine, expire_on_commit=False) as session:
-                for note in self.prep.space_notes + self.prep.baseline_notes:
-                    self.progress.note(f"[yellow]note[/]: {note}")
+            with self._announced(), Session(self.engine, expire_on_commit=False) as session:
                 rec = self._study_record(session)
                 self._recover(session, rec)
                 self._calibrate(session, rec)
@@ -403,11 +433,11 @@ class StudyRunner:
                 asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
                 while self.spent(session, rec) < self.budget:
                     if deadline and time.monotonic() > deadline:
-                        self.progress.note("wall-time budget reached")
+                        self.events.note("wall-time budget reached")
                         break
                     if len(pareto.finished(self.study)) >= asked_cap:
-                        self.progress.note(f"stopped after {asked_cap} proposals: the sampler keeps "
-                                           "proposing configurations that never start; narrow the space")
+                        self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
+                                         "proposing configurations that never start; narrow the space")
                         break
                     self._run_one(session, rec)
         finally:

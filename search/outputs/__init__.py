@@ -8,7 +8,7 @@ imports this package; it reaches the terminal and the dashboard through `search.
 subscribers that the CLI wires in.
 """
 
-from search.outputs.dashboard import publish_and_serve
+from search.outputs.dashboard import DashboardPublisher, publish_and_serve
 from search.outputs.export import LoadedStudy, load_study
 from search.outputs.export import export as export_study
 from search.outputs.format import fmt_value
@@ -16,5 +16,5 @@ from search.outputs.progress import StudyProgress
 from search.outputs.report import REPORT_NAME, write_report
 from search.outputs.summary import summary_table
 
-__all__ = ["REPORT_NAME", "LoadedStudy", "StudyProgress", "export_study", "fmt_value", "load_study",
+__all__ = ["REPORT_NAME", "DashboardPublisher", "LoadedStudy", "StudyProgress", "export_study", "fmt_value", "load_study",
            "publish_and_serve", "summary_table", "write_report"]

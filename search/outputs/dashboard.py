@@ -13,8 +13,10 @@ trials), and its "best trials" are a Pareto set that ignores constraints altoget
 * a study note: the recommendation, the true feasible Pareto set, and the caveat above;
 * a note per trial: feasibility, violated SLOs, failure, every measured metric, the diagnosis.
 
-User attributes can only be written before a trial finishes (Optuna refuses afterwards), so the
-study sets `trial_user_attrs(diagnosis)` when it tells a trial; notes can be written any time.
+While a study runs, `DashboardPublisher` (a subscriber of the loop's events) keeps this current
+trial by trial. User attributes can only be written before a trial finishes (Optuna refuses
+afterwards), so it sets `trial_user_attrs(diagnosis)` when a trial is scored, before the study
+tells Optuna; notes can be written any time, so a trial's note follows once it is recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import optuna
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import Diagnosis, summarize
+from search.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import export, figures
 from search.outputs.report import searched_params
 from search.scenario import Scenario
@@ -138,6 +141,24 @@ def publish_trial(study: optuna.Study, row: TrialRecord, scenario: Scenario,
         study._study_id, row.trial_number))
     _save_note_if_changed(trial, trial_note(view_of(row, Diagnosis.from_dict(row.diagnosis),
                                                     on_front, chosen), scenario))
+
+
+class DashboardPublisher(StudyObserver):
+    """Per trial, as the study runs: the diagnosis as user attrs, then the trial's note."""
+
+    def __init__(self) -> None:
+        self.study: optuna.Study | None = None
+        self.scenario: Scenario | None = None
+
+    def study_started(self, event: StudyStarted) -> None:
+        self.study, self.scenario = event.study, event.scenario
+
+    def trial_scored(self, event: TrialScored) -> None:
+        for key, value in trial_user_attrs(event.row.diagnosis).items():
+            event.trial.set_user_attr(key, value)
+
+    def trial_recorded(self, event: TrialRecorded) -> None:
+        publish_trial(self.study, event.row, self.scenario)
 
 
 def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:

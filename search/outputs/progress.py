@@ -1,6 +1,7 @@
 """Live progress of a study: trial, phase, elapsed time, last result, current best.
 
-A rich live panel on a terminal; plain lines elsewhere (CI logs, pipes).
+A rich live panel on a terminal; plain lines elsewhere (CI logs, pipes). A subscriber of the
+study loop's events (`search.events`).
 """
 
 from __future__ import annotations
@@ -12,31 +13,36 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from search.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted
 
-class StudyProgress:
-    def __init__(self, study_name: str, budget: int | None, console: Console | None = None):
+
+class StudyProgress(StudyObserver):
+    def __init__(self, console: Console | None = None):
         self.console = console or Console()
-        self.study_name = study_name
-        self.budget = budget
+        self.study_name = ""
+        self.budget: int | None = None
         self.t0 = time.monotonic()
         self.trial: str = "-"
-        self.phase: str = "preparing"
+        self.current_phase: str = "preparing"
         self.phase_t0 = time.monotonic()
         self.last: str = "-"
         self.best: str = "-"
         self.done = 0
         self._live: Live | None = None
 
-    def __enter__(self) -> "StudyProgress":
+    def study_started(self, event: StudyStarted) -> None:
+        self.study_name, self.budget = event.study_name, event.budget
         if self.console.is_terminal:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2,
                               get_renderable=self._render)
-            self._live.__enter__()
-        return self
+            self._live.start(refresh=True)
+        for note in event.notes:
+            self.note(f"[yellow]note[/]: {note}")
 
-    def __exit__(self, *exc) -> None:
+    def study_finished(self, event: StudyFinished) -> None:
         if self._live:
-            self._live.__exit__(*exc)
+            self._live.stop()
+            self._live = None
 
     def _render(self):
         elapsed = time.monotonic() - self.t0
@@ -46,7 +52,7 @@ class StudyProgress:
         budget = f"/{self.budget}" if self.budget else ""
         grid.add_row("trials done", f"{self.done}{budget}   elapsed {elapsed / 60:.1f} min")
         grid.add_row("trial", self.trial)
-        grid.add_row("phase", f"{self.phase} ({time.monotonic() - self.phase_t0:.0f} s)")
+        grid.add_row("phase", f"{self.current_phase} ({time.monotonic() - self.phase_t0:.0f} s)")
         grid.add_row("last", self.last)
         grid.add_row("best", self.best)
         return Panel(Group(grid), title=f"study {self.study_name}")
@@ -54,21 +60,27 @@ class StudyProgress:
     def note(self, text: str) -> None:
         self.console.print(text)
 
-    def set_phase(self, phase: str) -> None:
-        self.phase, self.phase_t0 = phase, time.monotonic()
+    def phase(self, name: str) -> None:
+        self.current_phase, self.phase_t0 = name, time.monotonic()
         if not self._live:
-            self.console.print(f"  [{time.monotonic() - self.t0:6.0f} s] {self.trial}: {phase}")
+            self.console.print(f"  [{time.monotonic() - self.t0:6.0f} s] {self.trial}: {name}")
 
-    def start_trial(self, label: str) -> None:
+    def calibration_started(self) -> None:
+        self._start("calibration")
+
+    def trial_started(self, event: TrialStarted) -> None:
+        self._start(event.label)
+
+    def _start(self, label: str) -> None:
         self.trial = label
-        self.set_phase("planning")
+        self.phase("planning")
 
-    def finish_trial(self, summary: str, best: str | None) -> None:
+    def trial_recorded(self, event: TrialRecorded) -> None:
         self.done += 1
-        self.last = summary
-        if best:
-            self.best = best
+        self.last = event.summary
+        if event.best:
+            self.best = event.best
         if not self._live:
-            self.console.print(f"  {self.trial}: {summary}")
+            self.console.print(f"  {self.trial}: {event.summary}")
         else:
-            self.console.print(f"{self.trial}: {summary}")
+            self.console.print(f"{self.trial}: {event.summary}")

@@ -10,7 +10,7 @@ from search.serving.context import launch_context
 from search.serving.facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
 from search.serving.failures import Failure, FailureClass, classify
 from search.serving.hardware import Gpu, Hardware
-from search.serving.launch import command_line, launch
+from search.serving.launcher import command_line, launch
 from search.serving.local_model import build as build_default_model
 from search.serving.local_model import build_dummy_architecture
 from search.serving.model_info import ModelError, ModelInfo

@@ -1,6 +1,9 @@
-"""One trial: pre-check, start the server, warm up and load it, stop it, hand back the numbers.
+"""Running one trial: a plan goes in, an outcome comes out.
 
-No Optuna and no database here: the study decides what to run and records what came back.
+The study loop takes any `TrialExecutor`, as Optuna's `optimize` takes any objective function;
+`VllmExecutor` is the real one: pre-check, start the server, warm up and load it, stop it, hand
+back the numbers. No Optuna and no database here: the study decides what to run and records
+what came back.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
@@ -51,6 +54,17 @@ class TrialOutcome:
     command: str = ""
 
 
+class TrialExecutor(Protocol):
+    """What the study loop runs its trials with."""
+
+    def run(self, plan: TrialPlan, on_phase: PhaseCallback) -> TrialOutcome:
+        """Run the planned trial, calling `on_phase` as each phase ("starting", "load", ...) begins.
+
+        A plan with `problems` is not started: its outcome is FAILED with a failure at phase
+        "precheck", which the study's budget does not count."""
+        ...
+
+
 def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict[str, Any],
          ctx: LaunchContext, longest_request: int, where: str) -> TrialPlan:
     server_args = resolve_server_args(config, ctx, where=where)
@@ -73,35 +87,44 @@ async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model
             raise ServerFailed(failure)
 
 
-def run(trial: TrialPlan, ctx: LaunchContext, workload: WorkloadSpec, run_dir: Path,
-        goodput: GoodputSLO | None = None, startup_timeout_s: float = 300,
-        on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
-    log_path = run_dir / f"trial-{trial.number:04d}" / "server.log"
-    outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
-                           command=command_line(ctx, trial.server_args))
-    if trial.problems:
-        outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(trial.problems), phase="precheck")
+@dataclass
+class VllmExecutor:
+    """Each trial on a real vLLM server started for it, loaded with the study's workload."""
+
+    ctx: LaunchContext
+    workload: WorkloadSpec  # as calibration resolved it: absolute rates
+    run_dir: Path  # trial-NNNN/server.log go here
+    goodput: GoodputSLO | None = None
+    startup_timeout_s: float = 300
+
+    def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
+        ctx = self.ctx
+        log_path = self.run_dir / f"trial-{plan.number:04d}" / "server.log"
+        outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
+                               command=command_line(ctx, plan.server_args))
+        if plan.problems:
+            outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase="precheck")
+            return outcome
+        on_phase("starting")
+        server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s)
+        t0 = time.monotonic()
+        try:
+            server.start()
+            outcome.timings["start_s"] = server.ready_s
+            on_phase("load")
+            t1 = time.monotonic()
+            result = run_async(_load_while_watching(server, self.workload, str(ctx.model.path),
+                                                      ctx.model.path, self.goodput))
+            outcome.timings["load_s"] = time.monotonic() - t1
+            outcome.metrics = result.flat_metrics()
+            outcome.server_diagnostics = result.server_diagnostics()
+            outcome.status = TrialStatus.OK
+        except ServerFailed as e:
+            outcome.failure = e.failure
+        finally:
+            on_phase("stopping")
+            report = server.stop()
+            if report is not None:
+                outcome.timings["stop_s"] = report.seconds
+            outcome.timings["total_s"] = time.monotonic() - t0
         return outcome
-    on_phase("starting")
-    server = launch(ctx, trial.server_args, log_path, startup_timeout_s=startup_timeout_s)
-    t0 = time.monotonic()
-    try:
-        server.start()
-        outcome.timings["start_s"] = server.ready_s
-        on_phase("load")
-        t1 = time.monotonic()
-        result = run_async(_load_while_watching(server, workload, str(ctx.model.path),
-                                                  ctx.model.path, goodput))
-        outcome.timings["load_s"] = time.monotonic() - t1
-        outcome.metrics = result.flat_metrics()
-        outcome.server_diagnostics = result.server_diagnostics()
-        outcome.status = TrialStatus.OK
-    except ServerFailed as e:
-        outcome.failure = e.failure
-    finally:
-        on_phase("stopping")
-        report = server.stop()
-        if report is not None:
-            outcome.timings["stop_s"] = report.seconds
-        outcome.timings["total_s"] = time.monotonic() - t0
-    return outcome

@@ -1,0 +1,127 @@
+"""What a running study tells the outside world, and the protocol its subscribers implement.
+
+The study loop publishes nothing itself (no terminal, no dashboard): it calls these methods on
+its subscribers, in this order:
+
+    study_started, [calibration_started, phase...], note..., then per trial:
+    trial_started, phase..., trial_scored, trial_recorded; finally study_finished (always,
+    also when an exception ends the loop).
+
+`note` may come at any point in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Protocol
+
+if TYPE_CHECKING:
+    import optuna
+
+    from search.scenario import Scenario
+    from storage.models import TrialRecord
+
+
+@dataclass
+class StudyStarted:
+    study_name: str
+    budget: int  # server starts
+    study: optuna.Study
+    scenario: Scenario
+    notes: list[str] = field(default_factory=list)  # what the space and the baselines lost on this vLLM
+
+
+@dataclass
+class TrialStarted:
+    number: int
+    baseline: str | None
+    label: str  # "trial 3 (baseline vllm_defaults)"
+
+
+@dataclass
+class TrialScored:
+    """Stored in our tables; Optuna not told yet, so user attrs can still be set on `trial`."""
+
+    trial: optuna.Trial
+    row: TrialRecord
+
+
+@dataclass
+class TrialRecorded:
+    """Stored and told, the Pareto snapshot taken."""
+
+    row: TrialRecord
+    summary: str  # the trial's result in one line
+    best: str  # the currently chosen trial in one line
+
+
+@dataclass
+class StudyFinished:
+    completed: bool  # False: an exception (Ctrl-C, SIGTERM, an error) ended the loop
+
+
+class StudyObserver(Protocol):
+    """Subscribers subclass this and override what they need; every method defaults to nothing."""
+
+    def study_started(self, event: StudyStarted) -> None:
+        return None
+
+    def note(self, text: str) -> None:
+        return None
+
+    def calibration_started(self) -> None:
+        return None
+
+    def trial_started(self, event: TrialStarted) -> None:
+        return None
+
+    def phase(self, name: str) -> None:
+        return None
+
+    def trial_scored(self, event: TrialScored) -> None:
+        return None
+
+    def trial_recorded(self, event: TrialRecorded) -> None:
+        return None
+
+    def study_finished(self, event: StudyFinished) -> None:
+        return None
+
+
+class Subscribers(StudyObserver):
+    """Passes each event to every subscriber, in the order they were given."""
+
+    def __init__(self, observers: Iterable[StudyObserver] = ()):
+        self.observers = list(observers)
+
+    def study_started(self, event: StudyStarted) -> None:
+        for o in self.observers:
+            o.study_started(event)
+
+    def note(self, text: str) -> None:
+        for o in self.observers:
+            o.note(text)
+
+    def calibration_started(self) -> None:
+        for o in self.observers:
+            o.calibration_started()
+
+    def trial_started(self, event: TrialStarted) -> None:
+        for o in self.observers:
+            o.trial_started(event)
+
+    def phase(self, name: str) -> None:
+        for o in self.observers:
+            o.phase(name)
+
+    def trial_scored(self, event: TrialScored) -> None:
+        for o in self.observers:
+            o.trial_scored(event)
+
+    def trial_recorded(self, event: TrialRecorded) -> None:
+        for o in self.observers:
+            o.trial_recorded(event)
+
+    def study_finished(self, event: StudyFinished) -> None:
+        for o in self.observers:
+            o.study_finished(event)

@@ -1,0 +1,282 @@
+"""The study loop on a scripted executor: resume, de-duplication, budgets, lock, SIGTERM, events.
+
+Real Optuna, real SQLite (in tmp_path), real scoring and diagnosis; no vLLM. The scenario is
+tests/fixtures/scenarios/loop.yaml (one baseline, two integer knobs, absolute SLOs).
+"""
+
+import fcntl
+import os
+import signal
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+import search.study
+from search.events import StudyObserver
+from search.outputs import DashboardPublisher
+from search.study import StudyBusy
+from storage import queries
+from tests.support.paths import FIXTURES
+from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, failed_at, measured
+from tests.support.study_loop import Recorder, optuna_trials, rows, runner
+
+A = {"max_num_seqs": 8, "max_num_batched_tokens": 512}
+B = {"max_num_seqs": 3, "max_num_batched_tokens": 300}
+
+
+class InterruptWhenScored(StudyObserver):
+    """Ctrl-C after the trial is stored and before Optuna is told: the narrowest window."""
+
+    def trial_scored(self, event):
+        raise KeyboardInterrupt
+
+
+def interrupt_on_call(n: int):
+    calls = []
+
+    def before(plan):
+        calls.append(plan.number)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+    return before
+
+
+def test_resume_finishes_a_running_trial_from_its_stored_record(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        runner(tmp_path, ScriptedExecutor(), trials=1, observers=[InterruptWhenScored()]).run()
+    [stored] = rows(runner(tmp_path, ScriptedExecutor(), trials=1))
+    assert optuna_trials(runner(tmp_path, ScriptedExecutor()))[0].state == TrialState.RUNNING
+
+    again, events = ScriptedExecutor(), Recorder()
+    r = runner(tmp_path, again, trials=1, observers=[events])
+    r.run()
+    assert again.plans == []  # not run a second time
+    assert "trial 0: finished from its stored record" in events.notes
+    [t] = optuna_trials(r)
+    assert t.state == TrialState.COMPLETE and t.values == stored.values
+    assert {k: t.constraints[k] for k in stored.constraints} == stored.constraints
+    assert t.system_attrs["constraints"] == list(stored.constraints.values())  # for optuna-dashboard 0.21
+    [row] = rows(r)
+    assert row.finished_at == stored.finished_at and row.metrics == stored.metrics
+
+
+def test_resume_reruns_an_interrupted_trial_with_the_same_params(tmp_path):
+    with pytest.raises(KeyboardInterrupt):  # trial 0 is the baseline; trial 1 is sampled, then killed
+        runner(tmp_path, ScriptedExecutor(before=interrupt_on_call(2)), trials=2).run()
+    killed = optuna_trials(runner(tmp_path, ScriptedExecutor()))[1]
+    assert killed.state == TrialState.RUNNING and [r.trial_number for r in rows(runner(tmp_path, ScriptedExecutor()))] == [0]
+
+    again, events = ScriptedExecutor(), Recorder()
+    r = runner(tmp_path, again, trials=2, observers=[events])
+    r.run()
+    assert "trial 1 was interrupted; it will run again" in events.notes
+    trials = optuna_trials(r)
+    assert trials[1].state == TrialState.FAIL
+    [retry] = [t for t in trials if t.user_attrs.get("retry_of") == 1]
+    assert retry.state == TrialState.COMPLETE and retry.params == killed.params
+    assert [(p.number, p.params) for p in again.plans] == [(retry.number, killed.params)]
+    assert [row.trial_number for row in rows(r)] == [0, retry.number]
+
+
+def test_same_flags_reuse_the_earlier_result_without_starting_a_server(tmp_path):
+    executor, events = ScriptedExecutor(), Recorder()
+    r = runner(tmp_path, executor, trials=2, observers=[events])
+    r.study.enqueue_trial(A)
+    r.study.enqueue_trial(A)
+    r.run()
+    first, dup, baseline = rows(r)
+    assert [p.number for p in executor.plans] == [0, 2]  # trial 1 never reached the executor
+    assert (dup.status, dup.duplicate_of, dup.fingerprint) == ("duplicate", 0, first.fingerprint)
+    assert dup.values == first.values and dup.metrics == first.metrics
+    assert (dup.command, dup.log_path, dup.timings) == (first.command, first.log_path, {})
+    assert optuna_trials(r)[1].values == first.values
+    assert "trial 1: same flags as trial 0; reusing its result" in events.notes
+    assert baseline.baseline == "vllm_defaults"
+
+
+def test_budget_counts_server_starts_only(tmp_path):
+    executor = ScriptedExecutor(script=lambda plan: (failed_at("precheck") if plan.params == B else measured)(plan))
+    r = runner(tmp_path, executor, trials=2)
+    for params in (B, B, A, A):  # rejected by the pre-check, its repeat, measured, its repeat
+        r.study.enqueue_trial(params)
+    r.run()
+    stored = rows(r)
+    assert [(row.status, row.failure_phase) for row in stored] == [
+        ("failed", "precheck"), ("duplicate", "precheck"), ("ok", None), ("duplicate", None), ("ok", None)]
+    assert stored[-1].baseline == "vllm_defaults"  # the second start: the budget of 2 is spent
+    assert len(executor.plans) == 3
+    with Session(r.engine) as session:
+        assert r.spent(session, queries.require_study(session, "loop")) == 2
+
+
+def test_stops_after_budget_times_five_proposals_that_never_start(tmp_path):
+    executor, events = ScriptedExecutor(script=failed_at("precheck")), Recorder()
+    r = runner(tmp_path, executor, trials=1, observers=[events])
+    r.run()
+    assert len(rows(r)) == 5 and len(optuna_trials(r)) == 5
+    assert ("stopped after 5 proposals: the sampler keeps proposing configurations that never start; "
+            "narrow the space") in events.notes
+    assert all(row.status in ("failed", "duplicate") for row in rows(r))
+
+
+def test_a_second_runner_on_the_same_study_is_refused(tmp_path):
+    second = ScriptedExecutor()
+    busy = []
+
+    def run_second(plan):
+        with pytest.raises(StudyBusy, match=rf"study 'loop' is being run by another process \(pid {os.getpid()}\)"):
+            runner(tmp_path, second, trials=1).run()
+        busy.append(plan.number)
+
+    runner(tmp_path, ScriptedExecutor(before=run_second), trials=1).run()
+    assert busy == [0] and second.plans == []
+
+    # Refused before it touches anything: the SIGTERM handler is left as it was.
+    def mine(signum, frame):
+        pass
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with open(tmp_path / "loop" / ".lock", "a+") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with pytest.raises(StudyBusy):
+                runner(tmp_path, ScriptedExecutor(), trials=2).run()
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_stops_the_loop_like_ctrl_c_and_leaves_the_trial_for_resume(tmp_path):
+    received = []
+
+    def before_the_loop(signum, frame):
+        received.append(signum)
+
+    def sigterm_on_second_trial(plan):
+        if plan.number == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    events = Recorder()
+    previous = signal.signal(signal.SIGTERM, before_the_loop)
+    try:
+        with pytest.raises(KeyboardInterrupt) as interrupted:
+            runner(tmp_path, ScriptedExecutor(before=sigterm_on_second_trial), trials=3, observers=[events]).run()
+        assert signal.getsignal(signal.SIGTERM) is before_the_loop and received == []  # restored, not called
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    # Released by the loop itself: the traceback held here keeps run()'s frame (and its lock file) alive.
+    assert interrupted.traceback
+    with open(tmp_path / "loop" / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if still held
+    assert events.events[-1] == ("study_finished", search.events.StudyFinished(completed=False))
+    r = runner(tmp_path, ScriptedExecutor())
+    assert [t.state for t in optuna_trials(r)] == [TrialState.COMPLETE, TrialState.RUNNING]
+    assert [row.trial_number for row in rows(r)] == [0]  # trial 1 has no record: resume runs it again
+
+
+def test_wall_time_budget_stops_the_loop(tmp_path, monkeypatch):
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(search.study, "time", SimpleNamespace(monotonic=lambda: clock.now))
+
+    def ten_minutes(plan):
+        clock.now += 600
+
+    events = Recorder()
+    r = runner(tmp_path, ScriptedExecutor(before=ten_minutes), trials=10, timeout_min=15, observers=[events])
+    r.run()
+    assert len(rows(r)) == 2  # 0 and 10 min in: started; 20 min in: past the 15 min budget
+    assert "wall-time budget reached" in events.notes
+
+
+def test_baselines_are_enqueued_once(tmp_path):
+    runner(tmp_path, ScriptedExecutor(), trials=1).run()
+    r = runner(tmp_path, ScriptedExecutor(), trials=3)  # resumed with a bigger budget
+    r.run()
+    assert [row.baseline for row in rows(r)] == ["vllm_defaults", None, None]
+    assert [t.user_attrs.get("baseline") for t in optuna_trials(r)] == ["vllm_defaults", None, None]
+
+
+def test_a_pareto_snapshot_after_every_finished_trial(tmp_path):
+    executor = ScriptedExecutor(script=lambda plan: (failed_at("startup") if plan.params == B else measured)(plan))
+    r = runner(tmp_path, executor, trials=4)
+    r.study.enqueue_trial(B)
+    r.run()
+    stored = rows(r)
+    with Session(r.engine) as session:
+        history = queries.front_history(session, queries.require_study(session, "loop"))
+        snapshots = [(s.after_trial_number, s.n_finished, s.hypervolume, {m.trial_number for m in s.members})
+                     for s in history]
+    assert [s[0] for s in snapshots] == [row.trial_number for row in stored]
+    assert [s[1] for s in snapshots] == [1, 2, 3, 4]
+    assert snapshots[0][3] == set() and snapshots[0][2] is None  # the failed trial 0: no front, no reference yet
+    assert snapshots[-1][3] == {t.number for t in optuna.load_study(study_name="loop", storage=r.prep.storage_url).best_trials}
+    assert snapshots[-1][2] > 0
+
+
+def test_events_reach_every_subscriber_in_order(tmp_path):
+    first, second = Recorder(), Recorder()
+    r = runner(tmp_path, ScriptedExecutor(), trials=2, observers=[first, second])
+    r.run()
+    per_trial = ["trial_started", "phase", "phase", "phase", "phase", "trial_scored", "trial_recorded"]
+    assert first.names == ["study_started", *per_trial, *per_trial, "study_finished"]
+    assert [(n, e) for n, e in first.events if n != "study_started"] == \
+        [(n, e) for n, e in second.events if n != "study_started"]
+    started = first.events[0][1]
+    assert (started.study_name, started.budget, started.study.study_name) == ("loop", 2, "loop")
+    assert [e for n, e in first.events if n == "phase"][:4] == ["starting", "load", "stopping", "scoring"]
+    trial0 = first.events[1][1]
+    assert (trial0.number, trial0.baseline, trial0.label) == (0, "vllm_defaults", "trial 0 (baseline vllm_defaults)")
+    scored = [e for n, e in first.events if n == "trial_scored"]
+    assert [e.trial.number for e in scored] == [e.row.trial_number for e in scored] == [0, 1]
+    recorded = [e for n, e in first.events if n == "trial_recorded"]
+    assert [e.row.trial_number for e in recorded] == [row.trial_number for row in rows(r)]
+    assert recorded[0].summary.endswith("; feasible") and recorded[-1].best.startswith("trial ")
+    assert first.events[-1][1].completed
+
+
+def test_dashboard_subscriber_sets_the_diagnosis_attrs_before_tell_and_writes_the_note(tmp_path):
+    from optuna_dashboard import get_note
+
+    r = runner(tmp_path, ScriptedExecutor(), trials=1, observers=[DashboardPublisher()])
+    r.run()
+    [t] = optuna_trials(r)
+    [row] = rows(r)
+    assert t.user_attrs["bottleneck"] == row.diagnosis["bottleneck"]
+    assert t.user_attrs["diagnosis"] == row.diagnosis["headline"]
+    assert t.user_attrs["feasible"] is True and t.user_attrs["status"] == "ok"  # the loop's own
+    assert get_note(optuna.trial.Trial(r.study, t._trial_id)).startswith("## trial 0 (vllm_defaults): FEASIBLE")
+
+
+def test_calibration_runs_once_on_the_injected_calibrate_and_is_stored(tmp_path):
+    scenario = FIXTURES / "scenarios" / "loop_calibrated.yaml"
+    calibrate, executor, events = ScriptedCalibration(capacity_rps=8.0, ttft_median_ms=250.0), ScriptedExecutor(), Recorder()
+    r = runner(tmp_path, executor, scenario=scenario, trials=1, observers=[events], calibrate=calibrate)
+    r.run()
+    assert calibrate.calls == 1 and events.names[1:3] == ["calibration_started", "phase"]
+    assert executor.workload.arrival.rate == 4.0  # capacity_fraction 0.5 of 8 req/s
+    assert set(rows(r)[0].constraints) == {"ttft_p95_ms<=1000", "server_ok"}  # 4 x the unloaded 250 ms
+    again = ScriptedExecutor()
+    runner(tmp_path, again, scenario=scenario, trials=2, calibrate=calibrate).run()
+    assert calibrate.calls == 1 and again.workload.arrival.rate == 4.0  # the stored calibration, replayed
+
+
+def test_the_cli_subscribes_the_progress_display_and_the_dashboard(tmp_path, monkeypatch, capsys):
+    from optuna_dashboard import get_note
+
+    from search.cli import main
+    from tests.support.fakes import ctx
+    from tests.support.study_loop import LOOP_SCENARIO
+
+    executor = ScriptedExecutor()
+    monkeypatch.setattr(search.study, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(search.study, "vllm_executor", lambda prep: executor.factory)
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "trial 0 (baseline vllm_defaults): scoring" in out
+    assert "trial 0 (baseline vllm_defaults): output_throughput 160, ttft_p95_ms 1024; feasible" in out
+    [t] = optuna.load_study(study_name="loop", storage=storage).trials
+    assert "bottleneck" in t.user_attrs and len(executor.plans) == 1
+    assert get_note(optuna.trial.Trial(optuna.load_study(study_name="loop", storage=storage), t._trial_id))
