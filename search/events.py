@@ -51,8 +51,7 @@ class TrialRecorded:
     """Stored and told, the Pareto snapshot taken."""
 
     row: TrialRecord
-    summary: str  # the trial's result in one line
-    best: str  # the currently chosen trial in one line
+    best: optuna.trial.FrozenTrial | None  # the trial the selection rule picks now; None: none feasible
 
 
 @dataclass

@@ -345,8 +345,7 @@ class StudyRunner:
         self.events.trial_scored(TrialScored(trial, row))  # subscribers may add user attrs until told
         self._tell(trial, s.values, constraints)
         self._snapshot(session, rec, trial.number)
-        self.events.trial_recorded(TrialRecorded(
-            row, self._summary(status, s.values, feasible, failure_fields, client_behind), self._best_summary()))
+        self.events.trial_recorded(TrialRecorded(row, self.chosen()))
 
     # -- fronts, summaries -------------------------------------------------------------------------
 
@@ -367,21 +366,6 @@ class StudyRunner:
     def chosen(self) -> optuna.trial.FrozenTrial | None:
         return pareto.select(pareto.front(self.study), self.sc.directions, self.sc.objective_names,
                              self.sc.selection)
-
-    def _fmt(self, values) -> str:
-        return ", ".join(f"{n} {v:.4g}" for n, v in zip(self.sc.objective_names, values))
-
-    def _summary(self, status, values, feasible, failure_fields, client_behind) -> str:
-        if status == TrialStatus.FAILED:
-            return f"failed: {failure_fields['failure_class']}: {(failure_fields['failure_line'] or '')[:120]}"
-        text = f"{self._fmt(values)}; {'feasible' if feasible else 'violates SLOs'}"
-        if client_behind:
-            text += "; CLIENT FELL BEHIND its schedule (load was lower than asked)"
-        return text
-
-    def _best_summary(self) -> str:
-        best = self.chosen()
-        return f"trial {best.number}: {self._fmt(best.values)}" if best else "no feasible trial yet"
 
     # -- the loop ----------------------------------------------------------------------------------
 

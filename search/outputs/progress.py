@@ -14,6 +14,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from search.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted
+from search.outputs.format import fmt_value
+from storage.models import TrialRecord, TrialStatus
 
 
 class StudyProgress(StudyObserver):
@@ -28,10 +30,12 @@ class StudyProgress(StudyObserver):
         self.last: str = "-"
         self.best: str = "-"
         self.done = 0
+        self.objective_names: list[str] = []
         self._live: Live | None = None
 
     def study_started(self, event: StudyStarted) -> None:
         self.study_name, self.budget = event.study_name, event.budget
+        self.objective_names = event.scenario.objective_names
         if self.console.is_terminal:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2,
                               get_renderable=self._render)
@@ -75,12 +79,21 @@ class StudyProgress(StudyObserver):
         self.trial = label
         self.phase("planning")
 
+    def objectives_text(self, values) -> str:
+        return ", ".join(f"{n} {fmt_value(v, digits=4)}" for n, v in zip(self.objective_names, values))
+
+    def trial_summary(self, row: TrialRecord) -> str:
+        """One line: the objective values and feasibility, or why the trial failed."""
+        if row.status == TrialStatus.FAILED:
+            return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
+        text = f"{self.objectives_text(row.values)}; {'feasible' if row.feasible else 'violates SLOs'}"
+        if row.client_behind:
+            text += "; CLIENT FELL BEHIND its schedule (load was lower than asked)"
+        return text
+
     def trial_recorded(self, event: TrialRecorded) -> None:
         self.done += 1
-        self.last = event.summary
-        if event.best:
-            self.best = event.best
-        if not self._live:
-            self.console.print(f"  {self.trial}: {event.summary}")
-        else:
-            self.console.print(f"{self.trial}: {event.summary}")
+        self.last = self.trial_summary(event.row)
+        self.best = (f"trial {event.best.number}: {self.objectives_text(event.best.values)}"
+                     if event.best else "no feasible trial yet")
+        self.console.print(f"{'' if self._live else '  '}{self.trial}: {self.last}")
