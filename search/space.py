@@ -14,7 +14,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from search.serving import LaunchContext, REGISTRY, resolve_server_args, unsupported_reason
+from search.serving import REGISTRY, LaunchContext, resolve_server_args, unsupported_reason, usable_substitute
 from search.scenario import Domain
 
 
@@ -55,16 +55,16 @@ def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str
         if reason is None:
             dists[name] = dist
             continue
-        sub = REGISTRY.get(spec.substitute) if spec.substitute else None
-        if sub is not None and unsupported_reason(sub, ctx) is None and sub.name not in space:
+        sub = usable_substitute(spec, ctx, given=space)
+        if sub is not None:
             low, high = (spec.substitute_value(v) for v in (dist.low, dist.high))
             dists[sub.name] = IntDistribution(low, high) if sub.kind == "int" else FloatDistribution(low, high)
             notes.append(f"{name}: {reason}; searching {sub.flag} in [{low}, {high}] instead "
                          f"({spec.substitute_note})")
         else:
             extra = ""
-            if sub is not None:
-                extra = f"; its nearest knob {sub.flag} does not act here either"
+            if spec.substitute:
+                extra = f"; its nearest knob {REGISTRY[spec.substitute].flag} does not act here either"
             notes.append(f"{name}: {reason}{extra}; not searched")
     if not dists:
         raise SpaceError(f"{where}: no parameter of search_space is supported by {ctx.installed.label()}")

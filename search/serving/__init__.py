@@ -16,7 +16,8 @@ from search.serving.local_model import build_dummy_architecture
 from search.serving.model_info import ModelError, ModelInfo
 from search.serving.model_info import read as read_model_info
 from search.serving.registry import (PARAMS, REGISTRY, Adjustment, ConfigError, LaunchContext, ParamSpec,
-                                     ServerArgs, check_combination, unsupported_reason)
+                                     ServerArgs, check_combination, unsupported_reason,
+                                     usable_substitute)
 from search.serving.registry import resolve as resolve_server_args
 from search.serving.server import ServerFailed, StopReport, VllmServer
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
@@ -28,5 +29,5 @@ __all__ = [
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",
     "facts_for_launch", "launch", "launch_context", "parse_version", "read_model_info", "recorded_cpu_kv_budget",
-    "resolve_server_args", "serving_facts", "unsupported_reason",
+    "resolve_server_args", "serving_facts", "unsupported_reason", "usable_substitute",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from search.serving.hardware import Hardware
 from search.serving.model_info import ModelInfo
@@ -159,6 +159,15 @@ def unsupported_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
     return None
 
 
+def usable_substitute(spec: ParamSpec, ctx: LaunchContext, given: Iterable[str]) -> ParamSpec | None:
+    """The parameter that stands in for an unsupported one: its substitute, if the installed vLLM
+    takes it and the user did not set it themselves."""
+    sub = REGISTRY.get(spec.substitute) if spec.substitute else None
+    if sub is None or unsupported_reason(sub, ctx) is not None or sub.name in given:
+        return None
+    return sub
+
+
 def _check_value(spec: ParamSpec, value: Any, ctx: LaunchContext, where: str) -> Any:
     def bad(allowed: str) -> ConfigError:
         return ConfigError(f"{where}: {spec.name}={value!r} is not allowed; allowed: {allowed}")
@@ -226,8 +235,8 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
         if reason is None:
             applied[name] = value
             continue
-        sub = REGISTRY.get(spec.substitute) if spec.substitute else None
-        if sub is not None and unsupported_reason(sub, ctx) is None and sub.name not in values:
+        sub = usable_substitute(spec, ctx, given=values)
+        if sub is not None:
             new_value = spec.substitute_value(value) if spec.substitute_value else value
             applied[sub.name] = new_value
             adjustments.append(Adjustment(
@@ -235,10 +244,11 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
                 f"({spec.substitute_note})", (sub.name, new_value)))
         else:
             why_not = ""
-            if sub is not None:
-                sub_reason = unsupported_reason(sub, ctx)
-                why_not = f"; its nearest knob {sub.flag} is no substitute here ({sub_reason})" \
-                    if sub_reason else f"; {sub.flag} is set explicitly"
+            if spec.substitute:
+                nearest = REGISTRY[spec.substitute]
+                sub_reason = unsupported_reason(nearest, ctx)
+                why_not = f"; its nearest knob {nearest.flag} is no substitute here ({sub_reason})" \
+                    if sub_reason else f"; {nearest.flag} is set explicitly"
             adjustments.append(Adjustment(name, "dropped", f"{reason}{why_not}; not passed"))
     flags: dict[str, Any] = {}
     for name, value in applied.items():
