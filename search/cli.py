@@ -64,26 +64,27 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
-    from search.study import default_storage, default_study_name
+    from search.prepare import default_storage, default_study_name
 
     storage = args.storage or default_storage(Path(args.runs_dir))
     return storage, args.study or default_study_name(args.scenario, args.model)
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from search import study as study_mod
     from search.outputs import DashboardPublisher, StudyProgress
+    from search.prepare import StudyOptions, prepare
+    from search.study import StudyRunner
 
-    opts = study_mod.StudyOptions(
+    opts = StudyOptions(
         scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
         storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed,
         runs_dir=Path(args.runs_dir))
     console = _console()
-    prep = study_mod.prepare(opts)  # every check before any server starts
+    prep = prepare(opts)  # every check before any server starts
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
-    runner = study_mod.StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
+    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
     try:
         result = runner.run()
     except KeyboardInterrupt:

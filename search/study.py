@@ -16,7 +16,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import optuna
 from optuna.trial import TrialState
@@ -31,13 +31,13 @@ from search import pareto, scenario as scenario_mod, space as space_mod
 from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
                            TrialStarted)
 from search.executor import PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor, plan as plan_trial
-from search.samplers import DEFAULT_SAMPLER, make_sampler
+from search.prepare import Prepared, StudyOptions
+from search.samplers import make_sampler
 from search.scenario import Scenario
-from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, ServerArgs, facts_for_launch, launch_context
+from search.serving import LaunchContext, ServerArgs, facts_for_launch
 from storage import queries
 from storage.models import StudyRecord, TrialStatus
 
-DEFAULT_RUNS_DIR = Path("runs")
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
@@ -51,37 +51,6 @@ class StudyBusy(RuntimeError):
 
 
 @dataclass
-class StudyOptions:
-    scenario: str
-    trials: int | None = None
-    timeout_min: float | None = None
-    model: str | None = None
-    storage: str | None = None
-    study_name: str | None = None
-    sampler: str = DEFAULT_SAMPLER
-    seed: int = 0
-    runs_dir: Path = DEFAULT_RUNS_DIR
-
-
-@dataclass
-class Prepared:
-    """Everything checked and resolved before any server starts."""
-
-    scenario: Scenario
-    source: str
-    shown: str
-    ctx: LaunchContext
-    dists: dict[str, Any]
-    space_notes: list[str]
-    fixed: dict[str, Any]
-    baselines: dict[str, dict[str, Any]]
-    baseline_notes: list[str]
-    study_name: str
-    storage_url: str
-    run_dir: Path
-
-
-@dataclass
 class StudyResult:
     study_name: str
     storage_url: str
@@ -90,67 +59,10 @@ class StudyResult:
     chosen: int | None
 
 
-def default_storage(runs_dir: Path) -> str:
-    return f"sqlite:///{(runs_dir / 'autotune.db').resolve()}"
-
-
-def default_study_name(scenario_name: str, model: str | Path | None) -> str:
-    """One study per scenario and model: the same command resumes it."""
-    return scenario_name if not model else f"{scenario_name}-{Path(model).expanduser().resolve().name}"
-
-
-def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any]:
-    """What every server of the study gets, baselines included, unless the scenario says otherwise.
-
-    On the CPU build: fp32 where bf16 is emulated (`context.serving_dtype`), and eager mode:
-    a compiled start costs ~58 s cold vs ~37 s eager (benchmarks/startup.py) and almost every
-    trial is cold (max_num_seqs and max_num_batched_tokens key the compile cache), while
-    compiled serving was only 4-12% faster. The exported config then says enforce-eager too,
-    so what is deployed is what was measured.
-    """
-    essentials: dict[str, Any] = {"memory_utilization": DEFAULT_MEMORY_UTILIZATION}
-    if ctx.dtype:
-        essentials["dtype"] = ctx.dtype
-    if not ctx.hardware.is_gpu:
-        essentials["enforce_eager"] = True
-    if not ctx.model.has_weights:  # config.json + tokenizer only: random weights, timing intact
-        essentials["load_format"] = "dummy"
-    for key in essentials.keys() & scenario.server.fixed.keys():
-        essentials[key] = scenario.server.fixed[key]
-    return essentials
-
-
 def vllm_executor(prep: Prepared) -> ExecutorFactory:
     """The real executor: a vLLM server per trial, on this machine."""
     return lambda workload, goodput: VllmExecutor(prep.ctx, workload, prep.run_dir, goodput,
                                                   prep.scenario.server.startup_timeout_s)
-
-
-def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
-    """Validate everything (scenario, space, baselines, model, vLLM) without starting a server.
-
-    `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
-    scenario, source, shown = scenario_mod.load(opts.scenario)
-    ctx = ctx or launch_context(opts.model)
-    dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
-    essentials = platform_essentials(ctx, scenario)
-    fixed = {**essentials, **scenario.server.fixed}
-    longest = scenario.workload.longest_request_tokens()
-    baselines, baseline_notes = {}, []
-    for name, values in scenario.baselines.items():
-        config = {**essentials, **values}  # baselines are taken as written, not with server.fixed
-        plan = plan_trial(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
-        baselines[name] = config
-        for adj in plan.server_args.adjustments:
-            baseline_notes.append(f"baseline {name}: {adj.param} {adj.action}: {adj.detail}")
-        for problem in plan.problems:
-            baseline_notes.append(f"baseline {name} cannot run here and will be recorded as failed: {problem}")
-    # A fixed value vLLM would reject fails every trial: say it now.
-    plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
-    study_name = opts.study_name or default_study_name(scenario.name, opts.model)
-    storage_url = opts.storage or default_storage(opts.runs_dir)
-    return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
-                    study_name, storage_url, opts.runs_dir / study_name)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers

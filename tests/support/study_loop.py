@@ -8,7 +8,8 @@ import optuna
 from sqlalchemy.orm import Session
 
 from search.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialScored, TrialStarted
-from search.study import StudyOptions, StudyRunner, prepare
+from search.prepare import StudyOptions, prepare
+from search.study import StudyRunner
 from storage import queries
 from storage.models import TrialRecord
 from tests.support.fakes import ctx

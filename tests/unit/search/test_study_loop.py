@@ -14,6 +14,7 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
+import search.prepare
 import search.study
 from search.events import StudyObserver
 from search.outputs import DashboardPublisher
@@ -270,7 +271,7 @@ def test_the_cli_subscribes_the_progress_display_and_the_dashboard(tmp_path, mon
     from tests.support.study_loop import LOOP_SCENARIO
 
     executor = ScriptedExecutor()
-    monkeypatch.setattr(search.study, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
     monkeypatch.setattr(search.study, "vllm_executor", lambda prep: executor.factory)
     storage = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]) == 0
