@@ -1,4 +1,4 @@
-"""Record real runs with a known bottleneck, as fixtures for `tests/test_diagnosis.py`.
+"""Record real runs with a known bottleneck, as fixtures for `tests/unit/objectives/test_diagnosis.py`.
 
 Each case starts the real vLLM server on the default model with a configuration that forces
 one bottleneck, loads it with our own load generator, and writes what the study would store

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's Chromium for the browser tests (tests/test_browser.py drives it with Playwright's
+# Debian's Chromium for the browser tests (tests/integration/test_browser.py drives it with Playwright's
 # Python package; Playwright's own browser download does not work here). Idempotent: a no-op
 # once /usr/bin/chromium runs. Never fails `make test` by itself: without Chromium the browser
 # tests skip, or fail with the reason when AUTOTUNE_REQUIRE_BROWSER=1 (CI).
