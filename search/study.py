@@ -102,6 +102,7 @@ class StudyRunner:
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
         self._calibrate_on_server = calibrate or calibration_mod.calibrate
+        self.facts = facts_for_launch(prep.ctx)  # what the diagnosis knows of this vLLM and machine
         self.workload = None
         self.slos = None
         self.goodput = None
@@ -232,7 +233,7 @@ class StudyRunner:
                                    failure_phase=failure_fields["failure_phase"],
                                    failure_line=failure_fields["failure_line"], constraints=constraints,
                                    unloaded=(rec.calibration or {}).get("unloaded"),
-                                   facts=facts_for_launch(self.prep.ctx))
+                                   facts=self.facts)
         row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
