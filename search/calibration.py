@@ -19,9 +19,8 @@ from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from objectives.workload import ArrivalSpec, WorkloadSpec
-from search.serving import LaunchContext, ServerArgs
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
-from search.serving import launch
+from search.serving import LaunchContext, ServerArgs, launch
 
 
 @dataclass

@@ -31,10 +31,10 @@ from sqlalchemy.orm import Session
 from objectives.diagnosis import Diagnosis, summarize
 from search.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import export, figures
-from search.outputs.report import searched_params
-from search.scenario import Scenario
 from search.outputs.format import fmt_value
+from search.outputs.report import searched_params
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict, view_of
+from search.scenario import Scenario
 from storage import queries
 from storage.models import TrialRecord
 
@@ -132,13 +132,11 @@ def _save_note_if_changed(study_or_trial, body: str) -> bool:
     return True
 
 
-def publish_trial(study: optuna.Study, row: TrialRecord, scenario: Scenario,
+def publish_trial(trial: optuna.Trial, row: TrialRecord, scenario: Scenario,
                   on_front: bool = False, chosen: bool = False) -> None:
     """The trial's note, right after it is told (needs `row.diagnosis`)."""
     if not row.diagnosis:
         return
-    trial = optuna.trial.Trial(study, study._storage.get_trial_id_from_study_id_trial_number(
-        study._study_id, row.trial_number))
     _save_note_if_changed(trial, trial_note(view_of(row, Diagnosis.from_dict(row.diagnosis),
                                                     on_front, chosen), scenario))
 
@@ -147,18 +145,19 @@ class DashboardPublisher(StudyObserver):
     """Per trial, as the study runs: the diagnosis as user attrs, then the trial's note."""
 
     def __init__(self) -> None:
-        self.study: optuna.Study | None = None
         self.scenario: Scenario | None = None
+        self.trial: optuna.Trial | None = None  # the trial being recorded, from trial_scored
 
     def study_started(self, event: StudyStarted) -> None:
-        self.study, self.scenario = event.study, event.scenario
+        self.scenario = event.scenario
 
     def trial_scored(self, event: TrialScored) -> None:
+        self.trial = event.trial
         for key, value in trial_user_attrs(event.row.diagnosis).items():
             event.trial.set_user_attr(key, value)
 
     def trial_recorded(self, event: TrialRecorded) -> None:
-        publish_trial(self.study, event.row, self.scenario)
+        publish_trial(self.trial, event.row, self.scenario)
 
 
 def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:

@@ -156,7 +156,7 @@ def test_publish_trial_notes_one_trial_as_the_study_tells_it(study):
         rec = queries.require_study(s, "recorded")
         row = queries.trial_records(s, rec)[1]
         scenario = Scenario.model_validate(SCENARIO)
-        dashboard.publish_trial(st, row, scenario)
+        dashboard.publish_trial(optuna.trial.Trial(st, st.trials[1]._trial_id), row, scenario)
     note = get_note(optuna.trial.Trial(st, st.trials[1]._trial_id))
     assert note.startswith("## trial 1: INFEASIBLE") and "Bottleneck: queueing" in note
     assert dashboard.trial_user_attrs(row.diagnosis)["bottleneck"] == "queueing"
