@@ -8,7 +8,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from search.scenario import Selection
+from search.scenario import Scenario, Selection
 
 
 def feasible(trial: FrozenTrial) -> bool:
@@ -65,6 +65,11 @@ def select(members: Sequence[FrozenTrial], directions: Sequence[str], names: Seq
     else:
         candidates.sort(key=lambda i: loss[i, k])
     return members[candidates[0]]
+
+
+def chosen(study: optuna.Study, scenario: Scenario) -> FrozenTrial | None:
+    """The trial the scenario's selection rule picks from the study's feasible front."""
+    return select(front(study), scenario.directions, scenario.objective_names, scenario.selection)
 
 
 def finished(study: optuna.Study) -> list[FrozenTrial]:

@@ -277,8 +277,7 @@ class StudyRunner:
         session.commit()
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
-        return pareto.select(pareto.front(self.study), self.sc.directions, self.sc.objective_names,
-                             self.sc.selection)
+        return pareto.chosen(self.study, self.sc)
 
     # -- the loop ----------------------------------------------------------------------------------
 

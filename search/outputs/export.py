@@ -37,8 +37,7 @@ class LoadedStudy:
         return pareto.front(self.study)
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
-        return pareto.select(self.front, self.scenario.directions, self.scenario.objective_names,
-                             self.scenario.selection)
+        return pareto.chosen(self.study, self.scenario)
 
     def baselines(self) -> dict[str, TrialRecord]:
         out = {}
