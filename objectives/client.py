@@ -21,7 +21,7 @@ import time
 from typing import Any, Protocol
 
 from objectives.prompts import Request
-from objectives.records import (CLIENT_ERROR, CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR,
+from objectives.records import (ABORTED, CLIENT_ERROR, CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR,
                                 TIMEOUT, TRUNCATED, RequestRecord)
 
 READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams (vLLM #39963)
@@ -225,7 +225,7 @@ class AiohttpClient:
                 task.uncancel()
                 rec.fail(TIMEOUT, f"no complete response within {self.request_timeout_s:g} s", perf())
                 return
-            rec.fail(CLIENT_ERROR, "cancelled", perf())
+            rec.fail(ABORTED, "stopped by the load generator", perf())
             raise
         except aiohttp.ClientPayloadError as e:
             rec.fail(TRUNCATED, f"stream broken: {e!r}", perf())
@@ -309,7 +309,7 @@ class OpenAIClient:
                         got_usage = True
             end = perf()
         except asyncio.CancelledError:
-            rec.fail(CLIENT_ERROR, "cancelled", perf())
+            rec.fail(ABORTED, "stopped by the load generator", perf())
             raise
         except (asyncio.TimeoutError, openai.APITimeoutError, httpx.TimeoutException):
             rec.fail(TIMEOUT, f"no complete response within {self.request_timeout_s:g} s", perf())

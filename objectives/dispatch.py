@@ -19,23 +19,31 @@ Send = Callable[[Any, RequestRecord], "asyncio.Future"]
 
 async def run_open_loop(send: Send, prepared: Sequence[Any], records: Sequence[RequestRecord],
                         offsets: Sequence[float]) -> tuple[float, float]:
-    """Send request i at start + offsets[i]; wait for all. Returns (start, end) perf_counter times."""
+    """Send request i at start + offsets[i]; wait for all. Returns (start, end) perf_counter times.
+
+    Cancelled (an early abort), it cancels the requests in flight before it re-raises."""
     perf = time.perf_counter
     sleep = asyncio.sleep
     create_task = asyncio.get_running_loop().create_task
     tasks = []
     append = tasks.append
     start = perf()
-    for body, rec, offset in zip(prepared, records, offsets):
-        due = start + offset
-        rec.scheduled_time = due
-        delay = due - perf()
-        while delay > 0:  # uvloop's timers round to the nearest ms: never send early
-            await sleep(delay)
+    try:
+        for body, rec, offset in zip(prepared, records, offsets):
+            due = start + offset
+            rec.scheduled_time = due
             delay = due - perf()
-        append(create_task(send(body, rec)))
-    if tasks:
-        await asyncio.gather(*tasks)
+            while delay > 0:  # uvloop's timers round to the nearest ms: never send early
+                await sleep(delay)
+                delay = due - perf()
+            append(create_task(send(body, rec)))
+        if tasks:
+            await asyncio.gather(*tasks)
+    except asyncio.CancelledError:  # an early abort: stop sending, and stop what is in flight
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return start, perf()
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from objectives.arrivals import open_loop_offsets
 from objectives.client import make_client
 from objectives.dispatch import run_closed_loop, run_open_loop
+from objectives.early_abort import AbortCheck
 from objectives.metrics import GoodputSLO, RunMetrics, compute_metrics
 from objectives.metrics import lag_limit_ms as default_lag_limit_ms
 from objectives.prompts import Request, build_requests, plan_requests, realize_async
@@ -37,6 +38,7 @@ ALIGN_CONCURRENCY = 16
 CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
+ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
 
 
 class LoadRunError(RuntimeError):
@@ -57,6 +59,9 @@ class LoadResult:
     end: float  # ... when the last response ended
     notes: list[str] = field(default_factory=list)
     client_cpu_s: float = math.nan  # this process's CPU time over the measured window
+    aborted: str | None = None  # why the run stopped sending early (its outcome was certain)
+    planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
+    requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
 
     @property
     def client_cpu_share(self) -> float:
@@ -98,10 +103,32 @@ class LoadResult:
             "total_output_tokens": self.metrics.total_output_tokens, "notes": self.notes,
             "client_cpu_s": self.client_cpu_s, "client_cpu_share": self.client_cpu_share,
             "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
+            "aborted": self.aborted, "planned_s": self.planned_s,
         }
         if include_records:
             out["records"] = [r.to_dict(self.start) for r in self.records]
         return out
+
+
+async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[RequestRecord],
+                   offsets: list[float], sampler: "GaugeSampler | None") -> tuple[float, float, str | None]:
+    """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
+    already certain; if so, stop it (and the requests in flight). (start, end, why stopped)."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({dispatch}, timeout=ABORT_CHECK_PERIOD_S)
+            if done:
+                start, end = dispatch.result()
+                return start, end, None
+            reason = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
+            if reason is not None:
+                dispatch.cancel()
+                await asyncio.gather(dispatch, return_exceptions=True)
+                start = records[0].scheduled_time - offsets[0]
+                return start, time.perf_counter(), reason
+    finally:
+        if not dispatch.done():
+            dispatch.cancel()
 
 
 def _new_record(req: Request, warmup: bool) -> RequestRecord:
@@ -249,8 +276,11 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                    tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
                    goodput: GoodputSLO | None = None, lag_limit_ms: float | None = None,
                    requests: list[Request] | None = None,
-                   sample_period_s: float = 1.0) -> LoadResult:
+                   sample_period_s: float = 1.0, abort: AbortCheck | None = None) -> LoadResult:
     """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
+
+    `abort` (open loops only): called twice a second with the records so far; a reason returned
+    stops the run there (`LoadResult.aborted`), its unfinished requests left out of the metrics.
 
     `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
     between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
@@ -301,12 +331,17 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
             gc.collect()
             gc.freeze()
             cpu0 = time.process_time()
+            aborted = None
             try:
                 if closed:
                     start, end, sent = await run_closed_loop(
                         lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s)
-                else:
+                elif abort is None:
                     start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
+                else:
+                    dispatch = asyncio.ensure_future(
+                        run_open_loop(lc.send, pool.prepared, pool.records, offsets))
+                    start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler)
             finally:
                 client_cpu = time.process_time() - cpu0
                 gc.unfreeze()
@@ -333,7 +368,8 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
     metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
                               lag_limit_ms=lag_limit_ms, server=server)
     result = LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
-                        start, end, notes, client_cpu)
+                        start, end, notes, client_cpu, aborted, offsets[-1] if offsets else math.nan,
+                        len(offsets) if offsets else len(records))
     if metrics.client_behind:
         share = result.client_cpu_share
         why = ("the client itself is the bottleneck" if share > 0.8

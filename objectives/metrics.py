@@ -205,12 +205,12 @@ def compute_metrics(records: list[RequestRecord], duration_s: float,
                     goodput: GoodputSLO | None = None, *, class_names: list[str] | None = None,
                     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
                     server: ServerDiagnostics | None = None) -> RunMetrics:
-    """Metrics of the measured (non-warmup, sent) records, overall and per class.
+    """Metrics of the measured (non-warmup, sent, not cut short by us) records, overall and per class.
 
     `class_names`: the workload's classes, so a class that got no request still has (NaN) keys.
     `client_behind` is set when the p99 schedule lag exceeds `lag_limit_ms`.
     """
-    measured = [r for r in records if not r.warmup]
+    measured = [r for r in records if not r.warmup and not r.aborted]
     metrics = _compute(measured, duration_s, goodput, lag_limit_ms)
     names = list(class_names or [])
     for r in measured:

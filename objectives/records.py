@@ -13,6 +13,9 @@ TRUNCATED = "truncated"  # the stream ended (or broke) before `data: [DONE]`
 STREAM_ERROR = "stream_error"  # the server sent an error event inside the stream
 NO_TOKEN = "no_token"  # a complete stream without a single token-bearing chunk
 CLIENT_ERROR = "client_error"  # anything else raised while sending or reading
+# Cut short by the load generator itself (an early-aborted stage): not a failure of the server,
+# and not a measurement either, so metrics leave these requests out.
+ABORTED = "aborted"
 
 
 @dataclass(slots=True)
@@ -36,6 +39,10 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error_kind is None and bool(self.chunk_times)
+
+    @property
+    def aborted(self) -> bool:
+        return self.error_kind == ABORTED
 
     @property
     def schedule_lag(self) -> float:

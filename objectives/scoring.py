@@ -13,12 +13,16 @@ from typing import Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
 from objectives.metrics import BASE_KEYS, PER_CLASS_KEYS, Bound
 from objectives.server_metrics import SERVER_KEYS
 
 NAN_VIOLATION = 1.0
 # Every trial's first constraint: the server started and served the load.
 SERVER_OK = "server_ok"
+# With load stages, every trial's second: the target stage ran to its end (an early abort means
+# it had certainly missed an SLO, and its partial latencies must not look feasible).
+TARGET_COMPLETED = "target_completed"
 # Worst case for a minimized metric that is not a latency: finite, so samplers can use it.
 LARGE_PENALTY = 1e9
 
@@ -68,7 +72,8 @@ class Score:
     feasible: bool = True
 
 
-def _slo_key(slo: SLOSpec) -> str:
+def slo_key(slo: SLOSpec) -> str:
+    """The constraint's name: `metric<=bound` or `metric>=bound`."""
     return f"{slo.metric}<={slo.max:g}" if slo.max is not None else f"{slo.metric}>={slo.min:g}"
 
 
@@ -86,25 +91,29 @@ def penalty_values(objectives: list[ObjectiveSpec], request_timeout_s: float) ->
 
 
 def score(flat_metrics: dict[str, float], objectives: list[ObjectiveSpec],
-          slos: list[SLOSpec] = (), request_timeout_s: float = 300.0, *, served: bool = True) -> Score:
+          slos: list[SLOSpec] = (), request_timeout_s: float = 300.0, *, served: bool = True,
+          staged: bool = False) -> Score:
     """The objective vector (NaN or missing -> the penalty value) and the SLO constraints.
 
     A server that never served scores as if nothing was measured: penalties, every SLO violated,
-    and the `server_ok` constraint violated too."""
+    and the `server_ok` constraint violated too. `staged` (the trial ran load stages): the
+    `target_completed` constraint is violated when the target stage was aborted."""
     metrics = flat_metrics if served else {}
     penalties = penalty_values(objectives, request_timeout_s)
     values = []
     for o, penalty in zip(objectives, penalties):
         v = metrics.get(o.metric, math.nan)
         values.append(penalty if v is None or math.isnan(v) else float(v))
-    constraints = {_slo_key(s): s.violation(metrics.get(s.metric, math.nan)) for s in slos}
+    constraints = {slo_key(s): s.violation(metrics.get(s.metric, math.nan)) for s in slos}
     constraints[SERVER_OK] = -1.0 if served else 1.0
+    if staged:
+        constraints[TARGET_COMPLETED] = 1.0 if not served or metrics.get(TARGET_ABORTED, 0) else -1.0
     return Score(values, constraints, all(c <= 0 for c in constraints.values()))
 
 
 def known_metric_names(class_names: list[str] = ()) -> list[str]:
     return (list(BASE_KEYS) + [f"{k}@{c}" for c in class_names for k in PER_CLASS_KEYS]
-            + list(SERVER_KEYS))
+            + list(SERVER_KEYS) + list(CAPACITY_KEYS))
 
 
 def validate_metric_names(names: list[str], class_names: list[str] = ()) -> None:
@@ -117,5 +126,6 @@ def validate_metric_names(names: list[str], class_names: list[str] = ()) -> None
                  if class_names else "; per-class metrics need the workload's class names")
     raise ValueError(
         f"unknown metric name(s): {', '.join(unknown)}. Allowed: {', '.join(BASE_KEYS)}; "
-        f"server-side: {', '.join(SERVER_KEYS)}{per_class} (per-class metrics: "
+        f"server-side: {', '.join(SERVER_KEYS)}; with a capacity section: "
+        f"{', '.join(CAPACITY_KEYS)}{per_class} (per-class metrics: "
         f"{', '.join(PER_CLASS_KEYS)})")

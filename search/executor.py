@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from objectives.loadrun import run_async, run_load
-from objectives.metrics import GoodputSLO
+from objectives.metrics import GoodputSLO, json_safe
+from objectives.scoring import SLOSpec
+from objectives.stages import CapacitySpec, run_stages
 from objectives.workload import WorkloadSpec
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
                             check_combination, command_line, launch, resolve_server_args)
@@ -42,6 +44,16 @@ class TrialPlan:
         return hashlib.sha256(json.dumps(self.server_args.flags, sort_keys=True).encode()).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """What every trial of a study measures, in absolute numbers (after calibration)."""
+
+    workload: WorkloadSpec
+    goodput: GoodputSLO | None = None
+    slos: tuple[SLOSpec, ...] = ()
+    capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
+
+
 @dataclass
 class TrialOutcome:
     status: TrialStatus  # OK or FAILED
@@ -52,6 +64,8 @@ class TrialOutcome:
     log_path: Path | None = None
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc).replace(tzinfo=None))
     command: str = ""
+    stages: list[dict[str, Any]] = field(default_factory=list)  # StageRecord fields, in order
+    capacity: dict[str, Any] | None = None  # the capacity estimate, when a search ran
 
 
 class TrialExecutor(Protocol):
@@ -72,11 +86,9 @@ def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict
     return TrialPlan(number, baseline, params, config, server_args, problems)
 
 
-async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model: str,
-                               tokenizer_path: Path, goodput: GoodputSLO | None):
-    """Run the load, but stop at once if the server dies under it (OOM under load, say)."""
-    task = asyncio.ensure_future(run_load(server.base_url, model, workload,
-                                          tokenizer_path=tokenizer_path, goodput=goodput))
+async def _while_watching(server: VllmServer, measure):
+    """Run the measurement, but stop at once if the server dies under it (OOM under load, say)."""
+    task = asyncio.ensure_future(measure)
     while True:
         done, _ = await asyncio.wait({task}, timeout=0.5)
         if done:
@@ -87,15 +99,41 @@ async def _load_while_watching(server: VllmServer, workload: WorkloadSpec, model
             raise ServerFailed(failure)
 
 
+# The tuner's servers enable vLLM's dev endpoints for `POST /reset_prefix_cache` between load
+# stages (they bind to 127.0.0.1 only, like every server the tuner starts).
+STAGED_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
 @dataclass
 class VllmExecutor:
-    """Each trial on a real vLLM server started for it, loaded with the study's workload."""
+    """Each trial on a real vLLM server started for it, loaded with the study's measurement:
+    one load run, or the target load and a capacity search (`objectives.stages`)."""
 
     ctx: LaunchContext
-    workload: WorkloadSpec  # as calibration resolved it: absolute rates
+    measurement: Measurement  # as calibration resolved it: absolute rates
     run_dir: Path  # trial-NNNN/server.log go here
-    goodput: GoodputSLO | None = None
     startup_timeout_s: float = 300
+
+    def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback) -> None:
+        m, model = self.measurement, self.ctx.model.path
+        t0 = time.monotonic()
+        if m.capacity is None:
+            on_phase("load")
+            result = run_async(_while_watching(server, run_load(
+                server.base_url, str(model), m.workload, tokenizer_path=model, goodput=m.goodput)))
+            outcome.timings["load_s"] = time.monotonic() - t0
+            outcome.metrics = result.flat_metrics()
+            outcome.server_diagnostics = result.server_diagnostics()
+            return
+        staged = run_async(_while_watching(server, run_stages(
+            server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
+            goodput=m.goodput, on_stage=on_phase)))
+        outcome.metrics = staged.metrics()
+        outcome.server_diagnostics = staged.target.server_diagnostics()
+        outcome.stages = [json_safe(s.as_row()) for s in staged.stages]
+        outcome.capacity = json_safe(staged.capacity.as_dict()) if staged.capacity else None
+        outcome.timings.update(staged.timings())
+        outcome.timings["load_s"] = time.monotonic() - t0  # stages, warm-up, drains and request builds
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
         ctx = self.ctx
@@ -106,18 +144,13 @@ class VllmExecutor:
             outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase="precheck")
             return outcome
         on_phase("starting")
-        server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s)
+        env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
+        server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
         t0 = time.monotonic()
         try:
             server.start()
             outcome.timings["start_s"] = server.ready_s
-            on_phase("load")
-            t1 = time.monotonic()
-            result = run_async(_load_while_watching(server, self.workload, str(ctx.model.path),
-                                                      ctx.model.path, self.goodput))
-            outcome.timings["load_s"] = time.monotonic() - t1
-            outcome.metrics = result.flat_metrics()
-            outcome.server_diagnostics = result.server_diagnostics()
+            self._measure(server, outcome, on_phase)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
             outcome.failure = e.failure

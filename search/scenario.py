@@ -18,7 +18,9 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 
 from objectives.metrics import GoodputSLO
+from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
+from objectives.stages import CapacitySpec, stage_slos
 from objectives.workload import WorkloadSpec
 from search.serving import REGISTRY
 
@@ -145,6 +147,8 @@ class Scenario(Strict):
     server: ServerSection = Field(default_factory=ServerSection)
     baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
     calibration: Calibration = Field(default_factory=Calibration)
+    # Present: after the target load, each trial searches the highest rate meeting every SLO.
+    capacity: CapacitySpec | None = None
     default_trials: int = Field(default=12, ge=1)
 
     @field_validator("name")
@@ -167,6 +171,23 @@ class Scenario(Strict):
     def _metric_names(self) -> "Scenario":
         validate_metric_names([o.metric for o in self.objectives] + [s.metric for s in self.slos],
                               self.workload.class_names)
+        return self
+
+    @model_validator(mode="after")
+    def _capacity(self) -> "Scenario":
+        used = [o.metric for o in self.objectives] + [s.metric for s in self.slos]
+        if self.capacity is None:
+            wanted = sorted({m for m in used if m in CAPACITY_KEYS})
+            if wanted:
+                raise ValueError(f"{', '.join(wanted)}: capacity metrics need a capacity: section "
+                                 "(the per-trial search for the highest rate meeting the SLOs)")
+            return self
+        if self.workload.arrival.mode == "closed":
+            raise ValueError("capacity: needs an open-loop arrival (poisson, gamma, constant, burst); "
+                             "a closed loop has no request rate to search")
+        if not stage_slos(self.slos):
+            raise ValueError("capacity: needs at least one SLO on a load metric (latency, error_rate, "
+                             "...): capacity is the highest rate that meets them")
         return self
 
     @model_validator(mode="after")

@@ -23,14 +23,14 @@ from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
-from objectives.metrics import GoodputSLO, json_safe
+from objectives.metrics import json_safe
 from objectives.scoring import Score, score
-from objectives.workload import WorkloadSpec
 from search import calibration as calibration_mod
 from search import pareto, scenario as scenario_mod, space as space_mod
 from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
                            TrialStarted)
-from search.executor import PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor, plan as plan_trial
+from search.executor import (Measurement, PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor,
+                             plan as plan_trial)
 from search.prepare import Prepared, StudyOptions
 from search.samplers import make_sampler
 from search.scenario import Scenario
@@ -41,7 +41,7 @@ from storage.models import StudyRecord, TrialStatus
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
-ExecutorFactory = Callable[[WorkloadSpec, GoodputSLO | None], TrialExecutor]
+ExecutorFactory = Callable[[Measurement], TrialExecutor]
 # search.calibration.calibrate: measures the scenario on the baseline's server, logs under run_dir.
 Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
 
@@ -61,8 +61,8 @@ class StudyResult:
 
 def vllm_executor(prep: Prepared) -> ExecutorFactory:
     """The real executor: a vLLM server per trial, on this machine."""
-    return lambda workload, goodput: VllmExecutor(prep.ctx, workload, prep.run_dir, goodput,
-                                                  prep.scenario.server.startup_timeout_s)
+    return lambda measurement: VllmExecutor(prep.ctx, measurement, prep.run_dir,
+                                            prep.scenario.server.startup_timeout_s)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
@@ -151,7 +151,8 @@ class StudyRunner:
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
-        self.executor = self._make_executor(self.workload, self.goodput)
+        self.executor = self._make_executor(
+            Measurement(self.workload, self.goodput, tuple(self.slos), self.sc.capacity))
         arrival = self.workload.arrival
         if arrival.rate is not None:
             self.events.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
@@ -186,7 +187,8 @@ class StudyRunner:
 
     def _score(self, metrics: dict[str, float], ok: bool) -> Score:
         return score(metrics, self.sc.objectives, self.slos,
-                     request_timeout_s=self.workload.request_timeout_s, served=ok)
+                     request_timeout_s=self.workload.request_timeout_s, served=ok,
+                     staged=self.sc.capacity is not None)
 
     def _tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
         already = trial.constraints  # a run killed while telling may have set some (set twice: a warning)
@@ -214,7 +216,7 @@ class StudyRunner:
             self.events.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
             outcome = TrialOutcome(status=TrialStatus(earlier.status), metrics=earlier.metrics,
                                    server_diagnostics=earlier.server_diagnostics, log_path=earlier.log_path,
-                                   command=earlier.command)
+                                   command=earlier.command, capacity=earlier.capacity)
             failure_fields = {k: getattr(earlier, k) for k in ("failure_class", "failure_phase", "failure_line")}
         else:
             outcome = self.executor.run(plan, self.events.phase)
@@ -242,7 +244,8 @@ class StudyRunner:
             metrics=json_safe(metrics), server_diagnostics=json_safe(outcome.server_diagnostics), values=s.values,
             constraints=constraints, feasible=feasible, client_behind=client_behind, timings=outcome.timings,
             log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
-            command=outcome.command, diagnosis=json_safe(diagnosis), **failure_fields)
+            command=outcome.command, diagnosis=json_safe(diagnosis), capacity=outcome.capacity,
+            stages=outcome.stages, **failure_fields)
         if rec.hv_reference is None and ok:
             rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
         session.commit()
@@ -252,6 +255,8 @@ class StudyRunner:
         if failure_fields["failure_class"]:
             attrs["failure"] = f"{failure_fields['failure_class']} ({failure_fields['failure_phase']}): " \
                                f"{failure_fields['failure_line']}"
+        if outcome.capacity is not None:
+            attrs["capacity"] = outcome.capacity["summary"]
         attrs.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
         for key, value in attrs.items():
             trial.set_user_attr(key, json_safe(value))

@@ -88,8 +88,41 @@ class TrialRecord(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    # The capacity search's result (objectives.capacity.CapacityEstimate), None without one.
+    capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     study: Mapped[StudyRecord] = relationship(back_populates="trials")
+    stages: Mapped[list["StageRecord"]] = relationship(
+        back_populates="trial", cascade="all, delete-orphan", order_by="StageRecord.stage_index")
+
+
+class StageRecord(Base):
+    """One load stage of a trial's server start: the target load, or a capacity probe."""
+
+    __tablename__ = "autotune_stages"
+    __table_args__ = (UniqueConstraint("trial_id", "stage_index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("autotune_trials.id"), index=True)
+    stage_index: Mapped[int] = mapped_column(Integer)  # 0: the target stage
+    kind: Mapped[str] = mapped_column(String(16))  # target | capacity
+    rate: Mapped[float] = mapped_column(Float)  # offered requests/s
+    planned_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    elapsed_s: Mapped[float] = mapped_column(Float)
+    saved_s: Mapped[float] = mapped_column(Float, default=0.0)  # by an early abort
+    idle_wait_s: Mapped[float] = mapped_column(Float, default=0.0)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    margin: Mapped[float | None] = mapped_column(Float, nullable=True)  # worst SLO violation (<= 0: met)
+    aborted: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it stopped early
+    violations: Mapped[dict[str, Any]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    server_diagnostics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prefix_cache_reset: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    requests_planned: Mapped[int] = mapped_column(Integer, default=0)
+    requests_sent: Mapped[int] = mapped_column(Integer, default=0)
+    notes: Mapped[list[Any]] = mapped_column(JSON)
+
+    trial: Mapped[TrialRecord] = relationship(back_populates="stages")
 
 
 class ParetoSnapshot(Base):

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 
-from storage.models import Base, ParetoMember, ParetoSnapshot, StudyRecord, TrialRecord, TrialStatus
+from storage.models import (Base, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord, TrialRecord,
+                            TrialStatus)
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
 
@@ -29,7 +30,23 @@ def open_db(url: str) -> Engine:
         def _fk_on(dbapi_conn, _):  # pragma: no cover - trivial
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
     Base.metadata.create_all(engine)
+    _add_new_columns(engine)
     return engine
+
+
+def _add_new_columns(engine: Engine) -> None:
+    """Nullable columns added since a database was created (`create_all` adds tables, not
+    columns): added empty, so a study begun by an older version goes on."""
+    existing = inspect(engine)
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            if not existing.has_table(table.name):
+                continue
+            present = {c["name"] for c in existing.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in present and column.nullable:
+                    kind = column.type.compile(engine.dialect)
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
 def find_study(session: Session, study_name: str) -> StudyRecord | None:
@@ -45,8 +62,10 @@ def require_study(session: Session, study_name: str) -> StudyRecord:
     return study
 
 
-def save_trial(session: Session, study: StudyRecord, trial_number: int, **fields: Any) -> TrialRecord:
-    """Insert or replace the record of one trial (a re-run after an interruption replaces it)."""
+def save_trial(session: Session, study: StudyRecord, trial_number: int, *,
+               stages: Iterable[dict[str, Any]] = (), **fields: Any) -> TrialRecord:
+    """Insert or replace the record of one trial (a re-run after an interruption replaces it),
+    with a row per load stage (`StageRecord` fields)."""
     row = session.scalar(select(TrialRecord).where(
         TrialRecord.study_id == study.id, TrialRecord.trial_number == trial_number))
     if row is None:
@@ -54,6 +73,7 @@ def save_trial(session: Session, study: StudyRecord, trial_number: int, **fields
         session.add(row)
     for key, value in fields.items():
         setattr(row, key, value)
+    row.stages = [StageRecord(**stage) for stage in stages]
     session.flush()
     return row
 

@@ -14,7 +14,7 @@ from typing import Callable
 from objectives.metrics import GoodputSLO
 from objectives.workload import WorkloadSpec
 from search.calibration import CalibrationResult
-from search.executor import PhaseCallback, TrialOutcome, TrialPlan
+from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.serving import Failure, FailureClass
 from storage.models import TrialStatus
 
@@ -49,8 +49,8 @@ class ScriptedExecutor:
     workload: WorkloadSpec | None = None
     goodput: GoodputSLO | None = None
 
-    def factory(self, workload: WorkloadSpec, goodput: GoodputSLO | None) -> ScriptedExecutor:
-        self.workload, self.goodput = workload, goodput
+    def factory(self, measurement: Measurement) -> ScriptedExecutor:
+        self.workload, self.goodput = measurement.workload, measurement.goodput
         return self
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback) -> TrialOutcome:

@@ -1,0 +1,246 @@
+"""Several load stages on one server start: the target load, then a capacity search.
+
+A trial's server is started once. The first stage is the scenario's own load (warm-up
+included, excluded from the metrics): latency objectives are read there. Then, when the
+scenario has a `capacity:` section, further stages of `stage_s` seconds each probe other
+request rates, chosen by `objectives.capacity` from the SLO margins measured so far, until the
+highest rate that meets every SLO is bracketed tightly enough or the stage budget is spent.
+
+Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
+prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
+so one stage's queue and cached prompts do not flatter or burden the next. Every stage sends
+the same request sequence (the workload's seed) at its own rate: common random numbers, so two
+rates differ by their rate only.
+
+With `early_abort`, a stage stops as soon as its SLO verdict is certain (`objectives.early_abort`):
+a measurement for the capacity search, not a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from objectives import capacity as cap
+from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
+from objectives.early_abort import abort_check
+from objectives.loadrun import LoadResult, run_load
+from objectives.metrics import GoodputSLO
+from objectives.scoring import SLOSpec, slo_key
+from objectives.server_metrics import fetch_metrics_text, scan_gauges
+from objectives.workload import WorkloadSpec
+
+TARGET, CAPACITY = "target", "capacity"
+# Below this many requests a stage measures nothing worth bisecting on: the search's floor.
+MIN_STAGE_REQUESTS = 10
+IDLE_POLL_S = 0.25
+RESET_ATTEMPTS = 5
+
+
+class CapacitySpec(BaseModel):
+    """A scenario's `capacity:` section: how far a trial searches for its capacity under the SLO."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage_s: float = Field(20.0, gt=0, description="sending window of each capacity stage (s)")
+    max_stages: int = Field(4, ge=1, le=12, description="capacity stages after the target stage")
+    precision: float = Field(0.15, gt=0, lt=1, description="stop when high / low - 1 is at most this")
+    step: float = Field(2.0, gt=1, description="bracketing factor from the target rate")
+    early_abort: bool = Field(True, description="stop a stage once its SLO verdict is certain")
+    idle_timeout_s: float = Field(60.0, gt=0, description="longest wait for the server to drain")
+
+    def search_settings(self) -> cap.SearchSettings:
+        return cap.SearchSettings(step=self.step, precision=self.precision, max_stages=self.max_stages,
+                                  min_rate=MIN_STAGE_REQUESTS / self.stage_s)
+
+
+def stage_slos(slos: Sequence[SLOSpec]) -> list[SLOSpec]:
+    """The SLOs a single stage is held to: all but those on the trial's capacity itself."""
+    return [s for s in slos if s.metric not in CAPACITY_KEYS]
+
+
+def margin(flat: dict[str, float], slos: Sequence[SLOSpec]) -> tuple[float, dict[str, float]]:
+    """(worst normalized violation, the violated SLOs): <= 0 means every SLO was met."""
+    violations = {slo_key(s): s.violation(flat.get(s.metric, math.nan)) for s in slos}
+    worst = max(violations.values(), default=-math.inf)
+    return worst, {k: v for k, v in violations.items() if v > 0}
+
+
+@dataclass
+class StageResult:
+    index: int
+    kind: str  # TARGET or CAPACITY
+    rate: float  # offered requests/s (mean)
+    planned_s: float  # the schedule's length
+    elapsed_s: float  # start of sending to the last response (or to the abort)
+    margin: float  # worst normalized SLO violation; NaN: aborted with no violation yet in its numbers
+    violations: dict[str, float]
+    metrics: dict[str, float]
+    server_diagnostics: dict[str, float]
+    aborted: str | None = None
+    idle_wait_s: float = 0.0  # drain before this stage
+    prefix_cache_reset: bool | None = None  # None: not attempted (first stage) or not available
+    requests_planned: int = 0
+    requests_sent: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.aborted is None and self.margin <= 0
+
+    @property
+    def saved_s(self) -> float:
+        """Sending time an early abort saved."""
+        return max(0.0, self.planned_s - self.elapsed_s) if self.aborted else 0.0
+
+    @property
+    def probe(self) -> cap.Probe:
+        return cap.Probe(self.rate, self.margin if not self.aborted or self.margin > 0 else math.nan)
+
+    def describe(self) -> str:
+        head = f"{self.kind} stage at {self.rate:.3g} req/s"
+        if self.aborted:
+            return f"{head}: violated (aborted after {self.elapsed_s:.0f} s: {self.aborted})"
+        if self.passed:
+            return f"{head}: met every SLO (margin {-self.margin:.0%})"
+        return f"{head}: violated ({', '.join(self.violations)})"
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row.update(passed=self.passed, saved_s=self.saved_s)
+        return row
+
+
+@dataclass
+class StagedRun:
+    stages: list[StageResult]
+    target: LoadResult
+    capacity: cap.CapacityEstimate | None
+
+    def metrics(self) -> dict[str, float]:
+        """The target stage's metrics, with the capacity metrics when a search ran."""
+        out = dict(self.stages[0].metrics)
+        out[TARGET_ABORTED] = 1.0 if self.stages[0].aborted else 0.0
+        if self.capacity is not None:
+            out.update(capacity_metrics(self.capacity, self.stages))
+        return out
+
+    def timings(self) -> dict[str, Any]:
+        return {"stages_s": [round(s.elapsed_s, 3) for s in self.stages],
+                "idle_wait_s": round(sum(s.idle_wait_s for s in self.stages), 3),
+                "abort_saved_s": round(sum(s.saved_s for s in self.stages), 3),
+                "aborted_stages": sum(1 for s in self.stages if s.aborted)}
+
+
+def capacity_metrics(estimate: cap.CapacityEstimate, stages: Sequence[StageResult]) -> dict[str, float]:
+    low = next((s for s in stages if s.passed and s.rate == estimate.low), None)
+    out = {"slo_capacity_rps": estimate.rps}
+    for key, source in (("slo_capacity_output_throughput", "output_throughput"),
+                        ("slo_capacity_total_token_throughput", "total_token_throughput"),
+                        ("slo_capacity_goodput", "goodput")):
+        value = low.metrics.get(source, math.nan) if low is not None else 0.0
+        out[key] = cap.at_capacity(estimate.low, value, estimate.rps)
+    return out
+
+
+def at_rate(workload: WorkloadSpec, rate: float, duration_s: float) -> WorkloadSpec:
+    """The workload's arrival process at another mean rate, for `duration_s`, without warm-up."""
+    arrival = workload.arrival
+    scaled = arrival.model_copy(update={"rate": arrival.rate * rate / arrival.mean_rate()})
+    return workload.model_copy(update={"arrival": scaled, "duration_s": duration_s, "num_requests": None,
+                                       "warmup_requests": 0})
+
+
+async def wait_idle(base_url: str, timeout_s: float) -> tuple[float, str | None]:
+    """Wait until the server runs and queues nothing. (seconds waited, a note if it never did)."""
+    import aiohttp
+
+    t0 = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        while True:
+            text = await fetch_metrics_text(session, base_url, timeout_s=5)
+            if text is None:
+                return time.perf_counter() - t0, "no /metrics: did not wait for the server to drain"
+            g = scan_gauges(text)
+            if math.isnan(g.running):
+                return time.perf_counter() - t0, "no request gauges in /metrics: did not wait to drain"
+            if g.running == 0 and g.waiting == 0:
+                return time.perf_counter() - t0, None
+            waited = time.perf_counter() - t0
+            if waited > timeout_s:
+                return waited, (f"server still busy after {timeout_s:g} s ({g.running:.0f} running, "
+                                f"{g.waiting:.0f} waiting): the next stage starts anyway")
+            await asyncio.sleep(IDLE_POLL_S)
+
+
+async def reset_prefix_cache(base_url: str) -> bool | None:
+    """POST /reset_prefix_cache (retried while blocks are still held). None: not available."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        for _ in range(RESET_ATTEMPTS):
+            try:
+                async with session.post(base_url + "/reset_prefix_cache",
+                                        timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    if resp.status != 200:
+                        return None
+                    if (await resp.json()).get("success"):
+                        return True
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                return None
+            await asyncio.sleep(IDLE_POLL_S)
+    return False
+
+
+StageCallback = Callable[[str], None]
+
+
+async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, slos: Sequence[SLOSpec],
+                     spec: CapacitySpec, *, tokenizer_path: str | Path | None = None,
+                     goodput: GoodputSLO | None = None,
+                     on_stage: StageCallback = lambda _: None) -> StagedRun:
+    """The target stage, then capacity stages until the search is done (see the module docstring)."""
+    if workload.arrival.mean_rate() is None:
+        raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
+    held = stage_slos(slos)
+    settings = spec.search_settings()
+    stages: list[StageResult] = []
+    target: LoadResult | None = None
+    rate: float | None = workload.arrival.mean_rate()
+    limit = 1 + spec.max_stages
+    while rate is not None:
+        index = len(stages)
+        kind = TARGET if index == 0 else CAPACITY
+        idle_s, reset, notes = 0.0, None, []
+        if index:
+            idle_s, note = await wait_idle(base_url, spec.idle_timeout_s)
+            notes += [note] if note else []
+            reset = await reset_prefix_cache(base_url)
+            if reset is None:
+                notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
+        stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_s)
+        on_stage(f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s")
+        check = abort_check(held, rate) if spec.early_abort else None
+        result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
+                                abort=check)
+        flat = result.flat_metrics()
+        worst, violated = margin(flat, held)
+        if result.aborted and worst <= 0:
+            worst = math.nan  # certain to be violated, but its partial numbers do not show by how much
+        stages.append(StageResult(
+            index=index, kind=kind, rate=rate, planned_s=result.planned_s, elapsed_s=result.duration_s,
+            margin=worst, violations=violated, metrics=flat, server_diagnostics=result.server_diagnostics(),
+            aborted=result.aborted, idle_wait_s=idle_s, prefix_cache_reset=reset,
+            requests_planned=result.requests_planned,
+            requests_sent=len(result.records), notes=notes + result.notes))
+        if index == 0:
+            target = result
+        rate = cap.next_rate([s.probe for s in stages], settings)
+    estimate = cap.estimate([s.probe for s in stages])
+    return StagedRun(stages, target, estimate)
