@@ -15,7 +15,7 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
 * The server's waiting queue growing without bound (an open loop above capacity never reaches a
   steady state, statistics.md): over the last `QUEUE_WINDOW_S`, the least-squares slope of
   `vllm:num_requests_waiting` is at least `QUEUE_GROWTH_SHARE` of the offered rate and the
-  queue holds at least that many seconds of arrivals.
+  queue holds more than half the window's arrivals (a burst's queue drains; this one does not).
 Means, ITL (pooled per chunk, so its count is not known in advance) and throughputs have no
 certain early verdict and never abort a stage.
 """
@@ -34,16 +34,26 @@ from objectives.records import RequestRecord
 from objectives.scoring import SLOSpec
 from objectives.server_metrics import GaugeSample
 
-QUEUE_WINDOW_S = 8.0
+QUEUE_WINDOW_S = 10.0
 QUEUE_GROWTH_SHARE = 0.25
-QUEUE_MIN_SAMPLES = 5
+QUEUE_MIN_SAMPLES = 6
+QUEUE_MIN_DEPTH = 4
 
 _PERCENTILE = re.compile(r"^(ttft|tpot|e2el)_(median|p(\d+))_ms(?:@([\w.-]+))?$")
 
 
+@dataclass(frozen=True)
+class Abort:
+    """Why a stage stopped early, and by how much it is certain to miss (a lower bound on the
+    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it)."""
+
+    reason: str
+    margin: float = math.nan
+
+
 class Rule(Protocol):
-    def lost(self, records: Sequence[RequestRecord], now: float) -> str | None:
-        """Why the stage has certainly violated this SLO by `now`, or None."""
+    def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
+        """Whether the stage has certainly violated this SLO by `now`."""
         ...
 
 
@@ -81,20 +91,23 @@ class PercentileRule:
     bound_ms: float
     planned: int  # the stage's planned requests of this class
 
-    def lost(self, records: Sequence[RequestRecord], now: float) -> str | None:
+    def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
         need = violators_needed(self.planned, self.q)
         bound_s = self.bound_ms / 1000.0
-        over = 0
+        over = []
         for r in records:
             if self.class_name is not None and r.class_name != self.class_name:
                 continue
             latency = _certain_latency_s(self.family, r, now)
             if latency is not None and latency > bound_s:
-                over += 1
-                if over >= need:
-                    return (f"{self.metric} > {self.bound_ms:.4g} ms is certain: {over} of "
-                            f"{self.planned} planned requests already over it")
-        return None
+                over.append(latency)
+        if len(over) < need:
+            return None
+        # At least `need` final values are >= the need-th largest lower bound: so is the quantile.
+        least = sorted(over, reverse=True)[need - 1] * 1000.0
+        return Abort(f"{self.metric} > {self.bound_ms:.4g} ms is certain: {len(over)} of "
+                     f"{self.planned} planned requests already over it",
+                     (least - self.bound_ms) / self.bound_ms)
 
 
 @dataclass(frozen=True)
@@ -102,12 +115,14 @@ class ErrorRateRule:
     bound: float
     planned: int
 
-    def lost(self, records: Sequence[RequestRecord], now: float) -> str | None:
+    def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
         allowed = math.floor(self.bound * self.planned)
         failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
-        if failed > allowed:
-            return f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned requests failed"
-        return None
+        if failed <= allowed:
+            return None
+        margin = (failed / self.planned - self.bound) / self.bound if self.bound > 0 else math.nan
+        return Abort(f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned "
+                     "requests failed", margin)
 
 
 def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[Rule]:
@@ -131,7 +146,7 @@ def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list
     return rules
 
 
-def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> str | None:
+def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Abort | None:
     """The waiting queue has grown steadily over the last window (see the module docstring)."""
     recent = [s for s in samples if now - s.t <= QUEUE_WINDOW_S and not math.isnan(s.waiting)]
     if len(recent) < QUEUE_MIN_SAMPLES or rate <= 0:
@@ -141,14 +156,16 @@ def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> st
     if np.ptp(t) < QUEUE_WINDOW_S / 2:
         return None
     slope = float(np.polyfit(t - t[0], waiting, 1)[0])
-    floor = QUEUE_GROWTH_SHARE * rate * QUEUE_WINDOW_S
-    if slope >= QUEUE_GROWTH_SHARE * rate and waiting[-1] >= max(1.0, floor):
-        return (f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
-                f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)")
+    # A burst queues a few seconds of arrivals and drains; a runaway keeps climbing: ask for a
+    # steady climb and a queue deeper than half the window's arrivals.
+    depth = max(QUEUE_MIN_DEPTH, 0.5 * rate * QUEUE_WINDOW_S)
+    if slope >= QUEUE_GROWTH_SHARE * rate and waiting[-1] >= depth:
+        return Abort(f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
+                     f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)")
     return None
 
 
-AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "str | None"]
+AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "Abort | None"]
 
 
 def abort_check(slos: Sequence[SLOSpec], rate: float) -> AbortCheck:
@@ -158,14 +175,14 @@ def abort_check(slos: Sequence[SLOSpec], rate: float) -> AbortCheck:
     percentile rules count against, is read from the records on the first call."""
     rules: list[Rule] | None = None
 
-    def check(records: Sequence[RequestRecord], now: float, samples: Sequence[GaugeSample]) -> str | None:
+    def check(records: Sequence[RequestRecord], now: float, samples: Sequence[GaugeSample]) -> Abort | None:
         nonlocal rules
         if rules is None:
             rules = rules_for(slos, dict(Counter(r.class_name for r in records)))
         for rule in rules:
-            reason = rule.lost(records, now)
-            if reason is not None:
-                return reason
+            verdict = rule.lost(records, now)
+            if verdict is not None:
+                return verdict
         return queue_runaway(samples, rate, now)
 
     return check

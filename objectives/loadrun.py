@@ -23,7 +23,7 @@ from typing import Any
 from objectives.arrivals import open_loop_offsets
 from objectives.client import make_client
 from objectives.dispatch import run_closed_loop, run_open_loop
-from objectives.early_abort import AbortCheck
+from objectives.early_abort import Abort, AbortCheck
 from objectives.metrics import GoodputSLO, RunMetrics, compute_metrics
 from objectives.metrics import lag_limit_ms as default_lag_limit_ms
 from objectives.prompts import Request, build_requests, plan_requests, realize_async
@@ -59,7 +59,7 @@ class LoadResult:
     end: float  # ... when the last response ended
     notes: list[str] = field(default_factory=list)
     client_cpu_s: float = math.nan  # this process's CPU time over the measured window
-    aborted: str | None = None  # why the run stopped sending early (its outcome was certain)
+    abort: Abort | None = None  # why the run stopped sending early (its outcome was certain)
     planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
     requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
 
@@ -67,6 +67,10 @@ class LoadResult:
     def client_cpu_share(self) -> float:
         """Client CPU over the run, in cores: near 1.0, the client itself was the bottleneck."""
         return self.client_cpu_s / self.duration_s if self.duration_s > 0 else math.nan
+
+    @property
+    def aborted(self) -> str | None:
+        return self.abort.reason if self.abort is not None else None
 
     @property
     def duration_s(self) -> float:
@@ -104,6 +108,7 @@ class LoadResult:
             "client_cpu_s": self.client_cpu_s, "client_cpu_share": self.client_cpu_share,
             "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
             "aborted": self.aborted, "planned_s": self.planned_s,
+            "abort_margin": self.abort.margin if self.abort is not None else None,
         }
         if include_records:
             out["records"] = [r.to_dict(self.start) for r in self.records]
@@ -111,7 +116,7 @@ class LoadResult:
 
 
 async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[RequestRecord],
-                   offsets: list[float], sampler: "GaugeSampler | None") -> tuple[float, float, str | None]:
+                   offsets: list[float], sampler: "GaugeSampler | None") -> tuple[float, float, Abort | None]:
     """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
     already certain; if so, stop it (and the requests in flight). (start, end, why stopped)."""
     try:
@@ -120,12 +125,12 @@ async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[
             if done:
                 start, end = dispatch.result()
                 return start, end, None
-            reason = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
-            if reason is not None:
+            verdict = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
+            if verdict is not None:
                 dispatch.cancel()
                 await asyncio.gather(dispatch, return_exceptions=True)
                 start = records[0].scheduled_time - offsets[0]
-                return start, time.perf_counter(), reason
+                return start, time.perf_counter(), verdict
     finally:
         if not dispatch.done():
             dispatch.cancel()
@@ -279,8 +284,8 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                    sample_period_s: float = 1.0, abort: AbortCheck | None = None) -> LoadResult:
     """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
 
-    `abort` (open loops only): called twice a second with the records so far; a reason returned
-    stops the run there (`LoadResult.aborted`), its unfinished requests left out of the metrics.
+    `abort` (open loops only): called twice a second with the records so far; an `Abort` returned
+    stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics.
 
     `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
     between arrivals, at least 5 ms (`metrics.lag_limit_ms`).

@@ -79,7 +79,7 @@ class StageResult:
     rate: float  # offered requests/s (mean)
     planned_s: float  # the schedule's length
     elapsed_s: float  # start of sending to the last response (or to the abort)
-    margin: float  # worst normalized SLO violation; NaN: aborted with no violation yet in its numbers
+    margin: float  # worst normalized SLO violation; NaN: aborted, and nothing bounds by how much
     violations: dict[str, float]
     metrics: dict[str, float]
     server_diagnostics: dict[str, float]
@@ -101,7 +101,7 @@ class StageResult:
 
     @property
     def probe(self) -> cap.Probe:
-        return cap.Probe(self.rate, self.margin if not self.aborted or self.margin > 0 else math.nan)
+        return cap.Probe(self.rate, self.margin)
 
     def describe(self) -> str:
         head = f"{self.kind} stage at {self.rate:.3g} req/s"
@@ -231,8 +231,9 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                                 abort=check)
         flat = result.flat_metrics()
         worst, violated = margin(flat, held)
-        if result.aborted and worst <= 0:
-            worst = math.nan  # certain to be violated, but its partial numbers do not show by how much
+        if result.abort is not None:  # certain to miss: by at least the abort's bound
+            known = [m for m in (worst, result.abort.margin) if math.isfinite(m) and m > 0]
+            worst = max(known) if known else math.nan
         stages.append(StageResult(
             index=index, kind=kind, rate=rate, planned_s=result.planned_s, elapsed_s=result.duration_s,
             margin=worst, violations=violated, metrics=flat, server_diagnostics=result.server_diagnostics(),
