@@ -112,8 +112,9 @@ class StageResult:
         return f"{head}: violated ({', '.join(self.violations)})"
 
     def as_row(self) -> dict[str, Any]:
+        """The stored row's fields (storage.models.StageRecord)."""
         row = asdict(self)
-        row.update(passed=self.passed, saved_s=self.saved_s)
+        row.update(stage_index=row.pop("index"), passed=self.passed, saved_s=self.saved_s)
         return row
 
 
