@@ -11,15 +11,65 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
-from objectives.scoring import SERVER_OK
+from objectives.scoring import SERVER_OK, SLOSpec
 from objectives.workload import WorkloadSpec
 from search.outputs.export import LoadedStudy
 from search.outputs.format import fmt_value
+from search.scenario import unloaded_reference
 from search.serving import recorded_cpu_kv_budget, serving_facts
-from storage.models import TrialRecord, TrialStatus
+from storage.models import StageRecord, TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
 CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
+
+
+@dataclass(frozen=True)
+class StageView:
+    """One load stage of a trial (`storage.models.StageRecord`), as the outputs show it."""
+
+    index: int
+    kind: str  # target | capacity
+    rate: float  # offered requests/s
+    elapsed_s: float
+    saved_s: float  # by an early abort
+    idle_wait_s: float
+    passed: bool
+    aborted: str | None  # why it stopped early
+    violations: dict[str, float]
+    metrics: dict[str, Any]
+
+    @property
+    def outcome(self) -> str:
+        if self.aborted:
+            return f"aborted: {self.aborted}"
+        return "met every SLO" if self.passed else "violated: " + ", ".join(self.violations)
+
+
+STAGE_COLUMNS = ("stage", "kind", "rate (req/s)", "outcome", "elapsed (s)", "saved (s)", "idle wait (s)")
+
+
+def stage_view(row: StageRecord) -> StageView:
+    return StageView(index=row.stage_index, kind=row.kind, rate=row.rate, elapsed_s=row.elapsed_s,
+                     saved_s=row.saved_s or 0.0, idle_wait_s=row.idle_wait_s or 0.0, passed=row.passed,
+                     aborted=row.aborted, violations=dict(row.violations or {}), metrics=dict(row.metrics or {}))
+
+
+def stage_rows(stages: list[StageView]) -> list[tuple[str, ...]]:
+    """The stage table (`STAGE_COLUMNS`), one home for the report's and the dashboard's."""
+    return [(str(s.index + 1), s.kind, fmt_value(s.rate), s.outcome, fmt_value(s.elapsed_s),
+             fmt_value(s.saved_s) if s.saved_s else "", fmt_value(s.idle_wait_s) if s.idle_wait_s else "")
+            for s in stages]
+
+
+def stages_summary(stages: list[StageView]) -> str:
+    """One line, as in: 5 load stages: 2 met, 3 aborted (saved 10.1 s)."""
+    met = sum(s.passed for s in stages)
+    aborted = [s for s in stages if s.aborted]
+    violated = len(stages) - met - len(aborted)
+    parts = [f"{met} met"] + ([f"{violated} violated"] if violated else [])
+    if aborted:
+        parts.append(f"{len(aborted)} aborted (saved {fmt_value(sum(s.saved_s for s in aborted))} s)")
+    return f"{len(stages)} load stage{'s' if len(stages) != 1 else ''}: " + ", ".join(parts)
 
 
 @dataclass
@@ -41,6 +91,8 @@ class TrialView:
     baseline: str | None = None
     duplicate_of: int | None = None
     adjustments: list[str] = field(default_factory=list)
+    stages: list[StageView] = field(default_factory=list)  # in order; empty without load stages
+    capacity: dict[str, Any] | None = None  # objectives.capacity.CapacityEstimate.as_dict()
 
     @property
     def label(self) -> str:
@@ -81,18 +133,24 @@ def _hardware(d: dict[str, Any]):
                     gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", [])))
 
 
-def resolved_workload(ls: LoadedStudy) -> tuple[WorkloadSpec, dict[str, float]]:
-    """The workload as the study ran it (calibrated rate) and the idle-server medians."""
+def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
+    """The workload and the SLOs as the study ran them (calibrated rate and bounds), and the
+    idle-server medians. Without the calibration a relative scenario needs: as written, no SLOs."""
     from search import calibration
 
     cal = None
     if ls.record.calibration:
         cal = calibration.CalibrationResult.from_dict(ls.record.calibration)
     try:
-        workload, _, _ = calibration.resolve(ls.scenario, cal)
-    except (ValueError, TypeError):
-        workload = ls.scenario.workload
-    return workload, (cal.unloaded if cal is not None else {})
+        workload, slos, _ = calibration.resolve(ls.scenario, cal)
+    except (ValueError, TypeError, AttributeError):
+        workload, slos = ls.scenario.workload, []
+    return workload, slos, (cal.unloaded if cal is not None else {})
+
+
+def latency_slos(ls: LoadedStudy) -> list[SLOSpec]:
+    """The study's resolved SLOs on latency metrics (what the latency-against-rate figure draws)."""
+    return [s for s in resolved(ls)[1] if unloaded_reference(s.metric) is not None]
 
 
 def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
@@ -109,11 +167,12 @@ def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
         params=dict(row.params or {}), config=dict(row.config or {}), flags=dict(row.flags or {}),
         metrics=dict(row.metrics or {}), violated=violated, failure=failure, diagnosis=diagnosis,
         on_front=on_front, chosen=chosen, baseline=row.baseline, duplicate_of=row.duplicate_of,
-        adjustments=[a.get("detail", "") for a in (row.adjustments or [])])
+        adjustments=[a.get("detail", "") for a in (row.adjustments or [])],
+        stages=[stage_view(s) for s in row.stages], capacity=row.capacity)
 
 
 def trial_views(ls: LoadedStudy) -> list[TrialView]:
-    workload, unloaded = resolved_workload(ls)
+    workload, _, unloaded = resolved(ls)
     facts = None
     front = {t.number for t in ls.front}
     best = ls.chosen()
