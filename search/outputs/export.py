@@ -62,6 +62,25 @@ def _delta(new: float, old: float) -> str:
     return f" ({(new - old) / abs(old) * 100:+.0f}%)"
 
 
+def fmt_capacity(capacity: dict[str, Any] | None) -> str:
+    """A trial's capacity under the SLO (req/s) as people read it: ">= 2.49" when no rate tried
+    violated the SLO (a lower bound), "n/a" without a capacity search."""
+    if not capacity:
+        return fmt_value(None)
+    return (">= " if capacity.get("censored") else "") + fmt_value(capacity.get("rps"))
+
+
+def capacity_line(ls: LoadedStudy, row: TrialRecord) -> str | None:
+    """The trial's capacity under the SLO beside each baseline's, or None without a search."""
+    if not row.capacity:
+        return None
+    rps = row.capacity.get("rps")
+    others = [f"{name} {fmt_capacity(b.capacity)} req/s{_delta(rps, b.capacity.get('rps'))}"
+              for name, b in ls.baselines().items() if b.capacity]
+    return (f"capacity under the SLO: {row.capacity.get('summary') or fmt_capacity(row.capacity)}"
+            + ("; baselines: " + ", ".join(others) if others else ""))
+
+
 def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -> list[str]:
     sc, rec, row = ls.scenario, ls.record, ls.trials[trial.number]
     lines = [
@@ -74,6 +93,9 @@ def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -
     names = sc.objective_names + [s.metric for s in sc.slos if s.metric not in sc.objective_names]
     for name in names:
         lines.append(f"  {name}: {fmt_value(row.metrics.get(name), digits=4)}")
+    capacity = capacity_line(ls, row)
+    if capacity:
+        lines.append(capacity)
     for bname, brow in ls.baselines().items():
         if brow.status == TrialStatus.FAILED:
             lines.append(f"baseline {bname} (trial {brow.trial_number}): failed: {brow.failure_class}: "
