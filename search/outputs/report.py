@@ -3,7 +3,8 @@
 Top: the recommendation and its gain over each baseline, in plain words. Then what limited the
 trials, the Pareto front (feasible / infeasible / failed told apart, baselines marked), the
 hypervolume history from the stored front snapshots, parameter importances, each objective
-against each parameter, and a sortable table of every trial with its metrics, failure class
+against each parameter, latency against rate over each trial's load stages (when trials ran a
+capacity search), and a sortable table of every trial with its metrics, failure class
 and diagnosis.
 """
 
@@ -22,7 +23,8 @@ from sqlalchemy.orm import Session
 
 from search.outputs import export, figures
 from search.outputs.format import fmt_value
-from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict
+from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
+                                        stage_rows, stages_summary, trial_views, verdict)
 from storage import queries
 
 REPORT_NAME = "report.html"
@@ -47,15 +49,16 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .scroll{overflow:auto;max-height:640px} .finding-error{color:#9b1c1c} .finding-warning{color:#94520a}
 .finding-info{color:#555} details summary{cursor:pointer} .note{color:#666;font-style:italic}
 td.diag{min-width:320px;max-width:480px} td.diag ul{margin:2px 0;padding-left:18px}
+td.stages{min-width:260px} table.stages th{position:static;cursor:default}
 """
 
 _SORT_JS = """
 document.querySelectorAll('table.sortable').forEach(function(table){
-  table.querySelectorAll('th').forEach(function(th, col){
+  table.tHead.querySelectorAll('th').forEach(function(th, col){  // not a nested table's
     th.addEventListener('click', function(){
       var body = table.tBodies[0], rows = Array.from(body.rows);
       var asc = !th.classList.contains('sorted-asc');
-      table.querySelectorAll('th').forEach(function(h){h.classList.remove('sorted-asc','sorted-desc')});
+      table.tHead.querySelectorAll('th').forEach(function(h){h.classList.remove('sorted-asc','sorted-desc')});
       th.classList.add(asc ? 'sorted-asc' : 'sorted-desc');
       function key(r){var c=r.cells[col]; var v=c.getAttribute('data-v'); return v===null?c.textContent:v;}
       rows.sort(function(a,b){
@@ -121,10 +124,22 @@ def _diagnosis_cell(v: TrialView) -> str:
     return "".join(parts)
 
 
+def stages_cell(v: TrialView) -> str:
+    """The trial's load stages: one line, the capacity, and the stage table folded under it."""
+    if not v.stages:
+        return ""
+    capacity = f"<br>capacity {_e(v.capacity['summary'])}" if v.capacity else ""
+    head = "".join(f"<th>{_e(h)}</th>" for h in STAGE_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in stage_rows(v.stages))
+    return (f"{_e(stages_summary(v.stages))}{capacity}<details><summary>stages</summary>"
+            f'<table class="stages"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></details>')
+
+
 def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str]) -> str:
     metric_cols = list(dict.fromkeys([*names, *slo_metrics, *KEY_METRICS]))
+    staged = any(v.stages for v in views)
     head = ["trial", "kind", "feasibility", "front", "violated SLOs", "failure class", "bottleneck",
-            "diagnosis", *metric_cols, "parameters"]
+            "diagnosis", *(["load stages"] if staged else []), *metric_cols, "parameters"]
     rows = []
     for v in views:
         cells = [f'<td class="num" data-v="{v.number}">{v.number}</td>', f"<td>{_e(v.kind)}</td>",
@@ -135,6 +150,8 @@ def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str
                                if v.failure else "") + "</td>")
         cells.append(f'<td data-v="{_e(v.diagnosis.bottleneck)}">{_e(v.diagnosis.bottleneck)}</td>')
         cells.append(f'<td class="diag">{_diagnosis_cell(v)}</td>')
+        if staged:
+            cells.append(f'<td class="stages" data-v="{len(v.stages)}">{stages_cell(v)}</td>')
         for m in metric_cols:
             shown, key = _num(v.metrics.get(m)) if v.category != FAILED else ("", "")
             cells.append(f'<td class="num" data-v="{key}">{shown}</td>')
@@ -186,6 +203,10 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
     grid = figures.objective_param_figure(views, names, directions, searched_params(ls, views))
     figs.append(("objective-vs-parameter", "Each objective against each parameter",
                  _fig_html(grid, "objective-vs-parameter") or '<p class="note">No measured trial yet.</p>'))
+    stages = figures.latency_rate_figure(views, latency_slos(ls))
+    if stages is not None:
+        figs.append(("latency-vs-rate", "Latency against rate (load stages, capacity under the SLO)",
+                     _fig_html(stages, "latency-vs-rate")))
 
     verdict_html = "".join(f"<p>{_e(x)}</p>" for x in lines)
     chosen_html = ""
