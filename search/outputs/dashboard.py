@@ -9,9 +9,11 @@ trials), and its "best trials" are a Pareto set that ignores constraints altoget
   feasible Pareto front as the report draws it, Optuna's own `plot_pareto_front` (which
   honours the constraints), the hypervolume history from our front snapshots, parameter
   importances without the failed trials' penalty values, each objective against each
-  parameter, the bottleneck count, and a table of every trial with its failure and diagnosis;
+  parameter, latency against rate over each trial's load stages, the bottleneck count, and a
+  table of every trial with its failure and diagnosis;
 * a study note: the recommendation, the true feasible Pareto set, and the caveat above;
-* a note per trial: feasibility, violated SLOs, failure, every measured metric, the diagnosis.
+* a note per trial: feasibility, violated SLOs, failure, the capacity found and the load stages,
+  every measured metric, the diagnosis.
 
 While a study runs, `DashboardPublisher` (a subscriber of the loop's events) keeps this current
 trial by trial. User attributes can only be written before a trial finishes (Optuna refuses
@@ -33,7 +35,8 @@ from search.events import StudyObserver, StudyStarted, TrialRecorded, TrialScore
 from search.outputs import export, figures
 from search.outputs.format import fmt_value
 from search.outputs.report import searched_params
-from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView, trial_views, verdict, view_of
+from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
+                                        stage_rows, stages_summary, trial_views, verdict, view_of)
 from search.scenario import Scenario
 from storage import queries
 from storage.models import TrialRecord
@@ -78,6 +81,7 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         lines += [f"**Failure**: `{v.failure[:400]}`", ""]
     if v.duplicate_of is not None:
         lines += [f"Same flags as trial {v.duplicate_of}: its measurement is reused.", ""]
+    lines += stages_markdown(v)
     lines += ["### Diagnosis", "", v.diagnosis.markdown(), ""]
     if v.adjustments:
         lines += ["**Adjusted for the installed vLLM**: " + "; ".join(v.adjustments), ""]
@@ -92,6 +96,17 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         for cls in classes:
             lines += [f"| {k} | {fmt_value(x)} |" for k, x in v.metrics.items() if k.endswith("@" + cls)]
     return "\n".join(lines) + "\n"
+
+
+def stages_markdown(v: TrialView) -> list[str]:
+    """The capacity found and the table of the trial's load stages (nothing without stages)."""
+    lines = [f"**Capacity under the SLO**: {v.capacity['summary']}", ""] if v.capacity else []
+    if not v.stages:
+        return lines
+    lines += [f"### Load stages ({stages_summary(v.stages)})", "",
+              "| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in stage_rows(v.stages)]
+    return lines + [""]
 
 
 def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str | None) -> str:
@@ -188,6 +203,9 @@ def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> 
     grid = figures.objective_param_figure(views, names, directions, searched_params(ls, views))
     if grid is not None:
         out["objective-vs-parameter"] = grid
+    stages = figures.latency_rate_figure(views, latency_slos(ls))
+    if stages is not None:
+        out["latency-vs-rate"] = stages
     out["bottlenecks"] = figures.bottleneck_figure(views)
     out["all-trials"] = figures.trials_table_figure(views, names)
     for fig in out.values():  # the dashboard draws each in a 450 px high, half-width card
