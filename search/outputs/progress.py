@@ -83,10 +83,16 @@ class StudyProgress(StudyObserver):
         return ", ".join(f"{n} {fmt_value(v, digits=4)}" for n, v in zip(self.objective_names, values))
 
     def trial_summary(self, row: TrialRecord) -> str:
-        """One line: the objective values and feasibility, or why the trial failed."""
+        """One line: the objective values and feasibility (with load stages: the capacity found
+        and the time early aborts saved), or why the trial failed."""
         if row.status == TrialStatus.FAILED:
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
         text = f"{self.objectives_text(row.values)}; {'feasible' if row.feasible else 'violates SLOs'}"
+        if row.capacity:
+            text += f"; capacity {row.capacity['summary']}"
+        saved = (row.timings or {}).get("abort_saved_s")
+        if saved:
+            text += f"; early aborts saved {fmt_value(saved, digits=2)} s"
         if row.client_behind:
             text += "; CLIENT FELL BEHIND its schedule (load was lower than asked)"
         return text
