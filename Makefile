@@ -14,7 +14,7 @@ URL      ?=
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports search export report dashboard load params bench bench-startup bench-load clean
+.PHONY: setup test test-fast lint-imports search export report dashboard load params bench bench-startup bench-load bench-trial-time clean
 
 setup:
 	@bash scripts/setup.sh
@@ -48,7 +48,7 @@ load: setup        ## one load run against a running server: make load URL=http:
 params: setup
 	$(BIN)/autotune params $(call opt,--model,$(MODEL))
 
-bench: bench-startup bench-load
+bench: bench-startup bench-load bench-trial-time
 
 bench-startup: setup
 	$(BIN)/python benchmarks/startup.py
@@ -56,6 +56,9 @@ bench-startup: setup
 bench-load: setup
 	$(BIN)/python benchmarks/load_capacity.py
 	$(BIN)/python benchmarks/load_parity.py
+
+bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
+	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
