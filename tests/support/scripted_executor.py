@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from objectives.metrics import GoodputSLO
+from objectives import capacity as cap
+from objectives.metrics import GoodputSLO, json_safe
+from objectives.stages import CAPACITY, TARGET, StagedRun, StageResult, margin, stage_slos
 from objectives.workload import WorkloadSpec
 from search.calibration import CalibrationResult
 from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
@@ -40,6 +42,48 @@ def failed_at(phase: str) -> Callable[[TrialPlan], TrialOutcome]:
     return script
 
 
+def _stage_metrics(plan: TrialPlan, rate: float) -> dict[str, float]:
+    """A server whose latencies climb with the offered rate towards its knee, 0.1 req/s per
+    sequence slot: bigger batches, slower first tokens at any rate."""
+    knee = 0.1 * plan.config.get("max_num_seqs", 16)
+    load = rate / knee
+    return {"ttft_p95_ms": 0.5 * plan.config.get("max_num_batched_tokens", 1024) * (1 + load ** 3),
+            "tpot_p95_ms": 10.0 * (1 + load), "output_throughput": 16.0 * rate, "request_throughput": rate,
+            "error_rate": 0.0, "completed": 8.0, "failed": 0.0, "client_behind": 0.0}
+
+
+def _stage(plan: TrialPlan, index: int, rate: float, planned_s: float, slos) -> StageResult:
+    """One stage; one that misses an SLO by more than half stops halfway, as an early abort."""
+    flat = _stage_metrics(plan, rate)
+    worst, violated = margin(flat, slos)
+    aborted = f"{next(iter(violated))} is certain to be violated (scripted)" if worst > 0.5 else None
+    return StageResult(index=index, kind=TARGET if index == 0 else CAPACITY, rate=rate, planned_s=planned_s,
+                       elapsed_s=planned_s / 2 if aborted else planned_s, margin=worst, violations=violated,
+                       metrics=flat, server_diagnostics={}, aborted=aborted, idle_wait_s=0.5 if index else 0.0,
+                       requests_planned=int(rate * planned_s), requests_sent=int(rate * planned_s))
+
+
+def staged(executor: "ScriptedExecutor") -> Callable[[TrialPlan], TrialOutcome]:
+    """A served trial with load stages, as `VllmExecutor` runs them when the scenario has a
+    `capacity:` section: the target stage at the study's rate, then the real capacity search
+    (`objectives.capacity`) on the latencies of `_stage_metrics`, held to the study's resolved
+    SLOs (the executor's measurement). Use: `ex = ScriptedExecutor(); ex.script = staged(ex)`."""
+    def script(plan: TrialPlan) -> TrialOutcome:
+        m = executor.measurement
+        held, rate, stages = stage_slos(m.slos), m.workload.arrival.mean_rate(), []
+        while rate is not None:
+            planned_s = m.workload.duration_s if not stages else m.capacity.stage_s
+            stages.append(_stage(plan, len(stages), rate, planned_s, held))
+            rate = cap.next_rate([s.probe for s in stages], m.capacity.search_settings())
+        run = StagedRun(stages, target=None, capacity=cap.estimate([s.probe for s in stages]))
+        load_s = sum(s.elapsed_s + s.idle_wait_s for s in stages) + 2.0
+        timings = {"start_s": 30.0, "load_s": load_s, "stop_s": 1.5, "total_s": 31.5 + load_s, **run.timings()}
+        return TrialOutcome(status=TrialStatus.OK, metrics=run.metrics(), timings=timings,
+                            stages=[json_safe(s.as_row()) for s in stages],
+                            capacity=json_safe(run.capacity.as_dict()), command=f"scripted {plan.server_args.flags}")
+    return script
+
+
 @dataclass
 class ScriptedExecutor:
     script: Callable[[TrialPlan], TrialOutcome] = measured
@@ -48,9 +92,10 @@ class ScriptedExecutor:
     plans: list[TrialPlan] = field(default_factory=list)
     workload: WorkloadSpec | None = None
     goodput: GoodputSLO | None = None
+    measurement: Measurement | None = None
 
     def factory(self, measurement: Measurement) -> ScriptedExecutor:
-        self.workload, self.goodput = measurement.workload, measurement.goodput
+        self.workload, self.goodput, self.measurement = measurement.workload, measurement.goodput, measurement
         return self
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback) -> TrialOutcome:

@@ -126,6 +126,8 @@ def test_report_tells_the_three_categories_apart(study, tmp_path):
     assert "is the vllm_defaults baseline itself" in page
     # Diagnoses stored with the trials show up.
     assert "queueing" in page and "startup_failure" in page and "kv_insufficient" in page
+    # No load stages in this study: no latency-against-rate figure, no stage column.
+    assert "fig-latency-vs-rate" not in page and "<th>load stages</th>" not in page
 
 
 def test_publish_writes_figures_and_notes_the_dashboard_reads(study):
