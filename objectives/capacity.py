@@ -89,8 +89,9 @@ def next_rate(probes: Sequence[Probe], settings: SearchSettings) -> float | None
 
 def interpolate(low: Probe, high: Probe) -> float:
     """Where the margin crosses zero on the straight line between the two probes. A failing
-    probe without a finite margin (a stage aborted before its numbers showed by how much it
-    missed) gives the bracket's geometric midpoint: the bisection's own best guess."""
+    probe without a finite margin (an early-aborted stage: it stopped as soon as it had
+    certainly missed, so by how much is not known) gives the bracket's geometric midpoint, the
+    bisection's own best guess."""
     if not math.isfinite(high.margin) or not math.isfinite(low.margin):
         return math.sqrt(low.rate * high.rate)
     if high.margin - low.margin <= 0:

@@ -79,7 +79,7 @@ class StageResult:
     rate: float  # offered requests/s (mean)
     planned_s: float  # the schedule's length
     elapsed_s: float  # start of sending to the last response (or to the abort)
-    margin: float  # worst normalized SLO violation; NaN: aborted, and nothing bounds by how much
+    margin: float  # worst normalized SLO violation (aborted: a lower bound); NaN: not known
     violations: dict[str, float]
     metrics: dict[str, float]
     server_diagnostics: dict[str, float]
@@ -101,7 +101,10 @@ class StageResult:
 
     @property
     def probe(self) -> cap.Probe:
-        return cap.Probe(self.rate, self.margin)
+        """An aborted stage's margin is only a lower bound, and a loose one (the abort fires the
+        moment the miss is certain, when it is barely over): interpolating on it would put the
+        capacity at the failing rate. It enters the search as failing by an unknown margin."""
+        return cap.Probe(self.rate, math.nan if self.aborted else self.margin)
 
     def describe(self) -> str:
         head = f"{self.kind} stage at {self.rate:.3g} req/s"
