@@ -48,9 +48,9 @@ class CapacitySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    stage_s: float = Field(20.0, gt=0, description="sending window of each capacity stage (s)")
-    max_stages: int = Field(4, ge=1, le=12, description="capacity stages after the target stage")
-    precision: float = Field(0.15, gt=0, lt=1, description="stop when high / low - 1 is at most this")
+    stage_s: float = Field(15.0, gt=0, description="sending window of each capacity stage (s)")
+    max_stages: int = Field(5, ge=1, le=12, description="capacity stages after the target stage")
+    precision: float = Field(0.1, gt=0, lt=1, description="stop when high / low - 1 is at most this")
     step: float = Field(2.0, gt=1, description="bracketing factor from the target rate")
     early_abort: bool = Field(True, description="stop a stage once its SLO verdict is certain")
     idle_timeout_s: float = Field(60.0, gt=0, description="longest wait for the server to drain")
