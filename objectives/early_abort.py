@@ -16,8 +16,8 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
   steady state, statistics.md): over the last `QUEUE_WINDOW_S`, the least-squares slope of
   `vllm:num_requests_waiting` is at least `QUEUE_GROWTH_SHARE` of the offered rate and the
   queue holds more than half the window's arrivals, and at least `QUEUE_MIN_DEPTH` requests (a
-  burst's queue drains; this one does not. Measured: bursty arrivals at 0.74 req/s queued 5
-  requests in 9 s on a server that met its SLOs at that rate).
+  burst's queue drains; this one does not. Measured: gamma bursts at 0.74 req/s queued 5
+  requests within 9 s).
 Means, ITL (pooled per chunk, so its count is not known in advance) and throughputs have no
 certain early verdict and never abort a stage.
 """

@@ -12,8 +12,19 @@ so a workload class can carry them) or by arrival count (`fault_every`):
 clean end without [DONE]), `error_event` (one chunk, then an SSE error event), `no_token`
 (only usage and [DONE]), `drop` (connection closed before any response).
 
-Also serves `/v1/models`, `/health`, `/tokenize` (with a local tokenizer) and a vLLM-shaped
-`/metrics` whose counters follow the traffic. Run as a process:
+Also serves `/v1/models`, `/health`, `/tokenize` (with a local tokenizer), a vLLM-shaped
+`/metrics` whose counters follow the traffic, and vLLM's dev `POST /reset_prefix_cache`.
+
+For load stages (`objectives.stages`): `slots` bounds the streams served at once (the others
+queue, reported as waiting: a server with a real capacity of `slots` / stream time),
+`busy_after_s` keeps the request gauges busy for a while after the last request ended (a server
+still draining), `StubApp.pin_gauges` holds them at given values for a while,
+`reset_prefix_cache` picks how the reset endpoint answers (absent, `success: false` a few times
+first, or an empty 200), `cancel_on_disconnect` drops a stream whose client hung up (an aborted
+stage's), and `record_events` keeps a time line (`time.perf_counter()`: comparable with the
+client's records, since the stub runs in-process).
+
+Run as a process:
 `python -m tests.support.stub_server --port 0 --ttft-ms 10 --itl-ms 5 --chunks 16 [--uvloop]`
 prints `PORT <n>` once listening.
 """
@@ -26,6 +37,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -50,6 +62,15 @@ class StubConfig:
     split_chunks: bool = False  # every chunk written in two halves, 1 ms apart
     crlf: bool = False  # "\r\n" line endings
     empty_final_delta: bool = False  # chat: a closing chunk with `delta: {}` (carries no token)
+    # Load stages:
+    slots: int = 0  # streams served at once (0: unlimited); the rest wait, ttft_ms counts from a slot
+    busy_after_s: float = 0.0  # /metrics: running >= 1 until this long after the last request ended
+    # "ok"; "absent" (404); "busy:<k>" (success false k times first); "empty" (200, no body: vLLM
+    # versions that did not report the outcome)
+    reset_prefix_cache: str = "ok"
+    metrics_enabled: bool = True  # False: /metrics answers 404
+    cancel_on_disconnect: bool = False  # stop a stream whose client hung up (as vLLM aborts it)
+    record_events: bool = False  # Stats.events: ("arrive" | "end" | "reset" | "idle", perf_counter)
 
 
 _COMPLETION = (b'data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":"%s",'
@@ -78,6 +99,11 @@ class Stats:
         self.max_in_flight = 0
         self.health_checks = 0
         self.bodies: list[dict] = []
+        self.resets = 0  # POST /reset_prefix_cache calls
+        self.reset_successes = 0
+        self.last_end = float("-inf")  # perf_counter when the last request ended (any outcome)
+        self.events: list[tuple[str, float]] = []  # with StubConfig.record_events
+        self.waiting = 0  # requests queued for a slot (StubConfig.slots)
 
 
 class StubApp:
@@ -91,6 +117,28 @@ class StubApp:
         self._chat_role = _CHAT_ROLE % m
         self._chat = _CHAT % (m, b"null")
         self._chat_last = _CHAT % (m, b'"length"')
+        self._pinned = (0.0, 0.0, float("-inf"))  # (running, waiting, until perf_counter)
+        self._slots: asyncio.Semaphore | None = None  # created on the stub's loop
+
+    def pin_gauges(self, running: float = 0.0, waiting: float = 0.0, for_s: float = 1.0) -> None:
+        """/metrics reports at least these gauges for the next `for_s` seconds (any thread)."""
+        self._pinned = (float(running), float(waiting), time.perf_counter() + for_s)
+
+    def gauges(self) -> tuple[float, float]:
+        """(running, waiting) as /metrics reports them now."""
+        s, c = self.stats, self.config
+        now = time.perf_counter()
+        running, waiting = float(s.in_flight), float(s.waiting)
+        if c.busy_after_s and now < s.last_end + c.busy_after_s:
+            running = max(running, 1.0)
+        pin_running, pin_waiting, until = self._pinned
+        if now < until:
+            running, waiting = running + pin_running, waiting + pin_waiting
+        return running, waiting
+
+    def _event(self, kind: str) -> None:
+        if self.config.record_events:
+            self.stats.events.append((kind, time.perf_counter()))
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -100,7 +148,22 @@ class StubApp:
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/tokenize", self.tokenize)
+        if self.config.reset_prefix_cache != "absent":
+            app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return app
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        s = self.stats
+        s.resets += 1
+        self._event("reset")
+        kind, _, arg = self.config.reset_prefix_cache.partition(":")
+        if kind == "empty":
+            s.reset_successes += 1
+            return web.Response(status=200)
+        if kind == "busy" and s.resets <= int(arg):
+            return web.json_response({"success": False})
+        s.reset_successes += 1
+        return web.json_response({"success": True})
 
     async def health(self, request: web.Request) -> web.Response:
         self.stats.health_checks += 1
@@ -122,13 +185,18 @@ class StubApp:
         return web.json_response({"count": count, "max_model_len": 4096, "tokens": []})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if not self.config.metrics_enabled:
+            return web.Response(status=404, text="404: Not Found")
         s = self.stats
         labels = f'engine="0",model_name="{self.config.model}"'
+        running, waiting = self.gauges()
+        if running == 0 and waiting == 0:
+            self._event("idle")
         lines = [
             "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{labels}}} {float(s.in_flight)}",
+            f"vllm:num_requests_running{{{labels}}} {running}",
             "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{labels}}} 0.0",
+            f"vllm:num_requests_waiting{{{labels}}} {waiting}",
             "# TYPE vllm:kv_cache_usage_perc gauge",
             f"vllm:kv_cache_usage_perc{{{labels}}} {min(1.0, s.in_flight / 100):.4f}",
             "# TYPE vllm:num_preemptions_total counter",
@@ -185,6 +253,7 @@ class StubApp:
         body = json.loads(await request.read())
         s = self.stats
         s.requests += 1
+        self._event("arrive")
         if self.config.record_bodies:
             s.bodies.append(body)
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
@@ -209,6 +278,17 @@ class StubApp:
         await resp.prepare(request)
         if fault == "stall":
             await asyncio.sleep(3600)
+        slot = None
+        if self.config.slots:
+            if self._slots is None:
+                self._slots = asyncio.Semaphore(self.config.slots)
+            slot = self._slots
+            s.waiting += 1
+            try:
+                await slot.acquire()
+            finally:
+                s.waiting -= 1
+            t_arrival = loop.time()  # the stream's schedule starts once it has a slot
         s.in_flight += 1
         s.max_in_flight = max(s.max_in_flight, s.in_flight)
         try:
@@ -271,6 +351,10 @@ class StubApp:
             return resp
         finally:
             s.in_flight -= 1
+            if slot is not None:
+                slot.release()
+            s.last_end = time.perf_counter()
+            self._event("end")
 
 
 class StubServer:
@@ -296,7 +380,8 @@ class StubServer:
         self._loop = asyncio.new_event_loop()
 
         async def start() -> None:
-            self._runner = web.AppRunner(self.stub.app(), access_log=None, shutdown_timeout=0.1)
+            self._runner = web.AppRunner(self.stub.app(), access_log=None, shutdown_timeout=0.1,
+                                         handler_cancellation=self.stub.config.cancel_on_disconnect)
             await self._runner.setup()
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
