@@ -1,0 +1,223 @@
+"""objectives.capacity: bracketing, bisection, interpolation and the estimate, on synthetic margins.
+
+The search is pure, so a whole search is driven here by a margin function of the rate
+(`margin(r) = r / C - 1`: met below the true capacity C, violated above, by that fraction).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from objectives.capacity import (CapacityEstimate, Probe, SearchSettings, at_capacity, bracket,
+                                 estimate, interpolate, next_rate)
+
+
+def search(margin_of, target: float, settings: SearchSettings) -> list[Probe]:
+    """What run_stages does, with the load run replaced by `margin_of(rate)`."""
+    probes = [Probe(target, margin_of(target))]
+    while (rate := next_rate(probes, settings)) is not None:
+        probes.append(Probe(rate, margin_of(rate)))
+    return probes
+
+
+def linear(capacity: float):
+    return lambda r: r / capacity - 1.0
+
+
+# -- bracket ------------------------------------------------------------------------------------
+
+def test_bracket_is_highest_pass_below_lowest_fail():
+    probes = [Probe(4, -0.2), Probe(8, 0.5), Probe(2, -0.6), Probe(16, 1.0), Probe(5.6, 0.1)]
+    low, high = bracket(probes)
+    assert (low.rate, high.rate) == (4, 5.6)
+
+
+def test_bracket_ignores_a_pass_above_a_fail():
+    """Noise: a pass at 8 above the fail at 6 is not the bracket's low end."""
+    low, high = bracket([Probe(4, -0.1), Probe(6, 0.2), Probe(8, -0.05)])
+    assert (low.rate, high.rate) == (4, 6)
+    low, high = bracket([Probe(4, 0.3), Probe(8, -0.1)])
+    assert low is None and high.rate == 4
+
+
+def test_bracket_open_ends():
+    assert bracket([]) == (None, None)
+    low, high = bracket([Probe(1, -0.5), Probe(2, -0.1)])
+    assert low.rate == 2 and high is None
+    low, high = bracket([Probe(1, 0.5), Probe(2, 0.1)])
+    assert low is None and high.rate == 1
+    # margin exactly 0 meets the SLO
+    assert bracket([Probe(3, 0.0)])[0].rate == 3
+
+
+# -- next_rate ----------------------------------------------------------------------------------
+
+def test_steps_up_by_step_while_passing():
+    s = SearchSettings(step=2.0, max_stages=5)
+    assert next_rate([Probe(3, -0.5)], s) == 6
+    assert next_rate([Probe(3, -0.5), Probe(6, -0.2)], s) == 12
+    s3 = SearchSettings(step=3.0, max_stages=5)
+    assert next_rate([Probe(3, -0.5)], s3) == 9
+
+
+def test_steps_down_by_step_while_failing_and_stops_at_min_rate():
+    s = SearchSettings(step=2.0, max_stages=6, min_rate=1.0)
+    assert next_rate([Probe(8, 0.5)], s) == 4
+    assert next_rate([Probe(8, 0.5), Probe(4, 0.3)], s) == 2
+    assert next_rate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1)], s) == 1  # at the floor: allowed
+    assert next_rate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1), Probe(1, 0.1)], s) is None  # 0.5 < 1
+
+
+def test_bisects_geometrically_until_precision():
+    s = SearchSettings(step=2.0, precision=0.15, max_stages=10)
+    probes = [Probe(4, -0.2), Probe(8, 0.4)]
+    assert next_rate(probes, s) == pytest.approx(math.sqrt(32))
+    # high / low - 1 = 0.15 exactly: done (<= precision)
+    assert next_rate([Probe(4, -0.2), Probe(4.6, 0.1)], s) is None
+    assert next_rate([Probe(4, -0.2), Probe(4.61, 0.1)], s) == pytest.approx(math.sqrt(4 * 4.61))
+
+
+def test_stops_after_max_stages_capacity_stages():
+    s = SearchSettings(step=2.0, max_stages=2)
+    assert next_rate([], s) is None
+    assert next_rate([Probe(1, -0.5)], s) == 2
+    assert next_rate([Probe(1, -0.5), Probe(2, -0.5)], s) == 4
+    assert next_rate([Probe(1, -0.5), Probe(2, -0.5), Probe(4, -0.5)], s) is None  # target + 2
+
+
+@pytest.mark.parametrize("max_stages", [1, 2, 3, 4, 7, 12])
+@pytest.mark.parametrize("capacity", [0.01, 0.7, 2.0, 3.3, 1000.0])
+def test_a_search_never_runs_more_than_max_stages(max_stages, capacity):
+    probes = search(linear(capacity), 2.0, SearchSettings(max_stages=max_stages, precision=0.01))
+    assert len(probes) <= 1 + max_stages
+    assert estimate(probes).stages == len(probes)
+
+
+# -- interpolate --------------------------------------------------------------------------------
+
+def test_interpolate_is_the_linear_zero_crossing():
+    assert interpolate(Probe(2, -0.5), Probe(4, 0.5)) == pytest.approx(3.0)
+    assert interpolate(Probe(2, -0.1), Probe(4, 0.3)) == pytest.approx(2.5)
+    assert interpolate(Probe(2, 0.0), Probe(4, 0.3)) == pytest.approx(2.0)
+
+
+def test_interpolate_without_a_finite_margin_is_the_geometric_midpoint():
+    assert interpolate(Probe(2, -0.5), Probe(8, math.nan)) == pytest.approx(4.0)
+    assert interpolate(Probe(2, -0.5), Probe(8, math.inf)) == pytest.approx(4.0)
+    assert interpolate(Probe(2, -math.inf), Probe(8, 0.5)) == pytest.approx(4.0)
+
+
+def test_interpolate_stays_inside_the_bracket():
+    for lm, hm in [(-1e-9, 100.0), (-100.0, 1e-9), (-0.3, 0.3), (0.0, 1e-12)]:
+        assert 2.0 <= interpolate(Probe(2, lm), Probe(4, hm)) <= 4.0
+
+
+# -- estimate -----------------------------------------------------------------------------------
+
+def test_estimate_nothing_passed_is_capacity_zero():
+    e = estimate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1)])
+    assert e.rps == 0.0 and e.low is None and e.high == 2 and e.stages == 3
+    assert not e.censored
+    assert "misses the SLO even at 2 req/s" in e.summary
+
+
+def test_estimate_nothing_failed_is_a_censored_lower_bound():
+    e = estimate([Probe(2, -0.5), Probe(4, -0.3), Probe(8, -0.1)])
+    assert e.rps == 8 and e.low == 8 and e.high is None and e.censored
+    assert e.as_dict()["censored"] is True
+    assert "at least 8 req/s" in e.summary
+
+
+def test_estimate_interpolates_in_the_bracket():
+    e = estimate([Probe(2, -0.5), Probe(4, 0.5)])
+    assert (e.rps, e.low, e.high, e.censored) == (pytest.approx(3.0), 2, 4, False)
+    assert e.as_dict()["censored"] is False
+
+
+def test_estimate_ignores_a_pass_above_a_fail():
+    e = estimate([Probe(2, -0.5), Probe(4, 0.5), Probe(8, -0.1)])
+    assert (e.low, e.high) == (2, 4) and e.rps == pytest.approx(3.0)
+    # the only pass lies above the only fail: nothing below the fail passed
+    e = estimate([Probe(4, -0.1), Probe(2, 0.5)])
+    assert e.rps == 0.0 and e.low is None and e.high == 2
+
+
+def test_estimate_of_no_probes():
+    e = estimate([])
+    assert isinstance(e, CapacityEstimate) and e.rps == 0.0 and e.stages == 0
+
+
+# -- whole searches -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", [0.3, 1.0, 1.7, 2.5, 6.0, 40.0])
+def test_search_converges_on_a_monotone_margin(target):
+    """margin(r) = r / 2 - 1: capacity 2.0. Enough stages: the final bracket is within precision
+    and holds the true capacity; linear margins interpolate to it exactly."""
+    s = SearchSettings(step=2.0, precision=0.05, max_stages=12)
+    probes = search(lambda r: r / 2.0 - 1, target, s)
+    e = estimate(probes)
+    assert e.low is not None and e.high is not None
+    assert e.low <= 2.0 <= e.high
+    assert e.high / e.low - 1 <= s.precision
+    assert e.low <= e.rps <= e.high
+    assert e.rps == pytest.approx(2.0)
+    assert next_rate(probes, s) is None and len(probes) < 1 + s.max_stages
+
+
+def test_search_rates_follow_the_bracketing():
+    s = SearchSettings(step=2.0, precision=0.15, max_stages=6)
+    probes = search(linear(5.0), 1.0, s)
+    rates = [p.rate for p in probes]
+    assert rates[:4] == [1, 2, 4, 8]  # up by step while passing
+    assert rates[4] == pytest.approx(math.sqrt(32))  # then geometric bisection of [4, 8]
+    assert rates[5] == pytest.approx(math.sqrt(4 * math.sqrt(32)))
+    assert len(probes) == 7  # target + max_stages: the budget ends it before the precision does
+    e = estimate(probes)
+    assert e.low < 5.0 < e.high and e.rps == pytest.approx(5.0)
+
+
+def test_search_with_a_nonlinear_margin_stays_in_the_final_bracket():
+    """margin = (r / 2)^3 - 1: the interpolation is not exact, but inside the final bracket."""
+    s = SearchSettings(step=2.0, precision=0.1, max_stages=12)
+    probes = search(lambda r: (r / 2.0) ** 3 - 1, 0.5, s)
+    e = estimate(probes)
+    assert e.low <= 2.0 <= e.high and e.low <= e.rps <= e.high
+    assert e.high / e.low - 1 <= s.precision
+    assert abs(e.rps / 2.0 - 1) <= s.precision
+
+
+def test_search_down_to_min_rate_gives_zero():
+    s = SearchSettings(step=2.0, max_stages=10, min_rate=0.5)
+    probes = search(lambda r: 1.0, 8.0, s)  # violated everywhere
+    assert [p.rate for p in probes] == [8, 4, 2, 1, 0.5]
+    e = estimate(probes)
+    assert e.rps == 0 and "even at 0.5 req/s" in e.summary
+
+
+def test_search_budget_spent_while_passing_is_censored():
+    s = SearchSettings(step=2.0, max_stages=3)
+    probes = search(lambda r: -1.0, 1.0, s)
+    assert [p.rate for p in probes] == [1, 2, 4, 8]
+    e = estimate(probes)
+    assert e.censored and e.rps == 8 and e.stages == 4
+
+
+def test_aborted_stages_without_margin_bisect_to_the_midpoint():
+    """An aborted stage with no finite margin: the capacity is the bracket's geometric midpoint."""
+    s = SearchSettings(step=2.0, precision=0.15, max_stages=2)
+    probes = search(lambda r: -0.5 if r < 3 else math.nan, 2.0, s)
+    assert [p.rate for p in probes][:2] == [2, 4]
+    e = estimate(probes)
+    assert e.low is not None and e.high is not None
+    assert e.rps == pytest.approx(math.sqrt(e.low * e.high))
+
+
+# -- at_capacity --------------------------------------------------------------------------------
+
+def test_at_capacity_scales_the_passing_stage_by_rate():
+    assert at_capacity(2.0, 100.0, 3.0) == pytest.approx(150.0)
+    assert at_capacity(2.0, 100.0, 2.0) == pytest.approx(100.0)
+    assert at_capacity(None, 100.0, 3.0) == 0.0  # nothing passed
+    assert at_capacity(2.0, 100.0, 0.0) == 0.0  # capacity 0
