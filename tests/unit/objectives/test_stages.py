@@ -1,0 +1,249 @@
+"""Load stages against the stub server: early abort in run_load, the drain and prefix-cache reset
+between stages, and the capacity search end to end (objectives.stages, loadrun, dispatch).
+
+Stages are tiny (1-2.5 s) and rates a few req/s, so the file runs in well under 30 s. Timing
+asserts leave generous margins: the stub runs on a thread of this process and the machine may
+be busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from objectives import stages as st
+from objectives.capacity import TARGET_ABORTED, interpolate
+from objectives.early_abort import abort_check
+from objectives.loadrun import run_load
+from objectives.records import ABORTED
+from objectives.scoring import SLOSpec
+from objectives.stages import CapacitySpec, reset_prefix_cache, run_stages, wait_idle
+from objectives.workload import WorkloadSpec
+from tests.support.stub_server import StubConfig, StubServer
+
+
+def stub(tok_dir, tok, **kw) -> StubServer:
+    return StubServer(StubConfig(root=str(tok_dir), **kw), tokenizer=tok)
+
+
+def open_loop(rate: float, duration_s: float, warmup: int = 0, **kw) -> WorkloadSpec:
+    data = {"endpoint": "completions", "prompt_tokens": 20, "output_tokens": 4,
+            "arrival": {"mode": "constant", "rate": rate}, "duration_s": duration_s,
+            "warmup_requests": warmup}
+    data.update(kw)
+    return WorkloadSpec.model_validate(data)
+
+
+def slo(metric: str, **bound) -> SLOSpec:
+    return SLOSpec(metric=metric, **bound)
+
+
+# -- wait_idle ----------------------------------------------------------------------------------
+
+def test_wait_idle_waits_for_running_and_waiting_to_reach_zero(tok_dir, tok):
+    with stub(tok_dir, tok) as s:
+        waited, note = asyncio.run(wait_idle(s.base_url, timeout_s=10))
+        assert note is None and waited < 0.5  # idle already
+        s.stub.pin_gauges(running=2, waiting=0, for_s=0.8)
+        waited, note = asyncio.run(wait_idle(s.base_url, timeout_s=10))
+        assert note is None and 0.7 <= waited < 5
+        s.stub.pin_gauges(running=0, waiting=3, for_s=0.8)  # queued only: still busy
+        waited, note = asyncio.run(wait_idle(s.base_url, timeout_s=10))
+        assert note is None and 0.7 <= waited < 5
+
+
+def test_wait_idle_gives_up_after_its_timeout_with_a_note(tok_dir, tok):
+    with stub(tok_dir, tok) as s:
+        s.stub.pin_gauges(running=1, waiting=4, for_s=60)
+        waited, note = asyncio.run(wait_idle(s.base_url, timeout_s=0.6))
+    assert 0.6 <= waited < 5
+    assert note is not None and "still busy" in note and "1 running, 4 waiting" in note
+
+
+def test_wait_idle_without_metrics_does_not_wait(tok_dir, tok):
+    with stub(tok_dir, tok, metrics_enabled=False) as s:
+        waited, note = asyncio.run(wait_idle(s.base_url, timeout_s=10))
+    assert waited < 2 and note is not None and "no /metrics" in note
+
+
+# -- reset_prefix_cache -------------------------------------------------------------------------
+
+def test_reset_prefix_cache_posts_once_when_it_succeeds(tok_dir, tok):
+    with stub(tok_dir, tok) as s:
+        assert asyncio.run(reset_prefix_cache(s.base_url)) is True
+        assert (s.stats.resets, s.stats.reset_successes) == (1, 1)
+
+
+def test_reset_prefix_cache_absent_is_none(tok_dir, tok):
+    with stub(tok_dir, tok, reset_prefix_cache="absent") as s:
+        assert asyncio.run(reset_prefix_cache(s.base_url)) is None
+        assert s.stats.resets == 0
+
+
+def test_reset_prefix_cache_retries_while_blocks_are_held(tok_dir, tok):
+    with stub(tok_dir, tok, reset_prefix_cache="busy:2") as s:
+        assert asyncio.run(reset_prefix_cache(s.base_url)) is True
+        assert (s.stats.resets, s.stats.reset_successes) == (3, 1)
+    with stub(tok_dir, tok, reset_prefix_cache="busy:100") as s:
+        assert asyncio.run(reset_prefix_cache(s.base_url)) is False
+        assert s.stats.resets == st.RESET_ATTEMPTS and s.stats.reset_successes == 0
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "stages.reset_prefix_cache reads every 200 as JSON: a server that answers the reset with an "
+    "empty 200 (vLLM's dev endpoint before it reported {'success': bool}: `return "
+    "Response(status_code=200)`; the gpu extra allows vllm>=0.26) makes resp.json() raise "
+    "ContentTypeError (an aiohttp.ClientError), so it returns None, 'not available', and the "
+    "stage notes 'no /reset_prefix_cache on this server' although the cache was reset"))
+def test_reset_prefix_cache_empty_200_is_a_reset(tok_dir, tok):
+    with stub(tok_dir, tok, reset_prefix_cache="empty") as s:
+        result = asyncio.run(reset_prefix_cache(s.base_url))
+        assert s.stats.resets == 1
+    assert result is True
+
+
+# -- run_load with an abort check -----------------------------------------------------------------
+
+# 10 req/s for 3 s (30 planned), every TTFT 300 ms against p90 <= 100 ms: certain once
+# 30 - floor(29 x 0.9) = 4 requests are 100 ms old without a token, about 1 s in.
+ABORT_RATE, ABORT_S, ABORT_SLO = 10.0, 3.0, [SLOSpec(metric="ttft_p90_ms", max=100.0)]
+
+
+def test_run_load_stops_once_the_slo_miss_is_certain(tok_dir, tok):
+    spec = open_loop(ABORT_RATE, ABORT_S)
+    with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
+        r = asyncio.run(run_load(s.base_url, None, spec, abort=abort_check(ABORT_SLO, ABORT_RATE)))
+        sent_to_stub = s.stats.requests
+    assert r.abort is not None and "ttft_p90_ms" in r.aborted and r.abort.margin > 0
+    assert r.requests_planned == 30 and r.planned_s == pytest.approx(3.0)
+    assert r.duration_s < 0.7 * r.planned_s  # about 1 s of 3
+    assert len(r.records) < 30 and sent_to_stub == len(r.records)  # sending stopped
+    cut = [x for x in r.records if x.error_kind == ABORTED]
+    others = [x for x in r.records if x.error_kind != ABORTED]
+    assert cut and others  # some were in flight, some had finished
+    assert all(x.aborted and not math.isnan(x.end_time) for x in cut)
+    assert all(x.ok for x in others)
+    m = r.flat()
+    assert m["completed"] + m["failed"] == len(others)  # the cut ones are not measurements
+    assert m["completed"] == len(others) and m["error_rate"] == 0
+    assert m["ttft_p90_ms"] >= 300
+
+
+def test_the_same_run_without_abort_runs_its_full_schedule(tok_dir, tok):
+    spec = open_loop(ABORT_RATE, ABORT_S)
+    with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
+        r = asyncio.run(run_load(s.base_url, None, spec))
+        assert s.stats.requests == 30
+    assert r.abort is None and r.aborted is None
+    assert r.duration_s >= 3.0 + 0.3 - 0.05
+    assert r.flat()["completed"] == 30 and not any(x.aborted for x in r.records)
+
+
+# -- run_stages ---------------------------------------------------------------------------------
+
+def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
+    """Always-met SLO: target 4 req/s (3 warm-ups), then 8 and 16 req/s; the budget of 2
+    capacity stages ends it, capacity censored at 16. The stub stays busy 0.5 s after its last
+    request: each capacity stage must wait for that, then reset the prefix cache, then send."""
+    busy = 0.5
+    workload = open_loop(4.0, 1.5, warmup=3)
+    spec = CapacitySpec(stage_s=1.5, max_stages=2, step=2.0, idle_timeout_s=10)
+    messages: list[str] = []
+    with stub(tok_dir, tok, ttft_ms=20, itl_ms=0, busy_after_s=busy, record_events=True) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=5000.0)], spec,
+                                     on_stage=messages.append))
+        stats = s.stats
+    stages = run.stages
+    assert [x.kind for x in stages] == [st.TARGET, st.CAPACITY, st.CAPACITY]
+    assert [x.index for x in stages] == [0, 1, 2]
+    assert [x.rate for x in stages] == [4.0, 8.0, 16.0]  # up by `step` while the SLO holds
+    assert [x.requests_planned for x in stages] == [6, 12, 24]
+    assert all(x.passed and x.aborted is None for x in stages)
+    assert len(messages) == 3 and messages[0].startswith("stage 1/3 (target) at 4")
+    # warm-up in the target stage only: the stub saw 3 warm-ups and the measured requests
+    assert len(run.target.warmup_records) == 3
+    assert stats.requests == 3 + sum(x.requests_sent for x in stages) == 3 + 6 + 12 + 24
+    # no drain or reset before the target; both before each capacity stage
+    assert stages[0].idle_wait_s == 0 and stages[0].prefix_cache_reset is None
+    assert all(x.prefix_cache_reset is True for x in stages[1:])
+    assert all(x.idle_wait_s >= busy - 0.2 for x in stages[1:])
+    assert stats.resets == 2
+    # the time line: each reset came after the stub reported idle (busy_after_s past the last
+    # request's end), and before every request of the next stage
+    events = stats.events
+    resets = [i for i, (kind, _) in enumerate(events) if kind == "reset"]
+    for k, i in enumerate(resets):
+        t_reset = events[i][1]
+        last_end = max(t for kind, t in events[:i] if kind == "end")
+        assert t_reset >= last_end + busy - 0.01
+        assert any(kind == "idle" and t >= last_end + busy - 0.01 for kind, t in events[:i])
+        assert sum(1 for kind, _ in events[:i] if kind == "arrive") == 3 + sum(
+            x.requests_sent for x in stages[:k + 1])
+    # the estimate: every rate met the SLO, so the capacity is at least the highest one
+    est = run.capacity
+    assert est.censored and est.rps == 16.0 and est.stages == 3
+    metrics = run.metrics()
+    assert metrics["slo_capacity_rps"] == 16.0 and metrics[TARGET_ABORTED] == 0.0
+    assert metrics["slo_capacity_output_throughput"] > 0
+    assert run.timings()["idle_wait_s"] >= 2 * (busy - 0.2)
+
+
+def test_stages_step_down_to_the_floor_when_every_rate_fails(tok_dir, tok):
+    """Never-met SLO with early abort: target 20 req/s, then 10 and 5; 2.5 is below the floor
+    (10 requests per 2 s stage), so the search ends there with capacity 0. Every stage is
+    certain to miss about 0.5 s in."""
+    workload = open_loop(20.0, 2.0)
+    spec = CapacitySpec(stage_s=2.0, max_stages=6, step=2.0, idle_timeout_s=10)
+    with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec))
+        resets = s.stats.resets
+    stages = run.stages
+    assert [x.rate for x in stages] == [20.0, 10.0, 5.0]  # down by `step`, stopped at min_rate
+    assert spec.search_settings().min_rate == 5.0
+    assert all(x.aborted and not x.passed for x in stages)
+    assert all(math.isfinite(x.margin) and x.margin > 0 for x in stages)  # the abort's lower bound
+    assert all(x.requests_sent < x.requests_planned and x.saved_s > 0 for x in stages)
+    assert resets == 2 and all(x.prefix_cache_reset for x in stages[1:])
+    est = run.capacity
+    assert est.rps == 0.0 and est.low is None and est.high == 5.0
+    assert "misses the SLO even at 5 req/s" in est.summary
+    metrics = run.metrics()
+    assert metrics[TARGET_ABORTED] == 1.0 and metrics["slo_capacity_rps"] == 0.0
+    assert metrics["slo_capacity_goodput"] == 0.0
+    assert run.timings()["aborted_stages"] == 3 and run.timings()["abort_saved_s"] > 0
+
+
+# One slot and 257 ms per stream: capacity 1 / 0.257 = 3.89 req/s. With constant arrivals every
+# g seconds a request finds the slot free while g > 257 ms (TTFT 257 ms: the median SLO of
+# 285 ms is met; a late send delays one request, then the queue drains); below that each
+# request queues 257 ms - g longer than the one before. From 3 req/s with step 2 the search
+# probes 3 (met), 6 (missed), sqrt(18) = 4.24 (missed: +21 ms a request, median about 330 ms
+# over a 2 s stage), sqrt(3 x 4.24) = 3.57 (met: 23 ms spare between streams), then stops
+# (max_stages). The stub drops the streams of an aborted stage, so drains are short.
+STREAM_S = 0.257
+
+
+def test_stages_bracket_a_real_capacity(tok_dir, tok):
+    workload = open_loop(3.0, 2.0)
+    spec = CapacitySpec(stage_s=2.0, max_stages=3, step=2.0, precision=0.05, idle_timeout_s=10)
+    with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
+    stages = run.stages
+    rates = [x.rate for x in stages]
+    assert rates == pytest.approx([3.0, 6.0, math.sqrt(18), math.sqrt(3 * math.sqrt(18))])
+    assert [x.passed for x in stages] == [True, False, False, True]
+    assert stages[1].server_diagnostics["waiting_peak"] >= 1  # the stub queued
+    est = run.capacity
+    assert not est.censored and est.low == pytest.approx(rates[3]) and est.high == pytest.approx(rates[2])
+    assert est.low <= 1 / STREAM_S <= est.high
+    assert est.low <= est.rps <= est.high
+    # a missed stage records a finite margin (measured, or the abort's lower bound); an aborted
+    # one enters the search as missed by an unknown margin (its probe's is NaN), and the
+    # estimate is what the bracketing stages' probes interpolate to
+    assert all(math.isfinite(x.margin) and x.margin > 0 for x in stages if not x.passed)
+    for x in stages:
+        assert math.isnan(x.probe.margin) if x.aborted else x.probe.margin == x.margin
+    assert est.rps == pytest.approx(interpolate(stages[3].probe, stages[2].probe))
+    assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
