@@ -69,7 +69,8 @@ def _certain_latency_s(family: str, r: RequestRecord, now: float) -> float | Non
     """A lower bound on the request's final latency (s) as far as it is known at `now`."""
     if math.isnan(r.send_time) or r.error_kind is not None:
         return None
-    done = not math.isnan(r.end_time)
+    # Every token in (only usage or [DONE] to come): the latencies are final already.
+    done = not math.isnan(r.end_time) or len(r.chunk_times) >= r.expected_output_tokens
     if family == "ttft":
         return r.chunk_times[0] - r.send_time if r.chunk_times else (None if done else now - r.send_time)
     if family == "e2el":
@@ -77,7 +78,7 @@ def _certain_latency_s(family: str, r: RequestRecord, now: float) -> float | Non
             return r.chunk_times[-1] - r.send_time if r.chunk_times else None
         return now - r.send_time
     # tpot: (last - first) / (n - 1); in flight, the last token is still to come
-    n = r.expected_output_tokens if not done else r.output_tokens
+    n = r.output_tokens if done else r.expected_output_tokens
     if not r.chunk_times or n <= 1:
         return None
     last = r.chunk_times[-1] if done else now

@@ -19,6 +19,7 @@ a measurement for the capacity search, not a failure.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -192,11 +193,13 @@ async def reset_prefix_cache(base_url: str) -> bool | None:
             try:
                 async with session.post(base_url + "/reset_prefix_cache",
                                         timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                    if resp.status != 200:
+                    if resp.status == 200:
+                        body = await resp.read()  # older vLLM answers 200 with no body
+                        if not body.strip() or json.loads(body).get("success"):
+                            return True
+                    elif resp.status != 409:  # 409: refused while blocks are held, retry
                         return None
-                    if (await resp.json()).get("success"):
-                        return True
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
                 return None
             await asyncio.sleep(IDLE_POLL_S)
     return False

@@ -186,14 +186,6 @@ def test_tpot_in_flight_divides_by_the_expected_output_tokens():
     assert r.lost([in_flight(0.9, chunks=(first,), expected=1)], now=100.0) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "early_abort._certain_latency_s: a request still in flight (end_time NaN) whose token chunks "
-    "have all arrived (len(chunk_times) == expected_output_tokens; only the usage chunk / [DONE] "
-    "/ EOF are still to come) gets `now - send_time` (E2EL) and `(now - first) / (n - 1)` (TPOT) "
-    "as its certain lower bound, but its final E2EL / TPOT end at the last token chunk, which is "
-    "already known and can be below the bound: the rule can count a request over the bound that "
-    "will end under it. Small window in practice (the gap between the last token chunk and the "
-    "stream's end), but the documented invariant (a lower bound) does not hold."))
 @pytest.mark.parametrize("family, bound_ms", [("e2el", 500.0), ("tpot", 150.0)])
 def test_in_flight_request_with_all_its_tokens_is_bounded_by_its_last_token(family, bound_ms):
     r = rule(family, 0.5, bound_ms, planned=1)

@@ -91,12 +91,6 @@ def test_reset_prefix_cache_retries_while_blocks_are_held(tok_dir, tok):
         assert s.stats.resets == st.RESET_ATTEMPTS and s.stats.reset_successes == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stages.reset_prefix_cache reads every 200 as JSON: a server that answers the reset with an "
-    "empty 200 (vLLM's dev endpoint before it reported {'success': bool}: `return "
-    "Response(status_code=200)`; the gpu extra allows vllm>=0.26) makes resp.json() raise "
-    "ContentTypeError (an aiohttp.ClientError), so it returns None, 'not available', and the "
-    "stage notes 'no /reset_prefix_cache on this server' although the cache was reset"))
 def test_reset_prefix_cache_empty_200_is_a_reset(tok_dir, tok):
     with stub(tok_dir, tok, reset_prefix_cache="empty") as s:
         result = asyncio.run(reset_prefix_cache(s.base_url))
