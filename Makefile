@@ -14,7 +14,7 @@ URL      ?=
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports search export report dashboard load params bench bench-startup bench-load bench-trial-time clean
+.PHONY: setup test test-fast lint-imports search export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity clean
 
 setup:
 	@bash scripts/setup.sh
@@ -56,6 +56,9 @@ bench-startup: setup
 bench-load: setup
 	$(BIN)/python benchmarks/load_capacity.py
 	$(BIN)/python benchmarks/load_parity.py
+
+bench-capacity: setup   ## capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
+	$(BIN)/python benchmarks/capacity_repeats.py --scenario $(SCENARIO)
 
 bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
 	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)
