@@ -9,7 +9,12 @@ run's capacity, bracket, stages and times, then per config the median and the sp
     .venv/bin/python benchmarks/capacity_repeats.py [--scenario mixed] [--repeats 3]
         [--config starved=max_num_seqs:2] [--json runs/capacity_repeats.json]
 
-Configs: `vllm_defaults` always; more with --config NAME=key:value,key:value (registry names).
+Configs: `vllm_defaults` (unless --no-defaults) and --config NAME=key:value,key:value (registry
+names; default: starved=max_num_seqs:2). On `mixed` the defaults miss the short-request TTFT SLA
+at the target load itself (capacity 0, by design of the scenario), so compare a feasible config
+with its starved variant there:
+    --no-defaults --config tuned=max_num_seqs:17,max_num_batched_tokens:980,long_prefill_token_threshold:256
+    --config starved=max_num_seqs:2,max_num_batched_tokens:980,long_prefill_token_threshold:256
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="mixed")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--config", action="append", default=["starved=max_num_seqs:2"])
+    ap.add_argument("--config", action="append", default=None,
+                    help="NAME=key:value,... (default: starved=max_num_seqs:2)")
+    ap.add_argument("--no-defaults", action="store_true",
+                    help="leave vLLM's defaults out of the repeats (calibration still runs on them)")
     ap.add_argument("--run-dir", type=Path, default=Path("runs/capacity_repeats"))
     ap.add_argument("--json", type=Path, default=Path("runs/capacity_repeats.json"))
     args = ap.parse_args()
@@ -54,11 +62,12 @@ def main() -> None:
     if sc.capacity is None:
         raise SystemExit(f"{prep.shown}: no capacity: section")
     longest = sc.workload.longest_request_tokens()
-    configs = {"vllm_defaults": prep.baselines.get("vllm_defaults", prep.fixed)}
-    for text in args.config:
+    defaults = prep.baselines.get("vllm_defaults", prep.fixed)
+    configs = {} if args.no_defaults else {"vllm_defaults": defaults}
+    for text in args.config or ["starved=max_num_seqs:2"]:
         name, values = parse_config(text)
         configs[name] = {**prep.fixed, **values}
-    base_args = plan_trial(-1, "calibration", {}, configs["vllm_defaults"], prep.ctx, longest, prep.shown).server_args
+    base_args = plan_trial(-1, "calibration", {}, defaults, prep.ctx, longest, prep.shown).server_args
     console.print(f"calibrating {sc.name} on vLLM's defaults ...")
     cal = calibration.calibrate(sc, prep.ctx, base_args, args.run_dir)
     workload, slos, goodput = calibration.resolve(sc, cal)
