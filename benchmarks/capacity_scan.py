@@ -1,6 +1,6 @@
 """An independent check of the capacity search: fixed-rate runs with `autotune load --rate R`.
 
-Starts one vLLM-defaults server (as the tuner does, dev endpoints on for the prefix-cache
+Starts one server (vLLM's defaults, or --config) (as the tuner does, dev endpoints on for the prefix-cache
 reset), warms it with one run, then for each rate runs the scenario's requests through the CLI
 (`autotune load <scenario> --url ... --rate R --duration S --warmup 0 --json ...`), draining the
 server and resetting its prefix cache between runs as the stages do. Each run is held to the
@@ -24,6 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from capacity_repeats import parse_config
 from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, plan as plan_trial
@@ -47,6 +48,7 @@ def main() -> None:
     ap.add_argument("--calibration", type=Path, default=Path("runs/capacity_repeats.json"))
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--run-dir", type=Path, default=Path("runs/capacity_scan"))
+    ap.add_argument("--config", help="NAME=key:value,... as capacity_repeats.py (default: vLLM's defaults)")
     args = ap.parse_args()
     console = Console()
     prep = prepare(StudyOptions(args.scenario))
@@ -54,6 +56,8 @@ def main() -> None:
     _, slos, _ = calibration.resolve(prep.scenario, cal)
     held = stage_slos(slos)
     config = prep.baselines.get("vllm_defaults", prep.fixed)
+    if args.config:
+        config = {**prep.fixed, **parse_config(args.config)[1]}
     server_args = plan_trial(-1, "scan", {}, config, prep.ctx, prep.scenario.workload.longest_request_tokens(),
                              prep.shown).server_args
     args.run_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +72,7 @@ def main() -> None:
             worst, violated = margin(result["metrics"], held)
             rows.append((rate, worst, violated, result["metrics"]))
             console.print(f"{rate:g} req/s: {'met' if worst <= 0 else 'violated'} (margin {worst:+.2f})")
-    table = Table(title=f"{args.scenario}: fixed-rate runs on one vLLM-defaults server ({args.duration:g} s each)")
+    table = Table(title=f"{args.scenario}: fixed-rate runs on one server ({args.duration:g} s each)")
     for col in ("rate req/s", "verdict", "worst margin", *(s.metric for s in held)):
         table.add_column(col)
     for rate, worst, violated, m in rows:
