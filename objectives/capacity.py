@@ -5,8 +5,9 @@ violation of the stage (`scoring.SLOSpec.violation`: <= 0 met, > 0 violated by t
 of the bound). The search brackets from the target rate (geometric steps up while the SLOs
 hold, down while they do not), then bisects the bracket geometrically until it is narrower
 than `precision` or the stage budget is spent. The capacity is where the margin, interpolated
-linearly between the two bracketing stages, crosses zero: inside the bracket by construction,
-so it is monotone in the measurements (vLLM's `serve_sla` fitted a monotone spline of the SLA
+linearly between the two bracketing stages, crosses zero (the passing rate when the failing
+stage was aborted early): inside the bracket by construction, so it is monotone in the
+measurements (vLLM's `serve_sla` fitted a monotone spline of the SLA
 margin against load for the same reason).
 """
 
@@ -88,12 +89,14 @@ def next_rate(probes: Sequence[Probe], settings: SearchSettings) -> float | None
 
 
 def interpolate(low: Probe, high: Probe) -> float:
-    """Where the margin crosses zero on the straight line between the two probes. A failing
-    probe without a finite margin (an early-aborted stage: it stopped as soon as it had
-    certainly missed, so by how much is not known) gives the bracket's geometric midpoint, the
-    bisection's own best guess."""
+    """Where the margin crosses zero on the straight line between the two probes. When either
+    margin is not finite (an early-aborted stage stopped the moment its miss was certain, so by
+    how much is not known), the highest rate measured to meet the SLO: the conservative end,
+    the rate a capacity plan can rely on (auto_tune.sh reports the same). Measured on `mixed`:
+    the bracket's midpoint said 2.09 req/s where fixed-rate runs met the SLO at 1.95 and
+    missed it at 2.05."""
     if not math.isfinite(high.margin) or not math.isfinite(low.margin):
-        return math.sqrt(low.rate * high.rate)
+        return low.rate
     if high.margin - low.margin <= 0:
         return low.rate
     share = min(1.0, max(0.0, -low.margin / (high.margin - low.margin)))

@@ -104,7 +104,8 @@ class StageResult:
     def probe(self) -> cap.Probe:
         """An aborted stage's margin is only a lower bound, and a loose one (the abort fires the
         moment the miss is certain, when it is barely over): interpolating on it would put the
-        capacity at the failing rate. It enters the search as failing by an unknown margin."""
+        capacity at the failing rate. It enters the search as failing by an unknown margin, and
+        the capacity is then the passing rate below it (`capacity.interpolate`)."""
         return cap.Probe(self.rate, math.nan if self.aborted else self.margin)
 
     def describe(self) -> str:

@@ -103,10 +103,10 @@ def test_interpolate_is_the_linear_zero_crossing():
     assert interpolate(Probe(2, 0.0), Probe(4, 0.3)) == pytest.approx(2.0)
 
 
-def test_interpolate_without_a_finite_margin_is_the_geometric_midpoint():
-    assert interpolate(Probe(2, -0.5), Probe(8, math.nan)) == pytest.approx(4.0)
-    assert interpolate(Probe(2, -0.5), Probe(8, math.inf)) == pytest.approx(4.0)
-    assert interpolate(Probe(2, -math.inf), Probe(8, 0.5)) == pytest.approx(4.0)
+def test_interpolate_without_a_finite_margin_is_the_passing_rate():
+    assert interpolate(Probe(2, -0.5), Probe(8, math.nan)) == 2.0
+    assert interpolate(Probe(2, -0.5), Probe(8, math.inf)) == 2.0
+    assert interpolate(Probe(2, -math.inf), Probe(8, 0.5)) == 2.0
 
 
 def test_interpolate_stays_inside_the_bracket():
@@ -204,14 +204,14 @@ def test_search_budget_spent_while_passing_is_censored():
     assert e.censored and e.rps == 8 and e.stages == 4
 
 
-def test_aborted_stages_without_margin_bisect_to_the_midpoint():
-    """An aborted stage with no finite margin: the capacity is the bracket's geometric midpoint."""
+def test_aborted_stages_without_margin_give_the_highest_passing_rate():
+    """An aborted stage with no finite margin: the capacity is the passing end of the bracket."""
     s = SearchSettings(step=2.0, precision=0.15, max_stages=2)
     probes = search(lambda r: -0.5 if r < 3 else math.nan, 2.0, s)
     assert [p.rate for p in probes][:2] == [2, 4]
     e = estimate(probes)
     assert e.low is not None and e.high is not None
-    assert e.rps == pytest.approx(math.sqrt(e.low * e.high))
+    assert e.rps == e.low
 
 
 # -- at_capacity --------------------------------------------------------------------------------
