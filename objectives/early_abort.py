@@ -51,6 +51,8 @@ class Abort:
 
     reason: str
     margin: float = math.nan
+    metric: str | None = None  # the SLO's metric, and a certain lower bound on its final value
+    value: float = math.nan
 
 
 class Rule(Protocol):
@@ -110,7 +112,7 @@ class PercentileRule:
         least = sorted(over, reverse=True)[need - 1] * 1000.0
         return Abort(f"{self.metric} > {self.bound_ms:.4g} ms is certain: {len(over)} of "
                      f"{self.planned} planned requests already over it",
-                     (least - self.bound_ms) / self.bound_ms)
+                     (least - self.bound_ms) / self.bound_ms, self.metric, least)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class ErrorRateRule:
             return None
         margin = (failed / self.planned - self.bound) / self.bound if self.bound > 0 else math.nan
         return Abort(f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned "
-                     "requests failed", margin)
+                     "requests failed", margin, "error_rate", failed / self.planned)
 
 
 def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[Rule]:

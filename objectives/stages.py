@@ -238,6 +238,12 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
         result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
                                 abort=check)
         flat = result.flat_metrics()
+        abort = result.abort
+        if abort is not None and abort.metric is not None:
+            # The cut-short requests are left out of the partial numbers, so the metric that
+            # stopped the stage would look better than it was: raise it to what was certain.
+            partial = flat.get(abort.metric, math.nan)
+            flat[abort.metric] = abort.value if not partial >= abort.value else partial
         worst, violated = margin(flat, held)
         if result.abort is not None:  # certain to miss: by at least the abort's bound
             known = [m for m in (worst, result.abort.margin) if math.isfinite(m) and m > 0]

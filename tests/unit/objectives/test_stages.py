@@ -241,3 +241,34 @@ def test_stages_bracket_a_real_capacity(tok_dir, tok):
         assert math.isnan(x.probe.margin) if x.aborted else x.probe.margin == x.margin
     assert est.rps == pytest.approx(interpolate(stages[3].probe, stages[2].probe))
     assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
+
+
+def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypatch):
+    """Requests cut short are left out of the partial numbers: without the fix the stage would
+    report a TTFT tail under the bound it certainly broke."""
+    import objectives.stages as st
+    from objectives.early_abort import Abort
+
+    class Result:
+        abort = Abort("ttft certain", 0.5, "ttft_p95_ms", 1500.0)
+        aborted = "ttft certain"
+        planned_s, duration_s, records, requests_planned, notes = 10.0, 4.0, [], 0, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 400.0, "completed": 3.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(*a, **k):
+        return Result()
+
+    from objectives.scoring import SLOSpec
+    from objectives.workload import WorkloadSpec
+    wl = WorkloadSpec.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10,
+                                      "arrival": {"mode": "poisson", "rate": 2.0}})
+    monkeypatch.setattr(st, "run_load", fake_run_load)
+    run = asyncio.run(st.run_stages("http://127.0.0.1:9", None, wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+                                    st.CapacitySpec(stage_s=10, max_stages=1)))
+    assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
+    assert run.metrics()["ttft_p95_ms"] == 1500.0 and run.metrics()["target_aborted"] == 1.0
