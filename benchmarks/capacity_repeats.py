@@ -90,9 +90,8 @@ def main() -> None:
             stage_time = sum(s.elapsed_s for s in staged.stages)
             run = {"config": name, "repeat": repeat, "capacity": staged.capacity.as_dict(),
                    "start_s": start_s, "total_s": total, "stage_s": stage_time,
-                   "stages": [{"rate": s.rate, "passed": s.passed, "margin": s.margin, "aborted": s.aborted,
-                               "elapsed_s": s.elapsed_s, "saved_s": s.saved_s, "idle_wait_s": s.idle_wait_s,
-                               "prefix_cache_reset": s.prefix_cache_reset} for s in staged.stages]}
+                   "stages": [{k: v for k, v in s.as_row().items() if k not in ("metrics", "server_diagnostics")}
+                              for s in staged.stages]}
             runs.append(run)
             console.print(f"  {name} #{repeat}: {staged.capacity.summary}; "
                           + "; ".join(s.describe() for s in staged.stages))

@@ -137,12 +137,6 @@ class StagedRun:
             out.update(capacity_metrics(self.capacity, self.stages))
         return out
 
-    def timings(self) -> dict[str, Any]:
-        return {"stages_s": [round(s.elapsed_s, 3) for s in self.stages],
-                "idle_wait_s": round(sum(s.idle_wait_s for s in self.stages), 3),
-                "abort_saved_s": round(sum(s.saved_s for s in self.stages), 3),
-                "aborted_stages": sum(1 for s in self.stages if s.aborted)}
-
 
 def capacity_metrics(estimate: cap.CapacityEstimate, stages: Sequence[StageResult]) -> dict[str, float]:
     low = next((s for s in stages if s.passed and s.rate == estimate.low), None)

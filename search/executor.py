@@ -132,7 +132,6 @@ class VllmExecutor:
         outcome.server_diagnostics = staged.target.server_diagnostics()
         outcome.stages = [json_safe(s.as_row()) for s in staged.stages]
         outcome.capacity = json_safe(staged.capacity.as_dict()) if staged.capacity else None
-        outcome.timings.update(staged.timings())
         outcome.timings["load_s"] = time.monotonic() - t0  # stages, warm-up, drains and request builds
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:

@@ -90,7 +90,7 @@ class StudyProgress(StudyObserver):
         text = f"{self.objectives_text(row.values)}; {'feasible' if row.feasible else 'violates SLOs'}"
         if row.capacity:
             text += f"; capacity {row.capacity['summary']}"
-        saved = (row.timings or {}).get("abort_saved_s")
+        saved = sum(s.saved_s or 0 for s in row.stages)
         if saved:
             text += f"; early aborts saved {fmt_value(saved, digits=2)} s"
         if row.client_behind:

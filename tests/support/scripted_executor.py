@@ -77,7 +77,7 @@ def staged(executor: "ScriptedExecutor") -> Callable[[TrialPlan], TrialOutcome]:
             rate = cap.next_rate([s.probe for s in stages], m.capacity.search_settings())
         run = StagedRun(stages, target=None, capacity=cap.estimate([s.probe for s in stages]))
         load_s = sum(s.elapsed_s + s.idle_wait_s for s in stages) + 2.0
-        timings = {"start_s": 30.0, "load_s": load_s, "stop_s": 1.5, "total_s": 31.5 + load_s, **run.timings()}
+        timings = {"start_s": 30.0, "load_s": load_s, "stop_s": 1.5, "total_s": 31.5 + load_s}
         return TrialOutcome(status=TrialStatus.OK, metrics=run.metrics(), timings=timings,
                             stages=[json_safe(s.as_row()) for s in stages],
                             capacity=json_safe(run.capacity.as_dict()), command=f"scripted {plan.server_args.flags}")
