@@ -5,16 +5,21 @@
 * saturation: the whole mix, closed loop at high concurrency -> the request rate that
   `capacity_fraction` loads are a fraction of.
 
+Both are measured `repeats` times in alternating rounds on the one server; the reference is
+each metric's median over the rounds, and the rounds' spread says how far it could move.
 The result is stored with the study, so a resumed study replays exactly the same load.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from objectives import statistics as st
 from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
@@ -25,10 +30,12 @@ from search.serving import LaunchContext, ServerArgs, launch
 
 @dataclass
 class CalibrationResult:
-    unloaded: dict[str, float]  # flat metrics, overall and per class (@name)
-    saturation: dict[str, float]
-    capacity_rps: float
+    unloaded: dict[str, float]  # flat metrics, overall and per class (@name): medians over rounds
+    saturation: dict[str, float]  # the round whose capacity is the median
+    capacity_rps: float  # median over rounds
     seconds: float
+    # Each round's capacity and unloaded medians (what the spread is computed from).
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -36,6 +43,29 @@ class CalibrationResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CalibrationResult":
         return cls(**d)
+
+    @classmethod
+    def from_rounds(cls, rounds: list[dict[str, Any]], saturations: list[dict[str, float]],
+                    seconds: float) -> "CalibrationResult":
+        """The reference from repeated rounds: each metric's median, and the saturation run of
+        the round whose capacity is the median (an odd count: one of the rounds)."""
+        capacities = [r["capacity_rps"] for r in rounds]
+        median_round = sorted(range(len(rounds)), key=lambda i: capacities[i])[len(rounds) // 2]
+        keys = rounds[0]["unloaded"].keys()
+        return cls(unloaded={k: float(np.median([r["unloaded"][k] for r in rounds])) for k in keys},
+                   saturation=saturations[median_round], capacity_rps=float(np.median(capacities)),
+                   seconds=seconds, rounds=rounds)
+
+    def spread(self, key: str = "capacity_rps") -> st.Interval | None:
+        """The reference's median over rounds with its interval (None from a single round);
+        `key`: capacity_rps or an unloaded metric."""
+        values = [r.get(key, r.get("unloaded", {}).get(key)) for r in self.rounds]
+        values = [v for v in values if v is not None]
+        return st.median_interval(values) if len(values) > 1 else None
+
+    def cv(self, key: str = "capacity_rps") -> float:
+        return st.coefficient_of_variation(
+            [r.get(key, r.get("unloaded", {}).get(key)) for r in self.rounds])
 
 
 def _closed(workload: WorkloadSpec, concurrency: int, requests: int, classes=None, warmup=0) -> WorkloadSpec:
@@ -59,33 +89,46 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
     t0 = time.monotonic()
     cal = scenario.calibration
     wl = scenario.workload
-    on_phase("calibration: starting the vLLM-defaults server")
+    on_phase("starting the vLLM-defaults server")
     server = launch(ctx, baseline, run_dir / "calibration" / "server.log",
                     startup_timeout_s=scenario.server.startup_timeout_s)
     model = str(ctx.model.path)
+    rounds: list[dict[str, Any]] = []
+    saturations: list[dict[str, float]] = []
     with server:
-        unloaded: dict[str, float] = {}
-        for i, cls in enumerate(wl.classes):
-            on_phase(f"calibration: unloaded latency, class {cls.name}")
-            spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
-                           warmup=2 if i == 0 else 0)
-            flat = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
-            for key, value in flat.items():
-                if "@" not in key:
-                    unloaded[f"{key}@{cls.name}"] = value
-                    if len(wl.classes) == 1:
-                        unloaded[key] = value
-        if len(wl.classes) > 1:  # overall medians: weighted by class share
-            total = sum(c.weight for c in wl.classes)
-            for fam in ("ttft", "tpot", "itl", "e2el"):
-                unloaded[f"{fam}_median_ms"] = sum(
-                    unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
-        on_phase("calibration: saturation throughput")
-        spec = saturation_workload(wl, cal)
-        saturation = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
-    return CalibrationResult(unloaded=unloaded, saturation=saturation,
-                             capacity_rps=saturation["request_throughput"],
-                             seconds=time.monotonic() - t0)
+        for i in range(cal.repeats):
+            tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
+            unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0,
+                                 on_phase=lambda text: on_phase(text + tag))
+            on_phase(f"saturation throughput{tag}")
+            spec = saturation_workload(wl, cal)
+            saturation = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+            saturations.append(saturation)
+            rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded})
+    return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
+
+
+def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool,
+              on_phase) -> dict[str, float]:
+    """Each request class alone, one request at a time: its latency medians (and the overall
+    medians, weighted by class share)."""
+    unloaded: dict[str, float] = {}
+    for i, cls in enumerate(wl.classes):
+        on_phase(f"unloaded latency, class {cls.name}")
+        spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
+                       warmup=2 if warmup and i == 0 else 0)
+        flat = run_async(run_load(url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+        for key, value in flat.items():
+            if "@" not in key:
+                unloaded[f"{key}@{cls.name}"] = value
+                if len(wl.classes) == 1:
+                    unloaded[key] = value
+    if len(wl.classes) > 1:
+        total = sum(c.weight for c in wl.classes)
+        for fam in ("ttft", "tpot", "itl", "e2el"):
+            unloaded[f"{fam}_median_ms"] = sum(
+                unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
+    return unloaded
 
 
 def resolve_threshold(metric: str, value: Threshold, cal: CalibrationResult | None) -> float:

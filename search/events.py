@@ -4,8 +4,10 @@ The study loop publishes nothing itself (no terminal, no dashboard): it calls th
 its subscribers, in this order:
 
     study_started, [calibration_started, phase...], note..., then per trial:
-    trial_started, phase..., trial_scored, trial_recorded; finally study_finished (always,
-    also when an exception ends the loop).
+    trial_started, phase..., trial_scored, trial_recorded; then, unless skipped, the
+    confirmation phase: confirmation_started, per run confirmation_run_started, phase...,
+    confirmation_run_recorded, and confirmation_finished; finally study_finished (always, also
+    when an exception ends the loop).
 
 `note` may come at any point in between.
 """
@@ -19,7 +21,8 @@ if TYPE_CHECKING:
     import optuna
 
     from search.scenario import Scenario
-    from storage.models import TrialRecord
+    from search.verdict import Verdict
+    from storage.models import ConfirmationRun, TrialRecord
 
 
 @dataclass
@@ -55,6 +58,32 @@ class TrialRecorded:
 
 
 @dataclass
+class ConfirmationStarted:
+    labels: list[str]  # the candidates, in the order each round runs them
+    runs: int  # per candidate
+    remaining: int  # runs still to do (fewer when a resumed phase has some stored)
+    estimate_s: float | None  # for the remaining runs, from the search phase's trial times
+    notes: list[str] = field(default_factory=list)  # candidates left out, and why
+
+
+@dataclass
+class ConfirmationRunStarted:
+    label: str  # "confirm 4/9 (round 2): trial 5"
+    trial_number: int
+
+
+@dataclass
+class ConfirmationRunRecorded:
+    row: ConfirmationRun
+    label: str
+
+
+@dataclass
+class ConfirmationFinished:
+    verdict: Verdict
+
+
+@dataclass
 class StudyFinished:
     completed: bool  # False: an exception (Ctrl-C, SIGTERM, an error) ended the loop
 
@@ -81,6 +110,18 @@ class StudyObserver(Protocol):
         return None
 
     def trial_recorded(self, event: TrialRecorded) -> None:
+        return None
+
+    def confirmation_started(self, event: ConfirmationStarted) -> None:
+        return None
+
+    def confirmation_run_started(self, event: ConfirmationRunStarted) -> None:
+        return None
+
+    def confirmation_run_recorded(self, event: ConfirmationRunRecorded) -> None:
+        return None
+
+    def confirmation_finished(self, event: ConfirmationFinished) -> None:
         return None
 
     def study_finished(self, event: StudyFinished) -> None:
@@ -120,6 +161,22 @@ class Subscribers(StudyObserver):
     def trial_recorded(self, event: TrialRecorded) -> None:
         for o in self.observers:
             o.trial_recorded(event)
+
+    def confirmation_started(self, event: ConfirmationStarted) -> None:
+        for o in self.observers:
+            o.confirmation_started(event)
+
+    def confirmation_run_started(self, event: ConfirmationRunStarted) -> None:
+        for o in self.observers:
+            o.confirmation_run_started(event)
+
+    def confirmation_run_recorded(self, event: ConfirmationRunRecorded) -> None:
+        for o in self.observers:
+            o.confirmation_run_recorded(event)
+
+    def confirmation_finished(self, event: ConfirmationFinished) -> None:
+        for o in self.observers:
+            o.confirmation_finished(event)
 
     def study_finished(self, event: StudyFinished) -> None:
         for o in self.observers:

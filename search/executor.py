@@ -22,6 +22,7 @@ from objectives.metrics import GoodputSLO, json_safe
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, run_stages
 from objectives.workload import WorkloadSpec
+from search.scenario import Screening
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
                             check_combination, command_line, launch, resolve_server_args)
 from storage.models import TrialStatus
@@ -37,6 +38,11 @@ class TrialPlan:
     config: dict[str, Any]  # canonical values asked for (fixed + sampled or baseline)
     server_args: ServerArgs
     problems: list[str]  # known-invalid combination: never started
+    run_name: str | None = None  # the log directory under run_dir; default trial-NNNN
+
+    @property
+    def log_dir(self) -> str:
+        return self.run_name or f"trial-{self.number:04d}"
 
     @property
     def fingerprint(self) -> str:
@@ -52,6 +58,25 @@ class Measurement:
     goodput: GoodputSLO | None = None
     slos: tuple[SLOSpec, ...] = ()
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
+
+    def screened(self, screening: Screening | None) -> "Measurement":
+        """The cheaper measurement of the search phase (`screening:`); confirmation runs self."""
+        if screening is None:
+            return self
+        workload = self.workload.model_copy(update={
+            k: v for k, v in (("duration_s", screening.duration_s), ("num_requests", screening.num_requests))
+            if v is not None})
+        capacity = self.capacity
+        if capacity is not None and screening.max_stages is not None:
+            capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
+        return Measurement(workload, self.goodput, self.slos, capacity)
+
+    def planned_s(self) -> float | None:
+        """The longest the load part can take, in sending time: the target stage and every
+        capacity stage (None for a workload sized in requests)."""
+        if self.workload.duration_s is None:
+            return None
+        return self.workload.duration_s + (self.capacity.max_stages * self.capacity.stage_s if self.capacity else 0.0)
 
 
 @dataclass
@@ -136,7 +161,7 @@ class VllmExecutor:
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
         ctx = self.ctx
-        log_path = self.run_dir / f"trial-{plan.number:04d}" / "server.log"
+        log_path = self.run_dir / plan.log_dir / "server.log"
         outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
                                command=command_line(ctx, plan.server_args))
         if plan.problems:

@@ -45,26 +45,37 @@ def hypervolume(points: Sequence[Sequence[float]], directions: Sequence[str],
     return float(compute_hypervolume(loss, ref))
 
 
-def select(members: Sequence[FrozenTrial], directions: Sequence[str], names: Sequence[str],
-           rule: Selection) -> FrozenTrial | None:
-    if not members:
-        return None
-    loss = np.array([_as_loss(t.values, directions) for t in members])
+def rank(values: Sequence[Sequence[float]], directions: Sequence[str], names: Sequence[str],
+         rule: Selection) -> list[int]:
+    """Indices of `values` (objective vectors) from best to worst by the selection rule.
+
+    best_of: those within `tolerance` of the best `metric`, by `then` (ties: by `metric`), then
+    the rest by `metric`. knee: by distance to the ideal point, each objective scaled to the range."""
+    if not len(values):
+        return []
+    loss = np.array([_as_loss(v, directions) for v in values])
     if rule.rule == "knee":
         lo, hi = loss.min(axis=0), loss.max(axis=0)
         span = np.where(hi > lo, hi - lo, 1.0)
         dist = np.linalg.norm((loss - lo) / span, axis=1)
-        return members[int(np.argmin(dist))]
+        return sorted(range(len(values)), key=lambda i: dist[i])
     k = names.index(rule.metric)
     best = loss[:, k].min()
     slack = abs(best) * rule.tolerance
-    candidates = [i for i in range(len(members)) if loss[i, k] <= best + slack]
-    if rule.then is not None and len(candidates) > 1:
+    inside = [i for i in range(len(values)) if loss[i, k] <= best + slack]
+    outside = sorted((i for i in range(len(values)) if i not in inside), key=lambda i: loss[i, k])
+    if rule.then is not None:
         j = names.index(rule.then)
-        candidates.sort(key=lambda i: (loss[i, j], loss[i, k]))
+        inside.sort(key=lambda i: (loss[i, j], loss[i, k]))
     else:
-        candidates.sort(key=lambda i: loss[i, k])
-    return members[candidates[0]]
+        inside.sort(key=lambda i: loss[i, k])
+    return inside + outside
+
+
+def select(members: Sequence[FrozenTrial], directions: Sequence[str], names: Sequence[str],
+           rule: Selection) -> FrozenTrial | None:
+    order = rank([t.values for t in members], directions, names, rule)
+    return members[order[0]] if order else None
 
 
 def chosen(study: optuna.Study, scenario: Scenario) -> FrozenTrial | None:

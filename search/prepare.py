@@ -30,6 +30,7 @@ class StudyOptions:
     sampler: str = DEFAULT_SAMPLER
     seed: int = 0
     runs_dir: Path = DEFAULT_RUNS_DIR
+    confirm_runs: int | None = None  # None: the scenario's confirmation.runs; 0: no confirmation phase
 
 
 @dataclass

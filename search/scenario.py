@@ -126,6 +126,27 @@ class Calibration(Strict):
     unloaded_requests: int = Field(default=6, ge=1)
     saturation_concurrency: int = Field(default=32, ge=1)
     saturation_requests: int = Field(default=64, ge=1)
+    # Rounds of both measurements on the one server; the medians are the reference. One closed-loop
+    # run measured the capacity of mixed at 3.98 then 3.56 req/s: loads 11% apart.
+    repeats: int = Field(default=3, ge=1)
+
+
+class Screening(Strict):
+    """A cheaper measurement for the search phase (multi-fidelity): trials are screened short and
+    the confirmation phase re-measures the front in full. Unset fields: as the full measurement."""
+
+    duration_s: float | None = Field(default=None, gt=0)  # the target stage's sending window
+    num_requests: int | None = Field(default=None, ge=1)  # for workloads sized in requests
+    max_stages: int | None = Field(default=None, ge=1)  # capacity stages after the target
+
+
+class Confirmation(Strict):
+    """The end of a study: the chosen configuration, the next best members of the feasible front
+    and every baseline, each re-measured `runs` times on fresh server starts, interleaved
+    (A B C A B C ...); the verdict and best.yaml come from these runs (`search.verdict`)."""
+
+    runs: int = Field(default=3, ge=0)  # per candidate; 0: no phase, the single measurements decide
+    front: int = Field(default=2, ge=1)  # feasible front members, the chosen one first
 
 
 class ServerSection(Strict):
@@ -149,6 +170,8 @@ class Scenario(Strict):
     calibration: Calibration = Field(default_factory=Calibration)
     # Present: after the target load, each trial searches the highest rate meeting every SLO.
     capacity: CapacitySpec | None = None
+    screening: Screening | None = None
+    confirmation: Confirmation = Field(default_factory=Confirmation)
     default_trials: int = Field(default=12, ge=1)
 
     @field_validator("name")
@@ -188,6 +211,24 @@ class Scenario(Strict):
         if not stage_slos(self.slos):
             raise ValueError("capacity: needs at least one SLO on a load metric (latency, error_rate, "
                              "...): capacity is the highest rate that meets them")
+        return self
+
+    @model_validator(mode="after")
+    def _screening(self) -> "Scenario":
+        s, wl = self.screening, self.workload
+        if s is None:
+            return self
+        for name in ("duration_s", "num_requests"):
+            short, full = getattr(s, name), getattr(wl, name)
+            if short is not None and (full is None or short > full):
+                raise ValueError(f"screening.{name}: {short:g} must be at most workload.{name} "
+                                 f"({'unset' if full is None else f'{full:g}'}): screening is the cheaper measurement")
+        if s.max_stages is not None:
+            if self.capacity is None:
+                raise ValueError("screening.max_stages: the scenario has no capacity: section")
+            if s.max_stages > self.capacity.max_stages:
+                raise ValueError(f"screening.max_stages: {s.max_stages} must be at most capacity.max_stages "
+                                 f"({self.capacity.max_stages})")
         return self
 
     @model_validator(mode="after")

@@ -26,7 +26,9 @@ from objectives.diagnosis import diagnose_trial
 from objectives.metrics import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
+from search import confirmation as confirmation_mod
 from search import pareto, scenario as scenario_mod, space as space_mod
+from search import verdict as verdict_mod
 from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
                            TrialStarted)
 from search.executor import (Measurement, PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor,
@@ -56,7 +58,8 @@ class StudyResult:
     storage_url: str
     run_dir: Path
     finished: int
-    chosen: int | None
+    chosen: int | None  # what to deploy: the confirmed verdict's, else the front's by the rule
+    verdict: verdict_mod.Verdict | None = None  # None: no confirmation phase ran
 
 
 def vllm_executor(prep: Prepared) -> ExecutorFactory:
@@ -89,6 +92,7 @@ class StudyRunner:
         self.opts = opts
         self.sc = prep.scenario
         self.budget = opts.trials or self.sc.default_trials
+        self.confirm_runs = self.sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
         self.events = Subscribers(observers)
         self.engine = queries.open_db(prep.storage_url)
         storage = optuna.storages.RDBStorage(
@@ -106,6 +110,8 @@ class StudyRunner:
         self.workload = None
         self.slos = None
         self.goodput = None
+        self.full: Measurement | None = None  # what confirmation measures
+        self.screened: Measurement | None = None  # what the search measures (the same without screening:)
         self.executor: TrialExecutor | None = None
 
     # -- study record, calibration, baselines ----------------------------------------------------
@@ -151,8 +157,9 @@ class StudyRunner:
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
-        self.executor = self._make_executor(
-            Measurement(self.workload, self.goodput, tuple(self.slos), self.sc.capacity))
+        self.full = Measurement(self.workload, self.goodput, tuple(self.slos), self.sc.capacity)
+        self.screened = self.full.screened(self.sc.screening)
+        self.executor = self._make_executor(self.screened)
         arrival = self.workload.arrival
         if arrival.rate is not None:
             self.events.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
@@ -284,6 +291,32 @@ class StudyRunner:
     def chosen(self) -> optuna.trial.FrozenTrial | None:
         return pareto.chosen(self.study, self.sc)
 
+    # -- confirmation --------------------------------------------------------------------------------
+
+    def _confirmation_note(self) -> str:
+        """The opening line on what follows the search: how many runs, how long at most."""
+        if self.confirm_runs == 0:
+            return "no confirmation phase (--confirm-runs 0): the single measurements decide"
+        n = self.sc.confirmation.front + len(self.prep.baselines)
+        full = Measurement(self.sc.workload, capacity=self.sc.capacity)
+        most = confirmation_mod.upfront_estimate_s(n, self.confirm_runs, full)
+        when = f", about {most / 60:.0f} min at most" if most else ""
+        screening = (" (the search screens with a shorter measurement; confirmation runs the full one)"
+                     if self.sc.screening else "")
+        return (f"after the search: confirmation of up to {n} candidates x {self.confirm_runs} runs on fresh "
+                f"servers, interleaved{when}{screening}; --confirm-runs 0 skips it")
+
+    def _confirm(self, session: Session, rec: StudyRecord) -> verdict_mod.Verdict | None:
+        rows = {r.trial_number: r for r in queries.trial_records(session, rec)}
+        cands, notes = confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front)
+        if not any(c.baseline is None for c in cands):
+            self.events.note("confirmation skipped: no feasible configuration on the front to confirm")
+            return None
+        phase = confirmation_mod.ConfirmationPhase(
+            self.prep, self._make_executor(self.full), self.events, self._score, self.confirm_runs)
+        estimate = confirmation_mod.estimate_s(cands, rows, self.full, self.screened)
+        return phase.run(session, rec, cands, notes, estimate)
+
     # -- the loop ----------------------------------------------------------------------------------
 
     @staticmethod
@@ -321,29 +354,46 @@ class StudyRunner:
         finally:
             self.events.study_finished(StudyFinished(completed))
 
-    def run(self) -> StudyResult:
+    def _search(self, session: Session, rec: StudyRecord) -> None:
         deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
+        asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
+        while self.spent(session, rec) < self.budget:
+            if deadline and time.monotonic() > deadline:
+                self.events.note("wall-time budget reached")
+                break
+            if len(pareto.finished(self.study)) >= asked_cap:
+                self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
+                                 "proposing configurations that never start; narrow the space")
+                break
+            self._run_one(session, rec)
+
+    def run(self, *, search: bool = True) -> StudyResult:
+        """The search (unless `search` is False: `autotune confirm`), then the confirmation phase
+        (unless `confirm_runs` is 0)."""
         lock = self._lock()  # first: a busy study raises before anything else changes
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        verdict = None
         try:
             with self._announced(), Session(self.engine, expire_on_commit=False) as session:
+                if not search and queries.find_study(session, self.prep.study_name) is None:
+                    raise LookupError(f"no study named {self.prep.study_name!r} to confirm; run "
+                                      f"`autotune search {self.sc.name}` first")
                 rec = self._study_record(session)
                 self._recover(session, rec)
+                self.events.note(self._confirmation_note())
                 self._calibrate(session, rec)
-                self._enqueue_baselines()
-                asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
-                while self.spent(session, rec) < self.budget:
-                    if deadline and time.monotonic() > deadline:
-                        self.events.note("wall-time budget reached")
-                        break
-                    if len(pareto.finished(self.study)) >= asked_cap:
-                        self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
-                                         "proposing configurations that never start; narrow the space")
-                        break
-                    self._run_one(session, rec)
+                if search:
+                    self._enqueue_baselines()
+                    self._search(session, rec)
+                if self.confirm_runs > 0:
+                    verdict = self._confirm(session, rec)
         finally:
             signal.signal(signal.SIGTERM, previous)
             lock.close()
-        best = self.chosen()
+        if verdict is not None:
+            best = verdict.recommended.trial_number if verdict.recommended else None
+        else:
+            chosen = self.chosen()
+            best = chosen.number if chosen else None
         return StudyResult(self.prep.study_name, self.prep.storage_url, self.prep.run_dir,
-                           len(pareto.finished(self.study)), best.number if best else None)
+                           len(pareto.finished(self.study)), best, verdict)

@@ -50,12 +50,17 @@ class StudyRecord(Base):
     directions: Mapped[list[Any]] = mapped_column(JSON)
     objective_names: Mapped[list[Any]] = mapped_column(JSON)
     calibration: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Run-to-run spread (coefficient of variation) of each objective and SLO metric, from the
+    # confirmation phase's repeats: this scenario's noise on this machine.
+    noise: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     hv_reference: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     trials: Mapped[list["TrialRecord"]] = relationship(back_populates="study", order_by="TrialRecord.trial_number")
     snapshots: Mapped[list["ParetoSnapshot"]] = relationship(
         back_populates="study", order_by="ParetoSnapshot.after_trial_number")
+    confirmations: Mapped[list["ConfirmationRun"]] = relationship(
+        back_populates="study", order_by="ConfirmationRun.sequence")
 
 
 class TrialRecord(Base):
@@ -123,6 +128,37 @@ class StageRecord(Base):
     notes: Mapped[list[Any]] = mapped_column(JSON)
 
     trial: Mapped[TrialRecord] = relationship(back_populates="stages")
+
+
+class ConfirmationRun(Base):
+    """One re-measurement of a trial's configuration on a fresh server start, in the confirmation
+    phase at the end of a study: the full measurement (every load stage), whatever the search
+    phase's screening measured. Rounds are interleaved: every candidate once, then again."""
+
+    __tablename__ = "autotune_confirmations"
+    __table_args__ = (UniqueConstraint("study_id", "trial_number", "round"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"), index=True)
+    trial_number: Mapped[int] = mapped_column(Integer)  # the trial whose configuration this re-measures
+    baseline: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    round: Mapped[int] = mapped_column(Integer)  # 0, 1, ...: every candidate runs once per round
+    sequence: Mapped[int] = mapped_column(Integer)  # position in the phase's schedule
+    status: Mapped[str] = mapped_column(String(32))  # a TrialStatus value (ok or failed)
+    failure_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    failure_phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    failure_line: Mapped[str | None] = mapped_column(Text, nullable=True)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    constraints: Mapped[dict[str, Any]] = mapped_column(JSON)  # this run alone, as scoring sees it
+    capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    stages: Mapped[list[Any]] = mapped_column(JSON)  # StageRecord fields per load stage
+    timings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    command: Mapped[str] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    study: Mapped[StudyRecord] = relationship(back_populates="confirmations")
 
 
 class ParetoSnapshot(Base):

@@ -9,8 +9,8 @@ from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 
-from storage.models import (Base, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord, TrialRecord,
-                            TrialStatus)
+from storage.models import (Base, ConfirmationRun, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord,
+                            TrialRecord, TrialStatus)
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
 
@@ -90,6 +90,27 @@ def earlier_run_of(session: Session, study: StudyRecord, fingerprint: str) -> Tr
 def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:
     return list(session.scalars(
         select(TrialRecord).where(TrialRecord.study_id == study.id).order_by(TrialRecord.trial_number)))
+
+
+def save_confirmation_run(session: Session, study: StudyRecord, trial_number: int, round_: int,
+                          **fields: Any) -> ConfirmationRun:
+    """Insert or replace one confirmation run (a run redone after an interruption replaces it)."""
+    row = session.scalar(select(ConfirmationRun).where(
+        ConfirmationRun.study_id == study.id, ConfirmationRun.trial_number == trial_number,
+        ConfirmationRun.round == round_))
+    if row is None:
+        row = ConfirmationRun(study_id=study.id, trial_number=trial_number, round=round_)
+        session.add(row)
+    for key, value in fields.items():
+        setattr(row, key, value)
+    session.flush()
+    return row
+
+
+def confirmation_runs(session: Session, study: StudyRecord) -> list[ConfirmationRun]:
+    return list(session.scalars(
+        select(ConfirmationRun).where(ConfirmationRun.study_id == study.id)
+        .order_by(ConfirmationRun.sequence, ConfirmationRun.round)))
 
 
 def save_snapshot(session: Session, study: StudyRecord, after_trial_number: int,

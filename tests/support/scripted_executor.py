@@ -94,9 +94,13 @@ class ScriptedExecutor:
     goodput: GoodputSLO | None = None
     measurement: Measurement | None = None
 
-    def factory(self, measurement: Measurement) -> ScriptedExecutor:
+    measured_with: list[Measurement] = field(default_factory=list)  # per run, what it measured
+
+    def factory(self, measurement: Measurement) -> "_Bound":
+        """An executor on `measurement` (the study builds one for the search and, with a
+        confirmation phase, one on the full measurement): runs go to this script either way."""
         self.workload, self.goodput, self.measurement = measurement.workload, measurement.goodput, measurement
-        return self
+        return _Bound(self, measurement)
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback) -> TrialOutcome:
         self.plans.append(plan)
@@ -115,6 +119,18 @@ class ScriptedExecutor:
 
 
 @dataclass
+class _Bound:
+    script: ScriptedExecutor
+    measurement: Measurement
+
+    def run(self, plan: TrialPlan, on_phase: PhaseCallback) -> TrialOutcome:
+        s = self.script
+        s.workload, s.goodput, s.measurement = self.measurement.workload, self.measurement.goodput, self.measurement
+        s.measured_with.append(self.measurement)
+        return s.run(plan, on_phase)
+
+
+@dataclass
 class ScriptedCalibration:
     """Stands in for `search.calibration.calibrate`: a fixed capacity and unloaded medians."""
 
@@ -124,7 +140,7 @@ class ScriptedCalibration:
 
     def __call__(self, scenario, ctx, baseline, run_dir: Path, on_phase: PhaseCallback) -> CalibrationResult:
         self.calls += 1
-        on_phase("calibration: scripted")
+        on_phase("scripted")
         unloaded = {"ttft_median_ms": self.ttft_median_ms, "tpot_median_ms": 20.0,
                     "itl_median_ms": 20.0, "e2el_median_ms": 600.0}
         return CalibrationResult(unloaded=unloaded, saturation={"request_throughput": self.capacity_rps},

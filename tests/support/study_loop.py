@@ -49,6 +49,18 @@ class Recorder(StudyObserver):
     def trial_recorded(self, event: TrialRecorded) -> None:
         self.events.append(("trial_recorded", event))
 
+    def confirmation_started(self, event) -> None:
+        self.events.append(("confirmation_started", event))
+
+    def confirmation_run_started(self, event) -> None:
+        self.events.append(("confirmation_run_started", event))
+
+    def confirmation_run_recorded(self, event) -> None:
+        self.events.append(("confirmation_run_recorded", event))
+
+    def confirmation_finished(self, event) -> None:
+        self.events.append(("confirmation_finished", event))
+
     def study_finished(self, event: StudyFinished) -> None:
         self.events.append(("study_finished", event))
 
@@ -63,10 +75,12 @@ class Recorder(StudyObserver):
 
 def runner(tmp_path: Path, executor: ScriptedExecutor, *, scenario: Path = LOOP_SCENARIO,
            trials: int | None = None, timeout_min: float | None = None, observers=(),
-           calibrate=None) -> StudyRunner:
-    """A runner on `tmp_path/loop.db`: the same arguments reopen (resume) the same study."""
+           calibrate=None, confirm_runs: int | None = 0, sampler: str | None = None) -> StudyRunner:
+    """A runner on `tmp_path/loop.db`: the same arguments reopen (resume) the same study.
+    No confirmation phase unless `confirm_runs` says so (None: the scenario's)."""
     opts = StudyOptions(scenario=str(scenario), trials=trials, timeout_min=timeout_min,
-                        storage=f"sqlite:///{tmp_path / 'loop.db'}", study_name="loop", runs_dir=tmp_path)
+                        storage=f"sqlite:///{tmp_path / 'loop.db'}", study_name="loop", runs_dir=tmp_path,
+                        confirm_runs=confirm_runs, **({"sampler": sampler} if sampler else {}))
     return StudyRunner(prepare(opts, ctx=ctx()), opts, observers=observers, executor=executor.factory,
                        calibrate=calibrate)
 

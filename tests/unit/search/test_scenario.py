@@ -7,7 +7,7 @@ import pytest
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from search import calibration, scenario
-from search.scenario import ScenarioError
+from search.scenario import CONFIG_DIR, ScenarioError
 
 BUILT_IN = ["online_chat", "api_service", "batch_processing", "mixed"]
 
@@ -97,6 +97,32 @@ def test_relative_numbers_resolve_against_the_calibration():
     assert bounds["tpot_p95_ms"] == pytest.approx(factor["tpot_p95_ms"] * 10.0)
     assert bounds["error_rate"] == 0.01
     assert goodput.ttft_ms == pytest.approx(8 * 80.0) and goodput.tpot_ms == pytest.approx(8 * 10.0)
+
+
+def test_repeated_calibration_takes_each_medians_and_keeps_the_rounds_spread():
+    rounds = [{"capacity_rps": c, "unloaded": {"ttft_median_ms": t}} for c, t in ((3.98, 70.0), (3.56, 90.0), (3.70, 75.0))]
+    saturations = [{"request_throughput": r["capacity_rps"], "round": i} for i, r in enumerate(rounds)]
+    cal = calibration.CalibrationResult.from_rounds(rounds, saturations, seconds=90.0)
+    assert cal.capacity_rps == 3.70 and cal.unloaded == {"ttft_median_ms": 75.0}
+    assert cal.saturation["round"] == 2  # the median round's own run
+    spread = cal.spread()
+    assert (spread.value, spread.low, spread.high, spread.n) == pytest.approx((3.70, 3.56, 3.98, 3))
+    assert cal.spread("ttft_median_ms").high == 90.0 and cal.cv() == pytest.approx(0.0566, abs=1e-3)
+    again = calibration.CalibrationResult.from_dict(cal.as_dict())
+    assert again == cal
+    # a study calibrated before repeats existed: one round, no spread
+    old = calibration.CalibrationResult.from_dict({"unloaded": {}, "saturation": {}, "capacity_rps": 2.0, "seconds": 1.0})
+    assert old.spread() is None
+
+
+def test_screening_must_be_cheaper_than_the_full_measurement(tmp_path):
+    base = (CONFIG_DIR / "mixed.yaml").read_text()
+    with pytest.raises(ScenarioError, match=r"screening.duration_s: 60 must be at most workload.duration_s \(45\)"):
+        scenario.load(write(tmp_path, base + "\nscreening: {duration_s: 60}\n"))
+    with pytest.raises(ScenarioError, match=r"screening.max_stages: 9 must be at most capacity.max_stages \(5\)"):
+        scenario.load(write(tmp_path, base + "\nscreening: {max_stages: 9}\n"))
+    sc, _, _ = scenario.load(write(tmp_path, base + "\nscreening: {duration_s: 20, max_stages: 2}\n"))
+    assert sc.screening.duration_s == 20 and sc.confirmation.runs == 3
 
 
 def test_unloaded_reference_metric():

@@ -221,13 +221,14 @@ def test_events_reach_every_subscriber_in_order(tmp_path):
     r = runner(tmp_path, ScriptedExecutor(), trials=2, observers=[first, second])
     r.run()
     per_trial = ["trial_started", "phase", "phase", "phase", "phase", "trial_scored", "trial_recorded"]
-    assert first.names == ["study_started", *per_trial, *per_trial, "study_finished"]
+    assert first.names == ["study_started", "note", *per_trial, *per_trial, "study_finished"]
+    assert first.notes == ["no confirmation phase (--confirm-runs 0): the single measurements decide"]
     assert [(n, e) for n, e in first.events if n != "study_started"] == \
         [(n, e) for n, e in second.events if n != "study_started"]
     started = first.events[0][1]
     assert (started.study_name, started.budget, started.study.study_name) == ("loop", 2, "loop")
     assert [e for n, e in first.events if n == "phase"][:4] == ["starting", "load", "stopping", "scoring"]
-    trial0 = first.events[1][1]
+    trial0 = first.events[2][1]
     assert (trial0.number, trial0.baseline, trial0.label) == (0, "vllm_defaults", "trial 0 (baseline vllm_defaults)")
     scored = [e for n, e in first.events if n == "trial_scored"]
     assert [e.trial.number for e in scored] == [e.row.trial_number for e in scored] == [0, 1]
@@ -255,7 +256,7 @@ def test_calibration_runs_once_on_the_injected_calibrate_and_is_stored(tmp_path)
     calibrate, executor, events = ScriptedCalibration(capacity_rps=8.0, ttft_median_ms=250.0), ScriptedExecutor(), Recorder()
     r = runner(tmp_path, executor, scenario=scenario, trials=1, observers=[events], calibrate=calibrate)
     r.run()
-    assert calibrate.calls == 1 and events.names[1:3] == ["calibration_started", "phase"]
+    assert calibrate.calls == 1 and events.names[2:4] == ["calibration_started", "phase"]
     assert executor.workload.arrival.rate == 4.0  # capacity_fraction 0.5 of 8 req/s
     assert set(rows(r)[0].constraints) == {"ttft_p95_ms<=1000", "server_ok"}  # 4 x the unloaded 250 ms
     again = ScriptedExecutor()

@@ -1,0 +1,174 @@
+"""Statistics over repeated runs: medians with intervals, relative differences, noise, and how
+many requests decide a percentile. Pure functions on plain numbers.
+
+Repeats are few (3 by default) and their distribution unknown, so intervals come from the
+bootstrap (`scipy.stats.bootstrap`, percentile method, a fixed seed so a report reads the same
+twice). With 3 runs a 95% interval of the median is about the runs' range: say it is 3 runs.
+Runs of a confirmation phase are interleaved in rounds (A B C A B C ...), so drift on the shared
+machine hits every candidate alike and biases no difference. Their intervals still resample
+each side on its own: with 3 rounds a paired interval rests on 3 per-round ratios and is as
+narrow as their agreement, which can be chance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 4999
+SEED = 20261123
+# Fewer requests than this above a percentile, and the percentile is decided by a handful of
+# requests: warn (a p95 over 70 requests is decided by its 4 slowest, a p99 over 100 by one).
+MIN_TAIL_REQUESTS = 5
+
+Call = Literal["win", "loss", "tie"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its 95% interval, from `n` runs."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Interval":
+        return cls(**d)
+
+
+NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def _bootstrap(data: tuple[np.ndarray, ...], statistic, paired: bool) -> tuple[float, float]:
+    if all(len(np.unique(d)) == 1 for d in data):  # no spread: the interval is the point
+        v = float(statistic(*data, axis=-1))
+        return v, v
+    res = stats.bootstrap(data, statistic, paired=paired, vectorized=True, confidence_level=CONFIDENCE,
+                          n_resamples=N_RESAMPLES, method="percentile", rng=np.random.default_rng(SEED))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def median_interval(values: Sequence[float]) -> Interval:
+    """The median of the runs and its bootstrap 95% interval (NaN runs are left out)."""
+    arr = _finite(values)
+    if len(arr) == 0:
+        return NAN_INTERVAL
+    med = float(np.median(arr))
+    if len(arr) == 1:
+        return Interval(med, med, med, 1)
+    low, high = _bootstrap((arr,), _median, paired=False)
+    return Interval(med, low, high, len(arr))
+
+
+def _median(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(a, axis=axis)
+
+
+def _ratio_of_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.median(a, axis=axis) / np.median(b, axis=axis) - 1.0
+
+
+def relative_difference(candidate: Sequence[float], reference: Sequence[float], *,
+                        paired: bool = False) -> Interval:
+    """median(candidate) / median(reference) - 1, with a bootstrap 95% interval.
+
+    `paired`: run i of both was taken in the same round (interleaved), so rounds are resampled
+    together; runs that failed on either side leave their round out. Unpaired (or lengths that
+    differ): each side is resampled on its own."""
+    if paired and len(candidate) == len(reference):
+        both = [(a, b) for a, b in zip(candidate, reference)
+                if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+        a, b = (np.asarray(x, dtype=float) for x in zip(*both)) if both else (np.array([]), np.array([]))
+    else:
+        paired = False
+        a, b = _finite(candidate), _finite(reference)
+    if len(a) == 0 or len(b) == 0 or np.median(b) == 0:
+        return NAN_INTERVAL
+    point = float(_ratio_of_medians(a, b))
+    n = min(len(a), len(b))
+    if len(a) == 1 and len(b) == 1:
+        return Interval(point, point, point, 1)
+    low, high = _bootstrap((a, b), _ratio_of_medians, paired=paired)
+    return Interval(point, low, high, n)
+
+
+def call(diff: Interval, direction: Literal["minimize", "maximize"]) -> Call:
+    """A relative difference (candidate vs reference) as a verdict: a win when its whole interval
+    lies on the good side of 0, a loss when on the bad side, else a tie (the noise can explain it).
+    """
+    if not math.isfinite(diff.low) or diff.contains(0.0):
+        return "tie"
+    better = diff.high < 0 if direction == "minimize" else diff.low > 0
+    return "win" if better else "loss"
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Run-to-run spread: sample standard deviation over the mean (NaN below 2 runs)."""
+    arr = _finite(values)
+    if len(arr) < 2 or np.mean(arr) == 0:
+        return math.nan
+    return float(np.std(arr, ddof=1) / abs(np.mean(arr)))
+
+
+def pooled_cv(groups: Sequence[Sequence[float]]) -> float:
+    """One noise figure from several candidates' repeats: the root mean square of their CVs
+    (each candidate's level differs; their relative spread is what the machine adds)."""
+    cvs = [c for c in (coefficient_of_variation(g) for g in groups) if math.isfinite(c)]
+    return float(np.sqrt(np.mean(np.square(cvs)))) if cvs else math.nan
+
+
+def beyond_noise(relative: float, cv: float, runs_each: int = 1) -> bool:
+    """Whether a relative difference between two values, each the median of `runs_each` runs of
+    a metric with run-to-run spread `cv`, is larger than that spread explains (two-sided 5%)."""
+    if not (math.isfinite(relative) and math.isfinite(cv)):
+        return True  # no noise measured: nothing to discount
+    return abs(relative) > 1.96 * math.sqrt(2.0 / runs_each) * cv
+
+
+
+def percentile_of(metric: str) -> float | None:
+    """The quantile a metric name states (`ttft_p95_ms@short` -> 0.95), None for others
+    (medians are decided by half the requests)."""
+    base = metric.split("@", 1)[0]
+    for part in base.split("_"):
+        if len(part) > 1 and part[0] == "p" and part[1:].isdigit():
+            return int(part[1:]) / 100.0
+    return None
+
+
+def tail_requests(q: float, n: int) -> int:
+    """How many of `n` requests lie above their q-quantile: the ones that decide it."""
+    return max(0, math.ceil(round(n * (1.0 - q), 9)))
+
+
+def thin_percentile(metric: str, n: float) -> str | None:
+    """A warning when `metric` is a percentile that `n` requests per run cannot pin down."""
+    q = percentile_of(metric)
+    if q is None or not math.isfinite(n):
+        return None
+    k = tail_requests(q, int(n))
+    if k >= MIN_TAIL_REQUESTS:
+        return None
+    slowest = "the single slowest request" if k <= 1 else f"its {k} slowest requests"
+    needed = math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))
+    return (f"{metric} over ~{int(n)} requests per run is decided by {slowest}; "
+            f"{needed}+ requests would put {MIN_TAIL_REQUESTS} above it (pool repeats or lengthen the run)")

@@ -1,0 +1,162 @@
+"""The confirmation phase: the front's best and every baseline, re-measured, interleaved.
+
+After the search, the chosen configuration, the next best members of the feasible front
+(`confirmation.front` in all) and every baseline that served are each run `confirmation.runs`
+times on fresh server starts with the full measurement (the search may have screened short),
+in rounds: every candidate once, then again (A B C A B C ...), so drift on a shared machine
+hits them alike. Each run is stored before the next starts; a resumed phase skips the runs it
+has. The verdict (`search.verdict`) is then read from the stored runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import optuna
+from sqlalchemy.orm import Session
+
+from objectives.metrics import json_safe
+from objectives.scoring import Score
+from search import pareto, verdict as verdict_mod
+from search.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted,
+                           ConfirmationStarted, StudyObserver)
+from search.executor import Measurement, TrialExecutor, plan as plan_trial
+from search.prepare import Prepared
+from storage import queries
+from storage.models import StudyRecord, TrialRecord, TrialStatus
+
+# A server start and stop on this CPU (benchmarks/startup.py: 34-45 s eager), for the estimate
+# made before the search has timed any trial.
+START_STOP_ESTIMATE_S = 45.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trial_number: int
+    baseline: str | None
+    config: dict[str, Any]  # canonical values, as the trial applied them
+    params: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.baseline} (trial {self.trial_number})" if self.baseline else f"trial {self.trial_number}"
+
+
+def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared,
+               front_size: int) -> tuple[list[Candidate], list[str]]:
+    """The front's first `front_size` by the selection rule (baselines aside; one trial per set
+    of flags), then each baseline that served; and notes on baselines left out."""
+    sc = prep.scenario
+    members = [t for t in pareto.front(study) if not rows[t.number].baseline]
+    order = pareto.rank([t.values for t in members], sc.directions, sc.objective_names, sc.selection)
+    picked: list[Candidate] = []
+    seen: set[str] = set()
+    for i in order:
+        row = rows[members[i].number]
+        if row.fingerprint in seen:
+            continue
+        seen.add(row.fingerprint)
+        picked.append(Candidate(row.trial_number, None, row.config, row.params))
+        if len(picked) == front_size:
+            break
+    notes = []
+    for name in prep.baselines:
+        row = next((r for r in rows.values() if r.baseline == name and r.status != TrialStatus.DUPLICATE), None)
+        if row is None:
+            notes.append(f"baseline {name}: not measured in the search; not confirmed")
+        elif row.status != TrialStatus.OK:
+            notes.append(f"baseline {name} (trial {row.trial_number}) failed in the search "
+                         f"({row.failure_class}); not confirmed")
+        elif row.fingerprint in seen:
+            notes.append(f"baseline {name}: same flags as a front member; confirmed once")
+        else:
+            seen.add(row.fingerprint)
+            picked.append(Candidate(row.trial_number, name, row.config, row.params))
+    return picked, notes
+
+
+def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate]]:
+    """(round, candidate) in running order: every candidate once per round, rounds in turn."""
+    return [(r, c) for r in range(runs) for c in cands]
+
+
+def estimate_s(cands: Sequence[Candidate], rows: dict[int, TrialRecord], full: Measurement,
+               screened: Measurement) -> float | None:
+    """One run of each candidate, from its search trial's time: its load part scaled from the
+    screening measurement to the full one (stages cut short by an early abort stay short)."""
+    if not cands:
+        return 0.0
+    full_s, short_s = full.planned_s(), screened.planned_s()
+    scale = full_s / short_s if full_s and short_s else 1.0
+    total = 0.0
+    for c in cands:
+        t = rows[c.trial_number].timings or {}
+        if "total_s" not in t:
+            return None
+        load = t.get("load_s", 0.0)
+        total += t["total_s"] - load + load * scale
+    return total
+
+
+def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float | None:
+    """Before any trial: the most a phase can take, from the scenario's planned load time."""
+    planned = full.planned_s()
+    if planned is None:
+        return None
+    return n_candidates * runs * (START_STOP_ESTIMATE_S + planned + 10.0)
+
+
+class ConfirmationPhase:
+    """Runs the schedule on `executor` (built on the full measurement), scoring each run with
+    `score` and storing it; `decide` then reads the verdict from the stored runs."""
+
+    def __init__(self, prep: Prepared, executor: TrialExecutor, events: StudyObserver,
+                 score: Callable[[dict[str, float], bool], Score], runs: int):
+        self.prep, self.executor, self.events, self.score, self.runs = prep, executor, events, score, runs
+
+    def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
+            estimate: float | None) -> verdict_mod.Verdict:
+        done = {(r.trial_number, r.round) for r in queries.confirmation_runs(session, rec)}
+        plan = schedule(cands, self.runs)
+        todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
+        per_run = estimate / len(cands) if estimate is not None and cands else None
+        self.events.confirmation_started(ConfirmationStarted(
+            [c.label for c in cands], self.runs, len(todo), per_run * len(todo) if per_run is not None else None,
+            notes))
+        for i, round_, cand in todo:
+            label = f"confirm {i + 1}/{len(plan)} (round {round_ + 1}): {cand.label}"
+            self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
+            row = self._run_one(session, rec, i, round_, cand)
+            self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label))
+        result = self.decide(session, rec, cands)
+        if result.outcome != verdict_mod.Outcome.INCOMPLETE:
+            rec.noise = {k: v for k, v in result.noise.items() if math.isfinite(v)}
+            session.commit()
+        self.events.confirmation_finished(ConfirmationFinished(result))
+        return result
+
+    def decide(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate]) -> verdict_mod.Verdict:
+        return verdict_mod.decide(queries.confirmation_runs(session, rec), self.prep.scenario,
+                                  [c.trial_number for c in cands], self.runs)
+
+    def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
+        p = self.prep
+        plan = plan_trial(cand.trial_number, cand.baseline, cand.params, cand.config, p.ctx,
+                          p.scenario.workload.longest_request_tokens(), p.shown)
+        plan.run_name = f"confirm-r{round_ + 1}-trial-{cand.trial_number:04d}"
+        outcome = self.executor.run(plan, self.events.phase)
+        self.events.phase("scoring")
+        ok = outcome.status == TrialStatus.OK
+        s = self.score(outcome.metrics, ok)
+        failure = outcome.failure
+        row = queries.save_confirmation_run(
+            session, rec, cand.trial_number, round_, baseline=cand.baseline, sequence=sequence,
+            status=outcome.status, metrics=json_safe(outcome.metrics), constraints=s.constraints,
+            capacity=outcome.capacity, stages=outcome.stages, timings=outcome.timings, command=outcome.command,
+            log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
+            failure_class=failure.cls.value if failure else None, failure_phase=failure.phase if failure else None,
+            failure_line=failure.line if failure else None)
+        session.commit()
+        return row

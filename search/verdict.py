@@ -1,0 +1,195 @@
+"""What the confirmation phase's runs say: per candidate the median of its runs with an interval,
+whether its medians meet the SLOs, how it compares with each baseline, and which configuration
+to deploy. Pure: stored runs in, a `Verdict` out; outputs turn it into sentences.
+
+The selection rule of the scenario is applied to the confirmed medians, with the baselines as
+candidates like any other. A configuration is recommended over the best feasible baseline only
+if it wins beyond the noise on some objective (its relative difference's 95% interval excludes
+0) without losing on the rule's primary objective; otherwise the baseline is kept. Candidates
+whose every objective is within the noise of the top one are its ties: the rule's tie-break
+(the medians) decided between them, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+
+from objectives import statistics as st
+from search import pareto
+from search.scenario import Scenario
+from storage.models import TrialStatus
+
+
+class RunView(Protocol):
+    """A stored confirmation run as the verdict reads it (`storage.models.ConfirmationRun`)."""
+
+    trial_number: int
+    baseline: str | None
+    round: int
+    status: str
+    metrics: dict[str, Any]
+    constraints: dict[str, Any]
+    failure_class: str | None
+    failure_line: str | None
+
+
+class Outcome(StrEnum):
+    RECOMMEND = "recommend"  # a configuration beats the baselines beyond the noise
+    KEEP_BASELINE = "keep_baseline"  # nothing does: deploy the (best feasible) baseline
+    NONE_FEASIBLE = "none_feasible"  # no candidate met the SLOs on its confirmed medians
+    INCOMPLETE = "incomplete"  # planned runs are missing (the phase was interrupted)
+
+
+@dataclass
+class CandidateResult:
+    trial_number: int
+    baseline: str | None
+    rounds: int  # runs stored (ok or failed)
+    metrics: dict[str, st.Interval]  # objectives and SLO metrics: median of the ok runs, 95% interval
+    runs: dict[str, list[float]]  # the same metrics run by run, by round (NaN: failed run)
+    constraints: dict[str, float]  # median over runs of each constraint (<= 0: met)
+    failures: list[str] = field(default_factory=list)  # "round 2: startup_oom: ..."
+    rank: int | None = None  # by the selection rule among the feasible (0: first)
+
+    @property
+    def label(self) -> str:
+        return f"{self.baseline} (trial {self.trial_number})" if self.baseline else f"trial {self.trial_number}"
+
+    @property
+    def feasible(self) -> bool:
+        return not self.failures and bool(self.constraints) and all(v <= 0 for v in self.constraints.values())
+
+    @property
+    def worst_constraint(self) -> tuple[str, float] | None:
+        if not self.constraints:
+            return None
+        key = max(self.constraints, key=lambda k: self.constraints[k])
+        return key, self.constraints[key]
+
+    def values(self, names: Sequence[str]) -> list[float]:
+        return [self.metrics[n].value for n in names]
+
+
+@dataclass
+class Comparison:
+    """`candidate` against `reference`, per objective: relative difference of the medians."""
+
+    candidate: int
+    reference: int
+    diffs: dict[str, st.Interval]
+    calls: dict[str, st.Call]
+
+    def with_call(self, call: st.Call) -> list[str]:
+        return [m for m, c in self.calls.items() if c == call]
+
+
+@dataclass
+class Verdict:
+    outcome: Outcome
+    candidates: list[CandidateResult]  # in the phase's order
+    recommended: CandidateResult | None  # what to deploy (a baseline when KEEP_BASELINE)
+    top: CandidateResult | None  # first by the selection rule on confirmed medians
+    reference: CandidateResult | None  # the best feasible baseline
+    comparisons: list[Comparison]  # every non-baseline candidate against every baseline
+    ties: list[CandidateResult]  # feasible candidates within the noise of `top` on every objective
+    noise: dict[str, float]  # pooled coefficient of variation per metric
+    runs_planned: int
+    runs_done: int
+    closest: CandidateResult | None = None  # NONE_FEASIBLE: the smallest worst violation
+
+    def comparison(self, candidate: int, reference: int) -> Comparison | None:
+        return next((c for c in self.comparisons if c.candidate == candidate and c.reference == reference), None)
+
+    @property
+    def baselines(self) -> list[CandidateResult]:
+        return [c for c in self.candidates if c.baseline]
+
+
+def measured_metrics(scenario: Scenario) -> list[str]:
+    """The metrics a verdict reports: the objectives, then the SLO metrics not among them."""
+    names = list(scenario.objective_names)
+    return names + [s.metric for s in scenario.slos if s.metric not in names]
+
+
+def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequence[str]) -> CandidateResult:
+    runs = sorted(runs, key=lambda r: r.round)
+    ok = [r.status == TrialStatus.OK for r in runs]
+    by_metric = {m: [float(r.metrics.get(m, math.nan)) if good else math.nan for r, good in zip(runs, ok)]
+                 for m in metrics}
+    keys = {k for r in runs for k in r.constraints}
+    # A bound's violation is linear in its metric, so the median violation is the median's.
+    constraints = {k: float(np.median([float(r.constraints[k]) for r in runs if k in r.constraints]))
+                   for k in sorted(keys)}
+    failures = [f"round {r.round + 1}: {r.failure_class}: {(r.failure_line or '')[:160]}"
+                for r, good in zip(runs, ok) if not good]
+    return CandidateResult(trial_number=trial_number, baseline=runs[0].baseline if runs else None,
+                           rounds=len(runs), metrics={m: st.median_interval(v) for m, v in by_metric.items()},
+                           runs=by_metric, constraints=constraints, failures=failures)
+
+
+def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Scenario) -> Comparison:
+    diffs, calls = {}, {}
+    for name, direction in zip(scenario.objective_names, scenario.directions):
+        diff = st.relative_difference(candidate.runs[name], reference.runs[name])
+        diffs[name], calls[name] = diff, st.call(diff, direction)
+    return Comparison(candidate.trial_number, reference.trial_number, diffs, calls)
+
+
+def _primary(scenario: Scenario) -> list[str]:
+    """The objectives a recommended configuration must not lose on: the rule's metric (best_of),
+    every objective (knee: no single one leads)."""
+    sel = scenario.selection
+    return [sel.metric] if sel.rule == "best_of" and sel.metric else list(scenario.objective_names)
+
+
+def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], runs_per_candidate: int) -> Verdict:
+    """The verdict over the confirmation runs of the candidates `order` (trial numbers, in the
+    phase's order), each planned `runs_per_candidate` times."""
+    metrics = measured_metrics(scenario)
+    by_trial: dict[int, list[RunView]] = {n: [] for n in order}
+    for r in runs:
+        if r.trial_number in by_trial:
+            by_trial[r.trial_number].append(r)
+    candidates = [candidate_result(n, by_trial[n], metrics) for n in order if by_trial[n]]
+    names, directions = scenario.objective_names, scenario.directions
+    noise = {m: st.pooled_cv([[v for v in c.runs[m] if math.isfinite(v)] for c in candidates]) for m in metrics}
+    done = sum(c.rounds for c in candidates)
+    planned = len(order) * runs_per_candidate
+    baselines = [c for c in candidates if c.baseline]
+    comparisons = [compare(c, b, scenario) for c in candidates if not c.baseline for b in baselines]
+    verdict = Verdict(Outcome.INCOMPLETE, candidates, None, None, None, comparisons, [], noise, planned, done)
+    if done < planned:
+        return verdict
+
+    feasible = [c for c in candidates if c.feasible]
+    if not feasible:
+        verdict.outcome = Outcome.NONE_FEASIBLE
+        served = [c for c in candidates if not c.failures] or candidates
+        verdict.closest = min(served, key=lambda c: c.worst_constraint[1] if c.worst_constraint else math.inf,
+                              default=None)
+        return verdict
+    ranking = pareto.rank([c.values(names) for c in feasible], directions, names, scenario.selection)
+    for position, i in enumerate(ranking):
+        feasible[i].rank = position
+    ordered = [feasible[i] for i in ranking]
+    top = ordered[0]
+    verdict.top = top
+    verdict.reference = next((c for c in ordered if c.baseline), None)
+    verdict.ties = [c for c in ordered[1:]
+                    if all(call == "tie" for call in compare(c, top, scenario).calls.values())]
+    if top.baseline or verdict.reference is None:
+        verdict.outcome = Outcome.KEEP_BASELINE if top.baseline else Outcome.RECOMMEND
+        verdict.recommended = top
+        return verdict
+    against = compare(top, verdict.reference, scenario)
+    loses_where_it_counts = any(against.calls[m] == "loss" for m in _primary(scenario))
+    if against.with_call("win") and not loses_where_it_counts:
+        verdict.outcome, verdict.recommended = Outcome.RECOMMEND, top
+    else:
+        verdict.outcome, verdict.recommended = Outcome.KEEP_BASELINE, verdict.reference
+    return verdict

@@ -1,0 +1,56 @@
+"""Intervals, relative differences and their calls, noise, and how many requests decide a percentile."""
+
+import math
+
+import pytest
+
+from objectives import statistics as st
+
+
+def test_median_interval_of_three_runs_is_their_median_within_their_range():
+    iv = st.median_interval([431.0, 398.0, 410.0])
+    assert (iv.value, iv.low, iv.high, iv.n) == (410.0, 398.0, 431.0, 3)
+    assert st.median_interval([5.0, float("nan"), None]) == st.Interval(5.0, 5.0, 5.0, 1)
+    assert st.median_interval([]).n == 0 and math.isnan(st.median_interval([]).value)
+
+
+def test_relative_difference_of_a_known_case():
+    # the issue's example: 412 ms [398, 431] against the defaults' 1,310 ms [1,270, 1,365]
+    diff = st.relative_difference([398.0, 410.0, 431.0], [1270.0, 1310.0, 1365.0])
+    assert diff.value == pytest.approx(410 / 1310 - 1)
+    assert (round(diff.low * 100), round(diff.high * 100)) == (-71, -66)
+    assert st.call(diff, "minimize") == "win" and st.call(diff, "maximize") == "loss"
+
+
+def test_differences_inside_the_noise_are_ties():
+    diff = st.relative_difference([100.0, 104.0, 98.0], [101.0, 99.0, 103.0])
+    assert diff.contains(0.0) and st.call(diff, "minimize") == "tie" and st.call(diff, "maximize") == "tie"
+    # a failed run (NaN) leaves that run out; nothing to compare is a tie, never a win
+    assert st.call(st.relative_difference([math.nan], [1.0]), "maximize") == "tie"
+
+
+def test_intervals_are_reproducible():
+    a, b = [3.1, 2.9, 3.4, 3.0], [2.0, 2.2, 2.1, 1.9]
+    assert st.relative_difference(a, b) == st.relative_difference(a, b)
+
+
+def test_noise_is_the_runs_coefficient_of_variation_pooled_over_candidates():
+    assert st.coefficient_of_variation([98.0, 100.0, 102.0]) == pytest.approx(0.02)
+    assert math.isnan(st.coefficient_of_variation([5.0]))
+    assert st.pooled_cv([[98.0, 100.0, 102.0], [9.4, 10.0, 10.6]]) == pytest.approx(math.sqrt((0.02**2 + 0.06**2) / 2))
+    assert not st.beyond_noise(0.05, cv=0.03) and st.beyond_noise(0.10, cv=0.03)
+    assert st.beyond_noise(0.05, cv=0.03, runs_each=3)  # medians of 3 runs: a tighter bar
+
+
+@pytest.mark.parametrize("metric,n,k", [("ttft_p95_ms", 70, 4), ("ttft_p99_ms", 100, 1), ("tpot_p90_ms@long", 30, 3),
+                                        ("ttft_p95_ms", 200, 10)])
+def test_the_slowest_requests_decide_a_percentile(metric, n, k):
+    assert st.tail_requests(st.percentile_of(metric), n) == k
+
+
+def test_a_percentile_over_too_few_requests_is_flagged_with_what_would_do():
+    text = st.thin_percentile("ttft_p99_ms", 100)
+    assert text.startswith("ttft_p99_ms over ~100 requests per run is decided by the single slowest request")
+    assert "500+ requests" in text
+    assert st.thin_percentile("ttft_p95_ms", 200) is None  # 10 above it
+    assert st.thin_percentile("ttft_median_ms", 10) is None and st.thin_percentile("output_throughput", 3) is None

@@ -1,0 +1,173 @@
+"""The confirmation phase on a scripted executor: re-measurement beats the winner's curse,
+interleaved rounds, resume mid-phase, keeping the baseline, screening against the full measurement.
+
+Real Optuna, SQLite, scoring and verdict; no vLLM. Scenario: tests/fixtures/scenarios/
+loop_confirm.yaml (max_num_seqs 16, 8 and 4 enqueued in that order, then the baseline; TTFT decides).
+"""
+
+import pytest
+from sqlalchemy.orm import Session
+
+from search.verdict import Outcome
+from storage import queries
+from storage.models import TrialStatus
+from tests.support.paths import FIXTURES
+from tests.support.scripted_executor import ScriptedExecutor
+from tests.support.study_loop import Recorder, rows, runner
+from search.executor import TrialOutcome
+
+SCENARIO = FIXTURES / "scenarios" / "loop_confirm.yaml"
+ROUND_NOISE = (-0.02, 0.0, 0.02)  # each confirmation round's drift, alike for every candidate
+
+
+def seqs(plan) -> int | None:
+    return plan.config.get("max_num_seqs")  # None: the baseline (vLLM's default)
+
+
+def noisy_world(true_ttft: dict, search_ttft: dict | None = None):
+    """A script: the search measures `search_ttft` (a lucky outlier, say) where given, else the
+    truth; confirmation runs measure the truth with each round's drift. Throughput: level."""
+    search_ttft = search_ttft or {}
+
+    def script(plan) -> TrialOutcome:
+        key = seqs(plan)
+        if plan.run_name and plan.run_name.startswith("confirm"):
+            drift = 1 + ROUND_NOISE[int(plan.run_name.split("-")[1][1:]) - 1]
+            ttft, tput = true_ttft[key] * drift, 100.0 * drift
+        else:
+            ttft = search_ttft.get(key, true_ttft[key])
+            tput = {None: 99.0, 4: 102.0, 8: 101.0, 16: 100.0}[key]
+        return TrialOutcome(status=TrialStatus.OK, command=f"scripted {plan.server_args.flags}", metrics={
+            "ttft_p95_ms": ttft, "output_throughput": tput, "error_rate": 0.0, "completed": 8.0,
+            "failed": 0.0, "client_behind": 0.0})
+    return script
+
+
+TRUTH = {None: 1000.0, 4: 900.0, 8: 600.0, 16: 700.0}
+LUCKY_16 = {16: 400.0}  # one good draw: the search's winner, 300 ms better than 16 really is
+
+
+def enqueued(r):
+    """Trials 0-2 measure max_num_seqs 16, 8, 4 (the baseline comes after, trial 3)."""
+    if not r.study.trials:
+        for n in (16, 8, 4):
+            r.study.enqueue_trial({"max_num_seqs": n})
+    return r
+
+
+def study(tmp_path, script, *, scenario=SCENARIO, confirm_runs=None, executor=None):
+    executor, events = executor or ScriptedExecutor(script=script), Recorder()
+    r = enqueued(runner(tmp_path, executor, scenario=scenario, confirm_runs=confirm_runs, observers=[events]))
+    return r, executor, events
+
+
+def trial_of(r, max_num_seqs) -> int:
+    return next(row.trial_number for row in rows(r) if row.config.get("max_num_seqs") == max_num_seqs
+                and not row.baseline)
+
+
+BASELINE = 3
+
+
+def confirmation_runs(r):
+    with Session(queries.open_db(r.prep.storage_url)) as s:
+        return queries.confirmation_runs(s, queries.require_study(s, "loop"))
+
+
+def test_confirmation_picks_the_truly_better_config_over_a_lucky_single_measurement(tmp_path):
+    r, executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
+    result = r.run()
+    lucky, better = trial_of(r, 16), trial_of(r, 8)
+    assert r.chosen().number == lucky  # the search alone would deploy the outlier
+    verdict = result.verdict
+    assert verdict.outcome == Outcome.RECOMMEND
+    assert result.chosen == better and verdict.recommended.trial_number == better
+    assert [c.trial_number for c in verdict.candidates] == [lucky, better, BASELINE]  # the front's first two, the baseline
+    by_trial = {c.trial_number: c for c in verdict.candidates}
+    assert by_trial[lucky].metrics["ttft_p95_ms"].value == pytest.approx(700.0)
+    against_defaults = verdict.comparison(better, BASELINE)
+    assert against_defaults.calls == {"ttft_p95_ms": "win", "output_throughput": "tie"}
+    assert against_defaults.diffs["ttft_p95_ms"].value == pytest.approx(-0.4)
+    assert verdict.ties == []  # 600 vs 700 with 2% drift: apart beyond the noise
+    assert events.names.count("confirmation_run_recorded") == 9 and "confirmation_finished" in events.names
+
+
+def test_rounds_are_interleaved_and_each_run_is_stored_with_its_round(tmp_path):
+    r, executor, _ = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
+    r.run()
+    confirms = [p for p in executor.plans if p.run_name]
+    order = [p.number for p in confirms]
+    lucky, better = trial_of(r, 16), trial_of(r, 8)
+    assert order == [lucky, better, BASELINE] * 3  # A B C A B C A B C, not A A A B B B
+    assert [p.run_name for p in confirms[:3]] == [f"confirm-r1-trial-{n:04d}" for n in (lucky, better, BASELINE)]
+    stored = confirmation_runs(r)
+    assert [(s.trial_number, s.round) for s in stored] == [(n, k) for k in range(3) for n in (lucky, better, BASELINE)]
+    assert all(s.status == "ok" and s.constraints["server_ok"] == -1.0 for s in stored)
+
+
+def test_an_interrupted_phase_resumes_with_the_runs_it_lacks(tmp_path):
+    calls = []
+
+    def interrupt_fifth_confirmation(plan):
+        if plan.run_name:
+            calls.append(plan.number)
+            if len(calls) == 5:
+                raise KeyboardInterrupt
+
+    executor = ScriptedExecutor(script=noisy_world(TRUTH, LUCKY_16), before=interrupt_fifth_confirmation)
+    with pytest.raises(KeyboardInterrupt):
+        study(tmp_path, None, executor=executor)[0].run()
+    assert len(confirmation_runs(runner(tmp_path, ScriptedExecutor(), scenario=SCENARIO))) == 4
+
+    r, again, _ = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
+    result = r.run()
+    lucky, better = trial_of(r, 16), trial_of(r, 8)
+    # no search trial again; the interrupted fifth run (round 2's second) and the four after it
+    assert [p.number for p in again.plans] == [better, BASELINE, lucky, better, BASELINE]
+    assert len(confirmation_runs(r)) == 9
+    assert result.verdict.outcome == Outcome.RECOMMEND and result.chosen == better
+
+
+def test_nothing_beats_the_baseline_beyond_the_noise_so_it_is_kept(tmp_path):
+    level = {None: 1000.0, 4: 1000.0, 8: 1000.0, 16: 1000.0}
+    r, _, _ = study(tmp_path, noisy_world(level, {16: 400.0, 8: 600.0}))
+    result = r.run()
+    verdict = result.verdict
+    assert verdict.outcome == Outcome.KEEP_BASELINE
+    assert result.chosen == BASELINE and verdict.recommended.baseline == "vllm_defaults"
+    # the rule's first pick and the others are ties of each other, and of the baseline
+    assert {c.trial_number for c in [verdict.top, *verdict.ties]} == {trial_of(r, 16), trial_of(r, 8), BASELINE}
+
+
+def test_a_candidate_that_misses_the_slo_in_confirmation_loses_its_feasibility(tmp_path):
+    truth = {**TRUTH, 16: 2500.0}  # the SLO: ttft_p95_ms <= 2000
+    r, _, _ = study(tmp_path, noisy_world(truth, LUCKY_16))
+    verdict = r.run().verdict
+    lucky = next(c for c in verdict.candidates if c.trial_number == trial_of(r, 16))
+    assert not lucky.feasible
+    assert lucky.worst_constraint == ("ttft_p95_ms<=2000", pytest.approx(0.25))
+    assert verdict.recommended.trial_number == trial_of(r, 8)
+
+
+def test_the_noise_of_each_objective_is_stored_with_the_study(tmp_path):
+    r, _, _ = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
+    r.run()
+    with Session(queries.open_db(r.prep.storage_url)) as s:
+        noise = queries.require_study(s, "loop").noise
+    assert noise["ttft_p95_ms"] == pytest.approx(0.02) and noise["output_throughput"] == pytest.approx(0.02)
+
+
+def test_the_search_screens_short_and_confirmation_measures_in_full(tmp_path):
+    text = SCENARIO.read_text() + "screening: {num_requests: 4}\n"
+    (tmp_path / "screened.yaml").write_text(text)
+    r, executor, _ = study(tmp_path, noisy_world(TRUTH, LUCKY_16), scenario=tmp_path / "screened.yaml", confirm_runs=1)
+    r.run()
+    sizes = [(bool(p.run_name), m.workload.num_requests) for p, m in zip(executor.plans, executor.measured_with)]
+    assert sizes == [(False, 4)] * 4 + [(True, 8)] * 3
+
+
+def test_confirm_runs_zero_skips_the_phase(tmp_path):
+    r, executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16), confirm_runs=0)
+    result = r.run()
+    assert result.verdict is None and not any(p.run_name for p in executor.plans)
+    assert result.chosen == trial_of(r, 16)
