@@ -10,11 +10,12 @@ STORAGE  ?=
 STUDY    ?=
 SAMPLER  ?=
 URL      ?=
+CONFIRM_RUNS ?=
 
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports search export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity clean
+.PHONY: setup test test-fast lint-imports search confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity clean
 
 setup:
 	@bash scripts/setup.sh
@@ -31,7 +32,10 @@ lint-imports: setup   ## the package layering of docs/architecture.md (pyproject
 
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
-		$(call opt,--sampler,$(SAMPLER)) $(STUDY_ARGS)
+		$(call opt,--sampler,$(SAMPLER)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)
+
+confirm: setup   ## the confirmation phase alone on an existing study (resumes): CONFIRM_RUNS=n
+	$(BIN)/autotune confirm $(SCENARIO) $(call opt,--model,$(MODEL)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)
 
 export: setup
 	$(BIN)/autotune export $(SCENARIO) $(STUDY_ARGS)

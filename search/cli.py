@@ -71,22 +71,30 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    """`autotune search`: the search, then the confirmation phase; `autotune confirm`: the phase alone."""
     from search.outputs import DashboardPublisher, StudyProgress
     from search.prepare import StudyOptions, prepare
+    from search.samplers import DEFAULT_SAMPLER
     from search.study import StudyRunner
 
+    searching = args.command == "search"
     opts = StudyOptions(
-        scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
-        storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed,
-        runs_dir=Path(args.runs_dir))
+        scenario=args.scenario, trials=getattr(args, "trials", None), timeout_min=getattr(args, "timeout_min", None),
+        model=args.model, storage=args.storage, study_name=args.study,
+        sampler=getattr(args, "sampler", DEFAULT_SAMPLER), seed=getattr(args, "seed", 0),
+        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs)
     console = _console()
     prep = prepare(opts)  # every check before any server starts
+    if not searching:
+        from storage.queries import existing_study_check
+
+        existing_study_check(prep.storage_url, prep.study_name, f"run `autotune search {args.scenario}` first")
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
     try:
-        result = runner.run()
+        result = runner.run(search=searching)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: no server is left running; run the same command to "
                       "continue where the study stopped")
@@ -137,6 +145,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
     p.add_argument("scenario", nargs=None if scenario_required else "?", default="mixed",
                    help="scenario name (configs/NAME.yaml) or path to a scenario file")
@@ -171,7 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--timeout-min", type=float, default=None, help="wall-time budget")
     search.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
     search.add_argument("--seed", type=int, default=0)
+    search.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
+                        help="runs per candidate in the confirmation phase after the search "
+                             "(default: the scenario's confirmation.runs, 3); 0 skips the phase")
     search.set_defaults(func=_cmd_search)
+
+    confirm = sub.add_parser(
+        "confirm", help="the confirmation phase alone on an existing study: re-measure the front's best and "
+                        "the baselines, interleaved, and decide on the confirmed values (resumes)")
+    _add_study_target(confirm, scenario_required=True)
+    confirm.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
+                         help="runs per candidate (default: the scenario's confirmation.runs, 3)")
+    confirm.set_defaults(func=_cmd_search)
 
     exp = sub.add_parser("export", help="write best.yaml (for vllm serve --config) and pareto.yaml")
     _add_study_target(exp)

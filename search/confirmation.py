@@ -24,6 +24,7 @@ from search.events import (ConfirmationFinished, ConfirmationRunRecorded, Confir
                            ConfirmationStarted, StudyObserver)
 from search.executor import Measurement, TrialExecutor, plan as plan_trial
 from search.prepare import Prepared
+from search.scenario import Scenario
 from storage import queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus
 
@@ -108,6 +109,15 @@ def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float
     return n_candidates * runs * (START_STOP_ESTIMATE_S + planned + 10.0)
 
 
+def stored_verdict(session: Session, rec: StudyRecord, scenario: Scenario) -> verdict_mod.Verdict | None:
+    """The verdict of the study's confirmation phase as stored (None: the phase never started);
+    INCOMPLETE while planned runs are missing."""
+    plan = rec.confirmation
+    if not plan:
+        return None
+    return verdict_mod.decide(queries.confirmation_runs(session, rec), scenario, plan["candidates"], plan["runs"])
+
+
 class ConfirmationPhase:
     """Runs the schedule on `executor` (built on the full measurement), scoring each run with
     `score` and storing it; `decide` then reads the verdict from the stored runs."""
@@ -118,6 +128,8 @@ class ConfirmationPhase:
 
     def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
             estimate: float | None) -> verdict_mod.Verdict:
+        rec.confirmation = {"runs": self.runs, "candidates": [c.trial_number for c in cands], "notes": notes}
+        session.commit()
         done = {(r.trial_number, r.round) for r in queries.confirmation_runs(session, rec)}
         plan = schedule(cands, self.runs)
         todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
@@ -138,8 +150,7 @@ class ConfirmationPhase:
         return result
 
     def decide(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate]) -> verdict_mod.Verdict:
-        return verdict_mod.decide(queries.confirmation_runs(session, rec), self.prep.scenario,
-                                  [c.trial_number for c in cands], self.runs)
+        return stored_verdict(session, rec, self.prep.scenario)
 
     def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
         p = self.prep

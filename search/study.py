@@ -375,9 +375,6 @@ class StudyRunner:
         verdict = None
         try:
             with self._announced(), Session(self.engine, expire_on_commit=False) as session:
-                if not search and queries.find_study(session, self.prep.study_name) is None:
-                    raise LookupError(f"no study named {self.prep.study_name!r} to confirm; run "
-                                      f"`autotune search {self.sc.name}` first")
                 rec = self._study_record(session)
                 self._recover(session, rec)
                 self.events.note(self._confirmation_note())

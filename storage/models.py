@@ -53,6 +53,9 @@ class StudyRecord(Base):
     # Run-to-run spread (coefficient of variation) of each objective and SLO metric, from the
     # confirmation phase's repeats: this scenario's noise on this machine.
     noise: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The confirmation phase's plan, set when it starts: {"runs": R, "candidates": [trial numbers
+    # in round order], "notes": [...]}; its runs are ConfirmationRun rows.
+    confirmation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     hv_reference: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 

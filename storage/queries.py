@@ -49,6 +49,24 @@ def _add_new_columns(engine: Engine) -> None:
                     conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
+def existing_study_check(url: str, study_name: str, hint: str) -> None:
+    """Raise LookupError (with `hint`) unless `study_name` is stored at `url`; creates nothing
+    (no database file, no table), unlike `open_db`."""
+    parsed = make_url(url)
+    missing = LookupError(f"no study named {study_name!r} in {url}; {hint}")
+    if parsed.drivername.startswith("sqlite") and not Path(parsed.database or "").expanduser().exists():
+        raise missing
+    engine = create_engine(url, **engine_kwargs(url))
+    try:
+        if not inspect(engine).has_table(StudyRecord.__tablename__):
+            raise missing
+        with Session(engine) as session:
+            if find_study(session, study_name) is None:
+                raise missing
+    finally:
+        engine.dispose()
+
+
 def find_study(session: Session, study_name: str) -> StudyRecord | None:
     return session.scalar(select(StudyRecord).where(StudyRecord.study_name == study_name))
 
