@@ -383,3 +383,20 @@ class WorkloadSpec(BaseModel):
     def longest_request_tokens(self) -> int:
         """The largest prompt + output any request of this workload can have."""
         return max(c.longest_request_tokens(self.endpoint) for c in self.classes)
+
+    def expected_requests(self, class_name: str | None = None) -> float | None:
+        """About how many measured requests one run has (of `class_name`, by its weight): the
+        count a percentile over this run rests on. None: an open loop without a resolved rate."""
+        rate = self.arrival.mean_rate()
+        if self.num_requests is not None:
+            n = float(self.num_requests)
+            if self.duration_s is not None and rate is not None:
+                n = min(n, rate * self.duration_s)
+        elif rate is not None:
+            n = rate * self.duration_s
+        else:
+            return None
+        if class_name is None:
+            return n
+        total = sum(c.weight for c in self.classes)
+        return n * next(c.weight for c in self.classes if c.name == class_name) / total

@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
+from objectives import statistics as st
 from objectives.metrics import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
@@ -163,6 +164,20 @@ class StudyRunner:
         arrival = self.workload.arrival
         if arrival.rate is not None:
             self.events.note(f"load: {arrival.mode} arrivals at {arrival.rate:.2f} req/s")
+        for text in self._thin_percentiles():
+            self.events.note(f"warning: {text}")
+
+    def _thin_percentiles(self) -> list[str]:
+        """Objectives and SLOs whose percentile a run's requests cannot pin down (at the target
+        load, in the search's measurement; confirmation takes the median of several runs)."""
+        found = []
+        for metric in dict.fromkeys(self.sc.objective_names + [s.metric for s in self.sc.slos]):
+            cls = metric.split("@", 1)[1] if "@" in metric else None
+            n = self.screened.workload.expected_requests(cls)
+            text = st.thin_percentile(metric, n) if n is not None else None
+            if text:
+                found.append(text)
+        return found
 
     def _enqueue_baselines(self) -> None:
         present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}

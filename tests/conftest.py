@@ -40,7 +40,8 @@ def artifacts_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory, artifacts_dir):
-    """One small real study per test session (3 vLLM starts on the CPU default model).
+    """One small real study per test session (3 vLLM starts on the CPU default model, then 4 more
+    in its confirmation phase).
 
     Returns dict(storage=URL, study=name, runs_dir=Path, run_dir=Path, stdout=str).
     """

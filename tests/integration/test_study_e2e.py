@@ -135,3 +135,22 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     retry = [t for t in study.trials if t.user_attrs.get("retry_of") == interrupted_number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == killed.params
     assert [s.after_trial_number for s in history] == numbers
+
+
+def test_confirmation_reruns_the_front_and_the_baseline_interleaved_on_fresh_servers(finished_study):
+    with Session(queries.open_db(finished_study["storage"])) as s:
+        rec = queries.require_study(s, "e2e")
+        runs = queries.confirmation_runs(s, rec)
+        rows = {r.trial_number: r for r in queries.trial_records(s, rec)}
+        plan, noise = rec.confirmation, rec.noise
+    sampled = next(n for n, r in rows.items() if not r.baseline)
+    defaults = next(n for n, r in rows.items() if r.baseline == "vllm_defaults")
+    assert plan["candidates"] == [sampled, defaults] and plan["runs"] == 2
+    assert any("broken" in note and "not confirmed" in note for note in plan["notes"])  # failed in the search
+    assert [(r.trial_number, r.round) for r in runs] == [(sampled, 0), (defaults, 0), (sampled, 1), (defaults, 1)]
+    for r in runs:  # each a full measurement of its own fresh server, with the trial's flags
+        assert r.status == "ok" and r.metrics["completed"] == 12 and r.metrics["failed"] == 0
+        assert r.command == rows[r.trial_number].command
+        log = finished_study["run_dir"] / f"confirm-r{r.round + 1}-trial-{r.trial_number:04d}" / "server.log"
+        assert log.exists() and str(log) == r.log_path
+    assert set(noise) >= {"output_throughput", "ttft_p95_ms"} and all(v >= 0 for v in noise.values())

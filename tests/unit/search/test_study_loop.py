@@ -221,14 +221,14 @@ def test_events_reach_every_subscriber_in_order(tmp_path):
     r = runner(tmp_path, ScriptedExecutor(), trials=2, observers=[first, second])
     r.run()
     per_trial = ["trial_started", "phase", "phase", "phase", "phase", "trial_scored", "trial_recorded"]
-    assert first.names == ["study_started", "note", *per_trial, *per_trial, "study_finished"]
-    assert first.notes == ["no confirmation phase (--confirm-runs 0): the single measurements decide"]
+    assert first.names == ["study_started", "note", "note", *per_trial, *per_trial, "study_finished"]
+    assert first.notes[0] == "no confirmation phase (--confirm-runs 0): the single measurements decide"
     assert [(n, e) for n, e in first.events if n != "study_started"] == \
         [(n, e) for n, e in second.events if n != "study_started"]
     started = first.events[0][1]
     assert (started.study_name, started.budget, started.study.study_name) == ("loop", 2, "loop")
     assert [e for n, e in first.events if n == "phase"][:4] == ["starting", "load", "stopping", "scoring"]
-    trial0 = first.events[2][1]
+    trial0 = first.events[3][1]
     assert (trial0.number, trial0.baseline, trial0.label) == (0, "vllm_defaults", "trial 0 (baseline vllm_defaults)")
     scored = [e for n, e in first.events if n == "trial_scored"]
     assert [e.trial.number for e in scored] == [e.row.trial_number for e in scored] == [0, 1]
@@ -282,3 +282,12 @@ def test_the_cli_subscribes_the_progress_display_and_the_dashboard(tmp_path, mon
     [t] = optuna.load_study(study_name="loop", storage=storage).trials
     assert "bottleneck" in t.user_attrs and len(executor.plans) == 1
     assert get_note(optuna.trial.Trial(optuna.load_study(study_name="loop", storage=storage), t._trial_id))
+
+
+def test_a_percentile_that_a_run_cannot_pin_down_is_warned_about_before_the_first_trial(tmp_path):
+    events = Recorder()
+    runner(tmp_path, ScriptedExecutor(), trials=1, observers=[events]).run()
+    # loop.yaml: 8 requests per run; ttft_p95_ms is an objective and an SLO, warned about once
+    [warning] = [n for n in events.notes if n.startswith("warning: ")]
+    assert warning.startswith("warning: ttft_p95_ms over ~8 requests per run is decided by the single slowest")
+    assert events.names.index("note") < events.names.index("trial_started")
