@@ -22,3 +22,16 @@ def test_unknown_scenario_name(tmp_path):
     proc = autotune("search", "chatbot", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2
     assert "unknown scenario 'chatbot'; built-in scenarios: api_service, batch_processing, mixed, online_chat" in proc.stderr
+
+
+def test_confirm_needs_a_stored_study_and_creates_nothing_without_one(tmp_path):
+    db = tmp_path / "none.db"
+    proc = autotune("confirm", "mixed", "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"autotune: error: no study named 'mixed' in sqlite:///{db}; run `autotune search mixed` first" in proc.stderr
+    assert not db.exists() and not (tmp_path / "mixed").exists()
+
+
+def test_confirm_runs_must_be_a_count(tmp_path):
+    proc = autotune("search", "mixed", "--confirm-runs", "-1", "--runs-dir", tmp_path, timeout=60)
+    assert proc.returncode == 2 and "argument --confirm-runs: must be a whole number >= 0, got '-1'" in proc.stderr
