@@ -103,22 +103,30 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
+    from rich.markup import escape
     from sqlalchemy.orm import Session
 
-    from search.outputs import REPORT_NAME, export_study, load_study, summary_table, write_report
+    from search.outputs import (REPORT_NAME, confirmation_table, export_study, load_study, summary_table,
+                                verdict_lines, write_report)
     from storage.queries import open_db
 
     with Session(open_db(storage_url)) as session:
         ls = load_study(session, storage_url, study_name)
         console.print(summary_table(ls))
-        written = export_study(session, storage_url, study_name, out_dir)
-    best = ls.chosen()
-    if best is None:
-        console.print("[red]no feasible configuration[/]: every trial failed or violated an SLO; "
-                      f"the Pareto set file lists none ({written[-1]})")
+        confirmed = confirmation_table(ls)
+        if confirmed is not None:
+            console.print(confirmed)
+        for line in verdict_lines(ls):  # the headline first
+            console.print(line, markup=False, highlight=False)
+        done = export_study(session, storage_url, study_name, out_dir)
+    if done.best is None:
+        stale = f"; the earlier {done.pareto.parent / 'best.yaml'} was removed" if done.removed_stale else ""
+        console.print(f"[red]no best.yaml written[/]: {escape(done.why_none)}{stale}")
     else:
-        console.print(f"chosen: trial {best.number}; config for `vllm serve --config`: [bold]{written[0]}[/]")
-        console.print(f"feasible Pareto set: {written[-1]}")
+        how = "confirmed" if done.deployment.confirmed else "on single, unconfirmed measurements"
+        console.print(f"deploy: trial {done.deployment.trial_number} ({how}); config for `vllm serve --config`: "
+                      f"[bold]{done.best}[/]")
+    console.print(f"feasible Pareto set: {done.pareto}")
     console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")
     return 0
 
@@ -186,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
     _add_study_target(search, scenario_required=True)
     search.add_argument("--trials", type=int, default=None, help="budget in finished trials (baselines included)")
-    search.add_argument("--timeout-min", type=float, default=None, help="wall-time budget")
+    search.add_argument("--timeout-min", type=float, default=None,
+                        help="wall-time budget of the search phase (the confirmation phase follows it)")
     search.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
     search.add_argument("--seed", type=int, default=0)
     search.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
