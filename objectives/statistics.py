@@ -107,8 +107,19 @@ def relative_difference(candidate: Sequence[float], reference: Sequence[float], 
     n = min(len(a), len(b))
     if len(a) == 1 and len(b) == 1:
         return Interval(point, point, point, 1)
+    if n == 1:  # scipy resamples samples of 2 or more; a single run resamples to itself: hold it fixed
+        low, high = _bootstrap((a,) if len(b) == 1 else (b,), _ratio_to_fixed(a, b), paired=False)
+        return Interval(point, low, high, n)
     low, high = _bootstrap((a, b), _ratio_of_medians, paired=paired)
     return Interval(point, low, high, n)
+
+
+def _ratio_to_fixed(a: np.ndarray, b: np.ndarray):
+    """`_ratio_of_medians` of the side with several runs, the other side's single run fixed."""
+    def statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.median(x, axis=axis) / b[0] - 1.0 if len(b) == 1 else a[0] / np.median(x, axis=axis) - 1.0
+    return statistic
 
 
 def call(diff: Interval, direction: Literal["minimize", "maximize"]) -> Call:
