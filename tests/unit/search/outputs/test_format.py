@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from search.outputs.format import fmt_value
+from objectives.statistics import Interval
+from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_relative, fmt_value, unit_of
 
 
 @pytest.mark.parametrize("value, digits, expected", [
@@ -35,3 +36,34 @@ def test_nothing_measured_is_written_as_missing(value):
     assert fmt_value(value) == "n/a"
     assert fmt_value(value, missing="") == ""
     assert fmt_value(value, missing="-") == "-"
+
+
+# --- confirmed numbers: medians with their intervals, relative differences, one comparison line ----
+
+def test_a_comparison_line_quotes_both_intervals_the_difference_and_the_run_counts():
+    line = comparison_line("ttft_p95_ms@short", Interval(412.3, 398.1, 431.2, 3), "vllm_defaults",
+                           Interval(1310.2, 1270.4, 1365.0, 3), Interval(-0.686, -0.712, -0.664, 3))
+    assert line == ("ttft_p95_ms@short 412 ms [398, 431] vs vllm_defaults 1,310 ms [1,270, 1,365]: "
+                    "-69% [-71, -66], 3+3 runs")
+    tie = comparison_line("output_throughput", Interval(100.0, 98.0, 102.0, 3), "vllm_defaults",
+                          Interval(100.0, 98.0, 102.0, 2), Interval(0.0, -0.039, 0.041, 2), "tie")
+    assert tie.endswith("100 tok/s [98, 102]: +0.0% [-3.9, +4.1], 3+2 runs; within the noise")
+
+
+@pytest.mark.parametrize("metric, unit", [("ttft_p95_ms@short", "ms"), ("slo_capacity_rps", "req/s"),
+                                          ("request_throughput", "req/s"), ("output_throughput", "tok/s"),
+                                          ("total_token_throughput", "tok/s"), ("error_rate", "")])
+def test_units_follow_the_metric_name(metric, unit):
+    assert unit_of(metric) == unit
+
+
+def test_an_interval_keeps_the_medians_precision_and_a_single_run_says_so():
+    assert fmt_interval(Interval(3.7, 3.56, 3.98, 3), unit="req/s") == "3.70 req/s [3.56, 3.98]"
+    assert fmt_interval(Interval(412.0, 412.0, 412.0, 1), unit="ms") == "412 ms (1 run)"
+    assert fmt_interval(Interval(math.nan, math.nan, math.nan, 0)) == "n/a"
+
+
+def test_a_small_difference_keeps_a_decimal_so_its_side_of_zero_shows():
+    assert fmt_relative(Interval(-0.02, -0.041, 0.003, 3)) == "-2.0% [-4.1, +0.3]"
+    assert fmt_relative(Interval(0.25, 0.12, 0.4, 3)) == "+25% [+12, +40]"
+    assert fmt_percent(0.07) == "7.0%" and fmt_percent(0.25) == "25%"
