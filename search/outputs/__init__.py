@@ -3,7 +3,8 @@
 The terminal (`progress` while a study runs, `summary` at its end), `best.yaml` and
 `pareto.yaml` (`export`), the self-contained HTML report (`report`, `figures`), and the
 optuna-dashboard pages (`dashboard`). `trial_views` is the read model they share: one view per
-stored trial, in exactly one category. `format` is the one number formatter. The study loop never
+stored trial, in exactly one category; `verdict_text` writes the confirmation phase's verdict in
+the words all of them quote. `format` is the one number formatter. The study loop never
 imports this package; it reaches the terminal and the dashboard through `search.events`
 subscribers that the CLI wires in.
 """
@@ -14,7 +15,7 @@ from search.outputs.export import export as export_study
 from search.outputs.format import fmt_value
 from search.outputs.progress import StudyProgress
 from search.outputs.report import REPORT_NAME, write_report
-from search.outputs.summary import summary_table
+from search.outputs.summary import confirmation_table, summary_table, verdict_lines
 
-__all__ = ["REPORT_NAME", "DashboardPublisher", "LoadedStudy", "StudyProgress", "export_study", "fmt_value", "load_study",
-           "publish_and_serve", "summary_table", "write_report"]
+__all__ = ["REPORT_NAME", "DashboardPublisher", "LoadedStudy", "StudyProgress", "confirmation_table", "export_study",
+           "fmt_value", "load_study", "publish_and_serve", "summary_table", "verdict_lines", "write_report"]

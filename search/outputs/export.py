@@ -1,14 +1,18 @@
-"""The chosen config as a YAML file `vllm serve --config FILE` takes unchanged, and the Pareto set.
+"""What to deploy as a YAML file `vllm serve --config FILE` takes unchanged, and the Pareto set.
 
-Keys are vLLM's long option names, values exactly what the measured server got. The comment
-header says where the numbers came from: scenario, measured metrics, each baseline's metrics
-from the same study, vLLM version, hardware, study and trial, and the exact command.
+Keys are vLLM's long option names, values exactly what the measured server got. What is deployed:
+the confirmation phase's verdict (a configuration that beats the baselines beyond the noise, or
+the baseline kept); no best.yaml when no candidate met the SLOs on its confirmed medians; the
+front's pick by the selection rule when no confirmation ran (its header says so). The comment
+header says where the numbers came from: the verdict with the confirmed medians, their intervals
+and run counts against each baseline, the noise and the calibration reference, vLLM version,
+hardware, study and trial, and the exact command.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +21,25 @@ import yaml
 from sqlalchemy.orm import Session
 
 from search import pareto
+from search.calibration import CalibrationResult
+from search.confirmation import stored_verdict
+from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.scenario import Scenario
+from search.verdict import Outcome, Verdict
 from storage import queries
-from storage.models import StudyRecord, TrialRecord, TrialStatus
+from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+
+BEST_NAME, PARETO_NAME = "best.yaml", "pareto.yaml"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The configuration to deploy (`trial_number`; None: none is recommended), and whether the
+    confirmation phase's verdict picked it (else: the search's single measurements did)."""
+
+    trial_number: int | None
+    confirmed: bool
 
 
 @dataclass
@@ -31,13 +50,53 @@ class LoadedStudy:
     scenario: Scenario
     study: optuna.Study
     trials: dict[int, TrialRecord]
+    verdict: Verdict | None = None  # None: no confirmation phase started
+    confirmation_runs: list[ConfirmationRun] = field(default_factory=list)
 
     @property
     def front(self) -> list[optuna.trial.FrozenTrial]:
         return pareto.front(self.study)
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
+        """The front's pick by the selection rule on the search's single measurements."""
         return pareto.chosen(self.study, self.scenario)
+
+    @property
+    def confirmed(self) -> bool:
+        """A complete confirmation phase decides (an interrupted one does not)."""
+        return self.verdict is not None and self.verdict.outcome != Outcome.INCOMPLETE
+
+    def deployment(self) -> Deployment:
+        if self.confirmed:
+            rec = self.verdict.recommended
+            return Deployment(rec.trial_number if rec is not None else None, confirmed=True)
+        best = self.chosen()
+        return Deployment(best.number if best is not None else None, confirmed=False)
+
+    def verdict_text(self) -> verdict_text.VerdictText | None:
+        if self.verdict is None:
+            return None
+        served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
+        return verdict_text.describe(self.verdict, self.scenario, served,
+                                     (self.record.confirmation or {}).get("notes", []))
+
+    def calibration(self) -> CalibrationResult | None:
+        return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
+
+    def unconfirmed_note(self) -> str | None:
+        """What the numbers are worth when no complete confirmation decided (None when one did)."""
+        if self.confirmed:
+            return None
+        if self.verdict is None:
+            return verdict_text.unconfirmed(self.scenario)
+        return "until then, the numbers are single, unconfirmed measurements"
+
+    def result_lines(self) -> list[str]:
+        """The verdict in short (the top of every output): headline, ties, the comparisons
+        that decided; without a complete confirmation, what the numbers are worth."""
+        text = self.verdict_text()
+        note = self.unconfirmed_note()
+        return (text.summary_lines() if text is not None else []) + ([note] if note else [])
 
     def baselines(self) -> dict[str, TrialRecord]:
         out = {}
@@ -53,7 +112,8 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     study = optuna.load_study(study_name=study_name, storage=optuna.storages.RDBStorage(
         storage_url, engine_kwargs=queries.engine_kwargs(storage_url)))
     trials = {r.trial_number: r for r in queries.trial_records(session, rec)}
-    return LoadedStudy(rec, scenario, study, trials)
+    return LoadedStudy(rec, scenario, study, trials, stored_verdict(session, rec, scenario),
+                       queries.confirmation_runs(session, rec))
 
 
 def _delta(new: float, old: float) -> str:
@@ -81,15 +141,18 @@ def capacity_line(ls: LoadedStudy, row: TrialRecord) -> str | None:
             + ("; baselines: " + ", ".join(others) if others else ""))
 
 
-def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -> list[str]:
-    sc, rec, row = ls.scenario, ls.record, ls.trials[trial.number]
-    lines = [
-        f"vllm-autotune: chosen configuration for scenario '{sc.name}' ({sc.title})",
-        f"study '{rec.study_name}' in {storage_url}, trial {trial.number}, picked by: {sc.selection.describe()}",
-        f"vLLM: {rec.vllm_version}; hardware: {rec.hardware.get('description')}",
-        f"model: {rec.model_path}",
-        "measured (this trial):",
-    ]
+def _confirmed_numbers(ls: LoadedStudy, number: int) -> list[str]:
+    text = ls.verdict_text()
+    deployed = next(c for c in ls.verdict.candidates if c.trial_number == number)
+    first, *rest = text.summary_lines()
+    return ["verdict: " + first, *rest, f"SLOs on its confirmed medians: {verdict_text.slo_margin(deployed)}",
+            *([text.noise] if text.noise else []), *(f"warning: {w}" for w in text.warnings)]
+
+
+def _single_numbers(ls: LoadedStudy, row: TrialRecord) -> list[str]:
+    """The search's one measurement of the trial beside each baseline's (no confirmation ran)."""
+    sc = ls.scenario
+    lines = ["measured (this trial, once):"]
     names = sc.objective_names + [s.metric for s in sc.slos if s.metric not in sc.objective_names]
     for name in names:
         lines.append(f"  {name}: {fmt_value(row.metrics.get(name), digits=4)}")
@@ -105,6 +168,26 @@ def header(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -
                  for n in sc.objective_names]
         lines.append(f"baseline {bname} (trial {brow.trial_number}): " + ", ".join(parts)
                      + "   [(%) = this config relative to the baseline]")
+    return lines
+
+
+def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
+    sc, rec, row = ls.scenario, ls.record, ls.trials[number]
+    if ls.confirmed:
+        runs = ls.record.confirmation["runs"]
+        study = (f"study '{rec.study_name}' in {storage_url}, trial {number}, confirmed over {runs} runs each on "
+                 f"fresh servers, interleaved with the baselines; selection rule: {sc.selection.describe()}, "
+                 f"applied to the confirmed medians")
+    else:
+        study = f"study '{rec.study_name}' in {storage_url}, trial {number}, picked by: {sc.selection.describe()}"
+    lines = [
+        f"vllm-autotune: configuration to deploy for scenario '{sc.name}' ({sc.title})",
+        study,
+        f"vLLM: {rec.vllm_version}; hardware: {rec.hardware.get('description')}",
+        f"model: {rec.model_path}",
+    ]
+    lines += _confirmed_numbers(ls, number) if ls.confirmed else [*ls.result_lines(), *_single_numbers(ls, row)]
+    lines += verdict_text.calibration_lines(sc, ls.calibration())
     for adj in row.adjustments:
         lines.append(f"{adj['action']}: {adj['param']}: {adj['detail']}")
     lines.append(f"command: {row.command}")
@@ -118,9 +201,9 @@ def serve_config(ls: LoadedStudy, number: int) -> dict[str, Any]:
     return {"model": ls.record.model_path, **ls.trials[number].flags}
 
 
-def best_config_yaml(ls: LoadedStudy, trial: optuna.trial.FrozenTrial, storage_url: str) -> str:
-    body = serve_config(ls, trial.number)
-    comment = "\n".join("# " + line for line in header(ls, trial, storage_url))
+def best_config_yaml(ls: LoadedStudy, number: int, storage_url: str) -> str:
+    body = serve_config(ls, number)
+    comment = "\n".join("# " + line for line in header(ls, number, storage_url))
     return comment + "\n" + yaml.safe_dump(body, sort_keys=False)
 
 
@@ -142,16 +225,35 @@ def pareto_yaml(ls: LoadedStudy) -> str:
     return "# every feasible Pareto-optimal configuration of the study\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
-def export(session: Session, storage_url: str, study_name: str, out_dir: Path) -> list[Path]:
+def why_none(ls: LoadedStudy) -> str:
+    """Why no configuration is recommended (the deployment has none)."""
+    if ls.confirmed:
+        return verdict_text.headline(ls.verdict, ls.scenario)
+    return ("no configuration is recommended: no trial met every SLO in the search "
+            f"({verdict_text.unconfirmed(ls.scenario)})")
+
+
+@dataclass
+class Exported:
+    best: Path | None  # None: nothing is recommended (`why_none` says why)
+    pareto: Path
+    deployment: Deployment
+    why_none: str | None = None
+    removed_stale: bool = False  # a best.yaml from an earlier export was deleted
+
+
+def export(session: Session, storage_url: str, study_name: str, out_dir: Path) -> Exported:
     ls = load_study(session, storage_url, study_name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    best = ls.chosen()
-    if best is not None:
-        path = out_dir / "best.yaml"
-        path.write_text(best_config_yaml(ls, best, storage_url))
-        written.append(path)
-    path = out_dir / "pareto.yaml"
-    path.write_text(pareto_yaml(ls))
-    written.append(path)
-    return written
+    deployment = ls.deployment()
+    best, why, removed = out_dir / BEST_NAME, None, False
+    if deployment.trial_number is not None:
+        best.write_text(best_config_yaml(ls, deployment.trial_number, storage_url))
+    else:
+        # An earlier export's best.yaml would still look deployable: it goes.
+        removed = best.exists()
+        best.unlink(missing_ok=True)
+        best, why = None, why_none(ls)
+    pareto_path = out_dir / PARETO_NAME
+    pareto_path.write_text(pareto_yaml(ls))
+    return Exported(best, pareto_path, deployment, why, removed)

@@ -175,7 +175,7 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
     workload, _, unloaded = resolved(ls)
     facts = None
     front = {t.number for t in ls.front}
-    best = ls.chosen()
+    deployed = ls.deployment().trial_number
     views = []
     for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
         if row.diagnosis:
@@ -187,7 +187,7 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
                 failure_phase=row.failure_phase, failure_line=row.failure_line,
                 constraints=row.constraints, unloaded=unloaded, facts=facts))
         views.append(view_of(row, diag, on_front=row.trial_number in front,
-                             chosen=best is not None and row.trial_number == best.number))
+                             chosen=row.trial_number == deployed))
     return views
 
 
@@ -222,13 +222,22 @@ def gains(ls: LoadedStudy, chosen: TrialView, views: list[TrialView]) -> list[st
     return out
 
 
+def _settings(v: TrialView) -> str:
+    settings = v.params if not v.baseline else v.config
+    return ", ".join(f"{k}={fmt_value(x)}" for k, x in settings.items()) or "vLLM's defaults"
+
+
 def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, list[str]]:
-    """(chosen trial, sentences for the top of the report)."""
-    sc = ls.scenario
+    """(chosen trial, sentences for the top of the report): the confirmed verdict when the
+    confirmation phase ran to its end, else the search's pick on single measurements."""
     counts = {c: sum(v.category == c for v in views) for c in CATEGORIES}
     chosen = next((v for v in views if v.chosen), None)
-    lines = [f"{len(views)} trials: {counts[FEASIBLE]} met every SLO, {counts[INFEASIBLE]} violated "
-             f"at least one, {counts[FAILED]} never served."]
+    tally = (f"{len(views)} trials in the search: {counts[FEASIBLE]} met every SLO, {counts[INFEASIBLE]} violated "
+             f"at least one, {counts[FAILED]} never served.")
+    if ls.confirmed:
+        settings = [f"Settings of {chosen.label}: {_settings(chosen)}."] if chosen is not None else []
+        return chosen, [*ls.result_lines(), *settings, tally]
+    lines = [tally, *ls.result_lines()]
     if chosen is None:
         lines.insert(0, "No configuration met every SLO, so none is recommended.")
         measured = [v for v in views if v.category == INFEASIBLE]
@@ -237,13 +246,12 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
             lines.append(f"Closest: {closest.label}, violating " + ", ".join(
                 f"{k} by {v:.0%}" for k, v in closest.violated.items()) + ".")
         return None, lines
+    sc = ls.scenario
     objs = ", ".join(f"{o.metric} {fmt_value(chosen.metrics.get(o.metric))}" for o in sc.objectives)
-    settings = chosen.params if not chosen.baseline else chosen.config
-    changed = ", ".join(f"{k}={fmt_value(v)}" for k, v in settings.items()) or "vLLM's defaults"
     n_front = sum(v.on_front for v in views)
     lines.insert(0, f"Recommended: {chosen.label}, picked from the {n_front} "
                     f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front as "
                     f"{sc.selection.describe()}. "
-                    f"It measured {objs} and meets every SLO. Settings: {changed}.")
+                    f"It measured {objs} and meets every SLO. Settings: {_settings(chosen)}.")
     lines[1:1] = gains(ls, chosen, views)
     return chosen, lines

@@ -1,0 +1,284 @@
+"""The confirmed result in words: the sentences the report, the terminal summary, best.yaml's
+header, the dashboard's study note and the live progress quote, each written here once.
+
+Pure: a `search.verdict.Verdict` (with its scenario and the confirmation runs' metrics) in,
+lines out; the calibration's reference and how far it could move, from the stored calibration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from objectives import statistics as st
+from objectives.scoring import SERVER_OK
+from search.calibration import CalibrationResult
+from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_value, unit_of
+from search.scenario import RelativeThreshold, Scenario, unloaded_reference
+from search.verdict import CandidateResult, Outcome, Verdict, measured_metrics
+
+
+def unconfirmed(scenario: Scenario) -> str:
+    """What single measurements are worth, said wherever they are quoted without a verdict."""
+    return (f"single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, or the study "
+            f"predates it); `autotune confirm {scenario.name}` re-measures the front's best and the baselines")
+
+
+@dataclass
+class Block:
+    """A titled group of lines: one candidate against one baseline, objective by objective."""
+
+    title: str
+    lines: list[str]
+
+
+@dataclass
+class VerdictText:
+    headline: str
+    ties: str | None = None
+    key: list[Block] = field(default_factory=list)  # the comparisons behind the headline
+    comparisons: list[Block] = field(default_factory=list)  # every candidate against every baseline
+    infeasible: list[str] = field(default_factory=list)  # candidates that missed the SLOs, worst margin
+    noise: str | None = None
+    warnings: list[str] = field(default_factory=list)  # percentiles too few requests decide
+    notes: list[str] = field(default_factory=list)  # the phase's: candidates left out, and why
+
+    def summary_lines(self, indent: str = "  ") -> list[str]:
+        """The headline, the ties and the comparisons that decided: the top of every output."""
+        return [self.headline, *([self.ties] if self.ties else []), *_flat(self.key, indent)]
+
+    def lines(self, indent: str = "  ") -> list[str]:
+        """Everything: headline, ties, every comparison, infeasible candidates, noise, warnings."""
+        return [self.headline, *([self.ties] if self.ties else []), *_flat(self.comparisons, indent),
+                *self.infeasible, *([self.noise] if self.noise else []),
+                *(f"warning: {w}" for w in self.warnings), *(f"note: {n}" for n in self.notes)]
+
+
+def _flat(blocks: Sequence[Block], indent: str) -> list[str]:
+    return [line for b in blocks for line in [f"{b.title}:", *(indent + x for x in b.lines)]]
+
+
+def _names(metrics: Sequence[str]) -> str:
+    return ", ".join(metrics)
+
+
+def worst_slo(c: CandidateResult) -> tuple[str, float] | None:
+    """The SLO a candidate's confirmed medians come closest to breaking, or break the most
+    (server_ok only when nothing else was scored: it is -1 for every server that served)."""
+    scored = {k: v for k, v in c.constraints.items() if k != SERVER_OK} or c.constraints
+    if not scored:
+        return None
+    key = max(scored, key=lambda k: scored[k])
+    return key, scored[key]
+
+
+def slo_margin(c: CandidateResult) -> str:
+    """`met (closest: ttft_p95_ms<=2000, 40% headroom)` or `misses ttft_p95_ms<=2000 by 25%`."""
+    if c.failures:
+        return f"{len(c.failures)} of {c.rounds} runs failed"
+    worst = worst_slo(c)
+    if worst is None:
+        return "no SLO scored"
+    key, margin = worst
+    if margin > 0:
+        return f"misses {key} by {fmt_percent(margin)}"
+    return f"met (closest: {key}, {fmt_percent(-margin)} headroom)" if key != SERVER_OK else "met"
+
+
+def _calls(v: Verdict, candidate: CandidateResult, reference: CandidateResult) -> tuple[list[str], ...]:
+    cmp = v.comparison(candidate.trial_number, reference.trial_number)
+    if cmp is None:
+        return [], [], []
+    return cmp.with_call("win"), cmp.with_call("tie"), cmp.with_call("loss")
+
+
+def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) -> str:
+    """How `candidate` fares against one baseline: `wins on X beyond the noise against B (ties on Y)`."""
+    wins, ties, losses = _calls(v, candidate, baseline)
+    name = baseline.baseline
+    if wins:
+        text, rest = f"wins on {_names(wins)} beyond the noise against {name}", []
+        rest += [f"ties on {_names(ties)}"] if ties else []
+        rest += [f"loses on {_names(losses)}"] if losses else []
+    elif losses:
+        text, rest = f"loses on {_names(losses)} against {name}", [f"ties on {_names(ties)}"] if ties else []
+    else:
+        text, rest = f"is within the noise of {name} on every objective", []
+    if not baseline.feasible:
+        rest.append(f"{name} misses the SLOs")
+    return text + (f" ({'; '.join(rest)})" if rest else "")
+
+
+def _challenger(v: Verdict) -> CandidateResult | None:
+    """The best feasible configuration that is not a baseline, by the rule on confirmed medians."""
+    ranked = [c for c in v.candidates if not c.baseline and c.feasible and c.rank is not None]
+    return min(ranked, key=lambda c: c.rank, default=None)
+
+
+def headline(v: Verdict, scenario: Scenario) -> str:
+    """What to deploy and why, in one line."""
+    if v.outcome == Outcome.INCOMPLETE:
+        return (f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
+                f"`autotune confirm {scenario.name}` to finish")
+    if v.outcome == Outcome.NONE_FEASIBLE:
+        return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
+    rec = v.recommended
+    if v.outcome == Outcome.RECOMMEND:
+        if not v.baselines:
+            return (f"deploy {rec.label}: first by the rule on its confirmed medians; no baseline was "
+                    "confirmed to compare it with")
+        return f"deploy {rec.label}: " + "; ".join(_against(v, rec, b) for b in v.baselines)
+    challenger = _challenger(v)
+    if challenger is None:
+        return f"keep {rec.label}: no other configuration met the SLOs on its confirmed medians"
+    wins, ties, losses = _calls(v, challenger, rec)
+    if wins and losses:
+        why = f"{challenger.label} wins on {_names(wins)} but loses on {_names(losses)}"
+    elif wins:
+        why = f"it ranks first by the rule on the confirmed medians; {challenger.label} wins only on {_names(wins)}"
+    else:
+        said = [f"loses on {_names(losses)}"] if losses else []
+        said += [f"ties on {_names(ties)}"] if ties else []
+        why = f"nothing beats it beyond the noise ({challenger.label} {', '.join(said)})"
+    return f"keep {rec.label}: {why}"
+
+
+def _closest(v: Verdict) -> str:
+    c = v.closest
+    if c is None:
+        return "no candidate was measured"
+    worst = worst_slo(c)
+    if c.failures and len(c.failures) == c.rounds:
+        return "closest: none, every candidate failed to serve"
+    text = f"closest: {c.label}"
+    if worst is not None:
+        text += f", {worst[0]} missed by {fmt_percent(worst[1])}"
+    if c.failures:
+        text += f"; {len(c.failures)} of {c.rounds} runs failed"
+    return text
+
+
+def ties_sentence(v: Verdict, scenario: Scenario) -> str | None:
+    if not v.ties or v.top is None:
+        return None
+    labels = [c.label for c in v.ties]
+    names = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+    verb = "is" if len(labels) == 1 else "are"
+    text = (f"{names} {verb} within the noise of {v.top.label} on every objective; {v.top.label} picked by "
+            f"the tie-break: {scenario.selection.describe()}, on the confirmed medians")
+    if v.recommended is not None and v.recommended.trial_number != v.top.trial_number:
+        text += f", but it does not beat {v.recommended.label} beyond the noise"
+    return text
+
+
+def comparison_block(v: Verdict, candidate: CandidateResult, baseline: CandidateResult,
+                     scenario: Scenario) -> Block:
+    cmp = v.comparison(candidate.trial_number, baseline.trial_number)
+    title = f"{candidate.label} against {baseline.label}" + ("" if baseline.feasible else " (misses the SLOs)")
+    lines = [comparison_line(m, candidate.metrics[m], baseline.baseline, baseline.metrics[m], cmp.diffs[m],
+                             cmp.calls[m]) for m in scenario.objective_names]
+    return Block(title, lines)
+
+
+def medians_block(c: CandidateResult, scenario: Scenario) -> Block:
+    """A candidate's confirmed medians alone (no baseline to compare with)."""
+    return Block(c.label, [f"{m} {fmt_interval(c.metrics[m], unit=unit_of(m))}" for m in scenario.objective_names])
+
+
+def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
+    if v.outcome == Outcome.RECOMMEND:
+        rec = v.recommended
+        return ([comparison_block(v, rec, b, scenario) for b in v.baselines] if v.baselines
+                else [medians_block(rec, scenario)])
+    if v.outcome == Outcome.KEEP_BASELINE:
+        challenger = _challenger(v)
+        if challenger is not None:
+            return [comparison_block(v, challenger, v.recommended, scenario)]
+    return []
+
+
+def noise_line(v: Verdict) -> str | None:
+    noise = {m: cv for m, cv in v.noise.items() if math.isfinite(cv)}
+    if not noise:
+        return None
+    runs = max((c.rounds for c in v.candidates), default=0)
+    return (f"run-to-run noise (CV over {runs} runs each): "
+            + ", ".join(f"{m} {fmt_percent(cv)}" for m, cv in noise.items()))
+
+
+def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
+    """The median number of completed requests a run had for `metric`'s class (NaN: unknown)."""
+    key = "completed@" + metric.split("@", 1)[1] if "@" in metric else "completed"
+    counts = [float(r[key]) for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return float(np.median(counts)) if counts else math.nan
+
+
+def thin_percentiles(metrics: Sequence[str], runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Warnings for the percentiles that the runs' requests (`runs`: their flat metrics) cannot pin down."""
+    found = (st.thin_percentile(m, requests_of(m, runs)) for m in metrics)
+    return [w for w in found if w]
+
+
+def describe(v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any]] = (),
+             notes: Sequence[str] = ()) -> VerdictText:
+    """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
+    served (for the thin-percentile warnings); `notes`: the phase's own."""
+    blocks = []
+    for c in v.candidates:
+        if c.baseline:
+            continue
+        blocks += ([comparison_block(v, c, b, scenario) for b in v.baselines] if v.baselines
+                   else [medians_block(c, scenario)])
+    infeasible = [f"{c.label}: {slo_margin(c)} on its confirmed medians" if not c.failures
+                  else f"{c.label}: {slo_margin(c)} ({'; '.join(c.failures)})"
+                  for c in v.candidates if not c.feasible]
+    return VerdictText(headline=headline(v, scenario), ties=ties_sentence(v, scenario), key=_key_blocks(v, scenario),
+                       comparisons=blocks, infeasible=infeasible, noise=noise_line(v),
+                       warnings=thin_percentiles(measured_metrics(scenario), run_metrics), notes=list(notes))
+
+
+# --- the calibration: the reference that relative loads and bounds scale -------------------
+
+def _moves(spread: st.Interval) -> str:
+    lo, hi = spread.low / spread.value - 1, spread.high / spread.value - 1
+    return f"the reference could move {fmt_percent(lo, signed=True)} to {fmt_percent(hi, signed=True)}"
+
+
+def _reference_line(what: str, spread: st.Interval | None, value: float, unit: str, rounds: int, cv: float,
+                    depends: str) -> str:
+    if spread is None:
+        return f"calibration: {what} {fmt_value(value)} {unit} from one round (no spread measured); {depends}"
+    return (f"calibration: {what} {fmt_interval(spread, unit=unit)} over {rounds} rounds (CV {fmt_percent(cv)}; "
+            f"{_moves(spread)}); {depends}")
+
+
+def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list[str]:
+    """The calibration's references with their spread over rounds, and what of the study moves
+    with each: the target load (capacity) and the relative SLO bounds (unloaded medians)."""
+    if cal is None:
+        return []
+    rounds = len(cal.rounds)
+    fraction = scenario.workload.arrival.capacity_fraction
+    depends = (f"the target load ({fmt_percent(fraction)} of it) moves with it" if fraction is not None
+               else "no load of this scenario is relative to it")
+    lines = [_reference_line("capacity", cal.spread(), cal.capacity_rps, "req/s", rounds, cal.cv(), depends)]
+    bounds: dict[str, list[str]] = {}
+    for slo in scenario.slos:
+        if isinstance(slo.bound, RelativeThreshold):
+            bounds.setdefault(unloaded_reference(slo.metric), []).append(
+                f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x")
+    if scenario.goodput is not None:
+        for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
+            bound = getattr(scenario.goodput, name)
+            if isinstance(bound, RelativeThreshold):
+                bounds.setdefault(f"{name.split('_')[0]}_median_ms", []).append(
+                    f"goodput {name} <= {fmt_value(bound.x_unloaded)}x")
+    for ref, what in bounds.items():
+        if ref in cal.unloaded:
+            lines.append(_reference_line(f"unloaded {ref}", cal.spread(ref), cal.unloaded[ref], "ms", rounds,
+                                         cal.cv(ref), f"the bound{'s' if len(what) > 1 else ''} "
+                                                      f"{', '.join(what)} move{'' if len(what) > 1 else 's'} with it"))
+    return lines

@@ -1,0 +1,249 @@
+"""Every output quotes the confirmation phase's numbers: best.yaml, the terminal summary, the
+report, the dashboard's study note and the live progress, on studies the real loop ran on a
+scripted executor (no vLLM).
+
+The world (tests/fixtures/scenarios/loop_confirm.yaml, made calibrated here): max_num_seqs 16, 8
+and 4, then the vllm_defaults baseline (trial 3); TTFT decides. The search measures a lucky 400 ms
+for 16; the confirmation runs measure each configuration's true TTFT times each round's drift
+(-2%, 0, +2%). Calibration: three rounds, capacity 3.56, 3.70 and 3.98 req/s.
+"""
+
+import io
+
+import pytest
+import yaml
+from rich.console import Console
+from sqlalchemy.orm import Session
+
+from search.calibration import CalibrationResult
+from search.executor import TrialOutcome
+from search.outputs import StudyProgress, export, load_study
+from search.outputs.summary import confirmation_table, summary_table, verdict_lines
+from search.serving import Failure, FailureClass
+from storage import queries
+from storage.models import TrialStatus
+from tests.support.paths import FIXTURES
+from tests.support.scripted_executor import ScriptedExecutor
+from tests.support.study_loop import runner
+
+ROUND_DRIFT = (-0.02, 0.0, 0.02)
+BASELINE = 3
+LUCKY, BETTER = 0, 1  # max_num_seqs 16 (lucky in the search) and 8 (truly better); 4 is trial 2
+
+
+def calibrated_scenario(tmp_path):
+    """loop_confirm with its load at half the calibrated capacity and its TTFT bound 8x the
+    unloaded median (250 ms: 2,000 ms, as the fixture's)."""
+    doc = yaml.safe_load((FIXTURES / "scenarios" / "loop_confirm.yaml").read_text())
+    doc["workload"]["arrival"] = {"mode": "poisson", "capacity_fraction": 0.5}
+    doc["slos"] = [{"metric": "ttft_p95_ms", "max": {"x_unloaded": 8}}]
+    path = tmp_path / "loop_confirm.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def three_rounds(scenario, ctx, baseline, run_dir, on_phase) -> CalibrationResult:
+    rounds = [{"capacity_rps": c, "unloaded": {"ttft_median_ms": t, "tpot_median_ms": 20.0}}
+              for c, t in ((3.56, 245.0), (3.98, 255.0), (3.70, 250.0))]
+    return CalibrationResult.from_rounds(rounds, [{"request_throughput": r["capacity_rps"]} for r in rounds], 1.0)
+
+
+def world(true_ttft: dict, fail: tuple[int | None, int] | None = None):
+    """The search measures 400 ms for max_num_seqs 16 and the truth for the others; each
+    confirmation run the truth times its round's drift. `fail`: (max_num_seqs, round) of a
+    confirmation run whose server does not start."""
+    def script(plan) -> TrialOutcome:
+        seqs = plan.config.get("max_num_seqs")
+        if plan.run_name and plan.run_name.startswith("confirm"):
+            round_ = int(plan.run_name.split("-")[1][1:]) - 1
+            if fail == (seqs, round_):
+                return TrialOutcome(status=TrialStatus.FAILED, command="scripted",
+                                    failure=Failure(FailureClass.OOM, "scripted: killed by the OOM killer"))
+            drift = 1 + ROUND_DRIFT[round_]
+            ttft, tput = true_ttft[seqs] * drift, 100.0 * drift
+        else:
+            ttft = 400.0 if seqs == 16 else true_ttft[seqs]
+            tput = {None: 99.0, 4: 102.0, 8: 101.0, 16: 100.0}[seqs]
+        return TrialOutcome(status=TrialStatus.OK, command=f"scripted {plan.server_args.flags}", metrics={
+            "ttft_p95_ms": ttft, "output_throughput": tput, "error_rate": 0.0, "completed": 8.0,
+            "failed": 0.0, "client_behind": 0.0})
+    return script
+
+
+TRUTH = {None: 1000.0, 4: 900.0, 8: 600.0, 16: 700.0}
+LEVEL = {None: 1000.0, 4: 1000.0, 8: 1000.0, 16: 1000.0}  # nothing beats the defaults
+SLOW = {None: 2500.0, 4: 2600.0, 8: 2200.0, 16: 2400.0}  # nothing meets the 2,000 ms bound
+
+
+def run_study(tmp_path, script, *, confirm_runs=None, before=None):
+    """(storage URL, what the live progress printed)."""
+    out = io.StringIO()
+    progress = StudyProgress(Console(file=out, width=400, force_terminal=False))
+    r = runner(tmp_path, ScriptedExecutor(script=script, before=before), scenario=calibrated_scenario(tmp_path),
+               confirm_runs=confirm_runs, observers=[progress], calibrate=three_rounds)
+    if not r.study.trials:
+        for n in (16, 8, 4):
+            r.study.enqueue_trial({"max_num_seqs": n})
+    r.run()
+    return r.prep.storage_url, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def recommended(tmp_path_factory):
+    return run_study(tmp_path_factory.mktemp("recommend"), world(TRUTH))
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    return run_study(tmp_path_factory.mktemp("keep"), world(LEVEL))
+
+
+@pytest.fixture(scope="module")
+def none_feasible(tmp_path_factory):
+    return run_study(tmp_path_factory.mktemp("none"), world(SLOW, fail=(None, 1)))
+
+
+def loaded(url):
+    with Session(queries.open_db(url), expire_on_commit=False) as session:
+        return load_study(session, url, "loop")
+
+
+def exported(url, out_dir):
+    with Session(queries.open_db(url)) as session:
+        return export.export(session, url, "loop", out_dir)
+
+
+def header_and_body(path) -> tuple[list[str], dict]:
+    text = path.read_text()
+    return [x[2:] for x in text.splitlines() if x.startswith("# ")], yaml.safe_load(text)
+
+
+def flags_of(url, trial_number) -> dict:
+    ls = loaded(url)
+    return {"model": ls.record.model_path, **ls.trials[trial_number].flags}
+
+
+# --- best.yaml ------------------------------------------------------------------------------
+
+def test_best_yaml_deploys_the_confirmed_winner_and_quotes_its_confirmed_numbers(recommended, tmp_path):
+    url = recommended[0]
+    done = exported(url, tmp_path)
+    assert done.deployment.trial_number == BETTER and done.deployment.confirmed
+    header, body = header_and_body(done.best)
+    assert body == flags_of(url, BETTER)  # not the search's lucky pick (trial 0)
+    assert "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults " \
+           "(ties on output_throughput)" in header
+    assert "  ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; " \
+           "better beyond the noise" in header
+    assert "SLOs on its confirmed medians: met (closest: ttft_p95_ms<=2000, 70% headroom)" in header
+    assert "run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in header
+    assert ("calibration: capacity 3.70 req/s [3.56, 3.98] over 3 rounds (CV 5.7%; the reference could move "
+            "-3.8% to +7.6%); the target load (50% of it) moves with it") in header
+    assert any(x.startswith("calibration: unloaded ttft_median_ms 250 ms [245, 255] over 3 rounds")
+               and x.endswith("the bound ttft_p95_ms <= 8x moves with it") for x in header)
+    # What was there before stays: the study, vLLM and hardware, the command.
+    assert any(x.startswith("study 'loop' in sqlite:///") and ", trial 1, confirmed over 3 runs" in x for x in header)
+    assert any(x.startswith("vLLM: ") and "; hardware: " in x for x in header)
+    assert any(x.startswith("command: scripted ") for x in header)
+
+
+def test_best_yaml_keeps_the_baseline_when_nothing_beats_it_and_says_why(kept, tmp_path):
+    url = kept[0]
+    done = exported(url, tmp_path)
+    header, body = header_and_body(done.best)
+    assert done.deployment.trial_number == BASELINE and body == flags_of(url, BASELINE)
+    assert ("verdict: keep vllm_defaults (trial 3): nothing beats it beyond the noise "
+            "(trial 0 ties on ttft_p95_ms, output_throughput)") in header
+    # The ties: the front's second and the baseline are within the noise of the rule's first.
+    assert ("trial 2 and vllm_defaults (trial 3) are within the noise of trial 0 on every objective; trial 0 "
+            "picked by the tie-break: the best ttft_p95_ms, ties broken by the best output_throughput, on the "
+            "confirmed medians, but it does not beat vllm_defaults (trial 3) beyond the noise") in header
+    assert "  ttft_p95_ms 1,000 ms [980, 1,020] vs vllm_defaults 1,000 ms [980, 1,020]: +0.0% [-3.9, +4.1], " \
+           "3+3 runs; within the noise" in header
+
+
+def test_no_best_yaml_when_none_met_the_slos_on_confirmed_medians_and_the_closest_is_named(none_feasible, tmp_path):
+    url = none_feasible[0]
+    (tmp_path / "best.yaml").write_text("model: stale\n")  # an earlier export's
+    done = exported(url, tmp_path)
+    assert done.best is None and not (tmp_path / "best.yaml").exists() and done.removed_stale
+    assert done.why_none == ("no configuration is recommended: none met the SLOs on its confirmed medians; "
+                             "closest: trial 0, ttft_p95_ms<=2000 missed by 20%")
+    assert done.pareto.exists()
+
+
+def test_without_confirmation_the_rules_pick_is_deployed_and_the_header_says_it_is_unconfirmed(tmp_path):
+    url, _ = run_study(tmp_path, world(TRUTH), confirm_runs=0)
+    done = exported(url, tmp_path / "out")
+    header, body = header_and_body(done.best)
+    assert done.deployment.trial_number == LUCKY and not done.deployment.confirmed
+    assert body == flags_of(url, LUCKY)
+    assert any(x.startswith("single, unconfirmed measurements: no confirmation phase ran") for x in header)
+    assert "measured (this trial, once):" in header and "  ttft_p95_ms: 400" in header
+
+
+def test_an_interrupted_confirmation_says_how_to_finish_and_deploys_nothing_it_has_not_confirmed(tmp_path):
+    calls = []
+
+    def stop_at_the_fifth_run(plan):
+        if plan.run_name:
+            calls.append(plan.number)
+            if len(calls) == 5:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(tmp_path, world(TRUTH), before=stop_at_the_fifth_run)
+    url = f"sqlite:///{tmp_path / 'loop.db'}"
+    done = exported(url, tmp_path / "out")
+    header, _ = header_and_body(done.best)
+    assert not done.deployment.confirmed
+    assert "confirmation incomplete: 4 of 9 runs; run `autotune confirm loop_confirm` to finish" in header
+    assert "until then, the numbers are single, unconfirmed measurements" in header
+
+
+# --- the terminal: summary at the end, progress while it runs --------------------------------------
+
+def rendered(*renderables) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=300, force_terminal=False)
+    for r in renderables:
+        console.print(r)
+    return out.getvalue()
+
+
+def test_summary_tables_the_confirmed_medians_and_marks_search_differences_within_the_noise(recommended):
+    ls = loaded(recommended[0])
+    table = rendered(confirmation_table(ls))
+    row = next(x for x in table.splitlines() if "trial 1 *" in x)
+    assert "3/3" in row and "600 ms [588, 612]" in row and "100 tok/s [98, 102]" in row
+    assert "met (closest: ttft_p95_ms<=2000, 70% headroom)" in row
+    assert "ttft_p95_ms win, output_throughput tie" in row
+    # The search's single values: throughput 100-102 vs the defaults' 99 is within a 2% noise; TTFT is not.
+    search = rendered(summary_table(ls))
+    trial0 = next(x for x in search.splitlines() if x.lstrip("│ ").startswith("0 p"))
+    assert "100 ~" in trial0 and "400 ~" not in trial0
+    assert "~ within the run-to-run noise of a" in search
+    lines = verdict_lines(ls)
+    assert lines[0].startswith("deploy trial 1: ")
+    assert "run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in lines
+    assert any(x.startswith("warning: ttft_p95_ms over ~8 requests per run is decided by the single slowest")
+               for x in lines)
+    assert any(x.startswith("calibration: capacity 3.70 req/s [3.56, 3.98]") for x in lines)
+
+
+def test_summary_lists_infeasible_candidates_with_their_worst_margin_and_failures(none_feasible):
+    lines = verdict_lines(loaded(none_feasible[0]))
+    assert "trial 0: misses ttft_p95_ms<=2000 by 20% on its confirmed medians" in lines
+    assert ("vllm_defaults (trial 3): 1 of 3 runs failed (round 2: oom: scripted: killed by the OOM killer)"
+            in lines)
+
+
+def test_the_cli_finish_prints_the_verdict_and_why_no_best_yaml_was_written(none_feasible, tmp_path):
+    from search.cli import _finish
+
+    out = io.StringIO()
+    _finish(Console(file=out, width=300, force_terminal=False), none_feasible[0], "loop", tmp_path)
+    printed = out.getvalue()
+    assert "no configuration is recommended: none met the SLOs on its confirmed medians" in printed
+    assert "no best.yaml written: no configuration is recommended" in printed
+    assert not (tmp_path / "best.yaml").exists() and (tmp_path / "report.html").exists()
