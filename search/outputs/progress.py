@@ -1,4 +1,5 @@
-"""Live progress of a study: trial, phase, elapsed time, last result, current best.
+"""Live progress of a study: trial, phase, elapsed time, last result, current best; then the
+confirmation phase run by run, and its verdict.
 
 A rich live panel on a terminal; plain lines elsewhere (CI logs, pipes). A subscriber of the
 study loop's events (`search.events`).
@@ -10,12 +11,16 @@ import time
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from search.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted
+from search.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted, ConfirmationStarted,
+                           StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted)
 from search.outputs.format import fmt_value
-from storage.models import TrialRecord, TrialStatus
+from search.outputs.verdict_text import headline
+from search.scenario import Scenario
+from storage.models import ConfirmationRun, TrialRecord, TrialStatus
 
 
 class StudyProgress(StudyObserver):
@@ -31,10 +36,13 @@ class StudyProgress(StudyObserver):
         self.best: str = "-"
         self.done = 0
         self.objective_names: list[str] = []
+        self.scenario: Scenario | None = None
+        self.confirming: tuple[int, int] | None = None  # (runs done, runs to do) once the phase starts
         self._live: Live | None = None
 
     def study_started(self, event: StudyStarted) -> None:
         self.study_name, self.budget = event.study_name, event.budget
+        self.scenario = event.scenario
         self.objective_names = event.scenario.objective_names
         if self.console.is_terminal:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2,
@@ -55,6 +63,8 @@ class StudyProgress(StudyObserver):
         grid.add_column()
         budget = f"/{self.budget}" if self.budget else ""
         grid.add_row("trials done", f"{self.done}{budget}   elapsed {elapsed / 60:.1f} min")
+        if self.confirming:
+            grid.add_row("confirmation", f"{self.confirming[0]}/{self.confirming[1]} runs")
         grid.add_row("trial", self.trial)
         grid.add_row("phase", f"{self.current_phase} ({time.monotonic() - self.phase_t0:.0f} s)")
         grid.add_row("last", self.last)
@@ -103,3 +113,39 @@ class StudyProgress(StudyObserver):
         self.best = (f"trial {event.best.number}: {self.objectives_text(event.best.values)}"
                      if event.best else "no feasible trial yet")
         self.console.print(f"{'' if self._live else '  '}{self.trial}: {self.last}")
+
+    # -- the confirmation phase ----------------------------------------------------------------
+
+    def confirmation_started(self, event: ConfirmationStarted) -> None:
+        self.confirming = (0, event.remaining)
+        when = f", about {event.estimate_s / 60:.0f} min" if event.estimate_s is not None else ""
+        self.note(f"confirmation: {event.remaining} run{'s' if event.remaining != 1 else ''} to go "
+                  f"({len(event.labels)} candidates x {event.runs} runs on fresh servers, interleaved{when}): "
+                  + escape(", ".join(event.labels)))
+        for note in event.notes:
+            self.note(f"[yellow]note[/]: {escape(note)}")
+
+    def confirmation_run_started(self, event: ConfirmationRunStarted) -> None:
+        self._start(event.label)
+
+    def run_summary(self, row: ConfirmationRun) -> str:
+        """One confirmation run: its objectives and whether it met every SLO, or why it failed."""
+        if row.status != TrialStatus.OK:
+            return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
+        values = [row.metrics.get(n) for n in self.objective_names]
+        violated = [k for k, v in (row.constraints or {}).items() if v is not None and v > 0]
+        text = f"{self.objectives_text(values)}; " + ("feasible" if not violated
+                                                      else "violates " + ", ".join(violated))
+        if row.capacity:
+            text += f"; capacity {row.capacity['summary']}"
+        return text
+
+    def confirmation_run_recorded(self, event: ConfirmationRunRecorded) -> None:
+        done, total = self.confirming or (0, 0)
+        self.confirming = (done + 1, total)
+        self.last = self.run_summary(event.row)
+        self.console.print(f"{'' if self._live else '  '}{escape(event.label)}: {escape(self.last)}")
+
+    def confirmation_finished(self, event: ConfirmationFinished) -> None:
+        self.best = headline(event.verdict, self.scenario)
+        self.console.print(f"[bold]verdict[/]: {escape(self.best)}")

@@ -247,3 +247,18 @@ def test_the_cli_finish_prints_the_verdict_and_why_no_best_yaml_was_written(none
     assert "no configuration is recommended: none met the SLOs on its confirmed medians" in printed
     assert "no best.yaml written: no configuration is recommended" in printed
     assert not (tmp_path / "best.yaml").exists() and (tmp_path / "report.html").exists()
+
+
+def test_progress_prints_each_confirmation_run_and_the_verdict(recommended, none_feasible):
+    printed = recommended[1]
+    assert ("confirmation: 9 runs to go (3 candidates x 3 runs on fresh servers, interleaved): "
+            "trial 0, trial 1, vllm_defaults (trial 3)") in printed
+    assert "  confirm 2/9 (round 1): trial 1: ttft_p95_ms 588, output_throughput 98; feasible" in printed
+    assert "  confirm 9/9 (round 3): vllm_defaults (trial 3): ttft_p95_ms 1020, output_throughput 102; feasible" in printed
+    assert "  [" in printed and "] confirm 4/9 (round 2): trial 0: starting" in printed  # the run is the current "trial"
+    assert ("verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
+            "(ties on output_throughput)") in printed
+    failed = none_feasible[1]
+    assert "  confirm 4/6 (round 2): vllm_defaults (trial 3): failed: oom: scripted: killed by the OOM killer" in failed
+    assert "  confirm 2/6 (round 1): vllm_defaults (trial 3): ttft_p95_ms 2450, output_throughput 98; " \
+           "violates ttft_p95_ms<=2000" in failed
