@@ -9,9 +9,10 @@ trials), and its "best trials" are a Pareto set that ignores constraints altoget
   feasible Pareto front as the report draws it, Optuna's own `plot_pareto_front` (which
   honours the constraints), the hypervolume history from our front snapshots, parameter
   importances without the failed trials' penalty values, each objective against each
-  parameter, latency against rate over each trial's load stages, the bottleneck count, and a
-  table of every trial with its failure and diagnosis;
-* a study note: the recommendation, the true feasible Pareto set, and the caveat above;
+  parameter, latency against rate over each trial's load stages, the confirmation runs, the
+  bottleneck count, and a table of every trial with its failure and diagnosis;
+* a study note: the recommendation (the confirmed verdict, with intervals and run counts, the
+  noise and the calibration's spread), the true feasible Pareto set, and the caveat above;
 * a note per trial: feasibility, violated SLOs, failure, the capacity found and the load stages,
   every measured metric, the diagnosis.
 
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from objectives.diagnosis import Diagnosis, summarize
 from search.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
-from search.outputs import export, figures
+from search.outputs import export, figures, verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.report import searched_params
 from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
@@ -114,7 +115,8 @@ def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str 
     front = [v for v in views if v.on_front]
     counts = summarize(v.diagnosis.as_dict() for v in views)
     out = [f"# {ls.record.study_name}: {ls.scenario.title}", ""]
-    out += [f"- {x}" for x in lines]
+    out += [f"  - {x.strip()}" if x.startswith(" ") else f"- {x}" for x in lines]  # indented: one objective
+    out += ["", *confirmation_markdown(ls)]
     out += ["", "## Feasible Pareto front (SLOs honoured)", ""]
     out.append(", ".join(f"trial {v.number}" + (f" ({v.baseline})" if v.baseline else "") for v in front)
                or "none: no trial met every SLO")
@@ -127,6 +129,20 @@ def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str 
     if report_path:
         out += ["", f"Full report (offline HTML): `{report_path}`"]
     return "\n".join(out) + "\n"
+
+
+def confirmation_markdown(ls: export.LoadedStudy) -> list[str]:
+    """The confirmation phase in the study note: every verdict line (comparisons with their
+    intervals and run counts, the noise, warnings) and the calibration reference's spread."""
+    text = ls.verdict_text()
+    lines = ["## Confirmation (re-measured on fresh servers)", ""]
+    if text is None:
+        lines.append(f"- {ls.unconfirmed_note()}")
+    else:
+        nested = "  - "  # a comparison block's lines, under its title
+        lines += [f"- **{text.headline}**"] + [x if x.startswith(nested) else f"- {x}" for x in text.lines(nested)[1:]]
+    lines += [f"- {x}" for x in verdict_text.calibration_lines(ls.scenario, ls.calibration())]
+    return lines + [""]
 
 
 def _note_body(study_or_trial) -> str:
@@ -206,6 +222,10 @@ def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> 
     stages = figures.latency_rate_figure(views, latency_slos(ls))
     if stages is not None:
         out["latency-vs-rate"] = stages
+    if ls.verdict is not None:
+        runs = figures.confirmation_figure(ls.verdict, names, directions, ls.deployment().trial_number)
+        if runs is not None:
+            out["confirmation-runs"] = runs
     out["bottlenecks"] = figures.bottleneck_figure(views)
     out["all-trials"] = figures.trials_table_figure(views, names)
     for fig in out.values():  # the dashboard draws each in a 450 px high, half-width card

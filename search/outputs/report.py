@@ -1,7 +1,8 @@
 """One self-contained HTML file per study: open it anywhere, offline (plotly.js is inlined).
 
-Top: the recommendation and its gain over each baseline, in plain words. Then what limited the
-trials, the Pareto front (feasible / infeasible / failed told apart, baselines marked), the
+Top: the recommendation and its gain over each baseline, in plain words. Then the confirmation
+phase (the verdict on re-measured candidates with intervals and run counts, every run, the
+run-to-run noise, and the calibration reference with its spread), what limited the trials, the Pareto front (feasible / infeasible / failed told apart, baselines marked), the
 hypervolume history from the stored front snapshots, parameter importances, each objective
 against each parameter, latency against rate over each trial's load stages (when trials ran a
 capacity search), and a sortable table of every trial with its metrics, failure class
@@ -21,8 +22,8 @@ import yaml
 from plotly.offline import get_plotlyjs
 from sqlalchemy.orm import Session
 
-from search.outputs import export, figures
-from search.outputs.format import fmt_value
+from search.outputs import export, figures, verdict_text
+from search.outputs.format import fmt_interval, fmt_percent, fmt_value, unit_of
 from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
                                         stage_rows, stages_summary, trial_views, verdict)
 from storage import queries
@@ -50,6 +51,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .finding-info{color:#555} details summary{cursor:pointer} .note{color:#666;font-style:italic}
 td.diag{min-width:320px;max-width:480px} td.diag ul{margin:2px 0;padding-left:18px}
 td.stages{min-width:260px} table.stages th{position:static;cursor:default}
+.verdict p.sub{margin-left:1.5em} .call-win{color:#1b6b1b;font-weight:600} .call-loss{color:#9b1c1c;font-weight:600} .call-tie{color:#555}
 """
 
 _SORT_JS = """
@@ -175,6 +177,77 @@ def metrics_table(views: list[TrialView]) -> str:
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
+def _lines_html(text: verdict_text.VerdictText) -> str:
+    """The verdict in full: headline, ties, each comparison block as a list, the rest as paragraphs."""
+    out = [f"<p><b>{_e(text.headline)}</b></p>"] + ([f"<p>{_e(text.ties)}</p>"] if text.ties else [])
+    for block in text.comparisons:
+        out.append(f"<p>{_e(block.title)}:</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in block.lines) + "</ul>")
+    if text.infeasible:
+        out.append("<p>Missed the SLOs:</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in text.infeasible) + "</ul>")
+    if text.noise:
+        out.append(f"<p>{_e(text.noise)}</p>")
+    out += [f'<p class="finding-warning">warning: {_e(w)}</p>' for w in text.warnings]
+    out += [f'<p class="note">{_e(n)}</p>' for n in text.notes]
+    return "".join(out)
+
+
+def confirmation_table(ls: export.LoadedStudy) -> str:
+    v, sc = ls.verdict, ls.scenario
+    planned = ls.record.confirmation["runs"]
+    deployed = ls.deployment().trial_number
+    head = ["candidate", "runs ok", *[f"{n} median [95%]" for n in sc.objective_names], "SLOs (confirmed medians)",
+            *[f"vs {b.baseline}" for b in v.baselines]]
+    rows = []
+    for c in v.candidates:
+        cells = [f"<td>{_e(c.label)}{' (deployed)' if c.trial_number == deployed else ''}</td>",
+                 f'<td class="num">{c.rounds - len(c.failures)}/{planned}</td>']
+        cells += [f'<td class="num" data-v="{c.metrics[n].value!r}">{_e(fmt_interval(c.metrics[n], unit=unit_of(n)))}</td>'
+                  for n in sc.objective_names]
+        cells.append(f"<td>{_mark(FEASIBLE if c.feasible else INFEASIBLE)} {_e(verdict_text.slo_margin(c))}</td>")
+        for b in v.baselines:
+            cmp = None if c.baseline else v.comparison(c.trial_number, b.trial_number)
+            cells.append("<td>" + ("" if cmp is None else "<br>".join(
+                f'<span class="call-{cmp.calls[m]}">{_e(m)} {cmp.calls[m]}</span>' for m in sc.objective_names))
+                + "</td>")
+        rows.append(f'<tr data-trial="{c.trial_number}"{" class=chosen" if c.trial_number == deployed else ""}>'
+                    + "".join(cells) + "</tr>")
+    return ('<table class="sortable" id="confirmation-table"><thead><tr>'
+            + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>" + "".join(rows)
+            + "</tbody></table>")
+
+
+def noise_table(ls: export.LoadedStudy) -> str:
+    """The run-to-run spread of each objective and SLO metric in the confirmation runs."""
+    sc, v = ls.scenario, ls.verdict
+    runs = max((c.rounds for c in v.candidates), default=0)
+    rows = "".join(
+        f"<tr><td>{_e(m)}</td><td>{'objective' if m in sc.objective_names else 'SLO metric'}</td>"
+        f'<td class="num">{_e(fmt_percent(cv))}</td></tr>' for m, cv in v.noise.items())
+    return (f'<table id="noise-table"><thead><tr><th>metric</th><th>role</th><th>CV over {runs} runs '
+            f"(pooled over the candidates)</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def confirmation_section(ls: export.LoadedStudy) -> str:
+    """The verdict on the re-measured candidates, their runs, the noise and the calibration."""
+    sc = ls.scenario
+    calibration = verdict_text.calibration_lines(sc, ls.calibration())
+    cal_html = ('<h3 id="calibration">Calibration reference (how far it could move)</h3>'
+                + "".join(f"<p>{_e(x)}</p>" for x in calibration)) if calibration else ""
+    text = ls.verdict_text()
+    if text is None:
+        return (f'<h2 id="confirmation">Confirmation</h2><p class="note">{_e(ls.unconfirmed_note())}</p>'
+                + cal_html)
+    fig = figures.confirmation_figure(ls.verdict, sc.objective_names, sc.directions, ls.deployment().trial_number)
+    note = ls.unconfirmed_note()
+    return (f'<h2 id="confirmation">Confirmation</h2><div class="verdict" id="confirmation-verdict">'
+            f"{_lines_html(text)}{f'<p>{_e(note)}</p>' if note else ''}</div>"
+            f"<p>Each candidate re-run {ls.record.confirmation['runs']} times on fresh servers, in interleaved "
+            "rounds; medians with bootstrap 95% intervals. A win or a loss: the 95% interval of the relative "
+            "difference excludes 0; otherwise the noise can explain it (tie).</p>"
+            + confirmation_table(ls) + _fig_html(fig, "confirmation")
+            + '<h3 id="noise">Run-to-run noise</h3>' + noise_table(ls) + cal_html)
+
+
 def searched_params(ls: export.LoadedStudy, views: list[TrialView]) -> list[str]:
     """Scenario parameters some trial sampled (the installed vLLM may have dropped others)."""
     sampled = {p for v in views for p in v.params}
@@ -208,7 +281,8 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
         figs.append(("latency-vs-rate", "Latency against rate (load stages, capacity under the SLO)",
                      _fig_html(stages, "latency-vs-rate")))
 
-    verdict_html = "".join(f"<p>{_e(x)}</p>" for x in lines)
+    verdict_html = "".join(f'<p class="sub">{_e(x.strip())}</p>' if x.startswith(" ") else f"<p>{_e(x)}</p>"
+                           for x in lines)  # indented: one objective of the comparison above
     chosen_html = ""
     if chosen is not None:
         body = yaml.safe_dump(export.serve_config(ls, chosen.number), sort_keys=False)
@@ -225,7 +299,8 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
     sections = "".join(f'<h2 id="{sid}">{_e(t)}</h2>{h}' for sid, t, h in figs)
     slo_metrics = [s.metric for s in sc.slos]
     summary = json.dumps({"study": rec.study_name, "trials": len(views), **n_by,
-                          "chosen": chosen.number if chosen else None})
+                          "chosen": chosen.number if chosen else None,
+                          "verdict": ls.verdict.outcome.value if ls.verdict is not None else None})
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>vllm-autotune report: {_e(rec.study_name)}</title>
@@ -239,10 +314,11 @@ def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
 written {created}.</p>
 <div class="verdict" id="verdict">{verdict_html}</div>
 {chosen_html}
+{confirmation_section(ls)}
 <h2 id="bottlenecks">What limited the trials</h2>
 {_fig_html(figures.bottleneck_figure(views), "bottlenecks")}
 <details><summary>Anti-patterns in the baselines (seed 000's table, seeds 001/002)</summary>{base_findings}</details>
-<p>Sections: {toc}<a href="#trials">Trials</a> · <a href="#all-metrics">All metrics</a></p>
+<p>Sections: <a href="#confirmation">Confirmation</a> · {toc}<a href="#trials">Trials</a> · <a href="#all-metrics">All metrics</a></p>
 {sections}
 <h2 id="trials">Trials</h2>
 <p>Click a column to sort. Feasibility: {_mark(FEASIBLE)} {n_by[FEASIBLE]} · {_mark(INFEASIBLE)}

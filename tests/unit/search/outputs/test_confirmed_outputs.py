@@ -9,6 +9,8 @@ for 16; the confirmation runs measure each configuration's true TTFT times each 
 """
 
 import io
+import json
+import re
 
 import pytest
 import yaml
@@ -17,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from search.calibration import CalibrationResult
 from search.executor import TrialOutcome
-from search.outputs import StudyProgress, export, load_study
+from search.outputs import StudyProgress, dashboard, export, load_study, write_report
 from search.outputs.summary import confirmation_table, summary_table, verdict_lines
+from search.outputs.trial_views import trial_views
 from search.serving import Failure, FailureClass
 from storage import queries
 from storage.models import TrialStatus
@@ -262,3 +265,56 @@ def test_progress_prints_each_confirmation_run_and_the_verdict(recommended, none
     assert "  confirm 4/6 (round 2): vllm_defaults (trial 3): failed: oom: scripted: killed by the OOM killer" in failed
     assert "  confirm 2/6 (round 1): vllm_defaults (trial 3): ttft_p95_ms 2450, output_throughput 98; " \
            "violates ttft_p95_ms<=2000" in failed
+
+
+# --- the report and the dashboard --------------------------------------------------------------
+
+def _plot(page: str, div_id: str) -> list[dict]:
+    rest = page[page.index(f'"{div_id}",') + len(div_id) + 3:].lstrip()
+    data, _ = json.JSONDecoder().raw_decode(rest)
+    return data
+
+
+def test_report_has_a_confirmation_section_with_the_verdict_runs_noise_and_calibration(recommended, tmp_path):
+    page = write_report(recommended[0], "loop", tmp_path / "report.html").read_text()
+    top = page.split('id="verdict">', 1)[1].split("</div>", 1)[0]
+    assert top.startswith("<p>deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults")
+    section = page.split('<h2 id="confirmation">Confirmation</h2>', 1)[1].split('<h2 id="bottlenecks">', 1)[0]
+    assert "<li>ttft_p95_ms 700 ms [686, 714] vs vllm_defaults 1,000 ms [980, 1,020]: -30% [-33, -27], 3+3 runs; " \
+           "better beyond the noise</li>" in section  # every candidate against every baseline
+    row = re.search(r'<tr data-trial="1" class=chosen>(.*?)</tr>', section).group(1)
+    assert "trial 1 (deployed)" in row and "600 ms [588, 612]" in row and "ttft_p95_ms win" in row
+    assert '<tr><td>ttft_p95_ms</td><td>objective</td><td class="num">2.0%</td></tr>' in section
+    assert "Calibration reference (how far it could move)" in section
+    assert "the reference could move -3.8% to +7.6%" in section
+    traces = _plot(page, "fig-confirmation")
+    rounds = [t for t in traces if t["name"] == "round 2" and t["xaxis"] == "x"]
+    assert rounds[0]["x"] == ["trial 0", "trial 1 *", "vllm_defaults (trial 3)"] and rounds[0]["y"] == [700, 600, 1000]
+    median = next(t for t in traces if t["name"] == "median [95% interval]" and t["xaxis"] == "x")
+    assert median["y"] == [700, 600, 1000] and median["error_y"]["array"] == pytest.approx([14, 12, 20])
+    assert json.loads(page.split('id="report-summary">', 1)[1].split("</script>", 1)[0])["verdict"] == "recommend"
+
+
+def test_report_of_an_unconfirmed_study_says_its_numbers_are_single_measurements(tmp_path):
+    url, _ = run_study(tmp_path, world(TRUTH), confirm_runs=0)
+    page = write_report(url, "loop", tmp_path / "report.html").read_text()
+    section = page.split('<h2 id="confirmation">Confirmation</h2>', 1)[1]
+    assert section.startswith('<p class="note">single, unconfirmed measurements: no confirmation phase ran')
+    assert "fig-confirmation" not in page
+
+
+def test_dashboard_study_note_quotes_the_verdict_and_the_noise_and_draws_the_runs(recommended):
+    url = recommended[0]
+    with Session(queries.open_db(url), expire_on_commit=False) as session:
+        ls = load_study(session, url, "loop")
+        views = trial_views(ls)
+        note = dashboard.study_note(ls, views, None)
+        figs = dashboard.build_figures(ls, views, queries.front_history(session, ls.record))
+    assert {t.name for t in figs["confirmation-runs"].data} == {"round 1", "round 2", "round 3", "median [95% interval]"}
+    assert note.splitlines()[2] == ("- deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
+                                    "(ties on output_throughput)")
+    assert "## Confirmation (re-measured on fresh servers)" in note
+    assert ("  - ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; "
+            "better beyond the noise") in note
+    assert "- run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in note
+    assert "- calibration: capacity 3.70 req/s [3.56, 3.98] over 3 rounds" in note
