@@ -108,7 +108,8 @@ def confirmation_table(ls: LoadedStudy) -> Table | None:
         values = [fmt_interval(c.metrics[n], unit=unit_of(n)) for n in sc.objective_names]
         mark = " *" if c.trial_number == deployed else ""
         table.add_row(f"{c.label}{mark}", f"{ok}/{planned}", *values, slo, *calls)
-    table.caption = "* deployed   win/loss: beyond the noise (95% interval of the difference excludes 0)"
+    table.caption = (("* deployed   " if deployed is not None else "")
+                     + "win/loss: beyond the noise (95% interval of the difference excludes 0)")
     return table
 
 
