@@ -125,8 +125,9 @@ def _ratio_to_fixed(a: np.ndarray, b: np.ndarray):
 def call(diff: Interval, direction: Literal["minimize", "maximize"]) -> Call:
     """A relative difference (candidate vs reference) as a verdict: a win when its whole interval
     lies on the good side of 0, a loss when on the bad side, else a tie (the noise can explain it).
+    A side with a single run says nothing of its noise: a tie, whatever the difference.
     """
-    if not math.isfinite(diff.low) or diff.contains(0.0):
+    if diff.n < 2 or not math.isfinite(diff.low) or diff.contains(0.0):
         return "tie"
     better = diff.high < 0 if direction == "minimize" else diff.low > 0
     return "win" if better else "loss"

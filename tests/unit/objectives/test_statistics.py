@@ -29,6 +29,13 @@ def test_differences_inside_the_noise_are_ties():
     assert st.call(st.relative_difference([math.nan], [1.0]), "maximize") == "tie"
 
 
+def test_a_single_run_on_either_side_cannot_call_a_difference_beyond_the_noise():
+    assert st.call(st.relative_difference([100.0], [200.0]), "minimize") == "tie"
+    one_vs_three = st.relative_difference([100.0], [200.0, 210.0, 190.0])
+    assert one_vs_three.value == pytest.approx(-0.5) and st.call(one_vs_three, "minimize") == "tie"
+    assert st.call(st.relative_difference([100.0, 101.0], [200.0, 210.0]), "minimize") == "win"
+
+
 def test_intervals_are_reproducible():
     a, b = [3.1, 2.9, 3.4, 3.0], [2.0, 2.2, 2.1, 1.9]
     assert st.relative_difference(a, b) == st.relative_difference(a, b)
