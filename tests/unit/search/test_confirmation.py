@@ -12,47 +12,11 @@ from search.verdict import Outcome
 from storage import queries
 from storage.models import TrialStatus
 from tests.support.paths import FIXTURES
+from tests.support.confirmation_world import BASELINE, LUCKY_16, TRUTH, enqueued, world as noisy_world
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, rows, runner
-from search.executor import TrialOutcome
 
 SCENARIO = FIXTURES / "scenarios" / "loop_confirm.yaml"
-ROUND_NOISE = (-0.02, 0.0, 0.02)  # each confirmation round's drift, alike for every candidate
-
-
-def seqs(plan) -> int | None:
-    return plan.config.get("max_num_seqs")  # None: the baseline (vLLM's default)
-
-
-def noisy_world(true_ttft: dict, search_ttft: dict | None = None):
-    """A script: the search measures `search_ttft` (a lucky outlier, say) where given, else the
-    truth; confirmation runs measure the truth with each round's drift. Throughput: level."""
-    search_ttft = search_ttft or {}
-
-    def script(plan) -> TrialOutcome:
-        key = seqs(plan)
-        if plan.run_name and plan.run_name.startswith("confirm"):
-            drift = 1 + ROUND_NOISE[int(plan.run_name.split("-")[1][1:]) - 1]
-            ttft, tput = true_ttft[key] * drift, 100.0 * drift
-        else:
-            ttft = search_ttft.get(key, true_ttft[key])
-            tput = {None: 99.0, 4: 102.0, 8: 101.0, 16: 100.0}[key]
-        return TrialOutcome(status=TrialStatus.OK, command=f"scripted {plan.server_args.flags}", metrics={
-            "ttft_p95_ms": ttft, "output_throughput": tput, "error_rate": 0.0, "completed": 8.0,
-            "failed": 0.0, "client_behind": 0.0})
-    return script
-
-
-TRUTH = {None: 1000.0, 4: 900.0, 8: 600.0, 16: 700.0}
-LUCKY_16 = {16: 400.0}  # one good draw: the search's winner, 300 ms better than 16 really is
-
-
-def enqueued(r):
-    """Trials 0-2 measure max_num_seqs 16, 8, 4 (the baseline comes after, trial 3)."""
-    if not r.study.trials:
-        for n in (16, 8, 4):
-            r.study.enqueue_trial({"max_num_seqs": n})
-    return r
 
 
 def study(tmp_path, script, *, scenario=SCENARIO, confirm_runs=None, executor=None):
@@ -64,9 +28,6 @@ def study(tmp_path, script, *, scenario=SCENARIO, confirm_runs=None, executor=No
 def trial_of(r, max_num_seqs) -> int:
     return next(row.trial_number for row in rows(r) if row.config.get("max_num_seqs") == max_num_seqs
                 and not row.baseline)
-
-
-BASELINE = 3
 
 
 def confirmation_runs(r):

@@ -18,18 +18,15 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from search.calibration import CalibrationResult
-from search.executor import TrialOutcome
 from search.outputs import StudyProgress, dashboard, export, load_study, write_report
 from search.outputs.summary import confirmation_table, summary_table, verdict_lines
 from search.outputs.trial_views import trial_views
-from search.serving import Failure, FailureClass
 from storage import queries
-from storage.models import TrialStatus
 from tests.support.paths import FIXTURES
+from tests.support.confirmation_world import LUCKY_16, TRUTH, enqueued, world as _world
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import runner
 
-ROUND_DRIFT = (-0.02, 0.0, 0.02)
 BASELINE = 3
 LUCKY, BETTER = 0, 1  # max_num_seqs 16 (lucky in the search) and 8 (truly better); 4 is trial 2
 
@@ -51,29 +48,11 @@ def three_rounds(scenario, ctx, baseline, run_dir, on_phase) -> CalibrationResul
     return CalibrationResult.from_rounds(rounds, [{"request_throughput": r["capacity_rps"]} for r in rounds], 1.0)
 
 
-def world(true_ttft: dict, fail: tuple[int | None, int] | None = None):
-    """The search measures 400 ms for max_num_seqs 16 and the truth for the others; each
-    confirmation run the truth times its round's drift. `fail`: (max_num_seqs, round) of a
-    confirmation run whose server does not start."""
-    def script(plan) -> TrialOutcome:
-        seqs = plan.config.get("max_num_seqs")
-        if plan.run_name and plan.run_name.startswith("confirm"):
-            round_ = int(plan.run_name.split("-")[1][1:]) - 1
-            if fail == (seqs, round_):
-                return TrialOutcome(status=TrialStatus.FAILED, command="scripted",
-                                    failure=Failure(FailureClass.OOM, "scripted: killed by the OOM killer"))
-            drift = 1 + ROUND_DRIFT[round_]
-            ttft, tput = true_ttft[seqs] * drift, 100.0 * drift
-        else:
-            ttft = 400.0 if seqs == 16 else true_ttft[seqs]
-            tput = {None: 99.0, 4: 102.0, 8: 101.0, 16: 100.0}[seqs]
-        return TrialOutcome(status=TrialStatus.OK, command=f"scripted {plan.server_args.flags}", metrics={
-            "ttft_p95_ms": ttft, "output_throughput": tput, "error_rate": 0.0, "completed": 8.0,
-            "failed": 0.0, "client_behind": 0.0})
-    return script
+def world(true_ttft: dict, fail=None):
+    """The search measures 400 ms for max_num_seqs 16, the truth for the others."""
+    return _world(true_ttft, LUCKY_16, fail)
 
 
-TRUTH = {None: 1000.0, 4: 900.0, 8: 600.0, 16: 700.0}
 LEVEL = {None: 1000.0, 4: 1000.0, 8: 1000.0, 16: 1000.0}  # nothing beats the defaults
 SLOW = {None: 2500.0, 4: 2600.0, 8: 2200.0, 16: 2400.0}  # nothing meets the 2,000 ms bound
 
@@ -84,10 +63,7 @@ def run_study(tmp_path, script, *, confirm_runs=None, before=None):
     progress = StudyProgress(Console(file=out, width=400, force_terminal=False))
     r = runner(tmp_path, ScriptedExecutor(script=script, before=before), scenario=calibrated_scenario(tmp_path),
                confirm_runs=confirm_runs, observers=[progress], calibrate=three_rounds)
-    if not r.study.trials:
-        for n in (16, 8, 4):
-            r.study.enqueue_trial({"max_num_seqs": n})
-    r.run()
+    enqueued(r).run()
     return r.prep.storage_url, out.getvalue()
 
 
