@@ -151,10 +151,11 @@ class StudyRunner:
                                                 self.events.phase)
                 rec.calibration = json_safe(cal.as_dict())
                 session.commit()
+                rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
                 self.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
-                    f"(closed loop, {self.sc.calibration.saturation_concurrency} users), unloaded TTFT "
-                    f"median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
+                    f"(closed loop, {self.sc.calibration.saturation_concurrency} users; median of rounds "
+                    f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
