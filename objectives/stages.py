@@ -179,6 +179,10 @@ async def wait_idle(base_url: str, timeout_s: float) -> tuple[float, str | None]
             await asyncio.sleep(IDLE_POLL_S)
 
 
+# What a vLLM server needs in its environment to serve `POST /reset_prefix_cache`.
+RESET_ENDPOINT_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
 async def reset_prefix_cache(base_url: str) -> bool | None:
     """POST /reset_prefix_cache (retried while blocks are still held). None: not available."""
     import aiohttp

@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO, json_safe
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, run_stages
+from objectives.stages import RESET_ENDPOINT_ENV, CapacitySpec, run_stages
 from objectives.workload import WorkloadSpec
 from search.scenario import Screening
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
@@ -126,7 +126,7 @@ async def _while_watching(server: VllmServer, measure):
 
 # The tuner's servers enable vLLM's dev endpoints for `POST /reset_prefix_cache` between load
 # stages (they bind to 127.0.0.1 only, like every server the tuner starts).
-STAGED_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+STAGED_SERVER_ENV = RESET_ENDPOINT_ENV
 
 
 @dataclass

