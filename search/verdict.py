@@ -20,6 +20,7 @@ from typing import Any, Iterable, Protocol, Sequence
 import numpy as np
 
 from objectives import statistics as st
+from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search import pareto
 from search.scenario import Scenario
 from storage.models import TrialStatus
@@ -36,6 +37,9 @@ class RunView(Protocol):
     constraints: dict[str, Any]
     failure_class: str | None
     failure_line: str | None
+
+
+PASS_FAIL = (SERVER_OK, TARGET_COMPLETED)
 
 
 class Outcome(StrEnum):
@@ -65,11 +69,15 @@ class CandidateResult:
         return not self.failures and bool(self.constraints) and all(v <= 0 for v in self.constraints.values())
 
     @property
-    def worst_constraint(self) -> tuple[str, float] | None:
-        if not self.constraints:
+    def worst_slo(self) -> tuple[str, float] | None:
+        """The SLO its confirmed medians come closest to breaking, or break the most. The
+        pass/fail constraints (server_ok, target_completed) count only when nothing else was
+        scored: every candidate that missed the target stage misses target_completed alike."""
+        graded = {k: v for k, v in self.constraints.items() if k not in PASS_FAIL} or self.constraints
+        if not graded:
             return None
-        key = max(self.constraints, key=lambda k: self.constraints[k])
-        return key, self.constraints[key]
+        key = max(graded, key=lambda k: graded[k])
+        return key, graded[key]
 
     def values(self, names: Sequence[str]) -> list[float]:
         return [self.metrics[n].value for n in names]
@@ -170,7 +178,7 @@ def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], ru
     if not feasible:
         verdict.outcome = Outcome.NONE_FEASIBLE
         served = [c for c in candidates if not c.failures] or candidates
-        verdict.closest = min(served, key=lambda c: c.worst_constraint[1] if c.worst_constraint else math.inf,
+        verdict.closest = min(served, key=lambda c: c.worst_slo[1] if c.worst_slo else math.inf,
                               default=None)
         return verdict
     ranking = pareto.rank([c.values(names) for c in feasible], directions, names, scenario.selection)

@@ -14,11 +14,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from objectives import statistics as st
-from objectives.scoring import SERVER_OK
 from search.calibration import CalibrationResult
 from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_value, unit_of
 from search.scenario import RelativeThreshold, Scenario, unloaded_reference
-from search.verdict import CandidateResult, Outcome, Verdict, measured_metrics
+from search.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
 
 def unconfirmed(scenario: Scenario) -> str:
@@ -65,27 +64,17 @@ def _names(metrics: Sequence[str]) -> str:
     return ", ".join(metrics)
 
 
-def worst_slo(c: CandidateResult) -> tuple[str, float] | None:
-    """The SLO a candidate's confirmed medians come closest to breaking, or break the most
-    (server_ok only when nothing else was scored: it is -1 for every server that served)."""
-    scored = {k: v for k, v in c.constraints.items() if k != SERVER_OK} or c.constraints
-    if not scored:
-        return None
-    key = max(scored, key=lambda k: scored[k])
-    return key, scored[key]
-
-
 def slo_margin(c: CandidateResult) -> str:
     """`met (closest: ttft_p95_ms<=2000, 40% headroom)` or `misses ttft_p95_ms<=2000 by 25%`."""
     if c.failures:
         return f"{len(c.failures)} of {c.rounds} runs failed"
-    worst = worst_slo(c)
+    worst = c.worst_slo
     if worst is None:
         return "no SLO scored"
     key, margin = worst
     if margin > 0:
         return f"misses {key} by {fmt_percent(margin)}"
-    return f"met (closest: {key}, {fmt_percent(-margin)} headroom)" if key != SERVER_OK else "met"
+    return f"met (closest: {key}, {fmt_percent(-margin)} headroom)" if key not in PASS_FAIL else "met"
 
 
 def _calls(v: Verdict, candidate: CandidateResult, reference: CandidateResult) -> tuple[list[str], ...]:
@@ -150,7 +139,7 @@ def _closest(v: Verdict) -> str:
     c = v.closest
     if c is None:
         return "no candidate was measured"
-    worst = worst_slo(c)
+    worst = c.worst_slo
     if c.failures and len(c.failures) == c.rounds:
         return "closest: none, every candidate failed to serve"
     text = f"closest: {c.label}"

@@ -5,10 +5,12 @@ Real Optuna, SQLite, scoring and verdict; no vLLM. Scenario: tests/fixtures/scen
 loop_confirm.yaml (max_num_seqs 16, 8 and 4 enqueued in that order, then the baseline; TTFT decides).
 """
 
+from dataclasses import dataclass, field
+
 import pytest
 from sqlalchemy.orm import Session
 
-from search.verdict import Outcome
+from search.verdict import Outcome, decide
 from storage import queries
 from storage.models import TrialStatus
 from tests.support.paths import FIXTURES
@@ -106,7 +108,7 @@ def test_a_candidate_that_misses_the_slo_in_confirmation_loses_its_feasibility(t
     verdict = r.run().verdict
     lucky = next(c for c in verdict.candidates if c.trial_number == trial_of(r, 16))
     assert not lucky.feasible
-    assert lucky.worst_constraint == ("ttft_p95_ms<=2000", pytest.approx(0.25))
+    assert lucky.worst_slo == ("ttft_p95_ms<=2000", pytest.approx(0.25))
     assert verdict.recommended.trial_number == trial_of(r, 8)
 
 
@@ -132,3 +134,27 @@ def test_confirm_runs_zero_skips_the_phase(tmp_path):
     result = r.run()
     assert result.verdict is None and not any(p.run_name for p in executor.plans)
     assert result.chosen == trial_of(r, 16)
+
+
+@dataclass
+class Run:  # a stored confirmation run, as the verdict reads one
+    trial_number: int
+    round: int
+    constraints: dict
+    baseline: str | None = None
+    status: str = "ok"
+    metrics: dict = field(default_factory=lambda: {"ttft_p95_ms": 3000.0, "output_throughput": 50.0})
+    failure_class: str | None = None
+    failure_line: str | None = None
+
+
+def test_the_closest_candidate_is_judged_on_its_graded_slos_not_on_pass_fail_ones():
+    from search.scenario import load
+
+    sc, _, _ = load(SCENARIO)
+    aborted = {"target_completed": 1.0, "server_ok": -1.0}
+    runs = [Run(0, k, {"ttft_p95_ms<=2000": 0.5, **aborted}) for k in range(2)] + \
+           [Run(1, k, {"ttft_p95_ms<=2000": 0.2, **aborted}) for k in range(2)]
+    verdict = decide(runs, sc, [0, 1], runs_per_candidate=2)
+    assert verdict.outcome == Outcome.NONE_FEASIBLE
+    assert verdict.closest.trial_number == 1 and verdict.closest.worst_slo == ("ttft_p95_ms<=2000", 0.2)
