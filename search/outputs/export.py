@@ -222,7 +222,11 @@ def pareto_yaml(ls: LoadedStudy) -> str:
     doc = {"scenario": ls.scenario.name, "study": ls.record.study_name,
            "vllm": ls.record.vllm_version, "hardware": ls.record.hardware.get("description"),
            "feasible_pareto_set": members}
-    return "# every feasible Pareto-optimal configuration of the study\n" + yaml.safe_dump(doc, sort_keys=False)
+    measured = ("the search's single measurements" + (" (screened: a shorter measurement than "
+                "confirmation's)" if ls.scenario.screening else "") + "; re-measured values and the verdict: "
+                "best.yaml's header and the report")
+    return (f"# every feasible Pareto-optimal configuration of the study\n# objectives: {measured}\n"
+            + yaml.safe_dump(doc, sort_keys=False))
 
 
 def why_none(ls: LoadedStudy) -> str:
