@@ -15,7 +15,7 @@ CONFIRM_RUNS ?=
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports search confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity clean
+.PHONY: setup test test-fast lint-imports search confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
 
 setup:
 	@bash scripts/setup.sh
@@ -63,6 +63,9 @@ bench-load: setup
 
 bench-capacity: setup   ## capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
 	$(BIN)/python benchmarks/capacity_repeats.py --scenario $(SCENARIO)
+
+bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
+	$(BIN)/python benchmarks/fidelity.py $(call opt,--storage,$(if $(STORAGE),$(STORAGE),sqlite:///runs/autotune.db)) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
 
 bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
 	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)
