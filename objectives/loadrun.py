@@ -13,8 +13,10 @@ due times, records), the garbage collector's existing objects are frozen (`gc.fr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +64,7 @@ class LoadResult:
     abort: Abort | None = None  # why the run stopped sending early (its outcome was certain)
     planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
     requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
+    client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
 
     @property
     def client_cpu_share(self) -> float:
@@ -108,6 +111,9 @@ class LoadResult:
             "client_cpu_s": self.client_cpu_s, "client_cpu_share": self.client_cpu_share,
             "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
             "aborted": self.aborted, "planned_s": self.planned_s,
+            # perf_counter is CLOCK_MONOTONIC on Linux: comparable with other processes' clocks.
+            "start_perf": self.start, "end_perf": self.end,
+            "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
             "abort_margin": self.abort.margin if self.abort is not None else None,
         }
         if include_records:
@@ -134,6 +140,89 @@ async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[
     finally:
         if not dispatch.done():
             dispatch.cancel()
+
+
+# -- where the client runs -------------------------------------------------------------------------
+
+WORKER_PROCESS_PREFIX = "VLLM::Worker"  # vLLM's worker process titles (VLLM::Worker, VLLM::Worker_TP1...)
+AVOID_ENGINE_CPUS_ENV = "AUTOTUNE_AVOID_ENGINE_CPUS"  # "0": let the client run anywhere
+
+
+def _cpu_list(text: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5} (the kernel's Cpus_allowed_list format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def engine_pinned_cpus(proc: Path = Path("/proc")) -> set[int]:
+    """CPUs that threads of local vLLM worker processes are pinned to.
+
+    vLLM's CPU backend binds each worker's OpenMP threads to cores of their own
+    (`VLLM_CPU_OMP_THREADS_BIND=auto`: all cores but the ones it reserves for the API server and
+    the engine core), and those threads compute for the whole run. A load client that the kernel
+    places on such a core waits behind them: measured here (2 cores, worker on CPU 0) for 0.1 to
+    2.8 s at a time, with every chunk that arrived meanwhile stamped late. Threads that may run
+    anywhere are not pinned (their allowed set is this process's, in the same container); on a
+    machine without /proc, or without such engines, the set is empty.
+    """
+    everything = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    pinned: set[int] = set()
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return pinned
+    for pid in pids:
+        try:
+            if not (proc / pid / "comm").read_text().startswith(WORKER_PROCESS_PREFIX):
+                continue
+            tids = os.listdir(proc / pid / "task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                status = (proc / pid / "task" / tid / "status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    allowed = _cpu_list(line.split(":", 1)[1])
+                    if allowed and allowed < everything:
+                        pinned |= allowed
+                    break
+    return pinned
+
+
+@contextlib.contextmanager
+def _off_engine_cpus(enabled: bool | None, notes: list[str]):
+    """Keep the calling thread (the event loop's: the client) off the CPUs local vLLM engines
+    are pinned to, for the block; yields the CPUs it may use, or None where nothing changed."""
+    if enabled is None:
+        enabled = os.environ.get(AVOID_ENGINE_CPUS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    if not enabled or not hasattr(os, "sched_setaffinity"):
+        yield None
+        return
+    before = os.sched_getaffinity(0)
+    pinned = engine_pinned_cpus()
+    allowed = before - pinned
+    if not pinned & before or not allowed:  # nothing to avoid, or nowhere else to go
+        yield None
+        return
+    os.sched_setaffinity(0, allowed)
+    notes.append(f"client kept on CPU {_cpu_text(allowed)}, off CPU {_cpu_text(pinned & before)} "
+                 "(pinned vLLM engine threads)")
+    try:
+        yield tuple(sorted(allowed))
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _cpu_text(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def _new_record(req: Request, warmup: bool) -> RequestRecord:
@@ -281,8 +370,13 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                    tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
                    goodput: GoodputSLO | None = None, lag_limit_ms: float | None = None,
                    requests: list[Request] | None = None,
-                   sample_period_s: float = 1.0, abort: AbortCheck | None = None) -> LoadResult:
+                   sample_period_s: float = 1.0, abort: AbortCheck | None = None,
+                   avoid_engine_cpus: bool | None = None) -> LoadResult:
     """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
+
+    `avoid_engine_cpus`: while the client runs, keep its thread off the CPUs that a local vLLM
+    engine's workers are pinned to (`engine_pinned_cpus`), where it would wait behind them.
+    Default: on, unless the environment sets AUTOTUNE_AVOID_ENGINE_CPUS=0.
 
     `abort` (open loops only): called twice a second with the records so far; an `Abort` returned
     stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics.
@@ -313,48 +407,49 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
         warm = (await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
                 if spec.warmup_requests else [])
 
-        async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
-            warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
-            if warm:
-                width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
-                await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
-            pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
-            if hasattr(lc, "preconnect"):
-                await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
+        with _off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
+            async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
+                warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
+                if warm:
+                    width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
+                    await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
+                pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+                if hasattr(lc, "preconnect"):
+                    await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
 
-            before = None
-            sampler = None
-            if scrape_metrics:
-                text = await fetch_metrics_text(control, base_url)
-                if text is None:
-                    notes.append("no /metrics from the server: server_* metrics are NaN")
-                else:
-                    before = MetricsSnapshot.parse(text)
-                    sampler = GaugeSampler(control, base_url, sample_period_s)
-                    sampler.start()
+                before = None
+                sampler = None
+                if scrape_metrics:
+                    text = await fetch_metrics_text(control, base_url)
+                    if text is None:
+                        notes.append("no /metrics from the server: server_* metrics are NaN")
+                    else:
+                        before = MetricsSnapshot.parse(text)
+                        sampler = GaugeSampler(control, base_url, sample_period_s)
+                        sampler.start()
 
-            gc.collect()
-            gc.freeze()
-            cpu0 = time.process_time()
-            aborted = None
-            try:
-                if closed:
-                    start, end, sent = await run_closed_loop(
-                        lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s)
-                elif abort is None:
-                    start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
-                else:
-                    dispatch = asyncio.ensure_future(
-                        run_open_loop(lc.send, pool.prepared, pool.records, offsets))
-                    start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler)
-            finally:
-                client_cpu = time.process_time() - cpu0
-                gc.unfreeze()
-                samples = await sampler.stop() if sampler is not None else []
-            after = None
-            if before is not None:
-                text = await fetch_metrics_text(control, base_url)
-                after = MetricsSnapshot.parse(text) if text is not None else None
+                gc.collect()
+                gc.freeze()
+                cpu0 = time.process_time()
+                aborted = None
+                try:
+                    if closed:
+                        start, end, sent = await run_closed_loop(
+                            lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s)
+                    elif abort is None:
+                        start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
+                    else:
+                        dispatch = asyncio.ensure_future(
+                            run_open_loop(lc.send, pool.prepared, pool.records, offsets))
+                        start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler)
+                finally:
+                    client_cpu = time.process_time() - cpu0
+                    gc.unfreeze()
+                    samples = await sampler.stop() if sampler is not None else []
+                after = None
+                if before is not None:
+                    text = await fetch_metrics_text(control, base_url)
+                    after = MetricsSnapshot.parse(text) if text is not None else None
 
     records = [r for r in pool.records if not math.isnan(r.send_time)]
     server = diagnose(before, after, samples) if before is not None and after is not None else None
@@ -374,7 +469,7 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                               lag_limit_ms=lag_limit_ms, server=server)
     result = LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
                         start, end, notes, client_cpu, aborted, offsets[-1] if offsets else math.nan,
-                        len(offsets) if offsets else len(records))
+                        len(offsets) if offsets else len(records), client_cpus)
     if metrics.client_behind:
         share = result.client_cpu_share
         why = ("the client itself is the bottleneck" if share > 0.8
@@ -387,11 +482,9 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
 
 def default_loop() -> str:
     """uvloop where installed (about 10 % less client CPU per request, see docs/measurement.md)."""
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return "asyncio"
-    return "uvloop"
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
 
 
 def run_async(coro, loop: str = "auto"):
