@@ -47,11 +47,15 @@ class Candidate:
 
 def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared,
                front_size: int) -> tuple[list[Candidate], list[str]]:
-    """The front's first `front_size` by the selection rule (baselines aside; one trial per set
-    of flags), then each baseline that served; and notes on baselines left out."""
+    """The first `front_size` feasible configurations by the selection rule (front members
+    first, baselines aside, one trial per set of flags), then each baseline that served; and
+    notes on baselines left out. A baseline that dominates every sampled trial leaves the front
+    to itself: the best of the feasible rest are then confirmed against it."""
     sc = prep.scenario
-    members = [t for t in pareto.front(study) if not rows[t.number].baseline]
+    on_front = {t.number for t in pareto.front(study)}
+    members = [t for t in pareto.finished(study) if pareto.feasible(t) and not rows[t.number].baseline]
     order = pareto.rank([t.values for t in members], sc.directions, sc.objective_names, sc.selection)
+    order.sort(key=lambda i: members[i].number not in on_front)  # stable: the rule's order within each
     picked: list[Candidate] = []
     seen: set[str] = set()
     for i in order:

@@ -326,7 +326,7 @@ class StudyRunner:
         rows = {r.trial_number: r for r in queries.trial_records(session, rec)}
         cands, notes = confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front)
         if not any(c.baseline is None for c in cands):
-            self.events.note("confirmation skipped: no feasible configuration on the front to confirm")
+            self.events.note("confirmation skipped: no sampled configuration met the SLOs in the search")
             return None
         phase = confirmation_mod.ConfirmationPhase(
             self.prep, self._make_executor(self.full), self.events, self._score, self.confirm_runs)

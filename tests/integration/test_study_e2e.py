@@ -61,11 +61,12 @@ def test_short_study_stores_every_trial_and_a_front_per_trial(finished_study):
 def test_exported_yaml_starts_a_real_server_through_config(finished_study, tmp_path):
     best = finished_study["run_dir"] / "best.yaml"
     text = best.read_text()
-    assert text.startswith("# vllm-autotune: chosen configuration for scenario 'e2e'")
-    assert "baseline vllm_defaults (trial" in text and "command: " in text
+    assert text.startswith("# vllm-autotune: configuration to deploy for scenario 'e2e'")
+    # the confirmed verdict against the baseline, with intervals and run counts
+    assert "# verdict: " in text and "vllm_defaults (trial" in text and "2+2 runs" in text and "command: " in text
     flags = yaml.safe_load(text)
-    # exactly the flags the chosen trial's server ran with (which trial wins varies by run)
-    chosen = int(re.search(r", trial (\d+), picked by", text).group(1))
+    # exactly the flags the deployed trial's server ran with (which trial wins varies by run)
+    chosen = int(re.search(r", trial (\d+), confirmed over 2 runs each", text).group(1))
     rows, _ = records(finished_study["storage"])
     by_number = {r.trial_number: r for r in rows}
     assert flags == {"model": flags["model"], **by_number[chosen].flags}

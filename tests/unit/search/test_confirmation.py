@@ -129,6 +129,15 @@ def test_the_search_screens_short_and_confirmation_measures_in_full(tmp_path):
     assert sizes == [(False, 4)] * 4 + [(True, 8)] * 3
 
 
+def test_a_baseline_that_dominates_the_search_is_confirmed_against_the_best_of_the_rest(tmp_path):
+    lucky_defaults = noisy_world(TRUTH, {None: 100.0}, search_throughput={None: 200.0})
+    r, _, _ = study(tmp_path, lucky_defaults)
+    result = r.run()
+    assert [t.number for t in r.study.best_trials] == [BASELINE]  # the front is the baseline alone
+    assert [c.trial_number for c in result.verdict.candidates] == [trial_of(r, 8), trial_of(r, 16), BASELINE]
+    assert result.verdict.outcome == Outcome.RECOMMEND and result.chosen == trial_of(r, 8)
+
+
 def test_confirm_runs_zero_skips_the_phase(tmp_path):
     r, executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16), confirm_runs=0)
     result = r.run()
