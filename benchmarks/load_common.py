@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,31 @@ def write_sharegpt_dataset(requests, path: Path) -> int:
     return outputs.pop()
 
 
+def write_prepared_requests(requests, path: Path) -> None:
+    """Our requests, byte for byte, for `benchmarks/vllm_bench_prepared.py`: completions prompts
+    as token ids, chat prompts as the exact messages, each with its own output length."""
+    entries = []
+    for r in requests:
+        e = {"prompt_len": r.prompt_tokens, "output_len": r.output_tokens}
+        if r.prompt_ids is not None:
+            e["prompt"] = list(r.prompt_ids)
+        else:
+            e["prompt"] = r.messages[-1]["content"]
+            e["chat_messages"] = [dict(m) for m in r.messages]
+        entries.append(e)
+    path.write_text(json.dumps(entries, ensure_ascii=False))
+
+
+def vllm_bench_prepared_args(base_url: str, model: str, tokenizer: str, prepared: Path, n: int,
+                             rate: float, seed: int, result_dir: Path, result_name: str, *,
+                             burstiness: float = 1.0, endpoint: str = "chat") -> list[str]:
+    """`vllm bench serve` sending exactly our requests (see `vllm_bench_prepared.py`)."""
+    args = vllm_bench_args(base_url, model, tokenizer, prepared, n, rate, seed, result_dir,
+                           result_name, 1, burstiness=burstiness, endpoint=endpoint)
+    cli = args.index("bench")
+    return [PYTHON, str(REPO / "benchmarks" / "vllm_bench_prepared.py"), str(prepared), *args[cli:]]
+
+
 def vllm_bench_args(base_url: str, model: str, tokenizer: str, dataset: Path, n: int, rate: float,
                     seed: int, result_dir: Path, result_name: str, output_len: int, *,
                     burstiness: float = 1.0, endpoint: str = "chat", warmups: int = 0) -> list[str]:
@@ -65,28 +91,151 @@ def vllm_bench_args(base_url: str, model: str, tokenizer: str, dataset: Path, n:
         "--result-dir", str(result_dir), "--result-filename", result_name, "--disable-tqdm")
 
 
-def run_vllm_bench(args: list[str], log: Path, timeout_s: float = 900) -> dict:
-    """Run `vllm bench serve`; returns its saved result JSON."""
+def run_vllm_bench(args: list[str], log: Path, timeout_s: float = 900, cpus: set[int] | None = None) -> dict:
+    """Run `vllm bench serve` (on these CPUs only, with `cpus`); returns its saved result JSON."""
     result = Path(args[args.index("--result-dir") + 1]) / args[args.index("--result-filename") + 1]
     result.unlink(missing_ok=True)
-    with log.open("w") as out:
-        proc = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, timeout=timeout_s)
+    if cpus:
+        args = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *args]
+    with log.open("w") as out, ChildCpu() as cpu:
+        proc, timeline = _run_sampled(args, out, timeout_s)
     if proc.returncode != 0 or not result.exists():
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise RuntimeError(f"vllm bench serve failed (rc {proc.returncode}); log {log}:\n{tail}")
-    return json.loads(result.read_text())
+    res = json.loads(result.read_text())
+    res["_process_cpu_s"] = cpu.seconds
+    res["_process"] = {"cpu_timeline": timeline, "ctx_voluntary": cpu.voluntary,
+                       "ctx_involuntary": cpu.involuntary, "major_faults": cpu.major_faults}
+    return res
 
 
-def run_ours(url: str, workload: Path, out: Path, log: Path, *extra: str, timeout_s: float = 900) -> dict:
+def run_ours(url: str, workload: Path, out: Path, log: Path, *extra: str, timeout_s: float = 900,
+             env: dict[str, str] | None = None) -> dict:
     """`autotune load` in its own process (like vllm bench), JSON with every request."""
     cmd = [PYTHON, "-m", "search.cli", "load", "--url", url, "--workload", str(workload),
            "--json", str(out), "--records", "--quiet", *extra]
-    with log.open("w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, timeout=timeout_s)
+    with log.open("w") as f, ChildCpu() as cpu:
+        proc, timeline = _run_sampled(cmd, f, timeout_s, env=env)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise RuntimeError(f"autotune load failed (rc {proc.returncode}); log {log}:\n{tail}")
-    return json.loads(out.read_text())
+    res = json.loads(out.read_text())
+    res["_process_cpu_s"] = cpu.seconds
+    res["_process"] = {"cpu_timeline": timeline, "ctx_voluntary": cpu.voluntary,
+                       "ctx_involuntary": cpu.involuntary, "major_faults": cpu.major_faults}
+    return res
+
+
+def _run_sampled(cmd: list[str], out, timeout_s: float, period_s: float = 0.05,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, list[tuple[float, float]]]:
+    """Run a tool to completion, sampling its CPU time: [(time.monotonic(), cpu seconds)]. The
+    clock is CLOCK_MONOTONIC, as the tools' perf_counter, so a window they report can be cut out
+    (`cpu_in_window`)."""
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                            env={**os.environ, **env} if env else None)
+    timeline: list[tuple[float, float]] = []
+    try:
+        ps = psutil.Process(proc.pid)
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            try:
+                t = ps.cpu_times()
+                timeline.append((time.monotonic(), t.user + t.system))
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(cmd, timeout_s)
+            time.sleep(period_s)
+    except psutil.NoSuchProcess:
+        pass
+    proc.wait()
+    return proc, timeline
+
+
+def cpu_in_window(timeline: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU seconds a sampled process used between two CLOCK_MONOTONIC times (interpolated)."""
+    if len(timeline) < 2:
+        return float("nan")
+    ts = np.array([t for t, _ in timeline])
+    cs = np.array([c for _, c in timeline])
+    return float(np.interp(end, ts, cs) - np.interp(start, ts, cs))
+
+
+class ChildCpu:
+    """CPU seconds (user + system) of the child processes that ended inside the block: one
+    `subprocess.run` is one tool run, startup and all (a running server never ends, so it is
+    not counted)."""
+
+    def __enter__(self) -> "ChildCpu":
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._t0 = r.ru_utime + r.ru_stime
+        self._ctx0 = (r.ru_nvcsw, r.ru_nivcsw, r.ru_majflt)
+        self.seconds = float("nan")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.seconds = r.ru_utime + r.ru_stime - self._t0
+        self.voluntary = r.ru_nvcsw - self._ctx0[0]
+        self.involuntary = r.ru_nivcsw - self._ctx0[1]
+        self.major_faults = r.ru_majflt - self._ctx0[2]
+
+
+def _main_thread_wait_s(pid: int) -> float:
+    """Seconds the process's main thread spent runnable but waiting for a CPU (schedstat)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class TreeCpu:
+    """CPU seconds each process of a tree (e.g. a vLLM server: API server, engine core) used
+    inside the block, keyed by a short name."""
+
+    def __init__(self, root_pid: int | None):
+        self.root = root_pid
+        self.by_name: dict[str, float] = {}
+        self.wait_by_name: dict[str, float] = {}  # main thread runnable but not running (s)
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        out = {}
+        if self.root is None:
+            return out
+        try:
+            root = psutil.Process(self.root)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return out
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                name = p.name()
+                cmd = p.cmdline()
+                if "server_guard" in " ".join(cmd):
+                    name = "guard"
+                elif "vllm.entrypoints" in " ".join(cmd) or ("serve" in cmd and "vllm" in " ".join(cmd)):
+                    name = "api_server"
+                out[p.pid] = (name, t.user + t.system, _main_thread_wait_s(p.pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return out
+
+    def __enter__(self) -> "TreeCpu":
+        self._t0 = time.monotonic()
+        self._before = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        after = self._sample()
+        self.wall_s = time.monotonic() - self._t0
+        for pid, (name, c, w) in after.items():
+            _, c0, w0 = self._before.get(pid, (name, 0.0, 0.0))
+            self.by_name[name] = self.by_name.get(name, 0.0) + c - c0
+            self.wait_by_name[name] = self.wait_by_name.get(name, 0.0) + w - w0
 
 
 def vllm_schedule_lag_ms(detailed: dict, offsets: np.ndarray) -> np.ndarray:
@@ -102,9 +251,17 @@ def vllm_schedule_lag_ms(detailed: dict, offsets: np.ndarray) -> np.ndarray:
 
 # -- noise ----------------------------------------------------------------------------------------
 
-def _our_pids() -> set[int]:
-    me = psutil.Process()
-    return {me.pid, *(p.pid for p in me.children(recursive=True))}
+def _our_pids(*roots: int | None) -> set[int]:
+    pids = set()
+    for root in (os.getpid(), *roots):
+        if root is None:
+            continue
+        try:
+            me = psutil.Process(root)
+            pids |= {me.pid, *(p.pid for p in me.children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+    return pids
 
 
 def _cpu_by_pid() -> dict[int, float]:
@@ -118,19 +275,36 @@ def _cpu_by_pid() -> dict[int, float]:
     return out
 
 
+_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def _proc_stat() -> dict[str, float]:
+    """Machine-wide CPU seconds by kind (/proc/stat), all CPUs together."""
+    with open("/proc/stat") as f:
+        values = f.readline().split()[1:1 + len(_STAT_FIELDS)]
+    tick = os.sysconf("SC_CLK_TCK")
+    return {k: int(v) / tick for k, v in zip(_STAT_FIELDS, values)}
+
+
 class ForeignCpu:
-    """CPU (in cores) that processes outside this benchmark's tree used over an interval."""
+    """CPU (in cores) that processes outside this benchmark's tree used over an interval, and
+    the machine's idle, kernel (irq, softirq) and stolen (by the hypervisor) time in cores."""
+
+    def __init__(self, server_pid: int | None = None):
+        self.server_pid = server_pid  # a server this benchmark did not start is not foreign either
 
     def __enter__(self) -> "ForeignCpu":
-        self.t0, self.cpu0 = time.monotonic(), _cpu_by_pid()
+        self.t0, self.cpu0, self.stat0 = time.monotonic(), _cpu_by_pid(), _proc_stat()
         self.cores = float("nan")
+        self.machine: dict[str, float] = {}
         return self
 
     def __exit__(self, *exc) -> None:
-        cpu1, mine = _cpu_by_pid(), _our_pids()
+        cpu1, mine, stat1 = _cpu_by_pid(), _our_pids(self.server_pid), _proc_stat()
         dt = time.monotonic() - self.t0
         used = sum(c - self.cpu0.get(pid, c) for pid, c in cpu1.items() if pid not in mine)
         self.cores = max(0.0, used / dt) if dt > 0 else float("nan")
+        self.machine = {k: (stat1[k] - self.stat0[k]) / dt if dt > 0 else float("nan") for k in stat1}
 
 
 def wait_for_quiet(max_cores: float = 0.25, window_s: float = 2.0, timeout_s: float = 180.0) -> float:
@@ -172,3 +346,4 @@ def start_stub(*args: str) -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise RuntimeError(f"stub did not start: {line}{proc.stdout.read()}")
     return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+

