@@ -124,7 +124,7 @@ def stored_verdict(session: Session, rec: StudyRecord, scenario: Scenario) -> ve
 
 class ConfirmationPhase:
     """Runs the schedule on `executor` (built on the full measurement), scoring each run with
-    `score` and storing it; `decide` then reads the verdict from the stored runs."""
+    `score` and storing it; the verdict is then read from the stored runs (`stored_verdict`)."""
 
     def __init__(self, prep: Prepared, executor: TrialExecutor, events: StudyObserver,
                  score: Callable[[dict[str, float], bool], Score], runs: int):
@@ -146,15 +146,12 @@ class ConfirmationPhase:
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
             row = self._run_one(session, rec, i, round_, cand)
             self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label))
-        result = self.decide(session, rec, cands)
+        result = stored_verdict(session, rec, self.prep.scenario)
         if result.outcome != verdict_mod.Outcome.INCOMPLETE:
             rec.noise = {k: v for k, v in result.noise.items() if math.isfinite(v)}
             session.commit()
         self.events.confirmation_finished(ConfirmationFinished(result))
         return result
-
-    def decide(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate]) -> verdict_mod.Verdict:
-        return stored_verdict(session, rec, self.prep.scenario)
 
     def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
         p = self.prep
