@@ -236,7 +236,8 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
              f"at least one, {counts[FAILED]} never served.")
     if ls.confirmed:
         settings = [f"Settings of {chosen.label}: {_settings(chosen)}."] if chosen is not None else []
-        return chosen, [*ls.result_lines(), *settings, tally]
+        left_out = [f"Note: {n}." for n in ls.verdict_text().notes]  # e.g. a baseline that never served
+        return chosen, [*ls.result_lines(), *settings, *left_out, tally]
     lines = [tally, *ls.result_lines()]
     if chosen is None:
         lines.insert(0, "No configuration met every SLO, so none is recommended.")
