@@ -3,8 +3,15 @@
 Pure and precomputed before the run, so the dispatcher only sleeps. Gamma/Poisson gaps follow
 `vllm bench serve` exactly: gaps drawn from numpy's legacy global-style generator seeded with
 the workload seed (`np.random.seed(seed)` there), the first request due after one gap,
-cumulated, and (for a request-count bound) rescaled so the last arrival lands at N/rate, so the
-same seed gives the same schedule in both tools.
+cumulated, and rescaled so the last arrival lands at N/rate, so the same seed gives the same
+schedule in both tools.
+
+A duration bound is turned into a count the same way: N = rate x duration arrivals (rounded
+down), rescaled, so every window offers exactly its nominal rate. Bursty gaps left unrescaled
+make the offered load itself random, and the more so the shorter the window: on `mixed`
+(gamma, burstiness 0.5, 0.69 req/s) the same seed gave 13 requests in a 25 s window (0.52
+req/s) and 41 in a 45 s one (0.91 req/s), so a screened trial and a full run of the same config
+measured different loads, and the full runs all missed an SLO that the screened ones met.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from objectives.workload import ArrivalSpec
 
 
 def _need(n: int | None, duration_s: float | None, rate: float) -> int:
+    """Draws for a schedule that is trimmed to `duration_s` afterwards (constant and bursts)."""
     if n is not None:
         return n
     # Enough draws that the duration is covered with overwhelming probability; trimmed below.
@@ -67,8 +75,9 @@ def open_loop_offsets(arrival: ArrivalSpec, n: int | None, duration_s: float | N
     count = _need(n, duration_s, arrival.mean_rate())
     if arrival.mode in ("poisson", "gamma"):
         shape = arrival.burstiness if arrival.mode == "gamma" else 1.0
-        # Rescaling pins the last of N arrivals at N/rate; a duration bound has no last arrival.
-        offsets = gamma_offsets(count, rate, shape, seed, rescale=n is not None)
+        if n is None:  # the count the duration holds at the nominal rate (module docstring)
+            count = max(1, math.floor(rate * duration_s + 1e-9))
+        offsets = gamma_offsets(count, rate, shape, seed)
     elif arrival.mode == "constant":
         offsets = constant_offsets(count, rate)
     else:
