@@ -67,7 +67,13 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
     from search.prepare import default_storage, default_study_name
 
     storage = args.storage or default_storage(Path(args.runs_dir))
-    return storage, args.study or default_study_name(args.scenario, args.model)
+    if args.study:
+        return storage, args.study
+    from search import scenario as scenario_mod
+
+    # The study is named after the scenario's `name:`, as `search` names it, also when the
+    # scenario is given as a path.
+    return storage, default_study_name(scenario_mod.load(args.scenario)[0].name, args.model)
 
 
 def _cmd_search(args: argparse.Namespace) -> int:

@@ -79,6 +79,8 @@ def read_source(args: argparse.Namespace):
     from search import scenario as scenario_mod
 
     if args.workload is not None:
+        if not Path(args.workload).is_file():
+            raise scenario_mod.ScenarioError(f"--workload {args.workload}: no such file")
         data = yaml.safe_load(Path(args.workload).read_text()) or {}
         if "workload" not in data:  # a plain WorkloadSpec file
             return data, Path(args.workload).parent.resolve(), None

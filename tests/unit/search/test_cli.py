@@ -35,3 +35,23 @@ def test_confirm_needs_a_stored_study_and_creates_nothing_without_one(tmp_path):
 def test_confirm_runs_must_be_a_count(tmp_path):
     proc = autotune("search", "mixed", "--confirm-runs", "-1", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2 and "argument --confirm-runs: must be a whole number >= 0, got '-1'" in proc.stderr
+
+
+def test_a_scenario_given_by_path_names_the_study_as_search_does(tmp_path):
+    # `search configs/x.yaml` stores the study under the scenario's `name:`; export, report and
+    # dashboard given the same path must look for that study, not for one named after the path.
+    from search.scenario import CONFIG_DIR
+
+    copy = tmp_path / "my-mixed.yaml"
+    copy.write_text((CONFIG_DIR / "mixed.yaml").read_text())
+    db = tmp_path / "none.db"
+    proc = autotune("report", copy, "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no study named 'mixed' in this database" in proc.stderr
+
+
+def test_a_missing_workload_file_is_one_line(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    proc = autotune("load", "--workload", missing, "--url", "http://127.0.0.1:9", timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"autotune: error: --workload {missing}: no such file"
