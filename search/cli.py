@@ -169,12 +169,20 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _study_name(text: str) -> str:
+    from search.scenario import SAFE_NAME_RULE, is_safe_name
+
+    if not is_safe_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: {SAFE_NAME_RULE} (it names a directory under --runs-dir)")
+    return text
+
+
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
     p.add_argument("scenario", nargs=None if scenario_required else "?", default="mixed",
                    help="scenario name (configs/NAME.yaml) or path to a scenario file")
     p.add_argument("--model", default=None, help="local model directory (default: the built-in model)")
     p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
-    p.add_argument("--study", default=None, help="study name (default: scenario[-model])")
+    p.add_argument("--study", default=None, type=_study_name, help="study name (default: scenario[-model])")
     p.add_argument("--runs-dir", default="runs", help="where logs, exports and the default database go")
 
 

@@ -22,13 +22,22 @@ from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
 from objectives.workload import WorkloadSpec
-from search.serving import REGISTRY
+from search.serving import REGISTRY, tuner_owned_problem
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
 class ScenarioError(ValueError):
     pass
+
+
+# Scenario and study names become directories under the runs directory: one path component
+# that cannot be '.', '..' or hidden.
+SAFE_NAME_RULE = "use letters, digits, '_', '-', '.' only, starting with a letter, digit or '_'"
+
+
+def is_safe_name(name: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name) is not None
 
 
 class Strict(BaseModel):
@@ -63,6 +72,7 @@ def _relative_only_on_latency(slo: SLOSpec[Threshold]) -> SLOSpec[Threshold]:
 # The scoring's SLO and goodput types, with bounds that may be relative (calibration.resolve
 # turns them into the plain, numeric ones).
 SLO = Annotated[SLOSpec[Threshold], AfterValidator(_relative_only_on_latency)]
+DEFAULT_ERROR_RATE_MAX = 0.01  # every study's bound on error_rate unless its scenario sets one
 Goodput = GoodputSLO[Threshold]
 
 
@@ -153,6 +163,13 @@ class ServerSection(Strict):
     fixed: dict[str, Any] = Field(default_factory=dict)  # held for every trial, baselines included
     startup_timeout_s: float = Field(default=300, gt=0)
 
+    @field_validator("fixed")
+    @classmethod
+    def _not_tuner_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if (problem := tuner_owned_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
+
 
 class Scenario(Strict):
     name: str
@@ -174,11 +191,19 @@ class Scenario(Strict):
     confirmation: Confirmation = Field(default_factory=Confirmation)
     default_trials: int = Field(default=12, ge=1)
 
+    @field_validator("baselines")
+    @classmethod
+    def _baselines_not_tuner_owned(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, values in v.items():
+            if (problem := tuner_owned_problem(values)) is not None:
+                raise ValueError(f"{name}: {problem}")
+        return v
+
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
-            raise ValueError("use letters, digits, '_', '-', '.' only")
+        if not is_safe_name(v):
+            raise ValueError(SAFE_NAME_RULE)
         return v
 
     @field_validator("search_space", mode="before")
@@ -192,8 +217,21 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _metric_names(self) -> "Scenario":
-        validate_metric_names([o.metric for o in self.objectives] + [s.metric for s in self.slos],
-                              self.workload.class_names)
+        fields = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(self.objectives)]
+        fields += [(f"slos.{i}.metric", s.metric) for i, s in enumerate(self.slos)]
+        for where, metric in fields:
+            try:
+                validate_metric_names([metric], self.workload.class_names)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _error_rate_bound(self) -> "Scenario":
+        # Failed requests must never pay off (their latencies are missing, not slow): a scenario
+        # without a bound of its own on error_rate holds the built-in scenarios' one.
+        if not any(s.metric == "error_rate" for s in self.slos):
+            self.slos.append(SLOSpec[Threshold](metric="error_rate", max=DEFAULT_ERROR_RATE_MAX))
         return self
 
     @model_validator(mode="after")
@@ -271,7 +309,7 @@ def _format_error(path: str, err: ValidationError) -> str:
             msg = "unknown field"
         elif e["type"] == "literal_error":
             msg = f"{msg} (got {e.get('input')!r})"
-        lines.append(f"  {loc}: {msg}")
+        lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")  # a model check names its field itself
     return "\n".join(lines)
 
 

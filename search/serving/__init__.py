@@ -15,7 +15,8 @@ from search.serving.local_model import build as build_default_model
 from search.serving.local_model import build_dummy_architecture
 from search.serving.model_info import ModelError, ModelInfo
 from search.serving.model_info import read as read_model_info
-from search.serving.registry import (PARAMS, REGISTRY, Adjustment, ConfigError, LaunchContext, ParamSpec,
+from search.serving.registry import (PARAMS, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, LaunchContext, ParamSpec,
+                                     tuner_owned_problem,
                                      ServerArgs, check_combination, unsupported_reason,
                                      usable_substitute)
 from search.serving.registry import resolve as resolve_server_args
@@ -24,7 +25,7 @@ from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_bat
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
 
 __all__ = [
-    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
+    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "TUNER_OWNED", "tuner_owned_problem", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
     "InstalledVllm", "LaunchContext", "ModelError", "ModelInfo", "ParamSpec", "ServerArgs",
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",

@@ -97,6 +97,29 @@ PARAMS: tuple[ParamSpec, ...] = (
 
 REGISTRY: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
 
+# Flags the tuner sets itself and nothing a scenario or baseline says may change: every server
+# binds to 127.0.0.1 on a port the tuner picks, serves the model the study names, and never
+# runs code shipped with a model. Later flags win in vLLM's parser, so these are refused, not
+# overridden. (`config`: a vLLM --config file could carry any of them.)
+TUNER_OWNED: dict[str, str] = {
+    "host": "every server binds to 127.0.0.1",
+    "port": "the tuner picks a free port per server",
+    "uds": "every server listens on 127.0.0.1 TCP",
+    "model": "the study's model comes from --model",
+    "trust_remote_code": "the tuner never runs code shipped with a model",
+    "config": "a vLLM --config file could set any flag; put its settings in the scenario",
+}
+
+
+def tuner_owned_problem(keys: Iterable[str]) -> str | None:
+    """What is wrong when one of `keys` is TUNER_OWNED (None: nothing)."""
+    for name in keys:
+        key = str(name).replace("-", "_").lstrip("_")
+        if key in TUNER_OWNED:
+            return (f"{name!r} cannot be set from a scenario ({TUNER_OWNED[key]}); "
+                    f"the tuner owns {', '.join(TUNER_OWNED)}")
+    return None
+
 class ConfigError(ValueError):
     """A configuration that vLLM would reject, found before starting anything."""
 
@@ -215,6 +238,8 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
     Keys that are not registry parameters pass through as vLLM flags (`dtype`, `enforce_eager`,
     `load_format`, ...) if the installed vLLM accepts them; anything else is an error.
     """
+    if (problem := tuner_owned_problem(values)) is not None:
+        raise ConfigError(f"{where}: {problem}")
     applied: dict[str, Any] = {}
     adjustments: list[Adjustment] = []
     for name, value in values.items():

@@ -55,3 +55,10 @@ def test_a_missing_workload_file_is_one_line(tmp_path):
     proc = autotune("load", "--workload", missing, "--url", "http://127.0.0.1:9", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"autotune: error: --workload {missing}: no such file"
+
+
+def test_a_study_name_cannot_leave_the_runs_directory(tmp_path):
+    proc = autotune("search", "mixed", "--study", "../elsewhere", "--runs-dir", tmp_path, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "argument --study: '../elsewhere': use letters, digits" in proc.stderr
+    assert not (tmp_path.parent / "elsewhere").exists()

@@ -56,7 +56,8 @@ def test_own_scenario_file_by_path(tmp_path):
     (("endpoint: completions", "endpoint: grpc"), r"workload.endpoint: Input should be 'chat' or 'completions' \(got 'grpc'\)"),
     (("direction: minimize", "direction: lower"), r"objectives.0.direction: .*'minimize' or 'maximize'"),
     (("max_num_seqs: {low", "max_seqs: {low"), r"search_space: unknown parameter\(s\) max_seqs; tunable parameters: scheduler_delay_factor, max_num_seqs"),
-    (("metric: error_rate", "metric: error_ratio"), r"unknown metric name\(s\): error_ratio. Allowed: .*error_rate"),
+    (("metric: error_rate", "metric: error_ratio"), r"\n  slos.1.metric: unknown metric name\(s\): error_ratio. Allowed: .*error_rate"),
+    (("{metric: ttft_p95_ms, direction", "{metric: ttft_p95, direction"), r"\n  objectives.0.metric: unknown metric name\(s\): ttft_p95\. Allowed"),
     (("title: my scenario\n", "title: my scenario\ncolour: red\n"), r"colour: unknown field"),
     (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: {x_unloaded: 2}}"), r"x_unloaded applies to latency metrics"),
     # the scoring's own rules, checked when the file is read rather than when the study scores
@@ -69,6 +70,31 @@ def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):
     with pytest.raises(ScenarioError, match=expected) as err:
         scenario.load(path)
     assert str(err.value).startswith(f"{path}: invalid scenario")
+
+
+OWNED = r"cannot be set from a scenario .*; the tuner owns host, port, uds, model, trust_remote_code, config"
+
+
+@pytest.mark.parametrize("added, expected", [
+    ("server:\n  fixed: {host: 0.0.0.0}\n", r"server.fixed: 'host' cannot be set from a scenario \(every server binds to 127.0.0.1\)"),
+    ("server:\n  fixed: {trust_remote_code: true}\n", r"server.fixed: 'trust_remote_code' " + OWNED),
+    ("server:\n  fixed: {port: 8000}\n", r"server.fixed: 'port' " + OWNED),
+    ("baselines:\n  open: {max_num_seqs: 8, trust-remote-code: true}\n", r"baselines: open: 'trust-remote-code' " + OWNED),
+    ("baselines:\n  other: {config: /etc/vllm.yaml}\n", r"baselines: other: 'config' " + OWNED),
+])
+def test_a_scenario_cannot_set_what_the_tuner_owns(tmp_path, added, expected):
+    # vLLM's parser lets the last flag win and these come after --host 127.0.0.1 --port N: refused.
+    path = write(tmp_path, GOOD + added, "bad.yaml")
+    with pytest.raises(ScenarioError, match=expected) as err:
+        scenario.load(path)
+    assert str(err.value).startswith(f"{path}: invalid scenario")
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "-x", "a/b"])
+def test_a_scenario_name_stays_one_directory_under_runs(tmp_path, name):
+    path = write(tmp_path, GOOD.replace("name: mine", f"name: '{name}'"), "bad.yaml")
+    with pytest.raises(ScenarioError, match=r"name: use letters, digits"):
+        scenario.load(path)
 
 
 def test_unknown_scenario_lists_the_built_in_ones():
@@ -140,3 +166,12 @@ def test_scenario_slos_are_the_scorings_types_and_resolve_to_plain_numbers():
     _, slos, goodput = calibration.resolve(sc, cal)
     assert slos and all(type(s) is SLOSpec and isinstance(s.bound, float) for s in slos)
     assert goodput == GoodputSLO(ttft_ms=10 * 80.0, tpot_ms=8 * 10.0)
+
+
+def test_every_scenario_bounds_the_error_rate(tmp_path):
+    # A scenario that says nothing of failures still holds error_rate <= 1%: failed requests
+    # never make a config look fast.
+    sc, _, _ = scenario.load(write(tmp_path, GOOD.replace("  - {metric: error_rate, max: 0.01}\n", "")))
+    assert [(s.metric, s.max) for s in sc.slos if s.metric == "error_rate"] == [("error_rate", 0.01)]
+    own, _, _ = scenario.load(write(tmp_path, GOOD.replace("max: 0.01", "max: 0.05"), "own.yaml"))
+    assert [(s.metric, s.max) for s in own.slos if s.metric == "error_rate"] == [("error_rate", 0.05)]
