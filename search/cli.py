@@ -58,9 +58,10 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from search.scenario import ScenarioError
     from search.serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
-    from search.study import StudyBusy
+    from search.study import StudyBusy, StudyMismatch
 
-    return ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy
+    return (ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy,
+            StudyMismatch)
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:

@@ -53,6 +53,18 @@ class StudyBusy(RuntimeError):
     pass
 
 
+class StudyMismatch(ValueError):
+    """A resume where the trials already stored were measured on something else."""
+
+
+def setup_changes(rec: StudyRecord, ctx: LaunchContext) -> list[str]:
+    """What differs between the study's stored vLLM build, model and machine and this run's."""
+    then = {"vLLM": rec.vllm_version, "model": rec.model_path,
+            "hardware": (rec.hardware or {}).get("description")}
+    now = {"vLLM": ctx.installed.label(), "model": str(ctx.model.path), "hardware": ctx.hardware.describe()}
+    return [f"{k} was {then[k]}, now {now[k]}" for k in then if then[k] is not None and then[k] != now[k]]
+
+
 @dataclass
 class StudyResult:
     study_name: str
@@ -137,6 +149,11 @@ class StudyRunner:
             raise scenario_mod.ScenarioError(
                 f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "
                 f"scenario. Pass --study NEW_NAME to start another, or restore the file.")
+        elif changes := setup_changes(rec, p.ctx):
+            raise StudyMismatch(
+                f"study {p.study_name!r} was measured elsewhere ({'; '.join(changes)}): its trials would "
+                f"not compare with new ones. Pass --study NEW_NAME to start another, or resume it "
+                f"where it began.")
         return rec
 
     def _calibrate(self, session: Session, rec: StudyRecord) -> None:

@@ -120,6 +120,7 @@ def tuner_owned_problem(keys: Iterable[str]) -> str | None:
                     f"the tuner owns {', '.join(TUNER_OWNED)}")
     return None
 
+
 class ConfigError(ValueError):
     """A configuration that vLLM would reject, found before starting anything."""
 

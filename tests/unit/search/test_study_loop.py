@@ -6,6 +6,7 @@ tests/fixtures/scenarios/loop.yaml (one baseline, two integer knobs, absolute SL
 
 import fcntl
 import os
+import re
 import signal
 from types import SimpleNamespace
 
@@ -18,8 +19,9 @@ import search.prepare
 import search.study
 from search.events import StudyObserver
 from search.outputs import DashboardPublisher
-from search.study import StudyBusy
+from search.study import StudyBusy, StudyMismatch
 from storage import queries
+from tests.support.fakes import H100, ctx as fake_ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, failed_at, measured
 from tests.support.study_loop import Recorder, optuna_trials, rows, runner
@@ -258,7 +260,7 @@ def test_calibration_runs_once_on_the_injected_calibrate_and_is_stored(tmp_path)
     r.run()
     assert calibrate.calls == 1 and events.names[2:4] == ["calibration_started", "phase"]
     assert executor.workload.arrival.rate == 4.0  # capacity_fraction 0.5 of 8 req/s
-    assert set(rows(r)[0].constraints) == {"ttft_p95_ms<=1000", "server_ok"}  # 4 x the unloaded 250 ms
+    assert set(rows(r)[0].constraints) == {"ttft_p95_ms<=1000", "error_rate<=0.01", "server_ok"}  # 4 x the unloaded 250 ms
     again = ScriptedExecutor()
     runner(tmp_path, again, scenario=scenario, trials=2, calibrate=calibrate).run()
     assert calibrate.calls == 1 and again.workload.arrival.rate == 4.0  # the stored calibration, replayed
@@ -291,3 +293,17 @@ def test_a_percentile_that_a_run_cannot_pin_down_is_warned_about_before_the_firs
     [warning] = [n for n in events.notes if n.startswith("warning: ")]
     assert warning.startswith("warning: ttft_p95_ms over ~8 requests per run is decided by the single slowest")
     assert events.names.index("note") < events.names.index("trial_started")
+
+
+@pytest.mark.parametrize("elsewhere, said", [
+    (dict(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
+    (dict(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
+])
+def test_a_resume_on_another_vllm_or_machine_is_refused_before_anything_runs(tmp_path, elsewhere, said):
+    runner(tmp_path, ScriptedExecutor(), trials=1).run()
+    again = ScriptedExecutor()
+    with pytest.raises(StudyMismatch, match=re.escape(f"study 'loop' was measured elsewhere ({said})")):
+        runner(tmp_path, again, trials=2, launch_ctx=fake_ctx(**elsewhere)).run()
+    assert again.plans == []
+    runner(tmp_path, again, trials=2).run()  # where it began, it resumes
+    assert len(again.plans) == 1
