@@ -52,6 +52,7 @@ from load_common import (REPO, ForeignCpu, Spread, TreeCpu, cpu_in_window, run_o
 from objectives.arrivals import open_loop_offsets
 from objectives.loadrun import AVOID_ENGINE_CPUS_ENV, _build, _ServerCounter, engine_pinned_cpus
 from objectives.server_metrics import MetricsSnapshot
+from objectives.statistics import relative_difference
 from objectives.tokenizer import PromptTokenizer
 from objectives.workload import WorkloadSpec
 from search.serving import launch, launch_context, resolve_server_args
@@ -309,8 +310,10 @@ def markdown(results: list[dict], tools: list[str]) -> str:
     """One row per point and metric family, for docs/measurement.md."""
     ours = next(t for t in tools if t in OURS)
     ref = reference(tools)
-    heads = ["point", "tool", "TTFT median", "TPOT median", "ITL median", "E2EL median", "output tok/s"]
+    heads = ["point", "tool", "TTFT median", "TPOT median", "ITL median", "E2EL median", "output tok/s",
+             "other processes (cores)"]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    # (medians over runs, [min-max]; ms, output tokens/s)
     for res in results:
         p = res["point"]
         s = res["summary"]
@@ -322,9 +325,24 @@ def markdown(results: list[dict], tools: list[str]) -> str:
             digits = 2 if d["median"] < 10 else 1 if d["median"] < 1000 else 0
             return f"{d['median']:.{digits}f} [{d['low']:.{digits}f}-{d['high']:.{digits}f}]"
 
-        lines.append(f"| {label} | {ours} | " + " | ".join(cell(ours, k) for k in TABLE_KEYS) + " |")
-        lines.append(f"| | {ref} | " + " | ".join(cell(ref, k) for k in TABLE_KEYS) + " |")
-        lines.append("| | ratio | " + " | ".join(f"{s[k][f'{ours}/{ref}']:.3f}" for k in TABLE_KEYS) + " |")
+        def others(t, s=s):
+            d = s["foreign_cores"][t]
+            return f"{d['median']:.2f} [{d['low']:.2f}-{d['high']:.2f}]"
+
+        lines.append(f"| {label} | {ours} | " + " | ".join(cell(ours, k) for k in TABLE_KEYS)
+                     + f" | {others(ours)} |")
+        lines.append(f"| | {ref} | " + " | ".join(cell(ref, k) for k in TABLE_KEYS) + f" | {others(ref)} |")
+
+        def ratio(k, res=res):
+            # Paired by repetition (each pair ran back to back); a bootstrap 95 % interval.
+            by_rep = {}
+            for r in res["runs"]:
+                by_rep.setdefault(r["rep"], {})[r["tool"]] = r[k]
+            pairs = [(v[ours], v[ref]) for v in by_rep.values() if ours in v and ref in v]
+            iv = relative_difference([a for a, _ in pairs], [b for _, b in pairs], paired=True)
+            return f"{1 + iv.value:.3f} [{1 + iv.low:.2f}-{1 + iv.high:.2f}]"
+
+        lines.append("| | ratio [95 % interval] | " + " | ".join(ratio(k) for k in TABLE_KEYS) + " | |")
     return "\n".join(lines) + "\n"
 
 
