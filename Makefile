@@ -15,20 +15,28 @@ CONFIRM_RUNS ?=
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports search confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
+.PHONY: setup test test-fast lint-imports db db-stop search confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
 
 setup:
 	@bash scripts/setup.sh
 
 test: setup lint-imports
 	@bash scripts/setup_browser.sh   ## Debian chromium for tests/integration/test_browser.py
+	@bash scripts/setup_postgres.sh  ## Debian postgresql for tests/integration/test_postgres.py
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup lint-imports   ## unit tests only: no vLLM server
-	$(BIN)/python -m pytest -q -m "not vllm and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not vllm and not browser and not postgres" $(PYTEST_ARGS)
 
 lint-imports: setup   ## the package layering of docs/architecture.md (pyproject: tool.importlinter)
 	$(BIN)/lint-imports --no-cache
+
+db: setup   ## a local PostgreSQL under runs/postgres for studies many workers share; prints STORAGE=
+	@bash scripts/setup_postgres.sh
+	@$(BIN)/autotune db start
+
+db-stop: setup
+	$(BIN)/autotune db stop
 
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \

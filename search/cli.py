@@ -53,15 +53,30 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_db(args: argparse.Namespace) -> int:
+    """The project's local PostgreSQL, for studies shared by many workers: start prints the URL."""
+    from storage.local_postgres import LocalPostgres
+
+    db = LocalPostgres(Path(args.runs_dir) / "postgres")
+    if args.db_command == "start":
+        print(db.start())
+    elif args.db_command == "stop":
+        db.stop()
+    else:
+        print(db.url())
+    return 0
+
+
 def _user_errors() -> tuple[type[Exception], ...]:
     """Errors that mean bad input: printed as one clear message, exit code 2, no traceback."""
     from search.scenario import ScenarioError
     from search.serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
     from search.study import StudyBusy, StudyMismatch
+    from storage.local_postgres import PostgresError
 
     return (ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy,
-            StudyMismatch)
+            StudyMismatch, PostgresError)
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
@@ -245,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_target(report)
     report.add_argument("--out", default=None, help="file (default: RUNS_DIR/STUDY/report.html)")
     report.set_defaults(func=_cmd_report)
+
+    db = sub.add_parser("db", help="a local PostgreSQL for studies that many workers share (RUNS_DIR/postgres)")
+    db.add_argument("db_command", choices=("start", "stop", "url"),
+                    help="start (initialise on first use; prints the STORAGE URL), stop, or print the URL")
+    db.add_argument("--runs-dir", default="runs")
+    db.set_defaults(func=_cmd_db)
     return parser
 
 

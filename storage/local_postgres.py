@@ -1,0 +1,156 @@
+"""A PostgreSQL server of the project's own, for studies that many workers share (`make db`).
+
+One cluster per runs directory (`runs/postgres/`): data, log, a generated password (mode 0600,
+never in the repository) and the port it was given. It listens on 127.0.0.1 only, with its Unix
+socket inside the cluster directory, and authenticates by password (scram-sha-256). The
+binaries are the system's (`scripts/setup_postgres.sh` installs Debian's where missing).
+PostgreSQL refuses to run as root, so under root every server command runs as the `postgres`
+system user that the package creates, and the cluster directory belongs to it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+USER = "autotune"
+DATABASE = "autotune"
+HOST = "127.0.0.1"
+SYSTEM_USER = "postgres"  # who runs the server when we are root
+START_TIMEOUT_S = 60
+
+
+class PostgresError(RuntimeError):
+    """The local server cannot be set up or started; the message says what to do."""
+
+
+def bindir() -> Path:
+    """Where initdb and pg_ctl are: `AUTOTUNE_PG_BINDIR`, Debian's versioned directory, or PATH."""
+    if env := os.environ.get("AUTOTUNE_PG_BINDIR"):
+        return Path(env)
+    for found in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True):
+        if (Path(found) / "initdb").exists():
+            return Path(found)
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).resolve().parent
+    raise PostgresError("PostgreSQL's server binaries (initdb, pg_ctl) are not installed: run "
+                        "`bash scripts/setup_postgres.sh` (Debian's postgresql package) or set AUTOTUNE_PG_BINDIR")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class LocalPostgres:
+    root: Path  # runs/postgres
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def _password_file(self) -> Path:
+        return self.root / "password"
+
+    @property
+    def _port_file(self) -> Path:
+        return self.root / "port"
+
+    @property
+    def initialized(self) -> bool:
+        return (self.data / "PG_VERSION").exists()
+
+    @property
+    def port(self) -> int:
+        return int(self._port_file.read_text())
+
+    def url(self) -> str:
+        """The SQLAlchemy URL to pass as STORAGE= / --storage (psycopg 3 driver)."""
+        if not self.initialized:
+            raise PostgresError(f"no database in {self.root}: run `make db` (autotune db start) first")
+        password = self._password_file.read_text().strip()
+        return f"postgresql+psycopg://{USER}:{password}@{HOST}:{self.port}/{DATABASE}"
+
+    # -- running the server's tools as the right user -------------------------------------------------
+
+    @staticmethod
+    def _as_server_user() -> list[str]:
+        if os.geteuid() != 0:
+            return []
+        try:
+            pwd.getpwnam(SYSTEM_USER)
+        except KeyError:
+            raise PostgresError(f"running as root, and PostgreSQL will not; no {SYSTEM_USER!r} user to run it "
+                                f"as: install Debian's postgresql package (scripts/setup_postgres.sh)") from None
+        return ["runuser", "-u", SYSTEM_USER, "--"]
+
+    def _tool(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([*self._as_server_user(), str(bindir() / name), *args],
+                              capture_output=True, text=True, cwd="/")
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise PostgresError(f"{name} failed in {self.root}: {detail[-1] if detail else proc.returncode}"
+                                f" (log: {self.log})")
+        return proc
+
+    def _hand_over(self) -> None:
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam(SYSTEM_USER)
+            for path in [self.root, *self.root.rglob("*")]:
+                os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def _init(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        self._password_file.write_text(secrets.token_urlsafe(24) + "\n")
+        os.chmod(self._password_file, 0o600)
+        self._port_file.write_text(f"{_free_port()}\n")
+        self._hand_over()
+        self._tool("initdb", "-D", str(self.data), "-U", USER, f"--pwfile={self._password_file}",
+                   "--auth=scram-sha-256", "-E", "UTF8", "--no-instructions")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(f"\n# vllm-autotune: local only\nlisten_addresses = '{HOST}'\nport = {self.port}\n"
+                       f"unix_socket_directories = '{self.root}'\n")
+
+    def running(self) -> bool:
+        return self.initialized and self._tool("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
+
+    def start(self) -> str:
+        """Initialise on first use, start if stopped, create the database; returns the URL."""
+        if not self.initialized:
+            self._init()
+        if not self.running():
+            self._tool("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(START_TIMEOUT_S),
+                       "-o", f"-p {self.port}", "start")
+        self._create_database()
+        return self.url()
+
+    def stop(self) -> None:
+        if self.running():
+            self._tool("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def _create_database(self) -> None:
+        import psycopg
+
+        password = self._password_file.read_text().strip()
+        with psycopg.connect(host=HOST, port=self.port, user=USER, password=password, dbname="postgres",
+                             autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')

@@ -1,0 +1,108 @@
+"""The project's own PostgreSQL (`make db`): a real server, started and stopped here, holding a
+real study loop's trials, snapshots and Optuna's tables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import optuna
+import psutil
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from storage import queries
+from storage.local_postgres import LocalPostgres, PostgresError, bindir
+from tests.support.paths import REPO
+from tests.support.scripted_executor import ScriptedExecutor
+from tests.support.study_loop import optuna_trials, rows, runner
+
+try:
+    bindir()
+    HAVE_POSTGRES = True
+except PostgresError:
+    HAVE_POSTGRES = False
+
+pytestmark = [pytest.mark.postgres,
+              pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)")]
+
+
+def _postmasters(data: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and cmd[0].endswith("postgres") and str(data) in cmd:
+            found.append(p)
+    return found
+
+
+@pytest.fixture
+def reachable_dir():
+    """Not pytest's tmp_path: under root the server runs as the `postgres` user, which must be able
+    to reach its directory (pytest's base directory is private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def db():
+    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    os.chmod(base, 0o755)
+    server = LocalPostgres(base / "postgres")
+    url = server.start()
+    yield server, url
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_db_start_serves_a_password_protected_database_on_loopback_only(db):
+    server, url = db
+    parsed = make_url(url)
+    assert parsed.drivername == "postgresql+psycopg" and parsed.host == "127.0.0.1"
+    assert stat.S_IMODE((server.root / "password").stat().st_mode) == 0o600
+    assert server.start() == url  # idempotent: the running server, the same URL
+    with psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password,
+                         dbname=parsed.database) as conn:
+        assert conn.execute("SHOW listen_addresses").fetchone()[0] == "127.0.0.1"
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password="wrong",
+                        dbname=parsed.database)
+
+
+def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path, db):
+    _, url = db
+    runner(tmp_path, ScriptedExecutor(), trials=2, storage=url).run()
+    again = ScriptedExecutor()
+    r = runner(tmp_path, again, trials=4, storage=url)
+    r.run()  # a resume: two more server starts, none repeated
+    assert len(again.plans) == 2
+    stored = rows(r)  # a repeat of earlier flags is stored too, and costs no start
+    numbers = [t.trial_number for t in stored]
+    assert numbers == list(range(len(numbers))) and sum(t.status != "duplicate" for t in stored) == 4
+    assert {t.state for t in optuna_trials(r)} == {optuna.trial.TrialState.COMPLETE}
+    with Session(queries.open_db(url)) as session:
+        history = queries.front_history(session, queries.require_study(session, "loop"))
+        assert [s.after_trial_number for s in history] == numbers  # one snapshot per finished trial
+
+
+def test_db_stop_leaves_no_server_and_the_cli_prints_one_line(reachable_dir):
+    base = reachable_dir
+    cli = [sys.executable, "-m", "search.cli", "db"]
+    missing = subprocess.run([*cli, "url", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip() == f"autotune: error: no database in {base / 'postgres'}: run `make db` (autotune db start) first"
+    started = subprocess.run([*cli, "start", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("postgresql+psycopg://autotune:")
+    assert _postmasters(base / "postgres" / "data")
+    subprocess.run([*cli, "stop", "--runs-dir", str(base)], check=True, cwd=REPO)
+    assert _postmasters(base / "postgres" / "data") == []
