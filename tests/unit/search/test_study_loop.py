@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import signal
+import sqlite3
 from types import SimpleNamespace
 
 import optuna
@@ -307,3 +308,38 @@ def test_a_resume_on_another_vllm_or_machine_is_refused_before_anything_runs(tmp
     assert again.plans == []
     runner(tmp_path, again, trials=2).run()  # where it began, it resumes
     assert len(again.plans) == 1
+
+
+def kv_bytes(plans) -> set[int]:
+    return {p.server_args.flags["kv-cache-memory-bytes"] for p in plans}
+
+
+def test_a_resume_keeps_the_cpu_kv_budget_the_study_began_with(tmp_path):
+    r = runner(tmp_path, ScriptedExecutor(), trials=2)
+    r.study.enqueue_trial(A)
+    r.run()  # A, then the baseline, every server with memory_utilization 0.92 of 1 GiB
+    with Session(r.engine) as session:
+        assert queries.require_study(session, "loop").cpu_kv_budget_bytes == 2**30
+    first_a = rows(r)[0]
+
+    again, events = ScriptedExecutor(), Recorder()
+    r = runner(tmp_path, again, trials=3, launch_ctx=fake_ctx(budget=2**29), observers=[events])  # less RAM free now
+    r.study.enqueue_trial(A)
+    r.run()
+    assert ("warning: CPU KV budget: 1.00 GiB, as when study 'loop' began (this run alone would use 0.50 GiB); "
+            "pass --study NEW_NAME to start a study on the new one. It is more than this run allows") in events.notes[0]
+    assert kv_bytes(again.plans) == {int(0.92 * 2**30)}  # the same flags as before
+    repeat = rows(r)[2]
+    assert (repeat.status, repeat.duplicate_of, repeat.flags) == ("duplicate", first_a.trial_number, first_a.flags)
+
+
+def test_a_study_begun_before_the_budget_was_stored_keeps_the_one_its_trials_ran_on(tmp_path):
+    runner(tmp_path, ScriptedExecutor(), trials=1).run()
+    with sqlite3.connect(tmp_path / "loop.db") as db:  # as an older version left it
+        db.execute("ALTER TABLE autotune_studies DROP COLUMN cpu_kv_budget_bytes")
+    again = ScriptedExecutor()
+    r = runner(tmp_path, again, trials=2, launch_ctx=fake_ctx(budget=2**31))
+    r.run()
+    assert kv_bytes(again.plans) == {int(0.92 * 2**30)}
+    with Session(r.engine) as session:
+        assert queries.require_study(session, "loop").cpu_kv_budget_bytes == 2**30
