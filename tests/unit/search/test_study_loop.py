@@ -16,10 +16,12 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
+import search.pareto
 import search.prepare
 import search.study
 from search.events import StudyObserver
 from search.outputs import DashboardPublisher
+from search.outputs.export import load_study
 from search.study import StudyBusy, StudyMismatch
 from storage import queries
 from tests.support.fakes import H100, ctx as fake_ctx
@@ -343,3 +345,36 @@ def test_a_study_begun_before_the_budget_was_stored_keeps_the_one_its_trials_ran
     assert kv_bytes(again.plans) == {int(0.92 * 2**30)}
     with Session(r.engine) as session:
         assert queries.require_study(session, "loop").cpu_kv_budget_bytes == 2**30
+
+
+FAST = {"max_num_seqs": 32, "max_num_batched_tokens": 512}  # the most throughput: the rule's pick
+SLOW = {"max_num_seqs": 8, "max_num_batched_tokens": 256}  # the fastest first token: on the front too
+
+
+def client_behind_on(*lagging):
+    def script(plan):
+        out = measured(plan)
+        if plan.params in lagging:
+            out.metrics["client_behind"] = 1.0
+        return out
+    return script
+
+
+@pytest.mark.parametrize("lagging, pick, warned", [
+    ((), FAST, False),
+    ((FAST,), SLOW, False),  # its throughput came from a lighter load than planned: the next one
+    ((FAST, SLOW), FAST, True),  # nothing measured right: the rule's pick, with a warning
+])
+def test_a_trial_whose_load_client_fell_behind_is_chosen_only_when_nothing_else_is_and_then_with_a_warning(
+        tmp_path, lagging, pick, warned):
+    r = runner(tmp_path, ScriptedExecutor(script=client_behind_on(*lagging)), trials=3)
+    r.study.enqueue_trial(FAST)
+    r.study.enqueue_trial(SLOW)
+    r.run()
+    assert {t.params["max_num_seqs"] for t in search.pareto.front(r.study)} == {32, 8}
+    chosen = r.chosen()
+    assert chosen.params == pick
+    with Session(r.engine) as session:
+        lines = load_study(session, r.prep.storage_url, "loop").result_lines()
+    warning = f"warning: trial {chosen.number} was chosen although its load client fell behind its schedule"
+    assert any(line.startswith(warning) for line in lines) is warned
