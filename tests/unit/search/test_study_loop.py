@@ -22,6 +22,7 @@ import search.study
 from search.events import StudyObserver
 from search.outputs import DashboardPublisher
 from search.outputs.export import load_study
+from search.samplers import SAMPLERS, _grid
 from search.study import StudyBusy, StudyMismatch
 from storage import queries
 from tests.support.fakes import H100, ctx as fake_ctx
@@ -378,3 +379,28 @@ def test_a_trial_whose_load_client_fell_behind_is_chosen_only_when_nothing_else_
         lines = load_study(session, r.prep.storage_url, "loop").result_lines()
     warning = f"warning: trial {chosen.number} was chosen although its load client fell behind its schedule"
     assert any(line.startswith(warning) for line in lines) is warned
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_every_sampler_runs_a_short_study_past_its_startup_phase(tmp_path, name):
+    """The baseline, then 8 server starts: past TPE's and GP's 3 random startup trials and
+    NSGA-II's first generation of 4, so the model-guided part runs too."""
+    executor = ScriptedExecutor()
+    r = runner(tmp_path, executor, trials=9, sampler=name)
+    r.run()
+    assert type(r.study.sampler).__name__ == {"tpe": "TPESampler", "nsga2": "NSGAIISampler", "gp": "GPSampler",
+                                              "random": "RandomSampler", "grid": "GridSampler"}[name]
+    stored, told = rows(r), optuna_trials(r)
+    assert sum(row.status == "ok" for row in stored) == 9 and len(stored) == len(told)
+    assert all(t.state == TrialState.COMPLETE for t in told)
+    sampled = [t.params for t in told if "baseline" not in t.user_attrs]
+    assert len(sampled) >= 8
+    for params in sampled:  # within the space, and on the grid for the grid sampler
+        assert set(params) == set(r.prep.dists)
+        for k, v in params.items():
+            assert r.prep.dists[k].low <= v <= r.prep.dists[k].high
+            if name == "grid":
+                assert v in _grid(r.prep.dists)[k]
+    if name == "nsga2":
+        assert max(t.system_attrs.get("NSGAIISampler:generation", 0) for t in told) >= 1
+    assert search.pareto.front(r.study)
