@@ -7,7 +7,8 @@ candidates like any other. A configuration is recommended over the best feasible
 if it wins beyond the noise on some objective (its relative difference's 95% interval excludes
 0) without losing on the rule's primary objective; otherwise the baseline is kept. Candidates
 whose every objective is within the noise of the top one are its ties: the rule's tie-break
-(the medians) decided between them, and the verdict says so.
+(the medians) decided between them, and the verdict says so. A candidate whose load client fell
+behind its schedule in a run is ranked only when every feasible candidate's did.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class CandidateResult:
     constraints: dict[str, float]  # median over runs of each constraint (<= 0: met)
     failures: list[str] = field(default_factory=list)  # "round 2: startup_oom: ..."
     behind: list[int] = field(default_factory=list)  # rounds (1-based) whose load client fell behind its schedule
-    rank: int | None = None  # by the selection rule among the feasible (0: first)
+    rank: int | None = None  # by the selection rule among the feasible (0: first; None: unranked, or lagged)
 
     @property
     def label(self) -> str:
