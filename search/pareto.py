@@ -15,6 +15,12 @@ def feasible(trial: FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values())
 
 
+def client_behind(trial: FrozenTrial) -> bool:
+    """Its load client fell behind its schedule: the server got less load than planned, so its
+    numbers flatter it."""
+    return bool(trial.user_attrs.get("client_behind"))
+
+
 def front(study: optuna.Study) -> list[FrozenTrial]:
     """Optuna's own Pareto set; with constraints present it holds feasible trials only."""
     return list(study.best_trials)
@@ -79,8 +85,11 @@ def select(members: Sequence[FrozenTrial], directions: Sequence[str], names: Seq
 
 
 def chosen(study: optuna.Study, scenario: Scenario) -> FrozenTrial | None:
-    """The trial the scenario's selection rule picks from the study's feasible front."""
-    return select(front(study), scenario.directions, scenario.objective_names, scenario.selection)
+    """The trial the scenario's selection rule picks from the study's feasible front, leaving out
+    members whose load client fell behind unless every member's did (the outputs then warn)."""
+    members = front(study)
+    trusted = [t for t in members if not client_behind(t)] or members
+    return select(trusted, scenario.directions, scenario.objective_names, scenario.selection)
 
 
 def finished(study: optuna.Study) -> list[FrozenTrial]:

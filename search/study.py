@@ -14,7 +14,7 @@ import signal
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -37,7 +37,7 @@ from search.executor import (Measurement, PhaseCallback, TrialExecutor, TrialOut
 from search.prepare import Prepared, StudyOptions
 from search.samplers import make_sampler
 from search.scenario import Scenario
-from search.serving import LaunchContext, ServerArgs, facts_for_launch
+from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from storage import queries
 from storage.models import StudyRecord, TrialStatus
 
@@ -138,6 +138,7 @@ class StudyRunner:
                 study_name=p.study_name, scenario_name=self.sc.name, scenario_source=p.source,
                 scenario_digest=digest, model_path=str(p.ctx.model.path),
                 vllm_version=p.ctx.installed.label(), hardware=p.ctx.hardware.as_dict(),
+                cpu_kv_budget_bytes=None if p.ctx.hardware.is_gpu else p.ctx.cpu_kv_budget_bytes,
                 directions=self.sc.directions, objective_names=self.sc.objective_names)
             session.add(rec)
             session.commit()  # before Optuna writes: one SQLite file, one writer at a time
@@ -154,7 +155,35 @@ class StudyRunner:
                 f"study {p.study_name!r} was measured elsewhere ({'; '.join(changes)}): its trials would "
                 f"not compare with new ones. Pass --study NEW_NAME to start another, or resume it "
                 f"where it began.")
+        else:
+            self._keep_kv_budget(session, rec)
         return rec
+
+    def _keep_kv_budget(self, session: Session, rec: StudyRecord) -> None:
+        """A resume runs on the CPU KV budget the study began with, not on this run's.
+
+        memory_utilization reaches vLLM as a share of that budget, which follows free RAM and
+        AUTOTUNE_CPU_KV_BUDGET_GIB: recomputed, the same value would give new flags, measure
+        something else than the stored trials did and escape the de-duplication of repeats.
+        Kept, the same flags mean the same thing; a study on the new budget is a new study."""
+        ctx = self.prep.ctx
+        if ctx.hardware.is_gpu:
+            return
+        if rec.cpu_kv_budget_bytes is None:  # begun before the budget was stored: its trials' flags say it
+            rec.cpu_kv_budget_bytes = recorded_cpu_kv_budget(
+                (r.config, r.flags) for r in queries.trial_records(session, rec)) or ctx.cpu_kv_budget_bytes
+            session.commit()
+        kept, now = rec.cpu_kv_budget_bytes, ctx.cpu_kv_budget_bytes
+        if kept == now:
+            return
+        self.prep.ctx = replace(ctx, cpu_kv_budget_bytes=kept)
+        self.facts = facts_for_launch(self.prep.ctx)
+        said = (f"CPU KV budget: {kept / 2**30:.2f} GiB, as when study {self.prep.study_name!r} began (this run "
+                f"alone would use {now / 2**30:.2f} GiB); pass --study NEW_NAME to start a study on the new one")
+        if kept > now:
+            said = (f"warning: {said}. It is more than this run allows (AUTOTUNE_CPU_KV_BUDGET_GIB, or half "
+                    f"the RAM free now): a server may run short of memory")
+        self.events.note(said)
 
     def _calibrate(self, session: Session, rec: StudyRecord) -> None:
         cal = None

@@ -7,7 +7,8 @@ candidates like any other. A configuration is recommended over the best feasible
 if it wins beyond the noise on some objective (its relative difference's 95% interval excludes
 0) without losing on the rule's primary objective; otherwise the baseline is kept. Candidates
 whose every objective is within the noise of the top one are its ties: the rule's tie-break
-(the medians) decided between them, and the verdict says so.
+(the medians) decided between them, and the verdict says so. A candidate whose load client fell
+behind its schedule in a run is ranked only when every feasible candidate's did.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class CandidateResult:
     runs: dict[str, list[float]]  # the same metrics run by run, by round (NaN: failed run)
     constraints: dict[str, float]  # median over runs of each constraint (<= 0: met)
     failures: list[str] = field(default_factory=list)  # "round 2: startup_oom: ..."
-    rank: int | None = None  # by the selection rule among the feasible (0: first)
+    behind: list[int] = field(default_factory=list)  # rounds (1-based) whose load client fell behind its schedule
+    rank: int | None = None  # by the selection rule among the feasible (0: first; None: unranked, or lagged)
 
     @property
     def label(self) -> str:
@@ -135,9 +137,10 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
                    for k in sorted(keys)}
     failures = [f"round {r.round + 1}: {r.failure_class}: {(r.failure_line or '')[:160]}"
                 for r, good in zip(runs, ok) if not good]
+    behind = [r.round + 1 for r, good in zip(runs, ok) if good and r.metrics.get("client_behind")]
     return CandidateResult(trial_number=trial_number, baseline=runs[0].baseline if runs else None,
                            rounds=len(runs), metrics={m: st.median_interval(v) for m, v in by_metric.items()},
-                           runs=by_metric, constraints=constraints, failures=failures)
+                           runs=by_metric, constraints=constraints, failures=failures, behind=behind)
 
 
 def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Scenario) -> Comparison:
@@ -181,10 +184,13 @@ def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], ru
         verdict.closest = min(served, key=lambda c: c.worst_slo[1] if c.worst_slo else math.inf,
                               default=None)
         return verdict
-    ranking = pareto.rank([c.values(names) for c in feasible], directions, names, scenario.selection)
+    # A run whose load client fell behind offered the server less load than planned, so its
+    # medians flatter it: such a candidate is ranked only when every feasible one had such a run.
+    trusted = [c for c in feasible if not c.behind] or feasible
+    ranking = pareto.rank([c.values(names) for c in trusted], directions, names, scenario.selection)
     for position, i in enumerate(ranking):
-        feasible[i].rank = position
-    ordered = [feasible[i] for i in ranking]
+        trusted[i].rank = position
+    ordered = [trusted[i] for i in ranking]
     top = ordered[0]
     verdict.top = top
     verdict.reference = next((c for c in ordered if c.baseline), None)

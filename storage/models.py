@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -47,6 +47,9 @@ class StudyRecord(Base):
     model_path: Mapped[str] = mapped_column(Text)
     vllm_version: Mapped[str] = mapped_column(String(64))
     hardware: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # What memory_utilization 1.0 meant on the CPU build, fixed when the study began (None: a GPU
+    # study, or one begun before it was stored).
+    cpu_kv_budget_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     directions: Mapped[list[Any]] = mapped_column(JSON)
     objective_names: Mapped[list[Any]] = mapped_column(JSON)
     calibration: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

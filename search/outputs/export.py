@@ -96,7 +96,9 @@ class LoadedStudy:
         that decided; without a complete confirmation, what the numbers are worth."""
         text = self.verdict_text()
         note = self.unconfirmed_note()
-        return (text.summary_lines() if text is not None else []) + ([note] if note else [])
+        best = None if self.confirmed else self.chosen()
+        suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and pareto.client_behind(best) else []
+        return (text.summary_lines() if text is not None else []) + ([note] if note else []) + suspect
 
     def baselines(self) -> dict[str, TrialRecord]:
         out = {}

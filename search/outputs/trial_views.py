@@ -118,8 +118,8 @@ def facts_for(ls: LoadedStudy) -> ServingFacts:
         dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
     except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
         pass
-    # The budget is not stored with the study; its trials' flags carry it (kv-cache-memory-bytes).
-    budget = None if hardware.is_gpu else recorded_cpu_kv_budget(
+    # Stored with the study; a study begun before it was has it in its trials' flags (kv-cache-memory-bytes).
+    budget = None if hardware.is_gpu else rec.cpu_kv_budget_bytes or recorded_cpu_kv_budget(
         (r.config or {}, r.flags or {}) for r in ls.trials.values())
     return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
                          cpu_kv_budget_bytes=budget)

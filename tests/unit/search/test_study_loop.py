@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import signal
+import sqlite3
 from types import SimpleNamespace
 
 import optuna
@@ -15,10 +16,13 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
+import search.pareto
 import search.prepare
 import search.study
 from search.events import StudyObserver
 from search.outputs import DashboardPublisher
+from search.outputs.export import load_study
+from search.samplers import SAMPLERS, _grid
 from search.study import StudyBusy, StudyMismatch
 from storage import queries
 from tests.support.fakes import H100, ctx as fake_ctx
@@ -307,3 +311,96 @@ def test_a_resume_on_another_vllm_or_machine_is_refused_before_anything_runs(tmp
     assert again.plans == []
     runner(tmp_path, again, trials=2).run()  # where it began, it resumes
     assert len(again.plans) == 1
+
+
+def kv_bytes(plans) -> set[int]:
+    return {p.server_args.flags["kv-cache-memory-bytes"] for p in plans}
+
+
+def test_a_resume_keeps_the_cpu_kv_budget_the_study_began_with(tmp_path):
+    r = runner(tmp_path, ScriptedExecutor(), trials=2)
+    r.study.enqueue_trial(A)
+    r.run()  # A, then the baseline, every server with memory_utilization 0.92 of 1 GiB
+    with Session(r.engine) as session:
+        assert queries.require_study(session, "loop").cpu_kv_budget_bytes == 2**30
+    first_a = rows(r)[0]
+
+    again, events = ScriptedExecutor(), Recorder()
+    r = runner(tmp_path, again, trials=3, launch_ctx=fake_ctx(budget=2**29), observers=[events])  # less RAM free now
+    r.study.enqueue_trial(A)
+    r.run()
+    assert ("warning: CPU KV budget: 1.00 GiB, as when study 'loop' began (this run alone would use 0.50 GiB); "
+            "pass --study NEW_NAME to start a study on the new one. It is more than this run allows") in events.notes[0]
+    assert kv_bytes(again.plans) == {int(0.92 * 2**30)}  # the same flags as before
+    repeat = rows(r)[2]
+    assert (repeat.status, repeat.duplicate_of, repeat.flags) == ("duplicate", first_a.trial_number, first_a.flags)
+
+
+def test_a_study_begun_before_the_budget_was_stored_keeps_the_one_its_trials_ran_on(tmp_path):
+    runner(tmp_path, ScriptedExecutor(), trials=1).run()
+    with sqlite3.connect(tmp_path / "loop.db") as db:  # as an older version left it
+        db.execute("ALTER TABLE autotune_studies DROP COLUMN cpu_kv_budget_bytes")
+    again = ScriptedExecutor()
+    r = runner(tmp_path, again, trials=2, launch_ctx=fake_ctx(budget=2**31))
+    r.run()
+    assert kv_bytes(again.plans) == {int(0.92 * 2**30)}
+    with Session(r.engine) as session:
+        assert queries.require_study(session, "loop").cpu_kv_budget_bytes == 2**30
+
+
+FAST = {"max_num_seqs": 32, "max_num_batched_tokens": 512}  # the most throughput: the rule's pick
+SLOW = {"max_num_seqs": 8, "max_num_batched_tokens": 256}  # the fastest first token: on the front too
+
+
+def client_behind_on(*lagging):
+    def script(plan):
+        out = measured(plan)
+        if plan.params in lagging:
+            out.metrics["client_behind"] = 1.0
+        return out
+    return script
+
+
+@pytest.mark.parametrize("lagging, pick, warned", [
+    ((), FAST, False),
+    ((FAST,), SLOW, False),  # its throughput came from a lighter load than planned: the next one
+    ((FAST, SLOW), FAST, True),  # nothing measured right: the rule's pick, with a warning
+])
+def test_a_trial_whose_load_client_fell_behind_is_chosen_only_when_nothing_else_is_and_then_with_a_warning(
+        tmp_path, lagging, pick, warned):
+    r = runner(tmp_path, ScriptedExecutor(script=client_behind_on(*lagging)), trials=3)
+    r.study.enqueue_trial(FAST)
+    r.study.enqueue_trial(SLOW)
+    r.run()
+    assert {t.params["max_num_seqs"] for t in search.pareto.front(r.study)} == {32, 8}
+    chosen = r.chosen()
+    assert chosen.params == pick
+    with Session(r.engine) as session:
+        lines = load_study(session, r.prep.storage_url, "loop").result_lines()
+    warning = f"warning: trial {chosen.number} was chosen although its load client fell behind its schedule"
+    assert any(line.startswith(warning) for line in lines) is warned
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_every_sampler_runs_a_short_study_past_its_startup_phase(tmp_path, name):
+    """The baseline, then 8 server starts: past TPE's and GP's 3 random startup trials and
+    NSGA-II's first generation of 4, so the model-guided part runs too."""
+    executor = ScriptedExecutor()
+    r = runner(tmp_path, executor, trials=9, sampler=name)
+    r.run()
+    assert type(r.study.sampler).__name__ == {"tpe": "TPESampler", "nsga2": "NSGAIISampler", "gp": "GPSampler",
+                                              "random": "RandomSampler", "grid": "GridSampler"}[name]
+    stored, told = rows(r), optuna_trials(r)
+    assert sum(row.status == "ok" for row in stored) == 9 and len(stored) == len(told)
+    assert all(t.state == TrialState.COMPLETE for t in told)
+    sampled = [t.params for t in told if "baseline" not in t.user_attrs]
+    assert len(sampled) >= 8
+    for params in sampled:  # within the space, and on the grid for the grid sampler
+        assert set(params) == set(r.prep.dists)
+        for k, v in params.items():
+            assert r.prep.dists[k].low <= v <= r.prep.dists[k].high
+            if name == "grid":
+                assert v in _grid(r.prep.dists)[k]
+    if name == "nsga2":
+        assert max(t.system_attrs.get("NSGAIISampler:generation", 0) for t in told) >= 1
+    assert search.pareto.front(r.study)

