@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from search.outputs.trial_views import category_of
 from storage import queries
 from tests.support.cli import autotune
-from tests.support.paths import REPO
+from tests.support.paths import E2E_SCENARIO, REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.vllm]  # the finished study starts real servers
 
@@ -74,8 +74,8 @@ def test_report_shows_figures_and_feasibility_offline(browser, finished_study, a
     auto = finished_study["run_dir"] / "report.html"
     assert auto.is_file(), "the study writes its report when it ends"
     out = artifacts_dir / "report.html"
-    proc = autotune("report", finished_study["study"], "--storage", finished_study["storage"],
-                    "--out", out, timeout=300)
+    # The scenario as search was given it: its path names the study.
+    proc = autotune("report", E2E_SCENARIO, "--storage", finished_study["storage"], "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     expected = expected_categories(finished_study)
     assert set(expected.values()) >= {"feasible", "failed"}  # the e2e study has both
@@ -140,7 +140,7 @@ def dashboard(finished_study, artifacts_dir):
     port = free_port()
     log = open(artifacts_dir / "dashboard.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "dashboard", finished_study["study"],
+        [sys.executable, "-m", "search.cli", "dashboard", "--study", finished_study["study"],
          "--storage", finished_study["storage"], "--port", str(port)],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
