@@ -59,15 +59,18 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from search.serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
     from search.study import StudyBusy, StudyMismatch
+    from storage.queries import StorageError
 
     return (ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy,
-            StudyMismatch)
+            StudyMismatch, StorageError)
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
     from search.prepare import default_storage, default_study_name
+    from storage.queries import check_url
 
     storage = args.storage or default_storage(Path(args.runs_dir))
+    check_url(storage)
     if args.study:
         return storage, args.study
     from search import scenario as scenario_mod
