@@ -92,7 +92,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         scenario=args.scenario, trials=getattr(args, "trials", None), timeout_min=getattr(args, "timeout_min", None),
         model=args.model, storage=args.storage, study_name=args.study,
         sampler=getattr(args, "sampler", DEFAULT_SAMPLER), seed=getattr(args, "seed", 0),
-        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs)
+        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs, recalibrate=getattr(args, "recalibrate", False))
     console = _console()
     prep = prepare(opts)  # every check before any server starts
     if not searching:
@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
                         help="runs per candidate in the confirmation phase after the search "
                              "(default: the scenario's confirmation.runs, 3); 0 skips the phase")
+    search.add_argument("--recalibrate", action="store_true",
+                        help="measure the calibration again; refused once the study has trials (start a new "
+                             "one with --study NEW_NAME)")
     search.set_defaults(func=_cmd_search)
 
     confirm = sub.add_parser(
@@ -251,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _study_stopped() -> type[Exception]:
+    """A study that cannot go on (not bad input): one line, exit code 1; what it stored stays."""
+    from search.study import StudyStopped
+
+    return StudyStopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -258,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         print(f"autotune: error: {e}", file=sys.stderr)
         return 2
+    except _study_stopped() as e:
+        print(f"autotune: stopped: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ class StudyOptions:
     seed: int = 0
     runs_dir: Path = DEFAULT_RUNS_DIR
     confirm_runs: int | None = None  # None: the scenario's confirmation.runs; 0: no confirmation phase
+    recalibrate: bool = False  # measure the calibration again (a study without trials only)
 
 
 @dataclass
