@@ -170,9 +170,9 @@ class StudyRunner:
         measured = len(queries.trial_records(session, rec))
         if self.opts.recalibrate and measured:
             raise StudyMismatch(
-                f"study {self.prep.study_name!r} has {measured} trial{'s' * (measured != 1)} measured at its calibration; a new one "
-                f"would make them incomparable with the next. Pass --study NEW_NAME with --recalibrate to "
-                f"start a new study on a new calibration.")
+                f"study {self.prep.study_name!r} has {measured} trial{'s' * (measured != 1)} measured at its "
+                f"calibration; a new one would make them incomparable with the next. Pass --study NEW_NAME "
+                f"with --recalibrate to start a new study on a new calibration.")
 
     def _measure_calibration(self) -> calibration_mod.CalibrationResult:
         """A new calibration, checked: one that failed or cannot scale the scenario raises StudyStopped."""

@@ -110,7 +110,7 @@ def test_storage_that_cannot_hold_a_study_is_one_line_and_starts_nothing(tmp_pat
         "runs_dir_under_a_file": (None, f"--runs-dir {tmp_path / 'file' / 'runs'} cannot be created: "
                                         f"{tmp_path / 'file'} is not a directory; choose a directory you can write to"),
         "storage_is_a_directory": (f"sqlite:///{tmp_path}", f"--storage sqlite:///{tmp_path}: {tmp_path} is a "
-                                                            f"directory; name a file, e.g. sqlite:///{tmp_path / 'autotune.db'}"),
+                                   f"directory; name a file, e.g. sqlite:///{tmp_path / 'autotune.db'}"),
     }[case]
     if case == "no_driver":
         _no_driver("psycopg2")
