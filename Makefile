@@ -11,6 +11,7 @@ STUDY    ?=
 SAMPLER  ?=
 URL      ?=
 CONFIRM_RUNS ?=
+RECALIBRATE ?=
 
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
@@ -40,7 +41,8 @@ db-stop: setup
 
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
-		$(call opt,--sampler,$(SAMPLER)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)
+		$(call opt,--sampler,$(SAMPLER)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS) \
+		$(if $(RECALIBRATE),--recalibrate,)
 
 confirm: setup   ## the confirmation phase alone on an existing study (resumes): CONFIRM_RUNS=n
 	$(BIN)/autotune confirm $(SCENARIO) $(call opt,--model,$(MODEL)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)

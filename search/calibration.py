@@ -12,6 +12,7 @@ The result is stored with the study, so a resumed study replays exactly the same
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,7 +27,11 @@ from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from objectives.workload import ArrivalSpec, WorkloadSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
-from search.serving import LaunchContext, ServerArgs, launch
+from search.serving import LaunchContext, ServerArgs, ServerFailed, launch, while_serving
+
+
+class CalibrationFailed(RuntimeError):
+    """The calibration server failed, or the load generator did, before a reference was measured."""
 
 
 @dataclass
@@ -87,36 +92,58 @@ def saturation_workload(workload: WorkloadSpec, settings: Calibration | None = N
 
 def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
               on_phase=lambda _: None) -> CalibrationResult:
-    t0 = time.monotonic()
-    cal = scenario.calibration
-    wl = scenario.workload
+    """Measure the reference on a server of `baseline`'s flags, watched as a trial's is: its
+    death, or the load generator's error, raises CalibrationFailed naming the cause."""
     on_phase("starting the vLLM-defaults server")
     server = launch(ctx, baseline, run_dir / "calibration" / "server.log",
                     startup_timeout_s=scenario.server.startup_timeout_s, env=RESET_ENDPOINT_ENV)
+    try:
+        with server:
+            try:
+                return _calibrate_on(server, scenario, ctx, on_phase)
+            except ServerFailed:
+                raise
+            except Exception as e:  # the load generator's; but a server that died under it is the cause
+                died = server.poll_failure(phase="calibration")
+                if died is not None:
+                    raise ServerFailed(died) from e
+                raise CalibrationFailed(f"the load generator failed: {type(e).__name__}: {e}") from e
+    except ServerFailed as e:
+        raise CalibrationFailed(f"the vLLM-defaults server failed: {e.failure.summary()} "
+                                f"(log: {e.failure.log_path or server.spec.log_path})") from e
+
+
+def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> CalibrationResult:
+    t0 = time.monotonic()
+    cal = scenario.calibration
+    wl = scenario.workload
     model = str(ctx.model.path)
     rounds: list[dict[str, Any]] = []
     saturations: list[dict[str, float]] = []
-    with server:
-        for i in range(cal.repeats):
-            tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
-            # Every round replays the same requests: without a reset, a later round's prompts hit
-            # the prefix cache the earlier rounds filled (measured on mixed: the long class's
-            # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
-            # rose from 1.73 to 4.24 req/s).
-            reset = run_async(reset_prefix_cache(server.base_url)) if i else None
-            unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0,
-                                 on_phase=lambda text: on_phase(text + tag))
-            on_phase(f"saturation throughput{tag}")
-            spec = saturation_workload(wl, cal)
-            saturation = run_async(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
-            saturations.append(saturation)
-            rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
-                           "prefix_cache_reset": reset})
+
+    def watched(measure):
+        return run_async(while_serving(server, measure, phase="calibration"))
+
+    for i in range(cal.repeats):
+        tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
+        # Every round replays the same requests: without a reset, a later round's prompts hit
+        # the prefix cache the earlier rounds filled (measured on mixed: the long class's
+        # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
+        # rose from 1.73 to 4.24 req/s).
+        reset = watched(reset_prefix_cache(server.base_url)) if i else None
+        unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
+                             on_phase=lambda text: on_phase(text + tag))
+        on_phase(f"saturation throughput{tag}")
+        spec = saturation_workload(wl, cal)
+        saturation = watched(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+        saturations.append(saturation)
+        rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
+                       "prefix_cache_reset": reset})
     return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
 
 
 def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool,
-              on_phase) -> dict[str, float]:
+              watched, on_phase) -> dict[str, float]:
     """Each request class alone, one request at a time: its latency medians (and the overall
     medians, weighted by class share)."""
     unloaded: dict[str, float] = {}
@@ -124,7 +151,7 @@ def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: C
         on_phase(f"unloaded latency, class {cls.name}")
         spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
                        warmup=2 if warmup and i == 0 else 0)
-        flat = run_async(run_load(url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+        flat = watched(run_load(url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
         for key, value in flat.items():
             if "@" not in key:
                 unloaded[f"{key}@{cls.name}"] = value
@@ -136,6 +163,37 @@ def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: C
             unloaded[f"{fam}_median_ms"] = sum(
                 unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
     return unloaded
+
+
+def _goodput_reference(field: str) -> str:
+    return f"{field.split('_')[0]}_median_ms"
+
+
+def references(scenario: Scenario) -> set[str]:
+    """The unloaded medians the scenario's relative bounds multiply."""
+    refs = {unloaded_reference(s.metric) for s in scenario.slos if isinstance(s.bound, RelativeThreshold)}
+    if scenario.goodput is not None:
+        refs |= {_goodput_reference(f) for f in ("ttft_ms", "tpot_ms", "e2el_ms")
+                 if isinstance(getattr(scenario.goodput, f), RelativeThreshold)}
+    return refs
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def problems(scenario: Scenario, cal: CalibrationResult) -> list[str]:
+    """Why `cal` cannot scale the scenario (empty: it can): a capacity that is not a positive
+    number, or an unloaded median a relative bound needs that is missing, NaN or 0."""
+    found = []
+    if not _positive(cal.capacity_rps):
+        sat = cal.saturation
+        found.append(f"capacity {cal.capacity_rps} req/s (the saturation run completed "
+                     f"{sat.get('completed', 0):.0f} requests, {sat.get('failed', 0):.0f} failed)")
+    for ref in sorted(references(scenario)):
+        if not _positive(cal.unloaded.get(ref)):
+            found.append(f"unloaded {ref} is {cal.unloaded.get(ref)} (no request of that kind completed)")
+    return found
 
 
 def resolve_threshold(metric: str, value: Threshold, cal: CalibrationResult | None) -> float:
@@ -159,6 +217,6 @@ def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[Workload
     goodput = None
     if scenario.goodput is not None:
         goodput = GoodputSLO(**{
-            f: resolve_threshold(f"{f.split('_')[0]}_median_ms", getattr(scenario.goodput, f), cal)
+            f: resolve_threshold(_goodput_reference(f), getattr(scenario.goodput, f), cal)
             for f in ("ttft_ms", "tpot_ms", "e2el_ms") if getattr(scenario.goodput, f) is not None})
     return workload, slos, goodput

@@ -74,15 +74,18 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from search.space import SpaceError
     from search.study import StudyBusy, StudyMismatch
     from storage.local_postgres import PostgresError
+    from storage.queries import StorageError
 
     return (ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy,
-            StudyMismatch, PostgresError)
+            StudyMismatch, StorageError, PostgresError)
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
     from search.prepare import default_storage, default_study_name
+    from storage.queries import check_url
 
     storage = args.storage or default_storage(Path(args.runs_dir))
+    check_url(storage)
     if args.study:
         return storage, args.study
     from search import scenario as scenario_mod
@@ -104,7 +107,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         scenario=args.scenario, trials=getattr(args, "trials", None), timeout_min=getattr(args, "timeout_min", None),
         model=args.model, storage=args.storage, study_name=args.study,
         sampler=getattr(args, "sampler", DEFAULT_SAMPLER), seed=getattr(args, "seed", 0),
-        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs)
+        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs, recalibrate=getattr(args, "recalibrate", False))
     console = _console()
     prep = prepare(opts)  # every check before any server starts
     if not searching:
@@ -231,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
                         help="runs per candidate in the confirmation phase after the search "
                              "(default: the scenario's confirmation.runs, 3); 0 skips the phase")
+    search.add_argument("--recalibrate", action="store_true",
+                        help="measure the calibration again; refused once the study has trials (start a new "
+                             "one with --study NEW_NAME)")
     search.set_defaults(func=_cmd_search)
 
     confirm = sub.add_parser(
@@ -269,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _study_stopped() -> type[Exception]:
+    """A study that cannot go on (not bad input): one line, exit code 1; what it stored stays."""
+    from search.study import StudyStopped
+
+    return StudyStopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -276,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         print(f"autotune: error: {e}", file=sys.stderr)
         return 2
+    except _study_stopped() as e:
+        print(f"autotune: stopped: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

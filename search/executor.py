@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from objectives.loadrun import run_async, run_load
+from objectives.loadrun import LoadRunError, run_async, run_load
 from objectives.metrics import GoodputSLO, json_safe
 from objectives.scoring import SLOSpec
 from objectives.stages import RESET_ENDPOINT_ENV, CapacitySpec, run_stages
@@ -111,6 +111,16 @@ def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict
     return TrialPlan(number, baseline, params, config, server_args, problems)
 
 
+def load_failure(error: Exception, server: VllmServer) -> Failure:
+    """Why a load run raised: the server's death if it died under it, else the load generator's
+    own error (`load_error`, its message as the line)."""
+    died = server.poll_failure(phase="load")
+    if died is not None:
+        return died
+    line = str(error) if isinstance(error, LoadRunError) else f"{type(error).__name__}: {error}"
+    return Failure(FailureClass.LOAD_ERROR, line, phase="load", log_path=str(server.spec.log_path))
+
+
 async def _while_watching(server: VllmServer, measure):
     """Run the measurement, but stop at once if the server dies under it (OOM under load, say)."""
     task = asyncio.ensure_future(measure)
@@ -178,6 +188,10 @@ class VllmExecutor:
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
             outcome.failure = e.failure
+        except Exception as e:  # the load generator's, once the server served: this trial fails, not the study
+            if server.ready_s is None:
+                raise
+            outcome.failure = load_failure(e, server)
         finally:
             on_phase("stopping")
             report = server.stop()

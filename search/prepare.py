@@ -15,6 +15,7 @@ from search.executor import plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER
 from search.scenario import Scenario
 from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context
+from storage.queries import check_url, check_writable_dir
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -31,6 +32,7 @@ class StudyOptions:
     seed: int = 0
     runs_dir: Path = DEFAULT_RUNS_DIR
     confirm_runs: int | None = None  # None: the scenario's confirmation.runs; 0: no confirmation phase
+    recalibrate: bool = False  # measure the calibration again (a study without trials only)
 
 
 @dataclass
@@ -86,6 +88,9 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
 
     `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
     scenario, source, shown = scenario_mod.load(opts.scenario)
+    check_writable_dir(opts.runs_dir, "--runs-dir")
+    storage_url = opts.storage or default_storage(opts.runs_dir)
+    check_url(storage_url)
     ctx = ctx or launch_context(opts.model)
     dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
     essentials = platform_essentials(ctx, scenario)
@@ -103,6 +108,5 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     # A fixed value vLLM would reject fails every trial: say it now.
     plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
     study_name = opts.study_name or default_study_name(scenario.name, opts.model)
-    storage_url = opts.storage or default_storage(opts.runs_dir)
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
                     study_name, storage_url, opts.runs_dir / study_name)

@@ -37,11 +37,14 @@ from search.executor import (Measurement, PhaseCallback, TrialExecutor, TrialOut
 from search.prepare import Prepared, StudyOptions
 from search.samplers import make_sampler
 from search.scenario import Scenario
-from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
+from search.serving import FailureClass, LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from storage import queries
-from storage.models import StudyRecord, TrialStatus
+from storage.models import StudyRecord, TrialRecord, TrialStatus
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
+# Trials in a row whose load generator failed (`load_error`): a fault on the client's side, which
+# every further trial would meet too, so the study stops rather than fail them all.
+MAX_CONSECUTIVE_LOAD_ERRORS = 3
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
 ExecutorFactory = Callable[[Measurement], TrialExecutor]
@@ -55,6 +58,11 @@ class StudyBusy(RuntimeError):
 
 class StudyMismatch(ValueError):
     """A resume where the trials already stored were measured on something else."""
+
+
+class StudyStopped(RuntimeError):
+    """The study cannot go on for a reason outside the configurations (a calibration that failed
+    or measured nothing, the load generator failing every trial); what is stored stays stored."""
 
 
 def setup_changes(rec: StudyRecord, ctx: LaunchContext) -> list[str]:
@@ -126,6 +134,7 @@ class StudyRunner:
         self.full: Measurement | None = None  # what confirmation measures
         self.screened: Measurement | None = None  # what the search measures (the same without screening:)
         self.executor: TrialExecutor | None = None
+        self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
 
     # -- study record, calibration, baselines ----------------------------------------------------
 
@@ -185,16 +194,39 @@ class StudyRunner:
                     f"the RAM free now): a server may run short of memory")
         self.events.note(said)
 
+    def _refuse_recalibration_with_trials(self, session: Session, rec: StudyRecord) -> None:
+        """--recalibrate changes the load every stored trial was measured at: only before the first."""
+        measured = len(queries.trial_records(session, rec))
+        if self.opts.recalibrate and measured:
+            raise StudyMismatch(
+                f"study {self.prep.study_name!r} has {measured} trial{'s' * (measured != 1)} measured at its "
+                f"calibration; a new one would make them incomparable with the next. Pass --study NEW_NAME "
+                f"with --recalibrate to start a new study on a new calibration.")
+
+    def _measure_calibration(self) -> calibration_mod.CalibrationResult:
+        """A new calibration, checked: one that failed or cannot scale the scenario raises StudyStopped."""
+        base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
+        args = plan_trial(-1, "calibration", {}, base, self.prep.ctx,
+                          self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
+        self.events.calibration_started()
+        again = "nothing was stored; run the same command to calibrate again"
+        try:
+            cal = self._calibrate_on_server(self.sc, self.prep.ctx, args, self.prep.run_dir, self.events.phase)
+        except calibration_mod.CalibrationFailed as e:
+            raise StudyStopped(f"calibration of study {self.prep.study_name!r} failed: {e}; {again}") from e
+        if bad := calibration_mod.problems(self.sc, cal):
+            raise StudyStopped(f"calibration of study {self.prep.study_name!r} measured nothing usable: "
+                               f"{'; '.join(bad)} (log: {self.prep.run_dir / 'calibration' / 'server.log'}); "
+                               f"{again}")
+        return cal
+
     def _calibrate(self, session: Session, rec: StudyRecord) -> None:
         cal = None
+        if not self.sc.needs_calibration() and self.opts.recalibrate:
+            self.events.note(f"--recalibrate: {self.prep.shown} has no relative load or bound; nothing to measure")
         if self.sc.needs_calibration():
-            if rec.calibration is None:
-                base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
-                args = plan_trial(-1, "calibration", {}, base, self.prep.ctx,
-                                  self.sc.workload.longest_request_tokens(), self.prep.shown).server_args
-                self.events.calibration_started()
-                cal = self._calibrate_on_server(self.sc, self.prep.ctx, args, self.prep.run_dir,
-                                                self.events.phase)
+            if rec.calibration is None or self.opts.recalibrate:
+                cal = self._measure_calibration()
                 rec.calibration = json_safe(cal.as_dict())
                 session.commit()
                 rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
@@ -204,6 +236,11 @@ class StudyRunner:
                     f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
+                if bad := calibration_mod.problems(self.sc, cal):  # stored by an older version unchecked
+                    raise StudyStopped(
+                        f"the stored calibration of study {self.prep.study_name!r} cannot scale the scenario: "
+                        f"{'; '.join(bad)}. Run again with --recalibrate if the study has no trials yet, else "
+                        f"pass --study NEW_NAME to start another.")
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
         self.full = Measurement(self.workload, self.goodput, tuple(self.slos), self.sc.capacity)
         self.screened = self.full.screened(self.sc.screening)
@@ -267,7 +304,7 @@ class StudyRunner:
         _mirror_constraint_list(trial, constraints)
         self.study.tell(trial, values)
 
-    def _run_one(self, session: Session, rec: StudyRecord) -> None:
+    def _run_one(self, session: Session, rec: StudyRecord) -> TrialRecord:
         trial = self.study.ask()
         baseline = trial.user_attrs.get("baseline")
         label = f"trial {trial.number}" + (f" (baseline {baseline})" if baseline else "")
@@ -281,6 +318,8 @@ class StudyRunner:
         plan = plan_trial(trial.number, baseline, params, config, self.prep.ctx,
                           self.workload.longest_request_tokens(), self.prep.shown)
         earlier = queries.earlier_run_of(session, rec, plan.fingerprint)
+        if earlier is not None and earlier.failure_class == FailureClass.LOAD_ERROR.value:
+            earlier = None  # the load generator failed, not these flags: measure them again
         if earlier is not None:  # no server: the earlier trial's measurement stands for this one
             self.events.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
             outcome = TrialOutcome(status=TrialStatus(earlier.status), metrics=earlier.metrics,
@@ -333,6 +372,7 @@ class StudyRunner:
         self._tell(trial, s.values, constraints)
         self._snapshot(session, rec, trial.number)
         self.events.trial_recorded(TrialRecorded(row, self.chosen()))
+        return row
 
     # -- fronts, summaries -------------------------------------------------------------------------
 
@@ -427,7 +467,23 @@ class StudyRunner:
                 self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
                                  "proposing configurations that never start; narrow the space")
                 break
-            self._run_one(session, rec)
+            self._stop_on_repeated_load_errors(self._run_one(session, rec))
+
+    def _stop_on_repeated_load_errors(self, row: TrialRecord) -> None:
+        if row.status == TrialStatus.DUPLICATE or row.failure_phase == "precheck":
+            return  # no load ran
+        if row.failure_class != FailureClass.LOAD_ERROR.value:
+            self._load_errors.clear()
+            return
+        self._load_errors.append(row.failure_line)
+        if len(self._load_errors) < MAX_CONSECUTIVE_LOAD_ERRORS:
+            return
+        same = len(set(self._load_errors)) == 1
+        raise StudyStopped(
+            f"the load generator failed in {len(self._load_errors)} trials in a row "
+            f"({'each time' if same else 'last'}: {row.failure_line}); the fault is on the client side, not in "
+            f"the configurations, so every further trial would fail too. The trials stay recorded; fix the "
+            f"cause and run the same command to go on (flags proposed again are measured again).")
 
     def run(self, *, search: bool = True) -> StudyResult:
         """The search (unless `search` is False: `autotune confirm`), then the confirmation phase
@@ -438,6 +494,7 @@ class StudyRunner:
         try:
             with self._announced(), Session(self.engine, expire_on_commit=False) as session:
                 rec = self._study_record(session)
+                self._refuse_recalibration_with_trials(session, rec)
                 self._recover(session, rec)
                 self.events.note(self._confirmation_note())
                 self._calibrate(session, rec)

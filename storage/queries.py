@@ -2,21 +2,103 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 from sqlalchemy import create_engine, event, inspect, select
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
 from storage.models import (Base, ConfirmationRun, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord,
                             TrialRecord, TrialStatus)
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+CONNECT_TIMEOUT_S = 10  # a database server that does not answer: how long the up-front check waits
 
 
 def engine_kwargs(url: str) -> dict:
     return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
+
+
+class StorageError(ValueError):
+    """Storage that cannot hold a study; the message names the URL or path and what to do."""
+
+
+def check_writable_dir(path: Path, what: str) -> None:
+    """Raise StorageError unless `path` is a directory this process can write in, or can create.
+    Creates nothing: a temporary file in the nearest existing directory is the only test that
+    holds for root, read-only file systems and ACLs alike."""
+    path = Path(path).expanduser().absolute()
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise StorageError(f"{what} {path} cannot be created: {existing} is not a directory; "
+                           f"choose a directory you can write to")
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as e:
+        where = "is read-only" if existing == path else f"cannot be created in {existing}"
+        raise StorageError(f"{what} {path} {where} ({e.strerror}); choose a directory you can write to") from None
+
+
+def check_url(url: str) -> None:
+    """Raise StorageError unless a study can be stored at `url`: a URL SQLAlchemy parses, its
+    driver installed, and a SQLite file that is a database (or absent) in a writable directory,
+    or a database server that answers. Creates nothing."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StorageError(f"--storage {url!r} is not a database URL; use sqlite:///PATH/autotune.db or "
+                           f"DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE") from None
+    shown = parsed.render_as_string(hide_password=True)
+    sqlite = parsed.get_backend_name() == "sqlite"
+    connect_args = {} if sqlite else {"connect_timeout": CONNECT_TIMEOUT_S}
+    try:
+        engine = create_engine(parsed, connect_args=connect_args)  # loads the dialect, imports the driver
+    except NoSuchModuleError:
+        raise StorageError(f"--storage {shown}: SQLAlchemy has no database kind {parsed.drivername!r}; "
+                           f"use sqlite:///PATH or e.g. postgresql+psycopg://...") from None
+    except ImportError as e:
+        raise StorageError(f"--storage {shown}: its driver {e.name or parsed.drivername!r} is not installed; "
+                           f"install it (.venv/bin/pip install {e.name}) or use sqlite:///PATH") from None
+    try:
+        if sqlite:
+            _check_sqlite(shown, parsed)
+            return
+        try:
+            with engine.connect():
+                pass
+        except SQLAlchemyError as e:
+            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+            raise StorageError(f"--storage {shown}: the database does not answer ({reason}); start it, or "
+                               f"check the host, port and credentials") from None
+    finally:
+        engine.dispose()
+
+
+def _check_sqlite(shown: str, parsed: URL) -> None:
+    if parsed.database in (None, "", ":memory:"):
+        return
+    path = Path(parsed.database).expanduser()
+    if path.is_dir():
+        raise StorageError(f"--storage {shown}: {path} is a directory; name a file, e.g. "
+                           f"sqlite:///{path.absolute() / 'autotune.db'}")
+    if path.exists():
+        try:
+            with open(path, "r+b") as f:  # read and write, as the study will
+                header = f.read(len(SQLITE_HEADER))
+        except OSError as e:
+            raise StorageError(f"--storage {shown}: cannot open {path} for writing ({e.strerror}); "
+                               f"make it writable or name another file") from None
+        if header and header != SQLITE_HEADER:  # an empty file is a new database to SQLite
+            raise StorageError(f"--storage {shown}: {path} is not a SQLite database; name another file "
+                               f"(it is created) or move this one away")
+    # SQLite writes its journal beside the file, so the directory must be writable too.
+    check_writable_dir(path.parent, f"--storage {shown}: the directory")
 
 
 def open_db(url: str) -> Engine:

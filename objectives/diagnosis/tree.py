@@ -38,14 +38,17 @@ _FAILURE_STEPS: dict[str, list[str]] = {
     "invalid_flag": ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
     "start_timeout": ["raise server.startup_timeout_s; keep enforce_eager on CPU (no compile at start)"],
     "port_busy": ["transient: run the study again (it resumes)"],
+    "load_error": ["the load generator failed, not the server: fix what the line names (URL, model, tokenizer, "
+                   "workload) and run the study again; the same flags are then measured again"],
 }
 
 
 def _startup_failure(failure_class: str, phase: str | None, line: str | None) -> Diagnosis:
     where = {"precheck": "was rejected before starting", "startup": "failed to start"}.get(
         phase or "startup", "failed")
+    who = "The load generator" if failure_class == "load_error" else "The server"
     return Diagnosis(
-        "startup_failure", f"The server {where} ({failure_class}); nothing was measured.",
+        "startup_failure", f"{who} {where} ({failure_class}); nothing was measured.",
         evidence=[f"{failure_class}" + (f" at {phase}" if phase else "") + (f": {line}" if line else "")],
         next_steps=list(_FAILURE_STEPS.get(failure_class, ["read the trial's server log for the root cause"])))
 

@@ -23,6 +23,7 @@ from search.serving.registry import resolve as resolve_server_args
 from search.serving.server import ServerFailed, StopReport, VllmServer
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
+from search.serving.watch import while_serving
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "TUNER_OWNED", "tuner_owned_problem", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
@@ -30,5 +31,5 @@ __all__ = [
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",
     "facts_for_launch", "launch", "launch_context", "parse_version", "read_model_info", "recorded_cpu_kv_budget",
-    "resolve_server_args", "serving_facts", "unsupported_reason", "usable_substitute",
+    "resolve_server_args", "serving_facts", "unsupported_reason", "usable_substitute", "while_serving",
 ]

@@ -21,6 +21,7 @@ class FailureClass(str, Enum):
     OOM = "oom"
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
+    LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
     OTHER = "other"
 
 

@@ -1,6 +1,15 @@
 """The command line on bad input: clear errors, before any server starts."""
 
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
 from tests.support.cli import autotune
+from tests.support.paths import REPO
+from tests.support.study_loop import LOOP_SCENARIO
 
 
 def test_malformed_scenario_is_rejected_before_any_server_starts(tmp_path):
@@ -62,3 +71,84 @@ def test_a_study_name_cannot_leave_the_runs_directory(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "argument --study: '../elsewhere': use letters, digits" in proc.stderr
     assert not (tmp_path.parent / "elsewhere").exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _no_driver(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is not None:
+        pytest.skip(f"{name} is installed here")
+
+
+@pytest.mark.parametrize("case", ["not_sqlite", "malformed", "no_driver", "no_answer", "runs_dir_under_a_file",
+                                  "storage_is_a_directory"])
+def test_storage_that_cannot_hold_a_study_is_one_line_and_starts_nothing(tmp_path, case):
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_text("my notes, not a database\n")
+    (tmp_path / "file").write_text("x")
+    runs = tmp_path / "runs"
+    storage, said = {
+        "not_sqlite": (f"sqlite:///{not_sqlite}", f"--storage sqlite:///{not_sqlite}: {not_sqlite} is not a SQLite "
+                                                  f"database; name another file (it is created) or move this one away"),
+        "malformed": ("runs/autotune.db", "--storage 'runs/autotune.db' is not a database URL; use "
+                                          "sqlite:///PATH/autotune.db or DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE"),
+        "no_driver": ("postgresql+psycopg2://tuner@127.0.0.1/autotune",
+                      "--storage postgresql+psycopg2://tuner@127.0.0.1/autotune: its driver 'psycopg2' is not "
+                      "installed; install it (.venv/bin/pip install psycopg2) or use sqlite:///PATH"),
+        "no_answer": (f"postgresql+psycopg://tuner:secret@127.0.0.1:{(port := _closed_port())}/autotune",
+                      f"--storage postgresql+psycopg://tuner:***@127.0.0.1:{port}/autotune: the database does not "
+                      f"answer (connection failed: connection to server at \"127.0.0.1\", port {port} failed: "
+                      f"Connection refused); start it, or check the host, port and credentials"),
+        "runs_dir_under_a_file": (None, f"--runs-dir {tmp_path / 'file' / 'runs'} cannot be created: "
+                                        f"{tmp_path / 'file'} is not a directory; choose a directory you can write to"),
+        "storage_is_a_directory": (f"sqlite:///{tmp_path}", f"--storage sqlite:///{tmp_path}: {tmp_path} is a "
+                                   f"directory; name a file, e.g. sqlite:///{tmp_path / 'autotune.db'}"),
+    }[case]
+    if case == "no_driver":
+        _no_driver("psycopg2")
+    if case == "no_answer" and importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed (the missing-driver case stands for it)")
+    if case == "runs_dir_under_a_file":
+        runs = tmp_path / "file" / "runs"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = autotune("search", LOOP_SCENARIO, "--runs-dir", runs, *(["--storage", storage] if storage else []),
+                    timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"autotune: error: {said}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no runs dir, no database: nothing started
+    assert not_sqlite.read_text() == "my notes, not a database\n"
+
+
+def test_a_read_only_runs_directory_is_one_line(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    command = [sys.executable, "-m", "search.cli", "search", str(LOOP_SCENARIO), "--runs-dir", str(runs)]
+    if os.geteuid() == 0:  # root writes through any mode bits: a read-only bind mount in a private namespace
+        if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+            pytest.skip("running as root without the right to make a read-only mount")
+        command = ["unshare", "--mount", "sh", "-c", f'mount --bind -o ro "$0" "$0" && exec "$@"', str(runs),
+                   *command]
+    else:
+        runs.chmod(0o555)
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    runs.chmod(0o755)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"autotune: error: --runs-dir {runs} is read-only (")
+    assert proc.stderr.strip().endswith("); choose a directory you can write to")
+    assert list(runs.iterdir()) == []
+
+
+def test_export_on_a_file_that_is_not_a_database_is_one_line(tmp_path):
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_text("my notes\n")
+    proc = autotune("export", "loop", "--storage", f"sqlite:///{not_sqlite}", "--runs-dir", tmp_path, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{not_sqlite} is not a SQLite database" in proc.stderr

@@ -21,14 +21,18 @@ import search.prepare
 import search.study
 from search.events import StudyObserver
 from search.outputs import DashboardPublisher
+from search.calibration import CalibrationFailed
+from search.executor import TrialOutcome
 from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid
-from search.study import StudyBusy, StudyMismatch
+from search.serving import Failure, FailureClass
+from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyStopped
+from storage.models import TrialStatus
 from storage import queries
 from tests.support.fakes import H100, ctx as fake_ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, failed_at, measured
-from tests.support.study_loop import Recorder, optuna_trials, rows, runner
+from tests.support.study_loop import LOOP_SCENARIO, Recorder, optuna_trials, rows, runner
 
 A = {"max_num_seqs": 8, "max_num_batched_tokens": 512}
 B = {"max_num_seqs": 3, "max_num_batched_tokens": 300}
@@ -404,3 +408,144 @@ def test_every_sampler_runs_a_short_study_past_its_startup_phase(tmp_path, name)
     if name == "nsga2":
         assert max(t.system_attrs.get("NSGAIISampler:generation", 0) for t in told) >= 1
     assert search.pareto.front(r.study)
+
+
+NO_MODEL = "http://127.0.0.1:41234 serves no model"
+CALIBRATED = FIXTURES / "scenarios" / "loop_calibrated.yaml"
+
+
+def load_error(plan):
+    return TrialOutcome(status=TrialStatus.FAILED, failure=Failure(FailureClass.LOAD_ERROR, NO_MODEL, phase="load"),
+                        command=f"scripted {plan.server_args.flags}")
+
+
+def test_a_load_error_is_recorded_with_its_cause_and_the_study_goes_on(tmp_path):
+    scripts = iter([load_error, measured, measured])
+    executor = ScriptedExecutor(script=lambda plan: next(scripts)(plan))
+    r = runner(tmp_path, executor, trials=3)
+    r.study.enqueue_trial(A)
+    r.study.enqueue_trial(A)  # the same flags: measured again, not taken as failed by the load generator
+    r.run()
+    stored = rows(r)
+    assert [(row.status, row.failure_class, row.failure_phase, row.failure_line) for row in stored] == [
+        ("failed", "load_error", "load", NO_MODEL), ("ok", None, None, None), ("ok", None, None, None)]
+    assert stored[1].duplicate_of is None and len(executor.plans) == 3
+    assert optuna_trials(r)[0].user_attrs["failure"] == f"load_error (load): {NO_MODEL}"
+    assert stored[0].diagnosis["headline"] == "The load generator failed (load_error); nothing was measured."
+
+
+def test_a_load_error_in_every_trial_stops_the_study_with_a_message(tmp_path):
+    executor, events = ScriptedExecutor(script=load_error), Recorder()
+    with pytest.raises(StudyStopped) as stopped:
+        runner(tmp_path, executor, trials=10, observers=[events]).run()
+    assert str(stopped.value).startswith(
+        f"the load generator failed in {MAX_CONSECUTIVE_LOAD_ERRORS} trials in a row (each time: {NO_MODEL}); "
+        "the fault is on the client side")
+    assert len(executor.plans) == MAX_CONSECUTIVE_LOAD_ERRORS
+    r = runner(tmp_path, ScriptedExecutor(), trials=10)
+    assert [row.failure_class for row in rows(r)] == ["load_error"] * MAX_CONSECUTIVE_LOAD_ERRORS  # recorded
+    assert all(t.state == TrialState.COMPLETE for t in optuna_trials(r))  # told: nothing left to re-run
+    assert events.events[-1] == ("study_finished", search.events.StudyFinished(completed=False))
+    fixed = ScriptedExecutor()
+    runner(tmp_path, fixed, trials=MAX_CONSECUTIVE_LOAD_ERRORS + 1).run()  # the cause fixed, it goes on
+    assert len(fixed.plans) == 1
+
+
+def test_load_errors_that_are_not_in_a_row_do_not_stop_the_study(tmp_path):
+    flips = iter([load_error, measured] * 3)
+    executor = ScriptedExecutor(script=lambda plan: next(flips)(plan))
+    r = runner(tmp_path, executor, trials=6)
+    r.run()
+    assert [row.failure_class for row in rows(r)] == ["load_error", None] * 3
+
+
+@pytest.mark.parametrize("calibration, said", [
+    (ScriptedCalibration(capacity_rps=0.0), "capacity 0.0 req/s (the saturation run completed 0 requests, 0 failed)"),
+    (ScriptedCalibration(ttft_median_ms=float("nan")),
+     "unloaded ttft_median_ms is nan (no request of that kind completed)"),
+])
+def test_a_calibration_that_measured_nothing_usable_is_not_stored(tmp_path, calibration, said):
+    executor = ScriptedExecutor()
+    with pytest.raises(StudyStopped, match=re.escape(
+            f"calibration of study 'loop' measured nothing usable: {said} (log: {tmp_path / 'loop'}")):
+        runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=calibration).run()
+    assert executor.plans == [] and calibration.calls == 1
+    with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
+        assert queries.require_study(session, "loop").calibration is None
+    good = ScriptedCalibration()
+    runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=good).run()  # measured again
+    assert good.calls == 1 and executor.workload.arrival.rate == 4.0
+
+
+def test_a_calibration_whose_server_died_is_named_and_not_stored(tmp_path):
+    def died(*args):
+        raise CalibrationFailed("the vLLM-defaults server failed: oom (calibration): killed by SIGKILL")
+
+    executor = ScriptedExecutor()
+    with pytest.raises(StudyStopped, match=re.escape(
+            "calibration of study 'loop' failed: the vLLM-defaults server failed: oom (calibration): killed by "
+            "SIGKILL; nothing was stored; run the same command to calibrate again")):
+        runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=died).run()
+    assert executor.plans == []
+
+
+def test_a_stored_calibration_that_cannot_scale_the_scenario_is_refused_on_resume(tmp_path):
+    runner(tmp_path, ScriptedExecutor(), scenario=CALIBRATED, trials=1, calibrate=ScriptedCalibration()).run()
+    with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:  # NaN, as an older version stored it
+        rec = queries.require_study(session, "loop")
+        rec.calibration = {**rec.calibration, "unloaded": {**rec.calibration["unloaded"], "ttft_median_ms": None}}
+        session.commit()
+    again = ScriptedExecutor()
+    with pytest.raises(StudyStopped, match=re.escape(
+            "the stored calibration of study 'loop' cannot scale the scenario: unloaded ttft_median_ms is None")):
+        runner(tmp_path, again, scenario=CALIBRATED, trials=2, calibrate=ScriptedCalibration()).run()
+    assert again.plans == []
+
+
+def test_recalibrate_replaces_the_calibration_of_a_study_without_trials(tmp_path):
+    first = ScriptedCalibration(capacity_rps=8.0)
+    with pytest.raises(KeyboardInterrupt):  # calibrated, then stopped before its first trial was stored
+        runner(tmp_path, ScriptedExecutor(before=interrupt_on_call(1)), scenario=CALIBRATED, trials=1,
+               calibrate=first).run()
+    again, executor = ScriptedCalibration(capacity_rps=16.0), ScriptedExecutor()
+    r = runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=again, recalibrate=True)
+    r.run()
+    assert (first.calls, again.calls) == (1, 1)
+    assert executor.workload.arrival.rate == 8.0  # capacity_fraction 0.5 of the new 16 req/s
+    with Session(r.engine) as session:
+        assert queries.require_study(session, "loop").calibration["capacity_rps"] == 16.0
+
+
+def test_recalibrate_is_refused_on_a_study_with_trials(tmp_path):
+    first = ScriptedCalibration(capacity_rps=8.0)
+    runner(tmp_path, ScriptedExecutor(), scenario=CALIBRATED, trials=1, calibrate=first).run()
+    again, executor = ScriptedCalibration(capacity_rps=16.0), ScriptedExecutor()
+    with pytest.raises(StudyMismatch, match=re.escape(
+            "study 'loop' has 1 trial measured at its calibration; a new one would make them incomparable with "
+            "the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new calibration.")):
+        runner(tmp_path, executor, scenario=CALIBRATED, trials=2, calibrate=again, recalibrate=True).run()
+    assert again.calls == 0 and executor.plans == []
+    r = runner(tmp_path, executor, scenario=CALIBRATED, trials=1)
+    with Session(r.engine) as session:
+        assert queries.require_study(session, "loop").calibration["capacity_rps"] == 8.0
+
+
+def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_with_trials(tmp_path, monkeypatch,
+                                                                                          capsys):
+    from search.cli import main
+    from tests.support.fakes import ctx
+
+    executor = ScriptedExecutor(script=load_error)
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(search.study, "vllm_executor", lambda prep: executor.factory)
+    args = ["search", str(LOOP_SCENARIO), "--trials", "5", "--storage", f"sqlite:///{tmp_path / 'cli.db'}",
+            "--runs-dir", str(tmp_path), "--confirm-runs", "0"]
+    assert main(args) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"autotune: stopped: the load generator failed in 3 trials in a row (each time: {NO_MODEL})")
+    assert main([*args, "--recalibrate"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "autotune: error: study 'loop' has 3 trials measured at its calibration; a new one would make them "
+        "incomparable with the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new "
+        "calibration.")
+    assert len(executor.plans) == 3

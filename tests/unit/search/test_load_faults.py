@@ -1,0 +1,122 @@
+"""What a trial and the calibration do when the load generator raises or the server dies under
+load: a fake server (no vLLM) and a load run that fails or never ends."""
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+import search.calibration
+import search.executor
+from objectives.loadrun import LoadRunError
+from search import scenario as scenario_mod
+from search.calibration import CalibrationFailed, calibrate
+from search.executor import Measurement, VllmExecutor, plan
+from search.serving import Failure, FailureClass
+from storage.models import TrialStatus
+from tests.support.fakes import ctx
+from tests.support.paths import FIXTURES
+from tests.support.study_loop import LOOP_SCENARIO
+
+NO_MODEL = "http://127.0.0.1:9 serves no model"
+OOM = Failure(FailureClass.OOM, "killed by SIGKILL without an error message (the kernel's OOM killer?)",
+              returncode=-9)
+
+
+@dataclass
+class FakeServer:
+    """Starts at once; `dies_after_polls`: poll_failure reports OOM from that poll on (None: never)."""
+
+    log_path: Path
+    dies_after_polls: int | None = None
+    polls: int = 0
+    ready_s: float | None = None
+    stopped: bool = False
+    base_url: str = "http://127.0.0.1:9"
+    spec: object = field(init=False)
+
+    def __post_init__(self):
+        self.spec = type("Spec", (), {"log_path": self.log_path})()
+
+    def start(self):
+        self.ready_s = 0.1
+
+    def poll_failure(self, phase):
+        self.polls += 1
+        if self.dies_after_polls is not None and self.polls > self.dies_after_polls:
+            return replace(OOM, phase=phase, log_path=str(self.log_path))
+        return None
+
+    def stop(self):
+        self.stopped = True
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+async def fails_at_once(*args, **kw):
+    raise LoadRunError(NO_MODEL)
+
+
+async def never_ends(*args, **kw):
+    await asyncio.sleep(10)  # longer than the bound below: only the watch ends it in time
+
+
+def trial(tmp_path, monkeypatch, server: FakeServer, load):
+    monkeypatch.setattr(search.executor, "launch", lambda *a, **kw: server)
+    monkeypatch.setattr(search.executor, "run_load", load)
+    sc = scenario_mod.load(str(LOOP_SCENARIO))[0]
+    p = plan(0, None, {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
+    return VllmExecutor(ctx(), Measurement(sc.workload), tmp_path).run(p)
+
+
+def test_a_load_run_error_fails_the_trial_with_its_message(tmp_path, monkeypatch):
+    server = FakeServer(tmp_path / "server.log")
+    outcome = trial(tmp_path, monkeypatch, server, fails_at_once)
+    assert outcome.status == TrialStatus.FAILED and server.stopped
+    assert (outcome.failure.cls, outcome.failure.phase, outcome.failure.line) == (FailureClass.LOAD_ERROR, "load",
+                                                                                   NO_MODEL)
+
+
+def test_any_other_load_generator_error_is_named_by_its_type(tmp_path, monkeypatch):
+    async def bug(*args, **kw):
+        raise KeyError("ttft_ms")
+
+    outcome = trial(tmp_path, monkeypatch, FakeServer(tmp_path / "server.log"), bug)
+    assert (outcome.failure.cls, outcome.failure.line) == (FailureClass.LOAD_ERROR, "KeyError: 'ttft_ms'")
+
+
+def test_a_server_that_died_under_the_failing_load_is_the_cause(tmp_path, monkeypatch):
+    outcome = trial(tmp_path, monkeypatch, FakeServer(tmp_path / "server.log", dies_after_polls=0), fails_at_once)
+    assert (outcome.failure.cls, outcome.failure.phase) == (FailureClass.OOM, "load")
+
+
+def calibrated(tmp_path, monkeypatch, server: FakeServer, load):
+    monkeypatch.setattr(search.calibration, "launch", lambda *a, **kw: server)
+    monkeypatch.setattr(search.calibration, "run_load", load)
+    sc = scenario_mod.load(str(FIXTURES / "scenarios" / "loop_calibrated.yaml"))[0]
+    p = plan(-1, "calibration", {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
+    return calibrate(sc, ctx(), p.server_args, tmp_path)
+
+
+def test_calibration_stops_at_once_when_its_server_dies_under_load(tmp_path, monkeypatch):
+    server = FakeServer(tmp_path / "calibration" / "server.log", dies_after_polls=2)
+    t0 = time.monotonic()
+    with pytest.raises(CalibrationFailed) as failed:
+        calibrated(tmp_path, monkeypatch, server, never_ends)
+    assert time.monotonic() - t0 < 5 and server.stopped
+    assert str(failed.value) == (f"the vLLM-defaults server failed: oom (calibration): {OOM.line} "
+                                 f"(log: {tmp_path / 'calibration' / 'server.log'})")
+
+
+def test_calibration_names_the_load_generator_error(tmp_path, monkeypatch):
+    server = FakeServer(tmp_path / "calibration" / "server.log")
+    with pytest.raises(CalibrationFailed, match=f"^the load generator failed: LoadRunError: {NO_MODEL}$"):
+        calibrated(tmp_path, monkeypatch, server, fails_at_once)
+    assert server.stopped
