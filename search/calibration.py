@@ -12,6 +12,7 @@ The result is stored with the study, so a resumed study replays exactly the same
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +57,12 @@ class CalibrationResult:
         return cls(unloaded={k: float(np.median([r["unloaded"][k] for r in rounds])) for k in keys},
                    saturation=saturations[median_round], capacity_rps=float(np.median(capacities)),
                    seconds=seconds, rounds=rounds)
+
+    def slowest_unloaded_ttft_ms(self) -> float | None:
+        """The largest unloaded TTFT median over the request classes (the stall bound's unit)."""
+        values = [v for k, v in self.unloaded.items()
+                  if k.split("@", 1)[0] == "ttft_median_ms" and v is not None and math.isfinite(v)]
+        return max(values) if values else None
 
     def spread(self, key: str = "capacity_rps") -> st.Interval | None:
         """The reference's median over rounds with its interval (None from a single round);

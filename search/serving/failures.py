@@ -21,6 +21,7 @@ class FailureClass(str, Enum):
     OOM = "oom"
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
+    HANG = "hang"  # alive, but no token and no finished request for the stall bound (objectives.stall)
     OTHER = "other"
 
 
