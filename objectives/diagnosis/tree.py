@@ -38,6 +38,8 @@ _FAILURE_STEPS: dict[str, list[str]] = {
     "invalid_flag": ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
     "start_timeout": ["raise server.startup_timeout_s; keep enforce_eager on CPU (no compile at start)"],
     "port_busy": ["transient: run the study again (it resumes)"],
+    "hang": ["the server stopped producing tokens under load (stopped, deadlocked or swapped out): "
+             "read its log up to the failure line's time, and check the machine's memory and swap"],
 }
 
 
