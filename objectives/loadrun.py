@@ -30,9 +30,9 @@ from objectives.metrics import GoodputSLO, RunMetrics, compute_metrics
 from objectives.metrics import lag_limit_ms as default_lag_limit_ms
 from objectives.prompts import Request, build_requests, plan_requests, realize_async
 from objectives.records import RequestRecord
-from objectives.stall import ProgressWatch
 from objectives.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
                                        diagnose, fetch_metrics_text)
+from objectives.stall import ProgressWatch
 from objectives.tokenizer import PromptTokenizer, TokenizerError
 from objectives.workload import WorkloadSpec
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol
 
 from objectives.loadrun import run_async, run_load
 from objectives.metrics import GoodputSLO, compute_metrics, json_safe
+from objectives.records import RequestRecord
 from objectives.scoring import SLOSpec
 from objectives.stages import RESET_ENDPOINT_ENV, CapacitySpec, run_stages
 from objectives.stall import ProgressWatch, Stall, stall_bound_s
@@ -146,14 +147,14 @@ async def _while_watching(server: VllmServer, measure, watch: ProgressWatch | No
             raise ServerFailed(failure)
 
 
-def measured_before(records, workload: WorkloadSpec) -> dict[str, float]:
+def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dict[str, float]:
     """What the run in progress had measured when its server failed (its finished requests;
     those in flight were cut off), so a failed trial keeps it. Empty if nothing was measured."""
     done = [r for r in records if not r.warmup and not r.aborted and not math.isnan(r.end_time)]
     if not done:
         return {}
     start = min(r.send_time for r in done)
-    end = max((r.end_time for r in done), default=start)
+    end = max(r.end_time for r in done)
     return compute_metrics(done, end - start, class_names=workload.class_names,
                            failed_latency_s=workload.request_timeout_s).flat()
 
