@@ -32,6 +32,7 @@ from objectives.prompts import Request, build_requests, plan_requests, realize_a
 from objectives.records import RequestRecord
 from objectives.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
                                        diagnose, fetch_metrics_text)
+from objectives.stall import ProgressWatch
 from objectives.tokenizer import PromptTokenizer, TokenizerError
 from objectives.workload import WorkloadSpec
 
@@ -371,7 +372,7 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                    goodput: GoodputSLO | None = None, lag_limit_ms: float | None = None,
                    requests: list[Request] | None = None,
                    sample_period_s: float = 1.0, abort: AbortCheck | None = None,
-                   avoid_engine_cpus: bool | None = None) -> LoadResult:
+                   avoid_engine_cpus: bool | None = None, watch: ProgressWatch | None = None) -> LoadResult:
     """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
 
     `avoid_engine_cpus`: while the client runs, keep its thread off the CPUs that a local vLLM
@@ -383,6 +384,12 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
 
     `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
     between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
+
+    `watch`: handed the warm-up's records, then the measured ones, as each phase starts, so a
+    watcher can tell a hung server (`objectives.stall`) while the run is in progress.
+
+    Latency statistics count a failed request at the workload's `request_timeout_s`
+    (`compute_metrics(failed_latency_s=...)`): a run never looks faster for losing requests.
     """
     import aiohttp
 
@@ -410,10 +417,14 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
         with _off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
             async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
                 warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
+                if watch is not None:
+                    watch.track(warm_pool.records)
                 if warm:
                     width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
                     await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
                 pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+                if watch is not None:
+                    watch.track(pool.records)
                 if hasattr(lc, "preconnect"):
                     await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
 
@@ -466,7 +477,8 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
         notes.append(f"{short} requests got a different output length than max_tokens "
                      "(prompt + output > max_model_len truncates silently)")
     metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
-                              lag_limit_ms=lag_limit_ms, server=server)
+                              lag_limit_ms=lag_limit_ms, server=server,
+                              failed_latency_s=spec.request_timeout_s)
     result = LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
                         start, end, notes, client_cpu, aborted, offsets[-1] if offsets else math.nan,
                         len(offsets) if offsets else len(records), client_cpus)

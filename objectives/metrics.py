@@ -11,6 +11,11 @@
   second; a request with <= 1 output token has TPOT 0 for this purpose. Without SLOs every
   successful request counts. `goodput_ratio` divides by all requests sent, failures included.
 * Percentiles: numpy linear interpolation. NaN where undefined (no successful request).
+* Failed requests (`failed_latency_s`, which the load generator sets to the request timeout):
+  each counts as that latency in TTFT, TPOT and E2EL, and as that many ITL gaps as it asked
+  output tokens for (less one), so a run that lost requests never
+  looks faster than one that served them (vLLM leaves them out; with no failure the numbers
+  are vLLM's). Cut short by an early abort (`aborted`) is not a failure and not counted.
 """
 
 from __future__ import annotations
@@ -165,13 +170,17 @@ def _per(value: float, duration_s: float) -> float:
 
 
 def _compute(records: list[RequestRecord], duration_s: float, goodput: GoodputSLO | None,
-             lag_limit_ms: float) -> RunMetrics:
+             lag_limit_ms: float, failed_latency_s: float | None = None) -> RunMetrics:
     sent = [r for r in records if not math.isnan(r.send_time)]
     ok = [r for r in sent if r.ok]
-    ttfts = [r.ttft for r in ok]
-    e2els = [r.e2el for r in ok]
-    tpots = [(r.e2el - r.ttft) / (n - 1) for r in ok if (n := r.output_tokens) > 1]
+    failed = [r for r in sent if not r.ok] if failed_latency_s is not None else []
+    charged = [failed_latency_s] * len(failed)
+    ttfts = [r.ttft for r in ok] + charged
+    e2els = [r.e2el for r in ok] + charged
+    tpots = [(r.e2el - r.ttft) / (n - 1) for r in ok if (n := r.output_tokens) > 1] + charged
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
+    # ITL pools gaps per chunk: a failed request weighs as many gaps as it asked tokens for.
+    gaps += [np.full(max(1, r.expected_output_tokens - 1), failed_latency_s) for r in failed]
     itls = np.concatenate(gaps) if gaps else np.empty(0)
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.input_tokens for r in ok)
@@ -204,21 +213,23 @@ def _compute(records: list[RequestRecord], duration_s: float, goodput: GoodputSL
 def compute_metrics(records: list[RequestRecord], duration_s: float,
                     goodput: GoodputSLO | None = None, *, class_names: list[str] | None = None,
                     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
-                    server: ServerDiagnostics | None = None) -> RunMetrics:
+                    server: ServerDiagnostics | None = None,
+                    failed_latency_s: float | None = None) -> RunMetrics:
     """Metrics of the measured (non-warmup, sent, not cut short by us) records, overall and per class.
 
     `class_names`: the workload's classes, so a class that got no request still has (NaN) keys.
     `client_behind` is set when the p99 schedule lag exceeds `lag_limit_ms`.
+    `failed_latency_s`: the latency a failed request counts as (None: left out, as vLLM does).
     """
     measured = [r for r in records if not r.warmup and not r.aborted]
-    metrics = _compute(measured, duration_s, goodput, lag_limit_ms)
+    metrics = _compute(measured, duration_s, goodput, lag_limit_ms, failed_latency_s)
     names = list(class_names or [])
     for r in measured:
         if r.class_name not in names:
             names.append(r.class_name)
     for name in names:
         metrics.per_class[name] = _compute([r for r in measured if r.class_name == name],
-                                           duration_s, goodput, lag_limit_ms)
+                                           duration_s, goodput, lag_limit_ms, failed_latency_s)
     metrics.server = server
     return metrics
 

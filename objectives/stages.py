@@ -35,6 +35,7 @@ from objectives.loadrun import LoadResult, run_load
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec, slo_key
 from objectives.server_metrics import fetch_metrics_text, scan_gauges
+from objectives.stall import ProgressWatch
 from objectives.workload import WorkloadSpec
 
 TARGET, CAPACITY = "target", "capacity"
@@ -210,7 +211,8 @@ StageCallback = Callable[[str], None]
 async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, slos: Sequence[SLOSpec],
                      spec: CapacitySpec, *, tokenizer_path: str | Path | None = None,
                      goodput: GoodputSLO | None = None,
-                     on_stage: StageCallback = lambda _: None) -> StagedRun:
+                     on_stage: StageCallback = lambda _: None,
+                     watch: ProgressWatch | None = None) -> StagedRun:
     """The target stage, then capacity stages until the search is done (see the module docstring)."""
     if workload.arrival.mean_rate() is None:
         raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
@@ -234,7 +236,7 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
         on_stage(f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s")
         check = abort_check(held, rate) if spec.early_abort else None
         result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
-                                abort=check)
+                                abort=check, watch=watch)
         flat = result.flat_metrics()
         abort = result.abort
         if abort is not None and abort.metric is not None:

@@ -25,6 +25,7 @@ from objectives.loadrun import run_async, run_load
 from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
 from objectives.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
+from objectives.stall import ProgressWatch, stall_bound_s
 from objectives.workload import ArrivalSpec, WorkloadSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
 from search.serving import LaunchContext, ServerArgs, ServerFailed, launch, while_serving
@@ -61,6 +62,12 @@ class CalibrationResult:
         return cls(unloaded={k: float(np.median([r["unloaded"][k] for r in rounds])) for k in keys},
                    saturation=saturations[median_round], capacity_rps=float(np.median(capacities)),
                    seconds=seconds, rounds=rounds)
+
+    def slowest_unloaded_ttft_ms(self) -> float | None:
+        """The largest unloaded TTFT median over the request classes (the stall bound's unit)."""
+        values = [v for k, v in self.unloaded.items()
+                  if k.split("@", 1)[0] == "ttft_median_ms" and v is not None and math.isfinite(v)]
+        return max(values) if values else None
 
     def spread(self, key: str = "capacity_rps") -> st.Interval | None:
         """The reference's median over rounds with its interval (None from a single round);
@@ -121,8 +128,11 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
     rounds: list[dict[str, Any]] = []
     saturations: list[dict[str, float]] = []
 
-    def watched(measure):
-        return run_async(while_serving(server, measure, phase="calibration"))
+    def watched(load):
+        """`load(watch)`: a coroutine whose progress `watch` sees; a server that dies or hangs under
+        it fails the calibration as it fails a trial."""
+        watch = ProgressWatch(stall_bound_s())  # no unloaded TTFT yet: the floor
+        return run_async(while_serving(server, load(watch), phase="calibration", watch=watch))
 
     for i in range(cal.repeats):
         tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
@@ -130,12 +140,13 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         # the prefix cache the earlier rounds filled (measured on mixed: the long class's
         # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
         # rose from 1.73 to 4.24 req/s).
-        reset = watched(reset_prefix_cache(server.base_url)) if i else None
+        reset = watched(lambda _: reset_prefix_cache(server.base_url)) if i else None
         unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
                              on_phase=lambda text: on_phase(text + tag))
         on_phase(f"saturation throughput{tag}")
         spec = saturation_workload(wl, cal)
-        saturation = watched(run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+        saturation = watched(lambda watch: run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path,
+                                                    watch=watch)).flat_metrics()
         saturations.append(saturation)
         rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
                        "prefix_cache_reset": reset})
@@ -151,7 +162,8 @@ def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: C
         on_phase(f"unloaded latency, class {cls.name}")
         spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
                        warmup=2 if warmup and i == 0 else 0)
-        flat = watched(run_load(url, model, spec, tokenizer_path=ctx.model.path)).flat_metrics()
+        flat = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path,
+                                              watch=watch)).flat_metrics()
         for key, value in flat.items():
             if "@" not in key:
                 unloaded[f"{key}@{cls.name}"] = value

@@ -8,9 +8,9 @@ what came back.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from objectives.loadrun import LoadRunError, run_async, run_load
-from objectives.metrics import GoodputSLO, json_safe
+from objectives.metrics import GoodputSLO, compute_metrics, json_safe
+from objectives.records import RequestRecord
 from objectives.scoring import SLOSpec
 from objectives.stages import RESET_ENDPOINT_ENV, CapacitySpec, run_stages
+from objectives.stall import ProgressWatch, stall_bound_s
 from objectives.workload import WorkloadSpec
 from search.scenario import Screening
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
-                            check_combination, command_line, launch, resolve_server_args)
+                            check_combination, command_line, launch, resolve_server_args, while_serving)
 from storage.models import TrialStatus
 
 PhaseCallback = Callable[[str], None]
@@ -58,6 +60,11 @@ class Measurement:
     goodput: GoodputSLO | None = None
     slos: tuple[SLOSpec, ...] = ()
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
+    slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
+
+    @property
+    def stall_bound_s(self) -> float:
+        return stall_bound_s(self.slowest_unloaded_ttft_ms)
 
     def screened(self, screening: Screening | None) -> "Measurement":
         """The cheaper measurement of the search phase (`screening:`); confirmation runs self."""
@@ -69,7 +76,7 @@ class Measurement:
         capacity = self.capacity
         if capacity is not None and screening.max_stages is not None:
             capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
-        return Measurement(workload, self.goodput, self.slos, capacity)
+        return Measurement(workload, self.goodput, self.slos, capacity, self.slowest_unloaded_ttft_ms)
 
     def planned_s(self) -> float | None:
         """The longest the load part can take, in sending time: the target stage and every
@@ -121,17 +128,16 @@ def load_failure(error: Exception, server: VllmServer) -> Failure:
     return Failure(FailureClass.LOAD_ERROR, line, phase="load", log_path=str(server.spec.log_path))
 
 
-async def _while_watching(server: VllmServer, measure):
-    """Run the measurement, but stop at once if the server dies under it (OOM under load, say)."""
-    task = asyncio.ensure_future(measure)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=0.5)
-        if done:
-            return task.result()
-        failure = server.poll_failure(phase="load")
-        if failure is not None:
-            task.cancel()
-            raise ServerFailed(failure)
+def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dict[str, float]:
+    """What the run in progress had measured when its server failed (its finished requests;
+    those in flight were cut off), so a failed trial keeps it. Empty if nothing was measured."""
+    done = [r for r in records if not r.warmup and not r.aborted and not math.isnan(r.end_time)]
+    if not done:
+        return {}
+    start = min(r.send_time for r in done)
+    end = max(r.end_time for r in done)
+    return compute_metrics(done, end - start, class_names=workload.class_names,
+                           failed_latency_s=workload.request_timeout_s).flat()
 
 
 # The tuner's servers enable vLLM's dev endpoints for `POST /reset_prefix_cache` between load
@@ -152,17 +158,24 @@ class VllmExecutor:
     def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
-        if m.capacity is None:
-            on_phase("load")
-            result = run_async(_while_watching(server, run_load(
-                server.base_url, str(model), m.workload, tokenizer_path=model, goodput=m.goodput)))
+        watch = ProgressWatch(m.stall_bound_s)
+        try:
+            if m.capacity is None:
+                on_phase("load")
+                result = run_async(while_serving(server, run_load(
+                    server.base_url, str(model), m.workload, tokenizer_path=model, goodput=m.goodput,
+                    watch=watch), "load", watch))
+                outcome.timings["load_s"] = time.monotonic() - t0
+                outcome.metrics = result.flat_metrics()
+                outcome.server_diagnostics = result.server_diagnostics()
+                return
+            staged = run_async(while_serving(server, run_stages(
+                server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
+                goodput=m.goodput, on_stage=on_phase, watch=watch), "load", watch))
+        except ServerFailed:
             outcome.timings["load_s"] = time.monotonic() - t0
-            outcome.metrics = result.flat_metrics()
-            outcome.server_diagnostics = result.server_diagnostics()
-            return
-        staged = run_async(_while_watching(server, run_stages(
-            server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
-            goodput=m.goodput, on_stage=on_phase)))
+            outcome.metrics = measured_before(watch.current, m.workload)
+            raise
         outcome.metrics = staged.metrics()
         outcome.server_diagnostics = staged.target.server_diagnostics()
         outcome.stages = [json_safe(s.as_row()) for s in staged.stages]
@@ -194,7 +207,8 @@ class VllmExecutor:
             outcome.failure = load_failure(e, server)
         finally:
             on_phase("stopping")
-            report = server.stop()
+            hung = outcome.failure is not None and outcome.failure.cls is FailureClass.HANG
+            report = server.stop(kill=hung)
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
             outcome.timings["total_s"] = time.monotonic() - t0

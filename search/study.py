@@ -242,7 +242,8 @@ class StudyRunner:
                         f"{'; '.join(bad)}. Run again with --recalibrate if the study has no trials yet, else "
                         f"pass --study NEW_NAME to start another.")
         self.workload, self.slos, self.goodput = calibration_mod.resolve(self.sc, cal)
-        self.full = Measurement(self.workload, self.goodput, tuple(self.slos), self.sc.capacity)
+        self.full = Measurement(self.workload, self.goodput, tuple(self.slos), self.sc.capacity,
+                                cal.slowest_unloaded_ttft_ms() if cal is not None else None)
         self.screened = self.full.screened(self.sc.screening)
         self.executor = self._make_executor(self.screened)
         arrival = self.workload.arrival

@@ -40,6 +40,8 @@ _FAILURE_STEPS: dict[str, list[str]] = {
     "port_busy": ["transient: run the study again (it resumes)"],
     "load_error": ["the load generator failed, not the server: fix what the line names (URL, model, tokenizer, "
                    "workload) and run the study again; the same flags are then measured again"],
+    "hang": ["the server stopped producing tokens under load (stopped, deadlocked or swapped out): "
+             "read its log up to the failure line's time, and check the machine's memory and swap"],
 }
 
 

@@ -22,6 +22,7 @@ class FailureClass(str, Enum):
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
     LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
+    HANG = "hang"  # alive, but no token and no finished request for the stall bound (objectives.stall)
     OTHER = "other"
 
 

@@ -4,7 +4,9 @@
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`search.serving.failures`);
 * stops the whole group (TERM, then KILL) and returns only once no process of the group is
-  left, the port no longer listens and, on a GPU, the memory is back.
+  left, the port no longer listens and, on a GPU, the memory is back. A group with a stopped
+  process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
+  gets KILL at once, which the kernel delivers to stopped processes too.
 """
 
 from __future__ import annotations
@@ -76,6 +78,17 @@ def port_listening(port: int) -> bool:
         with socket.socket() as s:
             return s.connect_ex((HOST, port)) == 0
     return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
+
+
+def group_stopped(members: list[psutil.Process]) -> bool:
+    """Some process of the group is stopped (SIGSTOP, SIGTSTP, a tracer)."""
+    for p in members:
+        try:
+            if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -211,16 +224,20 @@ class VllmServer:
 
     # -- stop --------------------------------------------------------------------------------
 
-    def stop(self) -> StopReport | None:
+    def stop(self, kill: bool = False) -> StopReport | None:
+        """Stop the group: TERM and `stop_grace_s` to exit, then KILL; KILL at once when `kill`
+        (the caller saw it hang) or when a process of the group is stopped."""
         if self.proc is None:
             return None
         t0 = time.monotonic()
         pgid, killed = self.proc.pid, False
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = t0 + self.spec.stop_grace_s
+        grace = 0.0 if kill or group_stopped(group_members(pgid)) else self.spec.stop_grace_s
+        if grace:
+            try:
+                os.killpg(pgid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = t0 + grace
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(POLL_S)
         if group_members(pgid):

@@ -1,17 +1,32 @@
-"""Running a measurement against a server while watching that server (used by calibration)."""
+"""Running a measurement against a server while watching that server: the one watcher of trials
+(`search.executor`) and calibration (`search.calibration`)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Awaitable, TypeVar
 
+from objectives.stall import ProgressWatch, Stall
+from search.serving.failures import Failure, FailureClass
 from search.serving.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
 
+CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a failure
 
-async def while_serving(server: VllmServer, measure: Awaitable[T], phase: str) -> T:
-    """`measure`'s result, unless the server dies under it (OOM under load, say): then the
+
+def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
+    """A server that stopped making progress, with what was seen (and whether /health answers)."""
+    health = "/health answered 200" if server.healthy(timeout=2.0) else "/health did not answer"
+    return Failure(FailureClass.HANG, f"{stall.describe()}; {health}", phase=phase,
+                   elapsed_s=server.elapsed(), log_path=str(server.spec.log_path))
+
+
+async def while_serving(server: VllmServer, measure: Awaitable[T], phase: str,
+                        watch: ProgressWatch | None = None) -> T:
+    """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
+    `watch` the load generator reports to, stops making progress (`objectives.stall`): then the
     measurement is cancelled at once and ServerFailed names why, with `phase`."""
     task = asyncio.ensure_future(measure)
     while True:
@@ -19,6 +34,10 @@ async def while_serving(server: VllmServer, measure: Awaitable[T], phase: str) -
         if done:
             return task.result()
         failure = server.poll_failure(phase=phase)
+        if failure is None and watch is not None:
+            stall = watch.check(time.perf_counter())
+            failure = hang_failure(server, stall, phase) if stall is not None else None
         if failure is not None:
             task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
             raise ServerFailed(failure)

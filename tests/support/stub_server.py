@@ -10,7 +10,9 @@ so a workload class can carry them) or by arrival count (`fault_every`):
 `http:<status>`, `stall` (headers sent, then nothing), `stall_headers` (nothing at all),
 `truncate:<k>` (k chunks, then the connection is cut mid-stream), `eof:<k>` (k chunks, then a
 clean end without [DONE]), `error_event` (one chunk, then an SSE error event), `no_token`
-(only usage and [DONE]), `drop` (connection closed before any response).
+(only usage and [DONE]), `drop` (connection closed before any response). `freeze_after_s`
+hangs everything a while after the first request, streams, new requests and /health (a
+stopped server).
 
 Also serves `/v1/models`, `/health`, `/tokenize` (with a local tokenizer), a vLLM-shaped
 `/metrics` whose counters follow the traffic, and vLLM's dev `POST /reset_prefix_cache`.
@@ -71,6 +73,9 @@ class StubConfig:
     metrics_enabled: bool = True  # False: /metrics answers 404
     cancel_on_disconnect: bool = False  # stop a stream whose client hung up (as vLLM aborts it)
     record_events: bool = False  # Stats.events: ("arrive" | "end" | "reset" | "idle", perf_counter)
+    # A hung server (as after SIGSTOP): this long after the first request (warm-up included),
+    # every stream stops mid-way, new requests get nothing and /health no longer answers.
+    freeze_after_s: float | None = None
 
 
 _COMPLETION = (b'data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":"%s",'
@@ -119,6 +124,21 @@ class StubApp:
         self._chat_last = _CHAT % (m, b'"length"')
         self._pinned = (0.0, 0.0, float("-inf"))  # (running, waiting, until perf_counter)
         self._slots: asyncio.Semaphore | None = None  # created on the stub's loop
+        self.first_request: float | None = None  # perf_counter
+
+    def frozen(self) -> bool:
+        c = self.config
+        return (c.freeze_after_s is not None and self.first_request is not None
+                and time.perf_counter() >= self.first_request + c.freeze_after_s)
+
+    @property
+    def frozen_at(self) -> float | None:
+        """perf_counter when the stub froze (StubConfig.freeze_after_s), once it has."""
+        return self.first_request + self.config.freeze_after_s if self.frozen() else None
+
+    async def _hang_if_frozen(self) -> None:
+        while self.frozen():
+            await asyncio.sleep(3600)
 
     def pin_gauges(self, running: float = 0.0, waiting: float = 0.0, for_s: float = 1.0) -> None:
         """/metrics reports at least these gauges for the next `for_s` seconds (any thread)."""
@@ -167,6 +187,7 @@ class StubApp:
 
     async def health(self, request: web.Request) -> web.Response:
         self.stats.health_checks += 1
+        await self._hang_if_frozen()
         return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
@@ -220,6 +241,7 @@ class StubApp:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
+        await self._hang_if_frozen()
         c = self.config
         if not (c.comments or c.split_chunks or c.crlf):
             await resp.write(data)
@@ -252,6 +274,9 @@ class StubApp:
         t_arrival = loop.time()
         body = json.loads(await request.read())
         s = self.stats
+        if self.first_request is None:
+            self.first_request = time.perf_counter()
+        await self._hang_if_frozen()
         s.requests += 1
         self._event("arrive")
         if self.config.record_bodies:

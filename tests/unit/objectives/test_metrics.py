@@ -185,3 +185,30 @@ def test_same_numbers_as_vllm_calculate_metrics():
         assert ours[f"{m}_median_ms"] == pytest.approx(getattr(theirs, f"median_{m}_ms"))
         for p, v in getattr(theirs, f"percentiles_{m}_ms"):
             assert ours[f"{m}_p{int(p)}_ms"] == pytest.approx(v)
+
+
+def _failed(index: int) -> RequestRecord:
+    r = RequestRecord(index, "a", float(index), 100, 4)
+    r.send_time = float(index)
+    r.fail("timeout", "no complete response within 120 s", float(index) + 120.0)
+    return r
+
+
+def test_failed_requests_never_improve_a_latency_objective():
+    """The hung trial of issue 12: 6 fast survivors of 23 must not beat 23 slower successes."""
+    from objectives.scoring import ObjectiveSpec, score
+
+    objectives = [ObjectiveSpec(metric=f"{fam}_{stat}_ms", direction="minimize")
+                  for fam in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p95")]
+    served = [rec(i, 0.500, [0.050] * 3, index=i) for i in range(23)]
+    survivors = [rec(i, 0.067, [0.010] * 3, index=i) for i in range(6)] + [_failed(i) for i in range(6, 23)]
+    one_lost = served[:-1] + [_failed(22)]
+    scored = {name: score(compute_metrics(records, 30.0, failed_latency_s=120.0).flat(), objectives,
+                          request_timeout_s=120.0).values
+              for name, records in (("served", served), ("survivors", survivors), ("one_lost", one_lost))}
+    for i, o in enumerate(objectives):
+        assert scored["survivors"][i] > scored["served"][i], o.metric
+        assert scored["one_lost"][i] >= scored["served"][i], o.metric
+    assert scored["survivors"][objectives.index(ObjectiveSpec(metric="ttft_p95_ms", direction="minimize"))] == 120_000.0
+    # Without a charge (vLLM's definition, e.g. `autotune load`'s parity checks) they are left out.
+    assert compute_metrics(survivors, 30.0).ttft.p95 == pytest.approx(67.0)

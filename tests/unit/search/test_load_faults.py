@@ -2,6 +2,7 @@
 load: a fake server (no vLLM) and a load run that fails or never ends."""
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import search.calibration
 import search.executor
 from objectives.loadrun import LoadRunError
+from objectives.records import RequestRecord
 from search import scenario as scenario_mod
 from search.calibration import CalibrationFailed, calibrate
 from search.executor import Measurement, VllmExecutor, plan
@@ -49,8 +51,15 @@ class FakeServer:
             return replace(OOM, phase=phase, log_path=str(self.log_path))
         return None
 
-    def stop(self):
+    def stop(self, kill: bool = False):
         self.stopped = True
+        self.killed = kill
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        return False
+
+    def elapsed(self) -> float:
+        return 0.0
 
     def __enter__(self):
         self.start()
@@ -120,3 +129,21 @@ def test_calibration_names_the_load_generator_error(tmp_path, monkeypatch):
     with pytest.raises(CalibrationFailed, match=f"^the load generator failed: LoadRunError: {NO_MODEL}$"):
         calibrated(tmp_path, monkeypatch, server, fails_at_once)
     assert server.stopped
+
+
+async def one_request_never_answered(*args, watch=None, **kw):
+    """A load run whose only request was sent and never hears back: a hung server."""
+    records = [RequestRecord(0, "default", time.perf_counter(), 10, 10, send_time=time.perf_counter())]
+    watch.track(records)
+    await asyncio.sleep(30)
+
+
+def test_calibration_fails_as_hang_when_its_server_stops_answering(tmp_path, monkeypatch):
+    monkeypatch.setattr(search.calibration, "stall_bound_s", lambda *a: 1.0)
+    server = FakeServer(tmp_path / "calibration" / "server.log")
+    t0 = time.monotonic()
+    with pytest.raises(CalibrationFailed, match=re.escape(
+            "the vLLM-defaults server failed: hang (calibration): no token and no finished request for 1 s "
+            "with 1 request in flight (bound 1 s); /health did not answer")):
+        calibrated(tmp_path, monkeypatch, server, one_request_never_answered)
+    assert time.monotonic() - t0 < 1.0 + 5 and server.stopped
