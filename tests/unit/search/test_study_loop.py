@@ -307,3 +307,23 @@ def test_a_resume_on_another_vllm_or_machine_is_refused_before_anything_runs(tmp
     assert again.plans == []
     runner(tmp_path, again, trials=2).run()  # where it began, it resumes
     assert len(again.plans) == 1
+
+
+def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line(tmp_path):
+    from rich.console import Console
+
+    from search.outputs import StudyProgress
+
+    lost = {"cls": "killed", "phase": "startup", "line": "the API server was killed by SIGKILL from outside",
+            "seconds": 12.3, "log_path": str(tmp_path / "loop" / "trial-0000" / "server.1.log")}
+
+    def retried_once(plan):
+        outcome = measured(plan)
+        outcome.retried = [lost]
+        return outcome
+    console = Console(record=True, width=300)
+    progress = StudyProgress(console)
+    r = runner(tmp_path, ScriptedExecutor(script=retried_once), trials=1, observers=[progress])
+    r.run()
+    assert [row.retried for row in rows(r)] == [[lost]]
+    assert "after 1 retried start (killed, 12 s)" in console.export_text()
