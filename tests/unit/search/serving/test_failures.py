@@ -86,8 +86,8 @@ def test_an_engine_that_raised_is_named_by_its_own_last_error():
 
 
 def test_access_log_lines_never_name_the_cause():
-    log = ('INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error\n'
-           "ERROR 11-24 15:42:20 [x.py:1] RuntimeError: the real one\n"
+    log = ("ERROR 11-24 15:42:20 [x.py:1] RuntimeError: the real one\n"
+           'INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error\n'
            'INFO:     127.0.0.1:2 - "GET /health HTTP/1.1" 503 Service Unavailable\n')
     assert classify(log, returncode=1) == (FailureClass.OTHER, "ERROR 11-24 15:42:20 [x.py:1] RuntimeError: the real one")
 
