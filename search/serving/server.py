@@ -1,6 +1,6 @@
 """Starts, watches and stops one vLLM server, and never leaves one behind.
 
-* binds 127.0.0.1 on a free port, in its own process group (see `server_guard`), log to a file
+* binds 127.0.0.1 on a free port held for it until vLLM binds it (`reserve_port`), in its own process group (see `server_guard`), log to a file
   of its own (a log left by an earlier start is kept beside it, see `set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`search.serving.failures`);
@@ -64,10 +64,15 @@ class StopReport:
     gpu_memory_released: bool | None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+def reserve_port() -> socket.socket:
+    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
+    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
+    bind or another port-0 pick is refused it. Closing the socket and handing the number over
+    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((HOST, 0))
+    return s
 
 
 def set_aside(log_path: Path) -> Path | None:
@@ -166,7 +171,8 @@ class VllmServer:
         """Start and wait until healthy; raises ServerFailed (already stopped) otherwise."""
         if self.spec.gpu:
             self._gpu_baseline = gpu_memory_used_mib()
-        self.port = free_port()
+        reservation = reserve_port()
+        self.port = reservation.getsockname()[1]
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         set_aside(self.spec.log_path)
         self._log = open(self.spec.log_path, "wb")
@@ -187,6 +193,8 @@ class VllmServer:
         except ServerFailed:
             self.stop()
             raise
+        finally:
+            reservation.close()
         self.ready_s = time.monotonic() - self.started_at
         self.pids.update(p.pid for p in group_members(self.pgid))
 

@@ -1,13 +1,15 @@
-"""Each server start writes and is classified from its own log: a fake `python` that prints one
-line and exits stands in for vLLM (started through the real guard and process group)."""
+"""A server start's port and log, without vLLM: the port is held for it until vLLM binds it;
+each start writes and is classified from its own log (a fake `python` that prints one line and
+exits stands in for vLLM, started through the real guard and process group)."""
 
 import os
+import socket
 import stat
 
 import pytest
 
 from search.serving.failures import FailureClass
-from search.serving.server import LaunchSpec, ServerFailed, VllmServer
+from search.serving.server import LaunchSpec, ServerFailed, VllmServer, reserve_port
 
 
 def fake_python(tmp_path, name: str, line: str, code: int = 1) -> str:
@@ -35,3 +37,19 @@ def test_a_second_start_is_classified_from_its_own_lines_and_the_first_log_is_ke
     kept = log_path.with_name("server.1.log")
     assert "Address already in use" in kept.read_text()
     assert sorted(os.listdir(log_path.parent)) == ["server.1.log", "server.log"]
+
+
+def test_the_reserved_port_is_refused_to_others_and_left_to_vllms_own_bind():
+    reservation = reserve_port()
+    port = reservation.getsockname()[1]
+    try:
+        with socket.socket() as other, pytest.raises(OSError):  # another tuner, another program
+            other.bind(("127.0.0.1", port))
+        with socket.socket() as vllm:  # vllm.entrypoints.launchers.launcher.create_server_socket
+            vllm.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            vllm.bind(("127.0.0.1", port))
+            vllm.listen()
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                pass
+    finally:
+        reservation.close()
