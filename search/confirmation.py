@@ -169,6 +169,6 @@ class ConfirmationPhase:
             capacity=outcome.capacity, stages=outcome.stages, timings=outcome.timings, command=outcome.command,
             log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
             failure_class=failure.cls.value if failure else None, failure_phase=failure.phase if failure else None,
-            failure_line=failure.line if failure else None)
+            failure_line=failure.line if failure else None, retried=outcome.retried)
         session.commit()
         return row

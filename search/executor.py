@@ -26,7 +26,8 @@ from objectives.stall import ProgressWatch, stall_bound_s
 from objectives.workload import WorkloadSpec
 from search.scenario import Screening
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
-                            check_combination, command_line, launch, resolve_server_args, while_serving)
+                            check_combination, command_line, launch, resolve_server_args, set_aside,
+                            while_serving)
 from storage.models import TrialStatus
 
 PhaseCallback = Callable[[str], None]
@@ -98,6 +99,7 @@ class TrialOutcome:
     command: str = ""
     stages: list[dict[str, Any]] = field(default_factory=list)  # StageRecord fields, in order
     capacity: dict[str, Any] | None = None  # the capacity estimate, when a search ran
+    retried: list[dict[str, Any]] = field(default_factory=list)  # earlier starts lost to a transient failure
 
 
 class TrialExecutor(Protocol):
@@ -144,6 +146,10 @@ def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dic
 # stages (they bind to 127.0.0.1 only, like every server the tuner starts).
 STAGED_SERVER_ENV = RESET_ENDPOINT_ENV
 
+# Server starts one trial may take when a start fails for a reason that says nothing about its
+# flags (`FailureClass.transient`: a lost port race, a one-off start timeout, a kill from outside).
+MAX_STARTS = 2
+
 
 @dataclass
 class VllmExecutor:
@@ -183,8 +189,28 @@ class VllmExecutor:
         outcome.timings["load_s"] = time.monotonic() - t0  # stages, warm-up, drains and request builds
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
-        ctx = self.ctx
+        """The trial on up to MAX_STARTS server starts: a transient failure is retried on the same
+        flags, its start recorded in `retried` (its log kept as server.N.log); never a
+        deterministic one (invalid flags or config, KV cache too small, a real OOM)."""
         log_path = self.run_dir / plan.log_dir / "server.log"
+        t0, retried, started_at = time.monotonic(), [], None
+        for start in range(1, MAX_STARTS + 1):
+            outcome = self._run_once(plan, log_path, on_phase)
+            started_at = started_at or outcome.started_at
+            failure = outcome.failure
+            if failure is None or failure.phase == "precheck" or not failure.cls.transient or start == MAX_STARTS:
+                break
+            kept = set_aside(log_path)
+            retried.append({"cls": failure.cls.value, "phase": failure.phase, "line": failure.line,
+                            "seconds": round(outcome.timings.get("total_s", 0.0), 1),
+                            "log_path": str(kept) if kept else None})
+        outcome.retried, outcome.started_at = retried, started_at
+        if retried:
+            outcome.timings["total_s"] = time.monotonic() - t0
+        return outcome
+
+    def _run_once(self, plan: TrialPlan, log_path: Path, on_phase: PhaseCallback) -> TrialOutcome:
+        ctx = self.ctx
         outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
                                command=command_line(ctx, plan.server_args))
         if plan.problems:

@@ -354,7 +354,7 @@ class StudyRunner:
             constraints=constraints, feasible=feasible, client_behind=client_behind, timings=outcome.timings,
             log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
             command=outcome.command, diagnosis=json_safe(diagnosis), capacity=outcome.capacity,
-            stages=outcome.stages, **failure_fields)
+            stages=outcome.stages, retried=outcome.retried, **failure_fields)
         if rec.hv_reference is None and ok:
             rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
         session.commit()

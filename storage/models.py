@@ -101,6 +101,9 @@ class TrialRecord(Base):
     finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     # The capacity search's result (objectives.capacity.CapacityEstimate), None without one.
     capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Earlier server starts of this trial lost to a transient failure and retried on the same
+    # flags: [{"cls", "phase", "line", "seconds", "log_path"}]; None or [] when the first start counted.
+    retried: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
     study: Mapped[StudyRecord] = relationship(back_populates="trials")
     stages: Mapped[list["StageRecord"]] = relationship(
@@ -163,6 +166,7 @@ class ConfirmationRun(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    retried: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # as TrialRecord.retried
 
     study: Mapped[StudyRecord] = relationship(back_populates="confirmations")
 

@@ -37,7 +37,9 @@ _FAILURE_STEPS: dict[str, list[str]] = {
     "invalid_config": ["fix the combination the line names; narrow the search space so it is never sampled"],
     "invalid_flag": ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
     "start_timeout": ["raise server.startup_timeout_s; keep enforce_eager on CPU (no compile at start)"],
-    "port_busy": ["transient: run the study again (it resumes)"],
+    "port_busy": ["transient: the trial was retried on a new port; if every start lost the race, run the study again"],
+    "killed": ["transient: something outside killed the server (SIGKILL, no error of its own); the trial was "
+               "retried on the same flags. If it recurs, check the kernel log (dmesg) for the OOM killer"],
     "load_error": ["the load generator failed, not the server: fix what the line names (URL, model, tokenizer, "
                    "workload) and run the study again; the same flags are then measured again"],
     "hang": ["the server stopped producing tokens under load (stopped, deadlocked or swapped out): "

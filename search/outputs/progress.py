@@ -23,6 +23,14 @@ from search.scenario import Scenario
 from storage.models import ConfirmationRun, TrialRecord, TrialStatus
 
 
+def retried_text(retried: list | None) -> str:
+    """"; after 1 retried start (killed, 41 s)": starts lost to a transient failure, if any."""
+    if not retried:
+        return ""
+    lost = ", ".join(f"{r['cls']}, {fmt_value(r['seconds'], digits=2)} s" for r in retried)
+    return f"; after {len(retried)} retried start{'s' if len(retried) != 1 else ''} ({lost})"
+
+
 class StudyProgress(StudyObserver):
     def __init__(self, console: Console | None = None):
         self.console = console or Console()
@@ -94,7 +102,10 @@ class StudyProgress(StudyObserver):
 
     def trial_summary(self, row: TrialRecord) -> str:
         """One line: the objective values and feasibility (with load stages: the capacity found
-        and the time early aborts saved), or why the trial failed."""
+        and the time early aborts saved), or why the trial failed; and any start retried."""
+        return self._summary(row) + retried_text(row.retried)
+
+    def _summary(self, row: TrialRecord) -> str:
         if row.status == TrialStatus.FAILED:
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
         text = f"{self.objectives_text(row.values)}; {'feasible' if row.feasible else 'violates SLOs'}"
@@ -130,6 +141,9 @@ class StudyProgress(StudyObserver):
 
     def run_summary(self, row: ConfirmationRun) -> str:
         """One confirmation run: its objectives and whether it met every SLO, or why it failed."""
+        return self._run_summary(row) + retried_text(row.retried)
+
+    def _run_summary(self, row: ConfirmationRun) -> str:
         if row.status != TrialStatus.OK:
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
         values = [row.metrics.get(n) for n in self.objective_names]

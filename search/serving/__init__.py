@@ -20,7 +20,7 @@ from search.serving.registry import (PARAMS, REGISTRY, TUNER_OWNED, Adjustment, 
                                      ServerArgs, check_combination, unsupported_reason,
                                      usable_substitute)
 from search.serving.registry import resolve as resolve_server_args
-from search.serving.server import ServerFailed, StopReport, VllmServer
+from search.serving.server import ServerFailed, StopReport, VllmServer, set_aside
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
 from search.serving.watch import while_serving
@@ -31,5 +31,6 @@ __all__ = [
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",
     "facts_for_launch", "launch", "launch_context", "parse_version", "read_model_info", "recorded_cpu_kv_budget",
-    "resolve_server_args", "serving_facts", "unsupported_reason", "usable_substitute", "while_serving",
+    "resolve_server_args", "serving_facts", "set_aside", "unsupported_reason", "usable_substitute",
+    "while_serving",
 ]

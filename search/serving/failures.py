@@ -19,11 +19,17 @@ class FailureClass(str, Enum):
     KV_INSUFFICIENT = "kv_insufficient"
     MEM_BUDGET_UNAVAILABLE = "mem_budget_unavailable"
     OOM = "oom"
+    KILLED = "killed"  # SIGKILL with no error of its own: from outside, or the OOM killer unseen
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
     LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
     HANG = "hang"  # alive, but no token and no finished request for the stall bound (objectives.stall)
     OTHER = "other"
+
+    @property
+    def transient(self) -> bool:
+        """Says nothing about the flags: the same flags may well start on a second try."""
+        return self in (FailureClass.KILLED, FailureClass.PORT_BUSY, FailureClass.START_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,13 @@ _RULES: list[tuple[FailureClass, re.Pattern]] = [
         r"|are mutually exclusive|is only supported with")),
 ]
 
+# uvicorn's access log: `INFO:     127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 500 Internal
+# Server Error` reports a failure, never its cause.
+_ACCESS_LOG = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" \d{3}')
+# The API server's word that its EngineCore process is gone (vllm/v1/engine/exceptions.py).
+_ENGINE_DEAD = re.compile(r"EngineDeadError|Engine core proc \S+ died unexpectedly")
+SIGKILL_CODES = (-9, 137)  # killed by SIGKILL: directly, or as the guard reports its child's death
+
 # Lines that explain a pydantic validation error better than its header does.
 _VALUE_ERROR = re.compile(r"^\s*(Value error|Assertion failed),?\s*(.*)")
 _ERRORISH = re.compile(r"(Error|error|Exception|FAILED|Traceback)")
@@ -86,15 +99,54 @@ def _decisive(lines: list[str], index: int, cls: FailureClass) -> str:
     return clean(lines[index])
 
 
-def classify(log_text: str, returncode: int | None = None) -> tuple[FailureClass, str]:
-    """The failure class and decisive line of a server that exited or misbehaved."""
-    lines = log_text.splitlines()
+# dmesg: "[ 812.5] Out of memory: Killed process 4242 (python) total-vm:..." or "oom-kill:...,pid=4242,..."
+_OOM_KILL = re.compile(r"^\[\s*(\d+\.\d+)\].*(?:Killed process |oom-kill:.*\bpid=)(\d+)")
+
+
+def oom_kill_in(kernel_log: str, pids: set[int], since_s: float) -> str:
+    """The kernel log's last OOM-kill line for one of `pids` stamped after `since_s` (seconds
+    since boot), or ""."""
+    for line in reversed(kernel_log.splitlines()):
+        m = _OOM_KILL.search(line)
+        if m and float(m.group(1)) >= since_s and int(m.group(2)) in pids:
+            return line.strip()[:300]
+    return ""
+
+
+def killed_line(what: str, oom_kill: str | None) -> str:
+    """The cause line of a process killed by SIGKILL without an error of its own, saying what
+    the kernel log shows: an OOM kill (`oom_kill`, its line), none, or nothing readable (None)."""
+    if oom_kill:
+        return f"{what} killed by the kernel's OOM killer: {oom_kill}"
+    if oom_kill == "":
+        return f"{what} killed by SIGKILL from outside (the kernel log records no OOM kill)"
+    return f"{what} killed by SIGKILL without an error message (the kernel's OOM killer or a kill " \
+           f"from outside; the kernel log is not readable)"
+
+
+def classify(log_text: str, returncode: int | None = None,
+             oom_kill: str | None = None) -> tuple[FailureClass, str]:
+    """The failure class and decisive line of a server that exited or misbehaved: one run's log
+    (the server writes a fresh file per start). `oom_kill`: the kernel log's OOM-kill line for
+    one of the server's processes, "" when the kernel log shows none, None when unreadable."""
+    lines = [x for x in log_text.splitlines() if not _ACCESS_LOG.search(x)]
     for cls, pattern in _RULES:
         for i, line in enumerate(lines):
             if pattern.search(line):
                 return cls, _decisive(lines, i, cls)
-    if returncode in (-9, 137):
-        return FailureClass.OOM, "killed by SIGKILL without an error message (the kernel's OOM killer?)"
+    engine_dead = [i for i, x in enumerate(lines) if _ENGINE_DEAD.search(x)]
+    if engine_dead:
+        # An engine that raised says so in its own (prefixed) lines before the API server notices.
+        engine_errors = [clean(x) for x in lines[:engine_dead[0]]
+                         if x.startswith("(EngineCore") and _ERRORISH.search(x)]
+        if engine_errors:
+            return FailureClass.OTHER, f"EngineDeadError after {engine_errors[-1]}"
+        if oom_kill:
+            return FailureClass.OOM, killed_line("EngineDeadError: the engine process was", oom_kill)
+        return FailureClass.KILLED, killed_line("EngineDeadError: the engine process was", oom_kill)
+    if returncode in SIGKILL_CODES:
+        cls = FailureClass.OOM if oom_kill else FailureClass.KILLED
+        return cls, killed_line("the API server was", oom_kill)
     tail = [clean(x) for x in lines if _ERRORISH.search(x)]
     # The root cause is the first error of the last traceback; "Engine core initialization failed"
     # only says that one happened.

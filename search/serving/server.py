@@ -1,6 +1,7 @@
 """Starts, watches and stops one vLLM server, and never leaves one behind.
 
-* binds 127.0.0.1 on a free port, in its own process group (see `server_guard`), log to a file;
+* binds 127.0.0.1 on a free port held for it until vLLM binds it (`reserve_port`), in its own process group (see `server_guard`), log to a file
+  of its own (a log left by an earlier start is kept beside it, see `set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`search.serving.failures`);
 * stops the whole group (TERM, then KILL) and returns only once no process of the group is
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from search.serving.failures import Failure, FailureClass, classify
+from search.serving.failures import SIGKILL_CODES, Failure, FailureClass, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
 
@@ -65,10 +66,37 @@ class StopReport:
     gpu_memory_released: bool | None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+def reserve_port() -> socket.socket:
+    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
+    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
+    bind or another port-0 pick is refused it. Closing the socket and handing the number over
+    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((HOST, 0))
+    return s
+
+
+def set_aside(log_path: Path) -> Path | None:
+    """Move an earlier start's log out of the way (server.log -> server.1.log, the first free
+    number), so each start writes and is classified from its own file; where it went."""
+    if not log_path.exists():
+        return None
+    n = 1
+    while (kept := log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")).exists():
+        n += 1
+    log_path.rename(kept)
+    return kept
+
+
+def kernel_oom_kill(pids: set[int], since_s: float) -> str | None:
+    """The kernel log's OOM-kill line for one of `pids` after `since_s` (seconds since boot);
+    "" when the log is readable and has none, None when it cannot be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return oom_kill_in(out.stdout, pids, since_s) if out.returncode == 0 else None
 
 
 def port_listening(port: int) -> bool:
@@ -125,6 +153,7 @@ class VllmServer:
         self.started_at: float | None = None
         self.ready_s: float | None = None
         self._gpu_baseline: list[float] | None = None
+        self.pids: set[int] = set()  # every process seen in the group, for the kernel log's word
 
     @property
     def base_url(self) -> str:
@@ -155,9 +184,11 @@ class VllmServer:
         """Start and wait until healthy; raises ServerFailed (already stopped) otherwise."""
         if self.spec.gpu:
             self._gpu_baseline = gpu_memory_used_mib()
-        self.port = free_port()
+        reservation = reserve_port()
+        self.port = reservation.getsockname()[1]
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.spec.log_path, "ab")
+        set_aside(self.spec.log_path)
+        self._log = open(self.spec.log_path, "wb")
         read_fd, self._pipe_w = os.pipe()
         cmd = [sys.executable, "-m", "search.serving.server_guard", str(read_fd), "--",
                *self.spec.command(self.port)]
@@ -175,11 +206,15 @@ class VllmServer:
         except ServerFailed:
             self.stop()
             raise
+        finally:
+            reservation.close()
         self.ready_s = time.monotonic() - self.started_at
+        self.pids.update(p.pid for p in group_members(self.pgid))
 
     def _wait_healthy(self) -> None:
         deadline = self.started_at + self.spec.startup_timeout_s
         while True:
+            self.pids.update(p.pid for p in group_members(self.pgid))
             failure = self.poll_failure(phase="startup")
             if failure is not None:
                 raise ServerFailed(failure)
@@ -218,7 +253,12 @@ class VllmServer:
         if self.proc is None or self.proc.poll() is None:
             return None
         rc = self.proc.returncode
-        cls, line = classify(self.log_text(), rc)
+        text = self.log_text()
+        # Only a silent SIGKILL needs the kernel's word on who killed it.
+        silent_kill = rc in SIGKILL_CODES or "EngineDeadError" in text
+        # The kernel log's timestamps count from boot, like CLOCK_MONOTONIC (time.monotonic).
+        oom_kill = kernel_oom_kill(self.pids, self.started_at - 1.0) if silent_kill else None
+        cls, line = classify(text, rc, oom_kill)
         return Failure(cls, line, phase=phase, returncode=rc, elapsed_s=self.elapsed(),
                        log_path=str(self.spec.log_path))
 

@@ -549,3 +549,23 @@ def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_wi
         "incomparable with the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new "
         "calibration.")
     assert len(executor.plans) == 3
+
+
+def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line(tmp_path):
+    from rich.console import Console
+
+    from search.outputs import StudyProgress
+
+    lost = {"cls": "killed", "phase": "startup", "line": "the API server was killed by SIGKILL from outside",
+            "seconds": 12.3, "log_path": str(tmp_path / "loop" / "trial-0000" / "server.1.log")}
+
+    def retried_once(plan):
+        outcome = measured(plan)
+        outcome.retried = [lost]
+        return outcome
+    console = Console(record=True, width=300)
+    progress = StudyProgress(console)
+    r = runner(tmp_path, ScriptedExecutor(script=retried_once), trials=1, observers=[progress])
+    r.run()
+    assert [row.retried for row in rows(r)] == [[lost]]
+    assert "after 1 retried start (killed, 12 s)" in console.export_text()

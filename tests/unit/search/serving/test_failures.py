@@ -3,7 +3,7 @@
 
 import pytest
 
-from search.serving.failures import FailureClass, classify
+from search.serving.failures import FailureClass, classify, oom_kill_in
 from tests.support.paths import FIXTURES
 
 LOGS = FIXTURES / "logs"
@@ -46,10 +46,64 @@ def test_gpu_oom_lines_from_the_reference():
     assert classify(log)[0] is FailureClass.OOM
 
 
-def test_silent_sigkill_reads_as_oom_and_unknown_errors_keep_their_root_cause():
-    assert classify("INFO loading\n", returncode=-9)[0] is FailureClass.OOM
+def test_silent_sigkill_says_what_the_kernel_log_shows_and_unknown_errors_keep_their_root_cause():
+    assert classify("INFO loading\n", returncode=-9) == (
+        FailureClass.KILLED, "the API server was killed by SIGKILL without an error message (the kernel's OOM "
+                             "killer or a kill from outside; the kernel log is not readable)")
+    assert classify("INFO loading\n", returncode=137, oom_kill="") == (
+        FailureClass.KILLED, "the API server was killed by SIGKILL from outside (the kernel log records no OOM kill)")
+    cls, line = classify("INFO loading\n", returncode=137, oom_kill="[ 9.1] Out of memory: Killed process 42 (python)")
+    assert cls is FailureClass.OOM and line.endswith("OOM killer: [ 9.1] Out of memory: Killed process 42 (python)")
     log = ("(EngineCore pid=1) ERROR 11-22 05:36:10 [core.py:1510] RuntimeError: some new failure\n"
            "RuntimeError: Engine core initialization failed. See root cause above.\n")
     cls, line = classify(log, returncode=1)
     assert cls is FailureClass.OTHER
     assert line == "RuntimeError: some new failure"
+
+
+def test_a_killed_engine_is_named_by_its_engine_dead_error_not_by_the_access_log():
+    # Real: EngineCore SIGKILLed under load (tests/integration/test_faults_real_server.py does it);
+    # the API server logs EngineDeadError, then a "500 Internal Server Error" access line per request,
+    # and exits 0.
+    log = (LOGS / "engine_killed.log").read_text()
+    cls, line = classify(log, returncode=0)
+    assert cls is FailureClass.KILLED
+    assert line.startswith("EngineDeadError: the engine process was killed by SIGKILL")
+    assert "HTTP/1.1" not in line and "500" not in line
+    cls, line = classify(log, returncode=0, oom_kill="[ 812.5] Out of memory: Killed process 18028 (VLLM::EngineCore)")
+    assert cls is FailureClass.OOM and "Killed process 18028" in line
+
+
+def test_an_engine_that_raised_is_named_by_its_own_last_error():
+    log = ("(EngineCore pid=7) ERROR 11-24 15:42:19 [core.py:1] Traceback (most recent call last):\n"
+           "(EngineCore pid=7) ERROR 11-24 15:42:19 [core.py:1] ValueError: a new engine failure\n"
+           "(APIServer pid=6) ERROR 11-24 15:42:20 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+           "EngineCore encountered an issue. See stack trace (above) for the root cause.\n"
+           'INFO:     127.0.0.1:58582 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error\n')
+    cls, line = classify(log, returncode=0)
+    assert cls is FailureClass.OTHER
+    assert line == "EngineDeadError after ValueError: a new engine failure"
+
+
+def test_access_log_lines_never_name_the_cause():
+    log = ("ERROR 11-24 15:42:20 [x.py:1] RuntimeError: the real one\n"
+           'INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error\n'
+           'INFO:     127.0.0.1:2 - "GET /health HTTP/1.1" 503 Service Unavailable\n')
+    assert classify(log, returncode=1) == (FailureClass.OTHER, "ERROR 11-24 15:42:20 [x.py:1] RuntimeError: the real one")
+
+
+def test_the_kernel_logs_oom_kill_counts_only_for_the_servers_processes_since_its_start():
+    kernel = ("[  100.0] Out of memory: Killed process 42 (python) total-vm:1kB\n"
+              "[  300.5] oom-kill:constraint=CONSTRAINT_NONE,task=python,pid=77,uid=0\n"
+              "[  301.0] Out of memory: Killed process 77 (VLLM::EngineCore) total-vm:9kB\n")
+    assert oom_kill_in(kernel, {77}, since_s=200.0).startswith("[  301.0] Out of memory: Killed process 77")
+    assert oom_kill_in(kernel, {42}, since_s=200.0) == ""  # before this server started
+    assert oom_kill_in(kernel, {5}, since_s=0.0) == ""
+
+
+@pytest.mark.parametrize("cls, transient", [
+    (FailureClass.PORT_BUSY, True), (FailureClass.START_TIMEOUT, True), (FailureClass.KILLED, True),
+    (FailureClass.INVALID_FLAG, False), (FailureClass.INVALID_CONFIG, False), (FailureClass.KV_INSUFFICIENT, False),
+    (FailureClass.OOM, False), (FailureClass.MEM_BUDGET_UNAVAILABLE, False), (FailureClass.OTHER, False)])
+def test_only_failures_that_say_nothing_about_the_flags_are_transient(cls, transient):
+    assert cls.transient is transient
