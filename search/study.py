@@ -44,6 +44,7 @@ from storage import claims, queries
 from storage.models import StudyRecord, TrialStatus
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
+BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
 ExecutorFactory = Callable[[Measurement], TrialExecutor]
@@ -452,6 +453,7 @@ class StudyRunner:
         it starts workers, so they join one study instead of racing to create it."""
         with Session(self.engine, expire_on_commit=False) as session:
             self._study_record(session)
+        self.study.set_user_attr(BUDGET_ATTR, self.budget)  # what `autotune worker` takes by default
 
     @contextmanager
     def _announced(self) -> Iterator[None]:

@@ -63,6 +63,19 @@ def url(server):
     return parsed.set(database=name).render_as_string(hide_password=False)
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left():
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:  # a failed test's worker: not left behind
+            proc.kill()
+            proc.wait()
+
+
 class Worker:
     def __init__(self, url: str, runs_dir: Path, trials: int, slot: str, *extra: str) -> None:
         self.slot = slot
@@ -71,6 +84,7 @@ class Worker:
             [sys.executable, "-m", "tests.support.study_worker", url, str(runs_dir), str(trials), slot,
              "--grace", str(GRACE_S), *extra],
             cwd=REPO, stdout=self.out.open("w"), stderr=subprocess.PIPE, text=True)
+        _STARTED.append(self.proc)
 
     def events(self) -> list[dict]:
         return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]

@@ -69,6 +69,7 @@ def main() -> int:
 
     def calibrate(*a):
         emit(event="calibrated")
+        time.sleep(1.0)  # long enough for the other worker to arrive meanwhile
         return calibration(*a)
 
     r = runner(Path(args.runs_dir), ScriptedExecutor(before=take_time), scenario=CALIBRATED,
