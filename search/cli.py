@@ -131,6 +131,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
 def _cmd_search_workers(args: argparse.Namespace) -> int:
     """`autotune search --workers N`: the study created here, then N `autotune worker` processes on
     disjoint device slots, then (on all of them again) the confirmation phase and the outputs."""
+    from rich.markup import escape
+
     from search import workers
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
@@ -162,7 +164,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
     failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
     if failed:
-        console.print(f"[red]workers stopped early[/]: {'; '.join(failed)}; run the same command to "
+        console.print(f"[red]workers stopped early[/]: {escape('; '.join(failed))}; run the same command to "
                       "continue where the study stopped")
         return 130 if all(code == 130 for code in codes if code) else 1
     confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)])
