@@ -151,6 +151,9 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     prep = prepare(opts)  # every check before any server starts
     hw = prep.ctx.hardware
     slots = workers.slots(args.workers, len(hw.gpus) if hw.is_gpu else 0, workers.available_cpus())
+    for slot in slots:  # refused here, before anything starts, if another tuner has them
+        for handle in workers.hold(slot, prep.study_name):
+            handle.close()
     console = _console()
     runner = StudyRunner(prep, opts)
     runner.open()  # the schema and the study, once, before the workers join it
@@ -182,7 +185,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import BUDGET_ATTR, StudyRunner
-    from search.workers import Slot
+    from search.workers import Slot, hold
     from storage.queries import existing_study_check, find_study, open_db
 
     slot = Slot.parse(args.slot) if args.slot else None
@@ -206,6 +209,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         model=args.model or model_path, storage=args.storage, study_name=args.study, sampler=args.sampler,
         seed=args.seed if args.seed is not None else os.getpid(), runs_dir=Path(args.runs_dir), confirm_runs=0)
     if slot is not None:
+        held = hold(slot, args.study)  # noqa: F841 - held until this worker ends
         slot.apply()  # before anything starts: every server and the load client inherit it
     prep = prepare(opts)
     console = _console()

@@ -6,15 +6,19 @@ not through this parent: it only places them, shows them and waits.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import IO, Callable, Sequence
 
 GPU, CPU = "gpu", "cpu"
+DEVICE_LOCK_DIR_ENV = "AUTOTUNE_DEVICE_LOCK_DIR"  # default: the system's temporary directory
 
 
 class SlotError(ValueError):
@@ -79,6 +83,34 @@ class Slot:
         os.environ.update(self.env())
         if self.kind == CPU and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, set(self.devices))
+
+
+def hold(slot: Slot, study: str) -> list[IO[str]]:
+    """Each of the slot's devices locked for as long as the returned files stay open (at the
+    latest until the process ends, however it ends): a worker of another study, or of another
+    tuner, on the same devices is refused, since their measurements would skew each other's."""
+    where = Path(os.environ.get(DEVICE_LOCK_DIR_ENV) or tempfile.gettempdir()) / "autotune-devices"
+    where.mkdir(parents=True, exist_ok=True)
+    held: list[IO[str]] = []
+    for device in slot.devices:
+        handle = open(where / f"{slot.kind}{device}.lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            for h in held:
+                h.close()
+            raise SlotError(f"{slot.kind} {device} is in use by {holder}: trials side by side on the same "
+                            f"devices would skew each other's measurements; wait for it to finish, or give "
+                            f"this one other devices") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} (study {study})")
+        handle.flush()
+        held.append(handle)
+    return held
 
 
 def slots(n: int, gpus: int, cpus: Sequence[int]) -> list[Slot]:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from search.workers import CPU, GPU, Slot, SlotError, run_all, slots
+from search.workers import CPU, DEVICE_LOCK_DIR_ENV, GPU, Slot, SlotError, hold, run_all, slots
 from tests.support.cli import autotune
 
 
@@ -77,3 +77,16 @@ def test_a_worker_for_a_study_that_does_not_exist_is_one_line(tmp_path):
     assert done.stderr.strip() == (f"autotune: error: no study named 'mine' in sqlite:///{db}; start it with "
                                    "`autotune search SCENARIO --storage URL --study NAME`, then add workers")
     assert not db.exists()
+
+
+def test_a_second_tuner_on_the_same_devices_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path))
+    held = hold(Slot(GPU, (0, 1)), "first")
+    hold(Slot(GPU, (2,)), "second")[0].close()  # other devices: fine
+    with pytest.raises(SlotError, match=rf"gpu 1 is in use by pid {os.getpid()} \(study first\): trials side "
+                                        "by side on the same devices would skew"):
+        hold(Slot(GPU, (1, 2)), "second")
+    assert hold(Slot(GPU, (2,)), "second")  # what the refused one took is released again
+    for handle in held:
+        handle.close()
+    assert hold(Slot(GPU, (0, 1)), "second")  # free once the first is gone
