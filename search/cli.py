@@ -179,35 +179,19 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     """`autotune worker`: one more worker on an existing study, from any host that reaches its
     database: the scenario, model and budget are the study's own unless given here."""
-    from sqlalchemy.orm import Session
-
     from search.coordination import Coordination
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
-    from search.study import BUDGET_ATTR, StudyRunner
-    from search.workers import Slot, hold
-    from storage.queries import existing_study_check, find_study, open_db
+    from search.study import StudyRunner
+    from search.workers import Slot, hold, joined_study
 
     slot = Slot.parse(args.slot) if args.slot else None
-    existing_study_check(args.storage, args.study, "start it with `autotune search SCENARIO --storage URL "
-                                                   "--study NAME`, then add workers")
-    with Session(open_db(args.storage)) as session:
-        rec = find_study(session, args.study)
-        source, model_path = rec.scenario_source, rec.model_path
-    scenario = args.scenario
-    if scenario is None:  # the study's own scenario, as stored (a worker host may not have the file)
-        path = Path(args.runs_dir) / args.study / "scenario.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.read_text() != source:
-            path.write_text(source)
-        scenario = str(path)
-    import optuna
-
-    budget = optuna.load_study(study_name=args.study, storage=args.storage).user_attrs.get(BUDGET_ATTR)
+    joined = joined_study(args.storage, args.study, Path(args.runs_dir))
     opts = StudyOptions(
-        scenario=scenario, trials=args.trials or budget, timeout_min=args.timeout_min,
-        model=args.model or model_path, storage=args.storage, study_name=args.study, sampler=args.sampler,
-        seed=args.seed if args.seed is not None else os.getpid(), runs_dir=Path(args.runs_dir), confirm_runs=0)
+        scenario=args.scenario or joined.scenario, trials=args.trials or joined.budget,
+        timeout_min=args.timeout_min, model=args.model or joined.model, storage=args.storage, study_name=args.study,
+        sampler=args.sampler, seed=args.seed if args.seed is not None else os.getpid(), runs_dir=Path(args.runs_dir),
+        confirm_runs=0)
     if slot is not None:
         held = hold(slot, args.study)  # noqa: F841 - held until this worker ends
         slot.apply()  # before anything starts: every server and the load client inherit it

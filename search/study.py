@@ -44,7 +44,7 @@ from storage import claims, queries
 from storage.models import StudyRecord, TrialStatus
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
-BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share
+BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (search.workers reads it)
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
 ExecutorFactory = Callable[[Measurement], TrialExecutor]
@@ -155,6 +155,7 @@ class StudyRunner:
             self.study.set_user_attr("vllm", p.ctx.installed.label())
             self.study.set_user_attr("hardware", p.ctx.hardware.describe())
             self.study.set_user_attr("notes", p.space_notes + p.baseline_notes)
+            self.study.set_user_attr(BUDGET_ATTR, self.budget)
         elif rec.scenario_digest != digest:
             raise scenario_mod.ScenarioError(
                 f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "

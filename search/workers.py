@@ -174,6 +174,37 @@ def run_all(commands: Sequence[tuple[str, list[str]]], show: Callable[[str], Non
     return codes
 
 
+@dataclass(frozen=True)
+class JoinedStudy:
+    """What a worker takes from the study it joins, unless told otherwise."""
+
+    scenario: str  # a path: the stored scenario file, written under the runs directory
+    model: str
+    budget: int | None
+
+
+def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
+    """The stored scenario (a worker's host may not have the file: it is written to
+    RUNS_DIR/STUDY/scenario.yaml as the study began with it), model path and budget."""
+    import optuna
+    from sqlalchemy.orm import Session
+
+    from search.study import BUDGET_ATTR
+    from storage.queries import existing_study_check, find_study, open_db
+
+    existing_study_check(storage, study, "start it with `autotune search SCENARIO --storage URL --study NAME`, "
+                                         "then add workers")
+    with Session(open_db(storage)) as session:
+        rec = find_study(session, study)
+        source, model = rec.scenario_source, rec.model_path
+    path = runs_dir / study / "scenario.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != source:
+        path.write_text(source)
+    budget = optuna.load_study(study_name=study, storage=storage).user_attrs.get(BUDGET_ATTR)
+    return JoinedStudy(str(path), model, budget)
+
+
 def worker_argv(*, storage: str, study: str, runs_dir: str, slot: Slot, seed: int, trials: int,
                 sampler: str, scenario: str | None, model: str | None, timeout_min: float | None) -> list[str]:
     argv = [sys.executable, "-m", "search.cli", "worker", "--storage", storage, "--study", study,

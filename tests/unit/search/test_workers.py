@@ -90,3 +90,17 @@ def test_a_second_tuner_on_the_same_devices_is_refused(tmp_path, monkeypatch):
     for handle in held:
         handle.close()
     assert hold(Slot(GPU, (0, 1)), "second")  # free once the first is gone
+
+
+def test_a_worker_joins_with_the_studys_own_scenario_model_and_budget(tmp_path):
+    from search.workers import joined_study
+    from tests.support.scripted_executor import ScriptedExecutor
+    from tests.support.study_loop import LOOP_SCENARIO, runner
+
+    r = runner(tmp_path, ScriptedExecutor(), trials=5)
+    r.open()
+    elsewhere = tmp_path / "worker-host"
+    joined = joined_study(r.prep.storage_url, "loop", elsewhere)
+    assert joined.scenario == str(elsewhere / "loop" / "scenario.yaml")
+    assert open(joined.scenario).read() == LOOP_SCENARIO.read_text()  # the same digest: the resume check passes
+    assert (joined.model, joined.budget) == (str(r.prep.ctx.model.path), 5)
