@@ -290,6 +290,11 @@ class StudyRunner:
             trial.set_user_attr(coord.RETRY_OF_ATTR, retry_of)
         return trial
 
+    def _where(self, trial: optuna.Trial) -> dict:
+        w = self.worker
+        return {"host": w.host, "pid": w.pid, "slot": w.slot,
+                "neighbours": trial.user_attrs.get(coord.NEIGHBOURS_ATTR, [])}
+
     def _run_one(self, session: Session, rec: StudyRecord) -> None:
         trial = self._claim()
         with coord.Heartbeat(self.storage, trial._trial_id, self.coordination.heartbeat_interval_s):
@@ -341,7 +346,7 @@ class StudyRunner:
             constraints=constraints, feasible=feasible, client_behind=client_behind, timings=outcome.timings,
             log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
             command=outcome.command, diagnosis=json_safe(diagnosis), capacity=outcome.capacity,
-            stages=outcome.stages, **failure_fields)
+            stages=outcome.stages, worker=self._where(trial), **failure_fields)
         session.commit()
         if rec.hv_reference is None and ok:  # the first measured trial's, whichever worker ran it
             session.refresh(rec)

@@ -98,6 +98,9 @@ class TrialRecord(Base):
     finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     # The capacity search's result (objectives.capacity.CapacityEstimate), None without one.
     capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Who ran it where: {"host", "pid", "slot", "neighbours": [{"trial", "worker", "slot"}, ...]},
+    # the neighbours being the trials other workers of the study ran when it started.
+    worker: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     study: Mapped[StudyRecord] = relationship(back_populates="trials")
     stages: Mapped[list["StageRecord"]] = relationship(

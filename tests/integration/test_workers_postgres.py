@@ -151,6 +151,15 @@ def test_two_workers_share_one_study_without_running_anything_twice(url, tmp_pat
     slots = {t.user_attrs["worker"]["slot"] for t in trials}
     assert slots == {"cpu 0", "cpu 1"}
     assert any(t.user_attrs["neighbours"] for t in trials)  # each trial says what ran beside it
+    # ... and so does its stored record, which the report shows
+    assert {r.worker["slot"] for r in rows} == {"cpu 0", "cpu 1"}
+    beside = next(r for r in rows if r.worker["neighbours"])
+    other = beside.worker["neighbours"][0]
+    assert other["slot"] != beside.worker["slot"]
+    from search.outputs import write_report
+    html = write_report(url, STUDY, tmp_path / "report.html").read_text()
+    assert "<th>worker slot</th>" in html
+    assert f"{beside.worker['slot']}, beside trial {other['trial']} ({other['slot']})" in html
 
 
 def test_a_live_worker_keeps_a_trial_longer_than_the_grace_period(url, tmp_path):
