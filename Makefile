@@ -12,11 +12,13 @@ SAMPLER  ?=
 URL      ?=
 CONFIRM_RUNS ?=
 RECALIBRATE ?=
+WORKERS  ?=
+SLOT     ?=
 
 opt = $(if $(2),$(1) $(2),)
 STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports db db-stop search confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
+.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
 
 setup:
 	@bash scripts/setup.sh
@@ -41,8 +43,11 @@ db-stop: setup
 
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
-		$(call opt,--sampler,$(SAMPLER)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS) \
-		$(if $(RECALIBRATE),--recalibrate,)
+		$(call opt,--sampler,$(SAMPLER)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(call opt,--workers,$(WORKERS)) \
+		$(STUDY_ARGS) $(if $(RECALIBRATE),--recalibrate,)
+
+worker: setup   ## one more worker on an existing study, from any host: STORAGE=, STUDY=, SLOT=gpu:0
+	$(BIN)/autotune worker --storage $(STORAGE) --study $(STUDY) $(call opt,--slot,$(SLOT)) $(call opt,--model,$(MODEL))
 
 confirm: setup   ## the confirmation phase alone on an existing study (resumes): CONFIRM_RUNS=n
 	$(BIN)/autotune confirm $(SCENARIO) $(call opt,--model,$(MODEL)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -73,11 +74,12 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from search.serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
     from search.study import StudyBusy, StudyMismatch
+    from search.workers import SlotError
     from storage.local_postgres import PostgresError
     from storage.queries import StorageError
 
     return (ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy,
-            StudyMismatch, StorageError, PostgresError)
+            StudyMismatch, StorageError, PostgresError, SlotError)
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
@@ -103,6 +105,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from search.study import StudyRunner
 
     searching = args.command == "search"
+    if searching and args.workers > 1:
+        return _cmd_search_workers(args)
     opts = StudyOptions(
         scenario=args.scenario, trials=getattr(args, "trials", None), timeout_min=getattr(args, "timeout_min", None),
         model=args.model, storage=args.storage, study_name=args.study,
@@ -125,6 +129,88 @@ def _cmd_search(args: argparse.Namespace) -> int:
                       "continue where the study stopped")
         return 130
     return _finish(console, result.storage_url, result.study_name, result.run_dir)
+
+
+def _cmd_search_workers(args: argparse.Namespace) -> int:
+    """`autotune search --workers N`: the study created here, then N `autotune worker` processes on
+    disjoint device slots, then (on all of them again) the confirmation phase and the outputs."""
+    from rich.markup import escape
+
+    from search import workers
+    from search.outputs import StudyProgress
+    from search.prepare import StudyOptions, prepare
+    from search.study import StudyRunner
+
+    storage = args.storage or ""
+    if not storage or storage.startswith("sqlite"):
+        raise workers.SlotError(
+            f"--workers {args.workers} needs a database server the workers share; SQLite "
+            f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "
+            f"(autotune db start) and pass the URL it prints: make search WORKERS={args.workers} STORAGE=<URL>")
+    opts = StudyOptions(
+        scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model, storage=storage,
+        study_name=args.study, sampler=args.sampler, seed=args.seed, runs_dir=Path(args.runs_dir),
+        confirm_runs=args.confirm_runs)
+    prep = prepare(opts)  # every check before any server starts
+    hw = prep.ctx.hardware
+    slots = workers.slots(args.workers, len(hw.gpus) if hw.is_gpu else 0, workers.available_cpus())
+    for slot in slots:  # refused here, before anything starts, if another tuner has them
+        for handle in workers.hold(slot, prep.study_name):
+            handle.close()
+    console = _console()
+    runner = StudyRunner(prep, opts)
+    runner.open()  # the schema and the study, once, before the workers join it
+    console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
+                  f"{hw.describe()}; storage {prep.storage_url}; {args.workers} workers on "
+                  f"{', '.join(s.label for s in slots)}")
+    commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
+        storage=prep.storage_url, study=prep.study_name, runs_dir=args.runs_dir, slot=slot, seed=args.seed + i,
+        trials=runner.budget, sampler=args.sampler, scenario=args.scenario, model=args.model,
+        timeout_min=args.timeout_min)) for i, slot in enumerate(slots)]
+    codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
+    failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
+    if failed:
+        console.print(f"[red]workers stopped early[/]: {escape('; '.join(failed))}; run the same command to "
+                      "continue where the study stopped")
+        return 130 if all(code == 130 for code in codes if code) else 1
+    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)])
+    if confirm.confirm_runs > 0:
+        confirm.run(search=False)
+    return _finish(console, prep.storage_url, prep.study_name, prep.run_dir)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    """`autotune worker`: one more worker on an existing study, from any host that reaches its
+    database: the scenario, model and budget are the study's own unless given here."""
+    from search.coordination import Coordination
+    from search.outputs import StudyProgress
+    from search.prepare import StudyOptions, prepare
+    from search.study import StudyRunner
+    from search.workers import Slot, hold, joined_study
+
+    slot = Slot.parse(args.slot) if args.slot else None
+    joined = joined_study(args.storage, args.study, Path(args.runs_dir))
+    opts = StudyOptions(
+        scenario=args.scenario or joined.scenario, trials=args.trials or joined.budget,
+        timeout_min=args.timeout_min, model=args.model or joined.model, storage=args.storage, study_name=args.study,
+        sampler=args.sampler, seed=args.seed if args.seed is not None else os.getpid(), runs_dir=Path(args.runs_dir),
+        confirm_runs=0)
+    if slot is not None:
+        held = hold(slot, args.study)  # noqa: F841 - held until this worker ends
+        slot.apply()  # before anything starts: every server and the load client inherit it
+    prep = prepare(opts)
+    console = _console()
+    console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
+                  f"[bold]{prep.study_name}[/] ({prep.storage_url})")
+    runner = StudyRunner(prep, opts, observers=[StudyProgress(console)],
+                         coordination=Coordination(slot=slot.label if slot else None))
+    try:
+        result = runner.run()
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: no server is left running; its trial goes to the other workers")
+        return 130
+    console.print(f"worker done: {result.finished} finished trials in the study")
+    return 0
 
 
 def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
@@ -188,6 +274,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def _study_name(text: str) -> str:
     from search.scenario import SAFE_NAME_RULE, is_safe_name
 
@@ -237,7 +330,25 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--recalibrate", action="store_true",
                         help="measure the calibration again; refused once the study has trials (start a new "
                              "one with --study NEW_NAME)")
+    search.add_argument("--workers", type=_positive, default=1, metavar="N",
+                        help="trials in parallel: N worker processes, each on its own GPUs or CPU cores "
+                             "(needs a --storage database server: make db)")
     search.set_defaults(func=_cmd_search)
+
+    worker = sub.add_parser("worker", help="join an existing study as one more worker, from any host that "
+                                           "reaches its database (what a cluster scheduler starts)")
+    worker.add_argument("--storage", required=True, help="the study's database URL (postgresql+psycopg://...)")
+    worker.add_argument("--study", required=True, type=_study_name)
+    worker.add_argument("--runs-dir", default="runs", help="where this worker's logs go")
+    worker.add_argument("--slot", default=None, metavar="cpu:IDS|gpu:IDS",
+                        help="the devices this worker owns, e.g. gpu:2,3 or cpu:0-7 (default: all it sees)")
+    worker.add_argument("--scenario", default=None, help="the scenario file (default: the study's, as stored)")
+    worker.add_argument("--model", default=None, help="local model directory (default: the study's)")
+    worker.add_argument("--trials", type=_positive, default=None, help="the study's budget (default: as stored)")
+    worker.add_argument("--timeout-min", type=float, default=None)
+    worker.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
+    worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")
+    worker.set_defaults(func=_cmd_worker)
 
     confirm = sub.add_parser(
         "confirm", help="the confirmation phase alone on an existing study: re-measure the front's best and "

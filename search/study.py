@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 import optuna
 from optuna.trial import TrialState
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import diagnose_trial
@@ -27,6 +28,7 @@ from objectives import statistics as st
 from objectives.metrics import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
+from search import coordination as coord
 from search import confirmation as confirmation_mod
 from search import pareto, scenario as scenario_mod, space as space_mod
 from search import verdict as verdict_mod
@@ -38,13 +40,14 @@ from search.prepare import Prepared, StudyOptions
 from search.samplers import make_sampler
 from search.scenario import Scenario
 from search.serving import FailureClass, LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
-from storage import queries
+from storage import claims, queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 # Trials in a row whose load generator failed (`load_error`): a fault on the client's side, which
 # every further trial would meet too, so the study stops rather than fail them all.
 MAX_CONSECUTIVE_LOAD_ERRORS = 3
+BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (search.workers reads it)
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
 ExecutorFactory = Callable[[Measurement], TrialExecutor]
@@ -108,7 +111,8 @@ class StudyRunner:
     happens is told to `observers` (`search.events`); the loop itself prints and publishes nothing."""
 
     def __init__(self, prep: Prepared, opts: StudyOptions, *, observers: Iterable[StudyObserver] = (),
-                 executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None):
+                 executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None,
+                 coordination: coord.Coordination | None = None):
         self.prep = prep
         self.opts = opts
         self.sc = prep.scenario
@@ -116,8 +120,10 @@ class StudyRunner:
         self.confirm_runs = self.sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
         self.events = Subscribers(observers)
         self.engine = queries.open_db(prep.storage_url)
-        storage = optuna.storages.RDBStorage(
-            prep.storage_url, engine_kwargs=queries.engine_kwargs(prep.storage_url))
+        self.coordination = coordination or coord.Coordination()
+        self.worker = coord.WorkerId.this(self.coordination.slot)
+        self.storage = storage = coord.storage(prep.storage_url, self.coordination,
+                                               queries.engine_kwargs(prep.storage_url))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
             storage=storage, study_name=prep.study_name, directions=self.sc.directions,
@@ -150,11 +156,16 @@ class StudyRunner:
                 cpu_kv_budget_bytes=None if p.ctx.hardware.is_gpu else p.ctx.cpu_kv_budget_bytes,
                 directions=self.sc.directions, objective_names=self.sc.objective_names)
             session.add(rec)
-            session.commit()  # before Optuna writes: one SQLite file, one writer at a time
+            try:
+                session.commit()  # before Optuna writes: one SQLite file, one writer at a time
+            except IntegrityError:  # another worker created it first: join theirs
+                session.rollback()
+                return self._study_record(session)
             self.study.set_user_attr("scenario", self.sc.name)
             self.study.set_user_attr("vllm", p.ctx.installed.label())
             self.study.set_user_attr("hardware", p.ctx.hardware.describe())
             self.study.set_user_attr("notes", p.space_notes + p.baseline_notes)
+            self.study.set_user_attr(BUDGET_ATTR, self.budget)
         elif rec.scenario_digest != digest:
             raise scenario_mod.ScenarioError(
                 f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "
@@ -226,9 +237,9 @@ class StudyRunner:
             self.events.note(f"--recalibrate: {self.prep.shown} has no relative load or bound; nothing to measure")
         if self.sc.needs_calibration():
             if rec.calibration is None or self.opts.recalibrate:
-                cal = self._measure_calibration()
-                rec.calibration = json_safe(cal.as_dict())
-                session.commit()
+                cal = self._calibrate_once(rec, again=self.opts.recalibrate)
+                session.refresh(rec)
+            if cal is not None:
                 rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
                 self.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
@@ -252,6 +263,18 @@ class StudyRunner:
         for text in self._thin_percentiles():
             self.events.note(f"warning: {text}")
 
+    def _calibrate_once(self, rec: StudyRecord, again: bool = False) -> calibration_mod.CalibrationResult | None:
+        """Calibrate (`again`: even if stored), unless another worker of the study did it meanwhile
+        (it holds the study's claim while it measures; this one waits there and reuses its result:
+        None). Only a checked calibration is stored."""
+        with claims.claimed(self.engine, rec.id) as (_, locked):
+            if locked.calibration is not None and not again:
+                self.events.note("calibration: measured by another worker of this study; reusing it")
+                return None
+            cal = self._measure_calibration()
+            locked.calibration = json_safe(cal.as_dict())
+        return cal
+
     def _thin_percentiles(self) -> list[str]:
         """Objectives and SLOs whose percentile a run's requests cannot pin down (at the target
         load, in the search's measurement; confirmation takes the median of several runs)."""
@@ -264,31 +287,50 @@ class StudyRunner:
                 found.append(text)
         return found
 
-    def _enqueue_baselines(self) -> None:
-        present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
-        for name, config in self.prep.baselines.items():
-            if name in present:
-                continue
-            params = {k: v for k, v in config.items()
-                      if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
-            self.study.enqueue_trial(params, user_attrs={"baseline": name})
+    def _enqueue_baselines(self, rec: StudyRecord) -> None:
+        """Each baseline queued once per study: under the study's claim, so of several workers
+        starting together one queues them and the others find them queued."""
+        with claims.claimed(self.engine, rec.id):
+            present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
+            for name, config in self.prep.baselines.items():
+                if name in present:
+                    continue
+                params = {k: v for k, v in config.items()
+                          if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
+                self.study.enqueue_trial(params, user_attrs={"baseline": name})
 
     def _recover(self, session: Session, rec: StudyRecord) -> None:
-        """Finish or re-queue trials a previous, killed run left RUNNING."""
+        """Finish or re-queue the trials of workers that are gone (a killed run of this study,
+        or another worker whose heartbeat stopped); a live worker's trial is left alone."""
+        session.expire_all()  # other workers write too: read the rows as they are now
         stored = {r.trial_number: r for r in queries.trial_records(session, rec)}
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        for dead in coord.dead_trials(self.study, self.storage, self.coordination):
+            t = dead.trial
             row = stored.get(t.number)
             if row is not None and row.values:
                 # Optuna hands out a Trial only from ask(); for a trial asked by an earlier process,
                 # this constructor (what ask() itself calls) with the frozen trial's id is the least
                 # private route to the public set_constraint and tell.
-                self._tell(optuna.trial.Trial(self.study, t._trial_id), row.values, row.constraints)
+                try:
+                    self._tell(optuna.trial.Trial(self.study, t._trial_id), row.values, row.constraints)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue  # another worker finished it first
+                self._snapshot(session, rec, t.number)
                 self.events.note(f"trial {t.number}: finished from its stored record")
-                continue
-            self.study.tell(t.number, state=TrialState.FAIL)
-            self.study.enqueue_trial(t.params, user_attrs={
-                **{k: v for k, v in t.user_attrs.items() if k == "baseline"}, "retry_of": t.number})
-            self.events.note(f"trial {t.number} was interrupted; it will run again")
+            elif coord.requeue(self.study, self.storage, t) is not None:
+                self.events.note(f"trial {t.number} was interrupted; it will run again")
+                self.events.note(f"trial {t.number}: {dead.why}")
+            else:
+                self.events.note(f"trial {t.number} was interrupted ({dead.why}); run "
+                                 f"{self.coordination.max_retry} times again already, left failed")
+
+    def _backfill_snapshots(self, session: Session, rec: StudyRecord) -> None:
+        """A snapshot for each finished trial whose worker was killed between tell and snapshot."""
+        have = {s.after_trial_number for s in queries.front_history(session, rec)}
+        stored = {r.trial_number for r in queries.trial_records(session, rec)}
+        for t in pareto.finished(self.study):
+            if t.number in stored and t.number not in have:
+                self._snapshot(session, rec, t.number)
 
     # -- one trial ---------------------------------------------------------------------------------
 
@@ -305,8 +347,29 @@ class StudyRunner:
         _mirror_constraint_list(trial, constraints)
         self.study.tell(trial, values)
 
+    def _claim(self) -> optuna.Trial:
+        """The next trial, marked as this worker's: heartbeat first (a trial with none is never
+        found stale), then who runs it, on which slot, beside which other trials."""
+        trial = coord.ask(self.study)
+        self.storage.record_heartbeat(trial._trial_id)
+        trial.set_user_attr(coord.WORKER_ATTR, self.worker.as_dict())
+        trial.set_user_attr(coord.NEIGHBOURS_ATTR, coord.neighbours(self.study, self.worker))
+        retry_of = coord.retried_number(self.storage, trial)
+        if retry_of is not None:
+            trial.set_user_attr(coord.RETRY_OF_ATTR, retry_of)
+        return trial
+
+    def _where(self, trial: optuna.Trial) -> dict:
+        w = self.worker
+        return {"host": w.host, "pid": w.pid, "slot": w.slot,
+                "neighbours": trial.user_attrs.get(coord.NEIGHBOURS_ATTR, [])}
+
     def _run_one(self, session: Session, rec: StudyRecord) -> TrialRecord:
-        trial = self.study.ask()
+        trial = self._claim()
+        with coord.Heartbeat(self.storage, trial._trial_id, self.coordination.heartbeat_interval_s):
+            return self._run_claimed(session, rec, trial)
+
+    def _run_claimed(self, session: Session, rec: StudyRecord, trial: optuna.Trial) -> TrialRecord:
         baseline = trial.user_attrs.get("baseline")
         label = f"trial {trial.number}" + (f" (baseline {baseline})" if baseline else "")
         self.events.trial_started(TrialStarted(trial.number, baseline, label))
@@ -354,10 +417,13 @@ class StudyRunner:
             constraints=constraints, feasible=feasible, client_behind=client_behind, timings=outcome.timings,
             log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
             command=outcome.command, diagnosis=json_safe(diagnosis), capacity=outcome.capacity,
-            stages=outcome.stages, retried=outcome.retried, **failure_fields)
-        if rec.hv_reference is None and ok:
-            rec.hv_reference = pareto.reference_point(s.values, self.sc.directions)
+            stages=outcome.stages, retried=outcome.retried, worker=self._where(trial), **failure_fields)
         session.commit()
+        if rec.hv_reference is None and ok:  # the first measured trial's, whichever worker ran it
+            session.refresh(rec)
+            if rec.hv_reference is None:
+                claims.set_once(self.engine, rec.id, "hv_reference", pareto.reference_point(s.values, self.sc.directions))
+                session.refresh(rec)
         attrs = {"status": status, "feasible": feasible, "client_behind": client_behind,
                  "violated": [k for k, v in constraints.items() if v > 0],
                  "adjustments": [a.detail for a in plan.server_args.adjustments]}
@@ -370,7 +436,14 @@ class StudyRunner:
         for key, value in attrs.items():
             trial.set_user_attr(key, json_safe(value))
         self.events.trial_scored(TrialScored(trial, row))  # subscribers may add user attrs until told
-        self._tell(trial, s.values, constraints)
+        try:
+            self._tell(trial, s.values, constraints)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Taken for dead (no heartbeat written for the grace period) and run again elsewhere;
+            # the measurement is stored with its trial number all the same.
+            self.events.note(f"{label}: another worker took this trial for dead meanwhile; "
+                             "its measurement is stored, not told")
+            return row
         self._snapshot(session, rec, trial.number)
         self.events.trial_recorded(TrialRecorded(row, self.chosen()))
         return row
@@ -379,6 +452,7 @@ class StudyRunner:
 
     def _snapshot(self, session: Session, rec: StudyRecord, after: int) -> None:
         members = pareto.front(self.study)
+        session.expire_all()  # other workers' rows, as they are now
         rows = {r.trial_number: r for r in queries.trial_records(session, rec)}
         finished = pareto.finished(self.study)
         hv = None
@@ -389,7 +463,10 @@ class StudyRunner:
             [{"trial_number": m.number, "values": list(m.values), "params": m.params,
               "config": rows[m.number].config if m.number in rows else {}} for m in members],
             hypervolume=hv, n_finished=len(finished), n_feasible=sum(pareto.feasible(t) for t in finished))
-        session.commit()
+        try:
+            session.commit()
+        except IntegrityError:  # (study, after_trial_number) is unique: another worker saved this one
+            session.rollback()
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
         return pareto.chosen(self.study, self.sc)
@@ -430,7 +507,10 @@ class StudyRunner:
                    if TrialStatus(r.status).cost_a_start and r.failure_phase != "precheck")
 
     def _lock(self):
-        """One tuner per study: a second one would re-queue the first one's running trial."""
+        """On SQLite, one tuner per study (Optuna cannot hand out queued trials safely to several
+        writers there); on a server database, workers coordinate through it and take no lock."""
+        if not self.prep.storage_url.startswith("sqlite"):
+            return open(os.devnull)
         self.prep.run_dir.mkdir(parents=True, exist_ok=True)
         handle = open(self.prep.run_dir / ".lock", "a+")
         try:
@@ -438,12 +518,20 @@ class StudyRunner:
         except BlockingIOError:
             handle.seek(0)
             raise StudyBusy(f"study {self.prep.study_name!r} is being run by another process "
-                            f"(pid {handle.read().strip() or '?'})") from None
+                            f"(pid {handle.read().strip() or '?'}); to run several workers on one study, "
+                            f"put it on PostgreSQL: `make db`, then STORAGE=<the URL it prints>") from None
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
         handle.flush()
         return handle
+
+    def open(self) -> None:
+        """The study's record, created if new (and checked if not): what a parent does before
+        it starts workers, so they join one study instead of racing to create it."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            self._study_record(session)
+        self.study.set_user_attr(BUDGET_ATTR, self.budget)  # what `autotune worker` takes by default
 
     @contextmanager
     def _announced(self) -> Iterator[None]:
@@ -457,10 +545,20 @@ class StudyRunner:
         finally:
             self.events.study_finished(StudyFinished(completed))
 
+    def _others_running(self) -> int:
+        return len(coord.neighbours(self.study, self.worker))
+
     def _search(self, session: Session, rec: StudyRecord) -> None:
+        """Trials until the study's budget is spent, counted over every worker's stored trials.
+        While the others' running trials would fill it, wait: one may fail to cost a start, or
+        its worker die and leave it to this one."""
         deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
         asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
-        while self.spent(session, rec) < self.budget:
+        while True:
+            self._recover(session, rec)
+            spent = self.spent(session, rec)
+            if spent >= self.budget:
+                break
             if deadline and time.monotonic() > deadline:
                 self.events.note("wall-time budget reached")
                 break
@@ -468,6 +566,9 @@ class StudyRunner:
                 self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
                                  "proposing configurations that never start; narrow the space")
                 break
+            if spent + self._others_running() >= self.budget:
+                time.sleep(self.coordination.poll_s)
+                continue
             self._stop_on_repeated_load_errors(self._run_one(session, rec))
 
     def _stop_on_repeated_load_errors(self, row: TrialRecord) -> None:
@@ -493,14 +594,16 @@ class StudyRunner:
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         verdict = None
         try:
-            with self._announced(), Session(self.engine, expire_on_commit=False) as session:
+            with self._announced(), coord.live(self.worker), \
+                    Session(self.engine, expire_on_commit=False) as session:
                 rec = self._study_record(session)
                 self._refuse_recalibration_with_trials(session, rec)
                 self._recover(session, rec)
+                self._backfill_snapshots(session, rec)
                 self.events.note(self._confirmation_note())
                 self._calibrate(session, rec)
                 if search:
-                    self._enqueue_baselines()
+                    self._enqueue_baselines(rec)
                     self._search(session, rec)
                 if self.confirm_runs > 0:
                     verdict = self._confirm(session, rec)

@@ -104,6 +104,9 @@ class TrialRecord(Base):
     # Earlier server starts of this trial lost to a transient failure and retried on the same
     # flags: [{"cls", "phase", "line", "seconds", "log_path"}]; None or [] when the first start counted.
     retried: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    # Who ran it where: {"host", "pid", "slot", "neighbours": [{"trial", "worker", "slot"}, ...]},
+    # the neighbours being the trials other workers of the study ran when it started.
+    worker: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     study: Mapped[StudyRecord] = relationship(back_populates="trials")
     stages: Mapped[list["StageRecord"]] = relationship(

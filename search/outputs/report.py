@@ -140,8 +140,12 @@ def stages_cell(v: TrialView) -> str:
 def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str]) -> str:
     metric_cols = list(dict.fromkeys([*names, *slo_metrics, *KEY_METRICS]))
     staged = any(v.stages for v in views)
+    # Where each trial ran, once several workers ran the study side by side.
+    placed = len({(v.worker or {}).get("slot") for v in views}) > 1 or any(
+        (v.worker or {}).get("neighbours") for v in views)
     head = ["trial", "kind", "feasibility", "front", "violated SLOs", "failure class", "bottleneck",
-            "diagnosis", *(["load stages"] if staged else []), *metric_cols, "parameters"]
+            "diagnosis", *(["load stages"] if staged else []), *(["worker slot"] if placed else []),
+            *metric_cols, "parameters"]
     rows = []
     for v in views:
         cells = [f'<td class="num" data-v="{v.number}">{v.number}</td>', f"<td>{_e(v.kind)}</td>",
@@ -154,6 +158,8 @@ def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str
         cells.append(f'<td class="diag">{_diagnosis_cell(v)}</td>')
         if staged:
             cells.append(f'<td class="stages" data-v="{len(v.stages)}">{stages_cell(v)}</td>')
+        if placed:
+            cells.append(f"<td>{_e(v.placement)}</td>")
         for m in metric_cols:
             shown, key = _num(v.metrics.get(m)) if v.category != FAILED else ("", "")
             cells.append(f'<td class="num" data-v="{key}">{shown}</td>')

@@ -93,6 +93,16 @@ class TrialView:
     adjustments: list[str] = field(default_factory=list)
     stages: list[StageView] = field(default_factory=list)  # in order; empty without load stages
     capacity: dict[str, Any] | None = None  # objectives.capacity.CapacityEstimate.as_dict()
+    worker: dict[str, Any] | None = None  # where it ran and beside what (TrialRecord.worker)
+
+    @property
+    def placement(self) -> str:
+        """'cpu 1, beside trial 3 (cpu 0)': the slot and the other workers' trials at its start."""
+        if not self.worker:
+            return ""
+        beside = ", ".join(f"trial {n['trial']}" + (f" ({n['slot']})" if n.get("slot") else "")
+                           for n in self.worker.get("neighbours", []))
+        return (self.worker.get("slot") or self.worker.get("host") or "") + (f", beside {beside}" if beside else "")
 
     @property
     def label(self) -> str:
@@ -168,7 +178,7 @@ def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
         metrics=dict(row.metrics or {}), violated=violated, failure=failure, diagnosis=diagnosis,
         on_front=on_front, chosen=chosen, baseline=row.baseline, duplicate_of=row.duplicate_of,
         adjustments=[a.get("detail", "") for a in (row.adjustments or [])],
-        stages=[stage_view(s) for s in row.stages], capacity=row.capacity)
+        stages=[stage_view(s) for s in row.stages], capacity=row.capacity, worker=row.worker)
 
 
 def trial_views(ls: LoadedStudy) -> list[TrialView]:

@@ -1,0 +1,205 @@
+"""Many workers, one study: what they agree on through the database, nothing else.
+
+Trials are claimed through Optuna (`study.ask` pops a queued trial under a row lock on
+PostgreSQL) and kept alive with Optuna's RDB heartbeats: each worker records its running trial's
+heartbeat from a small thread (Optuna's own heartbeat thread runs only inside `study.optimize`,
+and the tuner asks and tells). A RUNNING trial is taken over by another worker only when its
+worker is certainly gone: its heartbeat is older than the grace period (Optuna's own test), or
+its worker ran on this host and that process no longer exists (at once, as a resume after a kill
+needs). A live worker's trial is never touched. The taking over is Optuna's too: the trial is
+failed (one worker wins that update) and `RetryHeartbeatStaleTrialCallback` queues it again.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+import warnings
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterator
+
+import optuna
+import psutil
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+WORKER_ATTR = "worker"  # user attr: which worker runs (ran) the trial, and on which slot
+NEIGHBOURS_ATTR = "neighbours"  # user attr: the trials other workers were running when it started
+RETRY_OF_ATTR = "retry_of"  # user attr: the trial number this one runs again
+
+
+@dataclass(frozen=True)
+class Coordination:
+    """How workers of one study keep each other informed. Defaults: a worker is declared dead a
+    minute after its last heartbeat; a trial is run again at most `max_retry` times."""
+
+    heartbeat_interval_s: int = 10
+    grace_period_s: int = 60
+    max_retry: int | None = 3
+    poll_s: float = 5.0  # how often a worker with nothing to ask looks at the others' trials again
+    slot: str | None = None  # this worker's devices, as shown ("cpu 0", "gpu 2,3"); None: the machine
+
+
+@dataclass(frozen=True)
+class WorkerId:
+    """One worker process (`token`: one study loop in it). `started` tells a reused pid apart."""
+
+    host: str
+    pid: int
+    started: float
+    token: str
+    slot: str | None = None
+
+    @classmethod
+    def this(cls, slot: str | None) -> "WorkerId":
+        return cls(socket.gethostname(), os.getpid(), psutil.Process().create_time(), uuid.uuid4().hex[:12], slot)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def label(self) -> str:
+        return f"{self.host}:{self.pid}" + (f" ({self.slot})" if self.slot else "")
+
+
+_LIVE_LOOPS: set[str] = set()  # tokens of the study loops running in this process
+
+
+@contextmanager
+def live(worker: WorkerId) -> Iterator[None]:
+    """Marks `worker`'s loop as running in this process for the block: a loop that ended (an
+    interrupt, in a process that goes on) leaves its trial to the next one at once."""
+    _LIVE_LOOPS.add(worker.token)
+    try:
+        yield
+    finally:
+        _LIVE_LOOPS.discard(worker.token)
+
+
+def gone_here(worker: dict[str, Any] | None) -> bool:
+    """True only when `worker` (a WORKER_ATTR) ran on this host and is certainly gone: its process
+    no longer exists (or is another one under a reused pid), or it is this process and its loop
+    has ended. A worker on another host is never declared gone here: only its heartbeat can."""
+    if not worker or worker.get("host") != socket.gethostname():
+        return False
+    if worker.get("pid") == os.getpid():
+        return worker.get("token") not in _LIVE_LOOPS
+    try:
+        return abs(psutil.Process(worker["pid"]).create_time() - worker.get("started", 0.0)) > 1.0
+    except (psutil.NoSuchProcess, KeyError, TypeError):
+        return True
+    except psutil.Error:
+        return False
+
+
+def storage(url: str, coordination: Coordination, engine_kwargs: dict) -> RDBStorage:
+    """Optuna's RDB storage with heartbeats on, and a retry callback that queues a dead worker's
+    trial again with the same params (and user attrs: a baseline stays a baseline)."""
+    with warnings.catch_warnings():  # heartbeat_interval is "experimental" since 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=coordination.heartbeat_interval_s,
+                          grace_period=coordination.grace_period_s,
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                              max_retry=coordination.max_retry))
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    with warnings.catch_warnings():  # "supposed to be used with Study.optimize": we beat ourselves
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        return study.ask()
+
+
+class Heartbeat:
+    """Records `trial_id`'s heartbeat now and every `interval_s` until the block ends. A write
+    that fails (the database briefly away) is tried again at the next beat: only a silence
+    longer than the grace period lets another worker take the trial."""
+
+    def __init__(self, store: RDBStorage, trial_id: int, interval_s: float) -> None:
+        self.store, self.trial_id, self.interval_s = store, trial_id, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial_id}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.store.record_heartbeat(self.trial_id)
+            except Exception:  # noqa: BLE001 - the next beat tries again; silence is what counts
+                pass
+
+    def __enter__(self) -> "Heartbeat":
+        self.store.record_heartbeat(self.trial_id)  # before anything: a trial with none is never stale
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass(frozen=True)
+class Dead:
+    trial: FrozenTrial
+    why: str
+
+
+def dead_trials(study: optuna.Study, store: RDBStorage, coordination: Coordination) -> list[Dead]:
+    """RUNNING trials whose worker is certainly gone (see the module's docstring). A trial with no
+    worker recorded (asked by an older version, or killed between ask and its first heartbeat)
+    counts as gone once it has run longer than the grace period with no heartbeat."""
+    # Optuna's own staleness test (heartbeat older than grace_period by the database's clock);
+    # RDBStorage has no public name for it: fail_stale_trials, its one caller, fails them outright.
+    stale = set(store._get_stale_trial_ids(study._study_id))
+    grace = timedelta(seconds=coordination.grace_period_s)
+    found = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = t.user_attrs.get(WORKER_ATTR)
+        if t._trial_id in stale:
+            found.append(Dead(t, f"no heartbeat from {_label(worker)} for over {coordination.grace_period_s} s"))
+        elif gone_here(worker):
+            found.append(Dead(t, f"its worker {_label(worker)} is gone"))
+        elif worker is None and t.datetime_start and datetime.now() - t.datetime_start > grace:
+            found.append(Dead(t, f"no worker recorded and running for over {coordination.grace_period_s} s"))
+    return found
+
+
+def _label(worker: dict[str, Any] | None) -> str:
+    if not worker:
+        return "an unknown worker"
+    return f"{worker.get('host')}:{worker.get('pid')}" + (f" ({worker['slot']})" if worker.get("slot") else "")
+
+
+def requeue(study: optuna.Study, store: RDBStorage, trial: FrozenTrial) -> int | None:
+    """Fail a dead worker's trial and queue it again through the storage's retry callback; of
+    several workers doing this at once, one wins. Returns the failed trial's number if this call
+    won and the retry was queued, None if another worker got there first or retries ran out."""
+    try:
+        if not store.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+            return None
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return None
+    failed = store.get_trial(trial._trial_id)
+    store.get_heartbeat_stale_trial_callback()(study, failed)
+    retries = len(failed.system_attrs.get("retry_history", [])) + 1  # as the callback counts them
+    limit = store.get_heartbeat_stale_trial_callback()._max_retry
+    return trial.number if limit is None or retries <= limit else None
+
+
+def retried_number(store: RDBStorage, trial: optuna.Trial) -> int | None:
+    """The trial this one runs again (queued by `requeue`), or None."""
+    with warnings.catch_warnings():  # retried_trial_number is "experimental" since 2.8
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryHeartbeatStaleTrialCallback.retried_trial_number(store.get_trial(trial._trial_id))
+
+
+def neighbours(study: optuna.Study, me: WorkerId) -> list[dict[str, Any]]:
+    """What the other workers are running now: trial number, worker and slot."""
+    found = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        w = t.user_attrs.get(WORKER_ATTR)
+        if w and w.get("token") != me.token:
+            found.append({"trial": t.number, "worker": _label({**w, "slot": None}), "slot": w.get("slot")})
+    return found

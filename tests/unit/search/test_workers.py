@@ -1,0 +1,106 @@
+"""Placing N workers on one machine: disjoint slots, what each server inherits, the parent's
+interleaved output, and the refusals (one clear line, exit 2, nothing started)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from search.workers import CPU, DEVICE_LOCK_DIR_ENV, GPU, Slot, SlotError, hold, run_all, slots
+from tests.support.cli import autotune
+
+
+def test_slots_split_cores_and_gpus_into_disjoint_sets():
+    assert slots(2, 0, [0, 1]) == [Slot(CPU, (0,)), Slot(CPU, (1,))]
+    four = slots(2, 0, [0, 1, 2, 3, 4])  # the odd core left over, not shared
+    assert four == [Slot(CPU, (0, 1)), Slot(CPU, (2, 3))]
+    assert slots(2, 4, range(16)) == [Slot(GPU, (0, 1)), Slot(GPU, (2, 3))]
+    assert slots(3, 8, range(16))[2] == Slot(GPU, (4, 5))
+
+
+def test_more_workers_than_devices_is_refused():
+    with pytest.raises(SlotError, match=r"--workers 3: 2 CPU core\(s\) available here .* use --workers 2 or fewer"):
+        slots(3, 0, [0, 1])
+    with pytest.raises(SlotError, match=r"--workers 2: this machine has 1 GPU\(s\)"):
+        slots(2, 1, range(8))
+
+
+def test_a_slot_is_what_its_servers_inherit():
+    assert Slot(GPU, (2, 3)).env() == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    # The OpenMP threads off the first core, which the API server, engine core and client share.
+    assert Slot(CPU, (4, 5, 6, 7)).env() == {"VLLM_CPU_OMP_THREADS_BIND": "5-7"}
+    assert Slot(CPU, (1,)).env() == {"VLLM_CPU_OMP_THREADS_BIND": "1"}
+    assert Slot.parse("cpu:0-2,5") == Slot(CPU, (0, 1, 2, 5)) and Slot(CPU, (0, 1, 2, 5)).arg == "cpu:0-2,5"
+    assert Slot.parse(Slot(GPU, (2, 3)).arg) == Slot(GPU, (2, 3))
+    for bad in ("cpu:", "tpu:0", "gpu:a", "0,1"):
+        with pytest.raises(SlotError, match="expected cpu:IDS or gpu:IDS"):
+            Slot.parse(bad)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_cpu_slot_pins_the_worker_and_what_it_starts():
+    out = []
+    code = [sys.executable, "-c",
+            "import os, subprocess, sys; from search.workers import Slot; Slot.parse(sys.argv[1]).apply(); "
+            "print(sorted(os.sched_getaffinity(0)), os.environ['VLLM_CPU_OMP_THREADS_BIND']); "
+            "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])"]
+    first = min(os.sched_getaffinity(0))
+    assert run_all([("[w0]", [*code, f"cpu:{first}"])], out.append) == [0]
+    assert out == [f"[w0] [{first}] {first}", f"[w0] [{first}]"]  # a child (the server) stays on the slot
+
+
+def test_run_all_prefixes_each_workers_lines_and_returns_every_exit_code():
+    out = []
+    codes = run_all([("[w0 cpu 0]", [sys.executable, "-c", "print('a'); print('b')"]),
+                     ("[w1 cpu 1]", [sys.executable, "-c", "import sys; print('c'); sys.exit(3)"])], out.append)
+    assert codes == [0, 3]
+    assert sorted(out) == ["[w0 cpu 0] a", "[w0 cpu 0] b", "[w1 cpu 1] c"]
+    assert out.index("[w0 cpu 0] a") < out.index("[w0 cpu 0] b")
+
+
+def test_many_workers_on_sqlite_are_refused_with_make_db(tmp_path):
+    done = autotune("search", "mixed", "--workers", "2", "--runs-dir", tmp_path, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "autotune: error: --workers 2 needs a database server the workers share; SQLite (the default "
+        "runs/autotune.db) takes one worker per study. Run `make db` (autotune db start) and pass the URL it "
+        "prints: make search WORKERS=2 STORAGE=<URL>")
+    assert not (tmp_path / "autotune.db").exists()
+
+
+def test_a_worker_for_a_study_that_does_not_exist_is_one_line(tmp_path):
+    db = tmp_path / "none.db"
+    done = autotune("worker", "--storage", f"sqlite:///{db}", "--study", "mine", "--runs-dir", tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"autotune: error: no study named 'mine' in sqlite:///{db}; start it with "
+                                   "`autotune search SCENARIO --storage URL --study NAME`, then add workers")
+    assert not db.exists()
+
+
+def test_a_second_tuner_on_the_same_devices_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path))
+    held = hold(Slot(GPU, (0, 1)), "first")
+    hold(Slot(GPU, (2,)), "second")[0].close()  # other devices: fine
+    with pytest.raises(SlotError, match=rf"gpu 1 is in use by pid {os.getpid()} \(study first\): trials side "
+                                        "by side on the same devices would skew"):
+        hold(Slot(GPU, (1, 2)), "second")
+    assert hold(Slot(GPU, (2,)), "second")  # what the refused one took is released again
+    for handle in held:
+        handle.close()
+    assert hold(Slot(GPU, (0, 1)), "second")  # free once the first is gone
+
+
+def test_a_worker_joins_with_the_studys_own_scenario_model_and_budget(tmp_path):
+    from search.workers import joined_study
+    from tests.support.scripted_executor import ScriptedExecutor
+    from tests.support.study_loop import LOOP_SCENARIO, runner
+
+    r = runner(tmp_path, ScriptedExecutor(), trials=5)
+    r.open()
+    elsewhere = tmp_path / "worker-host"
+    joined = joined_study(r.prep.storage_url, "loop", elsewhere)
+    assert joined.scenario == str(elsewhere / "loop" / "scenario.yaml")
+    assert open(joined.scenario).read() == LOOP_SCENARIO.read_text()  # the same digest: the resume check passes
+    assert (joined.model, joined.budget) == (str(r.prep.ctx.model.path), 5)
