@@ -53,3 +53,20 @@ def finished_study(tmp_path_factory, artifacts_dir):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"storage": storage, "study": "e2e", "runs_dir": runs, "run_dir": runs / "e2e",
             "stdout": proc.stdout}
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL for the session (`make db`'s own): (LocalPostgres, URL)."""
+    from tests.support.postgres import running_postgres
+
+    with running_postgres() as started:
+        yield started
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A fresh, empty database on the session's PostgreSQL."""
+    from tests.support.postgres import fresh_database
+
+    return fresh_database(postgres_server[1])

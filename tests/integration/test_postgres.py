@@ -3,12 +3,9 @@ real study loop's trials, snapshots and Optuna's tables."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import optuna
@@ -19,19 +16,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.local_postgres import LocalPostgres, PostgresError, bindir
 from tests.support.paths import REPO
+from tests.support.postgres import REQUIRES_POSTGRES, reachable_dir
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import optuna_trials, rows, runner
 
-try:
-    bindir()
-    HAVE_POSTGRES = True
-except PostgresError:
-    HAVE_POSTGRES = False
-
-pytestmark = [pytest.mark.postgres,
-              pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)")]
+pytestmark = REQUIRES_POSTGRES
 
 
 def _postmasters(data: Path) -> list[psutil.Process]:
@@ -43,29 +33,8 @@ def _postmasters(data: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def reachable_dir():
-    """Not pytest's tmp_path: under root the server runs as the `postgres` user, which must be able
-    to reach its directory (pytest's base directory is private to root)."""
-    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
-    os.chmod(base, 0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def db():
-    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
-    os.chmod(base, 0o755)
-    server = LocalPostgres(base / "postgres")
-    url = server.start()
-    yield server, url
-    server.stop()
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def test_db_start_serves_a_password_protected_database_on_loopback_only(db):
-    server, url = db
+def test_db_start_serves_a_password_protected_database_on_loopback_only(postgres_server):
+    server, url = postgres_server
     parsed = make_url(url)
     assert parsed.drivername == "postgresql+psycopg" and parsed.host == "127.0.0.1"
     assert stat.S_IMODE((server.root / "password").stat().st_mode) == 0o600
@@ -78,8 +47,8 @@ def test_db_start_serves_a_password_protected_database_on_loopback_only(db):
                         dbname=parsed.database)
 
 
-def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path, db):
-    _, url = db
+def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path, postgres_url):
+    url = postgres_url
     runner(tmp_path, ScriptedExecutor(), trials=2, storage=url).run()
     again = ScriptedExecutor()
     r = runner(tmp_path, again, trials=4, storage=url)
@@ -94,8 +63,12 @@ def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path
         assert [s.after_trial_number for s in history] == numbers  # one snapshot per finished trial
 
 
-def test_db_stop_leaves_no_server_and_the_cli_prints_one_line(reachable_dir):
-    base = reachable_dir
+def test_db_stop_leaves_no_server_and_the_cli_prints_one_line():
+    with reachable_dir() as base:
+        _start_and_stop_through_the_cli(base)
+
+
+def _start_and_stop_through_the_cli(base: Path) -> None:
     cli = [sys.executable, "-m", "search.cli", "db"]
     missing = subprocess.run([*cli, "url", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr

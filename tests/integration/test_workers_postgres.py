@@ -6,61 +6,26 @@ other (at once on this host, after the grace period from elsewhere); a live one'
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import optuna
-import psycopg
 import pytest
 from optuna.trial import TrialState
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.local_postgres import LocalPostgres, PostgresError, bindir
 from tests.support.paths import REPO
+from tests.support.postgres import REQUIRES_POSTGRES
 
-try:
-    bindir()
-    HAVE_POSTGRES = True
-except PostgresError:
-    HAVE_POSTGRES = False
-
-pytestmark = [pytest.mark.postgres,
-              pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)")]
+pytestmark = REQUIRES_POSTGRES
 
 STUDY = "loop"  # tests/support/study_loop.runner's study name
 GRACE_S = 3
-
-
-@pytest.fixture(scope="module")
-def server():
-    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
-    os.chmod(base, 0o755)  # under root the server runs as `postgres`, which must reach it
-    pg = LocalPostgres(base / "postgres")
-    url = pg.start()
-    yield url
-    pg.stop()
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def url(server):
-    """A fresh database on the module's server for each test."""
-    parsed = make_url(server)
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password,
-                         dbname=parsed.database, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return parsed.set(database=name).render_as_string(hide_password=False)
 
 
 _STARTED: list[subprocess.Popen] = []
@@ -129,7 +94,8 @@ def _ran(events: list[dict]) -> list[int]:
     return [e["trial"] for e in events if e["event"] == "ran"]
 
 
-def test_two_workers_share_one_study_without_running_anything_twice(url, tmp_path):
+def test_two_workers_share_one_study_without_running_anything_twice(postgres_url, tmp_path):
+    url = postgres_url
     _create(url, tmp_path)
     workers = [Worker(url, tmp_path, 6, slot, "--seed", str(i)) for i, slot in enumerate(("cpu 0", "cpu 1"))]
     events = [w.finish() for w in workers]
@@ -162,7 +128,8 @@ def test_two_workers_share_one_study_without_running_anything_twice(url, tmp_pat
     assert f"{beside.worker['slot']}, beside trial {other['trial']} ({other['slot']})" in html
 
 
-def test_a_live_worker_keeps_a_trial_longer_than_the_grace_period(url, tmp_path):
+def test_a_live_worker_keeps_a_trial_longer_than_the_grace_period(postgres_url, tmp_path):
+    url = postgres_url
     _create(url, tmp_path)
     # Seen from the other worker, this one runs elsewhere: only its heartbeat says it is alive.
     slow = Worker(url, tmp_path, 3, "cpu 0", "--host", "elsewhere", "--slow-trial-s", str(3 * GRACE_S))
@@ -174,7 +141,8 @@ def test_a_live_worker_keeps_a_trial_longer_than_the_grace_period(url, tmp_path)
 
 
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["same-host", "other-host"])
-def test_a_killed_workers_trial_is_run_again_by_the_other(url, tmp_path, elsewhere):
+def test_a_killed_workers_trial_is_run_again_by_the_other(postgres_url, tmp_path, elsewhere):
+    url = postgres_url
     _create(url, tmp_path)
     host = ["--host", "elsewhere"] if elsewhere else []
     victim = Worker(url, tmp_path, 4, "cpu 0", *host, "--slow-trial-s", "60")

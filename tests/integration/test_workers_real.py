@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import optuna
 import psutil
@@ -22,30 +19,13 @@ from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.local_postgres import LocalPostgres, PostgresError, bindir
 from tests.support.paths import FIXTURES, REPO
+from tests.support.postgres import REQUIRES_POSTGRES
 
-try:
-    bindir()
-    HAVE_POSTGRES = True
-except PostgresError:
-    HAVE_POSTGRES = False
-
-pytestmark = [pytest.mark.vllm, pytest.mark.postgres,
-              pytest.mark.skipif(not HAVE_POSTGRES, reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)"),
+pytestmark = [pytest.mark.vllm, *REQUIRES_POSTGRES,
               pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two cores")]
 
 SCENARIO = FIXTURES / "scenarios" / "workers.yaml"
-
-
-@pytest.fixture
-def url():
-    base = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
-    os.chmod(base, 0o755)  # under root the server runs as `postgres`, which must reach it
-    pg = LocalPostgres(base / "postgres")
-    yield pg.start()
-    pg.stop()
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _vllm_servers() -> list[psutil.Process]:
@@ -57,7 +37,8 @@ def _vllm_servers() -> list[psutil.Process]:
     return found
 
 
-def test_two_real_workers_one_killed_mid_trial(url, tmp_path):
+def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
+    url = postgres_url
     proc = subprocess.Popen(
         [sys.executable, "-m", "search.cli", "search", str(SCENARIO), "--workers", "2", "--storage", url,
          "--trials", "6", "--confirm-runs", "0", "--runs-dir", str(tmp_path)],
