@@ -26,7 +26,7 @@ stamp="$VENV/.setup-$extra-$(cat pyproject.toml scripts/setup.sh | sha256sum | c
 if [ ! -f "$stamp" ]; then
   echo "setup: installing into $VENV (vLLM extra: $extra) ..."
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-  pip_args=(install -q -e ".[$extra,dev]")
+  pip_args=(install -q -e ".[$extra,dev,ray]")
   [ -n "${TORCH_INDEX_URL:-}" ] && pip_args+=(--extra-index-url "$TORCH_INDEX_URL")
   # pip's file:// index warnings on some hosts are noise; real errors still fail the step.
   "$VENV/bin/python" -m pip "${pip_args[@]}" 2> >(grep -v "^WARNING: Location" >&2)

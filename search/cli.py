@@ -151,6 +151,12 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
         scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model, storage=storage,
         study_name=args.study, sampler=args.sampler, seed=args.seed, runs_dir=Path(args.runs_dir),
         confirm_runs=args.confirm_runs)
+    if args.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise workers.SlotError("--backend ray needs ray, which is not installed: "
+                                    "pip install -e '.[ray]'") from None
     prep = prepare(opts)  # every check before any server starts
     hw = prep.ctx.hardware
     slots = workers.slots(args.workers, len(hw.gpus) if hw.is_gpu else 0, workers.available_cpus())
@@ -167,7 +173,10 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
         storage=prep.storage_url, study=prep.study_name, runs_dir=args.runs_dir, slot=slot, seed=args.seed + i,
         trials=runner.budget, sampler=args.sampler, scenario=args.scenario, model=args.model,
         timeout_min=args.timeout_min)) for i, slot in enumerate(slots)]
-    codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
+    if args.backend == "ray":
+        codes = workers.run_all_on_ray(commands, slots, args.ray_address)
+    else:
+        codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
     failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
     if failed:
         console.print(f"[red]workers stopped early[/]: {escape('; '.join(failed))}; run the same command to "
@@ -333,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--workers", type=_positive, default=1, metavar="N",
                         help="trials in parallel: N worker processes, each on its own GPUs or CPU cores "
                              "(needs a --storage database server: make db)")
+    search.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="with --workers: local processes here, or one Ray task per slot on a Ray cluster "
+                             "(pip install -e '.[ray]')")
+    search.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="an existing Ray cluster for --backend ray (default: a local Ray instance)")
     search.set_defaults(func=_cmd_search)
 
     worker = sub.add_parser("worker", help="join an existing study as one more worker, from any host that "

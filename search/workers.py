@@ -217,3 +217,33 @@ def worker_argv(*, storage: str, study: str, runs_dir: str, slot: Slot, seed: in
     if timeout_min:
         argv += ["--timeout-min", str(timeout_min)]
     return argv
+
+
+def run_all_on_ray(commands: Sequence[tuple[str, list[str]]], slots: Sequence[Slot], address: str | None) -> list[int]:
+    """As run_all, but each (prefix, argv) is a Ray task on an existing cluster (`address`; a
+    local instance when None) holding its slot's resources: num_gpus for a GPU slot (Ray picks
+    the GPUs and the worker's --slot is rewritten to them), num_cpus for a CPU slot. The task runs
+    the same worker command and prints its lines with the prefix; Ray forwards them here."""
+    try:
+        import ray
+    except ImportError:
+        raise SlotError("--backend ray needs ray: pip install -e '.[ray]'") from None
+
+    @ray.remote(max_retries=0)
+    def work(prefix: str, argv: list[str]) -> int:
+        if "--slot" in argv and argv[argv.index("--slot") + 1].startswith(GPU):
+            argv = list(argv)
+            argv[argv.index("--slot") + 1] = f"{GPU}:" + ",".join(str(int(g)) for g in ray.get_gpu_ids())
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        for line in proc.stdout:
+            print(f"{prefix} {line.rstrip()}", flush=True)
+        return proc.wait()
+
+    ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    try:
+        refs = [work.options(num_gpus=len(slot.devices) if slot.kind == GPU else 0,
+                             num_cpus=0 if slot.kind == GPU else len(slot.devices)).remote(prefix, argv)
+                for (prefix, argv), slot in zip(commands, slots)]
+        return list(ray.get(refs))
+    finally:
+        ray.shutdown()
