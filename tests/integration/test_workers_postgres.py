@@ -1,11 +1,13 @@
 """Many workers, one study, on a real PostgreSQL: worker processes running the real study loop
 on scripted executors. No trial is run twice, calibration and the baselines happen once, every
 finished trial has one snapshot, the budget holds; a killed worker's trial is run again by the
-other (at once on this host, after the grace period from elsewhere); a live one's never is."""
+other (at once on this host, after the grace period from elsewhere); a live one's never is. The
+same two workers as Ray tasks on a local Ray instance (`--backend ray`)."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
+from search.workers import Slot, run_all_on_ray
 from storage import queries
 from tests.support.paths import REPO
 from tests.support.postgres import REQUIRES_POSTGRES
@@ -170,3 +173,29 @@ def test_a_killed_workers_trial_is_run_again_by_the_other(postgres_url, tmp_path
     assert sorted(r.trial_number for r in rows) == finished  # 0 finished trials lost
     assert [s.after_trial_number for s in snapshots] == finished
     assert sum(r.status != "duplicate" for r in rows) >= 4
+
+
+def test_two_ray_workers_share_one_study(postgres_url, tmp_path, capfd):
+    ray = pytest.importorskip("ray")
+    url = postgres_url
+    _create(url, tmp_path)
+    slots = [Slot.parse("cpu:0"), Slot.parse("cpu:1")]
+    commands = [(f"[w{i}]", ["sh", "-c", f"cd {shlex.quote(str(REPO))} && exec " + shlex.join(
+        [sys.executable, "-m", "tests.support.study_worker", url, str(tmp_path), "6", slot.label,
+         "--grace", str(GRACE_S), "--seed", str(i)])]) for i, slot in enumerate(slots)]
+    assert run_all_on_ray(commands, slots, None) == [0, 0]
+    assert not ray.is_initialized()
+
+    rows, snapshots, rec = _stored(url)
+    assert rec.calibration is not None
+    trials = _study(url).trials
+    baselines = Counter(t.user_attrs.get("baseline") for t in trials if t.user_attrs.get("baseline"))
+    assert baselines == {"vllm_defaults": 1}
+    assert 6 <= sum(r.status != "duplicate" for r in rows) <= 7
+    finished = sorted(t.number for t in trials if t.state == TrialState.COMPLETE)
+    assert sorted(r.trial_number for r in rows) == finished  # none run twice, none lost
+    assert [s.after_trial_number for s in snapshots] == finished
+    out = capfd.readouterr().out
+    assert "[w0] {" in out and "[w1] {" in out  # each worker's lines, prefixed
+    assert out.count('"event": "calibrated"') == 1
+    assert subprocess.run(["pgrep", "-f", "raylet"], capture_output=True).returncode == 1  # none left
