@@ -9,6 +9,7 @@ MODEL    ?=
 STORAGE  ?=
 STUDY    ?=
 SAMPLER  ?=
+SEED     ?=
 URL      ?=
 CONFIRM_RUNS ?=
 RECALIBRATE ?=
@@ -43,7 +44,7 @@ db-stop: setup
 
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
-		$(call opt,--sampler,$(SAMPLER)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(call opt,--workers,$(WORKERS)) \
+		$(call opt,--sampler,$(SAMPLER)) $(call opt,--seed,$(SEED)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(call opt,--workers,$(WORKERS)) \
 		$(STUDY_ARGS) $(if $(RECALIBRATE),--recalibrate,)
 
 worker: setup   ## one more worker on an existing study, from any host: STORAGE=, STUDY=, SLOT=gpu:0
