@@ -73,15 +73,24 @@ def bracket(probes: Iterable[Probe]) -> tuple[Probe | None, Probe | None]:
     return low, high
 
 
-def next_rate(probes: Sequence[Probe], settings: SearchSettings) -> float | None:
-    """The rate of the next stage, or None when the search is done. `probes[0]` is the target."""
+def next_rate(probes: Sequence[Probe], settings: SearchSettings, hint: Sequence[float] = ()) -> float | None:
+    """The rate of the next stage, or None when the search is done. `probes[0]` is the target.
+
+    `hint`: rates where an earlier measurement of the same configuration bracketed its capacity
+    (the confirmation passes the search trial's bracket). While no bracket is found, the search
+    steps to the nearest hinted rate within one step instead of the whole step, so a capacity
+    the search already bracketed costs two stages, not four. Each stage is still measured
+    afresh: the hint only says where to look."""
     if not probes or len(probes) - 1 >= settings.max_stages:
         return None
     low, high = bracket(probes)
     if high is None:  # everything passed so far: step up from the highest rate
-        return max(p.rate for p in probes) * settings.step
+        top = max(p.rate for p in probes)
+        ahead = [r for r in hint if top < r < top * settings.step]
+        return min(ahead) if ahead else top * settings.step
     if low is None:  # everything failed: step down, unless the floor is reached
-        rate = high.rate / settings.step
+        below = [r for r in hint if high.rate / settings.step < r < high.rate]
+        rate = max(below) if below else high.rate / settings.step
         return rate if rate >= settings.min_rate and rate > 0 else None
     if high.rate / low.rate - 1 <= settings.precision:
         return None

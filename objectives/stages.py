@@ -212,8 +212,10 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                      spec: CapacitySpec, *, tokenizer_path: str | Path | None = None,
                      goodput: GoodputSLO | None = None,
                      on_stage: StageCallback = lambda _: None,
-                     watch: ProgressWatch | None = None) -> StagedRun:
-    """The target stage, then capacity stages until the search is done (see the module docstring)."""
+                     watch: ProgressWatch | None = None,
+                     capacity_hint: Sequence[float] = ()) -> StagedRun:
+    """The target stage, then capacity stages until the search is done (see the module docstring;
+    `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`)."""
     if workload.arrival.mean_rate() is None:
         raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
     held = stage_slos(slos)
@@ -256,6 +258,6 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
             requests_sent=len(result.records), notes=notes + result.notes))
         if index == 0:
             target = result
-        rate = cap.next_rate([s.probe for s in stages], settings)
+        rate = cap.next_rate([s.probe for s in stages], settings, capacity_hint)
     estimate = cap.estimate([s.probe for s in stages])
     return StagedRun(stages, target, estimate)

@@ -39,6 +39,7 @@ class Candidate:
     baseline: str | None
     config: dict[str, Any]  # canonical values, as the trial applied them
     params: dict[str, Any]
+    capacity_hint: tuple[float, ...] = ()  # where the search's trial bracketed its capacity
 
     @property
     def label(self) -> str:
@@ -63,7 +64,7 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
         if row.fingerprint in seen:
             continue
         seen.add(row.fingerprint)
-        picked.append(Candidate(row.trial_number, None, row.config, row.params))
+        picked.append(Candidate(row.trial_number, None, row.config, row.params, _bracket(row)))
         if len(picked) == front_size:
             break
     notes = []
@@ -78,8 +79,15 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
             notes.append(f"baseline {name}: same flags as a front member; confirmed once")
         else:
             seen.add(row.fingerprint)
-            picked.append(Candidate(row.trial_number, name, row.config, row.params))
+            picked.append(Candidate(row.trial_number, name, row.config, row.params, _bracket(row)))
     return picked, notes
+
+
+def _bracket(row: TrialRecord) -> tuple[float, ...]:
+    """The rates the trial's capacity search ended between: where a full search of the same
+    flags looks first (each rate measured again)."""
+    cap = row.capacity or {}
+    return tuple(float(r) for r in (cap.get("low"), cap.get("high")) if r)
 
 
 def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate]]:
@@ -158,6 +166,7 @@ class ConfirmationPhase:
         plan = plan_trial(cand.trial_number, cand.baseline, cand.params, cand.config, p.ctx,
                           p.scenario.workload.longest_request_tokens(), p.shown)
         plan.run_name = f"confirm-r{round_ + 1}-trial-{cand.trial_number:04d}"
+        plan.capacity_hint = cand.capacity_hint
         outcome = self.executor.run(plan, self.events.phase)
         self.events.phase("scoring")
         ok = outcome.status == TrialStatus.OK

@@ -42,6 +42,7 @@ class TrialPlan:
     server_args: ServerArgs
     problems: list[str]  # known-invalid combination: never started
     run_name: str | None = None  # the log directory under run_dir; default trial-NNNN
+    capacity_hint: tuple[float, ...] = ()  # rates an earlier run bracketed its capacity at (confirmation)
 
     @property
     def log_dir(self) -> str:
@@ -161,7 +162,8 @@ class VllmExecutor:
     run_dir: Path  # trial-NNNN/server.log go here
     startup_timeout_s: float = 300
 
-    def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback) -> None:
+    def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
+                 capacity_hint: tuple[float, ...] = ()) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
         watch = ProgressWatch(m.stall_bound_s)
@@ -177,7 +179,7 @@ class VllmExecutor:
                 return
             staged = run_async(while_serving(server, run_stages(
                 server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
-                goodput=m.goodput, on_stage=on_phase, watch=watch), "load", watch))
+                goodput=m.goodput, on_stage=on_phase, watch=watch, capacity_hint=capacity_hint), "load", watch))
         except ServerFailed:
             outcome.timings["load_s"] = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)
@@ -223,7 +225,7 @@ class VllmExecutor:
         try:
             server.start()
             outcome.timings["start_s"] = server.ready_s
-            self._measure(server, outcome, on_phase)
+            self._measure(server, outcome, on_phase, plan.capacity_hint)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
             outcome.failure = e.failure

@@ -74,7 +74,7 @@ def staged(executor: "ScriptedExecutor") -> Callable[[TrialPlan], TrialOutcome]:
         while rate is not None:
             planned_s = m.workload.duration_s if not stages else m.capacity.stage_s
             stages.append(_stage(plan, len(stages), rate, planned_s, held))
-            rate = cap.next_rate([s.probe for s in stages], m.capacity.search_settings())
+            rate = cap.next_rate([s.probe for s in stages], m.capacity.search_settings(), plan.capacity_hint)
         run = StagedRun(stages, target=None, capacity=cap.estimate([s.probe for s in stages]))
         load_s = sum(s.elapsed_s + s.idle_wait_s for s in stages) + 2.0
         timings = {"start_s": 30.0, "load_s": load_s, "stop_s": 1.5, "total_s": 31.5 + load_s}

@@ -14,10 +14,10 @@ from objectives.capacity import (CapacityEstimate, Probe, SearchSettings, at_cap
                                  estimate, interpolate, next_rate)
 
 
-def search(margin_of, target: float, settings: SearchSettings) -> list[Probe]:
+def search(margin_of, target: float, settings: SearchSettings, hint=()) -> list[Probe]:
     """What run_stages does, with the load run replaced by `margin_of(rate)`."""
     probes = [Probe(target, margin_of(target))]
-    while (rate := next_rate(probes, settings)) is not None:
+    while (rate := next_rate(probes, settings, hint)) is not None:
         probes.append(Probe(rate, margin_of(rate)))
     return probes
 
@@ -186,6 +186,33 @@ def test_search_with_a_nonlinear_margin_stays_in_the_final_bracket():
     assert e.low <= 2.0 <= e.high and e.low <= e.rps <= e.high
     assert e.high / e.low - 1 <= s.precision
     assert abs(e.rps / 2.0 - 1) <= s.precision
+
+
+# The confirmation's case, measured on mixed: the target (1.95 req/s) fails and the search trial
+# had bracketed the capacity at (1.64, 1.95); and the mirror case, a target that passes.
+@pytest.mark.parametrize("target, capacity, hint, hinted_rates", [
+    (1.95, 1.85, (1.64, 1.95), [1.95, 1.64]),
+    (1.95, 2.5, (2.32, 2.76), [1.95, 2.32, 2.76]),
+])
+def test_a_hinted_bracket_is_measured_first_and_ends_in_the_same_precision_with_fewer_stages(
+        target, capacity, hint, hinted_rates):
+    s = SearchSettings(step=2.0, precision=0.1, max_stages=5)
+    plain, hinted = search(linear(capacity), target, s), search(linear(capacity), target, s, hint)
+    assert [p.rate for p in hinted][:len(hinted_rates)] == hinted_rates
+    assert len(hinted) < len(plain)
+    for probes in (plain, hinted):
+        e = estimate(probes)
+        assert e.low <= capacity <= e.high and e.high / e.low - 1 <= s.precision
+
+
+def test_a_hint_the_new_measurement_contradicts_still_converges_on_the_truth():
+    """The config measures worse than the search saw (noise, or a busier machine): the hinted
+    rates fail too, and the search goes on down by whole steps."""
+    s = SearchSettings(step=2.0, precision=0.1, max_stages=8)
+    probes = search(linear(1.2), 1.95, s, hint=(1.64, 1.95))
+    assert [p.rate for p in probes][:3] == [1.95, 1.64, 0.82]
+    e = estimate(probes)
+    assert e.low <= 1.2 <= e.high and e.high / e.low - 1 <= s.precision
 
 
 def test_search_down_to_min_rate_gives_zero():

@@ -131,6 +131,27 @@ def test_the_search_screens_short_and_confirmation_measures_in_full(tmp_path):
     assert sizes == [(False, 4)] * 4 + [(True, 8)] * 3
 
 
+def test_confirmation_looks_for_the_capacity_where_the_search_bracketed_it(tmp_path):
+    """Each confirmation run's capacity search starts from its trial's stored bracket (it is
+    measured afresh; the hint saves the stages that would find the bracket again)."""
+    measured = noisy_world(TRUTH, LUCKY_16)
+
+    def bracket(config) -> tuple[float, float]:
+        return 1.0 + (config.get("max_num_seqs") or 0) / 100, 1.2 + (config.get("max_num_seqs") or 0) / 100
+
+    def script(plan):
+        outcome = measured(plan)
+        low, high = bracket(plan.config)
+        outcome.capacity = {"rps": low, "low": low, "high": high, "stages": 3, "summary": ""}
+        return outcome
+
+    r, executor, _ = study(tmp_path, script, confirm_runs=1)
+    r.run()
+    confirmed = [p for p in executor.plans if p.run_name]
+    assert confirmed and all(p.capacity_hint == bracket(p.config) for p in confirmed)
+    assert all(p.capacity_hint == () for p in executor.plans if not p.run_name)
+
+
 def test_a_baseline_that_dominates_the_search_is_confirmed_against_the_best_of_the_rest(tmp_path):
     lucky_defaults = noisy_world(TRUTH, {None: 100.0}, search_throughput={None: 200.0})
     r, _, _ = study(tmp_path, lucky_defaults)
