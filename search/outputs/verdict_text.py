@@ -21,7 +21,8 @@ from search.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measure
 
 
 SUSPECT = ("its load client fell behind its schedule, so the server got less load than planned and its "
-           "numbers are suspect (a busy machine: rerun with less else running)")
+           "numbers are suspect (the client waited for a CPU: other processes, or on a machine with few "
+           "cores the server itself; rerun with less else running, or on more cores)")
 
 
 def chosen_behind(label: str) -> str:

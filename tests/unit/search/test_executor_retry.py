@@ -39,7 +39,7 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(executor_mod, "launch", lambda ctx, args, log_path, **_: ScriptedServer(
         script, flags_seen, log_path, args))
     monkeypatch.setattr(VllmExecutor, "_measure",
-                        lambda self, server, outcome, on_phase: outcome.metrics.update(completed=10.0))
+                        lambda self, server, outcome, on_phase, *_: outcome.metrics.update(completed=10.0))
     ctx = fakes.ctx()
     workload = WorkloadSpec.model_validate({"endpoint": "completions", "prompt_tokens": 10, "output_tokens": 4,
                                             "arrival": {"mode": "poisson", "rate": 1.0}, "num_requests": 4})
