@@ -346,6 +346,33 @@ def markdown(results: list[dict], tools: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Each tool's reading over the server's own view of the same run (its /metrics histograms: mean
+# TTFT, inter-token latency and E2E). The server's speed drifts between runs on this machine
+# (TPOT 8.5-12 ms over six alternating runs of one point), and three runs per tool can land
+# unevenly on that drift; this quotient cancels it: what the client adds to what the server saw.
+SERVER_VIEW = (("TTFT", "ttft_median_ms", "server_ttft_ms"), ("TPOT", "tpot_median_ms", "server_itl_ms"),
+               ("E2EL", "e2el_median_ms", "server_e2e_ms"))
+
+
+def against_server(results: list[dict], tools: list[str]) -> str:
+    """Per point: each tool's median over runs of (its median / the server's mean), and ours over
+    vLLM's: 1.00 when both tools read the server alike, whatever its speed in each run."""
+    ours, ref = next(t for t in tools if t in OURS), reference(tools)
+    heads = ["point", *(f"{name}: ours / {ref} / ratio" for name, _, _ in SERVER_VIEW)]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for res in results:
+        p = res["point"]
+        cells = []
+        for _, key, server_key in SERVER_VIEW:
+            q = {t: float(np.median([r[key] / r[server_key] for r in res["runs"] if r["tool"] == t
+                                     and math.isfinite(r.get(server_key) or math.nan) and r[server_key] > 0]
+                                    or [math.nan])) for t in (ours, ref)}
+            cells.append(f"{q[ours]:.3f} / {q[ref]:.3f} / {q[ours] / q[ref]:.3f}")
+        lines.append(f"| {p['endpoint']} {p['prompt_tokens']}/{p['output_tokens']} @ {p['rate']:g}/s | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", default=None,
@@ -414,7 +441,7 @@ def main() -> int:
             results.append(run_point(point, args, ctx, model, url, server_pid, console))
             (args.out_dir / "summary.json").write_text(json.dumps(
                 {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
-    md = markdown(results, tools)
+    md = markdown(results, tools) + "\n" + against_server(results, tools)
     (args.out_dir / "table.md").write_text(md)
     console.print(md)
     console.print(f"{len(points)} points in {(time.monotonic() - t0) / 60:.1f} min; "
