@@ -306,9 +306,13 @@ def reference(tools: list[str]) -> str:
     return next(t for t in tools if t in VLLM)
 
 
+def ours_compared(tools: list[str]) -> str:
+    return next(t for t in tools if t in OURS)
+
+
 def markdown(results: list[dict], tools: list[str]) -> str:
     """One row per point and metric family, for docs/measurement.md."""
-    ours = next(t for t in tools if t in OURS)
+    ours = ours_compared(tools)
     ref = reference(tools)
     heads = ["point", "tool", "TTFT median", "TPOT median", "ITL median", "E2EL median", "output tok/s",
              "other processes (cores)"]
@@ -357,7 +361,7 @@ SERVER_VIEW = (("TTFT", "ttft_median_ms", "server_ttft_ms"), ("TPOT", "tpot_medi
 def against_server(results: list[dict], tools: list[str]) -> str:
     """Per point: each tool's median over runs of (its median / the server's mean), and ours over
     vLLM's: 1.00 when both tools read the server alike, whatever its speed in each run."""
-    ours, ref = next(t for t in tools if t in OURS), reference(tools)
+    ours, ref = ours_compared(tools), reference(tools)
     heads = ["point", *(f"{name}: ours / {ref} / ratio" for name, _, _ in SERVER_VIEW)]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for res in results:
