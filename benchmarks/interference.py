@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from objectives.loadrun import run_load_sync
+from objectives.load.loadrun import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from search.serving import launch
@@ -32,7 +32,7 @@ METRICS = ("output_throughput", "ttft_median_ms", "ttft_p95_ms", "tpot_median_ms
 NEIGHBOUR = """
 import sys, time
 from pathlib import Path
-from objectives.loadrun import run_load_sync
+from objectives.load.loadrun import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from search.serving import launch

@@ -49,12 +49,13 @@ from rich.table import Table
 from load_common import (REPO, ForeignCpu, Spread, TreeCpu, cpu_in_window, run_ours, run_vllm_bench,
                          vllm_bench_prepared_args, vllm_schedule_lag_ms, wait_for_quiet,
                          write_prepared_requests)
-from objectives.arrivals import open_loop_offsets
-from objectives.loadrun import AVOID_ENGINE_CPUS_ENV, _build, _ServerCounter, engine_pinned_cpus
-from objectives.server_metrics import MetricsSnapshot
+from objectives.load.arrivals import open_loop_offsets
+from objectives.load.loadrun import _build, _ServerCounter
+from objectives.load.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
+from objectives.load.server_metrics import MetricsSnapshot
 from objectives.statistics import relative_difference
-from objectives.tokenizer import PromptTokenizer
-from objectives.workload import WorkloadSpec
+from objectives.load.tokenizer import PromptTokenizer
+from objectives.load.workload import WorkloadSpec
 from search.serving import launch, launch_context, resolve_server_args
 
 METRICS = [  # (label, our flat key, vLLM result key)

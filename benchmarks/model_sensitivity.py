@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from objectives.loadrun import run_load_sync
-from objectives.workload import WorkloadSpec
+from objectives.load.loadrun import run_load_sync
+from objectives.load.workload import WorkloadSpec
 from search.serving import launch, launch_context, resolve_server_args
 
 CONFIGS = {

@@ -93,8 +93,8 @@ def _worker_core(server) -> int | None:
 
 def _run_client(base_url: str, model: str, spec_json: dict, out: Path) -> None:
     """--client mode: one load run, its result as JSON (run in a child so nice/taskset apply to it only)."""
-    from objectives.loadrun import run_load_sync
-    from objectives.workload import WorkloadSpec
+    from objectives.load.loadrun import run_load_sync
+    from objectives.load.workload import WorkloadSpec
 
     spec = WorkloadSpec.model_validate(spec_json)
     result = run_load_sync(base_url, None, spec, tokenizer_path=model)

@@ -25,34 +25,24 @@ certain early verdict and never abort a stage.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
-from objectives.records import RequestRecord
+from objectives.load import Abort, AbortCheck
+from objectives.load import RequestRecord
 from objectives.scoring import SLOSpec
-from objectives.server_metrics import GaugeSample
+from objectives.load import GaugeSample
+from objectives.load import MetricName
 
 QUEUE_WINDOW_S = 15.0
 QUEUE_GROWTH_SHARE = 0.25
 QUEUE_MIN_SAMPLES = 8
 QUEUE_MIN_DEPTH = 8
+PERCENTILE_RULE_FAMILIES = ("ttft", "tpot", "e2el")  # whose certain bound a request in flight gives
 
-_PERCENTILE = re.compile(r"^(ttft|tpot|e2el)_(median|p(\d+))_ms(?:@([\w.-]+))?$")
-
-
-@dataclass(frozen=True)
-class Abort:
-    """Why a stage stopped early, and by how much it is certain to miss (a lower bound on the
-    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it)."""
-
-    reason: str
-    margin: float = math.nan
-    metric: str | None = None  # the SLO's metric, and a certain lower bound on its final value
-    value: float = math.nan
 
 
 class Rule(Protocol):
@@ -140,11 +130,10 @@ def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list
         if slo.metric == "error_rate":
             rules.append(ErrorRateRule(slo.max, total))
             continue
-        m = _PERCENTILE.match(slo.metric)
-        if m is None:
+        name = MetricName.parse(slo.metric)
+        family, q, cls = name.family, name.quantile, name.cls
+        if family not in PERCENTILE_RULE_FAMILIES or q is None:
             continue
-        family, stat, digits, cls = m.groups()
-        q = 0.5 if stat == "median" else int(digits) / 100.0
         planned = planned_by_class.get(cls, 0) if cls else total
         if planned > 0 and 0 < q < 1:
             rules.append(PercentileRule(slo.metric, family, q, cls, slo.max, planned))
@@ -170,7 +159,6 @@ def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Ab
     return None
 
 
-AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "Abort | None"]
 
 
 def abort_check(slos: Sequence[SLOSpec], rate: float) -> AbortCheck:

@@ -14,8 +14,9 @@ from typing import Generic, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
-from objectives.metrics import BASE_KEYS, PER_CLASS_KEYS, Bound
-from objectives.server_metrics import SERVER_KEYS
+from objectives.load import BASE_KEYS, PER_CLASS_KEYS, Bound
+from objectives.load import SERVER_KEYS
+from objectives.load import MetricName, class_key
 
 NAN_VIOLATION = 1.0
 # Every trial's first constraint: the server started and served the load.
@@ -83,7 +84,7 @@ def penalty_values(objectives: list[ObjectiveSpec], request_timeout_s: float) ->
     for o in objectives:
         if o.direction == "maximize":
             out.append(0.0)
-        elif o.metric.split("@", 1)[0].endswith("_ms"):
+        elif MetricName.parse(o.metric).unit == "ms":
             out.append(request_timeout_s * 1000.0)
         else:
             out.append(LARGE_PENALTY)
@@ -112,7 +113,7 @@ def score(flat_metrics: dict[str, float], objectives: list[ObjectiveSpec],
 
 
 def known_metric_names(class_names: list[str] = ()) -> list[str]:
-    return (list(BASE_KEYS) + [f"{k}@{c}" for c in class_names for k in PER_CLASS_KEYS]
+    return (list(BASE_KEYS) + [class_key(k, c) for c in class_names for k in PER_CLASS_KEYS]
             + list(SERVER_KEYS) + list(CAPACITY_KEYS))
 
 

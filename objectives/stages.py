@@ -31,12 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
 from objectives.early_abort import abort_check
-from objectives.loadrun import LoadResult, run_load
-from objectives.metrics import GoodputSLO
+from objectives.load import LoadResult, run_load
+from objectives.load import GoodputSLO
 from objectives.scoring import SLOSpec, slo_key
-from objectives.server_metrics import fetch_metrics_text, scan_gauges
-from objectives.stall import ProgressWatch
-from objectives.workload import WorkloadSpec
+from objectives.load import fetch_metrics_text, scan_gauges
+from objectives.load import ProgressWatch
+from objectives.load import WorkloadSpec
 
 TARGET, CAPACITY = "target", "capacity"
 # Below this many requests a stage measures nothing worth bisecting on: the search's floor.

@@ -18,6 +18,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 from scipy import stats
+from objectives.load import MetricName
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 4999
@@ -160,11 +161,8 @@ def beyond_noise(relative: float, cv: float, runs_each: int = 1) -> bool:
 def percentile_of(metric: str) -> float | None:
     """The quantile a metric name states (`ttft_p95_ms@short` -> 0.95), None for others
     (medians are decided by half the requests)."""
-    base = metric.split("@", 1)[0]
-    for part in base.split("_"):
-        if len(part) > 1 and part[0] == "p" and part[1:].isdigit():
-            return int(part[1:]) / 100.0
-    return None
+    name = MetricName.parse(metric)
+    return name.quantile if name.statistic not in (None, "median") else None
 
 
 def tail_requests(q: float, n: int) -> int:

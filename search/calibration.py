@@ -20,13 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from objectives.load import LATENCY_FAMILIES, MetricName, class_key
 from objectives import statistics as st
-from objectives.loadrun import run_async, run_load
+from objectives.load import run_async, run_load
 from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
-from objectives.metrics import GoodputSLO
+from objectives.load import GoodputSLO
 from objectives.scoring import SLOSpec
-from objectives.stall import ProgressWatch, stall_bound_s
-from objectives.workload import ArrivalSpec, WorkloadSpec
+from objectives.load import ProgressWatch, stall_bound_s
+from objectives.load import ArrivalSpec, WorkloadSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
 from search.serving import LaunchContext, ServerArgs, ServerFailed, launch, while_serving
 
@@ -66,7 +67,7 @@ class CalibrationResult:
     def slowest_unloaded_ttft_ms(self) -> float | None:
         """The largest unloaded TTFT median over the request classes (the stall bound's unit)."""
         values = [v for k, v in self.unloaded.items()
-                  if k.split("@", 1)[0] == "ttft_median_ms" and v is not None and math.isfinite(v)]
+                  if MetricName.parse(k).base == "ttft_median_ms" and v is not None and math.isfinite(v)]
         return max(values) if values else None
 
     def spread(self, key: str = "capacity_rps") -> st.Interval | None:
@@ -165,15 +166,15 @@ def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: C
         flat = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path,
                                               watch=watch)).flat_metrics()
         for key, value in flat.items():
-            if "@" not in key:
-                unloaded[f"{key}@{cls.name}"] = value
+            if MetricName.parse(key).cls is None:
+                unloaded[class_key(key, cls.name)] = value
                 if len(wl.classes) == 1:
                     unloaded[key] = value
     if len(wl.classes) > 1:
         total = sum(c.weight for c in wl.classes)
-        for fam in ("ttft", "tpot", "itl", "e2el"):
+        for fam in LATENCY_FAMILIES:
             unloaded[f"{fam}_median_ms"] = sum(
-                unloaded[f"{fam}_median_ms@{c.name}"] * c.weight / total for c in wl.classes)
+                unloaded[class_key(f"{fam}_median_ms", c.name)] * c.weight / total for c in wl.classes)
     return unloaded
 
 

@@ -191,7 +191,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     """`autotune worker`: one more worker on an existing study, from any host that reaches its
     database: the scenario, model and budget are the study's own unless given here."""
-    from search.coordination import Coordination
+    from search.study.coordination import Coordination
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner

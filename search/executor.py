@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from objectives.loadrun import LoadRunError, run_async, run_load
-from objectives.metrics import GoodputSLO, compute_metrics, json_safe
-from objectives.records import RequestRecord
+from objectives.load import LoadRunError, run_async, run_load
+from objectives.load import GoodputSLO, compute_metrics, json_safe
+from objectives.load import RequestRecord
 from objectives.scoring import SLOSpec
 from objectives.stages import RESET_ENDPOINT_ENV, CapacitySpec, run_stages
-from objectives.stall import ProgressWatch, stall_bound_s
-from objectives.workload import WorkloadSpec
+from objectives.load import ProgressWatch, stall_bound_s
+from objectives.load import WorkloadSpec
 from search.scenario import Screening
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
                             check_combination, command_line, launch, resolve_server_args, set_aside,

@@ -3,7 +3,7 @@
 The workload comes from a scenario (name in configs/ or a path; its `workload:` section), a
 workload YAML (`--workload`), or defaults, then flags override parts of it.
 """
-# Registered by search.cli; the measuring is objectives.loadrun. Heavy imports are made inside
+# Registered by search.cli; the measuring is objectives.load.loadrun. Heavy imports are made inside
 # the functions, so `autotune --help` stays fast.
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def read_source(args: argparse.Namespace):
 
 def build_workload(args: argparse.Namespace):
     """(WorkloadSpec with the flags applied, the scenario it came from or None)."""
-    from objectives.workload import WorkloadSpec
+    from objectives.load import WorkloadSpec
 
     data, base_dir, sc = read_source(args)
     data = dict(data)
@@ -149,7 +149,7 @@ def build_workload(args: argparse.Namespace):
 def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
     """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
     (the scenario's `calibration:` settings, else their defaults)."""
-    from objectives.loadrun import run_load_sync
+    from objectives.load import run_load_sync
     from search.calibration import saturation_workload
 
     probe = saturation_workload(spec, sc.calibration if sc is not None else None)
@@ -168,7 +168,7 @@ def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
 def parse_goodput(items: list[str] | None, scenario_goodput=None):
     """The scenario's absolute goodput bounds (relative ones need a calibration: left out),
     overridden by `--goodput KEY:MS` items."""
-    from objectives.metrics import GoodputSLO
+    from objectives.load import GoodputSLO
 
     values: dict[str, float] = {}
     if scenario_goodput is not None:
@@ -188,6 +188,8 @@ def _cell(v: Any) -> str:
 def print_result(result, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from objectives.load import class_key
 
     console = console or Console()
     f = result.flat()
@@ -243,7 +245,7 @@ def print_result(result, console=None) -> None:
             cls.add_column(name, justify="right")
         for c in ("completed", "failed", "ttft_median_ms", "ttft_p99_ms", "tpot_median_ms",
                   "tpot_p99_ms", "e2el_p99_ms", "output_throughput", "goodput"):
-            cls.add_row(c, *[_cell(f[f"{c}@{name}"]) for name in names])
+            cls.add_row(c, *[_cell(f[class_key(c, name)]) for name in names])
         console.print(cls)
     if result.metrics.error_kinds:
         console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
@@ -258,8 +260,8 @@ def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from objectives.loadrun import run_load_sync
-    from objectives.metrics import json_safe
+    from objectives.load import run_load_sync
+    from objectives.load import json_safe
     from search.scenario import ScenarioError
 
     console = Console()

@@ -17,12 +17,13 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from objectives.metrics import GoodputSLO
+from objectives.load import GoodputSLO
 from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
-from objectives.workload import WorkloadSpec
+from objectives.load import WorkloadSpec
 from search.serving import REGISTRY, tuner_owned_problem
+from objectives.load import MetricName
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -53,13 +54,12 @@ class RelativeThreshold(Strict):
 Threshold = float | RelativeThreshold
 
 
-_LATENCY = re.compile(r"^(ttft|tpot|itl|e2el)_(mean|median|p\d+)_ms(@[\w.-]+)?$")
-
-
 def unloaded_reference(metric: str) -> str | None:
     """The calibration metric a relative bound multiplies: the median of the same family/class."""
-    m = _LATENCY.match(metric)
-    return f"{m.group(1)}_median_ms{m.group(3) or ''}" if m else None
+    name = MetricName.parse(metric)
+    if name.statistic not in ("mean", "median") and name.quantile is None:
+        return None
+    return str(MetricName(f"{name.family}_median_ms", name.cls))
 
 
 def _relative_only_on_latency(slo: SLOSpec[Threshold]) -> SLOSpec[Threshold]:
@@ -153,7 +153,7 @@ class Screening(Strict):
 class Confirmation(Strict):
     """The end of a study: the chosen configuration, the next best members of the feasible front
     and every baseline, each re-measured `runs` times on fresh server starts, interleaved
-    (A B C A B C ...); the verdict and best.yaml come from these runs (`search.verdict`)."""
+    (A B C A B C ...); the verdict and best.yaml come from these runs (`search.study.verdict`)."""
 
     runs: int = Field(default=3, ge=0)  # per candidate; 0: no phase, the single measurements decide
     front: int = Field(default=2, ge=1)  # feasible front members, the chosen one first

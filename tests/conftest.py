@@ -25,7 +25,7 @@ def tok_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tok(tok_dir):
-    from objectives.tokenizer import PromptTokenizer
+    from objectives.load.tokenizer import PromptTokenizer
 
     return PromptTokenizer.load(tok_dir)
 

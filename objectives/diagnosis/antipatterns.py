@@ -21,7 +21,7 @@ from objectives.diagnosis.thresholds import (CONCURRENCY_HEADROOM, DELAY_FACTOR_
                                              GPU_MEMORY_UTILIZATION_HEADROOM, GPU_MEMORY_UTILIZATION_HIGH,
                                              GPU_MEMORY_UTILIZATION_LOW, MAX_MODEL_LEN_SLACK, MAX_NUM_SEQS_HIGH,
                                              PREFILL_STEPS_MAX, SWAP_SPACE_MIN_GIB)
-from objectives.workload import WorkloadSpec
+from objectives.load import WorkloadSpec
 
 
 @dataclass(frozen=True)

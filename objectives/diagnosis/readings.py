@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from objectives.workload import WorkloadSpec
+from objectives.load import WorkloadSpec
+from objectives.load import MetricName
 
 
 def num(metrics: dict[str, Any], key: str) -> float:
@@ -36,7 +37,7 @@ def violated_metrics(constraints: dict[str, float] | None) -> list[str]:
 
 
 def metric_family(metric: str) -> str:
-    return metric.split("@")[0].split("_")[0]
+    return MetricName.parse(metric).family
 
 
 def _mean_length(dist, seed: int = 0, n: int = 4000) -> float:

@@ -17,34 +17,11 @@ from objectives.diagnosis.thresholds import (BATCH_HALF, CLIENT_LAG_FLOOR_MS, CL
                                              ERROR_RATE_MAX, ITL_STALL_RATIO, KV_FULL, LATENCY_X_UNLOADED,
                                              PREEMPTIONS_PER_REQUEST, QUEUE_SHARE_OF_TTFT, QUEUE_TIME_FLOOR_MS,
                                              TTFT_HIGH_MS)
-from objectives.workload import WorkloadSpec
+from objectives.failure import FailureClass
+from objectives.load import WorkloadSpec
+from objectives.load import class_key
 
 # --- startup failures ----------------------------------------------------------------------
-
-_FAILURE_STEPS: dict[str, list[str]] = {
-    "kv_insufficient": [
-        "raise memory_utilization (the KV cache must hold at least one max_model_len request)",
-        "or lower max_model_len towards the workload's longest request",
-    ],
-    "mem_budget_unavailable": [
-        "lower memory_utilization: the memory it asks for was not free at start",
-        "check that no earlier server (another trial, another user) still holds memory",
-    ],
-    "oom": [
-        "lower memory_utilization or max_num_seqs (the sampler warmup allocates max_num_seqs requests)",
-        "a smaller or quantized model (seed 000 tree: smaller model / more quantization)",
-    ],
-    "invalid_config": ["fix the combination the line names; narrow the search space so it is never sampled"],
-    "invalid_flag": ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
-    "start_timeout": ["raise server.startup_timeout_s; keep enforce_eager on CPU (no compile at start)"],
-    "port_busy": ["transient: the trial was retried on a new port; if every start lost the race, run the study again"],
-    "killed": ["transient: something outside killed the server (SIGKILL, no error of its own); the trial was "
-               "retried on the same flags. If it recurs, check the kernel log (dmesg) for the OOM killer"],
-    "load_error": ["the load generator failed, not the server: fix what the line names (URL, model, tokenizer, "
-                   "workload) and run the study again; the same flags are then measured again"],
-    "hang": ["the server stopped producing tokens under load (stopped, deadlocked or swapped out): "
-             "read its log up to the failure line's time, and check the machine's memory and swap"],
-}
 
 
 def _startup_failure(failure_class: str, phase: str | None, line: str | None) -> Diagnosis:
@@ -54,7 +31,14 @@ def _startup_failure(failure_class: str, phase: str | None, line: str | None) ->
     return Diagnosis(
         "startup_failure", f"{who} {where} ({failure_class}); nothing was measured.",
         evidence=[f"{failure_class}" + (f" at {phase}" if phase else "") + (f": {line}" if line else "")],
-        next_steps=list(_FAILURE_STEPS.get(failure_class, ["read the trial's server log for the root cause"])))
+        next_steps=_advice(failure_class))
+
+
+def _advice(failure_class: str) -> list[str]:
+    try:
+        return FailureClass(failure_class).advice
+    except ValueError:  # a class this version does not know (a newer worker stored it)
+        return FailureClass.OTHER.advice
 
 
 # --- the decision tree ---------------------------------------------------------------------
@@ -254,7 +238,7 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
         evidence.append(f"little of it was queueing: {fmt_ms(queue)} of a {fmt_ms(sttft)} server TTFT")
     if workload is not None and len(workload.classes) > 1:
         per = sorted(((c.longest_prompt_tokens(workload.endpoint), c.name,
-                       num(m, f"ttft_p95_ms@{c.name}")) for c in workload.classes), reverse=True)
+                       num(m, class_key("ttft_p95_ms", c.name))) for c in workload.classes), reverse=True)
         evidence.append("TTFT p95 by class (longest prompt first): " + ", ".join(
             f"{name} {fmt_ms(t)} (prompts <= {n} tokens)" for n, name, t in per if known(t)))
     chunked = config.get("enable_chunked_prefill", True) is not False

@@ -7,7 +7,7 @@ from typing import Any
 from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
 from objectives.diagnosis.tree import diagnose
-from objectives.workload import WorkloadSpec
+from objectives.load import WorkloadSpec
 
 
 def diagnose_trial(metrics: dict[str, Any], config: dict[str, Any], workload: WorkloadSpec | None,

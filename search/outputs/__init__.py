@@ -5,7 +5,7 @@ The terminal (`progress` while a study runs, `summary` at its end), `best.yaml` 
 optuna-dashboard pages (`dashboard`). `trial_views` is the read model they share: one view per
 stored trial, in exactly one category; `verdict_text` writes the confirmation phase's verdict in
 the words all of them quote. `format` is the one number formatter. The study loop never
-imports this package; it reaches the terminal and the dashboard through `search.events`
+imports this package; it reaches the terminal and the dashboard through `search.study.events`
 subscribers that the CLI wires in.
 """
 

@@ -31,8 +31,9 @@ from typing import Any
 import optuna
 from sqlalchemy.orm import Session
 
+from objectives.load import MetricName
 from objectives.diagnosis import Diagnosis, summarize
-from search.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
+from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import export, figures, verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.report import searched_params
@@ -90,8 +91,8 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         lines.append("**Parameters**: " + ", ".join(f"`{k}={fmt_value(x)}`" for k, x in v.params.items()))
         lines.append("")
     if v.metrics:
-        base = {k: x for k, x in v.metrics.items() if "@" not in k}
-        classes = sorted({k.split("@", 1)[1] for k in v.metrics if "@" in k})
+        base = {k: x for k, x in v.metrics.items() if MetricName.parse(k).cls is None}
+        classes = sorted({c for k in v.metrics if (c := MetricName.parse(k).cls) is not None})
         lines += ["### Every measured metric", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {fmt_value(x)} |" for k, x in base.items()]
         for cls in classes:

@@ -22,11 +22,11 @@ from sqlalchemy.orm import Session
 
 from search import pareto
 from search.calibration import CalibrationResult
-from search.confirmation import stored_verdict
+from search.study.confirmation import stored_verdict
 from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.scenario import Scenario
-from search.verdict import Outcome, Verdict
+from search.study.verdict import Outcome, Verdict
 from storage import queries
 from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 

@@ -22,7 +22,7 @@ from objectives.scoring import SLOSpec
 from search.outputs.export import fmt_capacity
 from search.outputs.format import fmt_value
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, StageView, TrialView
-from search.verdict import Verdict
+from search.study.verdict import Verdict
 from storage.models import ParetoSnapshot
 
 STYLE = {

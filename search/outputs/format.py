@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from objectives.load import MetricName
 from objectives.statistics import Interval
 
 MISSING = "n/a"
@@ -28,8 +29,9 @@ def fmt_value(v: Any, digits: int = 3, missing: str = MISSING) -> str:
 
 def unit_of(metric: str) -> str:
     """The unit a metric is measured in ("" for ratios and counts)."""
-    base = metric.split("@", 1)[0]
-    if base.endswith("_ms"):
+    name = MetricName.parse(metric)
+    base = name.base
+    if name.unit == "ms":
         return "ms"
     if base.endswith("_rps") or base in ("request_throughput", "goodput"):
         return "req/s"

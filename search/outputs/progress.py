@@ -2,7 +2,7 @@
 confirmation phase run by run, and its verdict.
 
 A rich live panel on a terminal; plain lines elsewhere (CI logs, pipes). A subscriber of the
-study loop's events (`search.events`).
+study loop's events (`search.study.events`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from search.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted, ConfirmationStarted,
+from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted, ConfirmationStarted,
                            StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted)
 from search.outputs.format import fmt_value
 from search.outputs.verdict_text import headline

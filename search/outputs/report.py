@@ -22,6 +22,7 @@ import yaml
 from plotly.offline import get_plotlyjs
 from sqlalchemy.orm import Session
 
+from objectives.load import MetricName
 from search.outputs import export, figures, verdict_text
 from search.outputs.format import fmt_interval, fmt_percent, fmt_value, unit_of
 from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
@@ -172,7 +173,7 @@ def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str
 
 
 def metrics_table(views: list[TrialView]) -> str:
-    keys = sorted({k for v in views for k in v.metrics}, key=lambda k: ("@" in k, k))
+    keys = sorted({k for v in views for k in v.metrics}, key=lambda k: (MetricName.parse(k).cls is not None, k))
     head = "".join(f"<th>{_e(k)}</th>" for k in ["trial", *keys])
     rows = []
     for v in views:

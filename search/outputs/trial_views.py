@@ -12,7 +12,7 @@ from typing import Any
 
 from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
 from objectives.scoring import SERVER_OK, SLOSpec
-from objectives.workload import WorkloadSpec
+from objectives.load import WorkloadSpec
 from search.outputs.export import LoadedStudy
 from search.outputs.format import fmt_value
 from search.scenario import unloaded_reference

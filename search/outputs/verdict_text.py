@@ -1,7 +1,7 @@
 """The confirmed result in words: the sentences the report, the terminal summary, best.yaml's
 header, the dashboard's study note and the live progress quote, each written here once.
 
-Pure: a `search.verdict.Verdict` (with its scenario and the confirmation runs' metrics) in,
+Pure: a `search.study.verdict.Verdict` (with its scenario and the confirmation runs' metrics) in,
 lines out; the calibration's reference and how far it could move, from the stored calibration.
 """
 
@@ -13,11 +13,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from objectives.load import MetricName, class_key
 from objectives import statistics as st
 from search.calibration import CalibrationResult
 from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_value, unit_of
 from search.scenario import RelativeThreshold, Scenario, unloaded_reference
-from search.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
+from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
 
 SUSPECT = ("its load client fell behind its schedule, so the server got less load than planned and its "
@@ -228,7 +229,7 @@ def noise_line(v: Verdict) -> str | None:
 
 def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
     """The median number of completed requests a run had for `metric`'s class (NaN: unknown)."""
-    key = "completed@" + metric.split("@", 1)[1] if "@" in metric else "completed"
+    key = class_key("completed", MetricName.parse(metric).cls)
     counts = [float(r[key]) for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return float(np.median(counts)) if counts else math.nan
 

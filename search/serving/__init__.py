@@ -8,7 +8,8 @@ a start failed (`failures`). Other packages import from here, never from the mod
 
 from search.serving.context import launch_context
 from search.serving.facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
-from search.serving.failures import Failure, FailureClass, classify
+from objectives.failure import Failure, FailureClass, FailurePhase
+from search.serving.failures import classify
 from search.serving.hardware import Gpu, Hardware
 from search.serving.launcher import command_line, launch
 from search.serving.local_model import build as build_default_model
@@ -26,7 +27,7 @@ from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_ver
 from search.serving.watch import while_serving
 
 __all__ = [
-    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "TUNER_OWNED", "tuner_owned_problem", "Adjustment", "ConfigError", "Failure", "FailureClass", "Gpu", "Hardware",
+    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "TUNER_OWNED", "tuner_owned_problem", "Adjustment", "ConfigError", "Failure", "FailureClass", "FailurePhase", "Gpu", "Hardware",
     "InstalledVllm", "LaunchContext", "ModelError", "ModelInfo", "ParamSpec", "ServerArgs",
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",

@@ -9,45 +9,7 @@ line so a failed trial says *why* in one line. The patterns are vLLM's own messa
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from enum import Enum
-
-
-class FailureClass(str, Enum):
-    INVALID_FLAG = "invalid_flag"
-    INVALID_CONFIG = "invalid_config"
-    KV_INSUFFICIENT = "kv_insufficient"
-    MEM_BUDGET_UNAVAILABLE = "mem_budget_unavailable"
-    OOM = "oom"
-    KILLED = "killed"  # SIGKILL with no error of its own: from outside, or the OOM killer unseen
-    PORT_BUSY = "port_busy"
-    START_TIMEOUT = "start_timeout"
-    LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
-    HANG = "hang"  # alive, but no token and no finished request for the stall bound (objectives.stall)
-    OTHER = "other"
-
-    @property
-    def transient(self) -> bool:
-        """Says nothing about the flags: the same flags may well start on a second try."""
-        return self in (FailureClass.KILLED, FailureClass.PORT_BUSY, FailureClass.START_TIMEOUT)
-
-
-@dataclass(frozen=True)
-class Failure:
-    cls: FailureClass
-    line: str  # the decisive log line
-    phase: str = "startup"  # precheck | startup | load
-    returncode: int | None = None
-    elapsed_s: float | None = None
-    log_path: str | None = None
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["cls"] = self.cls.value
-        return d
-
-    def summary(self) -> str:
-        return f"{self.cls.value} ({self.phase}): {self.line}"
+from objectives.failure import FailureClass
 
 
 _RULES: list[tuple[FailureClass, re.Pattern]] = [

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from search.serving.failures import SIGKILL_CODES, Failure, FailureClass, classify, oom_kill_in
+from objectives.failure import Failure, FailureClass
+from search.serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
 

@@ -7,8 +7,8 @@ import asyncio
 import time
 from typing import Awaitable, TypeVar
 
-from objectives.stall import ProgressWatch, Stall
-from search.serving.failures import Failure, FailureClass
+from objectives.load import ProgressWatch, Stall
+from objectives.failure import Failure, FailureClass
 from search.serving.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
@@ -26,7 +26,7 @@ def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
 async def while_serving(server: VllmServer, measure: Awaitable[T], phase: str,
                         watch: ProgressWatch | None = None) -> T:
     """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
-    `watch` the load generator reports to, stops making progress (`objectives.stall`): then the
+    `watch` the load generator reports to, stops making progress (`objectives.load.stall`): then the
     measurement is cancelled at once and ServerFailed names why, with `phase`."""
     task = asyncio.ensure_future(measure)
     while True:

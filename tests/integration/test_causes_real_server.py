@@ -79,7 +79,7 @@ def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(l
 
 def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same_flags(launch_ctx, tmp_path,
                                                                                         artifacts_dir):
-    from objectives.workload import WorkloadSpec
+    from objectives.load.workload import WorkloadSpec
     from search.executor import Measurement, VllmExecutor, plan
 
     workload = WorkloadSpec.model_validate({

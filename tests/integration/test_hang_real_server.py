@@ -24,7 +24,7 @@ SLACK_S = 10.0
 
 
 def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(launch_ctx, tmp_path, artifacts_dir):
-    from objectives.workload import WorkloadSpec
+    from objectives.load.workload import WorkloadSpec
     from search.executor import Measurement, VllmExecutor, plan
     from search.serving import FailureClass
     from storage.models import TrialStatus

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from objectives.prompts import build_requests
+from objectives.load.prompts import build_requests
 from tests.support.servers import quick_server_values
 
 pytestmark = pytest.mark.vllm
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.vllm
 def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir):
     """One short chat run on the real server: prompts exactly as long as built (usage), outputs
     exact, and the server's own counters agree with what the client saw."""
-    from objectives.loadrun import run_load_sync
-    from objectives.workload import WorkloadSpec
+    from objectives.load.loadrun import run_load_sync
+    from objectives.load.workload import WorkloadSpec
     from search.serving import registry
     from search.serving import launch
 
@@ -42,6 +42,6 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
 
 
 def _tok(ctx):
-    from objectives.tokenizer import PromptTokenizer
+    from objectives.load.tokenizer import PromptTokenizer
 
     return PromptTokenizer.load(ctx.model.path)

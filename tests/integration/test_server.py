@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from search.serving import registry
-from search.serving.failures import FailureClass
+from objectives.failure import FailureClass
 from search.serving.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
 from tests.support.servers import quick_server_values, server_groups
 

@@ -23,7 +23,7 @@ def staged_server(launch_ctx, artifacts_dir):
 
 
 def _workload(rate: float):
-    from objectives.workload import WorkloadSpec
+    from objectives.load.workload import WorkloadSpec
 
     return WorkloadSpec.model_validate({
         "endpoint": "chat", "prompt_tokens": {"dist": "uniform", "low": 200, "high": 300},
@@ -32,7 +32,7 @@ def _workload(rate: float):
 
 
 def _run(server, ctx, rate, slos, **capacity):
-    from objectives.loadrun import run_async
+    from objectives.load.loadrun import run_async
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec, run_stages
 

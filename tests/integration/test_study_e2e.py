@@ -16,7 +16,7 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
-from search.serving.failures import FailureClass
+from objectives.failure import FailureClass
 from search.serving.server import LaunchSpec, VllmServer
 from storage import queries
 from tests.support.cli import autotune

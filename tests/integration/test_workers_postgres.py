@@ -85,7 +85,7 @@ def _stored(url: str):
 
 def _create(url: str, runs_dir: Path) -> None:
     """What `autotune search --workers N` does before it starts them: schema and study, once."""
-    from search.coordination import Coordination
+    from search.study.coordination import Coordination
     from tests.support.scripted_executor import ScriptedExecutor
     from tests.support.study_loop import runner
     from tests.support.study_worker import CALIBRATED

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 from objectives import capacity as cap
-from objectives.metrics import GoodputSLO, json_safe
+from objectives.load.metrics import GoodputSLO, json_safe
 from objectives.stages import CAPACITY, TARGET, StagedRun, StageResult, margin, stage_slos
-from objectives.workload import WorkloadSpec
+from objectives.load.workload import WorkloadSpec
 from search.calibration import CalibrationResult
 from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.serving import Failure, FailureClass

@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 from sqlalchemy.orm import Session
 
-from search.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialScored, TrialStarted
+from search.study.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialScored, TrialStarted
 from search.prepare import StudyOptions, prepare
 from search.study import StudyRunner
 from storage import queries

@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from search import coordination
-from search.coordination import Coordination
-from search.events import StudyObserver, TrialStarted
+from search.study import coordination
+from search.study.coordination import Coordination
+from search.study.events import StudyObserver, TrialStarted
 from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor
 from tests.support.study_loop import runner
 

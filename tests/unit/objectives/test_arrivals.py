@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from objectives.arrivals import burst_offsets, gamma_offsets, open_loop_offsets
-from objectives.workload import ArrivalSpec, UnresolvedRateError
+from objectives.load.arrivals import burst_offsets, gamma_offsets, open_loop_offsets
+from objectives.load.workload import ArrivalSpec, UnresolvedRateError
 
 
 def vllm_recipe(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:

@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from objectives.arrivals import open_loop_offsets
-from objectives.loadrun import run_load_sync
-from objectives.prompts import build_requests
-from objectives.records import CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR, TIMEOUT, TRUNCATED
-from objectives.tokenizer import PromptTokenizer
-from objectives.workload import WorkloadSpec
+from objectives.load.arrivals import open_loop_offsets
+from objectives.load.loadrun import run_load_sync
+from objectives.load.prompts import build_requests
+from objectives.load.records import CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR, TIMEOUT, TRUNCATED
+from objectives.load.tokenizer import PromptTokenizer
+from objectives.load.workload import WorkloadSpec
 from tests.support.stub_server import StubConfig, StubServer
 from tests.support.tiny_tokenizer import build_tiny_tokenizer
 

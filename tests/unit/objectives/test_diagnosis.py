@@ -7,7 +7,7 @@ import pytest
 
 from objectives.diagnosis import (BOTTLENECKS, Diagnosis, ServingFacts, antipatterns, diagnose,
                                   diagnose_trial, summarize, violated_metrics)
-from objectives.workload import WorkloadSpec
+from objectives.load.workload import WorkloadSpec
 from search.serving import facts_for_launch, serving_facts
 from search.serving.failures import classify
 from tests.support.paths import FIXTURES

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from objectives.metrics import (BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms,
+from objectives.load.metrics import (BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms,
                                 metric_names)
-from objectives.records import HTTP_ERROR, TRUNCATED, RequestRecord
-from objectives.server_metrics import SERVER_KEYS, ServerDiagnostics
+from objectives.load.records import HTTP_ERROR, TRUNCATED, RequestRecord
+from objectives.load.server_metrics import SERVER_KEYS, ServerDiagnostics
 
 
 def rec(send: float, ttft: float, gaps: list[float], *, tokens: int | None = None, cls: str = "a",

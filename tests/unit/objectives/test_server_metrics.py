@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from objectives.server_metrics import (GaugeSample, GaugeSampler, MetricsSnapshot, diagnose,
+from objectives.load.server_metrics import (GaugeSample, GaugeSampler, MetricsSnapshot, diagnose,
                                        histogram_quantile, scan_gauges)
 from tests.support.stub_server import StubConfig, StubServer
 from tests.support.paths import FIXTURES

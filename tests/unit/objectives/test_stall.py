@@ -1,11 +1,11 @@
-"""The stall watchdog's rule (objectives.stall) on hand-made records, and its bound."""
+"""The stall watchdog's rule (objectives.load.stall) on hand-made records, and its bound."""
 
 from __future__ import annotations
 
 import math
 
-from objectives.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
-from objectives.stall import STALL_FLOOR_S, STALL_TTFT_FACTOR, ProgressWatch, stall_bound_s, stalled
+from objectives.load.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from objectives.load.stall import STALL_FLOOR_S, STALL_TTFT_FACTOR, ProgressWatch, stall_bound_s, stalled
 
 
 def rec(sent: float, chunks=(), end: float = math.nan, error: str | None = None) -> RequestRecord:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from objectives.prompts import build_requests, requests_digest
-from objectives.workload import (ArrivalSpec, LengthDist, UnresolvedRateError, WorkloadSpec)
+from objectives.load.prompts import build_requests, requests_digest
+from objectives.load.workload import (ArrivalSpec, LengthDist, UnresolvedRateError, WorkloadSpec)
 from tests.support.paths import REPO
 
 def spec(**kw) -> WorkloadSpec:
@@ -210,9 +210,9 @@ def test_requests_are_identical_across_processes(tok, tok_dir):
              shared_prefix={"fraction": 0.3, "tokens": 10})
     code = textwrap.dedent(f"""
         import json
-        from objectives.prompts import build_requests, requests_digest
-        from objectives.tokenizer import PromptTokenizer
-        from objectives.workload import WorkloadSpec
+        from objectives.load.prompts import build_requests, requests_digest
+        from objectives.load.tokenizer import PromptTokenizer
+        from objectives.load.workload import WorkloadSpec
         s = WorkloadSpec.model_validate(json.loads({s.model_dump_json()!r}))
         print(requests_digest(build_requests(s, PromptTokenizer.load({str(tok_dir)!r}))))
     """)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from search.outputs import verdict_text
-from search.verdict import Outcome, decide
+from search.study.verdict import Outcome, decide
 from storage import queries
 from storage.models import TrialStatus
 from tests.support.paths import FIXTURES

@@ -10,7 +10,7 @@ import sys
 import pytest
 from optuna.trial import TrialState
 
-from search import coordination as coord
+from search.study import coordination as coord
 from search.study import StudyRunner
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, optuna_trials, rows, runner

@@ -1,5 +1,5 @@
 """A hung server under load fails the trial as `hang` in bounded time (search.executor's watch
-over objectives.stall), keeping what was measured; a stopped process group is killed at once."""
+over objectives.load.stall), keeping what was measured; a stopped process group is killed at once."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from objectives.loadrun import run_async, run_load
-from objectives.stall import ProgressWatch
-from objectives.workload import WorkloadSpec
+from objectives.load.loadrun import run_async, run_load
+from objectives.load.stall import ProgressWatch
+from objectives.load.workload import WorkloadSpec
 from search.executor import measured_before
 from search.serving import while_serving
 from search.serving import FailureClass, ServerFailed

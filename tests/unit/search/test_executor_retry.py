@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from objectives.workload import WorkloadSpec
+from objectives.load.workload import WorkloadSpec
 from search import executor as executor_mod
 from search.executor import MAX_STARTS, Measurement, TrialPlan, VllmExecutor
 from search.serving import Failure, FailureClass, ServerFailed, StopReport, resolve_server_args

@@ -11,8 +11,8 @@ import pytest
 
 import search.calibration
 import search.executor
-from objectives.loadrun import LoadRunError
-from objectives.records import RequestRecord
+from objectives.load.loadrun import LoadRunError
+from objectives.load.records import RequestRecord
 from search import scenario as scenario_mod
 from search.calibration import CalibrationFailed, calibrate
 from search.executor import Measurement, VllmExecutor, plan

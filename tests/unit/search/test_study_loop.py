@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 import search.pareto
 import search.prepare
-import search.study
-from search.events import StudyObserver
+import search.study.loop
+from search.study.events import StudyObserver
 from search.outputs import DashboardPublisher
 from search.calibration import CalibrationFailed
 from search.executor import TrialOutcome
@@ -181,7 +181,7 @@ def test_sigterm_stops_the_loop_like_ctrl_c_and_leaves_the_trial_for_resume(tmp_
     assert interrupted.traceback
     with open(tmp_path / "loop" / ".lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if still held
-    assert events.events[-1] == ("study_finished", search.events.StudyFinished(completed=False))
+    assert events.events[-1] == ("study_finished", search.study.events.StudyFinished(completed=False))
     r = runner(tmp_path, ScriptedExecutor())
     assert [t.state for t in optuna_trials(r)] == [TrialState.COMPLETE, TrialState.RUNNING]
     assert [row.trial_number for row in rows(r)] == [0]  # trial 1 has no record: resume runs it again
@@ -189,7 +189,7 @@ def test_sigterm_stops_the_loop_like_ctrl_c_and_leaves_the_trial_for_resume(tmp_
 
 def test_wall_time_budget_stops_the_loop(tmp_path, monkeypatch):
     clock = SimpleNamespace(now=1000.0)
-    monkeypatch.setattr(search.study, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
 
     def ten_minutes(plan):
         clock.now += 600
@@ -283,7 +283,7 @@ def test_the_cli_subscribes_the_progress_display_and_the_dashboard(tmp_path, mon
 
     executor = ScriptedExecutor()
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
-    monkeypatch.setattr(search.study, "vllm_executor", lambda prep: executor.factory)
+    monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
     storage = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -445,7 +445,7 @@ def test_a_load_error_in_every_trial_stops_the_study_with_a_message(tmp_path):
     r = runner(tmp_path, ScriptedExecutor(), trials=10)
     assert [row.failure_class for row in rows(r)] == ["load_error"] * MAX_CONSECUTIVE_LOAD_ERRORS  # recorded
     assert all(t.state == TrialState.COMPLETE for t in optuna_trials(r))  # told: nothing left to re-run
-    assert events.events[-1] == ("study_finished", search.events.StudyFinished(completed=False))
+    assert events.events[-1] == ("study_finished", search.study.events.StudyFinished(completed=False))
     fixed = ScriptedExecutor()
     runner(tmp_path, fixed, trials=MAX_CONSECUTIVE_LOAD_ERRORS + 1).run()  # the cause fixed, it goes on
     assert len(fixed.plans) == 1
@@ -537,7 +537,7 @@ def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_wi
 
     executor = ScriptedExecutor(script=load_error)
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
-    monkeypatch.setattr(search.study, "vllm_executor", lambda prep: executor.factory)
+    monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
     args = ["search", str(LOOP_SCENARIO), "--trials", "5", "--storage", f"sqlite:///{tmp_path / 'cli.db'}",
             "--runs-dir", str(tmp_path), "--confirm-runs", "0"]
     assert main(args) == 1

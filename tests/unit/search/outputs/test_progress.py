@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from search.events import TrialRecorded
+from search.study.events import TrialRecorded
 from search.outputs import StudyProgress
 from storage.models import TrialRecord, TrialStatus
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from sqlalchemy.orm import Session
 
-from objectives.metrics import lag_limit_ms
+from objectives.load.metrics import lag_limit_ms
 from search.executor import TrialOutcome
 from search.outputs import dashboard, export
 from search.outputs.report import write_report

@@ -3,7 +3,8 @@
 
 import pytest
 
-from search.serving.failures import FailureClass, classify, oom_kill_in
+from objectives.failure import FailureClass
+from search.serving.failures import classify, oom_kill_in
 from tests.support.paths import FIXTURES
 
 LOGS = FIXTURES / "logs"

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from search.serving.failures import FailureClass
+from objectives.failure import FailureClass
 from search.serving.server import LaunchSpec, ServerFailed, VllmServer, reserve_port
 
 

@@ -5,7 +5,7 @@ After the search, the chosen configuration, the next best members of the feasibl
 times on fresh server starts with the full measurement (the search may have screened short),
 in rounds: every candidate once, then again (A B C A B C ...), so drift on a shared machine
 hits them alike. Each run is stored before the next starts; a resumed phase skips the runs it
-has. The verdict (`search.verdict`) is then read from the stored runs.
+has. The verdict (`search.study.verdict`) is then read from the stored runs.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any, Callable, Sequence
 import optuna
 from sqlalchemy.orm import Session
 
-from objectives.metrics import json_safe
+from objectives.load import json_safe
 from objectives.scoring import Score
-from search import pareto, verdict as verdict_mod
-from search.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted,
+from search import pareto
+from search.study import verdict as verdict_mod
+from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted,
                            ConfirmationStarted, StudyObserver)
 from search.executor import Measurement, TrialExecutor, plan as plan_trial
 from search.prepare import Prepared

@@ -13,28 +13,27 @@ due times, records), the garbage collector's existing objects are frozen (`gc.fr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objectives.arrivals import open_loop_offsets
-from objectives.client import make_client
-from objectives.dispatch import run_closed_loop, run_open_loop
-from objectives.early_abort import Abort, AbortCheck
-from objectives.metrics import GoodputSLO, RunMetrics, compute_metrics
-from objectives.metrics import lag_limit_ms as default_lag_limit_ms
-from objectives.prompts import Request, build_requests, plan_requests, realize_async
-from objectives.records import RequestRecord
-from objectives.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
+from objectives.load.arrivals import open_loop_offsets
+from objectives.load.client import make_client
+from objectives.load.dispatch import run_closed_loop, run_open_loop
+from objectives.load.abort import Abort, AbortCheck
+from objectives.load.pinning import off_engine_cpus
+from objectives.load.metrics import GoodputSLO, RunMetrics, compute_metrics
+from objectives.load.metrics import lag_limit_ms as default_lag_limit_ms
+from objectives.load.prompts import Request, build_requests, plan_requests, realize_async
+from objectives.load.records import RequestRecord
+from objectives.load.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
                                        diagnose, fetch_metrics_text)
-from objectives.stall import ProgressWatch
-from objectives.tokenizer import PromptTokenizer, TokenizerError
-from objectives.workload import WorkloadSpec
+from objectives.load.stall import ProgressWatch
+from objectives.load.tokenizer import PromptTokenizer, TokenizerError
+from objectives.load.workload import WorkloadSpec
 
 CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
 ALIGN_CONCURRENCY = 16
@@ -141,89 +140,6 @@ async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[
     finally:
         if not dispatch.done():
             dispatch.cancel()
-
-
-# -- where the client runs -------------------------------------------------------------------------
-
-WORKER_PROCESS_PREFIX = "VLLM::Worker"  # vLLM's worker process titles (VLLM::Worker, VLLM::Worker_TP1...)
-AVOID_ENGINE_CPUS_ENV = "AUTOTUNE_AVOID_ENGINE_CPUS"  # "0": let the client run anywhere
-
-
-def _cpu_list(text: str) -> set[int]:
-    """'0-2,5' -> {0, 1, 2, 5} (the kernel's Cpus_allowed_list format)."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def engine_pinned_cpus(proc: Path = Path("/proc")) -> set[int]:
-    """CPUs that threads of local vLLM worker processes are pinned to.
-
-    vLLM's CPU backend binds each worker's OpenMP threads to cores of their own
-    (`VLLM_CPU_OMP_THREADS_BIND=auto`: all cores but the ones it reserves for the API server and
-    the engine core), and those threads compute for the whole run. A load client that the kernel
-    places on such a core waits behind them: measured here (2 cores, worker on CPU 0) for 0.1 to
-    2.8 s at a time, with every chunk that arrived meanwhile stamped late. Threads that may run
-    anywhere are not pinned (their allowed set is this process's, in the same container); on a
-    machine without /proc, or without such engines, the set is empty.
-    """
-    everything = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    pinned: set[int] = set()
-    try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
-    except OSError:
-        return pinned
-    for pid in pids:
-        try:
-            if not (proc / pid / "comm").read_text().startswith(WORKER_PROCESS_PREFIX):
-                continue
-            tids = os.listdir(proc / pid / "task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                status = (proc / pid / "task" / tid / "status").read_text()
-            except OSError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("Cpus_allowed_list:"):
-                    allowed = _cpu_list(line.split(":", 1)[1])
-                    if allowed and allowed < everything:
-                        pinned |= allowed
-                    break
-    return pinned
-
-
-@contextlib.contextmanager
-def _off_engine_cpus(enabled: bool | None, notes: list[str]):
-    """Keep the calling thread (the event loop's: the client) off the CPUs local vLLM engines
-    are pinned to, for the block; yields the CPUs it may use, or None where nothing changed."""
-    if enabled is None:
-        enabled = os.environ.get(AVOID_ENGINE_CPUS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-    if not enabled or not hasattr(os, "sched_setaffinity"):
-        yield None
-        return
-    before = os.sched_getaffinity(0)
-    pinned = engine_pinned_cpus()
-    allowed = before - pinned
-    if not pinned & before or not allowed:  # nothing to avoid, or nowhere else to go
-        yield None
-        return
-    os.sched_setaffinity(0, allowed)
-    notes.append(f"client kept on CPU {_cpu_text(allowed)}, off CPU {_cpu_text(pinned & before)} "
-                 "(pinned vLLM engine threads)")
-    try:
-        yield tuple(sorted(allowed))
-    finally:
-        os.sched_setaffinity(0, before)
-
-
-def _cpu_text(cpus: set[int]) -> str:
-    return ",".join(str(c) for c in sorted(cpus))
 
 
 def _new_record(req: Request, warmup: bool) -> RequestRecord:
@@ -386,7 +302,7 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
     between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
 
     `watch`: handed the warm-up's records, then the measured ones, as each phase starts, so a
-    watcher can tell a hung server (`objectives.stall`) while the run is in progress.
+    watcher can tell a hung server (`objectives.load.stall`) while the run is in progress.
 
     Latency statistics count a failed request at the workload's `request_timeout_s`
     (`compute_metrics(failed_latency_s=...)`): a run never looks faster for losing requests.
@@ -414,7 +330,7 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
         warm = (await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
                 if spec.warmup_requests else [])
 
-        with _off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
+        with off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
             async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
                 warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
                 if watch is not None:

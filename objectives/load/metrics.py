@@ -29,8 +29,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar  # PEP 696 defaults (typing has them from 3.13)
 
-from objectives.records import RequestRecord
-from objectives.server_metrics import SERVER_KEYS, ServerDiagnostics
+from objectives.load.records import RequestRecord
+from objectives.load.metric_name import class_key
+from objectives.load.server_metrics import SERVER_KEYS, ServerDiagnostics
 
 NAN = float("nan")
 DEFAULT_LAG_LIMIT_MS = 5.0
@@ -147,7 +148,7 @@ class RunMetrics:
         for cls, m in self.per_class.items():
             base = m._base()
             for key in PER_CLASS_KEYS:
-                out[f"{key}@{cls}"] = base[key]
+                out[class_key(key, cls)] = base[key]
         server = self.server.flat() if self.server is not None else dict.fromkeys(SERVER_KEYS, NAN)
         out.update(server)
         return out
@@ -236,4 +237,4 @@ def compute_metrics(records: list[RequestRecord], duration_s: float,
 
 def metric_names(class_names: list[str] = ()) -> list[str]:
     """Every key `RunMetrics.flat()` can hold for a workload with these classes."""
-    return list(BASE_KEYS) + [f"{k}@{c}" for c in class_names for k in PER_CLASS_KEYS] + list(SERVER_KEYS)
+    return list(BASE_KEYS) + [class_key(k, c) for c in class_names for k in PER_CLASS_KEYS] + list(SERVER_KEYS)

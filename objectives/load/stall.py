@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from objectives.records import ABORTED, TIMEOUT, RequestRecord
+from objectives.load.records import ABORTED, TIMEOUT, RequestRecord
 
 STALL_FLOOR_S = 15.0
 STALL_TTFT_FACTOR = 5.0

@@ -20,8 +20,8 @@ import re
 import time
 from typing import Any, Protocol
 
-from objectives.prompts import Request
-from objectives.records import (ABORTED, CLIENT_ERROR, CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR,
+from objectives.load.prompts import Request
+from objectives.load.records import (ABORTED, CLIENT_ERROR, CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR,
                                 TIMEOUT, TRUNCATED, RequestRecord)
 
 READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams (vLLM #39963)

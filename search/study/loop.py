@@ -19,20 +19,20 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import optuna
-from optuna.trial import TrialState
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from objectives.load import MetricName
 from objectives.diagnosis import diagnose_trial
 from objectives import statistics as st
-from objectives.metrics import json_safe
+from objectives.load import json_safe
 from objectives.scoring import Score, score
 from search import calibration as calibration_mod
-from search import coordination as coord
-from search import confirmation as confirmation_mod
+from search.study import coordination as coord
+from search.study import confirmation as confirmation_mod
 from search import pareto, scenario as scenario_mod, space as space_mod
-from search import verdict as verdict_mod
-from search.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
+from search.study import verdict as verdict_mod
+from search.study.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
                            TrialStarted)
 from search.executor import (Measurement, PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor,
                              plan as plan_trial)
@@ -108,7 +108,7 @@ def _mirror_constraint_list(trial: optuna.Trial, constraints: dict[str, float]) 
 class StudyRunner:
     """The study loop. Trials run on what `executor` builds (by default a vLLM server each) and
     calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. What
-    happens is told to `observers` (`search.events`); the loop itself prints and publishes nothing."""
+    happens is told to `observers` (`search.study.events`); the loop itself prints and publishes nothing."""
 
     def __init__(self, prep: Prepared, opts: StudyOptions, *, observers: Iterable[StudyObserver] = (),
                  executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None,
@@ -280,7 +280,7 @@ class StudyRunner:
         load, in the search's measurement; confirmation takes the median of several runs)."""
         found = []
         for metric in dict.fromkeys(self.sc.objective_names + [s.metric for s in self.sc.slos]):
-            cls = metric.split("@", 1)[1] if "@" in metric else None
+            cls = MetricName.parse(metric).cls
             n = self.screened.workload.expected_requests(cls)
             text = st.thin_percentile(metric, n) if n is not None else None
             if text:

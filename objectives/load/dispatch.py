@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any, Callable, Sequence
 
-from objectives.records import RequestRecord
+from objectives.load.records import RequestRecord
 
 Send = Callable[[Any, RequestRecord], "asyncio.Future"]
 

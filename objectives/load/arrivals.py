@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from objectives.workload import ArrivalSpec
+from objectives.load.workload import ArrivalSpec
 
 
 def _need(n: int | None, duration_s: float | None, rate: float) -> int:

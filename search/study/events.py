@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import optuna
 
     from search.scenario import Scenario
-    from search.verdict import Verdict
+    from search.study.verdict import Verdict
     from storage.models import ConfirmationRun, TrialRecord
 
 

@@ -20,8 +20,8 @@ from typing import Any, Awaitable, Callable, Generator
 
 import numpy as np
 
-from objectives.tokenizer import PromptTokenizer
-from objectives.workload import (SHAREGPT_MAX_PROMPT_TOKENS, SHAREGPT_MAX_TOTAL_TOKENS,
+from objectives.load.tokenizer import PromptTokenizer
+from objectives.load.workload import (SHAREGPT_MAX_PROMPT_TOKENS, SHAREGPT_MAX_TOTAL_TOKENS,
                                  SHAREGPT_MIN_TOKENS, RequestClass, WorkloadSpec)
 
 MEASURED_STREAM = 0

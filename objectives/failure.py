@@ -1,0 +1,103 @@
+"""Why a trial failed, in one vocabulary: the failure classes, the phase a failure happened in,
+and what to do about each class.
+
+The serving layer names the class from a server's log (`search.serving.classify`); the study
+stores `Failure.cls` and `Failure.phase` by value; the diagnosis reads the advice from the class.
+A new class is one member here with its advice (`_ADVICE`) and, where a log line gives it away,
+one rule in `search/serving/failures.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+
+class FailurePhase(StrEnum):
+    PRECHECK = "precheck"  # rejected before any start (known-invalid flags): no server, no cost
+    STARTUP = "startup"
+    CALIBRATION = "calibration"
+    LOAD = "load"
+
+    @property
+    def before_load(self) -> bool:
+        return self in (FailurePhase.PRECHECK, FailurePhase.STARTUP)
+
+
+class FailureClass(StrEnum):
+    INVALID_FLAG = "invalid_flag"
+    INVALID_CONFIG = "invalid_config"
+    KV_INSUFFICIENT = "kv_insufficient"
+    MEM_BUDGET_UNAVAILABLE = "mem_budget_unavailable"
+    OOM = "oom"
+    KILLED = "killed"  # SIGKILL with no error of its own: from outside, or the OOM killer unseen
+    PORT_BUSY = "port_busy"
+    START_TIMEOUT = "start_timeout"
+    LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
+    HANG = "hang"  # alive, but no token and no finished request for the stall bound (objectives.load.stall)
+    OTHER = "other"
+
+    @property
+    def transient(self) -> bool:
+        """Says nothing about the flags: the same flags may well start on a second try."""
+        return self in (FailureClass.KILLED, FailureClass.PORT_BUSY, FailureClass.START_TIMEOUT)
+
+    @property
+    def advice(self) -> list[str]:
+        """The next steps the diagnosis gives for a trial that failed this way."""
+        return list(_ADVICE[self])
+
+
+_ADVICE: dict[FailureClass, list[str]] = {
+    FailureClass.KV_INSUFFICIENT: [
+        "raise memory_utilization (the KV cache must hold at least one max_model_len request)",
+        "or lower max_model_len towards the workload's longest request",
+    ],
+    FailureClass.MEM_BUDGET_UNAVAILABLE: [
+        "lower memory_utilization: the memory it asks for was not free at start",
+        "check that no earlier server (another trial, another user) still holds memory",
+    ],
+    FailureClass.OOM: [
+        "lower memory_utilization or max_num_seqs (the sampler warmup allocates max_num_seqs requests)",
+        "a smaller or quantized model (seed 000 tree: smaller model / more quantization)",
+    ],
+    FailureClass.INVALID_CONFIG: ["fix the combination the line names; narrow the search space so it is never sampled"],
+    FailureClass.INVALID_FLAG: ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
+    FailureClass.START_TIMEOUT: ["raise server.startup_timeout_s; keep enforce_eager on CPU (no compile at start)"],
+    FailureClass.PORT_BUSY: [
+        "transient: the trial was retried on a new port; if every start lost the race, run the study again"],
+    FailureClass.KILLED: [
+        "transient: something outside killed the server (SIGKILL, no error of its own); the trial was "
+        "retried on the same flags. If it recurs, check the kernel log (dmesg) for the OOM killer"],
+    FailureClass.LOAD_ERROR: [
+        "the load generator failed, not the server: fix what the line names (URL, model, tokenizer, "
+        "workload) and run the study again; the same flags are then measured again"],
+    FailureClass.HANG: [
+        "the server stopped producing tokens under load (stopped, deadlocked or swapped out): "
+        "read its log up to the failure line's time, and check the machine's memory and swap"],
+    FailureClass.OTHER: ["read the trial's server log for the root cause"],
+}
+assert set(_ADVICE) == set(FailureClass), "every failure class carries its advice"
+
+
+@dataclass(frozen=True)
+class Failure:
+    cls: FailureClass
+    line: str  # the decisive log line
+    phase: FailurePhase = FailurePhase.STARTUP
+    returncode: int | None = None
+    elapsed_s: float | None = None
+    log_path: str | None = None
+
+    def __post_init__(self):  # stored rows and older callers give plain strings
+        object.__setattr__(self, "cls", FailureClass(self.cls))
+        object.__setattr__(self, "phase", FailurePhase(self.phase))
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["cls"] = self.cls.value
+        d["phase"] = self.phase.value
+        return d
+
+    def summary(self) -> str:
+        return f"{self.cls.value} ({self.phase.value}): {self.line}"
