@@ -23,7 +23,7 @@ from scipy import stats
 from sqlalchemy.orm import Session
 
 from search import pareto
-from search.study.confirmation import stored_verdict
+from search.study.verdict import stored_verdict
 from search.outputs import fmt_value, load_study
 from storage import queries
 

@@ -140,9 +140,10 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner
+    from storage.url import single_writer
 
     storage = args.storage or ""
-    if not storage or storage.startswith("sqlite"):
+    if not storage or single_writer(storage):
         raise workers.SlotError(
             f"--workers {args.workers} needs a database server the workers share; SQLite "
             f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from storage.models import (Base, ConfirmationRun, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord,
                             TrialRecord, TrialStatus)
+from storage.url import redacted, single_writer
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
@@ -20,7 +21,7 @@ CONNECT_TIMEOUT_S = 10  # a database server that does not answer: how long the u
 
 
 def engine_kwargs(url: str) -> dict:
-    return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
+    return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if single_writer(url) else {}
 
 
 class StorageError(ValueError):
@@ -54,8 +55,8 @@ def check_url(url: str) -> None:
     except ArgumentError:
         raise StorageError(f"--storage {url!r} is not a database URL; use sqlite:///PATH/autotune.db or "
                            f"DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE") from None
-    shown = parsed.render_as_string(hide_password=True)
-    sqlite = parsed.get_backend_name() == "sqlite"
+    shown = redacted(url)
+    sqlite = single_writer(url)
     connect_args = {} if sqlite else {"connect_timeout": CONNECT_TIMEOUT_S}
     try:
         engine = create_engine(parsed, connect_args=connect_args)  # loads the dialect, imports the driver
@@ -104,10 +105,10 @@ def _check_sqlite(shown: str, parsed: URL) -> None:
 def open_db(url: str) -> Engine:
     """An engine on `url` with our tables created (Optuna creates its own)."""
     parsed = make_url(url)
-    if parsed.drivername.startswith("sqlite") and parsed.database not in (None, "", ":memory:"):
+    if single_writer(url) and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, **engine_kwargs(url))
-    if parsed.drivername.startswith("sqlite"):
+    if single_writer(url):
         @event.listens_for(engine, "connect")
         def _fk_on(dbapi_conn, _):  # pragma: no cover - trivial
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
@@ -135,8 +136,8 @@ def existing_study_check(url: str, study_name: str, hint: str) -> None:
     """Raise LookupError (with `hint`) unless `study_name` is stored at `url`; creates nothing
     (no database file, no table), unlike `open_db`."""
     parsed = make_url(url)
-    missing = LookupError(f"no study named {study_name!r} in {url}; {hint}")
-    if parsed.drivername.startswith("sqlite") and not Path(parsed.database or "").expanduser().exists():
+    missing = LookupError(f"no study named {study_name!r} in {redacted(url)}; {hint}")
+    if single_writer(url) and not Path(parsed.database or "").expanduser().exists():
         raise missing
     engine = create_engine(url, **engine_kwargs(url))
     try:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from search import pareto
 from search.calibration import CalibrationResult
-from search.study.confirmation import stored_verdict
+from search.study.verdict import stored_verdict
 from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.scenario import Scenario

@@ -25,7 +25,6 @@ from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, 
                            ConfirmationStarted, StudyObserver)
 from search.executor import Measurement, TrialExecutor, plan as plan_trial
 from search.prepare import Prepared
-from search.scenario import Scenario
 from storage import queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus
 
@@ -122,15 +121,6 @@ def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float
     return n_candidates * runs * (START_STOP_ESTIMATE_S + planned + 10.0)
 
 
-def stored_verdict(session: Session, rec: StudyRecord, scenario: Scenario) -> verdict_mod.Verdict | None:
-    """The verdict of the study's confirmation phase as stored (None: the phase never started);
-    INCOMPLETE while planned runs are missing."""
-    plan = rec.confirmation
-    if not plan:
-        return None
-    return verdict_mod.decide(queries.confirmation_runs(session, rec), scenario, plan["candidates"], plan["runs"])
-
-
 class ConfirmationPhase:
     """Runs the schedule on `executor` (built on the full measurement), scoring each run with
     `score` and storing it; the verdict is then read from the stored runs (`stored_verdict`)."""
@@ -155,7 +145,7 @@ class ConfirmationPhase:
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
             row = self._run_one(session, rec, i, round_, cand)
             self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label))
-        result = stored_verdict(session, rec, self.prep.scenario)
+        result = verdict_mod.stored_verdict(session, rec, self.prep.scenario)
         if result.outcome != verdict_mod.Outcome.INCOMPLETE:
             rec.noise = {k: v for k, v in result.noise.items() if math.isfinite(v)}
             session.commit()

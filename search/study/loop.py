@@ -42,6 +42,7 @@ from search.scenario import Scenario
 from search.serving import FailureClass, LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from storage import claims, queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus
+from storage.url import single_writer
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 # Trials in a row whose load generator failed (`load_error`): a fault on the client's side, which
@@ -509,7 +510,7 @@ class StudyRunner:
     def _lock(self):
         """On SQLite, one tuner per study (Optuna cannot hand out queued trials safely to several
         writers there); on a server database, workers coordinate through it and take no lock."""
-        if not self.prep.storage_url.startswith("sqlite"):
+        if not single_writer(self.prep.storage_url):
             return open(os.devnull)
         self.prep.run_dir.mkdir(parents=True, exist_ok=True)
         handle = open(self.prep.run_dir / ".lock", "a+")

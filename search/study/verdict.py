@@ -24,7 +24,10 @@ from objectives import statistics as st
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search import pareto
 from search.scenario import Scenario
-from storage.models import TrialStatus
+from sqlalchemy.orm import Session
+
+from storage import queries
+from storage.models import StudyRecord, TrialStatus
 
 
 class RunView(Protocol):
@@ -207,3 +210,12 @@ def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], ru
     else:
         verdict.outcome, verdict.recommended = Outcome.KEEP_BASELINE, verdict.reference
     return verdict
+
+
+def stored_verdict(session: Session, rec: StudyRecord, scenario: Scenario) -> Verdict | None:
+    """The verdict of the study's confirmation phase as stored (None: the phase never started);
+    INCOMPLETE while planned runs are missing."""
+    plan = rec.confirmation
+    if not plan:
+        return None
+    return decide(queries.confirmation_runs(session, rec), scenario, plan["candidates"], plan["runs"])
