@@ -124,9 +124,9 @@ PASS_THROUGH: dict[str, str] = {
                    "tuner for a model without weights)",
 }
 
-# Flags the tuner sets itself: every server binds to 127.0.0.1 on a port the tuner picks, serves
-# the model the study names to the tuner's own client, and never runs code shipped with a model.
-# Not on the allow list like every other flag; named here for a refusal that says why.
+# Flags the tuner holds: every server binds to 127.0.0.1 on a port the tuner picks, serves the
+# study's model to the tuner's own load client, and never runs code shipped with a model. Off the
+# allow list like every other flag; named here so that their refusal says why.
 TUNER_OWNED: dict[str, str] = {
     "host": "every server binds to 127.0.0.1",
     "port": "the tuner picks a free port per server",
