@@ -9,13 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import create_engine, inspect, select
+from sqlalchemy.engine import make_url
+
 from search import scenario as scenario_mod
 from search import space as space_mod
 from search.executor import plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER
 from search.scenario import Scenario
 from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context
-from storage.queries import check_url, check_writable_dir
+from storage.models import StudyRecord
+from storage.queries import check_url, check_writable_dir, engine_kwargs
+from storage.url import redacted, single_writer
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -62,6 +67,33 @@ def default_study_name(scenario_name: str, model: str | Path | None) -> str:
     return scenario_name if not model else f"{scenario_name}-{Path(model).expanduser().resolve().name}"
 
 
+def stored_scenario_source(storage_url: str, study_name: str) -> str | None:
+    """The scenario source stored with study `study_name`, None if there is no such study. Creates
+    nothing (no database file, no table) and reads one column, so a database begun by an older
+    version is read as it is."""
+    if single_writer(storage_url) and not Path(make_url(storage_url).database or "").expanduser().exists():
+        return None
+    engine = create_engine(storage_url, **engine_kwargs(storage_url))
+    try:
+        if not inspect(engine).has_table(StudyRecord.__tablename__):
+            return None
+        with engine.connect() as conn:
+            return conn.scalar(select(StudyRecord.scenario_source).where(StudyRecord.study_name == study_name))
+    finally:
+        engine.dispose()
+
+
+def check_stored_scenario(storage_url: str, study_name: str, base_dir: Path) -> None:
+    """An existing study's stored scenario passes the checks a file does (raises ScenarioError).
+
+    A worker runs the stored scenario and a resume is held to it, so whoever edits the database
+    must not get a flag past them that a file could not carry."""
+    source = stored_scenario_source(storage_url, study_name)
+    if source is not None:
+        scenario_mod.parse(source, f"the scenario stored with study {study_name!r} in {redacted(storage_url)}",
+                           base_dir)
+
+
 def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any]:
     """What every server of the study gets, baselines included, unless the scenario says otherwise.
 
@@ -91,6 +123,8 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     check_writable_dir(opts.runs_dir, "--runs-dir")
     storage_url = opts.storage or default_storage(opts.runs_dir)
     check_url(storage_url)
+    study_name = opts.study_name or default_study_name(scenario.name, opts.model)
+    check_stored_scenario(storage_url, study_name, scenario_mod.resolve_path(opts.scenario).parent.resolve())
     ctx = ctx or launch_context(opts.model)
     dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
     essentials = platform_essentials(ctx, scenario)
@@ -107,6 +141,5 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
             baseline_notes.append(f"baseline {name} cannot run here and will be recorded as failed: {problem}")
     # A fixed value vLLM would reject fails every trial: say it now.
     plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
-    study_name = opts.study_name or default_study_name(scenario.name, opts.model)
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
                     study_name, storage_url, opts.runs_dir / study_name)

@@ -22,7 +22,7 @@ from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
 from objectives.load import WorkloadSpec
-from search.serving import REGISTRY, tuner_owned_problem
+from search.serving import REGISTRY, scenario_flag_problem
 from objectives.load import MetricName
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -165,8 +165,8 @@ class ServerSection(Strict):
 
     @field_validator("fixed")
     @classmethod
-    def _not_tuner_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if (problem := tuner_owned_problem(v)) is not None:
+    def _allowed_flags(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if (problem := scenario_flag_problem(v)) is not None:
             raise ValueError(problem)
         return v
 
@@ -193,9 +193,9 @@ class Scenario(Strict):
 
     @field_validator("baselines")
     @classmethod
-    def _baselines_not_tuner_owned(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def _baselines_allowed_flags(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for name, values in v.items():
-            if (problem := tuner_owned_problem(values)) is not None:
+            if (problem := scenario_flag_problem(values)) is not None:
                 raise ValueError(f"{name}: {problem}")
         return v
 
@@ -212,7 +212,7 @@ class Scenario(Strict):
         unknown = [k for k in space if k not in REGISTRY] if isinstance(space, dict) else []
         if unknown:
             raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; tunable parameters: "
-                             f"{', '.join(REGISTRY)}")
+                             f"{', '.join(REGISTRY)} (`autotune params` shows them on the installed vLLM)")
         return space
 
     @model_validator(mode="after")
@@ -332,6 +332,12 @@ def load(name_or_path: str | Path) -> tuple[Scenario, str, str]:
     path = resolve_path(name_or_path)
     shown = str(path.relative_to(CONFIG_DIR.parent)) if path.is_relative_to(CONFIG_DIR.parent) else str(path)
     text = path.read_text()
+    return parse(text, shown, path.parent.resolve()), text, shown
+
+
+def parse(text: str, shown: str, base_dir: Path) -> Scenario:
+    """A scenario's source text, validated; errors begin with `shown` (the file, or where the text
+    is stored). Relative workload files are read from `base_dir`. Raises ScenarioError."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -339,7 +345,7 @@ def load(name_or_path: str | Path) -> tuple[Scenario, str, str]:
     if not isinstance(data, dict):
         raise ScenarioError(f"{shown}: expected a mapping at the top level")
     try:
-        return Scenario.model_validate(data, context={"base_dir": path.parent.resolve()}), text, shown
+        return Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as e:
         raise ScenarioError(_format_error(shown, e)) from None
 

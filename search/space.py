@@ -14,7 +14,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from search.serving import REGISTRY, LaunchContext, resolve_server_args, unsupported_reason, usable_substitute
+from search.serving import REGISTRY, LaunchContext, resolve_server_args, support
 from search.scenario import Domain
 
 
@@ -48,24 +48,17 @@ def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str
     dists: dict[str, BaseDistribution] = {}
     notes: list[str] = []
     for name, domain in space.items():
-        spec = REGISTRY[name]
         dist = distribution(name, domain, where)
         _check_in_valid_range(name, dist, ctx, where)
-        reason = unsupported_reason(spec, ctx)
-        if reason is None:
+        found = support(REGISTRY[name], ctx, given=space)
+        if found.reason is None:
             dists[name] = dist
-            continue
-        sub = usable_substitute(spec, ctx, given=space)
-        if sub is not None:
-            low, high = (spec.substitute_value(v) for v in (dist.low, dist.high))
+        elif (sub := found.successor) is not None:
+            low, high = found.carry(dist.low), found.carry(dist.high)
             dists[sub.name] = IntDistribution(low, high) if sub.kind == "int" else FloatDistribution(low, high)
-            notes.append(f"{name}: {reason}; searching {sub.flag} in [{low}, {high}] instead "
-                         f"({spec.substitute_note})")
+            notes.append(f"{name}: {found.substituted(f'searching {sub.flag} in [{low}, {high}]')}")
         else:
-            extra = ""
-            if spec.substitute:
-                extra = f"; its nearest knob {REGISTRY[spec.substitute].flag} does not act here either"
-            notes.append(f"{name}: {reason}{extra}; not searched")
+            notes.append(f"{name}: {found.dropped('not searched')}")
     if not dists:
         raise SpaceError(f"{where}: no parameter of search_space is supported by {ctx.installed.label()}")
     return dists, notes

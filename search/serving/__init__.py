@@ -17,9 +17,8 @@ from search.serving.local_model import build_dummy_architecture
 from search.serving.model_info import ModelError, ModelInfo
 from search.serving.model_info import read as read_model_info
 from search.serving.registry import (PARAMS, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, LaunchContext, ParamSpec,
-                                     tuner_owned_problem,
-                                     ServerArgs, check_combination, unsupported_reason,
-                                     usable_substitute)
+                                     PASS_THROUGH, scenario_flag_problem, Support, support,
+                                     ServerArgs, check_combination, unsupported_reason)
 from search.serving.registry import resolve as resolve_server_args
 from search.serving.server import ServerFailed, StopReport, VllmServer, set_aside
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
@@ -27,11 +26,11 @@ from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_ver
 from search.serving.watch import while_serving
 
 __all__ = [
-    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "TUNER_OWNED", "tuner_owned_problem", "Adjustment", "ConfigError", "Failure", "FailureClass", "FailurePhase", "Gpu", "Hardware",
+    "DEFAULT_MEMORY_UTILIZATION", "PARAMS", "REGISTRY", "TUNER_OWNED", "PASS_THROUGH", "scenario_flag_problem", "Support", "support", "Adjustment", "ConfigError", "Failure", "FailureClass", "FailurePhase", "Gpu", "Hardware",
     "InstalledVllm", "LaunchContext", "ModelError", "ModelInfo", "ParamSpec", "ServerArgs",
     "ServerFailed", "StopReport", "VllmNotInstalled", "VllmServer", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "command_line", "default_batch",
     "facts_for_launch", "launch", "launch_context", "parse_version", "read_model_info", "recorded_cpu_kv_budget",
-    "resolve_server_args", "serving_facts", "set_aside", "unsupported_reason", "usable_substitute",
+    "resolve_server_args", "serving_facts", "set_aside", "unsupported_reason",
     "while_serving",
 ]

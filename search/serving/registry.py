@@ -1,13 +1,18 @@
-"""The one place that knows each tunable vLLM parameter.
+"""The one place that knows each tunable vLLM parameter, and every other flag a scenario may set.
 
 For every parameter: its flag, its type and valid range, since when it does something, when
 it was removed and what stands in for it. Whether the *installed* vLLM accepts a flag is read
 from its own parser (`search.serving.vllm_flags`), never assumed from a version table; the versions
 here only explain, in plain words, why something was dropped.
 
-`resolve()` turns canonical parameter values into the flags a server gets, dropping or
-substituting what the installed vLLM lacks; `check_combination()` catches configurations
-vLLM is known to reject, before any server starts.
+A scenario sets the tunable parameters and the flags on `PASS_THROUGH` (an allow list: each shapes
+how fast a server serves, none names code, a file or a credential); anything else is refused
+where the scenario is read and again where a server's flags are made (`scenario_flag_problem`).
+
+`support()` is the one rule for a parameter the installed vLLM lacks (its successor stands in, or
+it is dropped, and it is said); `resolve()` turns canonical parameter values into the flags a server
+gets by that rule; `check_combination()` catches configurations vLLM is known to reject, before any
+server starts.
 """
 
 from __future__ import annotations
@@ -97,10 +102,31 @@ PARAMS: tuple[ParamSpec, ...] = (
 
 REGISTRY: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
 
-# Flags the tuner sets itself and nothing a scenario or baseline says may change: every server
-# binds to 127.0.0.1 on a port the tuner picks, serves the model the study names, and never
-# runs code shipped with a model. Later flags win in vLLM's parser, so these are refused, not
-# overridden. (`config`: a vLLM --config file could carry any of them.)
+# The flags a scenario may set besides the tunable parameters, each for the one reason given.
+# Every other vLLM flag is refused, whatever the installed vLLM accepts: a plugin, middleware,
+# worker class or logits processor would run code in every server; TLS files, an API key, a
+# chat template, a download directory or a token change what is served or who may ask, not how
+# fast. vLLM's parser checks the values; `resolve` lets no value pose as a flag.
+PASS_THROUGH: dict[str, str] = {
+    "dtype": "precision of weights and activations (the CPU build serves fp32 where bf16 is emulated)",
+    "kv_cache_dtype": "precision of the KV cache: more tokens per byte, other attention kernels",
+    "quantization": "weight quantization method (e.g. fp8 on the fly): less memory, other kernels",
+    "enforce_eager": "no torch.compile and no CUDA graphs: faster starts, usually slower serving",
+    "optimization_level": "compilation level 0-3 (0: no compile, no graphs; 1: piecewise graphs)",
+    "max_cudagraph_capture_size": "the largest batch run as a captured CUDA graph",
+    "async_scheduling": "schedule the next step while the current one runs on the device",
+    "scheduling_policy": "admission order: fcfs, or priority (the request's priority field)",
+    "scheduler_reserve_full_isl": "admit a request only when its whole prompt fits in the KV cache",
+    "stream_interval": "tokens per streamed chunk: fewer, larger chunks",
+    "attention_backend": "the attention kernels, by vLLM's name for them",
+    "tensor_parallel_size": "GPUs each layer is split across",
+    "load_format": "how the study's model is read; dummy: random weights, same timing (set by the "
+                   "tuner for a model without weights)",
+}
+
+# Flags the tuner holds: every server binds to 127.0.0.1 on a port the tuner picks, serves the
+# study's model to the tuner's own load client, and never runs code shipped with a model. Off the
+# allow list like every other flag; named here so that their refusal says why.
 TUNER_OWNED: dict[str, str] = {
     "host": "every server binds to 127.0.0.1",
     "port": "the tuner picks a free port per server",
@@ -108,16 +134,22 @@ TUNER_OWNED: dict[str, str] = {
     "model": "the study's model comes from --model",
     "trust_remote_code": "the tuner never runs code shipped with a model",
     "config": "a vLLM --config file could set any flag; put its settings in the scenario",
+    "api_key": "the tuner's load client sends no key: every request would fail with HTTP 401",
 }
 
 
-def tuner_owned_problem(keys: Iterable[str]) -> str | None:
-    """What is wrong when one of `keys` is TUNER_OWNED (None: nothing)."""
+def scenario_flag_problem(keys: Iterable[str]) -> str | None:
+    """Why one of `keys` may not be set by a scenario (None: each is a tunable parameter or on
+    PASS_THROUGH). Names are taken as written: `enforce-eager` is not `enforce_eager`."""
     for name in keys:
+        if name in REGISTRY or name in PASS_THROUGH:
+            continue
         key = str(name).replace("-", "_").lstrip("_")
         if key in TUNER_OWNED:
             return (f"{name!r} cannot be set from a scenario ({TUNER_OWNED[key]}); "
                     f"the tuner owns {', '.join(TUNER_OWNED)}")
+        return (f"{name!r} is neither a tunable parameter nor a flag on the allow list of flags that "
+                f"shape serving performance; `autotune params` lists what a scenario may set")
     return None
 
 
@@ -183,13 +215,41 @@ def unsupported_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
     return None
 
 
-def usable_substitute(spec: ParamSpec, ctx: LaunchContext, given: Iterable[str]) -> ParamSpec | None:
-    """The parameter that stands in for an unsupported one: its substitute, if the installed vLLM
-    takes it and the user did not set it themselves."""
-    sub = REGISTRY.get(spec.substitute) if spec.substitute else None
-    if sub is None or unsupported_reason(sub, ctx) is not None or sub.name in given:
-        return None
-    return sub
+@dataclass(frozen=True)
+class Support:
+    """What the installed vLLM makes of one parameter: takes it as is (`reason` None), lets its
+    successor carry the value (`successor`, the value mapped by `carry`), or neither: dropped,
+    with `why_no_successor`. The one rule for the flags a server gets and the space a study samples."""
+
+    spec: ParamSpec
+    reason: str | None = None  # why the installed vLLM cannot take the parameter
+    successor: ParamSpec | None = None
+    why_no_successor: str = ""
+
+    def carry(self, value: Any) -> Any:
+        """The successor's value for the parameter's `value`."""
+        return self.spec.substitute_value(value) if self.spec.substitute_value else value
+
+    def substituted(self, doing: str) -> str:
+        return f"{self.reason}; {doing} instead ({self.spec.substitute_note})"
+
+    def dropped(self, not_doing: str) -> str:
+        return f"{self.reason}{self.why_no_successor}; {not_doing}"
+
+
+def support(spec: ParamSpec, ctx: LaunchContext, given: Iterable[str]) -> Support:
+    """How the installed vLLM supports `spec`, given the parameters also set (`given`): a successor
+    the user set themselves keeps their value and stands in for nothing."""
+    reason = unsupported_reason(spec, ctx)
+    nearest = REGISTRY.get(spec.substitute) if spec.substitute else None
+    if reason is None or nearest is None:
+        return Support(spec, reason)
+    if (nearest_reason := unsupported_reason(nearest, ctx)) is not None:
+        return Support(spec, reason, why_no_successor=f"; its nearest knob {nearest.flag} is no substitute "
+                                                      f"here ({nearest_reason})")
+    if nearest.name in given:
+        return Support(spec, reason, why_no_successor=f"; {nearest.flag} is set explicitly")
+    return Support(spec, reason, successor=nearest)
 
 
 def _check_value(spec: ParamSpec, value: Any, ctx: LaunchContext, where: str) -> Any:
@@ -233,13 +293,27 @@ def _render(name: str, value: Any, ctx: LaunchContext) -> dict[str, Any]:
     return {spec.flag.removeprefix("--"): value}
 
 
+def _check_pass_through(name: str, value: Any, ctx: LaunchContext, where: str) -> None:
+    """A PASS_THROUGH flag the installed vLLM has, with one value that cannot pose as a flag
+    (`enforce_eager: --tool-parser-plugin=...` would become a flag of its own after a switch)."""
+    flag = "--" + name.replace("_", "-")
+    if not ctx.installed.accepts(flag):
+        raise ConfigError(f"{where}: {name!r} is on the allow list, but the installed "
+                          f"{ctx.installed.label()} has no {flag}")
+    if isinstance(value, (bool, int, float)) or (isinstance(value, str) and value and not value.startswith("-")):
+        return
+    raise ConfigError(f"{where}: {name}={value!r} is not allowed; allowed: true or false, a number, or a "
+                      f"word not starting with '-'")
+
+
 def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -> ServerArgs:
     """Canonical values -> the flags this installed vLLM gets, with every drop/substitution said.
 
-    Keys that are not registry parameters pass through as vLLM flags (`dtype`, `enforce_eager`,
-    `load_format`, ...) if the installed vLLM accepts them; anything else is an error.
+    Keys that are not registry parameters pass through as vLLM flags if they are on PASS_THROUGH
+    and the installed vLLM accepts them; anything else is an error. Checked here as well as where
+    a scenario is read: stored trial configurations come back here too.
     """
-    if (problem := tuner_owned_problem(values)) is not None:
+    if (problem := scenario_flag_problem(values)) is not None:
         raise ConfigError(f"{where}: {problem}")
     applied: dict[str, Any] = {}
     adjustments: list[Adjustment] = []
@@ -248,34 +322,20 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
             continue
         spec = REGISTRY.get(name)
         if spec is None:
-            flag = "--" + name.replace("_", "-")
-            if not ctx.installed.accepts(flag):
-                raise ConfigError(
-                    f"{where}: {name!r} is neither a tunable parameter ({', '.join(REGISTRY)}) "
-                    f"nor a flag the installed {ctx.installed.label()} accepts ({flag})"
-                )
+            _check_pass_through(name, value, ctx, where)
             applied[name] = value
             continue
         value = _check_value(spec, value, ctx, where)
-        reason = unsupported_reason(spec, ctx)
-        if reason is None:
+        found = support(spec, ctx, given=values)
+        if found.reason is None:
             applied[name] = value
-            continue
-        sub = usable_substitute(spec, ctx, given=values)
-        if sub is not None:
-            new_value = spec.substitute_value(value) if spec.substitute_value else value
+        elif (sub := found.successor) is not None:
+            new_value = found.carry(value)
             applied[sub.name] = new_value
-            adjustments.append(Adjustment(
-                name, "substituted", f"{reason}; using {sub.flag} {new_value} instead "
-                f"({spec.substitute_note})", (sub.name, new_value)))
+            adjustments.append(Adjustment(name, "substituted", found.substituted(f"using {sub.flag} {new_value}"),
+                                          (sub.name, new_value)))
         else:
-            why_not = ""
-            if spec.substitute:
-                nearest = REGISTRY[spec.substitute]
-                sub_reason = unsupported_reason(nearest, ctx)
-                why_not = f"; its nearest knob {nearest.flag} is no substitute here ({sub_reason})" \
-                    if sub_reason else f"; {nearest.flag} is set explicitly"
-            adjustments.append(Adjustment(name, "dropped", f"{reason}{why_not}; not passed"))
+            adjustments.append(Adjustment(name, "dropped", found.dropped("not passed")))
     flags: dict[str, Any] = {}
     for name, value in applied.items():
         flags.update(_render(name, value, ctx))

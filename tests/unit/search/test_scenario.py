@@ -175,3 +175,31 @@ def test_every_scenario_bounds_the_error_rate(tmp_path):
     assert [(s.metric, s.max) for s in sc.slos if s.metric == "error_rate"] == [("error_rate", 0.01)]
     own, _, _ = scenario.load(write(tmp_path, GOOD.replace("max: 0.01", "max: 0.05"), "own.yaml"))
     assert [(s.metric, s.max) for s in own.slos if s.metric == "error_rate"] == [("error_rate", 0.05)]
+
+
+def test_every_shipped_scenario_loads():
+    shipped = sorted(CONFIG_DIR.glob("*.yaml"))
+    assert shipped and [scenario.load(path)[0].name for path in shipped] == [path.stem for path in shipped]
+
+
+def test_the_allowed_pass_through_flags_load_and_others_are_refused_as_written(tmp_path):
+    allowed = "server:\n  fixed: {kv_cache_dtype: fp8, enforce_eager: false}\nbaselines:\n  b: {quantization: fp8}\n"
+    sc, _, _ = scenario.load(write(tmp_path, GOOD + allowed))
+    assert sc.server.fixed == {"kv_cache_dtype": "fp8", "enforce_eager": False}
+    for added, field in [("server:\n  fixed: {enforce-eager: true}\n", "server.fixed: "),
+                         ("baselines:\n  b: {chat_template: /tmp/t.jinja}\n", "baselines: b: ")]:
+        path = write(tmp_path, GOOD + added, "bad.yaml")
+        with pytest.raises(ScenarioError, match=rf"\n  {field}'(enforce-eager|chat_template)' is neither a tunable "
+                                                r"parameter nor a flag on the allow list"):
+            scenario.load(path)
+
+
+def test_a_scenario_text_is_checked_as_a_file_is_and_named_where_it_is_stored(tmp_path):
+    text = GOOD + "server:\n  fixed: {middleware: p.Middleware}\n"
+    with pytest.raises(ScenarioError) as err:
+        scenario.parse(text, "the scenario stored with study 'mine'", tmp_path)
+    assert str(err.value).splitlines() == [
+        "the scenario stored with study 'mine': invalid scenario",
+        "  server.fixed: 'middleware' is neither a tunable parameter nor a flag on the allow list of flags that shape "
+        "serving performance; `autotune params` lists what a scenario may set"]
+    assert scenario.parse(GOOD, "stored", tmp_path).name == "mine"

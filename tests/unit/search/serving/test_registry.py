@@ -2,6 +2,7 @@
 
 
 import pytest
+from optuna.distributions import IntDistribution
 
 from search.serving import registry
 from search.serving.registry import ConfigError, LaunchContext, check_combination, resolve
@@ -112,3 +113,77 @@ def test_real_installed_vllm_parser_decides_support():
     cli = resolve({"scheduler_delay_factor": 0.2, "swap_space": 4, "max_num_seqs": 8}, c).cli(real)
     assert "--scheduler-delay-factor" not in cli and "--swap-space" not in cli
     assert cli[:2] == ["--max-num-seqs", "8"]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("tool_parser_plugin", "/tmp/p.py"), ("middleware", "p.Middleware"), ("worker_extension_cls", "p.Extension"),
+    ("logits_processors", "p.Processor"), ("ssl_keyfile", "/tmp/key.pem"), ("chat_template", "/tmp/t.jinja"),
+    ("download_dir", "/tmp/d"), ("hf_token", "t"), ("disable_log_stats", True), ("gpu_memory_utilization", 0.5),
+])
+def test_a_flag_off_the_allow_list_never_reaches_a_server_even_where_vllm_accepts_it(name, value):
+    # Trial configurations read back from the database (confirmation) are resolved here too.
+    flag = "--" + name.replace("_", "-")
+    c = ctx(extra=[flag])
+    with pytest.raises(ConfigError, match=rf"^trial 3: '{name}' is neither a tunable parameter nor a flag on the "
+                                          r"allow list .*; `autotune params` lists what a scenario may set$"):
+        resolve({"max_num_seqs": 8, name: value}, c, where="trial 3")
+
+
+def test_the_api_key_is_refused_with_why():
+    with pytest.raises(ConfigError, match=r"'api_key' cannot be set from a scenario \(the tuner's load client "
+                                          r"sends no key: every request would fail with HTTP 401\)"):
+        resolve({"api_key": "secret"}, ctx(extra=["--api-key"]))
+
+
+@pytest.mark.parametrize("value", ["--tool-parser-plugin=/tmp/p.py", "-O3", "", ["a"], {"backend": "p.f"}])
+def test_a_pass_through_value_cannot_pose_as_a_flag(value):
+    # After a switch (--enforce-eager takes no value) the next word would be parsed as a flag of its own.
+    with pytest.raises(ConfigError, match=r"enforce_eager=.* is not allowed; allowed: true or false, a number, "
+                                          r"or a word not starting with '-'"):
+        resolve({"enforce_eager": value}, ctx())
+
+
+def test_allowed_pass_through_flags_pass_where_the_installed_vllm_has_them():
+    values = {"kv_cache_dtype": "fp8", "async_scheduling": False, "stream_interval": 4, "max_num_seqs": 8}
+    args = resolve(values, ctx(extra=["--kv-cache-dtype", "--async-scheduling", "--stream-interval"]))
+    assert args.flags == {"kv-cache-dtype": "fp8", "async-scheduling": False, "stream-interval": 4, "max-num-seqs": 8}
+    with pytest.raises(ConfigError, match=r"'stream_interval' is on the allow list, but the installed vllm 0.32.0 "
+                                          r"has no --stream-interval"):
+        resolve(values, ctx(extra=["--kv-cache-dtype", "--async-scheduling"]))
+
+
+def test_every_allowed_flag_is_a_flag_of_the_installed_vllm():
+    real = load_installed()
+    assert [name for name in registry.PASS_THROUGH if not real.accepts("--" + name.replace("_", "-"))] == []
+    assert not set(registry.PASS_THROUGH) & (set(registry.REGISTRY) | set(registry.TUNER_OWNED))  # each fact once
+
+
+@pytest.mark.parametrize("successor_set", [False, True])
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_the_flags_and_the_search_space_follow_one_substitution_rule(version, successor_set):
+    # What a server gets for scheduler_delay_factor and what the study samples for it are decided
+    # by one rule (registry.support), and said in the same words.
+    from search import space
+    from search.scenario import Domain
+
+    c = ctx(version)
+    values = {"max_num_seqs": 8, "scheduler_delay_factor": 0.5} | (
+        {"prefill_schedule_interval": 2} if successor_set else {})
+    domains = {"max_num_seqs": Domain(low=4, high=8), "scheduler_delay_factor": Domain(low=0.0, high=0.5)} | (
+        {"prefill_schedule_interval": Domain(low=1, high=4)} if successor_set else {})
+    adj = resolve(values, c).adjustments[0]
+    dists, notes = space.active_space(domains, c, "x")
+    note = notes[0]
+    assert adj.param == "scheduler_delay_factor" and note.startswith("scheduler_delay_factor: ")
+    found = registry.support(registry.REGISTRY["scheduler_delay_factor"], c, values)
+    if version == "0.33.0" and not successor_set:
+        assert adj.action == "substituted" and adj.detail == found.substituted("using --prefill-schedule-interval 6")
+        assert note == "scheduler_delay_factor: " + found.substituted("searching --prefill-schedule-interval in [1, 6]")
+        assert dists["prefill_schedule_interval"] == IntDistribution(1, 6)
+        return
+    assert adj.action == "dropped" and adj.detail == found.dropped("not passed")
+    assert note == "scheduler_delay_factor: " + found.dropped("not searched")
+    why = ("--prefill-schedule-interval is set explicitly" if version == "0.33.0" else
+           "its nearest knob --prefill-schedule-interval is no substitute here")
+    assert why in adj.detail and why in note
+    assert "scheduler_delay_factor" not in dists
