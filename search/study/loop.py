@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from objectives.load import MetricName
 from objectives.diagnosis import diagnose_trial
+from objectives.failure import Failure
 from objectives import statistics as st
 from objectives.load import json_safe
 from objectives.scoring import Score, score
@@ -391,6 +392,7 @@ class StudyRunner:
                                    server_diagnostics=earlier.server_diagnostics, log_path=earlier.log_path,
                                    command=earlier.command, capacity=earlier.capacity)
             failure_fields = {k: getattr(earlier, k) for k in ("failure_class", "failure_phase", "failure_line")}
+            failure = Failure.stored(earlier.failure_class, earlier.failure_phase, earlier.failure_line)
         else:
             outcome = self.executor.run(plan, self.events.phase)
             failure = outcome.failure
@@ -404,11 +406,9 @@ class StudyRunner:
         constraints = s.constraints
         feasible = s.feasible
         client_behind = bool(metrics.get("client_behind", 0))
-        diagnosis = diagnose_trial(metrics, config, self.workload, failure_fields["failure_class"],
-                                   failure_phase=failure_fields["failure_phase"],
-                                   failure_line=failure_fields["failure_line"], constraints=constraints,
+        diagnosis = diagnose_trial(metrics, config, self.workload, failure, constraints=constraints,
                                    unloaded=(rec.calibration or {}).get("unloaded"),
-                                   facts=self.facts)
+                                   facts=self.facts).as_dict()
         row = queries.save_trial(
             session, rec, trial.number, baseline=baseline, status=status,
             fingerprint=plan.fingerprint, duplicate_of=earlier.trial_number if earlier else None,
