@@ -6,7 +6,8 @@ is told, so a kill at any point leaves either a stored record (the next run fini
 from it: `Recording.recover`) or nothing (the trial runs again with the same params).
 
 The one holder of a database session in `search.study` (a run's opening and confirmation phase
-write through the one it holds), and the one place that touches Optuna's private API: the
+write through the one it holds), and the one place besides `coordination` (whose heartbeats and
+retries Optuna's storage keys by its private trial id) that touches Optuna's private API: the
 constraint list optuna-dashboard reads (`_mirror_constraint_list`) and a `Trial` for a trial an
 earlier process asked (`recover`).
 """
