@@ -204,7 +204,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     """`autotune worker`: one more worker on an existing study, from any host that reaches its
     database: the scenario, model and budget are the study's own unless given here."""
     from search.study.coordination import Coordination
-    from search.outputs import StudyProgress
+    from search.outputs import DashboardPublisher, StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner
     from search.workers import Slot, hold, joined_study
@@ -223,7 +223,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     console = _console()
     console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
                   f"[bold]{prep.study_name}[/] ({prep.storage_url})")
-    runner = StudyRunner(prep, opts, observers=[StudyProgress(console)],
+    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
                          coordination=Coordination(slot=slot.label if slot else None))
     try:
         result = runner.run()

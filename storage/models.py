@@ -20,6 +20,13 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+# The two failure values storage must recognise, as stored: objectives.failure defines them
+# (FailurePhase.PRECHECK, FailureClass.LOAD_ERROR), and storage imports nothing from objectives;
+# tests/unit/storage ties each to its member.
+PRECHECK_PHASE = "precheck"  # rejected before any start: no server, no cost
+LOAD_ERROR_CLASS = "load_error"  # the load generator failed, not the server: says nothing of the flags
+
+
 class TrialStatus(StrEnum):
     """What became of a trial; stored as its value."""
 
@@ -29,6 +36,8 @@ class TrialStatus(StrEnum):
 
     @property
     def cost_a_start(self) -> bool:
+        """Ran (or tried) its own configuration, as a duplicate does not; the pre-check may still
+        have stopped it before any start (`TrialRecord.counts_against_budget` tells)."""
         return self in (TrialStatus.OK, TrialStatus.FAILED)
 
 
@@ -111,6 +120,19 @@ class TrialRecord(Base):
     study: Mapped[StudyRecord] = relationship(back_populates="trials")
     stages: Mapped[list["StageRecord"]] = relationship(
         back_populates="trial", cascade="all, delete-orphan", order_by="StageRecord.stage_index")
+
+    @property
+    def counts_against_budget(self) -> bool:
+        """It cost a server start (and so ran a load, or died trying). Pre-check rejections and
+        repeats of an earlier trial's flags cost nothing and do not count against the budget."""
+        return TrialStatus(self.status).cost_a_start and self.failure_phase != PRECHECK_PHASE
+
+    @property
+    def reusable(self) -> bool:
+        """May stand for a later trial with the same flags, which then starts no server: a trial
+        that ran its own configuration, unless the load generator failed it (the flags were
+        never judged: they are measured again)."""
+        return TrialStatus(self.status).cost_a_start and self.failure_class != LOAD_ERROR_CLASS
 
 
 class StageRecord(Base):

@@ -179,13 +179,31 @@ def save_trial(session: Session, study: StudyRecord, trial_number: int, *,
     return row
 
 
+# What a repeat of an earlier trial's flags takes from it: the measurement and how it ended.
+REUSED_FIELDS = ("metrics", "server_diagnostics", "values", "constraints", "feasible", "client_behind", "log_path",
+                 "command", "capacity", "failure_class", "failure_phase", "failure_line")
+
+
+def save_duplicate(session: Session, study: StudyRecord, trial_number: int, earlier: TrialRecord,
+                   **fields: Any) -> TrialRecord:
+    """The record of a trial whose flags `earlier` ran: its measurement and failure copied from
+    that row (`REUSED_FIELDS`), no stages, timings or retried starts of its own (it started
+    nothing); `fields` are the trial's own (params, config, flags, diagnosis, ...)."""
+    return save_trial(session, study, trial_number, status=TrialStatus.DUPLICATE, duplicate_of=earlier.trial_number,
+                      timings={}, retried=[], **{k: getattr(earlier, k) for k in REUSED_FIELDS}, **fields)
+
+
 def earlier_run_of(session: Session, study: StudyRecord, fingerprint: str) -> TrialRecord | None:
-    """A finished trial (measured or failed) with the same effective server configuration."""
-    return session.scalar(
-        select(TrialRecord)
-        .where(TrialRecord.study_id == study.id, TrialRecord.fingerprint == fingerprint,
-               TrialRecord.status.in_((TrialStatus.OK, TrialStatus.FAILED)))
-        .order_by(TrialRecord.trial_number))
+    """The first trial with the same effective server configuration that may stand for a repeat
+    of it (`TrialRecord.reusable`)."""
+    same = session.scalars(select(TrialRecord).where(
+        TrialRecord.study_id == study.id, TrialRecord.fingerprint == fingerprint).order_by(TrialRecord.trial_number))
+    return next((row for row in same if row.reusable), None)
+
+
+def server_starts(session: Session, study: StudyRecord) -> int:
+    """How much of the study's budget its trials have spent (`TrialRecord.counts_against_budget`)."""
+    return sum(row.counts_against_budget for row in trial_records(session, study))
 
 
 def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:

@@ -17,47 +17,42 @@ from objectives.diagnosis.thresholds import (BATCH_HALF, CLIENT_LAG_FLOOR_MS, CL
                                              ERROR_RATE_MAX, ITL_STALL_RATIO, KV_FULL, LATENCY_X_UNLOADED,
                                              PREEMPTIONS_PER_REQUEST, QUEUE_SHARE_OF_TTFT, QUEUE_TIME_FLOOR_MS,
                                              TTFT_HIGH_MS)
-from objectives.failure import FailureClass
+from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.load import WorkloadSpec
 from objectives.load import class_key
 
 # --- startup failures ----------------------------------------------------------------------
 
 
-def _startup_failure(failure_class: str, phase: str | None, line: str | None) -> Diagnosis:
-    where = {"precheck": "was rejected before starting", "startup": "failed to start"}.get(
-        phase or "startup", "failed")
-    who = "The load generator" if failure_class == "load_error" else "The server"
+_NEVER_STARTED = {FailurePhase.PRECHECK: "was rejected before starting", FailurePhase.STARTUP: "failed to start"}
+
+
+def _startup_failure(failure: Failure) -> Diagnosis:
+    cls = failure.cls.value
+    where = _NEVER_STARTED.get(failure.phase, "failed")
+    who = "The load generator" if failure.cls == FailureClass.LOAD_ERROR else "The server"
     return Diagnosis(
-        "startup_failure", f"{who} {where} ({failure_class}); nothing was measured.",
-        evidence=[f"{failure_class}" + (f" at {phase}" if phase else "") + (f": {line}" if line else "")],
-        next_steps=_advice(failure_class))
-
-
-def _advice(failure_class: str) -> list[str]:
-    try:
-        return FailureClass(failure_class).advice
-    except ValueError:  # a class this version does not know (a newer worker stored it)
-        return FailureClass.OTHER.advice
+        "startup_failure", f"{who} {where} ({cls}); nothing was measured.",
+        evidence=[f"{cls} at {failure.phase.value}" + (f": {failure.line}" if failure.line else "")],
+        next_steps=failure.cls.advice)
 
 
 # --- the decision tree ---------------------------------------------------------------------
 
 def diagnose(metrics: dict[str, Any], config: dict[str, Any], workload: WorkloadSpec | None = None, *,
-             constraints: dict[str, float] | None = None, failure_class: str | None = None,
-             failure_phase: str | None = None, failure_line: str | None = None,
+             constraints: dict[str, float] | None = None, failure: Failure | None = None,
              unloaded: dict[str, float] | None = None,
              facts: ServingFacts = ServingFacts()) -> Diagnosis:
     """Name the trial's bottleneck from its metrics (client side and server `/metrics` deltas).
 
     `constraints`: the study's SLO constraint values (key `metric<=bound`, > 0 violated);
     `unloaded`: calibration medians on an idle server (`ttft_median_ms`, `tpot_median_ms`, ...)
-    that make "high" relative to this machine; `failure_*`: the trial's failure, if any.
+    that make "high" relative to this machine; `failure`: the trial's failure, if any.
     """
     m = metrics or {}
     completed = num(m, "completed")
-    if failure_class and (failure_phase in (None, "precheck", "startup") or not known(completed)):
-        return _startup_failure(failure_class, failure_phase, failure_line)
+    if failure and (failure.phase.before_load or not known(completed)):
+        return _startup_failure(failure)
 
     violated = violated_metrics(constraints)
     slo_met = (not violated) if constraints is not None else None
@@ -65,8 +60,8 @@ def diagnose(metrics: dict[str, Any], config: dict[str, Any], workload: Workload
     symptoms: list[Diagnosis] = []
 
     err = num(m, "error_rate")
-    if failure_class or (known(err) and err > ERROR_RATE_MAX):
-        symptoms.append(_server_errors(m, config, failure_class, failure_line, err))
+    if failure or (known(err) and err > ERROR_RATE_MAX):
+        symptoms.append(_server_errors(m, config, failure, err))
     client = _client_bound(m)
     if client:
         symptoms.append(client)
@@ -96,16 +91,16 @@ def diagnose(metrics: dict[str, Any], config: dict[str, Any], workload: Workload
     return result
 
 
-def _server_errors(m, config, failure_class, failure_line, err) -> Diagnosis:
+def _server_errors(m, config, failure: Failure | None, err) -> Diagnosis:
     evidence = []
-    if failure_class:
-        evidence.append(f"the server died under load ({failure_class}: {failure_line or 'see its log'})")
+    if failure:
+        evidence.append(f"the server died under load ({failure.cls.value}: {failure.line or 'see its log'})")
     if known(err):
         evidence.append(f"error rate {err:.1%} ({num(m, 'failed'):.0f} of "
                         f"{num(m, 'failed') + num(m, 'completed'):.0f} requests) > {ERROR_RATE_MAX:.0%}")
     steps = ["read the trial's server log and the client's error kinds: 400s mean prompt + max_tokens "
              "exceeds max_model_len, timeouts mean the queue (see waiting) outgrew request_timeout_s"]
-    if failure_class == "oom":
+    if failure and failure.cls == FailureClass.OOM:
         steps.append("out of memory under load (seed 000 tree: really out of memory?): lower memory_utilization or "
                      "max_num_seqs, or a quantized model")
     steps.append("limit max_tokens per request at the gateway so one request cannot hog the KV cache "

@@ -6,23 +6,22 @@ from typing import Any
 
 from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
+from objectives.diagnosis.models import Diagnosis
 from objectives.diagnosis.tree import diagnose
+from objectives.failure import Failure
 from objectives.load import WorkloadSpec
 
 
 def diagnose_trial(metrics: dict[str, Any], config: dict[str, Any], workload: WorkloadSpec | None,
-                   failure_class: str | None = None, *, failure_phase: str | None = None,
-                   failure_line: str | None = None, constraints: dict[str, float] | None = None,
-                   unloaded: dict[str, float] | None = None,
-                   facts: ServingFacts = ServingFacts()) -> dict[str, Any]:
-    """Diagnosis and anti-patterns of one trial, as the JSON stored in `autotune_trials.diagnosis`.
+                   failure: Failure | None = None, *, constraints: dict[str, float] | None = None,
+                   unloaded: dict[str, float] | None = None, facts: ServingFacts = ServingFacts()) -> Diagnosis:
+    """Diagnosis and anti-patterns of one trial (stored as `as_dict()` in `autotune_trials.diagnosis`).
 
     `facts`: which parameters the installed vLLM takes, CPU or GPU, the KV budget, vLLM's defaults
     (`search.serving.facts_for_launch(ctx)` in a study); without them the checks assume a current
     V1 vLLM and skip hardware-specific ones.
     """
-    d = diagnose(metrics, config, workload, constraints=constraints, failure_class=failure_class,
-                 failure_phase=failure_phase, failure_line=failure_line, unloaded=unloaded, facts=facts)
+    d = diagnose(metrics, config, workload, constraints=constraints, failure=failure, unloaded=unloaded, facts=facts)
     d.findings = antipatterns(config, workload, facts=facts,
                               metrics=metrics if d.bottleneck != "startup_failure" else None)
-    return d.as_dict()
+    return d

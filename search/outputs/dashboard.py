@@ -31,7 +31,7 @@ from typing import Any
 import optuna
 from sqlalchemy.orm import Session
 
-from objectives.load import MetricName
+from objectives.load import MetricName, json_safe
 from objectives.diagnosis import Diagnosis, summarize
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import export, figures, verdict_text
@@ -174,22 +174,47 @@ def publish_trial(trial: optuna.Trial, row: TrialRecord, scenario: Scenario,
 
 
 class DashboardPublisher(StudyObserver):
-    """Per trial, as the study runs: the diagnosis as user attrs, then the trial's note."""
+    """Everything optuna-dashboard shows of a running study, as the loop's events come: the
+    study's setup as study user attrs; per trial, how it went (status, SLOs violated, flags
+    adjusted, failure, capacity, every metric as `m:<key>`) and its diagnosis as user attrs, set
+    before Optuna is told; then the trial's note. What the study itself needs of its trials'
+    attrs (budget, baseline, worker, client_behind) the study sets."""
 
     def __init__(self) -> None:
         self.scenario: Scenario | None = None
-        self.trial: optuna.Trial | None = None  # the trial being recorded, from trial_scored
+        self.scored: TrialScored | None = None  # the trial being recorded, from trial_scored
 
     def study_started(self, event: StudyStarted) -> None:
         self.scenario = event.scenario
+        for key, value in self.study_attrs(event).items():
+            event.study.set_user_attr(key, value)
 
     def trial_scored(self, event: TrialScored) -> None:
-        self.trial = event.trial
-        for key, value in trial_user_attrs(event.row.diagnosis).items():
-            event.trial.set_user_attr(key, value)
+        self.scored = event
+        for key, value in {**self.trial_attrs(event), **trial_user_attrs(event.row.diagnosis)}.items():
+            event.trial.set_user_attr(key, json_safe(value))
 
     def trial_recorded(self, event: TrialRecorded) -> None:
-        publish_trial(self.trial, event.row, self.scenario)
+        view = view_of(event.row, self.scored.diagnosis, on_front=False, chosen=False)
+        _save_note_if_changed(self.scored.trial, trial_note(view, self.scenario))
+
+    @staticmethod
+    def study_attrs(event: StudyStarted) -> dict[str, Any]:
+        return {"scenario": event.scenario.name, "vllm": event.vllm, "hardware": event.hardware,
+                "notes": event.notes}
+
+    @staticmethod
+    def trial_attrs(event: TrialScored) -> dict[str, Any]:
+        row = event.row
+        attrs = {"status": row.status, "feasible": row.feasible,
+                 "violated": [k for k, v in row.constraints.items() if v > 0],
+                 "adjustments": [a["detail"] for a in row.adjustments]}
+        if event.failure:
+            attrs["failure"] = event.failure.summary()
+        if row.capacity is not None:
+            attrs["capacity"] = row.capacity["summary"]
+        attrs.update({f"m:{k}": v for k, v in event.metrics.items() if isinstance(v, (int, float))})
+        return attrs
 
 
 def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:

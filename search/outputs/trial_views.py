@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
+from objectives.failure import Failure
 from objectives.scoring import SERVER_OK, SLOSpec
 from objectives.load import WorkloadSpec
 from search.outputs.export import LoadedStudy
@@ -192,10 +193,9 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
             diag = Diagnosis.from_dict(row.diagnosis)
         else:
             facts = facts or facts_for(ls)
-            diag = Diagnosis.from_dict(diagnose_trial(
-                row.metrics or {}, row.config or {}, workload, row.failure_class,
-                failure_phase=row.failure_phase, failure_line=row.failure_line,
-                constraints=row.constraints, unloaded=unloaded, facts=facts))
+            diag = diagnose_trial(row.metrics or {}, row.config or {}, workload,
+                                  Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
+                                  constraints=row.constraints, unloaded=unloaded, facts=facts)
         views.append(view_of(row, diag, on_front=row.trial_number in front,
                              chosen=row.trial_number == deployed))
     return views

@@ -1,14 +1,17 @@
 """The study: Optuna's loop over trials, and what happens around it.
 
-`loop` runs it (`StudyRunner`: the search, one trial at a time, the budget), `coordination`
-lets workers share it through the database, `confirmation` re-measures the candidates on fresh
-servers after the search, `verdict` reads what those runs say, and `events` is what the loop
-tells its subscribers (the terminal, the dashboard). Other packages import the loop from here;
-outputs read the pure `events` and `verdict` modules.
+`loop` runs it (`StudyRunner`: the search, one trial at a time, the budget), `opening` opens it
+for a run (its record checked, calibration, baselines, the SQLite lock), `recording` writes each
+trial (score, diagnosis, row, Optuna, snapshot), `coordination` lets workers share it through
+the database, `confirmation` re-measures the candidates on fresh servers after the search,
+`verdict` reads what those runs say, `events` is what the loop tells its subscribers (the
+terminal, the dashboard) and `errors` why a study will not run. Other packages import the loop
+from here; outputs read the pure `events` and `verdict` modules.
 """
 
-from search.study.loop import (BUDGET_ATTR, MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyResult,
-                               StudyRunner, StudyStopped, setup_changes, vllm_executor)
+from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
+from search.study.loop import MAX_CONSECUTIVE_LOAD_ERRORS, StudyResult, StudyRunner, vllm_executor
+from search.study.opening import BUDGET_ATTR, setup_changes
 
 __all__ = ["BUDGET_ATTR", "MAX_CONSECUTIVE_LOAD_ERRORS", "StudyBusy", "StudyMismatch", "StudyResult", "StudyRunner",
            "StudyStopped", "setup_changes", "vllm_executor"]

@@ -25,6 +25,8 @@ from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, 
                            ConfirmationStarted, StudyObserver)
 from search.executor import Measurement, TrialExecutor, plan as plan_trial
 from search.prepare import Prepared
+from search.serving import LaunchContext
+from search.study.recording import failure_columns
 from storage import queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus
 
@@ -122,12 +124,13 @@ def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float
 
 
 class ConfirmationPhase:
-    """Runs the schedule on `executor` (built on the full measurement), scoring each run with
-    `score` and storing it; the verdict is then read from the stored runs (`stored_verdict`)."""
+    """Runs the schedule on `executor` (built on the full measurement), planning each run on
+    `ctx` (the study's launch context), scoring it with `score` and storing it; the verdict is
+    then read from the stored runs (`stored_verdict`)."""
 
-    def __init__(self, prep: Prepared, executor: TrialExecutor, events: StudyObserver,
+    def __init__(self, prep: Prepared, ctx: LaunchContext, executor: TrialExecutor, events: StudyObserver,
                  score: Callable[[dict[str, float], bool], Score], runs: int):
-        self.prep, self.executor, self.events, self.score, self.runs = prep, executor, events, score, runs
+        self.prep, self.ctx, self.executor, self.events, self.score, self.runs = prep, ctx, executor, events, score, runs
 
     def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
             estimate: float | None) -> verdict_mod.Verdict:
@@ -154,7 +157,7 @@ class ConfirmationPhase:
 
     def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
         p = self.prep
-        plan = plan_trial(cand.trial_number, cand.baseline, cand.params, cand.config, p.ctx,
+        plan = plan_trial(cand.trial_number, cand.baseline, cand.params, cand.config, self.ctx,
                           p.scenario.workload.longest_request_tokens(), p.shown)
         plan.run_name = f"confirm-r{round_ + 1}-trial-{cand.trial_number:04d}"
         plan.capacity_hint = cand.capacity_hint
@@ -162,13 +165,11 @@ class ConfirmationPhase:
         self.events.phase("scoring")
         ok = outcome.status == TrialStatus.OK
         s = self.score(outcome.metrics, ok)
-        failure = outcome.failure
         row = queries.save_confirmation_run(
             session, rec, cand.trial_number, round_, baseline=cand.baseline, sequence=sequence,
             status=outcome.status, metrics=json_safe(outcome.metrics), constraints=s.constraints,
             capacity=outcome.capacity, stages=outcome.stages, timings=outcome.timings, command=outcome.command,
             log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
-            failure_class=failure.cls.value if failure else None, failure_phase=failure.phase if failure else None,
-            failure_line=failure.line if failure else None, retried=outcome.retried)
+            retried=outcome.retried, **failure_columns(outcome.failure))
         session.commit()
         return row

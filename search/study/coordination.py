@@ -113,15 +113,35 @@ def ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
+def claim(study: optuna.Study, store: RDBStorage, worker: WorkerId) -> optuna.Trial:
+    """The next trial, marked as `worker`'s: heartbeat first (a trial with none is never found
+    stale), then who runs it, on which slot, beside which other trials."""
+    trial = ask(study)
+    store.record_heartbeat(trial._trial_id)
+    trial.set_user_attr(WORKER_ATTR, worker.as_dict())
+    trial.set_user_attr(NEIGHBOURS_ATTR, neighbours(study, worker))
+    retry_of = retried_number(store, trial)
+    if retry_of is not None:
+        trial.set_user_attr(RETRY_OF_ATTR, retry_of)
+    return trial
+
+
+def placement(worker: WorkerId, trial: optuna.Trial) -> dict[str, Any]:
+    """Who ran `trial` where, as its record keeps it: host, pid, slot and the neighbours' trials."""
+    return {"host": worker.host, "pid": worker.pid, "slot": worker.slot,
+            "neighbours": trial.user_attrs.get(NEIGHBOURS_ATTR, [])}
+
+
 class Heartbeat:
-    """Records `trial_id`'s heartbeat now and every `interval_s` until the block ends. A write
+    """Records `trial`'s heartbeat now and every `interval_s` until the block ends. A write
     that fails (the database briefly away) is tried again at the next beat: only a silence
     longer than the grace period lets another worker take the trial."""
 
-    def __init__(self, store: RDBStorage, trial_id: int, interval_s: float) -> None:
-        self.store, self.trial_id, self.interval_s = store, trial_id, interval_s
+    def __init__(self, store: RDBStorage, trial: optuna.Trial, interval_s: float) -> None:
+        # RDBStorage keys heartbeats by the trial's storage id, which Optuna keeps private.
+        self.store, self.trial_id, self.interval_s = store, trial._trial_id, interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial_id}", daemon=True)
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.trial_id}", daemon=True)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):

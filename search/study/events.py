@@ -7,7 +7,8 @@ its subscribers, in this order:
     trial_started, phase..., trial_scored, trial_recorded; then, unless skipped, the
     confirmation phase: confirmation_started, per run confirmation_run_started, phase...,
     confirmation_run_recorded, and confirmation_finished; finally study_finished (always, also
-    when an exception ends the loop).
+    when an exception ends the loop). A study whose record does not check out (another scenario
+    file, vLLM build or machine; --recalibrate with trials) raises before study_started.
 
 `note` may come at any point in between.
 """
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 if TYPE_CHECKING:
     import optuna
 
+    from objectives.diagnosis import Diagnosis
+    from objectives.failure import Failure
     from search.scenario import Scenario
     from search.study.verdict import Verdict
     from storage.models import ConfirmationRun, TrialRecord
@@ -31,6 +34,8 @@ class StudyStarted:
     budget: int  # server starts
     study: optuna.Study
     scenario: Scenario
+    vllm: str  # the installed vLLM, as the study records it
+    hardware: str  # the machine, described
     notes: list[str] = field(default_factory=list)  # what the space and the baselines lost on this vLLM
 
 
@@ -47,6 +52,9 @@ class TrialScored:
 
     trial: optuna.Trial
     row: TrialRecord
+    diagnosis: Diagnosis  # what `row.diagnosis` stores, typed
+    failure: Failure | None  # what `row.failure_*` store, typed
+    metrics: dict[str, float]  # as measured (`row.metrics` holds them JSON-safe: NaN as None)
 
 
 @dataclass

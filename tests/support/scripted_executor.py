@@ -96,9 +96,10 @@ class ScriptedExecutor:
 
     measured_with: list[Measurement] = field(default_factory=list)  # per run, what it measured
 
-    def factory(self, measurement: Measurement) -> "_Bound":
+    def factory(self, ctx, measurement: Measurement) -> "_Bound":
         """An executor on `measurement` (the study builds one for the search and, with a
-        confirmation phase, one on the full measurement): runs go to this script either way."""
+        confirmation phase, one on the full measurement; `ctx`, the study's launch context, goes
+        into each plan already): runs go to this script either way."""
         self.workload, self.goodput, self.measurement = measurement.workload, measurement.goodput, measurement
         return _Bound(self, measurement)
 

@@ -7,6 +7,7 @@ import pytest
 
 from objectives.diagnosis import (BOTTLENECKS, Diagnosis, ServingFacts, antipatterns, diagnose,
                                   diagnose_trial, summarize, violated_metrics)
+from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.load.workload import WorkloadSpec
 from search.serving import facts_for_launch, serving_facts
 from search.serving.failures import classify
@@ -81,8 +82,7 @@ def test_client_bound_run_is_named_client_bound_and_its_control_is_not():
 
 def test_startup_failure_from_a_real_log():
     cls, line = classify((LOGS / "kv_insufficient.log").read_text(), returncode=1)
-    d = diagnose({}, {"memory_utilization": 0.001}, None, failure_class=cls.value,
-                 failure_phase="startup", failure_line=line)
+    d = diagnose({}, {"memory_utilization": 0.001}, None, failure=Failure(cls, line, FailurePhase.STARTUP))
     assert d.bottleneck == "startup_failure"
     assert "No available memory for the cache blocks" in d.evidence[0]
     assert "raise memory_utilization" in d.next_steps[0]
@@ -123,7 +123,7 @@ def test_calibration_makes_latency_high_relative_to_this_machine():
 def test_diagnose_trial_returns_json_with_findings(launch_ctx):
     doc = run("preemption")
     out = diagnose_trial(doc["metrics"], doc["config"], workload(doc), None, facts=facts_for_launch(launch_ctx),
-                         constraints={"ttft_p95_ms<=500": 7.3})
+                         constraints={"ttft_p95_ms<=500": 7.3}).as_dict()
     json.dumps(out)  # stored as-is in autotune_trials.diagnosis
     assert out["bottleneck"] == "preemption"
     assert out["slo_met"] is False
@@ -224,3 +224,29 @@ def test_markdown_carries_the_bottleneck_and_next_steps(name):
     assert f"Bottleneck: {d.bottleneck.replace('_', ' ')}" in text
     for step in d.next_steps:
         assert step in text
+
+
+def test_the_trial_diagnosis_takes_the_failure_and_returns_a_diagnosis(launch_ctx):
+    doc = run("preemption")
+    d = diagnose_trial(doc["metrics"], doc["config"], workload(doc), facts=facts_for_launch(launch_ctx))
+    assert isinstance(d, Diagnosis) and d.bottleneck == "preemption"
+    assert "kv_cache_small" in {f.code for f in d.findings}
+    rejected = diagnose_trial({}, doc["config"], workload(doc),
+                              Failure(FailureClass.INVALID_CONFIG, "no such pair", FailurePhase.PRECHECK))
+    assert rejected.headline == "The server was rejected before starting (invalid_config); nothing was measured."
+    assert rejected.evidence == ["invalid_config at precheck: no such pair"]
+    assert rejected.next_steps == FailureClass.INVALID_CONFIG.advice
+    died = diagnose_trial(doc["metrics"], doc["config"], workload(doc),
+                          Failure(FailureClass.OOM, "killed", FailurePhase.LOAD))
+    assert died.bottleneck == "server_errors" and died.evidence[0] == "the server died under load (oom: killed)"
+    assert any(s.startswith("out of memory under load") for s in died.next_steps)
+
+
+@pytest.mark.parametrize("stored, expected", [
+    ((None, None, None), None),
+    (("load_error", "load", "serves no model"), Failure(FailureClass.LOAD_ERROR, "serves no model", FailurePhase.LOAD)),
+    (("oom", None, None), Failure(FailureClass.OOM, "", FailurePhase.STARTUP)),  # stored before phases were
+    (("a_class_from_a_newer_worker", "load", "x"), Failure(FailureClass.OTHER, "x", FailurePhase.LOAD)),
+])
+def test_a_stored_rows_failure_reads_back_in_the_failure_vocabulary(stored, expected):
+    assert Failure.stored(*stored) == expected

@@ -11,7 +11,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.study import coordination as coord
-from search.study import StudyRunner
+from search.study.recording import Recording
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, optuna_trials, rows, runner
 
@@ -33,19 +33,19 @@ def test_a_worker_is_gone_only_when_its_process_is_certainly_gone():
 
 
 def test_a_trial_killed_between_tell_and_snapshot_gets_its_snapshot_on_resume(tmp_path, monkeypatch):
-    real = StudyRunner._snapshot
+    real = Recording.snapshot
     calls = []
 
-    def killed_once(self, session, rec, after):
+    def killed_once(self, rec, after):
         calls.append(after)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(self, session, rec, after)
+        return real(self, rec, after)
 
-    monkeypatch.setattr(StudyRunner, "_snapshot", killed_once)
+    monkeypatch.setattr(Recording, "snapshot", killed_once)
     with pytest.raises(KeyboardInterrupt):
         runner(tmp_path, ScriptedExecutor(), trials=3).run()
-    monkeypatch.setattr(StudyRunner, "_snapshot", real)
+    monkeypatch.setattr(Recording, "snapshot", real)
     assert [t.state for t in optuna_trials(runner(tmp_path, ScriptedExecutor()))][:2] == [TrialState.COMPLETE] * 2
 
     r = runner(tmp_path, ScriptedExecutor(), trials=3)

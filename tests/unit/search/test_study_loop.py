@@ -120,7 +120,7 @@ def test_budget_counts_server_starts_only(tmp_path):
     assert stored[-1].baseline == "vllm_defaults"  # the second start: the budget of 2 is spent
     assert len(executor.plans) == 3
     with Session(r.engine) as session:
-        assert r.spent(session, queries.require_study(session, "loop")) == 2
+        assert queries.server_starts(session, queries.require_study(session, "loop")) == 2
 
 
 def test_stops_after_budget_times_five_proposals_that_never_start(tmp_path):
@@ -422,7 +422,7 @@ def load_error(plan):
 def test_a_load_error_is_recorded_with_its_cause_and_the_study_goes_on(tmp_path):
     scripts = iter([load_error, measured, measured])
     executor = ScriptedExecutor(script=lambda plan: next(scripts)(plan))
-    r = runner(tmp_path, executor, trials=3)
+    r = runner(tmp_path, executor, trials=3, observers=[DashboardPublisher()])  # it sets the "failure" attr
     r.study.enqueue_trial(A)
     r.study.enqueue_trial(A)  # the same flags: measured again, not taken as failed by the load generator
     r.run()
@@ -569,3 +569,49 @@ def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line
     r.run()
     assert [row.retried for row in rows(r)] == [[lost]]
     assert "after 1 retried start (killed, 12 s)" in console.export_text()
+
+
+def test_the_dashboard_subscriber_publishes_every_display_attr_and_the_loop_only_what_the_study_needs(tmp_path):
+    bare = runner(tmp_path, ScriptedExecutor(), trials=1)
+    bare.run()
+    [t] = optuna_trials(bare)
+    assert set(t.user_attrs) == {"baseline", "worker", "neighbours", "client_behind"}  # no subscriber: no display
+    assert optuna.load_study(study_name="loop", storage=bare.prep.storage_url).user_attrs == {"budget": 1}
+
+    events = Recorder()
+    r = runner(tmp_path / "published", ScriptedExecutor(), trials=1, observers=[DashboardPublisher(), events])
+    r.run()
+    [t], [row] = optuna_trials(r), rows(r)
+    assert optuna.load_study(study_name="loop", storage=r.prep.storage_url).user_attrs == {
+        "budget": 1, "scenario": "loop", "vllm": "vllm 0.32.0", "hardware": "CPU test, 2 cores, 24 GiB RAM",
+        "notes": r.prep.space_notes + r.prep.baseline_notes}
+    assert {k: t.user_attrs[k] for k in ("status", "feasible", "client_behind", "violated", "adjustments")} == {
+        "status": "ok", "feasible": True, "client_behind": False, "violated": [],
+        "adjustments": [a["detail"] for a in row.adjustments]}
+    assert {k[2:]: v for k, v in t.user_attrs.items() if k.startswith("m:")} == row.metrics
+    [scored] = [e for n, e in events.events if n == "trial_scored"]
+    assert scored.diagnosis.as_dict() == row.diagnosis and scored.failure is None
+
+
+def test_a_resume_refused_before_it_starts_tells_its_subscribers_nothing(tmp_path):
+    runner(tmp_path, ScriptedExecutor(), trials=1, observers=[DashboardPublisher()]).run()
+    events = Recorder()
+    with pytest.raises(StudyMismatch):
+        runner(tmp_path, ScriptedExecutor(), trials=2, launch_ctx=fake_ctx(version="0.33.0"),
+               observers=[DashboardPublisher(), events]).run()
+    assert events.events == []
+    assert optuna.load_study(study_name="loop", storage=f"sqlite:///{tmp_path / 'loop.db'}").user_attrs["vllm"] == \
+        "vllm 0.32.0"  # the dashboard still shows where the study was measured
+
+
+def test_the_kept_kv_budget_is_the_opened_studys_and_what_the_runner_was_given_stays_as_it_was(tmp_path):
+    r = runner(tmp_path, ScriptedExecutor(), trials=2, confirm_runs=1)
+    r.study.enqueue_trial(A)
+    r.run()
+    again = ScriptedExecutor()
+    r = runner(tmp_path, again, trials=3, launch_ctx=fake_ctx(budget=2**29), confirm_runs=1)
+    r.run()
+    confirmed = [p for p in again.plans if p.run_name and p.run_name.startswith("confirm")]
+    assert confirmed and len(confirmed) < len(again.plans)  # the search's trial and the confirmation runs
+    assert kv_bytes(again.plans) == {int(0.92 * 2**30)}  # both on the budget the study began with
+    assert r.prep.ctx.cpu_kv_budget_bytes == 2**29

@@ -3,11 +3,12 @@
 from datetime import datetime
 
 import optuna
+import pytest
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.models import StudyRecord
+from storage.models import StudyRecord, TrialRecord
 
 
 def new_study(session, name="s"):
@@ -84,3 +85,47 @@ def test_unknown_study_lists_the_ones_there(tmp_path):
             assert "studies here: mixed" in str(e)
         else:
             raise AssertionError("expected LookupError")
+
+
+def test_the_failure_values_storage_recognises_are_the_failure_vocabularys():
+    from objectives.failure import FailureClass, FailurePhase
+    from storage.models import LOAD_ERROR_CLASS, PRECHECK_PHASE
+
+    assert (PRECHECK_PHASE, LOAD_ERROR_CLASS) == (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value)
+
+
+@pytest.mark.parametrize("fields, counts, reusable", [
+    (dict(status="ok"), True, True),
+    (dict(status="failed", failure_class="oom", failure_phase="startup"), True, True),
+    (dict(status="failed", failure_class="oom", failure_phase="load"), True, True),
+    (dict(status="failed", failure_class="invalid_config", failure_phase="precheck"), False, True),
+    (dict(status="failed", failure_class="load_error", failure_phase="load"), True, False),
+    (dict(status="duplicate"), False, False),
+    (dict(status="duplicate", failure_class="invalid_config", failure_phase="precheck"), False, False),
+])
+def test_what_a_trial_costs_and_whether_it_may_stand_for_a_repeat(fields, counts, reusable):
+    row = TrialRecord(**trial_fields(**fields))
+    assert (row.counts_against_budget, row.reusable) == (counts, reusable)
+
+
+def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_trial_that_judged_the_flags(tmp_path):
+    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    with Session(engine) as session:
+        rec = new_study(session)
+        queries.save_trial(session, rec, 0, **trial_fields(status="failed", failure_class="load_error",
+                                                           failure_phase="load", values=[0.0]))
+        queries.save_trial(session, rec, 1, **trial_fields(status="failed", fingerprint="bad",
+                                                           failure_class="invalid_config", failure_phase="precheck"))
+        queries.save_trial(session, rec, 2, **trial_fields(log_path="/runs/trial-0002/server.log"))
+        assert queries.earlier_run_of(session, rec, "f1").trial_number == 2  # not the load generator's failure
+        queries.save_duplicate(session, rec, 3, queries.earlier_run_of(session, rec, "f1"), fingerprint="f1",
+                               params={"max_num_seqs": 9}, config={"max_num_seqs": 9}, flags={}, adjustments=[],
+                               started_at=datetime(2026, 11, 23), diagnosis={"bottleneck": "healthy"})
+        session.commit()
+        dup = queries.trial_records(session, rec)[3]
+        assert (dup.status, dup.duplicate_of, dup.params, dup.diagnosis) == (
+            "duplicate", 2, {"max_num_seqs": 9}, {"bottleneck": "healthy"})
+        assert {k: getattr(dup, k) for k in queries.REUSED_FIELDS} == {
+            k: getattr(queries.trial_records(session, rec)[2], k) for k in queries.REUSED_FIELDS}
+        assert (dup.timings, dup.stages, dup.retried, dup.log_path) == ({}, [], [], "/runs/trial-0002/server.log")
+        assert queries.server_starts(session, rec) == 2  # the load error and trial 2; not the pre-check, not the repeat

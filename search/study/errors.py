@@ -1,0 +1,14 @@
+"""Why a study will not run, or cannot go on: what the CLI turns into one line and an exit code."""
+
+
+class StudyBusy(RuntimeError):
+    """Another process runs the study (SQLite takes one tuner per study)."""
+
+
+class StudyMismatch(ValueError):
+    """A resume where the trials already stored were measured on something else."""
+
+
+class StudyStopped(RuntimeError):
+    """The study cannot go on for a reason outside the configurations (a calibration that failed
+    or measured nothing, the load generator failing every trial); what is stored stays stored."""

@@ -1,0 +1,277 @@
+"""Opening a study for a run: its record, checked against this run, and what its trials measure.
+
+In the order a run takes them (`StudyRunner.run`):
+
+- `Opening.lock`: on SQLite, one tuner per study (`StudyBusy` for a second one);
+- `Opening.record`: the study's record, created if new, else checked (the same scenario file,
+  vLLM build, model and machine) and kept on the CPU KV budget it began with; `--recalibrate`
+  refused once trials are stored (`OpenedRecord`);
+- `Opening.calibrated`: the calibration, measured once per study under the study's claim (the
+  measuring itself is injected: `Calibrate`) or the stored one, checked; resolved into the
+  workload, SLOs and measurements every trial runs (`OpenedStudy`);
+- `Opening.enqueue_baselines`: each baseline queued once per study.
+
+Nothing here changes what it was given: the launch context a run goes on with is returned.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any, Callable
+
+import optuna
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from objectives import statistics as st
+from objectives.diagnosis import ServingFacts
+from objectives.load import GoodputSLO, MetricName, WorkloadSpec, json_safe
+from objectives.scoring import SLOSpec
+from search import calibration as calibration_mod, scenario as scenario_mod, space as space_mod
+from search.executor import Measurement, PhaseCallback, plan as plan_trial
+from search.prepare import Prepared, StudyOptions
+from search.scenario import Scenario
+from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
+from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
+from search.study.events import StudyObserver
+from storage import claims, queries
+from storage.models import StudyRecord
+from storage.url import single_writer
+
+BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (search.workers reads it)
+
+# search.calibration.calibrate: measures the scenario on the baseline's server, logs under run_dir.
+Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
+
+
+def setup_changes(rec: StudyRecord, ctx: LaunchContext) -> list[str]:
+    """What differs between the study's stored vLLM build, model and machine and this run's."""
+    then = {"vLLM": rec.vllm_version, "model": rec.model_path,
+            "hardware": (rec.hardware or {}).get("description")}
+    now = {"vLLM": ctx.installed.label(), "model": str(ctx.model.path), "hardware": ctx.hardware.describe()}
+    return [f"{k} was {then[k]}, now {now[k]}" for k in then if then[k] is not None and then[k] != now[k]]
+
+
+@dataclass(frozen=True)
+class OpenedRecord:
+    """The study's record, checked against this run, and the launch context its trials run on."""
+
+    record: StudyRecord
+    ctx: LaunchContext  # this run's, on the CPU KV budget the study began with
+    notes: tuple[str, ...] = ()  # what to say once the study has started
+
+
+@dataclass(frozen=True)
+class OpenedStudy:
+    """What every trial of this run measures, and on what: the study opened and calibrated."""
+
+    record: StudyRecord
+    ctx: LaunchContext  # on the CPU KV budget the study began with
+    facts: ServingFacts  # what the diagnosis knows of this vLLM and machine
+    calibration: calibration_mod.CalibrationResult | None  # None: the scenario needs none
+    workload: WorkloadSpec  # the scenario's, relative loads resolved
+    slos: tuple[SLOSpec, ...]
+    goodput: GoodputSLO | None
+    full: Measurement  # what confirmation measures
+    screened: Measurement  # what the search measures (the same without screening:)
+
+    @property
+    def unloaded(self) -> dict[str, Any] | None:
+        """The idle server's medians, as the study stored them: what the diagnosis calls slow."""
+        return (self.record.calibration or {}).get("unloaded")
+
+
+class Opening:
+    """Opens the study `prep` names for one run of `StudyRunner`."""
+
+    def __init__(self, prep: Prepared, opts: StudyOptions, engine, study: optuna.Study, events: StudyObserver,
+                 calibrate: Calibrate, budget: int):
+        self.prep, self.opts, self.engine, self.study, self.events = prep, opts, engine, study, events
+        self.calibrate, self.budget, self.sc = calibrate, budget, prep.scenario
+
+    def lock(self) -> IO:
+        """On SQLite, one tuner per study (Optuna cannot hand out queued trials safely to several
+        writers there); on a server database, workers coordinate through it and take no lock."""
+        if not single_writer(self.prep.storage_url):
+            return open(os.devnull)
+        self.prep.run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(self.prep.run_dir / ".lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise StudyBusy(f"study {self.prep.study_name!r} is being run by another process "
+                            f"(pid {handle.read().strip() or '?'}); to run several workers on one study, "
+                            f"put it on PostgreSQL: `make db`, then STORAGE=<the URL it prints>") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return handle
+
+    # -- the record ----------------------------------------------------------------------------
+
+    def record(self, session: Session) -> OpenedRecord:
+        """The study's record, created if new, else checked: a study measured on something else
+        raises here, before anything runs."""
+        p = self.prep
+        rec = queries.find_study(session, p.study_name)
+        if rec is None:
+            rec = StudyRecord(
+                study_name=p.study_name, scenario_name=self.sc.name, scenario_source=p.source,
+                scenario_digest=scenario_mod.digest(p.source), model_path=str(p.ctx.model.path),
+                vllm_version=p.ctx.installed.label(), hardware=p.ctx.hardware.as_dict(),
+                cpu_kv_budget_bytes=None if p.ctx.hardware.is_gpu else p.ctx.cpu_kv_budget_bytes,
+                directions=self.sc.directions, objective_names=self.sc.objective_names)
+            session.add(rec)
+            try:
+                session.commit()  # before Optuna writes: one SQLite file, one writer at a time
+            except IntegrityError:  # another worker created it first: join theirs
+                session.rollback()
+                return self.record(session)
+            self.study.set_user_attr(BUDGET_ATTR, self.budget)
+            opened = OpenedRecord(rec, p.ctx)
+        else:
+            self._check(rec)
+            opened = self._kept_kv_budget(session, rec)
+        self._refuse_recalibration_with_trials(session, rec)
+        return opened
+
+    def _check(self, rec: StudyRecord) -> None:
+        p = self.prep
+        if rec.scenario_digest != scenario_mod.digest(p.source):
+            raise scenario_mod.ScenarioError(
+                f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "
+                f"scenario. Pass --study NEW_NAME to start another, or restore the file.")
+        if changes := setup_changes(rec, p.ctx):
+            raise StudyMismatch(
+                f"study {p.study_name!r} was measured elsewhere ({'; '.join(changes)}): its trials would "
+                f"not compare with new ones. Pass --study NEW_NAME to start another, or resume it "
+                f"where it began.")
+
+    def _kept_kv_budget(self, session: Session, rec: StudyRecord) -> OpenedRecord:
+        """A resume runs on the CPU KV budget the study began with, not on this run's.
+
+        memory_utilization reaches vLLM as a share of that budget, which follows free RAM and
+        AUTOTUNE_CPU_KV_BUDGET_GIB: recomputed, the same value would give new flags, measure
+        something else than the stored trials did and escape the de-duplication of repeats.
+        Kept, the same flags mean the same thing; a study on the new budget is a new study."""
+        ctx = self.prep.ctx
+        if ctx.hardware.is_gpu:
+            return OpenedRecord(rec, ctx)
+        if rec.cpu_kv_budget_bytes is None:  # begun before the budget was stored: its trials' flags say it
+            rec.cpu_kv_budget_bytes = recorded_cpu_kv_budget(
+                (r.config, r.flags) for r in queries.trial_records(session, rec)) or ctx.cpu_kv_budget_bytes
+            session.commit()
+        kept, now = rec.cpu_kv_budget_bytes, ctx.cpu_kv_budget_bytes
+        if kept == now:
+            return OpenedRecord(rec, ctx)
+        said = (f"CPU KV budget: {kept / 2**30:.2f} GiB, as when study {self.prep.study_name!r} began (this run "
+                f"alone would use {now / 2**30:.2f} GiB); pass --study NEW_NAME to start a study on the new one")
+        if kept > now:
+            said = (f"warning: {said}. It is more than this run allows (AUTOTUNE_CPU_KV_BUDGET_GIB, or half "
+                    f"the RAM free now): a server may run short of memory")
+        return OpenedRecord(rec, replace(ctx, cpu_kv_budget_bytes=kept), (said,))
+
+    def _refuse_recalibration_with_trials(self, session: Session, rec: StudyRecord) -> None:
+        """--recalibrate changes the load every stored trial was measured at: only before the first."""
+        measured = len(queries.trial_records(session, rec))
+        if self.opts.recalibrate and measured:
+            raise StudyMismatch(
+                f"study {self.prep.study_name!r} has {measured} trial{'s' * (measured != 1)} measured at its "
+                f"calibration; a new one would make them incomparable with the next. Pass --study NEW_NAME "
+                f"with --recalibrate to start a new study on a new calibration.")
+
+    # -- calibration ---------------------------------------------------------------------------
+
+    def calibrated(self, session: Session, opened: OpenedRecord) -> OpenedStudy:
+        """The study's calibration (measured now if it has none, or on --recalibrate; else the
+        stored one, checked) and the measurements it resolves the scenario into."""
+        sc, rec, cal = self.sc, opened.record, None
+        if not sc.needs_calibration() and self.opts.recalibrate:
+            self.events.note(f"--recalibrate: {self.prep.shown} has no relative load or bound; nothing to measure")
+        if sc.needs_calibration():
+            if rec.calibration is None or self.opts.recalibrate:
+                cal = self._calibrate_once(rec, opened.ctx, again=self.opts.recalibrate)
+                session.refresh(rec)
+            if cal is not None:
+                rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
+                self.events.note(
+                    f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
+                    f"(closed loop, {sc.calibration.saturation_concurrency} users; median of rounds "
+                    f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
+            else:
+                cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
+                if bad := calibration_mod.problems(sc, cal):  # stored by an older version unchecked
+                    raise StudyStopped(
+                        f"the stored calibration of study {self.prep.study_name!r} cannot scale the scenario: "
+                        f"{'; '.join(bad)}. Run again with --recalibrate if the study has no trials yet, else "
+                        f"pass --study NEW_NAME to start another.")
+        workload, slos, goodput = calibration_mod.resolve(sc, cal)
+        full = Measurement(workload, goodput, tuple(slos), sc.capacity,
+                           cal.slowest_unloaded_ttft_ms() if cal is not None else None)
+        screened = full.screened(sc.screening)
+        if workload.arrival.rate is not None:
+            self.events.note(f"load: {workload.arrival.mode} arrivals at {workload.arrival.rate:.2f} req/s")
+        for text in self._thin_percentiles(screened):
+            self.events.note(f"warning: {text}")
+        return OpenedStudy(rec, opened.ctx, facts_for_launch(opened.ctx), cal, workload, tuple(slos), goodput,
+                           full, screened)
+
+    def _calibrate_once(self, rec: StudyRecord, ctx: LaunchContext,
+                        again: bool = False) -> calibration_mod.CalibrationResult | None:
+        """Calibrate (`again`: even if stored), unless another worker of the study did it meanwhile
+        (it holds the study's claim while it measures; this one waits there and reuses its result:
+        None). Only a checked calibration is stored."""
+        with claims.claimed(self.engine, rec.id) as (_, locked):
+            if locked.calibration is not None and not again:
+                self.events.note("calibration: measured by another worker of this study; reusing it")
+                return None
+            cal = self._measure_calibration(ctx)
+            locked.calibration = json_safe(cal.as_dict())
+        return cal
+
+    def _measure_calibration(self, ctx: LaunchContext) -> calibration_mod.CalibrationResult:
+        """A new calibration, checked: one that failed or cannot scale the scenario raises StudyStopped."""
+        base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
+        args = plan_trial(-1, "calibration", {}, base, ctx, self.sc.workload.longest_request_tokens(),
+                          self.prep.shown).server_args
+        self.events.calibration_started()
+        again = "nothing was stored; run the same command to calibrate again"
+        try:
+            cal = self.calibrate(self.sc, ctx, args, self.prep.run_dir, self.events.phase)
+        except calibration_mod.CalibrationFailed as e:
+            raise StudyStopped(f"calibration of study {self.prep.study_name!r} failed: {e}; {again}") from e
+        if bad := calibration_mod.problems(self.sc, cal):
+            raise StudyStopped(f"calibration of study {self.prep.study_name!r} measured nothing usable: "
+                               f"{'; '.join(bad)} (log: {self.prep.run_dir / 'calibration' / 'server.log'}); "
+                               f"{again}")
+        return cal
+
+    def _thin_percentiles(self, screened: Measurement) -> list[str]:
+        """Objectives and SLOs whose percentile a run's requests cannot pin down (at the target
+        load, in the search's measurement; confirmation takes the median of several runs)."""
+        found = []
+        for metric in dict.fromkeys(self.sc.objective_names + [s.metric for s in self.sc.slos]):
+            n = screened.workload.expected_requests(MetricName.parse(metric).cls)
+            text = st.thin_percentile(metric, n) if n is not None else None
+            if text:
+                found.append(text)
+        return found
+
+    # -- baselines -----------------------------------------------------------------------------
+
+    def enqueue_baselines(self, rec: StudyRecord) -> None:
+        """Each baseline queued once per study: under the study's claim, so of several workers
+        starting together one queues them and the others find them queued."""
+        with claims.claimed(self.engine, rec.id):
+            present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
+            for name, config in self.prep.baselines.items():
+                if name in present:
+                    continue
+                params = {k: v for k, v in config.items()
+                          if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
+                self.study.enqueue_trial(params, user_attrs={"baseline": name})
