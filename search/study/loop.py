@@ -34,8 +34,8 @@ from search import pareto, scenario as scenario_mod, space as space_mod
 from search.study import verdict as verdict_mod
 from search.study.events import (StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialRecorded, TrialScored,
                            TrialStarted)
-from search.executor import (Measurement, PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor,
-                             plan as plan_trial)
+from search.executor import (CalibrationFailed, Measurement, PhaseCallback, TrialExecutor, TrialOutcome, VllmExecutor,
+                             calibrate as measure_calibration, plan as plan_trial)
 from search.prepare import Prepared, StudyOptions
 from search.samplers import make_sampler
 from search.scenario import Scenario
@@ -52,7 +52,7 @@ BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (s
 
 # What the trials run on, built once calibration has turned the scenario's load into absolute numbers.
 ExecutorFactory = Callable[[Measurement], TrialExecutor]
-# search.calibration.calibrate: measures the scenario on the baseline's server, logs under run_dir.
+# search.executor.calibrate: measures the scenario on the baseline's server, logs under run_dir.
 Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
 
 
@@ -133,7 +133,7 @@ class StudyRunner:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
-        self._calibrate_on_server = calibrate or calibration_mod.calibrate
+        self._calibrate_on_server = calibrate or measure_calibration
         self.facts = facts_for_launch(prep.ctx)  # what the diagnosis knows of this vLLM and machine
         self.workload = None
         self.slos = None
@@ -224,7 +224,7 @@ class StudyRunner:
         again = "nothing was stored; run the same command to calibrate again"
         try:
             cal = self._calibrate_on_server(self.sc, self.prep.ctx, args, self.prep.run_dir, self.events.phase)
-        except calibration_mod.CalibrationFailed as e:
+        except CalibrationFailed as e:
             raise StudyStopped(f"calibration of study {self.prep.study_name!r} failed: {e}; {again}") from e
         if bad := calibration_mod.problems(self.sc, cal):
             raise StudyStopped(f"calibration of study {self.prep.study_name!r} measured nothing usable: "
