@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from search.calibration import CalibrationResult
 from search.outputs import StudyProgress, dashboard, export, load_study, write_report
 from search.outputs.summary import confirmation_table, summary_table, verdict_lines
-from search.outputs.trial_views import trial_views
+from search.outputs.read_model import trial_views
 from storage import queries
 from tests.support.paths import FIXTURES
 from tests.support.confirmation_world import LUCKY_16, TRUTH, enqueued, world as _world

@@ -14,7 +14,7 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from search.outputs import DashboardPublisher, StudyProgress, dashboard, export, load_study, write_report
-from search.outputs.trial_views import trial_views
+from search.outputs.read_model import trial_views
 from storage import queries
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor, staged
