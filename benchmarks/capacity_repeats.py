@@ -31,9 +31,9 @@ from rich.table import Table
 from objectives.load.loadrun import run_async
 from objectives.stages import run_stages
 from search import calibration
-from search.executor import STAGED_SERVER_ENV, plan as plan_trial
+from search.executor import STAGED_SERVER_ENV, calibrate, plan as plan_trial
 from search.prepare import StudyOptions, prepare
-from search.serving import launch
+from search.serving.running import launch
 
 
 def parse_config(text: str) -> tuple[str, dict]:
@@ -69,7 +69,7 @@ def main() -> None:
         configs[name] = {**prep.fixed, **values}
     base_args = plan_trial(-1, "calibration", {}, defaults, prep.ctx, longest, prep.shown).server_args
     console.print(f"calibrating {sc.name} on vLLM's defaults ...")
-    cal = calibration.calibrate(sc, prep.ctx, base_args, args.run_dir)
+    cal = calibrate(sc, prep.ctx, base_args, args.run_dir)
     workload, slos, goodput = calibration.resolve(sc, cal)
     console.print(f"capacity (closed loop) {cal.capacity_rps:.2f} req/s; target {workload.arrival.mean_rate():.2f} "
                   f"req/s; SLOs: {', '.join(f'{s.metric}<={s.max:.4g}' if s.max is not None else s.metric for s in slos)}")

@@ -56,7 +56,8 @@ from objectives.load.server_metrics import MetricsSnapshot
 from objectives.statistics import relative_difference
 from objectives.load.tokenizer import PromptTokenizer
 from objectives.load.workload import WorkloadSpec
-from search.serving import launch, launch_context, resolve_server_args
+from search.serving import launch_context, resolve_server_args
+from search.serving.running import launch
 
 METRICS = [  # (label, our flat key, vLLM result key)
     ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),

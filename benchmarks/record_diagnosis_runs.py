@@ -122,7 +122,8 @@ def _load(server, ctx, workload: dict, starve: bool) -> dict:
 
 
 def record(name: str, ctx) -> list[Path]:
-    from search.serving import launch, resolve_server_args
+    from search.serving import resolve_server_args
+    from search.serving.running import launch
 
     case = CASES[name]
     values = {"dtype": ctx.dtype, "enforce_eager": True, **case["server"]}

@@ -18,7 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from search.serving import launch, launch_context, resolve_server_args
+from search.serving import launch_context, resolve_server_args
+from search.serving.running import launch
 
 INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
 

@@ -8,32 +8,24 @@
 Both are measured `repeats` times in alternating rounds on the one server; the reference is
 each metric's median over the rounds, and the rounds' spread says how far it could move.
 The result is stored with the study, so a resumed study replays exactly the same load.
+
+This module is the pure part: the result, its checks (`problems`), and the scenario's relative
+numbers resolved against it (`resolve`); the outputs read stored studies with it. Measuring
+starts a server: `search.executor.calibration`, beside the real executor.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from objectives.load import LATENCY_FAMILIES, MetricName, class_key
 from objectives import statistics as st
-from objectives.load import run_async, run_load
-from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
-from objectives.load import GoodputSLO
+from objectives.load import ArrivalSpec, GoodputSLO, MetricName, WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.load import ProgressWatch, stall_bound_s
-from objectives.load import ArrivalSpec, WorkloadSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
-from search.serving import LaunchContext, ServerArgs, ServerFailed, launch, while_serving
-
-
-class CalibrationFailed(RuntimeError):
-    """The calibration server failed, or the load generator did, before a reference was measured."""
 
 
 @dataclass
@@ -82,7 +74,8 @@ class CalibrationResult:
             [r.get(key, r.get("unloaded", {}).get(key)) for r in self.rounds])
 
 
-def _closed(workload: WorkloadSpec, concurrency: int, requests: int, classes=None, warmup=0) -> WorkloadSpec:
+def closed_workload(workload: WorkloadSpec, concurrency: int, requests: int, classes=None, warmup=0) -> WorkloadSpec:
+    """`workload` as a closed loop of `concurrency` users sending `requests` (of `classes`, when given)."""
     return workload.model_copy(update={
         "arrival": ArrivalSpec(mode="closed", concurrency=concurrency),
         "num_requests": requests, "duration_s": None, "warmup_requests": warmup,
@@ -95,87 +88,7 @@ def saturation_workload(workload: WorkloadSpec, settings: Calibration | None = N
     a fraction of. The study's calibration and `autotune load`'s capacity probe both run this,
     with the scenario's `calibration:` settings (or their defaults)."""
     settings = settings or Calibration()
-    return _closed(workload, settings.saturation_concurrency, settings.saturation_requests, warmup=4)
-
-
-def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
-              on_phase=lambda _: None) -> CalibrationResult:
-    """Measure the reference on a server of `baseline`'s flags, watched as a trial's is: its
-    death, or the load generator's error, raises CalibrationFailed naming the cause."""
-    on_phase("starting the vLLM-defaults server")
-    server = launch(ctx, baseline, run_dir / "calibration" / "server.log",
-                    startup_timeout_s=scenario.server.startup_timeout_s, env=RESET_ENDPOINT_ENV)
-    try:
-        with server:
-            try:
-                return _calibrate_on(server, scenario, ctx, on_phase)
-            except ServerFailed:
-                raise
-            except Exception as e:  # the load generator's; but a server that died under it is the cause
-                died = server.poll_failure(phase="calibration")
-                if died is not None:
-                    raise ServerFailed(died) from e
-                raise CalibrationFailed(f"the load generator failed: {type(e).__name__}: {e}") from e
-    except ServerFailed as e:
-        raise CalibrationFailed(f"the vLLM-defaults server failed: {e.failure.summary()} "
-                                f"(log: {e.failure.log_path or server.spec.log_path})") from e
-
-
-def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> CalibrationResult:
-    t0 = time.monotonic()
-    cal = scenario.calibration
-    wl = scenario.workload
-    model = str(ctx.model.path)
-    rounds: list[dict[str, Any]] = []
-    saturations: list[dict[str, float]] = []
-
-    def watched(load):
-        """`load(watch)`: a coroutine whose progress `watch` sees; a server that dies or hangs under
-        it fails the calibration as it fails a trial."""
-        watch = ProgressWatch(stall_bound_s())  # no unloaded TTFT yet: the floor
-        return run_async(while_serving(server, load(watch), phase="calibration", watch=watch))
-
-    for i in range(cal.repeats):
-        tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
-        # Every round replays the same requests: without a reset, a later round's prompts hit
-        # the prefix cache the earlier rounds filled (measured on mixed: the long class's
-        # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
-        # rose from 1.73 to 4.24 req/s).
-        reset = watched(lambda _: reset_prefix_cache(server.base_url)) if i else None
-        unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
-                             on_phase=lambda text: on_phase(text + tag))
-        on_phase(f"saturation throughput{tag}")
-        spec = saturation_workload(wl, cal)
-        saturation = watched(lambda watch: run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path,
-                                                    watch=watch)).flat_metrics()
-        saturations.append(saturation)
-        rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
-                       "prefix_cache_reset": reset})
-    return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
-
-
-def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool,
-              watched, on_phase) -> dict[str, float]:
-    """Each request class alone, one request at a time: its latency medians (and the overall
-    medians, weighted by class share)."""
-    unloaded: dict[str, float] = {}
-    for i, cls in enumerate(wl.classes):
-        on_phase(f"unloaded latency, class {cls.name}")
-        spec = _closed(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
-                       warmup=2 if warmup and i == 0 else 0)
-        flat = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path,
-                                              watch=watch)).flat_metrics()
-        for key, value in flat.items():
-            if MetricName.parse(key).cls is None:
-                unloaded[class_key(key, cls.name)] = value
-                if len(wl.classes) == 1:
-                    unloaded[key] = value
-    if len(wl.classes) > 1:
-        total = sum(c.weight for c in wl.classes)
-        for fam in LATENCY_FAMILIES:
-            unloaded[f"{fam}_median_ms"] = sum(
-                unloaded[class_key(f"{fam}_median_ms", c.name)] * c.weight / total for c in wl.classes)
-    return unloaded
+    return closed_workload(workload, settings.saturation_concurrency, settings.saturation_requests, warmup=4)
 
 
 def _goodput_reference(field: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -143,90 +142,39 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_search_workers(args: argparse.Namespace) -> int:
-    """`autotune search --workers N`: the study created here, then N `autotune worker` processes on
-    disjoint device slots, then (on all of them again) the confirmation phase and the outputs."""
+    """`autotune search --workers N`: N `autotune worker` processes on disjoint device slots, then
+    (on all of them again) the confirmation phase and the outputs (`search.parallel`)."""
     from rich.markup import escape
 
-    from search import workers
-    from search.outputs import StudyProgress
-    from search.prepare import StudyOptions, prepare
-    from search.study import StudyRunner
-    from storage.url import single_writer
+    from search.parallel import WorkersStopped, search_on_workers
+    from search.prepare import StudyOptions
 
-    storage = args.storage or ""
-    if not storage or single_writer(storage):
-        raise workers.SlotError(
-            f"--workers {args.workers} needs a database server the workers share; SQLite "
-            f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "
-            f"(autotune db start) and pass the URL it prints: make search WORKERS={args.workers} STORAGE=<URL>")
     opts = StudyOptions(
-        scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model, storage=storage,
-        study_name=args.study, sampler=args.sampler, seed=args.seed, runs_dir=Path(args.runs_dir),
-        confirm_runs=args.confirm_runs)
-    if args.backend == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise workers.SlotError("--backend ray needs ray, which is not installed: "
-                                    "pip install -e '.[ray]'") from None
-    prep = prepare(opts)  # every check before any server starts
-    hw = prep.ctx.hardware
-    slots = workers.slots(args.workers, len(hw.gpus) if hw.is_gpu else 0, workers.available_cpus())
-    for slot in slots:  # refused here, before anything starts, if another tuner has them
-        for handle in workers.hold(slot, prep.study_name):
-            handle.close()
+        scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
+        storage=args.storage or "", study_name=args.study, sampler=args.sampler, seed=args.seed,
+        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs)
     console = _console()
-    runner = StudyRunner(prep, opts)
-    runner.open()  # the schema and the study, once, before the workers join it
-    console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{hw.describe()}; storage {prep.storage_url}; {args.workers} workers on "
-                  f"{', '.join(s.label for s in slots)}")
-    commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
-        storage=prep.storage_url, study=prep.study_name, runs_dir=args.runs_dir, slot=slot, seed=args.seed + i,
-        trials=runner.budget, sampler=args.sampler, scenario=args.scenario, model=args.model,
-        timeout_min=args.timeout_min)) for i, slot in enumerate(slots)]
-    if args.backend == "ray":
-        codes = workers.run_all_on_ray(commands, slots, args.ray_address)
-    else:
-        codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
-    failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
-    if failed:
-        console.print(f"[red]workers stopped early[/]: {escape('; '.join(failed))}; run the same command to "
+    try:
+        prep = search_on_workers(opts, args.workers, console, backend=args.backend, ray_address=args.ray_address)
+    except WorkersStopped as e:
+        console.print(f"[red]workers stopped early[/]: {escape(str(e))}; run the same command to "
                       "continue where the study stopped")
-        return 130 if all(code == 130 for code in codes if code) else 1
-    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)])
-    if confirm.confirm_runs > 0:
-        confirm.run(search=False)
+        return 130 if e.interrupted else 1
     return _finish(console, prep.storage_url, prep.study_name, prep.run_dir)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     """`autotune worker`: one more worker on an existing study, from any host that reaches its
     database: the scenario, model and budget are the study's own unless given here."""
-    from search.study.coordination import Coordination
-    from search.outputs import DashboardPublisher, StudyProgress
-    from search.prepare import StudyOptions, prepare
-    from search.study import StudyRunner
-    from search.workers import Slot, hold, joined_study
+    from search.parallel import run_worker
+    from search.workers import Slot
 
-    slot = Slot.parse(args.slot) if args.slot else None
-    joined = joined_study(args.storage, args.study, Path(args.runs_dir))
-    opts = StudyOptions(
-        scenario=args.scenario or joined.scenario, trials=args.trials or joined.budget,
-        timeout_min=args.timeout_min, model=args.model or joined.model, storage=args.storage, study_name=args.study,
-        sampler=args.sampler, seed=args.seed if args.seed is not None else os.getpid(), runs_dir=Path(args.runs_dir),
-        confirm_runs=0)
-    if slot is not None:
-        held = hold(slot, args.study)  # noqa: F841 - held until this worker ends
-        slot.apply()  # before anything starts: every server and the load client inherit it
-    prep = prepare(opts)
     console = _console()
-    console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
-                  f"[bold]{prep.study_name}[/] ({prep.storage_url})")
-    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
-                         coordination=Coordination(slot=slot.label if slot else None))
     try:
-        result = runner.run()
+        result = run_worker(args.storage, args.study, Path(args.runs_dir), console,
+                            slot=Slot.parse(args.slot) if args.slot else None, scenario=args.scenario,
+                            model=args.model, trials=args.trials, timeout_min=args.timeout_min,
+                            sampler=args.sampler, seed=args.seed)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: no server is left running; its trial goes to the other workers")
         return 130

@@ -22,7 +22,7 @@ from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
 from objectives.load import WorkloadSpec
-from search.serving import REGISTRY, scenario_flag_problem
+from search.serving import DEFAULT_STARTUP_TIMEOUT_S, REGISTRY, scenario_flag_problem
 from objectives.load import MetricName
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -161,7 +161,7 @@ class Confirmation(Strict):
 
 class ServerSection(Strict):
     fixed: dict[str, Any] = Field(default_factory=dict)  # held for every trial, baselines included
-    startup_timeout_s: float = Field(default=300, gt=0)
+    startup_timeout_s: float = Field(default=DEFAULT_STARTUP_TIMEOUT_S, gt=0)
 
     @field_validator("fixed")
     @classmethod

@@ -1,7 +1,8 @@
 """Many workers of one study on this machine (`autotune search --workers N`): each a process of
 its own (`autotune worker`) on a disjoint device slot, their output interleaved line by line
 under a prefix. The workers coordinate through the study's database (`search.study.coordination`),
-not through this parent: it only places them, shows them and waits.
+not through this parent: it only places them, shows them and waits (`search.parallel` runs that
+flow, and `autotune worker`'s).
 """
 
 from __future__ import annotations

@@ -2,18 +2,20 @@
 
 The terminal (`progress` while a study runs, `summary` at its end), `best.yaml` and
 `pareto.yaml` (`export`), the self-contained HTML report (`report`, `figures`), and the
-optuna-dashboard pages (`dashboard`). `trial_views` is the read model they share: one view per
-stored trial, in exactly one category; `verdict_text` writes the confirmation phase's verdict in
-the words all of them quote. `format` is the one number formatter. The study loop never
-imports this package; it reaches the terminal and the dashboard through `search.study.events`
-subscribers that the CLI wires in.
+optuna-dashboard pages (`dashboard`). They all read one read model: `read_model` reads a study
+back from storage once (`LoadedStudy`), `trial_views` makes one view per stored trial of it, in
+exactly one category, and `confirmation_rows` the confirmation table's rows; `verdict_text`
+writes the confirmation phase's verdict in the words all of them quote. `format` is the one
+number formatter. Nothing here starts a server (a contract in pyproject.toml says so). The
+study loop never imports this package; it reaches the terminal and the dashboard through
+`search.study.events` subscribers that the CLI wires in.
 """
 
 from search.outputs.dashboard import DashboardPublisher, publish_and_serve
-from search.outputs.export import LoadedStudy, load_study
 from search.outputs.export import export as export_study
 from search.outputs.format import fmt_value
 from search.outputs.progress import StudyProgress
+from search.outputs.read_model import LoadedStudy, load_study
 from search.outputs.report import REPORT_NAME, write_report
 from search.outputs.summary import confirmation_table, summary_table, verdict_lines
 

@@ -34,11 +34,13 @@ from sqlalchemy.orm import Session
 from objectives.load import MetricName, json_safe
 from objectives.diagnosis import Diagnosis, summarize
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
-from search.outputs import export, figures, verdict_text
+from search.outputs import figures, verdict_text
 from search.outputs.format import fmt_value
+from search.outputs.read_model import LoadedStudy, latency_slos, load_study
+from search.outputs.recommendation import verdict
 from search.outputs.report import searched_params
-from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
-                                        stage_rows, stages_summary, trial_views, verdict, view_of)
+from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, stage_rows,
+                                        stages_summary, view_of)
 from search.scenario import Scenario
 from storage import queries
 from storage.models import TrialRecord
@@ -111,7 +113,7 @@ def stages_markdown(v: TrialView) -> list[str]:
     return lines + [""]
 
 
-def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str | None) -> str:
+def study_note(ls: LoadedStudy, views: list[TrialView], report_path: str | None) -> str:
     chosen, lines = verdict(ls, views)
     front = [v for v in views if v.on_front]
     counts = summarize(v.diagnosis.as_dict() for v in views)
@@ -132,7 +134,7 @@ def study_note(ls: export.LoadedStudy, views: list[TrialView], report_path: str 
     return "\n".join(out) + "\n"
 
 
-def confirmation_markdown(ls: export.LoadedStudy) -> list[str]:
+def confirmation_markdown(ls: LoadedStudy) -> list[str]:
     """The confirmation phase in the study note: every verdict line (comparisons with their
     intervals and run counts, the noise, warnings) and the calibration reference's spread."""
     text = ls.verdict_text()
@@ -217,7 +219,7 @@ class DashboardPublisher(StudyObserver):
         return attrs
 
 
-def build_figures(ls: export.LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:
+def build_figures(ls: LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:
     """The study page's figures by graph id. The ids are fixed, so publishing again replaces
     the figures instead of adding copies."""
     sc = ls.scenario
@@ -265,10 +267,9 @@ def publish(storage_url: str, study_name: str, report_path: str | None = None) -
     from optuna_dashboard import save_plotly_graph_object
 
     with Session(queries.open_db(storage_url), expire_on_commit=False) as session:
-        ls = export.load_study(session, storage_url, study_name)
+        ls = load_study(session, storage_url, study_name)
         snapshots = queries.front_history(session, ls.record)
-        views = trial_views(ls)
-    study = ls.study
+    study, views = ls.study, ls.views
     figs = build_figures(ls, views, snapshots)
     for gid, fig in figs.items():
         save_plotly_graph_object(study, fig, graph_object_id=gid)

@@ -12,110 +12,19 @@ hardware, study and trial, and the exact command.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 import yaml
 from sqlalchemy.orm import Session
 
-from search import pareto
-from search.calibration import CalibrationResult
-from search.study.verdict import stored_verdict
 from search.outputs import verdict_text
 from search.outputs.format import fmt_value
-from search.scenario import Scenario
-from search.study.verdict import Outcome, Verdict
-from storage import queries
-from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+from search.outputs.read_model import Deployment, LoadedStudy, load_study
+from storage.models import TrialRecord, TrialStatus
 
 BEST_NAME, PARETO_NAME = "best.yaml", "pareto.yaml"
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """The configuration to deploy (`trial_number`; None: none is recommended), and whether the
-    confirmation phase's verdict picked it (else: the search's single measurements did)."""
-
-    trial_number: int | None
-    confirmed: bool
-
-
-@dataclass
-class LoadedStudy:
-    """A finished (or running) study read back from storage: all export and report need."""
-
-    record: StudyRecord
-    scenario: Scenario
-    study: optuna.Study
-    trials: dict[int, TrialRecord]
-    verdict: Verdict | None = None  # None: no confirmation phase started
-    confirmation_runs: list[ConfirmationRun] = field(default_factory=list)
-
-    @property
-    def front(self) -> list[optuna.trial.FrozenTrial]:
-        return pareto.front(self.study)
-
-    def chosen(self) -> optuna.trial.FrozenTrial | None:
-        """The front's pick by the selection rule on the search's single measurements."""
-        return pareto.chosen(self.study, self.scenario)
-
-    @property
-    def confirmed(self) -> bool:
-        """A complete confirmation phase decides (an interrupted one does not)."""
-        return self.verdict is not None and self.verdict.outcome != Outcome.INCOMPLETE
-
-    def deployment(self) -> Deployment:
-        if self.confirmed:
-            rec = self.verdict.recommended
-            return Deployment(rec.trial_number if rec is not None else None, confirmed=True)
-        best = self.chosen()
-        return Deployment(best.number if best is not None else None, confirmed=False)
-
-    def verdict_text(self) -> verdict_text.VerdictText | None:
-        if self.verdict is None:
-            return None
-        served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
-        return verdict_text.describe(self.verdict, self.scenario, served,
-                                     (self.record.confirmation or {}).get("notes", []))
-
-    def calibration(self) -> CalibrationResult | None:
-        return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
-
-    def unconfirmed_note(self) -> str | None:
-        """What the numbers are worth when no complete confirmation decided (None when one did)."""
-        if self.confirmed:
-            return None
-        if self.verdict is None:
-            return verdict_text.unconfirmed(self.scenario)
-        return "until then, the numbers are single, unconfirmed measurements"
-
-    def result_lines(self) -> list[str]:
-        """The verdict in short (the top of every output): headline, ties, the comparisons
-        that decided; without a complete confirmation, what the numbers are worth."""
-        text = self.verdict_text()
-        note = self.unconfirmed_note()
-        best = None if self.confirmed else self.chosen()
-        suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and pareto.client_behind(best) else []
-        return (text.summary_lines() if text is not None else []) + ([note] if note else []) + suspect
-
-    def baselines(self) -> dict[str, TrialRecord]:
-        out = {}
-        for row in self.trials.values():
-            if row.baseline and row.baseline not in out:
-                out[row.baseline] = row
-        return out
-
-
-def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStudy:
-    rec = queries.require_study(session, study_name)
-    scenario = Scenario.model_validate(yaml.safe_load(rec.scenario_source))
-    study = optuna.load_study(study_name=study_name, storage=optuna.storages.RDBStorage(
-        storage_url, engine_kwargs=queries.engine_kwargs(storage_url)))
-    trials = {r.trial_number: r for r in queries.trial_records(session, rec)}
-    return LoadedStudy(rec, scenario, study, trials, stored_verdict(session, rec, scenario),
-                       queries.confirmation_runs(session, rec))
 
 
 def _delta(new: float, old: float) -> str:

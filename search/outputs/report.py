@@ -24,9 +24,12 @@ from sqlalchemy.orm import Session
 
 from objectives.load import MetricName
 from search.outputs import export, figures, verdict_text
-from search.outputs.format import fmt_interval, fmt_percent, fmt_value, unit_of
-from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, latency_slos,
-                                        stage_rows, stages_summary, trial_views, verdict)
+from search.outputs.confirmation_rows import confirmation_rows
+from search.outputs.format import fmt_percent, fmt_value
+from search.outputs.read_model import LoadedStudy, latency_slos, load_study
+from search.outputs.recommendation import verdict
+from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, stage_rows,
+                                        stages_summary)
 from storage import queries
 
 REPORT_NAME = "report.html"
@@ -198,32 +201,27 @@ def _lines_html(text: verdict_text.VerdictText) -> str:
     return "".join(out)
 
 
-def confirmation_table(ls: export.LoadedStudy) -> str:
-    v, sc = ls.verdict, ls.scenario
-    planned = ls.record.confirmation["runs"]
-    deployed = ls.deployment().trial_number
-    head = ["candidate", "runs ok", *[f"{n} median [95%]" for n in sc.objective_names], "SLOs (confirmed medians)",
-            *[f"vs {b.baseline}" for b in v.baselines]]
+def confirmation_table(ls: LoadedStudy) -> str:
+    t = confirmation_rows(ls)
+    head = ["candidate", "runs ok", *[f"{n} median [95%]" for n in t.objectives], "SLOs (confirmed medians)",
+            *[f"vs {b}" for b in t.baselines]]
     rows = []
-    for c in v.candidates:
-        cells = [f"<td>{_e(c.label)}{' (deployed)' if c.trial_number == deployed else ''}</td>",
-                 f'<td class="num">{c.rounds - len(c.failures)}/{planned}</td>']
-        cells += [f'<td class="num" data-v="{c.metrics[n].value!r}">{_e(fmt_interval(c.metrics[n], unit=unit_of(n)))}</td>'
-                  for n in sc.objective_names]
-        cells.append(f"<td>{_mark(FEASIBLE if c.feasible else INFEASIBLE)} {_e(verdict_text.slo_margin(c))}</td>")
-        for b in v.baselines:
-            cmp = None if c.baseline else v.comparison(c.trial_number, b.trial_number)
-            cells.append("<td>" + ("" if cmp is None else "<br>".join(
-                f'<span class="call-{cmp.calls[m]}">{_e(m)} {cmp.calls[m]}</span>' for m in sc.objective_names))
-                + "</td>")
-        rows.append(f'<tr data-trial="{c.trial_number}"{" class=chosen" if c.trial_number == deployed else ""}>'
+    for row in t.rows:
+        cells = [f"<td>{_e(row.label)}{' (deployed)' if row.deployed else ''}</td>",
+                 f'<td class="num">{row.runs_ok}</td>']
+        cells += [f'<td class="num" data-v="{median!r}">{_e(text)}</td>' for text, median in row.medians]
+        cells.append(f"<td>{_mark(FEASIBLE if row.feasible else INFEASIBLE)} {_e(row.slo)}</td>")
+        for calls in row.calls:
+            cells.append("<td>" + ("" if calls is None else "<br>".join(
+                f'<span class="call-{calls[m]}">{_e(m)} {calls[m]}</span>' for m in t.objectives)) + "</td>")
+        rows.append(f'<tr data-trial="{row.trial_number}"{" class=chosen" if row.deployed else ""}>'
                     + "".join(cells) + "</tr>")
     return ('<table class="sortable" id="confirmation-table"><thead><tr>'
             + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>" + "".join(rows)
             + "</tbody></table>")
 
 
-def noise_table(ls: export.LoadedStudy) -> str:
+def noise_table(ls: LoadedStudy) -> str:
     """The run-to-run spread of each objective and SLO metric in the confirmation runs."""
     sc, v = ls.scenario, ls.verdict
     runs = max((c.rounds for c in v.candidates), default=0)
@@ -234,7 +232,7 @@ def noise_table(ls: export.LoadedStudy) -> str:
             f"(pooled over the candidates)</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
-def confirmation_section(ls: export.LoadedStudy) -> str:
+def confirmation_section(ls: LoadedStudy) -> str:
     """The verdict on the re-measured candidates, their runs, the noise and the calibration."""
     sc = ls.scenario
     calibration = verdict_text.calibration_lines(sc, ls.calibration())
@@ -255,17 +253,17 @@ def confirmation_section(ls: export.LoadedStudy) -> str:
             + '<h3 id="noise">Run-to-run noise</h3>' + noise_table(ls) + cal_html)
 
 
-def searched_params(ls: export.LoadedStudy, views: list[TrialView]) -> list[str]:
+def searched_params(ls: LoadedStudy, views: list[TrialView]) -> list[str]:
     """Scenario parameters some trial sampled (the installed vLLM may have dropped others)."""
     sampled = {p for v in views for p in v.params}
     return [p for p in ls.scenario.search_space if p in sampled] + sorted(
         sampled - set(ls.scenario.search_space))
 
 
-def build_html(ls: export.LoadedStudy, snapshots, storage_url: str) -> str:
+def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
     sc, rec = ls.scenario, ls.record
     names, directions = sc.objective_names, sc.directions
-    views = trial_views(ls)
+    views = ls.views
     chosen, lines = verdict(ls, views)
     baselines = [v for v in views if v.baseline]
 
@@ -342,7 +340,7 @@ written {created}.</p>
 def write_report(storage_url: str, study_name: str, out_path: Path | str | None = None) -> Path:
     """Write the study's report; default path: runs/<study>/report.html beside best.yaml."""
     with Session(queries.open_db(storage_url), expire_on_commit=False) as session:
-        ls = export.load_study(session, storage_url, study_name)
+        ls = load_study(session, storage_url, study_name)
         snapshots = queries.front_history(session, ls.record)
         page = build_html(ls, snapshots, storage_url)
     out = Path(out_path) if out_path else Path("runs") / study_name / REPORT_NAME

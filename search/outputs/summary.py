@@ -1,6 +1,7 @@
 """The end-of-study terminal summary: every trial of the search, what it measured (with the
 differences from the baselines that the measured noise explains marked), the confirmation runs'
-medians with their intervals, and the verdict in words."""
+medians with their intervals, and the verdict in words. Read from the read model: the trial
+views and the confirmation table's rows."""
 
 from __future__ import annotations
 
@@ -11,60 +12,60 @@ from rich.table import Table
 
 from objectives.statistics import beyond_noise
 from search.outputs import verdict_text
-from search.outputs.export import LoadedStudy
-from search.outputs.format import fmt_interval, fmt_value, unit_of
-from storage.models import TrialRecord, TrialStatus
+from search.outputs.confirmation_rows import confirmation_rows
+from search.outputs.format import fmt_value
+from search.outputs.read_model import LoadedStudy
+from search.outputs.trial_views import FAILED, TrialView, baseline_views
 
 WITHIN_NOISE = "~"
+_CALL_COLOURS = {"win": "green", "loss": "red", "tie": "default"}
 
 
-def _measured(row: TrialRecord) -> bool:
-    return row.status == TrialStatus.OK or (row.status == TrialStatus.DUPLICATE and not row.failure_class)
-
-
-def within_noise(ls: LoadedStudy, row: TrialRecord, metric: str) -> bool:
+def within_noise(ls: LoadedStudy, view: TrialView, metric: str, baselines: dict[str, TrialView]) -> bool:
     """Whether the trial's single value of `metric` is within the stored run-to-run noise of
     some baseline's (False without a measured noise: nothing to discount)."""
     cv = (ls.record.noise or {}).get(metric)
-    value = row.metrics.get(metric)
-    if row.baseline or cv is None or not isinstance(value, (int, float)):
+    value = view.metrics.get(metric)
+    if view.baseline or cv is None or not isinstance(value, (int, float)):
         return False
-    for base in ls.baselines().values():
+    for base in baselines.values():
         ref = base.metrics.get(metric)
-        if _measured(base) and isinstance(ref, (int, float)) and ref and math.isfinite(ref):
+        if base.category != FAILED and isinstance(ref, (int, float)) and ref and math.isfinite(ref):
             if not beyond_noise(value / ref - 1.0, cv):
                 return True
     return False
 
 
+def _direction(direction: str) -> str:
+    return "max" if direction == "maximize" else "min"
+
+
 def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     sc = ls.scenario
     deployment = ls.deployment()
-    front = {t.number for t in ls.front}
+    views = ls.views
+    baselines = baseline_views(views)
     table = Table(title=f"study {ls.record.study_name}: scenario {sc.name}, {ls.record.vllm_version}, "
                         f"{ls.record.hardware.get('description')}: the search (one run per trial)")
     table.add_column("trial", justify="right")
     table.add_column("kind", no_wrap=True)
-    for name, obj in zip(sc.objective_names, sc.objectives):
-        table.add_column(f"{name} ({'max' if obj.direction == 'maximize' else 'min'})", justify="right")
+    for name, direction in zip(sc.objective_names, sc.directions):
+        table.add_column(f"{name} ({_direction(direction)})", justify="right")
     table.add_column("SLOs")
     table.add_column("parameters", overflow="fold")  # fold, not "…": a cut name says nothing
-    rows = sorted(ls.trials.values(), key=lambda r: r.trial_number)[-max_rows:]
-    for row in rows:
-        mark = " *" if row.trial_number == deployment.trial_number else (" p" if row.trial_number in front else "")
-        kind = row.baseline or ("duplicate" if row.status == TrialStatus.DUPLICATE else "search")
-        if row.status == TrialStatus.FAILED or (row.status == TrialStatus.DUPLICATE and row.failure_class):
+    for v in views[-max_rows:]:
+        mark = " *" if v.chosen else (" p" if v.on_front else "")
+        if v.category == FAILED:
             values = ["-"] * len(sc.objective_names)
-            slo = f"[red]failed: {row.failure_class}[/]"
+            slo = f"[red]failed: {v.failure_class}[/]"
         else:
-            values = [fmt_value(row.metrics.get(n), digits=4) + (f" {WITHIN_NOISE}" if within_noise(ls, row, n) else "")
-                      for n in sc.objective_names]
-            violated = [k for k, v in row.constraints.items() if v > 0]
-            slo = "[green]met[/]" if not violated else "[yellow]violated: " + ", ".join(violated) + "[/]"
-            if row.client_behind:
+            values = [fmt_value(v.metrics.get(n), digits=4)
+                      + (f" {WITHIN_NOISE}" if within_noise(ls, v, n, baselines) else "") for n in sc.objective_names]
+            slo = "[green]met[/]" if not v.violated else "[yellow]violated: " + ", ".join(v.violated) + "[/]"
+            if v.client_behind:
                 slo += " [red](client behind)[/]"
-        params = " ".join(f"{k}={fmt_value(v)}" for k, v in row.params.items()) if not row.baseline else ""
-        table.add_row(f"{row.trial_number}{mark}", kind, *values, slo, params)
+        params = " ".join(f"{k}={fmt_value(x)}" for k, x in v.params.items()) if not v.baseline else ""
+        table.add_row(f"{v.number}{mark}", v.kind, *values, slo, params)
     chosen = "deployed (confirmed)" if deployment.confirmed else "chosen (on single measurements)"
     caption = (f"* {chosen}   " if deployment.trial_number is not None else "") + "p on the feasible Pareto front"
     if ls.record.noise:
@@ -74,41 +75,33 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     return table
 
 
-def _calls(ls: LoadedStudy, trial_number: int, baseline_number: int) -> str:
-    cmp = ls.verdict.comparison(trial_number, baseline_number)
-    if cmp is None:
+def _calls(calls: dict[str, str] | None) -> str:
+    if calls is None:
         return "-"
-    colour = {"win": "green", "loss": "red", "tie": "default"}
-    return ", ".join(f"[{colour[c]}]{m} {c}[/]" for m, c in cmp.calls.items())
+    return ", ".join(f"[{_CALL_COLOURS[c]}]{m} {c}[/]" for m, c in calls.items())
 
 
 def confirmation_table(ls: LoadedStudy) -> Table | None:
     """One row per confirmed candidate: runs, each objective's median [95% interval], the SLOs
     on the confirmed medians, and its call against each baseline (None: no confirmation)."""
-    v = ls.verdict
-    if v is None:
+    t = confirmation_rows(ls)
+    if t is None:
         return None
-    sc = ls.scenario
-    planned = ls.record.confirmation["runs"]
-    deployed = ls.deployment().trial_number
-    table = Table(title=f"confirmation: {planned} runs per candidate on fresh servers, interleaved "
-                        f"({v.runs_done} of {v.runs_planned} done); medians [95% interval]")
+    table = Table(title=f"confirmation: {t.runs} runs per candidate on fresh servers, interleaved "
+                        f"({t.runs_done} of {t.runs_planned} done); medians [95% interval]")
     table.add_column("candidate", no_wrap=True)
     table.add_column("runs ok", justify="right")
-    for name, obj in zip(sc.objective_names, sc.objectives):
-        table.add_column(f"{name} ({'max' if obj.direction == 'maximize' else 'min'})", justify="right")
+    for name, direction in zip(t.objectives, t.directions):
+        table.add_column(f"{name} ({_direction(direction)})", justify="right")
     table.add_column("SLOs (confirmed medians)")
-    for b in v.baselines:
-        table.add_column(f"vs {b.baseline}")
-    for c in v.candidates:
-        ok = c.rounds - len(c.failures)
-        slo = verdict_text.slo_margin(c)
-        slo = f"[green]{escape(slo)}[/]" if c.feasible else f"[yellow]{escape(slo)}[/]"
-        calls = ["" if c.baseline else _calls(ls, c.trial_number, b.trial_number) for b in v.baselines]
-        values = [fmt_interval(c.metrics[n], unit=unit_of(n)) for n in sc.objective_names]
-        mark = " *" if c.trial_number == deployed else ""
-        table.add_row(f"{c.label}{mark}", f"{ok}/{planned}", *values, slo, *calls)
-    table.caption = (("* deployed   " if deployed is not None else "")
+    for name in t.baselines:
+        table.add_column(f"vs {name}")
+    for row in t.rows:
+        slo = f"[green]{escape(row.slo)}[/]" if row.feasible else f"[yellow]{escape(row.slo)}[/]"
+        calls = ["" if row.baseline else _calls(c) for c in row.calls]
+        table.add_row(f"{row.label}{' *' if row.deployed else ''}", row.runs_ok, *(text for text, _ in row.medians),
+                      slo, *calls)
+    table.caption = (("* deployed   " if t.deployed is not None else "")
                      + "win/loss: beyond the noise (95% interval of the difference excludes 0)")
     return table
 

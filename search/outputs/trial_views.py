@@ -1,8 +1,8 @@
-"""A finished study as the report and the dashboard show it: one view per trial.
+"""A stored trial as every output shows it: one view per trial (`TrialView`), with its load
+stages (`StageView`). The read model (`search.outputs.read_model`) builds them.
 
 Each trial falls in exactly one category (feasible, infeasible, failed) from our own records,
 which hold Optuna 5's constraints, so nothing here depends on what optuna-dashboard can read.
-A trial stored without a diagnosis (older studies) is diagnosed here from its stored metrics.
 """
 
 from __future__ import annotations
@@ -10,14 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
-from objectives.failure import Failure
-from objectives.scoring import SERVER_OK, SLOSpec
-from objectives.load import WorkloadSpec
-from search.outputs.export import LoadedStudy
+from objectives.diagnosis import Diagnosis
+from objectives.scoring import SERVER_OK
 from search.outputs.format import fmt_value
-from search.scenario import unloaded_reference
-from search.serving import recorded_cpu_kv_budget, serving_facts
 from storage.models import StageRecord, TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
@@ -85,7 +80,7 @@ class TrialView:
     flags: dict[str, Any]
     metrics: dict[str, Any]
     violated: dict[str, float]  # SLO key -> violation (> 0), server_ok excluded
-    failure: str | None
+    failure: str | None  # "class (phase): line"
     diagnosis: Diagnosis
     on_front: bool = False
     chosen: bool = False
@@ -95,6 +90,8 @@ class TrialView:
     stages: list[StageView] = field(default_factory=list)  # in order; empty without load stages
     capacity: dict[str, Any] | None = None  # objectives.capacity.CapacityEstimate.as_dict()
     worker: dict[str, Any] | None = None  # where it ran and beside what (TrialRecord.worker)
+    failure_class: str | None = None
+    client_behind: bool = False  # its load client fell behind its schedule: numbers suspect
 
     @property
     def placement(self) -> str:
@@ -117,53 +114,6 @@ def category_of(row: TrialRecord) -> str:
     return FEASIBLE if row.feasible else INFEASIBLE
 
 
-def facts_for(ls: LoadedStudy) -> ServingFacts:
-    """What the anti-pattern checks need, from what the study recorded (not from this machine)."""
-    rec = ls.record
-    hardware = _hardware(rec.hardware)
-    model = dtype = None
-    try:
-        from search.serving import read_model_info
-
-        model = read_model_info(rec.model_path)
-        dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
-    except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
-        pass
-    # Stored with the study; a study begun before it was has it in its trials' flags (kv-cache-memory-bytes).
-    budget = None if hardware.is_gpu else rec.cpu_kv_budget_bytes or recorded_cpu_kv_budget(
-        (r.config or {}, r.flags or {}) for r in ls.trials.values())
-    return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
-                         cpu_kv_budget_bytes=budget)
-
-
-def _hardware(d: dict[str, Any]):
-    from search.serving import Gpu, Hardware
-
-    return Hardware(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", ""),
-                    cpu_cores=d.get("cpu_cores", 0), ram_gib=d.get("ram_gib", 0.0),
-                    gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", [])))
-
-
-def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
-    """The workload and the SLOs as the study ran them (calibrated rate and bounds), and the
-    idle-server medians. Without the calibration a relative scenario needs: as written, no SLOs."""
-    from search import calibration
-
-    cal = None
-    if ls.record.calibration:
-        cal = calibration.CalibrationResult.from_dict(ls.record.calibration)
-    try:
-        workload, slos, _ = calibration.resolve(ls.scenario, cal)
-    except (ValueError, TypeError, AttributeError):
-        workload, slos = ls.scenario.workload, []
-    return workload, slos, (cal.unloaded if cal is not None else {})
-
-
-def latency_slos(ls: LoadedStudy) -> list[SLOSpec]:
-    """The study's resolved SLOs on latency metrics (what the latency-against-rate figure draws)."""
-    return [s for s in resolved(ls)[1] if unloaded_reference(s.metric) is not None]
-
-
 def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
             chosen: bool = False) -> TrialView:
     category = category_of(row)
@@ -179,90 +129,14 @@ def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
         metrics=dict(row.metrics or {}), violated=violated, failure=failure, diagnosis=diagnosis,
         on_front=on_front, chosen=chosen, baseline=row.baseline, duplicate_of=row.duplicate_of,
         adjustments=[a.get("detail", "") for a in (row.adjustments or [])],
-        stages=[stage_view(s) for s in row.stages], capacity=row.capacity, worker=row.worker)
+        stages=[stage_view(s) for s in row.stages], capacity=row.capacity, worker=row.worker,
+        failure_class=row.failure_class, client_behind=bool(row.client_behind))
 
 
-def trial_views(ls: LoadedStudy) -> list[TrialView]:
-    workload, _, unloaded = resolved(ls)
-    facts = None
-    front = {t.number for t in ls.front}
-    deployed = ls.deployment().trial_number
-    views = []
-    for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
-        if row.diagnosis:
-            diag = Diagnosis.from_dict(row.diagnosis)
-        else:
-            facts = facts or facts_for(ls)
-            diag = diagnose_trial(row.metrics or {}, row.config or {}, workload,
-                                  Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
-                                  constraints=row.constraints, unloaded=unloaded, facts=facts)
-        views.append(view_of(row, diag, on_front=row.trial_number in front,
-                             chosen=row.trial_number == deployed))
-    return views
-
-
-# --- the verdict in plain words ------------------------------------------------------------
-
-def gains(ls: LoadedStudy, chosen: TrialView, views: list[TrialView]) -> list[str]:
-    """One sentence per baseline: how the chosen config compares, objective by objective."""
-    sc = ls.scenario
-    out = []
-    by_baseline = {v.baseline: v for v in views if v.baseline}
-    for name, base in by_baseline.items():
-        if base.number == chosen.number:
-            out.append(f"The chosen configuration is the {name} baseline itself: the search found "
-                       "nothing better under the selection rule.")
-            continue
-        if base.category == FAILED:
-            out.append(f"Baseline {name} (trial {base.number}) never served: {base.failure}. "
-                       "Any working configuration beats it.")
-            continue
-        parts = []
-        for obj in sc.objectives:
-            new, old = chosen.metrics.get(obj.metric), base.metrics.get(obj.metric)
-            if new is None or old is None:
-                continue
-            better = new > old if obj.direction == "maximize" else new < old
-            rel = f"{(new - old) / abs(old) * 100:+.0f}%" if old else "n/a"
-            parts.append(f"{obj.metric} {fmt_value(new)} vs {fmt_value(old)} ({rel}, "
-                         f"{'better' if better else 'worse' if new != old else 'same'})")
-        slo = ("meets every SLO" if base.category == FEASIBLE else
-               "violates " + ", ".join(base.violated))
-        out.append(f"Against {name} (trial {base.number}, which {slo}): " + "; ".join(parts) + ".")
+def baseline_views(views: list[TrialView]) -> dict[str, TrialView]:
+    """Each baseline's first trial, by name."""
+    out: dict[str, TrialView] = {}
+    for v in views:
+        if v.baseline and v.baseline not in out:
+            out[v.baseline] = v
     return out
-
-
-def _settings(v: TrialView) -> str:
-    settings = v.params if not v.baseline else v.config
-    return ", ".join(f"{k}={fmt_value(x)}" for k, x in settings.items()) or "vLLM's defaults"
-
-
-def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, list[str]]:
-    """(chosen trial, sentences for the top of the report): the confirmed verdict when the
-    confirmation phase ran to its end, else the search's pick on single measurements."""
-    counts = {c: sum(v.category == c for v in views) for c in CATEGORIES}
-    chosen = next((v for v in views if v.chosen), None)
-    tally = (f"{len(views)} trials in the search: {counts[FEASIBLE]} met every SLO, {counts[INFEASIBLE]} violated "
-             f"at least one, {counts[FAILED]} never served.")
-    if ls.confirmed:
-        settings = [f"Settings of {chosen.label}: {_settings(chosen)}."] if chosen is not None else []
-        left_out = [f"Note: {n}." for n in ls.verdict_text().notes]  # e.g. a baseline that never served
-        return chosen, [*ls.result_lines(), *settings, *left_out, tally]
-    lines = [tally, *ls.result_lines()]
-    if chosen is None:
-        lines.insert(0, "No configuration met every SLO, so none is recommended.")
-        measured = [v for v in views if v.category == INFEASIBLE]
-        if measured:
-            closest = min(measured, key=lambda v: sum(v.violated.values()))
-            lines.append(f"Closest: {closest.label}, violating " + ", ".join(
-                f"{k} by {v:.0%}" for k, v in closest.violated.items()) + ".")
-        return None, lines
-    sc = ls.scenario
-    objs = ", ".join(f"{o.metric} {fmt_value(chosen.metrics.get(o.metric))}" for o in sc.objectives)
-    n_front = sum(v.on_front for v in views)
-    lines.insert(0, f"Recommended: {chosen.label}, picked from the {n_front} "
-                    f"configuration{'s' if n_front != 1 else ''} on the feasible Pareto front as "
-                    f"{sc.selection.describe()}. "
-                    f"It measured {objs} and meets every SLO. Settings: {_settings(chosen)}.")
-    lines[1:1] = gains(ls, chosen, views)
-    return chosen, lines

@@ -29,6 +29,7 @@ from objectives.failure import Failure, FailureClass
 from search.serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
+from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 
 HOST = "127.0.0.1"
 API_MODULE = "vllm.entrypoints.openai.api_server"
@@ -48,7 +49,7 @@ class LaunchSpec:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     stop_grace_s: float = 15.0
     gpu: bool = False
 

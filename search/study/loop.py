@@ -21,8 +21,8 @@ from typing import Callable, Iterable, Iterator
 import optuna
 
 from objectives.failure import FailureClass
-from search import calibration as calibration_mod, pareto, space as space_mod
-from search.executor import Measurement, TrialExecutor, VllmExecutor, plan as plan_trial
+from search import pareto, space as space_mod
+from search.executor import Measurement, TrialExecutor, VllmExecutor, calibrate as measure_calibration, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
 from search.samplers import make_sampler
 from search.serving import LaunchContext
@@ -91,7 +91,7 @@ class StudyRunner:
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
         self.opening = Opening(prep, opts, self.engine, self.study, self.events,
-                               calibrate or calibration_mod.calibrate, self.budget)
+                               calibrate or measure_calibration, self.budget)
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
 
     def _recording(self) -> Recording:

@@ -31,7 +31,7 @@ from objectives.diagnosis import ServingFacts
 from objectives.load import GoodputSLO, MetricName, WorkloadSpec, json_safe
 from objectives.scoring import SLOSpec
 from search import calibration as calibration_mod, scenario as scenario_mod, space as space_mod
-from search.executor import Measurement, PhaseCallback, plan as plan_trial
+from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
 from search.scenario import Scenario
 from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
@@ -43,7 +43,7 @@ from storage.url import single_writer
 
 BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (search.workers reads it)
 
-# search.calibration.calibrate: measures the scenario on the baseline's server, logs under run_dir.
+# search.executor.calibrate: measures the scenario on the baseline's server, logs under run_dir.
 Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
 
 
@@ -243,7 +243,7 @@ class Opening:
         again = "nothing was stored; run the same command to calibrate again"
         try:
             cal = self.calibrate(self.sc, ctx, args, self.prep.run_dir, self.events.phase)
-        except calibration_mod.CalibrationFailed as e:
+        except CalibrationFailed as e:
             raise StudyStopped(f"calibration of study {self.prep.study_name!r} failed: {e}; {again}") from e
         if bad := calibration_mod.problems(self.sc, cal):
             raise StudyStopped(f"calibration of study {self.prep.study_name!r} measured nothing usable: "

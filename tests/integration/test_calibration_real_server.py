@@ -22,7 +22,7 @@ SCENARIO = {
 
 
 def test_each_round_measures_a_cold_prefix_cache(launch_ctx, tmp_path):
-    from search.calibration import calibrate
+    from search.executor import calibrate
     from search.scenario import Scenario
     from search.serving import registry
 

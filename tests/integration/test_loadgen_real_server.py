@@ -17,7 +17,7 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
     from objectives.load.loadrun import run_load_sync
     from objectives.load.workload import WorkloadSpec
     from search.serving import registry
-    from search.serving import launch
+    from search.serving.running import launch
 
     args = registry.resolve(quick_server_values(launch_ctx), launch_ctx)
     spec = WorkloadSpec.model_validate({

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.vllm
 @pytest.fixture(scope="module")
 def staged_server(launch_ctx, artifacts_dir):
     from search.executor import STAGED_SERVER_ENV
-    from search.serving import launch, registry
+    from search.serving import registry
+    from search.serving.running import launch
 
     args = registry.resolve(quick_server_values(launch_ctx), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "stages-real-server.log", env=STAGED_SERVER_ENV) as server:

@@ -133,7 +133,7 @@ class _Bound:
 
 @dataclass
 class ScriptedCalibration:
-    """Stands in for `search.calibration.calibrate`: a fixed capacity and unloaded medians."""
+    """Stands in for `search.executor.calibrate`: a fixed capacity and unloaded medians."""
 
     capacity_rps: float = 8.0
     ttft_median_ms: float = 250.0

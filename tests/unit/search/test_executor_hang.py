@@ -17,8 +17,8 @@ from objectives.load.loadrun import run_async, run_load
 from objectives.load.stall import ProgressWatch
 from objectives.load.workload import WorkloadSpec
 from search.executor import measured_before
-from search.serving import while_serving
-from search.serving import FailureClass, ServerFailed
+from search.serving import FailureClass
+from search.serving.running import ServerFailed, while_serving
 from search.serving.server import LaunchSpec, VllmServer, group_members, group_stopped
 from tests.support.stub_server import StubConfig, StubServer
 

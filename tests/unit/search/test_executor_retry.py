@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from objectives.load.workload import WorkloadSpec
-from search import executor as executor_mod
+from search.executor import vllm as executor_mod
 from search.executor import MAX_STARTS, Measurement, TrialPlan, VllmExecutor
-from search.serving import Failure, FailureClass, ServerFailed, StopReport, resolve_server_args
+from search.serving import Failure, FailureClass, resolve_server_args
+from search.serving.running import ServerFailed, StopReport
 from storage.models import TrialStatus
 from tests.support import fakes
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from search import calibration, load_command, scenario
+from search.executor import calibration as measuring
 from search.scenario import CONFIG_DIR, ScenarioError
 from tests.support.cli import autotune
 
@@ -87,10 +88,10 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(calibration, "launch", lambda *a, **kw: FakeServer())
-    monkeypatch.setattr(calibration, "run_load", fake_load)
+    monkeypatch.setattr(measuring, "launch", lambda *a, **kw: FakeServer())
+    monkeypatch.setattr(measuring, "run_load", fake_load)
     ctx = SimpleNamespace(model=SimpleNamespace(path=tmp_path))
-    calibration.calibrate(sc, ctx, baseline=None, run_dir=tmp_path)
+    measuring.calibrate(sc, ctx, baseline=None, run_dir=tmp_path)
     saturation = sent[-1]
 
     assert probe == saturation

@@ -21,7 +21,7 @@ import search.prepare
 import search.study.loop
 from search.study.events import StudyObserver
 from search.outputs import DashboardPublisher
-from search.calibration import CalibrationFailed
+from search.executor import CalibrationFailed
 from search.executor import TrialOutcome
 from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid

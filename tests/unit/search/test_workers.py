@@ -104,3 +104,33 @@ def test_a_worker_joins_with_the_studys_own_scenario_model_and_budget(tmp_path):
     assert joined.scenario == str(elsewhere / "loop" / "scenario.yaml")
     assert open(joined.scenario).read() == LOOP_SCENARIO.read_text()  # the same digest: the resume check passes
     assert (joined.model, joined.budget) == (str(r.prep.ctx.model.path), 5)
+
+
+@pytest.mark.parametrize("codes, exit_code", [([0, 130], 130), ([1, 130], 1)])
+def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, monkeypatch, capsys, codes, exit_code):
+    """`search --workers 2`: the study opened here once, then one `autotune worker` per slot, each
+    with its own seed; a worker that stopped early is named, and the search ends there (130 when
+    every stopped worker was interrupted, else 1)."""
+    import search.parallel
+    import search.prepare
+    from search.cli import main
+    from tests.support.fakes import ctx
+    from tests.support.study_loop import LOOP_SCENARIO
+
+    started = []
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(search.parallel, "single_writer", lambda url: False)  # as if a shared database server
+    monkeypatch.setattr(search.parallel.workers, "available_cpus", lambda: [0, 1])
+    monkeypatch.setattr(search.parallel.workers, "run_all", lambda commands, show: started.extend(commands) or codes)
+    monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path / "locks"))
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    assert main(["search", str(LOOP_SCENARIO), "--workers", "2", "--storage", storage, "--runs-dir", str(tmp_path),
+                 "--seed", "7"]) == exit_code
+    assert [prefix for prefix, _ in started] == ["[w0 cpu 0]", "[w1 cpu 1]"]
+    argv = [dict(zip(a[4::2], a[5::2])) for _, a in started]  # after: python -m search.cli worker
+    assert [(a["--slot"], a["--seed"], a["--trials"], a["--study"]) for a in argv] == [
+        ("cpu:0", "7", "3", "loop"), ("cpu:1", "8", "3", "loop")]
+    failed = "; ".join(f"{prefix} exit {code}" for (prefix, _), code in zip(started, codes) if code)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"workers stopped early: {failed}; run the same command to continue where the study stopped" in out
+    assert "report:" not in out and not (tmp_path / "loop" / "best.yaml").exists()

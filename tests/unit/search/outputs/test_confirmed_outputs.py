@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from search.calibration import CalibrationResult
 from search.outputs import StudyProgress, dashboard, export, load_study, write_report
+from search.outputs.confirmation_rows import confirmation_rows
 from search.outputs.summary import confirmation_table, summary_table, verdict_lines
-from search.outputs.trial_views import trial_views
+from search.outputs.read_model import trial_views
 from storage import queries
 from tests.support.paths import FIXTURES
 from tests.support.confirmation_world import LUCKY_16, TRUTH, enqueued, world as _world
@@ -269,6 +270,28 @@ def test_report_has_a_confirmation_section_with_the_verdict_runs_noise_and_calib
     median = next(t for t in traces if t["name"] == "median [95% interval]" and t["xaxis"] == "x")
     assert median["y"] == [700, 600, 1000] and median["error_y"]["array"] == pytest.approx([14, 12, 20])
     assert json.loads(page.split('id="report-summary">', 1)[1].split("</script>", 1)[0])["verdict"] == "recommend"
+
+
+def test_the_confirmation_table_is_built_once_and_drawn_alike_by_the_terminal_and_the_report(recommended, tmp_path):
+    ls = loaded(recommended[0])
+    t = confirmation_rows(ls)
+    assert (t.runs, t.runs_done, t.runs_planned, t.baselines, t.deployed) == (3, 9, 9, ["vllm_defaults"], BETTER)
+    assert [(r.label, r.deployed, r.runs_ok, r.feasible, r.baseline) for r in t.rows] == [
+        ("trial 0", False, "3/3", True, False), ("trial 1", True, "3/3", True, False),
+        ("vllm_defaults (trial 3)", False, "3/3", True, True)]
+    deployed = t.rows[1]
+    assert dict(zip(t.objectives, deployed.medians)) == {"ttft_p95_ms": ("600 ms [588, 612]", 600.0),
+                                                         "output_throughput": ("100 tok/s [98, 102]", 100.0)}
+    assert deployed.calls == [{"ttft_p95_ms": "win", "output_throughput": "tie"}] and t.rows[2].calls == [None]
+    terminal = rendered(confirmation_table(ls))
+    page = write_report(recommended[0], "loop", tmp_path / "report.html").read_text()
+    html = page.split('id="confirmation-table">', 1)[1].split("</table>", 1)[0]
+    for row in t.rows:
+        line = next(x for x in terminal.splitlines() if row.label in x)
+        cells = re.search(rf'<tr data-trial="{row.trial_number}"[^>]*>(.*?)</tr>', html).group(1)
+        for text, median in row.medians:
+            assert text in line and f'data-v="{median!r}">{text}</td>' in cells
+        assert row.runs_ok in line and f'<td class="num">{row.runs_ok}</td>' in cells
 
 
 def test_report_of_an_unconfirmed_study_says_its_numbers_are_single_measurements(tmp_path):

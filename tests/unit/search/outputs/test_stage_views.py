@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from search.outputs import DashboardPublisher, StudyProgress, dashboard, export, load_study, write_report
-from search.outputs.trial_views import trial_views
+from search.outputs import (DashboardPublisher, StudyProgress, dashboard, export, load_study, summary_table,
+                            write_report)
+from search.outputs.read_model import trial_views
 from storage import queries
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor, staged
@@ -78,6 +79,17 @@ def test_report_draws_latency_against_rate_with_the_slo_bounds_and_each_capacity
     # The Pareto front's axes say which way is better, capacity included.
     _, pareto = _plot(page, "fig-pareto-0-1")
     assert pareto["yaxis"]["title"]["text"] == "slo_capacity_rps (higher is better)"
+
+
+def test_a_loaded_study_carries_its_trial_views_past_its_session(study, loaded):
+    """The read model is read once: after its session closed, each trial's view, load stages
+    included, is there for the terminal summary as for the report and the dashboard."""
+    with Session(queries.open_db(study[0]), expire_on_commit=False) as session:
+        ls = load_study(session, study[0], "loop")
+    assert [v.number for v in ls.views] == sorted(ls.trials)
+    assert ls.views == loaded[1]  # what `trial_views` builds inside the session
+    assert [len(v.stages) for v in ls.views[:2]] == [5, 1] and ls.views[0].stages[0].kind == "target"
+    assert summary_table(ls).row_count == len(ls.trials)
 
 
 def test_report_trials_table_folds_each_trials_stage_table(study, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import search.serving.facts as facts_module
 from objectives.diagnosis import antipatterns, diagnose
-from search.outputs.trial_views import facts_for
+from search.outputs.read_model import facts_for
 from search.serving import (REGISTRY, default_batch, facts_for_launch, recorded_cpu_kv_budget, resolve_server_args,
                             serving_facts)
 from tests.support import fakes

@@ -1,124 +1,22 @@
-"""Running one trial: a plan goes in, an outcome comes out.
-
-The study loop takes any `TrialExecutor`, as Optuna's `optimize` takes any objective function;
-`VllmExecutor` is the real one: pre-check, start the server, warm up and load it, stop it, hand
-back the numbers. No Optuna and no database here: the study decides what to run and records
-what came back.
+"""The real executor: each trial on a vLLM server started for it. Pre-check, start the server,
+warm up and load it, stop it, hand back the numbers. No Optuna and no database here: the study
+decides what to run and records what came back.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
 
-from objectives.load import LoadRunError, run_async, run_load
-from objectives.load import GoodputSLO, compute_metrics, json_safe
-from objectives.load import RequestRecord
-from objectives.scoring import SLOSpec
-from objectives.stages import RESET_ENDPOINT_ENV, CapacitySpec, run_stages
-from objectives.load import ProgressWatch, stall_bound_s
-from objectives.load import WorkloadSpec
-from search.scenario import Screening
-from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
-                            check_combination, command_line, launch, resolve_server_args, set_aside,
-                            while_serving)
+from objectives.load import (LoadRunError, ProgressWatch, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
+                             run_async, run_load)
+from objectives.stages import RESET_ENDPOINT_ENV, run_stages
+from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
+from search.serving import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, LaunchContext
+from search.serving.running import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
 from storage.models import TrialStatus
-
-PhaseCallback = Callable[[str], None]
-
-
-@dataclass
-class TrialPlan:
-    number: int
-    baseline: str | None
-    params: dict[str, Any]  # as Optuna sampled them
-    config: dict[str, Any]  # canonical values asked for (fixed + sampled or baseline)
-    server_args: ServerArgs
-    problems: list[str]  # known-invalid combination: never started
-    run_name: str | None = None  # the log directory under run_dir; default trial-NNNN
-    capacity_hint: tuple[float, ...] = ()  # rates an earlier run bracketed its capacity at (confirmation)
-
-    @property
-    def log_dir(self) -> str:
-        return self.run_name or f"trial-{self.number:04d}"
-
-    @property
-    def fingerprint(self) -> str:
-        """Same flags, same server: two trials with equal fingerprints measure the same thing."""
-        return hashlib.sha256(json.dumps(self.server_args.flags, sort_keys=True).encode()).hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """What every trial of a study measures, in absolute numbers (after calibration)."""
-
-    workload: WorkloadSpec
-    goodput: GoodputSLO | None = None
-    slos: tuple[SLOSpec, ...] = ()
-    capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
-    slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
-
-    @property
-    def stall_bound_s(self) -> float:
-        return stall_bound_s(self.slowest_unloaded_ttft_ms)
-
-    def screened(self, screening: Screening | None) -> "Measurement":
-        """The cheaper measurement of the search phase (`screening:`); confirmation runs self."""
-        if screening is None:
-            return self
-        workload = self.workload.model_copy(update={
-            k: v for k, v in (("duration_s", screening.duration_s), ("num_requests", screening.num_requests))
-            if v is not None})
-        capacity = self.capacity
-        if capacity is not None and screening.max_stages is not None:
-            capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
-        return Measurement(workload, self.goodput, self.slos, capacity, self.slowest_unloaded_ttft_ms)
-
-    def planned_s(self) -> float | None:
-        """The longest the load part can take, in sending time: the target stage and every
-        capacity stage (None for a workload sized in requests)."""
-        if self.workload.duration_s is None:
-            return None
-        return self.workload.duration_s + (self.capacity.max_stages * self.capacity.stage_s if self.capacity else 0.0)
-
-
-@dataclass
-class TrialOutcome:
-    status: TrialStatus  # OK or FAILED
-    failure: Failure | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    server_diagnostics: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    log_path: Path | None = None
-    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc).replace(tzinfo=None))
-    command: str = ""
-    stages: list[dict[str, Any]] = field(default_factory=list)  # StageRecord fields, in order
-    capacity: dict[str, Any] | None = None  # the capacity estimate, when a search ran
-    retried: list[dict[str, Any]] = field(default_factory=list)  # earlier starts lost to a transient failure
-
-
-class TrialExecutor(Protocol):
-    """What the study loop runs its trials with."""
-
-    def run(self, plan: TrialPlan, on_phase: PhaseCallback) -> TrialOutcome:
-        """Run the planned trial, calling `on_phase` as each phase ("starting", "load", ...) begins.
-
-        A plan with `problems` is not started: its outcome is FAILED with a failure at phase
-        "precheck", which the study's budget does not count."""
-        ...
-
-
-def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict[str, Any],
-         ctx: LaunchContext, longest_request: int, where: str) -> TrialPlan:
-    server_args = resolve_server_args(config, ctx, where=where)
-    problems = check_combination(server_args.values, ctx, longest_request=longest_request)
-    return TrialPlan(number, baseline, params, config, server_args, problems)
 
 
 def load_failure(error: Exception, server: VllmServer) -> Failure:
@@ -160,7 +58,7 @@ class VllmExecutor:
     ctx: LaunchContext
     measurement: Measurement  # as calibration resolved it: absolute rates
     run_dir: Path  # trial-NNNN/server.log go here
-    startup_timeout_s: float = 300
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
 
     def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
                  capacity_hint: tuple[float, ...] = ()) -> None:

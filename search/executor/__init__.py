@@ -1,0 +1,14 @@
+"""Running one trial: a plan goes in, an outcome comes out.
+
+`trial` holds what the study loop exchanges with any executor (the plan, the measurement, the
+outcome, the `TrialExecutor` protocol; pure). `vllm` is the real executor (`VllmExecutor`: a
+vLLM server started per trial), and `calibration` measures the study's calibration on such a
+server. Other packages import from here.
+"""
+
+from search.executor.calibration import CalibrationFailed, calibrate
+from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialOutcome, TrialPlan, plan
+from search.executor.vllm import MAX_STARTS, STAGED_SERVER_ENV, VllmExecutor, load_failure, measured_before
+
+__all__ = ["MAX_STARTS", "STAGED_SERVER_ENV", "CalibrationFailed", "Measurement", "PhaseCallback", "TrialExecutor",
+           "TrialOutcome", "TrialPlan", "VllmExecutor", "calibrate", "load_failure", "measured_before", "plan"]

@@ -1,0 +1,183 @@
+"""The read model of every output: a study read back from storage, once (`load_study`).
+
+`LoadedStudy` holds the study's record, its scenario, the Optuna study, every stored trial with
+its view (`search.outputs.trial_views.TrialView`, built here by `trial_views`), the confirmation
+runs and the verdict read from them; it answers what all outputs ask of the study as a whole
+(what to deploy, the verdict in words, the calibration as the study ran, the baselines). Reads
+only: nothing here writes, and nothing here starts a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import yaml
+from sqlalchemy.orm import Session
+
+from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
+from objectives.failure import Failure
+from objectives.load import WorkloadSpec
+from objectives.scoring import SLOSpec
+from search import pareto
+from search.calibration import CalibrationResult, resolve
+from search.outputs import verdict_text
+from search.outputs.trial_views import TrialView, view_of
+from search.scenario import Scenario, unloaded_reference
+from search.serving import Gpu, Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
+from search.study.verdict import Outcome, Verdict, stored_verdict
+from storage import queries
+from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The configuration to deploy (`trial_number`; None: none is recommended), and whether the
+    confirmation phase's verdict picked it (else: the search's single measurements did)."""
+
+    trial_number: int | None
+    confirmed: bool
+
+
+@dataclass
+class LoadedStudy:
+    """A finished (or running) study read back from storage: what every output reads."""
+
+    record: StudyRecord
+    scenario: Scenario
+    study: optuna.Study
+    trials: dict[int, TrialRecord]
+    verdict: Verdict | None = None  # None: no confirmation phase started
+    confirmation_runs: list[ConfirmationRun] = field(default_factory=list)
+    views: list[TrialView] = field(default_factory=list)  # one per stored trial (`trial_views`), in trial order
+
+    @property
+    def front(self) -> list[optuna.trial.FrozenTrial]:
+        return pareto.front(self.study)
+
+    def chosen(self) -> optuna.trial.FrozenTrial | None:
+        """The front's pick by the selection rule on the search's single measurements."""
+        return pareto.chosen(self.study, self.scenario)
+
+    @property
+    def confirmed(self) -> bool:
+        """A complete confirmation phase decides (an interrupted one does not)."""
+        return self.verdict is not None and self.verdict.outcome != Outcome.INCOMPLETE
+
+    def deployment(self) -> Deployment:
+        if self.confirmed:
+            rec = self.verdict.recommended
+            return Deployment(rec.trial_number if rec is not None else None, confirmed=True)
+        best = self.chosen()
+        return Deployment(best.number if best is not None else None, confirmed=False)
+
+    def verdict_text(self) -> verdict_text.VerdictText | None:
+        if self.verdict is None:
+            return None
+        served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
+        return verdict_text.describe(self.verdict, self.scenario, served,
+                                     (self.record.confirmation or {}).get("notes", []))
+
+    def calibration(self) -> CalibrationResult | None:
+        return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
+
+    def unconfirmed_note(self) -> str | None:
+        """What the numbers are worth when no complete confirmation decided (None when one did)."""
+        if self.confirmed:
+            return None
+        if self.verdict is None:
+            return verdict_text.unconfirmed(self.scenario)
+        return "until then, the numbers are single, unconfirmed measurements"
+
+    def result_lines(self) -> list[str]:
+        """The verdict in short (the top of every output): headline, ties, the comparisons
+        that decided; without a complete confirmation, what the numbers are worth."""
+        text = self.verdict_text()
+        note = self.unconfirmed_note()
+        best = None if self.confirmed else self.chosen()
+        suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and pareto.client_behind(best) else []
+        return (text.summary_lines() if text is not None else []) + ([note] if note else []) + suspect
+
+    def baselines(self) -> dict[str, TrialRecord]:
+        out = {}
+        for row in self.trials.values():
+            if row.baseline and row.baseline not in out:
+                out[row.baseline] = row
+        return out
+
+
+def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStudy:
+    """The study as stored, its trial views built while the session is open (a trial's load stages
+    are read on first use), so the result outlives the session."""
+    rec = queries.require_study(session, study_name)
+    scenario = Scenario.model_validate(yaml.safe_load(rec.scenario_source))
+    study = optuna.load_study(study_name=study_name, storage=optuna.storages.RDBStorage(
+        storage_url, engine_kwargs=queries.engine_kwargs(storage_url)))
+    trials = {r.trial_number: r for r in queries.trial_records(session, rec)}
+    ls = LoadedStudy(rec, scenario, study, trials, stored_verdict(session, rec, scenario),
+                     queries.confirmation_runs(session, rec))
+    ls.views = trial_views(ls)
+    return ls
+
+
+def facts_for(ls: LoadedStudy) -> ServingFacts:
+    """What the anti-pattern checks need, from what the study recorded (not from this machine)."""
+    rec = ls.record
+    hardware = _hardware(rec.hardware)
+    model = dtype = None
+    try:
+        model = read_model_info(rec.model_path)
+        dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
+    except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
+        pass
+    # Stored with the study; a study begun before it was has it in its trials' flags (kv-cache-memory-bytes).
+    budget = None if hardware.is_gpu else rec.cpu_kv_budget_bytes or recorded_cpu_kv_budget(
+        (r.config or {}, r.flags or {}) for r in ls.trials.values())
+    return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
+                         cpu_kv_budget_bytes=budget)
+
+
+def _hardware(d: dict[str, Any]) -> Hardware:
+    return Hardware(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", ""),
+                    cpu_cores=d.get("cpu_cores", 0), ram_gib=d.get("ram_gib", 0.0),
+                    gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", [])))
+
+
+def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
+    """The workload and the SLOs as the study ran them (calibrated rate and bounds), and the
+    idle-server medians. Without the calibration a relative scenario needs: as written, no SLOs."""
+    cal = None
+    if ls.record.calibration:
+        cal = CalibrationResult.from_dict(ls.record.calibration)
+    try:
+        workload, slos, _ = resolve(ls.scenario, cal)
+    except (ValueError, TypeError, AttributeError):
+        workload, slos = ls.scenario.workload, []
+    return workload, slos, (cal.unloaded if cal is not None else {})
+
+
+def latency_slos(ls: LoadedStudy) -> list[SLOSpec]:
+    """The study's resolved SLOs on latency metrics (what the latency-against-rate figure draws)."""
+    return [s for s in resolved(ls)[1] if unloaded_reference(s.metric) is not None]
+
+
+def trial_views(ls: LoadedStudy) -> list[TrialView]:
+    """One view per stored trial, in trial order. A trial stored without a diagnosis (older
+    studies) is diagnosed here from its stored metrics."""
+    workload, _, unloaded = resolved(ls)
+    facts = None
+    front = {t.number for t in ls.front}
+    deployed = ls.deployment().trial_number
+    views = []
+    for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
+        if row.diagnosis:
+            diag = Diagnosis.from_dict(row.diagnosis)
+        else:
+            facts = facts or facts_for(ls)
+            diag = diagnose_trial(row.metrics or {}, row.config or {}, workload,
+                                  Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
+                                  constraints=row.constraints, unloaded=unloaded, facts=facts)
+        views.append(view_of(row, diag, on_front=row.trial_number in front,
+                             chosen=row.trial_number == deployed))
+    return views

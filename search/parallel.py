@@ -1,0 +1,99 @@
+"""A study run by many workers at once, as the command line starts it.
+
+`search_on_workers` is `autotune search --workers N`: the study created here, then N `autotune
+worker` processes on disjoint device slots of this machine (or one Ray task per slot), then,
+once they are done, the confirmation phase here. `run_worker` is `autotune worker`: one more
+worker joining a study from any host that reaches its database. The workers coordinate through
+the study's database (`search.study.coordination`); placing them is `search.workers`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from search import workers
+from search.outputs import DashboardPublisher, StudyProgress
+from search.prepare import Prepared, StudyOptions, prepare
+from search.study import StudyResult, StudyRunner
+from search.study.coordination import Coordination
+from storage.url import single_writer
+
+
+class WorkersStopped(RuntimeError):
+    """Workers that exited with an error (`failed`: "[prefix] exit CODE" each); `interrupted`:
+    every one of them was stopped by a signal (Ctrl-C), not by a fault."""
+
+    def __init__(self, failed: list[str], interrupted: bool):
+        super().__init__("; ".join(failed))
+        self.failed = failed
+        self.interrupted = interrupted
+
+
+def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: str = "local",
+                      ray_address: str | None = None) -> Prepared:
+    """The search on `n` workers, then the confirmation phase; returns the prepared study (where
+    its outputs go). Refused (SlotError) before anything starts without a shared database, or
+    when the devices or ray are not there; WorkersStopped when a worker stopped early."""
+    storage = opts.storage or ""
+    if not storage or single_writer(storage):
+        raise workers.SlotError(
+            f"--workers {n} needs a database server the workers share; SQLite "
+            f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "
+            f"(autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE=<URL>")
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise workers.SlotError("--backend ray needs ray, which is not installed: "
+                                    "pip install -e '.[ray]'") from None
+    prep = prepare(opts)  # every check before any server starts
+    hw = prep.ctx.hardware
+    slots = workers.slots(n, len(hw.gpus) if hw.is_gpu else 0, workers.available_cpus())
+    for slot in slots:  # refused here, before anything starts, if another tuner has them
+        for handle in workers.hold(slot, prep.study_name):
+            handle.close()
+    runner = StudyRunner(prep, opts)
+    runner.open()  # the schema and the study, once, before the workers join it
+    console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
+                  f"{hw.describe()}; storage {prep.storage_url}; {n} workers on "
+                  f"{', '.join(s.label for s in slots)}")
+    commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
+        storage=prep.storage_url, study=prep.study_name, runs_dir=str(opts.runs_dir), slot=slot, seed=opts.seed + i,
+        trials=runner.budget, sampler=opts.sampler, scenario=opts.scenario, model=opts.model,
+        timeout_min=opts.timeout_min)) for i, slot in enumerate(slots)]
+    if backend == "ray":
+        codes = workers.run_all_on_ray(commands, slots, ray_address)
+    else:
+        codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
+    failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
+    if failed:
+        raise WorkersStopped(failed, interrupted=all(code == 130 for code in codes if code))
+    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)])
+    if confirm.confirm_runs > 0:
+        confirm.run(search=False)
+    return prep
+
+
+def run_worker(storage: str, study: str, runs_dir: Path, console: Console, *, slot: workers.Slot | None = None,
+               scenario: str | None = None, model: str | None = None, trials: int | None = None,
+               timeout_min: float | None = None, sampler: str, seed: int | None = None) -> StudyResult:
+    """One more worker on an existing study: the scenario, model and budget are the study's own
+    unless given; on `slot`'s devices (held while it runs) when given; the seed, unless given,
+    its process id."""
+    joined = workers.joined_study(storage, study, runs_dir)
+    opts = StudyOptions(
+        scenario=scenario or joined.scenario, trials=trials or joined.budget, timeout_min=timeout_min,
+        model=model or joined.model, storage=storage, study_name=study, sampler=sampler,
+        seed=seed if seed is not None else os.getpid(), runs_dir=runs_dir, confirm_runs=0)
+    if slot is not None:
+        held = workers.hold(slot, study)  # noqa: F841 - held until this worker ends
+        slot.apply()  # before anything starts: every server and the load client inherit it
+    prep = prepare(opts)
+    console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
+                  f"[bold]{prep.study_name}[/] ({prep.storage_url})")
+    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
+                         coordination=Coordination(slot=slot.label if slot else None))
+    return runner.run()

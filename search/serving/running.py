@@ -1,0 +1,14 @@
+"""Running one vLLM server: the second facade of `search.serving`, for the code that starts
+servers (the executor, its calibration, the benchmarks).
+
+`search.serving` describes a server (flags, installed vLLM, hardware, model, the facts a
+diagnosis needs) and starts nothing, so what only reads a stored study (the outputs) imports it
+without the process machinery; this module starts one (`launch`: a process group with its
+guard), watches a measurement against it (`while_serving`) and stops it.
+"""
+
+from search.serving.launcher import command_line, launch
+from search.serving.server import ServerFailed, StopReport, VllmServer, set_aside
+from search.serving.watch import while_serving
+
+__all__ = ["ServerFailed", "StopReport", "VllmServer", "command_line", "launch", "set_aside", "while_serving"]
