@@ -1,8 +1,10 @@
 """The project's own PostgreSQL (`make db`): a real server, started and stopped here, holding a
-real study loop's trials, snapshots and Optuna's tables."""
+real study loop's trials, snapshots and Optuna's tables; `make db` and `make db-stop` run as the
+README gives them, from a fresh clone."""
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -16,8 +18,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from storage import queries
+from storage.local_postgres import LocalPostgres
 from tests.support.paths import REPO
-from tests.support.postgres import REQUIRES_POSTGRES, reachable_dir
+from tests.support.postgres import REQUIRES_POSTGRES, fresh_clone, reachable_dir
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import optuna_trials, rows, runner
 
@@ -79,3 +82,34 @@ def _start_and_stop_through_the_cli(base: Path) -> None:
     assert _postmasters(base / "postgres" / "data")
     subprocess.run([*cli, "stop", "--runs-dir", str(base)], check=True, cwd=REPO)
     assert _postmasters(base / "postgres" / "data") == []
+
+
+def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
+    # From the clone's root with the default, relative runs/: the server's tools run as another
+    # user from "/" under root, where a relative path pointed nowhere (issue 25).
+    with reachable_dir() as base:
+        clone = fresh_clone(base / "clone")
+        data = clone / "runs" / "postgres" / "data"
+        env = {**os.environ, "PYTHONPATH": str(clone)}  # the clone's code, not the one the venv was installed from
+
+        def make(target: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["make", target], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+
+        try:
+            started = make("db")
+            assert started.returncode == 0, started.stderr
+            url = make_url(started.stdout.strip())  # the one line printed: the URL to pass as STORAGE=
+            connect = dict(host=url.host, port=url.port, user=url.username, password=url.password,
+                           dbname=url.database, connect_timeout=5)
+            with psycopg.connect(**connect) as conn:
+                assert conn.execute("SELECT current_database()").fetchone() == ("autotune",)
+            assert _postmasters(data)
+            assert make("db").stdout.strip() == started.stdout.strip()  # again: the running server, the same URL
+            stopped = make("db-stop")
+            assert stopped.returncode == 0, stopped.stderr
+            assert _postmasters(data) == []
+            with pytest.raises(psycopg.OperationalError):
+                psycopg.connect(**connect)
+        finally:
+            LocalPostgres(clone / "runs" / "postgres").stop()  # a failed test leaves no server behind
+
