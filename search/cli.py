@@ -103,6 +103,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from search.prepare import StudyOptions, prepare
     from search.samplers import DEFAULT_SAMPLER
     from search.study import StudyRunner
+    from storage.url import redacted
 
     searching = args.command == "search"
     if searching and args.workers > 1:
@@ -119,7 +120,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
         existing_study_check(prep.storage_url, prep.study_name, f"run `autotune search {args.scenario}` first")
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
+                  f"{prep.ctx.hardware.describe()}; storage {redacted(prep.storage_url)}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
     try:
@@ -140,7 +141,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner
-    from storage.url import single_writer
+    from storage.url import redacted, single_writer
 
     storage = args.storage or ""
     if not storage or single_writer(storage):
@@ -168,7 +169,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     runner = StudyRunner(prep, opts)
     runner.open()  # the schema and the study, once, before the workers join it
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{hw.describe()}; storage {prep.storage_url}; {args.workers} workers on "
+                  f"{hw.describe()}; storage {redacted(prep.storage_url)}; {args.workers} workers on "
                   f"{', '.join(s.label for s in slots)}")
     commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
         storage=prep.storage_url, study=prep.study_name, runs_dir=args.runs_dir, slot=slot, seed=args.seed + i,
@@ -197,6 +198,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner
     from search.workers import Slot, hold, joined_study
+    from storage.url import redacted
 
     slot = Slot.parse(args.slot) if args.slot else None
     joined = joined_study(args.storage, args.study, Path(args.runs_dir))
@@ -211,7 +213,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     prep = prepare(opts)
     console = _console()
     console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
-                  f"[bold]{prep.study_name}[/] ({prep.storage_url})")
+                  f"[bold]{prep.study_name}[/] ({redacted(prep.storage_url)})")
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console)],
                          coordination=Coordination(slot=slot.label if slot else None))
     try:

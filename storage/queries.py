@@ -52,8 +52,8 @@ def check_url(url: str) -> None:
     or a database server that answers. Creates nothing."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise StorageError(f"--storage {url!r} is not a database URL; use sqlite:///PATH/autotune.db or "
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        raise StorageError(f"--storage {redacted(url)!r} is not a database URL; use sqlite:///PATH/autotune.db or "
                            f"DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE") from None
     shown = redacted(url)
     sqlite = single_writer(url)
