@@ -86,7 +86,7 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
     from search.prepare import default_storage, default_study_name
     from storage.queries import check_url
 
-    storage = args.storage or default_storage(Path(args.runs_dir))
+    storage = default_storage(Path(args.runs_dir)) if args.storage is None else args.storage  # "" is refused
     check_url(storage)
     if args.study:
         return storage, args.study
@@ -141,8 +141,11 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner
+    from storage.queries import check_url
     from storage.url import redacted, single_writer
 
+    if args.storage == "":
+        check_url(args.storage)  # refused as empty, not taken for the default SQLite file
     storage = args.storage or ""
     if not storage or single_writer(storage):
         raise workers.SlotError(

@@ -89,7 +89,7 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
     scenario, source, shown = scenario_mod.load(opts.scenario)
     check_writable_dir(opts.runs_dir, "--runs-dir")
-    storage_url = opts.storage or default_storage(opts.runs_dir)
+    storage_url = default_storage(opts.runs_dir) if opts.storage is None else opts.storage  # "" is refused
     check_url(storage_url)
     ctx = ctx or launch_context(opts.model)
     dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)

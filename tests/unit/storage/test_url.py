@@ -1,4 +1,4 @@
-"""Showing a storage URL (`storage.url.redacted`), also in `check_url`'s errors."""
+"""Showing a storage URL (`storage.url.redacted`) and refusing an empty one (`check_url`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ from storage.url import redacted
 ])
 def test_a_url_is_shown_without_its_password(url, shown):
     assert redacted(url) == shown
+
+
+@pytest.mark.parametrize("url", ["", "  "])
+def test_an_empty_url_is_refused_not_taken_for_the_default(url):
+    with pytest.raises(StorageError) as raised:
+        check_url(url)
+    assert str(raised.value) == ("--storage is empty (an unset variable?); pass a database URL: the one `make db` "
+                                 "prints, or sqlite:///PATH/autotune.db")
 
 
 def test_a_url_with_a_port_that_is_no_number_is_one_error_without_its_password():
