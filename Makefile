@@ -17,7 +17,11 @@ WORKERS  ?=
 SLOT     ?=
 
 opt = $(if $(2),$(1) $(2),)
-STUDY_ARGS = $(call opt,--storage,$(STORAGE)) $(call opt,--study,$(STUDY))
+# The URL reaches the commands through the environment: make echoes "$STORAGE", never the
+# database password, and the shell passes it as one word whatever characters it holds.
+export STORAGE
+STORAGE_ARG = $(if $(STORAGE),--storage "$$STORAGE",)
+STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 
 .PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
 
@@ -48,7 +52,7 @@ search: setup
 		$(STUDY_ARGS) $(if $(RECALIBRATE),--recalibrate,)
 
 worker: setup   ## one more worker on an existing study, from any host: STORAGE=, STUDY=, SLOT=gpu:0
-	$(BIN)/autotune worker --storage $(STORAGE) --study $(STUDY) $(call opt,--slot,$(SLOT)) $(call opt,--model,$(MODEL))
+	$(BIN)/autotune worker --storage "$$STORAGE" --study $(STUDY) $(call opt,--slot,$(SLOT)) $(call opt,--model,$(MODEL))
 
 confirm: setup   ## the confirmation phase alone on an existing study (resumes): CONFIRM_RUNS=n
 	$(BIN)/autotune confirm $(SCENARIO) $(call opt,--model,$(MODEL)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)
@@ -81,7 +85,7 @@ bench-capacity: setup   ## capacity under the SLO of vLLM's defaults and max_num
 	$(BIN)/python benchmarks/capacity_repeats.py --scenario $(SCENARIO)
 
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
-	$(BIN)/python benchmarks/fidelity.py $(call opt,--storage,$(if $(STORAGE),$(STORAGE),sqlite:///runs/autotune.db)) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
+	$(BIN)/python benchmarks/fidelity.py $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
 
 bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
 	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)

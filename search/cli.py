@@ -96,7 +96,7 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
     from search.prepare import default_storage, default_study_name
     from storage.queries import check_url
 
-    storage = args.storage or default_storage(Path(args.runs_dir))
+    storage = default_storage(Path(args.runs_dir)) if args.storage is None else args.storage  # "" is refused
     check_url(storage)
     if args.study:
         return storage, args.study
@@ -113,6 +113,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from search.prepare import StudyOptions, prepare
     from search.samplers import DEFAULT_SAMPLER
     from search.study import StudyRunner
+    from storage.url import redacted
 
     searching = args.command == "search"
     if searching and args.workers > 1:
@@ -129,7 +130,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
         existing_study_check(prep.storage_url, prep.study_name, f"run `autotune search {args.scenario}` first")
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
+                  f"{prep.ctx.hardware.describe()}; storage {redacted(prep.storage_url)}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
     try:
@@ -151,7 +152,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
 
     opts = StudyOptions(
         scenario=args.scenario, trials=args.trials, timeout_min=args.timeout_min, model=args.model,
-        storage=args.storage or "", study_name=args.study, sampler=args.sampler, seed=args.seed,
+        storage=args.storage, study_name=args.study, sampler=args.sampler, seed=args.seed,
         runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs)
     console = _console()
     try:

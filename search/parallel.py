@@ -19,7 +19,8 @@ from search.outputs import DashboardPublisher, StudyProgress
 from search.prepare import Prepared, StudyOptions, prepare
 from search.study import StudyResult, StudyRunner
 from search.study.coordination import Coordination
-from storage.url import single_writer
+from storage.queries import check_url
+from storage.url import redacted, single_writer
 
 
 class WorkersStopped(RuntimeError):
@@ -37,6 +38,8 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     """The search on `n` workers, then the confirmation phase; returns the prepared study (where
     its outputs go). Refused (SlotError) before anything starts without a shared database, or
     when the devices or ray are not there; WorkersStopped when a worker stopped early."""
+    if opts.storage == "":
+        check_url(opts.storage)  # refused as empty, not taken for the default SQLite file
     storage = opts.storage or ""
     if not storage or single_writer(storage):
         raise workers.SlotError(
@@ -58,7 +61,7 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     runner = StudyRunner(prep, opts)
     runner.open()  # the schema and the study, once, before the workers join it
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{hw.describe()}; storage {prep.storage_url}; {n} workers on "
+                  f"{hw.describe()}; storage {redacted(prep.storage_url)}; {n} workers on "
                   f"{', '.join(s.label for s in slots)}")
     commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
         storage=prep.storage_url, study=prep.study_name, runs_dir=str(opts.runs_dir), slot=slot, seed=opts.seed + i,
@@ -93,7 +96,7 @@ def run_worker(storage: str, study: str, runs_dir: Path, console: Console, *, sl
         slot.apply()  # before anything starts: every server and the load client inherit it
     prep = prepare(opts)
     console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
-                  f"[bold]{prep.study_name}[/] ({prep.storage_url})")
+                  f"[bold]{prep.study_name}[/] ({redacted(prep.storage_url)})")
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
                          coordination=Coordination(slot=slot.label if slot else None))
     return runner.run()

@@ -121,7 +121,7 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
     scenario, source, shown = scenario_mod.load(opts.scenario)
     check_writable_dir(opts.runs_dir, "--runs-dir")
-    storage_url = opts.storage or default_storage(opts.runs_dir)
+    storage_url = default_storage(opts.runs_dir) if opts.storage is None else opts.storage  # "" is refused
     check_url(storage_url)
     study_name = opts.study_name or default_study_name(scenario.name, opts.model)
     check_stored_scenario(storage_url, study_name, scenario_mod.resolve_path(opts.scenario).parent.resolve())

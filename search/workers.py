@@ -191,8 +191,9 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     from sqlalchemy.orm import Session
 
     from search.study import BUDGET_ATTR
-    from storage.queries import existing_study_check, find_study, open_db
+    from storage.queries import check_url, existing_study_check, find_study, open_db
 
+    check_url(storage)  # one line for an empty, malformed or unreachable URL, before anything starts
     existing_study_check(storage, study, "start it with `autotune search SCENARIO --storage URL --study NAME`, "
                                          "then add workers")
     with Session(open_db(storage)) as session:

@@ -11,11 +11,13 @@ system user that the package creates, and the cluster directory belongs to it.
 from __future__ import annotations
 
 import glob
+import grp
 import os
 import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,18 @@ def bindir() -> Path:
                         "`bash scripts/setup_postgres.sh` (Debian's postgresql package) or set AUTOTUNE_PG_BINDIR")
 
 
+def _closed_to(user: pwd.struct_passwd, directory: Path) -> Path | None:
+    """The first directory on the way to `directory` (itself included) that `user` may not pass
+    through, by its mode bits; None when the way is open."""
+    groups = {user.pw_gid, *(g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem)}
+    for step in [*reversed(directory.parents), directory]:
+        st = step.stat()
+        bit = (stat.S_IXUSR if st.st_uid == user.pw_uid else stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH)
+        if not st.st_mode & bit:
+            return step
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -53,7 +67,12 @@ def _free_port() -> int:
 
 @dataclass(frozen=True)
 class LocalPostgres:
-    root: Path  # runs/postgres
+    root: Path  # runs/postgres; made absolute, see __post_init__
+
+    def __post_init__(self) -> None:
+        # The server's tools run as another user from "/" (`_tool`): a relative path would point
+        # there, not into the runs directory it was given as (`make db`'s default `runs`).
+        object.__setattr__(self, "root", Path(self.root).absolute())
 
     @property
     def data(self) -> Path:
@@ -111,6 +130,11 @@ class LocalPostgres:
     def _hand_over(self) -> None:
         if os.geteuid() == 0:
             entry = pwd.getpwnam(SYSTEM_USER)
+            closed = _closed_to(entry, self.root.parent)
+            if closed is not None:  # initdb would only say "Permission denied" on the password file
+                raise PostgresError(f"the {SYSTEM_USER!r} user, who runs PostgreSQL for root, cannot enter {closed}, "
+                                    f"so cannot reach {self.root}: run `autotune db start --runs-dir DIR` with a DIR "
+                                    f"it can reach, or open the way (chmod o+x {closed})")
             for path in [self.root, *self.root.rglob("*")]:
                 os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 

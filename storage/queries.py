@@ -50,10 +50,13 @@ def check_url(url: str) -> None:
     """Raise StorageError unless a study can be stored at `url`: a URL SQLAlchemy parses, its
     driver installed, and a SQLite file that is a database (or absent) in a writable directory,
     or a database server that answers. Creates nothing."""
+    if not url.strip():  # more likely an unset variable (STORAGE=$URL) than a wish for the default
+        raise StorageError("--storage is empty (an unset variable?); pass a database URL: the one `make db` "
+                           "prints, or sqlite:///PATH/autotune.db")
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise StorageError(f"--storage {url!r} is not a database URL; use sqlite:///PATH/autotune.db or "
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        raise StorageError(f"--storage {redacted(url)!r} is not a database URL; use sqlite:///PATH/autotune.db or "
                            f"DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE") from None
     shown = redacted(url)
     sqlite = single_writer(url)

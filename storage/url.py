@@ -6,6 +6,8 @@ and every place that shows a URL (terminal, logs, outputs, messages) shows `reda
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -19,9 +21,14 @@ def single_writer(url: str) -> bool:
         return str(url).startswith("sqlite")
 
 
+# USER:PASSWORD@ after the scheme, in a text SQLAlchemy cannot parse (a bad port, say)
+_CREDENTIALS = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
+
+
 def redacted(url: str) -> str:
-    """`url` with its password shown as ***; a text that is not a URL is returned as it is."""
+    """`url` with its password shown as ***, also when SQLAlchemy cannot parse the rest of it; a
+    text without one is returned as it is."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return str(url)
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        return _CREDENTIALS.sub(r"\1:***@", str(url))

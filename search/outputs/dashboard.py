@@ -44,6 +44,7 @@ from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLU
 from search.scenario import Scenario
 from storage import queries
 from storage.models import TrialRecord
+from storage.url import redacted
 
 DASHBOARD_CARD_HEIGHT = 440  # optuna-dashboard 0.21 gives a custom figure a 450 px high box
 
@@ -288,7 +289,7 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
 
     storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=queries.engine_kwargs(storage_url),
                                          skip_compatibility_check=True, skip_table_creation=True)
-    print(f"optuna-dashboard on http://{host}:{port} ({storage_url}); Ctrl-C stops it", flush=True)
+    print(f"optuna-dashboard on http://{host}:{port} ({redacted(storage_url)}); Ctrl-C stops it", flush=True)
     run_server(storage, host=host, port=port)
 
 

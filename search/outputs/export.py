@@ -23,6 +23,7 @@ from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.read_model import Deployment, LoadedStudy, load_study
 from storage.models import TrialRecord, TrialStatus
+from storage.url import redacted
 
 BEST_NAME, PARETO_NAME = "best.yaml", "pareto.yaml"
 
@@ -86,11 +87,11 @@ def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
     sc, rec, row = ls.scenario, ls.record, ls.trials[number]
     if ls.confirmed:
         runs = ls.record.confirmation["runs"]
-        study = (f"study '{rec.study_name}' in {storage_url}, trial {number}, confirmed over {runs} runs each on "
+        study = (f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, confirmed over {runs} runs each on "
                  f"fresh servers, interleaved with the baselines; selection rule: {sc.selection.describe()}, "
                  f"applied to the confirmed medians")
     else:
-        study = f"study '{rec.study_name}' in {storage_url}, trial {number}, picked by: {sc.selection.describe()}"
+        study = f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, picked by: {sc.selection.describe()}"
     lines = [
         f"vllm-autotune: configuration to deploy for scenario '{sc.name}' ({sc.title})",
         study,

@@ -31,6 +31,7 @@ from search.outputs.recommendation import verdict
 from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, stage_rows,
                                         stages_summary)
 from storage import queries
+from storage.url import redacted
 
 REPORT_NAME = "report.html"
 # Shown as columns of the trial table when measured; every metric is in the full table below it.
@@ -315,7 +316,7 @@ def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
 </head><body>
 <h1>vllm-autotune report: study {_e(rec.study_name)}</h1>
 <p class="meta">Scenario <b>{_e(sc.name)}</b> ({_e(sc.title)}); {_e(rec.vllm_version)};
-{_e(rec.hardware.get('description', ''))}; model {_e(rec.model_path)}; storage {_e(storage_url)};
+{_e(rec.hardware.get('description', ''))}; model {_e(rec.model_path)}; storage {_e(redacted(storage_url))};
 written {created}.</p>
 <div class="verdict" id="verdict">{verdict_html}</div>
 {chosen_html}

@@ -1,8 +1,10 @@
 """The project's own PostgreSQL (`make db`): a real server, started and stopped here, holding a
-real study loop's trials, snapshots and Optuna's tables."""
+real study loop's trials, snapshots and Optuna's tables; `make db` and `make db-stop` run as the
+README gives them, from a fresh clone; a study on it shows its password nowhere."""
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -12,14 +14,16 @@ import optuna
 import psutil
 import psycopg
 import pytest
+from sqlalchemy import MetaData, create_engine, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from storage import queries
+from storage.local_postgres import LocalPostgres
 from tests.support.paths import REPO
-from tests.support.postgres import REQUIRES_POSTGRES, reachable_dir
+from tests.support.postgres import REQUIRES_POSTGRES, fresh_clone, reachable_dir
 from tests.support.scripted_executor import ScriptedExecutor
-from tests.support.study_loop import optuna_trials, rows, runner
+from tests.support.study_loop import LOOP_SCENARIO, optuna_trials, rows, runner
 
 pytestmark = REQUIRES_POSTGRES
 
@@ -79,3 +83,79 @@ def _start_and_stop_through_the_cli(base: Path) -> None:
     assert _postmasters(base / "postgres" / "data")
     subprocess.run([*cli, "stop", "--runs-dir", str(base)], check=True, cwd=REPO)
     assert _postmasters(base / "postgres" / "data") == []
+
+
+def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
+    # From the clone's root with the default, relative runs/: the server's tools run as another
+    # user from "/" under root, where a relative path pointed nowhere (issue 25).
+    with reachable_dir() as base:
+        clone = fresh_clone(base / "clone")
+        data = clone / "runs" / "postgres" / "data"
+        env = {**os.environ, "PYTHONPATH": str(clone)}  # the clone's code, not the one the venv was installed from
+
+        def make(target: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["make", target], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+
+        try:
+            started = make("db")
+            assert started.returncode == 0, started.stderr
+            url = make_url(started.stdout.strip())  # the one line printed: the URL to pass as STORAGE=
+            connect = dict(host=url.host, port=url.port, user=url.username, password=url.password,
+                           dbname=url.database, connect_timeout=5)
+            with psycopg.connect(**connect) as conn:
+                assert conn.execute("SELECT current_database()").fetchone() == ("autotune",)
+            assert _postmasters(data)
+            assert make("db").stdout.strip() == started.stdout.strip()  # again: the running server, the same URL
+            stopped = make("db-stop")
+            assert stopped.returncode == 0, stopped.stderr
+            assert _postmasters(data) == []
+            with pytest.raises(psycopg.OperationalError):
+                psycopg.connect(**connect)
+        finally:
+            LocalPostgres(clone / "runs" / "postgres").stop()  # a failed test leaves no server behind
+
+
+def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_url, monkeypatch, capfd):
+    # Every command that shows the storage, on real studies (scripted trials): search with and
+    # without a confirmation, a worker joining, search --workers (its workers stubbed), export,
+    # report, dashboard.
+    import optuna_dashboard
+
+    import search.prepare
+    import search.study.loop
+    import search.workers
+    from search.cli import main
+    from tests.support.fakes import ctx
+
+    password = make_url(postgres_url).password
+    assert password
+    executor = ScriptedExecutor()
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
+    monkeypatch.setattr(search.workers, "run_all", lambda commands, show: [0] * len(commands))
+    monkeypatch.setattr(optuna_dashboard, "run_server", lambda *args, **kw: None)
+    runs = tmp_path / "runs"
+    where = ["--storage", postgres_url, "--runs-dir", str(runs)]
+    assert main(["search", str(LOOP_SCENARIO), "--study", "unconfirmed", "--trials", "2", "--confirm-runs", "0",
+                 *where]) == 0
+    assert main(["search", str(LOOP_SCENARIO), "--trials", "3", "--confirm-runs", "2", *where]) == 0
+    assert main(["worker", "--study", "loop", "--trials", "4", *where]) == 0
+    assert main(["search", str(LOOP_SCENARIO), "--workers", "2", "--trials", "4", "--confirm-runs", "2", *where]) == 0
+    for command in ("export", "report", "dashboard"):
+        assert main([command, str(LOOP_SCENARIO), *where]) == 0
+    out, err = capfd.readouterr()
+    shown = make_url(postgres_url).render_as_string(hide_password=True)
+    lines = " ".join(out.split())  # as rich folded them, unfolded
+    assert lines.count(f"storage {shown}") == 3 and f"joins study loop ({shown})" in lines  # not vacuous: it is shown
+    assert password not in out + err
+    written = {p.relative_to(runs).as_posix(): p.read_bytes() for p in runs.rglob("*") if p.is_file()}
+    assert {"loop/best.yaml", "loop/pareto.yaml", "loop/report.html", "unconfirmed/best.yaml"} <= written.keys()
+    assert all(f"in {shown}, trial".encode() in written[f"{study}/best.yaml"] for study in ("loop", "unconfirmed"))
+    assert [name for name, content in written.items() if password.encode() in content] == []
+    engine = create_engine(postgres_url)  # the study as stored: user attributes, notes, our records
+    tables = MetaData()
+    tables.reflect(engine)
+    with engine.connect() as conn:
+        assert [t.name for t in tables.sorted_tables
+                if any(password in str(row) for row in conn.execute(select(t)))] == []
+    engine.dispose()

@@ -4,8 +4,11 @@ temporary directories are private to root)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -17,6 +20,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from storage.local_postgres import LocalPostgres, PostgresError, bindir
+from tests.support.paths import REPO
 
 
 def _have_postgres() -> bool:
@@ -62,3 +66,24 @@ def fresh_database(server_url: str) -> str:
                          dbname=parsed.database, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+def fresh_clone(dest: Path) -> Path:
+    """`git clone` of this repository at `dest`, with the uncommitted changes applied, and this
+    test run's virtualenv linked in as its .venv; skips unless `make setup` would leave that
+    venv alone (its stamp, as scripts/setup.sh names it, is there), since a setup run from
+    the clone would reinstall the project into it from the clone."""
+    venv = Path(sys.prefix)
+    extra = os.environ.get("VLLM_EXTRA", "auto")
+    if extra == "auto":
+        gpu = shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+        extra = "gpu" if gpu else "cpu"
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + (REPO / "scripts" / "setup.sh").read_bytes())
+    if not (venv / f".setup-{extra}-{digest.hexdigest()[:16]}").exists():
+        pytest.skip(f"{venv} is not set up by scripts/setup.sh (make setup) for this pyproject.toml")
+    subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True)
+    work = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--binary"], capture_output=True, check=True).stdout
+    if work:
+        subprocess.run(["git", "-C", str(dest), "apply", "--binary", "-"], input=work, check=True)
+    (dest / ".venv").symlink_to(venv)
+    return dest
