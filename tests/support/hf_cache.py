@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from pathlib import Path
 
 COMMIT_A = "a" * 40
@@ -25,9 +24,9 @@ def add_snapshot(cache: Path, repo_id: str, model_dir: Path, commit: str, refs: 
         blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
         if not blob.exists():
             try:
-                os.link(f, blob)  # the built-in model's weights are ~60 MB: no copy where a link will do
-            except OSError:
-                shutil.copyfile(f, blob)
+                os.link(f, blob)  # the built-in model's weights are ~60 MB: never copied
+            except OSError:  # another file system
+                blob.symlink_to(f.resolve())
         (snapshot / f.name).symlink_to(os.path.relpath(blob, snapshot))
     point(cache, repo_id, commit, refs)
     return snapshot
