@@ -262,7 +262,8 @@ def _study_name(text: str) -> str:
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
     p.add_argument("scenario", nargs=None if scenario_required else "?", default="mixed",
                    help="scenario name (configs/NAME.yaml) or path to a scenario file")
-    p.add_argument("--model", default=None, help="local model directory (default: the built-in model)")
+    p.add_argument("--model", default=None, help="local model directory, or Hugging Face id org/name[@revision] "
+                                                 "found in the local cache (default: the built-in model)")
     p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
     p.add_argument("--study", default=None, type=_study_name, help="study name (default: scenario[-model])")
     p.add_argument("--runs-dir", default="runs", help="where logs, exports and the default database go")
@@ -318,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--slot", default=None, metavar="cpu:IDS|gpu:IDS",
                         help="the devices this worker owns, e.g. gpu:2,3 or cpu:0-7 (default: all it sees)")
     worker.add_argument("--scenario", default=None, help="the scenario file (default: the study's, as stored)")
-    worker.add_argument("--model", default=None, help="local model directory (default: the study's)")
+    worker.add_argument("--model", default=None, help="local model directory or Hugging Face id (default: the study's)")
     worker.add_argument("--trials", type=_positive, default=None, help="the study's budget (default: as stored)")
     worker.add_argument("--timeout-min", type=float, default=None)
     worker.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
@@ -345,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     params = sub.add_parser("params", help="what a scenario may set: the tunable parameters and the allowed "
                                            "pass-through flags, on the installed vLLM")
-    params.add_argument("--model", type=Path, default=None)
+    params.add_argument("--model", default=None, help="local model directory or Hugging Face id org/name[@revision]")
     params.set_defaults(func=_cmd_params)
     load_command.register(sub)
 

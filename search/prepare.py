@@ -17,7 +17,7 @@ from search import space as space_mod
 from search.executor import plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER
 from search.scenario import Scenario
-from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context
+from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
 from storage.models import StudyRecord
 from storage.queries import check_url, check_writable_dir, engine_kwargs
 from storage.url import redacted, single_writer
@@ -64,7 +64,7 @@ def default_storage(runs_dir: Path) -> str:
 
 def default_study_name(scenario_name: str, model: str | Path | None) -> str:
     """One study per scenario and model: the same command resumes it."""
-    return scenario_name if not model else f"{scenario_name}-{Path(model).expanduser().resolve().name}"
+    return scenario_name if not model else f"{scenario_name}-{model_study_label(model)}"
 
 
 def stored_scenario_source(storage_url: str, study_name: str) -> str | None:

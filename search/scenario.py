@@ -25,7 +25,9 @@ from objectives.load import WorkloadSpec
 from search.serving import DEFAULT_STARTUP_TIMEOUT_S, REGISTRY, scenario_flag_problem
 from objectives.load import MetricName
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# The shipped scenarios: configs/ in a checkout, where search/scenarios links to it; in an installed
+# package (pip install without -e, a container image), the copy that the link became.
+CONFIG_DIR = (Path(__file__).resolve().parent / "scenarios").resolve()
 
 
 class ScenarioError(ValueError):

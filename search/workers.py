@@ -190,6 +190,7 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     import optuna
     from sqlalchemy.orm import Session
 
+    from search.serving import pinned_model
     from search.study import BUDGET_ATTR
     from storage.queries import check_url, existing_study_check, find_study, open_db
 
@@ -198,7 +199,7 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
                                          "then add workers")
     with Session(open_db(storage)) as session:
         rec = find_study(session, study)
-        source, model = rec.scenario_source, rec.model_path
+        source, model = rec.scenario_source, pinned_model(rec.model_path, rec.model_revision)
     path = runs_dir / study / "scenario.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != source:

@@ -53,7 +53,9 @@ class StudyRecord(Base):
     scenario_name: Mapped[str] = mapped_column(String(256))
     scenario_source: Mapped[str] = mapped_column(Text)  # the file as it was when the study began
     scenario_digest: Mapped[str] = mapped_column(String(64))
-    model_path: Mapped[str] = mapped_column(Text)
+    model_path: Mapped[str] = mapped_column(Text)  # a local directory, or a Hugging Face hub id
+    # A hub model's snapshot: the commit hash its revision resolved to (None: a local directory).
+    model_revision: Mapped[str | None] = mapped_column(String(64), nullable=True)
     vllm_version: Mapped[str] = mapped_column(String(64))
     hardware: Mapped[dict[str, Any]] = mapped_column(JSON)
     # What memory_utilization 1.0 meant on the CPU build, fixed when the study began (None: a GPU

@@ -1,23 +1,26 @@
 """Serving: everything about one vLLM server and nothing about studies.
 
 This facade describes a server and starts none: which flags the installed vLLM takes
-(`registry`, `vllm_flags`), the machine (`hardware`), the model (`model_info`, `local_model`),
-the facts a launch depends on (`context`) and a diagnosis needs (`facts`), how long a start may
-take (`startup`), and why a start failed (`failures`). Starting and stopping a server as one
-process group with a guard (`server`, `server_guard`, `launcher`) and watching a measurement
-against it (`watch`) is the second facade, `search.serving.running`. Other packages import from
-these two, never from the modules inside.
+(`registry`, `vllm_flags`) and whether it is one the tuner supports (`vllm_support`), the
+machine (`hardware`), the model (`model_info`, `local_model`, and `hub` for one named by its
+Hugging Face id), the facts a launch depends on (`context`) and a diagnosis needs (`facts`), how
+long a start may take (`startup`), and why a start failed (`failures`). Starting and stopping a
+server as one process group with a guard and watching a measurement against it is the second
+facade, `search.serving.running`. Other packages import from these two, never from the modules
+inside.
 """
 
 from search.serving.context import launch_context
+from search.serving.context import resolve_model as read_model_info
 from search.serving.facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
 from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.failures import classify
 from search.serving.hardware import Gpu, Hardware
 from search.serving.local_model import build as build_default_model
 from search.serving.local_model import build_dummy_architecture
+from search.serving.hub import pinned as pinned_model
+from search.serving.hub import study_label as model_study_label
 from search.serving.model_info import ModelError, ModelInfo
-from search.serving.model_info import read as read_model_info
 from search.serving.registry import (PARAMS, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, LaunchContext, ParamSpec,
                                      PASS_THROUGH, scenario_flag_problem, Support, support,
                                      ServerArgs, check_combination, unsupported_reason)
@@ -25,12 +28,13 @@ from search.serving.registry import resolve as resolve_server_args
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
+from search.serving.vllm_support import OLDEST_SUPPORTED_VLLM, VllmTooOld
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "PARAMS", "REGISTRY", "TUNER_OWNED", "Adjustment",
     "ConfigError", "Failure", "FailureClass", "FailurePhase", "Gpu", "Hardware", "InstalledVllm", "LaunchContext",
-    "ModelError", "ModelInfo", "PASS_THROUGH", "ParamSpec", "ServerArgs", "Support", "VllmNotInstalled", "build_default_model",
+    "ModelError", "ModelInfo", "OLDEST_SUPPORTED_VLLM", "PASS_THROUGH", "ParamSpec", "ServerArgs", "Support", "VllmNotInstalled", "VllmTooOld", "build_default_model",
     "build_dummy_architecture", "check_combination", "classify", "default_batch", "facts_for_launch",
-    "launch_context", "parse_version", "read_model_info", "recorded_cpu_kv_budget", "resolve_server_args",
+    "launch_context", "model_study_label", "parse_version", "pinned_model", "read_model_info", "recorded_cpu_kv_budget", "resolve_server_args",
     "scenario_flag_problem", "serving_facts", "support", "unsupported_reason",
 ]

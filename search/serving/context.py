@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
-from search.serving import hardware, local_model, model_info
+from search.serving import hardware, hub, local_model, model_info
 from search.serving.registry import LaunchContext
-from search.serving.vllm_flags import load_installed
+from search.serving.vllm_flags import InstalledVllm, load_installed
+from search.serving.vllm_support import check_supported
 
 # What memory_utilization = 1.0 means on the CPU build (see README, "Memory on the CPU build").
 DEFAULT_CPU_KV_BUDGET_GIB = 1.0
@@ -23,10 +26,28 @@ def cpu_kv_budget_bytes(gib: float | None = None) -> int:
     return int(min(gib * 2**30, available / 2))
 
 
-def resolve_model(model: str | Path | None) -> Path:
-    if model:
-        return Path(model).expanduser().resolve()
-    return local_model.build()
+def resolve_model(model: str | Path | None, *, allow_download: bool = False) -> model_info.ModelInfo:
+    """The model a launch serves: the built-in one (built on first use), a local directory, or a
+    hub id (`org/name[@revision]`) found in the Hugging Face cache, or fetched into it when
+    `allow_download`. Raises ModelError."""
+    if not model:
+        if not local_model.is_built(local_model.default_model_dir()):
+            print("autotune: building the built-in model, once (about a minute)", file=sys.stderr)
+        return model_info.read(local_model.build())
+    ref = hub.parse(model)
+    if isinstance(ref, Path):
+        return model_info.read(ref.resolve())
+    snapshot = hub.snapshot(ref, allow_download=allow_download)
+    return replace(model_info.read(snapshot.path), repo_id=ref.repo_id, revision=snapshot.commit)
+
+
+def supported_vllm() -> InstalledVllm:
+    """The installed vLLM's flags, once it is known to be one the tuner supports. Raises
+    VllmNotInstalled (VllmTooOld for an old one) in one line."""
+    found = hardware.installed_vllm()
+    if found is not None:
+        check_supported(*found)
+    return load_installed()
 
 
 def serving_dtype(hw: hardware.Hardware, info: model_info.ModelInfo) -> str | None:
@@ -37,10 +58,11 @@ def serving_dtype(hw: hardware.Hardware, info: model_info.ModelInfo) -> str | No
 
 
 def launch_context(model: str | Path | None = None, kv_budget_gib: float | None = None) -> LaunchContext:
+    installed = supported_vllm()
     hw = hardware.detect()
-    info = model_info.read(resolve_model(model))
+    info = resolve_model(model, allow_download=hub.downloads_allowed())
     return LaunchContext(
-        installed=load_installed(),
+        installed=installed,
         hardware=hw,
         model=info,
         cpu_kv_budget_bytes=cpu_kv_budget_bytes(kv_budget_gib),

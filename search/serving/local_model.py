@@ -56,6 +56,10 @@ def default_model_dir(spec: TinyLlamaSpec = DEFAULT_SPEC) -> Path:
     return cache_root() / "models" / f"tiny-llama-{spec.digest()}"
 
 
+def is_built(dest: Path) -> bool:
+    return (Path(dest) / SPEC_FILE).exists()
+
+
 def has_weights(model_dir: Path) -> bool:
     return any(p.suffix in WEIGHT_SUFFIXES for p in Path(model_dir).iterdir())
 
@@ -124,7 +128,7 @@ def write_config_and_weights(spec: TinyLlamaSpec, tokenizer, out: Path, weights:
 def build(spec: TinyLlamaSpec = DEFAULT_SPEC, dest: Path | None = None, force: bool = False) -> Path:
     """Build (or reuse) the model directory. Atomic: a half-built model is never visible."""
     dest = Path(dest) if dest else default_model_dir(spec)
-    if (dest / SPEC_FILE).exists() and not force:
+    if is_built(dest) and not force:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))

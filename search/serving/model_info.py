@@ -1,4 +1,4 @@
-"""Facts about a local model directory that the pre-start checks need."""
+"""Facts about a model directory that the pre-start checks need (a local one, or a hub snapshot's)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ class ModelInfo:
     config_dtype: str
     has_weights: bool
     built_here: bool
+    repo_id: str | None = None  # a model named by hub id: `path` is its snapshot in the cache
+    revision: str | None = None  # ... and the commit hash that snapshot is
+
+    @property
+    def reference(self) -> str:
+        """What names this model on the study record: the hub id, or the local directory."""
+        return self.repo_id or str(self.path)
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
         """K and V for every layer, in the serving dtype."""
@@ -39,7 +46,8 @@ def read(model_dir: str | Path) -> ModelInfo:
     if not cfg_file.is_file():
         raise ModelError(
             f"MODEL={model_dir}: no config.json there. Point MODEL at a local Hugging Face model "
-            "directory (config.json + tokenizer), or leave it unset for the built-in default."
+            "directory (config.json + tokenizer) or a hub id in the local cache (org/name[@revision]), "
+            "or leave it unset for the built-in default."
         )
     if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         raise ModelError(f"MODEL={model_dir}: no tokenizer files (tokenizer.json / tokenizer.model)")

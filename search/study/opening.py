@@ -49,9 +49,10 @@ Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback],
 
 def setup_changes(rec: StudyRecord, ctx: LaunchContext) -> list[str]:
     """What differs between the study's stored vLLM build, model and machine and this run's."""
-    then = {"vLLM": rec.vllm_version, "model": rec.model_path,
+    then = {"vLLM": rec.vllm_version, "model": rec.model_path, "model revision": rec.model_revision,
             "hardware": (rec.hardware or {}).get("description")}
-    now = {"vLLM": ctx.installed.label(), "model": str(ctx.model.path), "hardware": ctx.hardware.describe()}
+    now = {"vLLM": ctx.installed.label(), "model": ctx.model.reference, "model revision": ctx.model.revision,
+           "hardware": ctx.hardware.describe()}
     return [f"{k} was {then[k]}, now {now[k]}" for k in then if then[k] is not None and then[k] != now[k]]
 
 
@@ -122,7 +123,7 @@ class Opening:
         if rec is None:
             rec = StudyRecord(
                 study_name=p.study_name, scenario_name=self.sc.name, scenario_source=p.source,
-                scenario_digest=scenario_mod.digest(p.source), model_path=str(p.ctx.model.path),
+                scenario_digest=scenario_mod.digest(p.source), model_path=p.ctx.model.reference, model_revision=p.ctx.model.revision,
                 vllm_version=p.ctx.installed.label(), hardware=p.ctx.hardware.as_dict(),
                 cpu_kv_budget_bytes=None if p.ctx.hardware.is_gpu else p.ctx.cpu_kv_budget_bytes,
                 directions=self.sc.directions, objective_names=self.sc.objective_names)
