@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from search.serving import hardware, local_model, model_info
+from search.serving import hardware, local_model, memory, model_info
 from search.serving.registry import LaunchContext
 from search.serving.vllm_flags import load_installed
 
@@ -45,4 +45,5 @@ def launch_context(model: str | Path | None = None, kv_budget_gib: float | None 
         model=info,
         cpu_kv_budget_bytes=cpu_kv_budget_bytes(kv_budget_gib),
         dtype=serving_dtype(hw, info),
+        shape=memory.read_shape(info.path),
     )
