@@ -26,8 +26,8 @@ from objectives.load import ProgressWatch, stall_bound_s
 from objectives.load import WorkloadSpec
 from search.scenario import Screening
 from search.serving import (Failure, FailureClass, LaunchContext, ServerArgs, ServerFailed, VllmServer,
-                            check_combination, command_line, launch, resolve_server_args, set_aside,
-                            while_serving)
+                            check_combination, command_line, kv_cache_check_at_start, launch, resolve_server_args,
+                            set_aside, while_serving)
 from storage.models import TrialStatus
 
 PhaseCallback = Callable[[str], None]
@@ -221,10 +221,11 @@ class VllmExecutor:
         on_phase("starting")
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
         server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
-        t0 = time.monotonic()
+        t0, kv_check = time.monotonic(), {}
         try:
             server.start()
             outcome.timings["start_s"] = server.ready_s
+            kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
             self._measure(server, outcome, on_phase, plan.capacity_hint)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
@@ -240,4 +241,5 @@ class VllmExecutor:
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
             outcome.timings["total_s"] = time.monotonic() - t0
+            outcome.server_diagnostics.update(kv_check)
         return outcome
