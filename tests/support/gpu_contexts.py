@@ -40,7 +40,8 @@ def h100s(n: int) -> Hardware:
 def model_ctx(name: str = "llama-3-8b", hw: Hardware = H100, cfg: dict | None = None, version: str = "0.32.0",
               extra=(), budget: int = 2**30, dtype: str | None = None) -> LaunchContext:
     cfg = cfg or config(name)
-    return LaunchContext(installed=installed(version, extra=[*GPU_FLAGS, *extra]), hardware=hw,
+    # configs/models/ has no weights: its servers get --load-format dummy
+    return LaunchContext(installed=installed(version, extra=[*GPU_FLAGS, "--load-format", *extra]), hardware=hw,
                          model=model_info(cfg), cpu_kv_budget_bytes=budget, dtype=dtype,
                          shape=ModelShape.from_config(cfg))
 
