@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from benchmarks.trial_time import trial_time
 from search import executor as executor_mod
 from search.executor import VllmExecutor
+from search.outputs.report import write_report
 from search.serving import StopReport
 from storage import queries
 from tests.support.fakes import CPU, ctx
@@ -47,6 +48,10 @@ def test_on_the_cpu_build_each_gpu_knob_is_passed_dropped_or_forced_and_recorded
         assert row.adjustments == [{"param": "async_scheduling", "action": "forced", "replacement": ["async_scheduling", False],
                                     "detail": "the CPU build turns async scheduling off itself (vllm/platforms/cpu.py); "
                                               "passed as False"}]
+    html = write_report(r.prep.storage_url, r.prep.study_name, tmp_path / "report.html").read_text()
+    trials = html[html.index('id="trials-table"'):]
+    assert trials.count("the CPU build turns async scheduling off itself (vllm/platforms/cpu.py); passed as "
+                        "False") == 2  # in the sampled trials' parameters
 
 
 class GpuServer:
