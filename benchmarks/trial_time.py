@@ -2,7 +2,8 @@
 
 Reads a stored study (nothing is started) and prints per trial the start, each stage's elapsed
 seconds (a = aborted early), what the aborts saved, the idle waits between stages, the stop, the
-total, and the share of the trial outside its load stages: 1 - sum(stage elapsed) / total.
+total, the share of the trial outside its load stages: 1 - sum(stage elapsed) / total, and the
+KV cache tokens the memory arithmetic predicted against those vLLM logged at the start.
 `total_s` runs from before the server's start to after its stop (search/executor.py), so the
 start is inside it; what is neither start, stage, idle wait nor stop is warm-up, request
 building and the executor's own work. Then the same shares over the whole study.
@@ -25,6 +26,7 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from search.outputs import fmt_value
+from search.serving import describe_kv_check
 from storage import queries
 from storage.models import TrialRecord
 
@@ -42,6 +44,7 @@ class TrialTime:
     idle_s: float
     stop_s: float
     total_s: float
+    kv_check: str = ""  # the memory arithmetic's KV cache tokens against vLLM's log
 
     @property
     def other_s(self) -> float:
@@ -68,7 +71,8 @@ def trial_time(row: TrialRecord) -> TrialTime | None:
     stop = t.get("stop_s", 0.0)
     start = t.get("start_s", 0.0 if stages else t["total_s"] - stop)  # none: it failed to start
     label = f"{row.trial_number}" + (f" ({row.baseline})" if row.baseline else "")
-    return TrialTime(row.trial_number, label, start, stages, aborted, saved, idle, stop, t["total_s"])
+    return TrialTime(row.trial_number, label, start, stages, aborted, saved, idle, stop, t["total_s"],
+                     describe_kv_check(row.server_diagnostics or {}))
 
 
 def _s(x: float) -> str:
@@ -82,10 +86,11 @@ def trials_table(times: list[TrialTime], title: str) -> Table:
     table.add_column("stages (a: aborted)", min_width=24)
     for name in ("aborts", "saved", "idle", "stop", "other", "total", "outside stages"):
         table.add_column(name, justify="right")
+    table.add_column("KV cache tokens")
     for tt in times:
         stages = " + ".join(_s(x) + ("a" if a else "") for x, a in zip(tt.stages_s, tt.aborted)) or "-"
         table.add_row(tt.label, _s(tt.start_s), stages, str(sum(tt.aborted)), _s(tt.saved_s), _s(tt.idle_s),
-                      _s(tt.stop_s), _s(tt.other_s), _s(tt.total_s), f"{tt.outside_share:.0%}")
+                      _s(tt.stop_s), _s(tt.other_s), _s(tt.total_s), f"{tt.outside_share:.0%}", tt.kv_check or "-")
     return table
 
 

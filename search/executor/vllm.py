@@ -14,7 +14,7 @@ from objectives.load import (LoadRunError, ProgressWatch, RequestRecord, Workloa
                              run_async, run_load)
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
-from search.serving import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, LaunchContext
+from search.serving import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, LaunchContext, kv_cache_check_at_start
 from search.serving.running import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
 from storage.models import TrialStatus
 
@@ -119,10 +119,11 @@ class VllmExecutor:
         on_phase("starting")
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
         server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
-        t0 = time.monotonic()
+        t0, kv_check = time.monotonic(), {}
         try:
             server.start()
             outcome.timings["start_s"] = server.ready_s
+            kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
             self._measure(server, outcome, on_phase, plan.capacity_hint)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
@@ -138,4 +139,5 @@ class VllmExecutor:
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
             outcome.timings["total_s"] = time.monotonic() - t0
+            outcome.server_diagnostics.update(kv_check)
         return outcome

@@ -168,7 +168,8 @@ def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str
         for m in metric_cols:
             shown, key = _num(v.metrics.get(m)) if v.category != FAILED else ("", "")
             cells.append(f'<td class="num" data-v="{key}">{shown}</td>')
-        cells.append("<td>" + _e(", ".join(f"{k}={fmt_value(x)}" for k, x in v.params.items())) + "</td>")
+        cells.append("<td>" + _e(", ".join(f"{k}={fmt_value(x)}" for k, x in v.params.items()))
+                     + "".join(f'<br><span class="note">{_e(a)}</span>' for a in v.adjustments) + "</td>")
         rows.append(f'<tr data-trial="{v.number}" data-category="{v.category}"'
                     f'{" class=chosen" if v.chosen else ""}>' + "".join(cells) + "</tr>")
     return ('<div class="scroll"><table class="sortable" id="trials-table"><thead><tr>'

@@ -10,20 +10,22 @@ facade, `search.serving.running`. Other packages import from these two, never fr
 inside.
 """
 
+from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.context import launch_context
 from search.serving.context import resolve_model as read_model_info
 from search.serving.facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
-from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.failures import classify
 from search.serving.hardware import Gpu, Hardware
-from search.serving.local_model import build as build_default_model
-from search.serving.local_model import build_dummy_architecture
 from search.serving.hub import pinned as pinned_model
 from search.serving.hub import study_label as model_study_label
+from search.serving.kv_log import describe_kv_check, kv_cache_check_at_start
+from search.serving.local_model import build as build_default_model
+from search.serving.local_model import build_dummy_architecture
+from search.serving.memory import KvBudget, ModelShape
 from search.serving.model_info import ModelError, ModelInfo
-from search.serving.registry import (PARAMS, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, LaunchContext, ParamSpec,
-                                     PASS_THROUGH, scenario_flag_problem, Support, support,
-                                     ServerArgs, check_combination, unsupported_reason)
+from search.serving.registry import (PARAMS, PASS_THROUGH, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, CpuRule,
+                                     LaunchContext, ParamSpec, ServerArgs, Support, check_combination, memory_budget,
+                                     scenario_flag_problem, support, unsupported_reason)
 from search.serving.registry import resolve as resolve_server_args
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
@@ -31,10 +33,12 @@ from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_ver
 from search.serving.vllm_support import OLDEST_SUPPORTED_VLLM, VllmTooOld
 
 __all__ = [
-    "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "PARAMS", "REGISTRY", "TUNER_OWNED", "Adjustment",
-    "ConfigError", "Failure", "FailureClass", "FailurePhase", "Gpu", "Hardware", "InstalledVllm", "LaunchContext",
-    "ModelError", "ModelInfo", "OLDEST_SUPPORTED_VLLM", "PASS_THROUGH", "ParamSpec", "ServerArgs", "Support", "VllmNotInstalled", "VllmTooOld", "build_default_model",
-    "build_dummy_architecture", "check_combination", "classify", "default_batch", "facts_for_launch",
-    "launch_context", "model_study_label", "parse_version", "pinned_model", "read_model_info", "recorded_cpu_kv_budget", "resolve_server_args",
-    "scenario_flag_problem", "serving_facts", "support", "unsupported_reason",
+    "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "OLDEST_SUPPORTED_VLLM", "PARAMS", "PASS_THROUGH",
+    "REGISTRY", "TUNER_OWNED", "Adjustment", "ConfigError", "CpuRule", "Failure", "FailureClass", "FailurePhase", "Gpu",
+    "Hardware", "InstalledVllm", "KvBudget", "LaunchContext", "ModelError", "ModelInfo", "ModelShape", "ParamSpec",
+    "ServerArgs", "Support", "VllmNotInstalled", "VllmTooOld", "build_default_model", "build_dummy_architecture",
+    "check_combination", "classify", "default_batch", "describe_kv_check", "facts_for_launch",
+    "kv_cache_check_at_start", "launch_context", "memory_budget", "model_study_label", "parse_version",
+    "pinned_model", "read_model_info", "recorded_cpu_kv_budget", "resolve_server_args", "scenario_flag_problem",
+    "serving_facts", "support", "unsupported_reason",
 ]

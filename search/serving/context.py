@@ -9,7 +9,8 @@ from pathlib import Path
 
 import psutil
 
-from search.serving import hardware, hub, local_model, model_info
+
+from search.serving import hardware, hub, local_model, memory, model_info
 from search.serving.registry import LaunchContext
 from search.serving.vllm_flags import InstalledVllm, load_installed
 from search.serving.vllm_support import check_supported
@@ -67,4 +68,5 @@ def launch_context(model: str | Path | None = None, kv_budget_gib: float | None 
         model=info,
         cpu_kv_budget_bytes=cpu_kv_budget_bytes(kv_budget_gib),
         dtype=serving_dtype(hw, info),
+        shape=memory.read_shape(info.path),
     )

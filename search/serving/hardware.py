@@ -67,24 +67,41 @@ def _cpu_info() -> tuple[str, frozenset[str]]:
     return model, flags
 
 
+def visible(listed: list[tuple[str, str, Gpu]], cuda_visible_devices: str | None) -> tuple[Gpu, ...]:
+    """The GPUs a process started here sees, in its device order: nvidia-smi's (index, UUID, GPU)
+    rows as CUDA_VISIBLE_DEVICES picks them (indices, UUIDs or their unique prefixes; CUDA stops
+    at the first entry that names no GPU). Unset: all of them."""
+    if cuda_visible_devices is None:
+        return tuple(gpu for _, _, gpu in listed)
+    seen: list[Gpu] = []
+    for entry in (x.strip() for x in cuda_visible_devices.split(",")):
+        found = [gpu for index, uuid, gpu in listed
+                 if entry and (entry == index or (entry.startswith("GPU-") and uuid.startswith(entry)))]
+        if len(found) != 1:
+            break
+        seen.append(found[0])
+    return tuple(seen)
+
+
 def _nvidia_gpus() -> tuple[Gpu, ...]:
     if os.environ.get("AUTOTUNE_FORCE_CPU") or not shutil.which("nvidia-smi"):
         return ()
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=20, check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return ()
-    gpus = []
+    listed = []
     for line in out.strip().splitlines():
-        name, _, mem = line.rpartition(",")
         try:
-            gpus.append(Gpu(name=name.strip(), memory_gib=float(mem) / 1024))
+            index, uuid, rest = (part.strip() for part in line.split(",", 2))
+            name, _, mem = rest.rpartition(",")
+            listed.append((index, uuid, Gpu(name=name.strip(), memory_gib=float(mem) / 1024)))
         except ValueError:
             continue
-    return tuple(gpus)
+    return visible(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def gpu_memory_used_mib() -> list[float]:

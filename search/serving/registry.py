@@ -9,10 +9,15 @@ A scenario sets the tunable parameters and the flags on `PASS_THROUGH` (an allow
 how fast a server serves, none names code, a file or a credential); anything else is refused
 where the scenario is read and again where a server's flags are made (`scenario_flag_problem`).
 
-`support()` is the one rule for a parameter the installed vLLM lacks (its successor stands in, or
-it is dropped, and it is said); `resolve()` turns canonical parameter values into the flags a server
-gets by that rule; `check_combination()` catches configurations vLLM is known to reject, before any
-server starts.
+Each parameter also says what the CPU build does with it (`CpuRule`: passed, dropped or forced to
+one value, and why).
+
+`support()` is the one rule for a parameter the installed vLLM or the CPU build cannot take (its
+successor stands in, it is forced or dropped, and it is said); `resolve()` turns canonical parameter
+values into the flags a server gets by that rule; `check_combination()` catches configurations vLLM
+is known to reject, before any server starts: invalid combinations, a tensor parallel size the
+devices or the model's heads do not allow, a quantization the checkpoint contradicts, and a KV
+cache that cannot hold one request (`memory_budget`, by `search.serving.memory`'s arithmetic).
 """
 
 from __future__ import annotations
@@ -21,12 +26,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
+from search.serving import memory
 from search.serving.hardware import Hardware
+from search.serving.memory import GIB, KvBudget, ModelShape
 from search.serving.model_info import ModelInfo
-from search.serving.vllm_defaults import default_batch
+from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 from search.serving.vllm_flags import InstalledVllm, parse_version
 
 Kind = Literal["int", "float", "bool", "choice"]
+
+
+@dataclass(frozen=True)
+class CpuRule:
+    """What the tuner does with a parameter on the CPU build: passes it (the default), drops it, or
+    passes `value` whatever was asked (`force`), for the reason `why` says."""
+
+    action: Literal["pass", "drop", "force"] = "pass"
+    why: str = ""
+    value: Any = None
 
 
 @dataclass(frozen=True)
@@ -38,10 +55,13 @@ class ParamSpec:
     low: float | None = None  # valid range as vLLM validates it (not a search range)
     high: float | None = None
     high_exclusive: bool = False
-    choices: tuple = ()
+    choices: tuple = ()  # a choice parameter without any: the installed vLLM's parser's choices
     cpu_choices: tuple = ()  # where the CPU build accepts fewer values
     removed_in: str | None = None
-    effective_since: str | None = None  # parses earlier, but has no effect on a dense model
+    effective_since: str | None = None  # parses earlier, but does nothing a study measures (`inert` says what)
+    effective_until: str | None = None  # parses from this release on, but does nothing a study measures
+    inert: str = ""
+    cpu: CpuRule = CpuRule()
     substitute: str | None = None
     substitute_value: Callable[[Any], Any] | None = None
     substitute_note: str = ""
@@ -86,7 +106,8 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("block_size", "--block-size", "choice", "Tokens per KV cache block.",
               choices=(8, 16, 32, 64, 128, 256), cpu_choices=(32, 64, 128, 256)),
     ParamSpec("prefill_schedule_interval", "--prefill-schedule-interval", "int",
-              "Admit new prefills once every N engine steps.", low=1, effective_since="0.33.0"),
+              "Admit new prefills once every N engine steps.", low=1, effective_since="0.33.0",
+              inert="acts only on data-parallel MoE engines"),
     ParamSpec("watermark", "--watermark", "float",
               "Fraction of KV blocks kept free when admitting requests.",
               low=0.0, high=1.0, high_exclusive=True),
@@ -98,6 +119,41 @@ PARAMS: tuple[ParamSpec, ...] = (
               removed_in="0.12.0"),
     ParamSpec("swap_space", "--swap-space", "float",
               "CPU swap space (GiB) for preempted sequences.", low=0.0, removed_in="0.18.0"),
+    # The GPU knobs (seeds 001 and 002; vLLM's recipes tune TP first). Their pre-start checks are in
+    # check_combination; what the CPU build does with each is its CpuRule.
+    ParamSpec("tensor_parallel_size", "--tensor-parallel-size", "int",
+              "GPUs each layer is split across: 1/TP of the weights and KV heads per GPU, an all-reduce "
+              "per layer. Must divide the attention heads and fit the visible GPUs.", low=1,
+              cpu=CpuRule("drop", "runs each server as one rank on its slot's cores (the tuner gives a "
+                                  "server one slot; ranks would split its cores, each wanting a NUMA node)")),
+    ParamSpec("quantization", "--quantization", "choice",
+              "Weight quantization method: a quantized checkpoint's own (its quantization_config), or fp8 / "
+              "bitsandbytes quantizing a full-precision one while loading. Less memory, other kernels."),
+    ParamSpec("kv_cache_dtype", "--kv-cache-dtype", "choice",
+              "Precision of the KV cache: fp8 holds twice the tokens of bf16. CPU build: auto or fp8 "
+              "(AVX-512 or AMX, head size a multiple of 32).",
+              cpu_choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
+    ParamSpec("enforce_eager", "--enforce-eager", "bool",
+              "No torch.compile and no CUDA graphs: faster starts, usually slower serving. CPU studies run "
+              "eager unless set (no CUDA graphs there; false compiles with Dynamo)."),
+    ParamSpec("optimization_level", "--optimization-level", "int",
+              "Compilation level: 0 no compile and no graphs, 1 piecewise CUDA graphs, 2-3 full and piecewise "
+              "(enforce_eager overrides it). CPU build: 1-3 compile alike, no graphs.", low=0, high=3),
+    ParamSpec("max_cudagraph_capture_size", "--max-cudagraph-capture-size", "int",
+              "Largest batch replayed as a captured CUDA graph; larger batches run uncaptured.", low=1,
+              cpu=CpuRule("drop", "captures no CUDA graphs")),
+    ParamSpec("async_scheduling", "--async-scheduling", "bool",
+              "Schedule the next step while the device runs the current one (on by default since 0.14).",
+              cpu=CpuRule("force", "turns async scheduling off itself (vllm/platforms/cpu.py)", False)),
+    ParamSpec("max_num_partial_prefills", "--max-num-partial-prefills", "int",
+              "Long prompts prefilled concurrently; V0 engine only.", low=1, removed_in="0.27.0",
+              effective_until="0.11.0", inert="the V1 engine refuses any value but 1 (NotImplementedError: "
+                                              "Concurrent Partial Prefill is not supported)"),
+    ParamSpec("max_long_partial_prefills", "--max-long-partial-prefills", "int",
+              "Of the concurrent partial prefills, how many may be long; V0 engine only.", low=1,
+              removed_in="0.27.0", effective_until="0.11.0",
+              inert="the V1 engine refuses any value but 1 (NotImplementedError: Concurrent Partial Prefill "
+                    "is not supported)"),
 )
 
 REGISTRY: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
@@ -109,17 +165,10 @@ REGISTRY: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
 # fast. vLLM's parser checks the values; `resolve` lets no value pose as a flag.
 PASS_THROUGH: dict[str, str] = {
     "dtype": "precision of weights and activations (the CPU build serves fp32 where bf16 is emulated)",
-    "kv_cache_dtype": "precision of the KV cache: more tokens per byte, other attention kernels",
-    "quantization": "weight quantization method (e.g. fp8 on the fly): less memory, other kernels",
-    "enforce_eager": "no torch.compile and no CUDA graphs: faster starts, usually slower serving",
-    "optimization_level": "compilation level 0-3 (0: no compile, no graphs; 1: piecewise graphs)",
-    "max_cudagraph_capture_size": "the largest batch run as a captured CUDA graph",
-    "async_scheduling": "schedule the next step while the current one runs on the device",
     "scheduling_policy": "admission order: fcfs, or priority (the request's priority field)",
     "scheduler_reserve_full_isl": "admit a request only when its whole prompt fits in the KV cache",
     "stream_interval": "tokens per streamed chunk: fewer, larger chunks",
     "attention_backend": "the attention kernels, by vLLM's name for them",
-    "tensor_parallel_size": "GPUs each layer is split across",
     "load_format": "how the study's model is read; dummy: random weights, same timing (set by the "
                    "tuner for a model without weights)",
 }
@@ -164,15 +213,20 @@ class LaunchContext:
     model: ModelInfo
     cpu_kv_budget_bytes: int  # what memory_utilization=1.0 means on the CPU build
     dtype: str | None = None  # serving dtype, for the KV size check
+    shape: ModelShape | None = None  # the model's sizes for the memory arithmetic (None: not known)
 
     def version_at_least(self, v: str) -> bool:
         return self.installed.version_tuple >= parse_version(v)
+
+    def cpu_kv_bytes(self, utilization: float) -> int:
+        """--kv-cache-memory-bytes for a memory_utilization on the CPU build."""
+        return int(utilization * self.cpu_kv_budget_bytes)
 
 
 @dataclass(frozen=True)
 class Adjustment:
     param: str
-    action: Literal["dropped", "substituted"]
+    action: Literal["dropped", "substituted", "forced"]
     detail: str
     replacement: tuple[str, Any] | None = None
 
@@ -203,15 +257,25 @@ class ServerArgs:
         return args
 
 
-def unsupported_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
-    """Why the installed vLLM cannot take this parameter, or None if it can."""
+def _version_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
     label = ctx.installed.label()
     if spec.flag is not None and not ctx.installed.accepts(spec.flag):
         since = f"removed in vLLM {spec.removed_in}" if spec.removed_in else "not a flag"
         return f"{spec.flag} is {since}; the installed {label} does not accept it"
     if spec.effective_since and not ctx.version_at_least(spec.effective_since):
-        return (f"{spec.flag} parses in {label} but acts only on data-parallel MoE engines "
-                f"before {spec.effective_since}")
+        return f"{spec.flag} parses in {label} but {spec.inert} before {spec.effective_since}"
+    if spec.effective_until and ctx.version_at_least(spec.effective_until):
+        return f"{spec.flag} parses in {label} but {spec.inert} since {spec.effective_until}"
+    return None
+
+
+def unsupported_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
+    """Why this parameter cannot be passed as asked here (the installed vLLM lacks it, or the CPU
+    build drops or forces it), or None if it can."""
+    if (reason := _version_reason(spec, ctx)) is not None:
+        return reason
+    if not ctx.hardware.is_gpu and spec.cpu.action != "pass":
+        return f"the CPU build {spec.cpu.why}"
     return None
 
 
@@ -222,9 +286,10 @@ class Support:
     with `why_no_successor`. The one rule for the flags a server gets and the space a study samples."""
 
     spec: ParamSpec
-    reason: str | None = None  # why the installed vLLM cannot take the parameter
+    reason: str | None = None  # why the installed vLLM (or the CPU build) cannot take the parameter as asked
     successor: ParamSpec | None = None
     why_no_successor: str = ""
+    forced: bool = False  # the CPU build takes spec.cpu.value whatever was asked (not searched)
 
     def carry(self, value: Any) -> Any:
         """The successor's value for the parameter's `value`."""
@@ -241,6 +306,8 @@ def support(spec: ParamSpec, ctx: LaunchContext, given: Iterable[str]) -> Suppor
     """How the installed vLLM supports `spec`, given the parameters also set (`given`): a successor
     the user set themselves keeps their value and stands in for nothing."""
     reason = unsupported_reason(spec, ctx)
+    if reason is not None and _version_reason(spec, ctx) is None and spec.cpu.action == "force":
+        return Support(spec, reason, forced=True)
     nearest = REGISTRY.get(spec.substitute) if spec.substitute else None
     if reason is None or nearest is None:
         return Support(spec, reason)
@@ -262,8 +329,12 @@ def _check_value(spec: ParamSpec, value: Any, ctx: LaunchContext, where: str) ->
         return value
     if spec.kind == "choice":
         choices = spec.cpu_choices if (spec.cpu_choices and not ctx.hardware.is_gpu) else spec.choices
-        if value not in choices:
+        if not choices and (parsed := ctx.installed.flags.get(spec.flag)) is not None:
+            choices = parsed.choices or ()
+        if choices and value not in choices:
             raise bad(", ".join(map(str, choices)))
+        if not choices and not (isinstance(value, str) and value and not value.startswith("-")):
+            raise bad("a word not starting with '-'")  # vLLM's parser checks the word
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad(f"a number ({spec.kind})")
@@ -289,7 +360,7 @@ def _render(name: str, value: Any, ctx: LaunchContext) -> dict[str, Any]:
     if name == "memory_utilization":
         if ctx.hardware.is_gpu:
             return {"gpu-memory-utilization": value}
-        return {"kv-cache-memory-bytes": int(value * ctx.cpu_kv_budget_bytes)}
+        return {"kv-cache-memory-bytes": ctx.cpu_kv_bytes(value)}
     return {spec.flag.removeprefix("--"): value}
 
 
@@ -329,6 +400,11 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
         found = support(spec, ctx, given=values)
         if found.reason is None:
             applied[name] = value
+        elif found.forced:
+            applied[name] = spec.cpu.value
+            if value != spec.cpu.value:
+                adjustments.append(Adjustment(name, "forced", f"{found.reason}; passed as {spec.cpu.value!r}",
+                                              (name, spec.cpu.value)))
         elif (sub := found.successor) is not None:
             new_value = found.carry(value)
             applied[sub.name] = new_value
@@ -342,13 +418,99 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
     return ServerArgs(values=applied, flags=flags, adjustments=adjustments)
 
 
+def _batch(values: dict[str, Any], ctx: LaunchContext, max_model_len: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM will run them: set, or its defaults for this
+    hardware (doubled by performance_mode throughput), max_num_seqs capped by the token budget and
+    the token budget raised to max_model_len with chunked prefill off."""
+    default_mnbt, default_mns = default_batch(ctx.hardware)
+    if values.get("performance_mode") == "throughput":
+        default_mnbt, default_mns = 2 * default_mnbt, 2 * default_mns
+    mnbt = values.get("max_num_batched_tokens")
+    mns = values.get("max_num_seqs")
+    effective_mns = mns if mns is not None else min(default_mns, mnbt or default_mnbt)
+    if mnbt is None:
+        mnbt = default_mnbt if values.get("enable_chunked_prefill", True) is not False else max(max_model_len,
+                                                                                               default_mnbt)
+    return mnbt, effective_mns
+
+
+def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None:
+    """The KV cache one device will hold for `values` (as applied), by `memory`'s arithmetic. None
+    where it cannot be told: the CPU build without memory_utilization (vLLM then sizes the cache
+    from the node's RAM), a model or a format the arithmetic does not know."""
+    dtype = memory.serving_dtype(ctx.model.config_dtype, values.get("dtype") or ctx.dtype)
+    element = memory.cache_bytes(values.get("kv_cache_dtype"), dtype)
+    if element is None:
+        return None
+    block = values.get("block_size") or default_block_size(ctx.hardware)
+    if not ctx.hardware.is_gpu:
+        util = values.get("memory_utilization")
+        if util is None:
+            return None
+        m = ctx.model
+        return memory.cpu_budget(ctx.cpu_kv_bytes(util),
+                                 memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim, element), block)
+    if ctx.shape is None or not ctx.hardware.gpus:
+        return None
+    mnbt, mns = _batch(values, ctx, values.get("max_model_len") or ctx.model.max_position_embeddings)
+    return memory.gpu_budget(
+        ctx.shape, device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),
+        utilization=values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION), dtype=dtype, element_bytes=element,
+        block_size=block, batched_tokens=mnbt, seqs=mns, tp=values.get("tensor_parallel_size") or 1,
+        cuda_graphs=not values.get("enforce_eager") and values.get("optimization_level") != 0,
+        quantization=values.get("quantization"))
+
+
+# Methods vLLM lets take over another method's checkpoint (its `override_quantization_method`),
+# besides a method's own kernel variants (awq -> awq_marlin, gptq -> gptq_marlin).
+_TAKES_OVER = frozenset({"moe_wna16", "inc", "humming", "marlin", "ipex"})
+
+
+def device_problems(values: dict[str, Any], ctx: LaunchContext) -> list[str]:
+    """What the visible devices, the model's config.json or the installed build rule out for the
+    GPU knobs: vLLM's own checks at start (ModelConfig, the parallel linear layers, the CPU
+    attention backend), run here without starting it."""
+    problems: list[str] = []
+    hw, shape = ctx.hardware, ctx.shape
+    tp = values.get("tensor_parallel_size") or 1
+    if tp > 1:
+        if tp > len(hw.gpus):
+            problems.append(f"tensor_parallel_size {tp} needs {tp} GPUs; {len(hw.gpus)} visible ({hw.describe()}; "
+                            f"CUDA_VISIBLE_DEVICES decides which)")
+        if shape is not None and shape.heads % tp:
+            problems.append(f"tensor_parallel_size {tp} does not divide the model's {shape.heads} attention heads")
+        kv = shape.kv_heads if shape is not None else ctx.model.num_kv_heads
+        if (kv % tp) if kv >= tp else (tp % kv):
+            problems.append(f"tensor_parallel_size {tp} must divide the model's {kv} KV heads, or be a multiple "
+                            f"of them (each head then replicated)")
+        if shape is not None and shape.intermediate % tp:
+            problems.append(f"tensor_parallel_size {tp} does not divide the model's MLP width ({shape.intermediate})")
+    kv_dtype = values.get("kv_cache_dtype") or "auto"
+    if kv_dtype.startswith("fp8") and not hw.is_gpu:
+        if not {"avx512f", "amx_tile"} & hw.cpu_flags:
+            problems.append(f"kv_cache_dtype {kv_dtype} on the CPU build needs AVX-512 or AMX; this CPU "
+                            f"({hw.cpu_model}) has neither")
+        if ctx.model.head_dim % 32:
+            problems.append(f"kv_cache_dtype {kv_dtype} on the CPU build needs a head size divisible by 32; "
+                            f"the model's is {ctx.model.head_dim}")
+    method = values.get("quantization")
+    own = shape.quantization if shape is not None else None
+    if method and own is not None and own.method and method != own.method and own.method not in method \
+            and method not in _TAKES_OVER:
+        problems.append(f"quantization {method} contradicts the checkpoint's quantization_config ({own.method}): "
+                        f"vLLM refuses the pair")
+    if method and shape is not None and own is None and method in memory.NEEDS_QUANTIZED_CHECKPOINT:
+        problems.append(f"quantization {method} loads only a checkpoint quantized with it; the model's config.json "
+                        f"has no quantization_config")
+    return problems
+
+
 def check_combination(values: dict[str, Any], ctx: LaunchContext,
                       longest_request: int | None = None) -> list[str]:
     """Known-invalid combinations (vLLM's own startup checks, run here in milliseconds)."""
     problems: list[str] = []
     model_max = ctx.model.max_position_embeddings
     mml = values.get("max_model_len") or model_max
-    default_mnbt, default_mns = default_batch(ctx.hardware)
     mnbt = values.get("max_num_batched_tokens")
     mns = values.get("max_num_seqs")
     chunked = values.get("enable_chunked_prefill", True) is not False
@@ -360,7 +522,7 @@ def check_combination(values: dict[str, Any], ctx: LaunchContext,
     if not chunked and mnbt is not None and mnbt < mml:
         problems.append(f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}) "
                         "with chunked prefill off: longer prompts could never be scheduled")
-    effective_mns = mns if mns is not None else min(default_mns, mnbt or default_mnbt)
+    effective_mns = _batch(values, ctx, mml)[1]
     active = values.get("max_num_active_seqs")
     if active is not None and active > effective_mns:
         problems.append(f"max_num_active_seqs ({active}) cannot be greater than max_num_seqs "
@@ -372,12 +534,11 @@ def check_combination(values: dict[str, Any], ctx: LaunchContext,
     if longest_request is not None and longest_request > mml:
         problems.append(f"the workload's longest request ({longest_request} tokens, prompt + output) "
                         f"does not fit max_model_len ({mml}); vLLM would reject or truncate it")
-    util = values.get("memory_utilization")
-    if util is not None and not ctx.hardware.is_gpu:
-        kv_bytes = int(util * ctx.cpu_kv_budget_bytes)
-        per_token = ctx.model.kv_bytes_per_token(ctx.dtype)
-        if kv_bytes < per_token * mml:
-            problems.append(
-                f"memory_utilization {util:.2f} gives {kv_bytes / 2**20:.0f} MiB of KV cache, less "
-                f"than one {mml}-token request needs ({per_token * mml / 2**20:.0f} MiB)")
+    problems += device_problems(values, ctx)
+    budget = memory_budget(values, ctx)
+    if budget is not None and not budget.holds(mml):
+        util = values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION)
+        held = f"a KV cache of {budget.tokens:,} tokens" if budget.kv_bytes > 0 else "no memory for the KV cache"
+        problems.append(f"memory_utilization {util:.2f} leaves {held}, less than one {mml}-token request needs "
+                        f"({budget.explain()})")
     return problems

@@ -24,3 +24,9 @@ def default_batch(hardware: Hardware) -> tuple[int, int]:
     if mem >= 70 and "A100" not in hardware.gpus[0].name:
         return 8192, 1024
     return 2048, 256
+
+
+# Tokens per KV cache block when --block-size is not given: 16 on GPUs (unless the attention
+# backend prefers another), 128 on the CPU build (vllm/platforms/cpu.py).
+def default_block_size(hardware: Hardware) -> int:
+    return 16 if hardware.is_gpu else 128

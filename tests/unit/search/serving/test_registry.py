@@ -137,9 +137,17 @@ def test_the_api_key_is_refused_with_why():
 
 @pytest.mark.parametrize("value", ["--tool-parser-plugin=/tmp/p.py", "-O3", "", ["a"], {"backend": "p.f"}])
 def test_a_pass_through_value_cannot_pose_as_a_flag(value):
-    # After a switch (--enforce-eager takes no value) the next word would be parsed as a flag of its own.
-    with pytest.raises(ConfigError, match=r"enforce_eager=.* is not allowed; allowed: true or false, a number, "
-                                          r"or a word not starting with '-'"):
+    # After a switch (--scheduler-reserve-full-isl takes no value) the next word would be parsed as a
+    # flag of its own. (enforce_eager, the switch this test used, is a registry parameter now: see
+    # test_a_registry_switch_takes_only_true_or_false.)
+    with pytest.raises(ConfigError, match=r"scheduler_reserve_full_isl=.* is not allowed; allowed: true or false, "
+                                          r"a number, or a word not starting with '-'"):
+        resolve({"scheduler_reserve_full_isl": value}, ctx(extra=["--scheduler-reserve-full-isl"]))
+
+
+@pytest.mark.parametrize("value", ["--tool-parser-plugin=/tmp/p.py", "-O3", "", ["a"], {"backend": "p.f"}, 1])
+def test_a_registry_switch_takes_only_true_or_false(value):
+    with pytest.raises(ConfigError, match=r"enforce_eager=.* is not allowed; allowed: true or false$"):
         resolve({"enforce_eager": value}, ctx())
 
 
