@@ -23,6 +23,7 @@ from typing import Any
 from objectives.load.arrivals import open_loop_offsets
 from objectives.load.client import make_client
 from objectives.load.dispatch import run_closed_loop, run_open_loop
+from objectives.load.interrupts import handled_between_callbacks
 from objectives.load.abort import Abort, AbortCheck
 from objectives.load.pinning import off_engine_cpus
 from objectives.load.metrics import GoodputSLO, RunMetrics, compute_metrics
@@ -416,16 +417,22 @@ def default_loop() -> str:
 
 
 def run_async(coro, loop: str = "auto"):
-    """Run a coroutine on a fresh event loop: "uvloop", "asyncio", or "auto" (uvloop if installed)."""
+    """Run a coroutine on a fresh event loop: "uvloop", "asyncio", or "auto" (uvloop if installed).
+
+    An interrupt while it runs reaches the caller as the signal's handler raised it, after every
+    task of the loop was cancelled and awaited (`interrupts`)."""
     if loop == "auto":
         loop = default_loop()
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(coro)
-    if loop != "asyncio":
+        factory = uvloop.new_event_loop
+    elif loop == "asyncio":
+        factory = None
+    else:
         raise ValueError(f"loop must be auto, asyncio or uvloop, not {loop!r}")
-    return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=factory) as runner, handled_between_callbacks(runner.get_loop()):
+        return runner.run(coro)
 
 
 def run_load_sync(base_url: str, model: str | None, spec: WorkloadSpec, *, loop: str = "auto",
