@@ -131,7 +131,7 @@ class Ask:
 
 @dataclass(frozen=True)
 class Stall:
-    quiet_s: float  # since the last progress (or the oldest thing owed)
+    quiet_s: float  # since the last progress (or the oldest thing owed, if later)
     in_flight: int
     bound_s: float
     cut_off: int = 0  # load requests the client stopped waiting for, unanswered
@@ -157,7 +157,8 @@ def silence(requests: Requests, asks: Sequence[Ask], now: float, bound_s: float)
     quiet = now - min(tokens_since, asks_since)
     if quiet < bound_s:
         return None
-    unanswered = () if tokens_since <= asks_since else tuple(dict.fromkeys(a.what for a in owed))
+    # Owed tokens say it best; the last token is at least as old as the oldest unanswered ask.
+    unanswered = () if tokens_since < _INF else tuple(dict.fromkeys(a.what for a in owed))
     return Stall(quiet, requests.in_flight, bound_s, requests.cut_off, unanswered)
 
 

@@ -124,3 +124,11 @@ def test_a_server_whose_gauges_moved_let_go_of_what_was_cut_off():
     watch = _after_an_aborted_stage(drained_at=2.2)
     assert watch.check(5.5) is None  # only the model lookup is owed, since its own send
     assert watch.check(7.5).describe() == "no answer to GET /v1/models for 5 s (bound 5 s)"
+
+
+def test_a_stall_with_tokens_owed_is_told_by_them_though_an_ask_waited_longer():
+    # nothing in flight at the stop (10.0); the sampler's /metrics at 10.2, the next request at 10.4
+    records = [rec(9.5, [9.8, 10.0], end=10.0), rec(10.4)]
+    stall = stalled(records, now=25.2, bound_s=15.0, asks=[Ask("GET /metrics", sent=10.2)])
+    assert stall is not None and math.isclose(stall.quiet_s, 15.0)
+    assert stall.describe() == "no token and no finished request for 15 s with 1 request in flight (bound 15 s)"
