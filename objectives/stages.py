@@ -35,7 +35,7 @@ from objectives.load import LoadResult, run_load
 from objectives.load import GoodputSLO
 from objectives.scoring import SLOSpec, slo_key
 from objectives.load import fetch_metrics_text, scan_gauges
-from objectives.load import ProgressWatch
+from objectives.load import ProgressWatch, traced
 from objectives.load import WorkloadSpec
 
 TARGET, CAPACITY = "target", "capacity"
@@ -158,12 +158,18 @@ def at_rate(workload: WorkloadSpec, rate: float, duration_s: float) -> WorkloadS
                                        "warmup_requests": 0})
 
 
-async def wait_idle(base_url: str, timeout_s: float) -> tuple[float, str | None]:
-    """Wait until the server runs and queues nothing. (seconds waited, a note if it never did)."""
+async def wait_idle(base_url: str, timeout_s: float,
+                    watch: ProgressWatch | None = None) -> tuple[float, str | None]:
+    """Wait until the server runs and queues nothing. (seconds waited, a note if it never did).
+
+    `watch` sees the polls, and the engine's progress they show: gauges that moved (requests
+    let go of, KV blocks freed) or none left. A hung engine's gauges stand still, so the
+    requests an aborted stage cut off stay owed (`objectives.load.stall`)."""
     import aiohttp
 
     t0 = time.perf_counter()
-    async with aiohttp.ClientSession() as session:
+    seen = None
+    async with aiohttp.ClientSession(trace_configs=traced(watch)) as session:
         while True:
             text = await fetch_metrics_text(session, base_url, timeout_s=5)
             if text is None:
@@ -171,8 +177,13 @@ async def wait_idle(base_url: str, timeout_s: float) -> tuple[float, str | None]
             g = scan_gauges(text)
             if math.isnan(g.running):
                 return time.perf_counter() - t0, "no request gauges in /metrics: did not wait to drain"
-            if g.running == 0 and g.waiting == 0:
+            idle = g.running == 0 and g.waiting == 0
+            state = (g.running, g.waiting, None if math.isnan(g.kv_usage) else g.kv_usage)
+            if watch is not None and (idle or (seen is not None and state != seen)):
+                watch.progress(g.t)
+            if idle:
                 return time.perf_counter() - t0, None
+            seen = state
             waited = time.perf_counter() - t0
             if waited > timeout_s:
                 return waited, (f"server still busy after {timeout_s:g} s ({g.running:.0f} running, "
@@ -184,11 +195,12 @@ async def wait_idle(base_url: str, timeout_s: float) -> tuple[float, str | None]
 RESET_ENDPOINT_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
-async def reset_prefix_cache(base_url: str) -> bool | None:
-    """POST /reset_prefix_cache (retried while blocks are still held). None: not available."""
+async def reset_prefix_cache(base_url: str, watch: ProgressWatch | None = None) -> bool | None:
+    """POST /reset_prefix_cache (retried while blocks are still held). None: not available.
+    `watch` sees the requests."""
     import aiohttp
 
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(trace_configs=traced(watch)) as session:
         for _ in range(RESET_ATTEMPTS):
             try:
                 async with session.post(base_url + "/reset_prefix_cache",
@@ -215,7 +227,8 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                      watch: ProgressWatch | None = None,
                      capacity_hint: Sequence[float] = ()) -> StagedRun:
     """The target stage, then capacity stages until the search is done (see the module docstring;
-    `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`)."""
+    `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`).
+    `watch` sees every request of every stage, the drains and resets between them included."""
     if workload.arrival.mean_rate() is None:
         raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
     held = stage_slos(slos)
@@ -229,9 +242,9 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
         kind = TARGET if index == 0 else CAPACITY
         idle_s, reset, notes = 0.0, None, []
         if index:
-            idle_s, note = await wait_idle(base_url, spec.idle_timeout_s)
+            idle_s, note = await wait_idle(base_url, spec.idle_timeout_s, watch)
             notes += [note] if note else []
-            reset = await reset_prefix_cache(base_url)
+            reset = await reset_prefix_cache(base_url, watch)
             if reset is None:
                 notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
         stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_s)

@@ -17,12 +17,12 @@ from objectives.load.metrics import (BASE_KEYS, DEFAULT_LAG_LIMIT_MS, PER_CLASS_
                                      compute_metrics, json_safe)
 from objectives.load.records import RequestRecord
 from objectives.load.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
-from objectives.load.stall import ProgressWatch, Stall, stall_bound_s
+from objectives.load.stall import ProgressWatch, Stall, stall_bound_s, traced
 from objectives.load.workload import ArrivalSpec, WorkloadSpec
 
 __all__ = [
     "BASE_KEYS", "CLASS_SEPARATOR", "DEFAULT_LAG_LIMIT_MS", "LATENCY_FAMILIES", "MetricName", "class_key", "PER_CLASS_KEYS", "SERVER_KEYS", "Abort", "AbortCheck", "ArrivalSpec", "Bound",
     "GaugeSample", "GoodputSLO", "LoadResult", "LoadRunError", "ProgressWatch", "RequestRecord", "Stall",
     "WorkloadSpec", "compute_metrics", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
-    "scan_gauges", "stall_bound_s",
+    "scan_gauges", "stall_bound_s", "traced",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 from objectives.load.arrivals import open_loop_offsets
 from objectives.load.client import make_client
 from objectives.load.dispatch import run_closed_loop, run_open_loop
+from objectives.load.interrupts import handled_between_callbacks
 from objectives.load.abort import Abort, AbortCheck
 from objectives.load.pinning import off_engine_cpus
 from objectives.load.metrics import GoodputSLO, RunMetrics, compute_metrics
@@ -31,7 +32,7 @@ from objectives.load.prompts import Request, build_requests, plan_requests, real
 from objectives.load.records import RequestRecord
 from objectives.load.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
                                        diagnose, fetch_metrics_text)
-from objectives.load.stall import ProgressWatch
+from objectives.load.stall import ProgressWatch, traced
 from objectives.load.tokenizer import PromptTokenizer, TokenizerError
 from objectives.load.workload import WorkloadSpec
 
@@ -301,8 +302,9 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
     `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
     between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
 
-    `watch`: handed the warm-up's records, then the measured ones, as each phase starts, so a
-    watcher can tell a hung server (`objectives.load.stall`) while the run is in progress.
+    `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
+    every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
+    so a watcher can tell a hung server (`objectives.load.stall`) while the run is in progress.
 
     Latency statistics count a failed request at the workload's `request_timeout_s`
     (`compute_metrics(failed_latency_s=...)`): a run never looks faster for losing requests.
@@ -320,7 +322,8 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
         offsets = open_loop_offsets(spec.arrival, spec.num_requests, spec.duration_s, spec.seed).tolist()
         if not offsets:
             raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as control:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120),
+                                     trace_configs=traced(watch)) as control:
         model, root = await discover_model(control, base_url, model)
         counter = _ServerCounter(control, base_url, model) if spec.endpoint == "chat" else None
         tokenizer = _LazyTokenizer(tokenizer_path, model, root)
@@ -342,7 +345,10 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                 if watch is not None:
                     watch.track(pool.records)
                 if hasattr(lc, "preconnect"):
-                    await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
+                    ask = watch.ask("GET /health", time.perf_counter()) if watch is not None else None
+                    opened = await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
+                    if ask is not None:  # pings that all timed out got no answer
+                        ask.end(opened > 0, time.perf_counter())
 
                 before = None
                 sampler = None
@@ -416,16 +422,22 @@ def default_loop() -> str:
 
 
 def run_async(coro, loop: str = "auto"):
-    """Run a coroutine on a fresh event loop: "uvloop", "asyncio", or "auto" (uvloop if installed)."""
+    """Run a coroutine on a fresh event loop: "uvloop", "asyncio", or "auto" (uvloop if installed).
+
+    An interrupt while it runs reaches the caller as the signal's handler raised it, after every
+    task of the loop was cancelled and awaited (`interrupts`)."""
     if loop == "auto":
         loop = default_loop()
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(coro)
-    if loop != "asyncio":
+        factory = uvloop.new_event_loop
+    elif loop == "asyncio":
+        factory = None
+    else:
         raise ValueError(f"loop must be auto, asyncio or uvloop, not {loop!r}")
-    return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=factory) as runner, handled_between_callbacks(runner.get_loop()):
+        return runner.run(coro)
 
 
 def run_load_sync(base_url: str, model: str | None, spec: WorkloadSpec, *, loop: str = "auto",

@@ -68,7 +68,7 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         # the prefix cache the earlier rounds filled (measured on mixed: the long class's
         # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
         # rose from 1.73 to 4.24 req/s).
-        reset = watched(lambda _: reset_prefix_cache(server.base_url)) if i else None
+        reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
         unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
                              on_phase=lambda text: on_phase(text + tag))
         on_phase(f"saturation throughput{tag}")

@@ -29,15 +29,20 @@ async def while_serving(server: VllmServer, measure: Awaitable[T], phase: str,
     `watch` the load generator reports to, stops making progress (`objectives.load.stall`): then the
     measurement is cancelled at once and ServerFailed names why, with `phase`."""
     task = asyncio.ensure_future(measure)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=2 * POLL_S)
-        if done:
-            return task.result()
-        failure = server.poll_failure(phase=phase)
-        if failure is None and watch is not None:
-            stall = watch.check(time.perf_counter())
-            failure = hang_failure(server, stall, phase) if stall is not None else None
-        if failure is not None:
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=2 * POLL_S)
+            if done:
+                return task.result()
+            failure = server.poll_failure(phase=phase)
+            if failure is None and watch is not None:
+                stall = watch.check(time.perf_counter())
+                failure = hang_failure(server, stall, phase) if stall is not None else None
+            if failure is not None:
+                raise ServerFailed(failure)
+    finally:  # a failure, or this coroutine cancelled (an interrupt): the measurement lets go too
+        if not task.done():
             task.cancel()
             await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
-            raise ServerFailed(failure)
+        if task.done() and not task.cancelled():
+            task.exception()  # seen here: never "Task exception was never retrieved"

@@ -83,3 +83,82 @@ def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(laun
                 os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+# -- the staged path (a scenario with `capacity:`, as `mixed`) -----------------------------------
+
+# 2 req/s for 20 s, then capacity stages of 15 s; the SLO holds on the running server, and once
+# the server is stopped the early abort is certain within a few seconds, before the stall bound:
+# issue 25's sequence (the abort cut the requests off, the watch saw nothing in flight, and the
+# next stage's GET /v1/models waited out its 120 s timeout: a `load_error` 152 s after the stop).
+STAGED_STOPS = {"target": ("stage 1/", 8.0), "capacity": ("stage 2/", 4.0)}
+
+
+@pytest.mark.parametrize("stage", list(STAGED_STOPS))
+def test_a_server_stopped_in_a_stage_fails_as_hang_in_bounded_time(launch_ctx, tmp_path, artifacts_dir, stage):
+    from objectives.load.workload import WorkloadSpec
+    from objectives.scoring import SLOSpec
+    from objectives.stages import CapacitySpec
+    from search.executor import Measurement, VllmExecutor, plan
+    from search.serving import FailureClass
+    from storage.models import TrialStatus
+
+    workload = WorkloadSpec.model_validate({
+        "endpoint": "completions", "prompt_tokens": 64, "output_tokens": 16,
+        "arrival": {"mode": "constant", "rate": 2}, "duration_s": 20, "request_timeout_s": 120,
+        "warmup_requests": 2, "seed": 5})
+    measurement = Measurement(workload, slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),),
+                              capacity=CapacitySpec(stage_s=15, max_stages=2))
+    bound = measurement.stall_bound_s
+    executor = VllmExecutor(launch_ctx, measurement, tmp_path)
+    trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 80, "test")
+    phases: dict[str, float] = {}
+    stopped: dict[str, object] = {}
+    prefix, after_s = STAGED_STOPS[stage]
+
+    def on_phase(name: str) -> None:
+        phases.setdefault(name, time.monotonic())
+
+    def stop_the_server() -> None:
+        while not any(p.startswith(prefix) for p in phases):
+            if "stopping" in phases:
+                return
+            time.sleep(0.1)
+        time.sleep(after_s)
+        if "stopping" in phases:
+            return
+        groups = server_groups(os.getpid())
+        for group in groups:
+            os.killpg(group, signal.SIGSTOP)
+        stopped.update(at=time.monotonic(), groups=groups)
+
+    stopper = threading.Thread(target=stop_the_server, daemon=True)
+    stopper.start()
+    outcome = executor.run(trial, on_phase)
+    gone_at = time.monotonic()
+    stopper.join(5)
+    groups = stopped.get("groups", set())
+    try:
+        assert groups, f"the server was not stopped in the {stage} stage: phases {phases}, {outcome.failure}"
+        failed_s = phases["stopping"] - stopped["at"]
+        gone_s = gone_at - stopped["at"]
+        with (artifacts_dir / "hang-real-server-staged.txt").open("a") as out:
+            out.write(f"{stage} stage: bound {bound:.1f} s; SIGSTOP -> failed trial {failed_s:.1f} s; -> no "
+                      f"process left {gone_s:.1f} s; stop {outcome.timings.get('stop_s', float('nan')):.2f} s; "
+                      f"stages begun {[p for p in phases if p.startswith('stage ')]}\n"
+                      f"  {outcome.failure and outcome.failure.summary()}\n")
+        assert outcome.status == TrialStatus.FAILED
+        assert outcome.failure.cls is FailureClass.HANG and outcome.failure.phase == "load", outcome.failure
+        assert re.fullmatch(rf"(no token and no finished request for \d+ s with \d+ requests? in flight"
+                            rf"( and \d+ cut off unanswered)?|no answer to [A-Z]+ /\S+(, [A-Z]+ /\S+)* for \d+ s) "
+                            rf"\(bound {bound:.0f} s\); /health did not answer", outcome.failure.line), \
+            outcome.failure.line
+        assert bound <= failed_s <= bound + SLACK_S, failed_s
+        assert outcome.timings["stop_s"] < 5.0
+        assert leftovers(groups) == []
+    finally:
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -74,7 +74,7 @@ class StubConfig:
     cancel_on_disconnect: bool = False  # stop a stream whose client hung up (as vLLM aborts it)
     record_events: bool = False  # Stats.events: ("arrive" | "end" | "reset" | "idle", perf_counter)
     # A hung server (as after SIGSTOP): this long after the first request (warm-up included),
-    # every stream stops mid-way, new requests get nothing and /health no longer answers.
+    # every stream stops mid-way and no request of any kind gets an answer.
     freeze_after_s: float | None = None
 
 
@@ -173,6 +173,7 @@ class StubApp:
         return app
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        await self._hang_if_frozen()
         s = self.stats
         s.resets += 1
         self._event("reset")
@@ -191,12 +192,14 @@ class StubApp:
         return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
+        await self._hang_if_frozen()
         return web.json_response({"object": "list", "data": [
             {"id": self.config.model, "object": "model", "root": self.config.root or self.config.model,
              "max_model_len": 4096}]})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
+        await self._hang_if_frozen()
         if self.tokenizer is None:
             return web.json_response({"error": "no tokenizer"}, status=501)
         if "messages" in body:
@@ -206,6 +209,7 @@ class StubApp:
         return web.json_response({"count": count, "max_model_len": 4096, "tokens": []})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        await self._hang_if_frozen()
         if not self.config.metrics_enabled:
             return web.Response(status=404, text="404: Not Found")
         s = self.stats

@@ -3,11 +3,13 @@ over objectives.load.stall), keeping what was measured; a stopped process group 
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 from objectives.load.loadrun import run_async, run_load
 from objectives.load.stall import ProgressWatch
 from objectives.load.workload import WorkloadSpec
+from objectives.scoring import SLOSpec
+from objectives.stages import CapacitySpec, run_stages
 from search.executor import measured_before
 from search.serving import FailureClass
 from search.serving.running import ServerFailed, while_serving
@@ -86,6 +90,105 @@ def test_a_slow_but_live_server_at_a_low_rate_is_not_a_hang(tok_dir, tok, tmp_pa
     with StubServer(StubConfig(ttft_ms=900, itl_ms=5, root=str(tok_dir)), tok) as s:
         result = _watched_load(s, tok_dir, spec, tmp_path, ProgressWatch(1.0))
     assert result.metrics.completed == len(result.records) >= 2 and result.metrics.failed == 0
+
+
+# -- the staged path (objectives.stages): a freeze in any stage, or between them ------------------
+
+STAGED_BOUND_S = 3.0
+# A live stub streams 20 tokens in 0.4 s, TTFT 30 ms: the target stage (2 warm-ups, 10 req/s for
+# 2 s) and each capacity stage (2 s) meet TTFT p90 <= 300 ms; frozen, the early abort is certain
+# once 3 requests are 300 ms old without a token, about a second in: before the bound. Should a
+# busy machine fail the target stage, the search still steps down to a second stage (5 req/s).
+STAGED_SLOS = [SLOSpec(metric="ttft_p90_ms", max=300.0)]
+
+
+def _freeze_in_stage(stub: StubServer, stage: int, after_s: float, stages: list[str]):
+    """An `on_stage` callback that notes each stage and freezes the stub `after_s` into stage
+    `stage` (1: the target)."""
+    app = stub.stub
+
+    def freeze() -> None:
+        app.first_request = app.first_request or time.perf_counter()
+        app.config.freeze_after_s = time.perf_counter() - app.first_request
+
+    def on_stage(message: str) -> None:
+        stages.append(message)
+        if message.startswith(f"stage {stage}/"):
+            threading.Timer(after_s, freeze).start()
+
+    return on_stage
+
+
+def _watched_stages(stub: StubServer, tok_dir, tmp_path: Path, on_stage=lambda _: None,
+                    stage_s: float = 2.0, max_stages: int = 2, limit_s: float = 40.0):
+    """run_stages on the stub, under while_serving; a run that outlives `limit_s` (a hang
+    nobody noticed) fails the test in bounded time."""
+    workload = WorkloadSpec.model_validate({
+        "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 20, "warmup_requests": 2,
+        "arrival": {"mode": "constant", "rate": 10}, "duration_s": 2, "request_timeout_s": 60, "seed": 1})
+    capacity = CapacitySpec(stage_s=stage_s, max_stages=max_stages, idle_timeout_s=30)
+    watch = ProgressWatch(STAGED_BOUND_S)
+    server = StubAsServer(stub, tmp_path / "server.log")
+    measure = run_stages(stub.base_url, None, workload, STAGED_SLOS, capacity, tokenizer_path=tok_dir,
+                         on_stage=on_stage, watch=watch)
+    return run_async(asyncio.wait_for(while_serving(server, measure, "load", watch), limit_s), "asyncio")
+
+
+def _fails_as_hang_in_bounded_time(stub: StubServer, tok_dir, tmp_path: Path, on_stage) -> str:
+    with pytest.raises(ServerFailed) as caught:
+        _watched_stages(stub, tok_dir, tmp_path, on_stage)
+    failed_at = time.perf_counter()
+    failure = caught.value.failure
+    assert failure.cls is FailureClass.HANG and failure.phase == "load", failure.line
+    assert failure.line.endswith(f"(bound {STAGED_BOUND_S:.0f} s); /health did not answer")
+    # the bound, a poll (0.5 s), the /health probe (2 s), the cancel, room for a busy machine
+    assert STAGED_BOUND_S <= failed_at - stub.stub.frozen_at < STAGED_BOUND_S + 0.5 + 2.0 + 3.0
+    return failure.line
+
+
+def _live_stub(tok_dir, tok, **kw) -> StubServer:
+    return StubServer(StubConfig(**{"ttft_ms": 30, "itl_ms": 20, **kw}, root=str(tok_dir)), tok)
+
+
+def test_a_freeze_in_the_warm_up_of_a_staged_run_fails_as_hang(tok_dir, tok, tmp_path):
+    with _live_stub(tok_dir, tok, freeze_after_s=0.1) as s:
+        line = _fails_as_hang_in_bounded_time(s, tok_dir, tmp_path, lambda _: None)
+    assert line.startswith("no token and no finished request for ") and "2 requests in flight" in line
+
+
+def test_a_freeze_the_target_stages_early_abort_cut_short_still_fails_as_hang(tok_dir, tok, tmp_path):
+    """Issue 25: the abort cut off the hung server's requests before the bound, the watch saw
+    nothing in flight, and the next stage's model lookup waited out its 120 s timeout."""
+    stages: list[str] = []
+    with _live_stub(tok_dir, tok) as s:
+        line = _fails_as_hang_in_bounded_time(s, tok_dir, tmp_path, _freeze_in_stage(s, 1, 1.0, stages))
+    assert "cut off unanswered" in line  # the abort came first
+    assert len(stages) == 1  # noticed before a capacity stage began
+
+
+def test_a_freeze_in_a_capacity_stage_fails_as_hang(tok_dir, tok, tmp_path):
+    stages: list[str] = []
+    with _live_stub(tok_dir, tok) as s:
+        line = _fails_as_hang_in_bounded_time(s, tok_dir, tmp_path, _freeze_in_stage(s, 2, 0.6, stages))
+    assert line.startswith("no token and no finished request for ") and len(stages) == 2
+
+
+def test_a_freeze_as_a_capacity_stage_begins_fails_as_hang_on_its_first_request(tok_dir, tok, tmp_path):
+    """Frozen before the stage sent anything: the tuner's own GET /v1/models goes unanswered."""
+    stages: list[str] = []
+    with _live_stub(tok_dir, tok) as s:
+        line = _fails_as_hang_in_bounded_time(s, tok_dir, tmp_path, _freeze_in_stage(s, 2, 0.0, stages))
+    assert line.startswith("no answer to GET /v1/models for ")
+
+
+def test_a_live_server_that_drains_an_aborted_stage_longer_than_the_bound_is_not_a_hang(tok_dir, tok, tmp_path):
+    """One slot and TTFT 900 ms: the target stage misses the SLO and is cut short with requests
+    queued, which the stub works off one at a time for longer than the bound, no token reaching
+    the client; its gauges move meanwhile, and that is progress."""
+    with _live_stub(tok_dir, tok, ttft_ms=900, itl_ms=0, slots=1) as s:
+        run = _watched_stages(s, tok_dir, tmp_path, stage_s=4.0, max_stages=1)
+    assert [x.aborted is not None for x in run.stages] == [True, True]
+    assert run.stages[1].idle_wait_s > STAGED_BOUND_S
 
 
 def _stopped_group(tmp_path: Path, ignore_term: bool) -> VllmServer:

@@ -1,0 +1,42 @@
+"""Interrupts (SIGINT, SIGTERM) that arrive while a load's event loop runs, handled between its
+callbacks instead of inside whichever task happens to be running.
+
+A Python signal handler runs in the main thread between two bytecodes. When it raises (Ctrl-C's
+KeyboardInterrupt, or the study's SIGTERM handler, which raises the same) while a task of the
+loop is executing, that task ends with the exception and nobody awaits it any more: asyncio
+prints "Task exception was never retrieved" with a traceback when the task is collected, after
+the program's own last line (issue 25: 1 of 5 SIGTERMs during calibration). Registered with the
+loop (`loop.add_signal_handler`), the same handler runs as a loop callback, outside every task:
+its KeyboardInterrupt stops the loop, and the runner then cancels and awaits every task before
+the interrupt reaches the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def handled_between_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While inside, `loop` calls the Python handlers of SIGINT and SIGTERM; restored after.
+    Signals with no Python handler (default or ignored), and other threads than the main one
+    (where a loop cannot take signals), are left as they are."""
+    moved: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in INTERRUPTS:
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                loop.add_signal_handler(signum, handler, signum, None)
+                moved[signum] = handler
+    try:
+        yield
+    finally:
+        for signum, handler in moved.items():
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)
