@@ -8,6 +8,17 @@ from pathlib import Path
 
 from search import load_command  # `autotune load`; imports what it runs only when run
 
+EXIT_OUTPUT_MISSING = 3  # an output file was not written (a study's: stored, `autotune export` writes them again)
+EXIT_CODES = f"""exit codes:
+  0    done
+  1    the study stopped (a calibration that failed, the load generator failing every trial, too
+       little free space for one more trial): what it stored stays; run the same command to go on
+  2    bad input (scenario, flags, storage, a study another process runs): nothing started
+  {EXIT_OUTPUT_MISSING}    an output file was not written (disk full, permission); the one it replaces is unchanged.
+       After a study, the study is stored: `autotune export SCENARIO` writes best.yaml,
+       pareto.yaml and report.html again
+  130  interrupted (Ctrl-C): no server is left; run the same command to go on"""
+
 
 def _cmd_model_build(args: argparse.Namespace) -> int:
     from search.serving import build_default_model
@@ -272,7 +283,8 @@ def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = Fals
 def build_parser() -> argparse.ArgumentParser:
     from search.samplers import DEFAULT_SAMPLER, SAMPLERS
 
-    parser = argparse.ArgumentParser(prog="autotune", description=__doc__)
+    parser = argparse.ArgumentParser(prog="autotune", description=__doc__, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     model = sub.add_parser("model", help="the built-in default model")
@@ -334,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="runs per candidate (default: the scenario's confirmation.runs, 3)")
     confirm.set_defaults(func=_cmd_search)
 
-    exp = sub.add_parser("export", help="write best.yaml (for vllm serve --config) and pareto.yaml")
+    exp = sub.add_parser("export", help="write best.yaml (for vllm serve --config), pareto.yaml and report.html "
+                                        "again from the stored study")
     _add_study_target(exp)
     exp.add_argument("--out", default=None, help="directory (default: runs/STUDY)")
     exp.set_defaults(func=_cmd_export)
@@ -370,6 +383,32 @@ def _study_stopped() -> type[Exception]:
     return StudyStopped
 
 
+def _output_not_written() -> type[Exception]:
+    from search.disk import OutputNotWritten
+
+    return OutputNotWritten
+
+
+def _not_written_line(args: argparse.Namespace, e) -> str:
+    """The file, why, the free space; after a study, that it is stored and the command that
+    writes its outputs again (`autotune export` with this command's study)."""
+    if args.command not in ("search", "confirm", "export", "report"):
+        return f"not written: {e}"
+    import shlex
+
+    from storage.url import redacted
+
+    command = ["autotune", "export", args.scenario]
+    for flag, value in (("--model", args.model), ("--storage", args.storage and redacted(args.storage)),
+                        ("--study", args.study), ("--runs-dir", args.runs_dir),
+                        ("--out", args.out if args.command == "export" else None)):
+        if value is not None:
+            command += [flag, str(value)]
+    fix = "make room" if e.disk_full else "fix that"
+    return (f"the study is stored, but an output was not written: {e}; {fix}, then `{shlex.join(command)}` "
+            f"writes best.yaml, pareto.yaml and report.html again")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -380,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     except _study_stopped() as e:
         print(f"autotune: stopped: {e}", file=sys.stderr)
         return 1
+    except _output_not_written() as e:
+        print(f"autotune: {_not_written_line(args, e)}", file=sys.stderr)
+        return EXIT_OUTPUT_MISSING
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from search.disk import write_atomic
 from search.outputs import fmt_value
 
 DEFAULT_WORKLOAD: dict[str, Any] = {
@@ -282,7 +283,5 @@ def _cmd_load(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_result(result, console)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(json_safe(result.to_json(include_records=args.records)),
-                                        indent=1))
+        write_atomic(args.json, json.dumps(json_safe(result.to_json(include_records=args.records)), indent=1))
     return 0

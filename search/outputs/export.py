@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from sqlalchemy.orm import Session
 
+from search.disk import write_atomic
 from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.read_model import Deployment, LoadedStudy, load_study
@@ -160,16 +161,15 @@ class Exported:
 
 def export(session: Session, storage_url: str, study_name: str, out_dir: Path) -> Exported:
     ls = load_study(session, storage_url, study_name)
-    out_dir.mkdir(parents=True, exist_ok=True)
     deployment = ls.deployment()
     best, why, removed = out_dir / BEST_NAME, None, False
     if deployment.trial_number is not None:
-        best.write_text(best_config_yaml(ls, deployment.trial_number, storage_url))
+        write_atomic(best, best_config_yaml(ls, deployment.trial_number, storage_url))
     else:
         # An earlier export's best.yaml would still look deployable: it goes.
         removed = best.exists()
         best.unlink(missing_ok=True)
         best, why = None, why_none(ls)
     pareto_path = out_dir / PARETO_NAME
-    pareto_path.write_text(pareto_yaml(ls))
+    write_atomic(pareto_path, pareto_yaml(ls))
     return Exported(best, pareto_path, deployment, why, removed)

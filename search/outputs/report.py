@@ -23,6 +23,7 @@ from plotly.offline import get_plotlyjs
 from sqlalchemy.orm import Session
 
 from objectives.load import MetricName
+from search.disk import write_atomic
 from search.outputs import export, figures, verdict_text
 from search.outputs.confirmation_rows import confirmation_rows
 from search.outputs.format import fmt_percent, fmt_value
@@ -346,6 +347,4 @@ def write_report(storage_url: str, study_name: str, out_path: Path | str | None 
         snapshots = queries.front_history(session, ls.record)
         page = build_html(ls, snapshots, storage_url)
     out = Path(out_path) if out_path else Path("runs") / study_name / REPORT_NAME
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    return out
+    return write_atomic(out, page)

@@ -120,6 +120,8 @@ class StudyRunner:
                     recording.recover(begun.record)
                     recording.backfill_snapshots(begun.record)
                     self.events.note(self._confirmation_note())
+                    spent = recording.spent(begun.record)
+                    self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
@@ -174,7 +176,13 @@ class StudyRunner:
             if spent + len(coord.neighbours(self.study, self.worker)) >= self.budget:
                 time.sleep(self.coordination.poll_s)
                 continue
+            self.opening.check_room(spent, self._starts_left(spent))
             self._stop_on_repeated_load_errors(self._run_one(recording, opened, executor))
+
+    def _starts_left(self, spent: int, search: bool = True) -> int:
+        """Server starts still to come: the search's budget left, then the confirmation runs at most."""
+        trials = max(self.budget - spent, 0) if search else 0
+        return trials + (self.sc.confirmation.front + len(self.prep.baselines)) * self.confirm_runs
 
     def _run_one(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor) -> TrialRecord:
         trial = coord.claim(self.study, self.storage, self.worker)

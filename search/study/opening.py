@@ -9,7 +9,9 @@ In the order a run takes them (`StudyRunner.run`):
 - `Opening.calibrated`: the calibration, measured once per study under the study's claim (the
   measuring itself is injected: `Calibrate`) or the stored one, checked; resolved into the
   workload, SLOs and measurements every trial runs (`OpenedStudy`);
-- `Opening.enqueue_baselines`: each baseline queued once per study.
+- `Opening.enqueue_baselines`: each baseline queued once per study;
+- `Opening.check_room`: before the study and before each trial, the free space in the runs
+  directory against what is left (`search.disk.room`): a stop when one more trial does not fit.
 
 Nothing here changes what it was given: the launch context a run goes on with is returned.
 """
@@ -30,7 +32,7 @@ from objectives import statistics as st
 from objectives.diagnosis import ServingFacts
 from objectives.load import GoodputSLO, MetricName, WorkloadSpec, json_safe
 from objectives.scoring import SLOSpec
-from search import calibration as calibration_mod, scenario as scenario_mod, space as space_mod
+from search import calibration as calibration_mod, disk, scenario as scenario_mod, space as space_mod
 from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
 from search.scenario import Scenario
@@ -92,6 +94,7 @@ class Opening:
                  calibrate: Calibrate, budget: int):
         self.prep, self.opts, self.engine, self.study, self.events = prep, opts, engine, study, events
         self.calibrate, self.budget, self.sc = calibrate, budget, prep.scenario
+        self._warned_short = False
 
     def lock(self) -> IO:
         """On SQLite, one tuner per study (Optuna cannot hand out queued trials safely to several
@@ -276,3 +279,16 @@ class Opening:
                 params = {k: v for k, v in config.items()
                           if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
                 self.study.enqueue_trial(params, user_attrs={"baseline": name})
+
+    # -- free space ----------------------------------------------------------------------------
+
+    def check_room(self, done: int, left: int) -> None:
+        """Before a server starts: StudyStopped when the runs directory cannot hold one more
+        trial and the outputs after it; a warning, once a run, when it cannot hold all `left`."""
+        room = disk.room(self.prep.run_dir, done=done, left=left)
+        if room.full:
+            raise StudyStopped(f"{room.full_line()}; {done} trial{'s' * (done != 1)} stored, no new "
+                               f"server started; make room, then run the same command to go on")
+        if room.short and not self._warned_short:
+            self._warned_short = True
+            self.events.note(f"warning: {room.short_line()}")

@@ -200,6 +200,20 @@ def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys)
     assert data["metrics"]["completed"] == 6 and len(data["records"]) == 6
 
 
+def test_load_cli_json_that_cannot_be_written_is_one_line_and_exit_3(tok_dir, tok, tmp_path, capsys):
+    from search.cli import EXIT_OUTPUT_MISSING, main
+
+    (tmp_path / "not-a-dir").write_text("a file")
+    out = tmp_path / "not-a-dir" / "run.json"
+    with stub(tok_dir, tok, ttft_ms=5, itl_ms=1) as s:
+        rc = main(["load", "--url", s.base_url, "--concurrency", "2", "--num-requests", "4",
+                   "--prompt-tokens", "30", "--output-tokens", "4", "--json", str(out), "--quiet"])
+    assert rc == EXIT_OUTPUT_MISSING
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"autotune: not written: {out}: File exists (") and line.endswith(
+        f" free in {out.parent})")
+
+
 def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
     from search.cli import main
     from search.scenario import Calibration
