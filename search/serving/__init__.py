@@ -23,10 +23,11 @@ from search.serving.local_model import build as build_default_model
 from search.serving.local_model import build_dummy_architecture
 from search.serving.memory import KvBudget, ModelShape
 from search.serving.model_info import ModelError, ModelInfo
+from search.serving.checks import check_combination, memory_budget
 from search.serving.registry import (PARAMS, PASS_THROUGH, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, CpuRule,
-                                     LaunchContext, ParamSpec, ServerArgs, Support, check_combination, memory_budget,
-                                     scenario_flag_problem, support, unsupported_reason)
-from search.serving.registry import resolve as resolve_server_args
+                                     LaunchContext, ParamSpec, ServerArgs, scenario_flag_problem)
+from search.serving.resolve import Support, support, unsupported_reason
+from search.serving.resolve import resolve as resolve_server_args
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version

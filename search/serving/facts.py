@@ -57,7 +57,7 @@ def recorded_cpu_kv_budget(applied: Iterable[tuple[Mapping[str, Any], Mapping[st
     """The CPU KV budget a study ran with, read back from its trials' (config, flags).
 
     On the CPU build memory_utilization reaches vLLM as --kv-cache-memory-bytes = int(value x
-    budget) (`registry.resolve`); the trial with the largest value loses least to that int().
+    budget) (`resolve.resolve`); the trial with the largest value loses least to that int().
     None where no trial carries both (a GPU study, or one whose trials never got flags).
     """
     pairs = [(config["memory_utilization"], flags["kv-cache-memory-bytes"]) for config, flags in applied

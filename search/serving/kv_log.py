@@ -17,7 +17,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from search.serving.registry import LaunchContext, memory_budget
+from search.serving.checks import memory_budget
+from search.serving.registry import LaunchContext
 from search.serving.vllm_defaults import default_block_size
 
 _TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")

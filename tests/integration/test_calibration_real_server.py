@@ -24,10 +24,10 @@ SCENARIO = {
 def test_each_round_measures_a_cold_prefix_cache(launch_ctx, tmp_path):
     from search.executor import calibrate
     from search.scenario import Scenario
-    from search.serving import registry
+    from search.serving import resolve as resolve_mod
 
     scenario = Scenario.model_validate(SCENARIO)
-    args = registry.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
+    args = resolve_mod.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
     cal = calibrate(scenario, launch_ctx, args, tmp_path)
     first, second = cal.rounds
     assert second["prefix_cache_reset"] is True and first["prefix_cache_reset"] is None

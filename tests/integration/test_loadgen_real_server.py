@@ -16,10 +16,10 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
     exact, and the server's own counters agree with what the client saw."""
     from objectives.load.loadrun import run_load_sync
     from objectives.load.workload import WorkloadSpec
-    from search.serving import registry
+    from search.serving import resolve as resolve_mod
     from search.serving.running import launch
 
-    args = registry.resolve(quick_server_values(launch_ctx), launch_ctx)
+    args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     spec = WorkloadSpec.model_validate({
         "endpoint": "chat", "prompt_tokens": {"dist": "uniform", "low": 320, "high": 480},
         "output_tokens": {"dist": "uniform", "low": 4, "high": 12},

@@ -15,10 +15,10 @@ pytestmark = pytest.mark.vllm
 @pytest.fixture(scope="module")
 def staged_server(launch_ctx, artifacts_dir):
     from search.executor import STAGED_SERVER_ENV
-    from search.serving import registry
+    from search.serving import resolve as resolve_mod
     from search.serving.running import launch
 
-    args = registry.resolve(quick_server_values(launch_ctx), launch_ctx)
+    args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "stages-real-server.log", env=STAGED_SERVER_ENV) as server:
         yield server
 

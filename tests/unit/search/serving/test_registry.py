@@ -5,7 +5,11 @@ import pytest
 from optuna.distributions import IntDistribution
 
 from search.serving import registry
-from search.serving.registry import ConfigError, LaunchContext, check_combination, resolve
+
+from search.serving import resolve as resolve_mod
+from search.serving.checks import check_combination
+from search.serving.registry import ConfigError, LaunchContext
+from search.serving.resolve import resolve
 from search.serving.vllm_flags import load_installed
 from tests.support.fakes import CPU, H100, MODEL, ctx
 
@@ -183,7 +187,7 @@ def test_the_flags_and_the_search_space_follow_one_substitution_rule(version, su
     dists, notes = space.active_space(domains, c, "x")
     note = notes[0]
     assert adj.param == "scheduler_delay_factor" and note.startswith("scheduler_delay_factor: ")
-    found = registry.support(registry.REGISTRY["scheduler_delay_factor"], c, values)
+    found = resolve_mod.support(registry.REGISTRY["scheduler_delay_factor"], c, values)
     if version == "0.33.0" and not successor_set:
         assert adj.action == "substituted" and adj.detail == found.substituted("using --prefill-schedule-interval 6")
         assert note == "scheduler_delay_factor: " + found.substituted("searching --prefill-schedule-interval in [1, 6]")
