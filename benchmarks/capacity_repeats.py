@@ -33,7 +33,7 @@ from objectives.stages import run_stages
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, calibrate, plan as plan_trial
 from search.prepare import StudyOptions, prepare
-from search.serving.running import launch
+from search.serving.process import launch
 
 
 def parse_config(text: str) -> tuple[str, dict]:

@@ -57,7 +57,7 @@ from objectives.statistics import relative_difference
 from objectives.load.tokenizer import PromptTokenizer
 from objectives.load.workload import WorkloadSpec
 from search.serving import launch_context, resolve_server_args
-from search.serving.running import launch
+from search.serving.process import launch
 
 METRICS = [  # (label, our flat key, vLLM result key)
     ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),

@@ -21,7 +21,7 @@ from rich.table import Table
 from objectives.load.loadrun import run_load_sync
 from objectives.load.workload import WorkloadSpec
 from search.serving import launch_context, resolve_server_args
-from search.serving.running import launch
+from search.serving.process import launch
 
 CONFIGS = {
     "vLLM CPU defaults": {},

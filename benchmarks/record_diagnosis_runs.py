@@ -123,7 +123,7 @@ def _load(server, ctx, workload: dict, starve: bool) -> dict:
 
 def record(name: str, ctx) -> list[Path]:
     from search.serving import resolve_server_args
-    from search.serving.running import launch
+    from search.serving.process import launch
 
     case = CASES[name]
     values = {"dtype": ctx.dtype, "enforce_eager": True, **case["server"]}

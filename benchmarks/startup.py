@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search.serving import launch_context, resolve_server_args
-from search.serving.running import launch
+from search.serving.process import launch
 
 INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
 

@@ -18,7 +18,7 @@ from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
 from search.calibration import CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
 from search.serving import LaunchContext, ServerArgs
-from search.serving.running import ServerFailed, launch, while_serving
+from search.serving.process import ServerFailed, launch, while_serving
 
 
 class CalibrationFailed(RuntimeError):

@@ -15,7 +15,7 @@ from objectives.load import (LoadRunError, ProgressWatch, RequestRecord, Workloa
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.serving import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, LaunchContext, kv_cache_check_at_start
-from search.serving.running import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
+from search.serving.process import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
 from storage.models import TrialStatus
 
 

@@ -1,13 +1,14 @@
 """Serving: everything about one vLLM server and nothing about studies.
 
-This facade describes a server and starts none: which flags the installed vLLM takes
-(`registry`, `vllm_flags`) and whether it is one the tuner supports (`vllm_support`), the
-machine (`hardware`), the model (`model_info`, `local_model`, and `hub` for one named by its
-Hugging Face id), the facts a launch depends on (`context`) and a diagnosis needs (`facts`), how
-long a start may take (`startup`), and why a start failed (`failures`). Starting and stopping a
-server as one process group with a guard and watching a measurement against it is the second
-facade, `search.serving.running`. Other packages import from these two, never from the modules
-inside.
+This facade describes a server and starts none: which flags a scenario may set and how a
+configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
+(`checks`), the installed vLLM's parser and whether the tuner supports it (`vllm_flags`), vLLM's
+defaults (`vllm_defaults`), the machine (`hardware`), the model (the `model` package: its config,
+the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`,
+`startup`) and a diagnosis needs (`facts`), and what a server's log says: why a start failed
+(`failures`) and the KV cache it allocated (`kv_log`). Starting and stopping a server as one
+process group with a guard and watching a measurement against it is the second facade,
+`search.serving.process`. Other packages import from these two, never from the modules inside.
 """
 
 from objectives.failure import Failure, FailureClass, FailurePhase
@@ -16,13 +17,13 @@ from search.serving.context import resolve_model as read_model_info
 from search.serving.facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
 from search.serving.failures import classify
 from search.serving.hardware import Gpu, Hardware
-from search.serving.hub import pinned as pinned_model
-from search.serving.hub import study_label as model_study_label
+from search.serving.model.hub import pinned as pinned_model
+from search.serving.model.hub import study_label as model_study_label
 from search.serving.kv_log import describe_kv_check, kv_cache_check_at_start
-from search.serving.local_model import build as build_default_model
-from search.serving.local_model import build_dummy_architecture
-from search.serving.memory import KvBudget, ModelShape
-from search.serving.model_info import ModelError, ModelInfo
+from search.serving.model.local import build as build_default_model
+from search.serving.model.local import build_dummy_architecture
+from search.serving.model.memory import KvBudget, ModelShape
+from search.serving.model.info import ModelError, ModelInfo
 from search.serving.checks import check_combination, memory_budget
 from search.serving.registry import (PARAMS, PASS_THROUGH, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, CpuRule,
                                      LaunchContext, ParamSpec, ServerArgs, scenario_flag_problem)
@@ -31,7 +32,7 @@ from search.serving.resolve import resolve as resolve_server_args
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
-from search.serving.vllm_support import OLDEST_SUPPORTED_VLLM, VllmTooOld
+from search.serving.vllm_flags import OLDEST_SUPPORTED_VLLM, VllmTooOld
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "OLDEST_SUPPORTED_VLLM", "PARAMS", "PASS_THROUGH",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from search.serving import memory
-from search.serving.memory import GIB, KvBudget
+from search.serving.model import memory
+from search.serving.model.memory import GIB, KvBudget
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 from search.serving.registry import LaunchContext
 

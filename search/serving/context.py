@@ -10,10 +10,22 @@ from pathlib import Path
 import psutil
 
 
-from search.serving import hardware, hub, local_model, memory, model_info
+from search.serving import hardware
+
+
+from search.serving.model import hub
+
+
+from search.serving.model import local as local_model
+
+
+from search.serving.model import memory
+
+
+from search.serving.model import info as model_info
 from search.serving.registry import LaunchContext
 from search.serving.vllm_flags import InstalledVllm, load_installed
-from search.serving.vllm_support import check_supported
+from search.serving.vllm_flags import check_supported
 
 # What memory_utilization = 1.0 means on the CPU build (see README, "Memory on the CPU build").
 DEFAULT_CPU_KV_BUDGET_GIB = 1.0

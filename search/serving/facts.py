@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from objectives.diagnosis import ServingFacts
 from search.serving.hardware import Hardware
-from search.serving.model_info import ModelInfo
+from search.serving.model.info import ModelInfo
 from search.serving.registry import REGISTRY, LaunchContext
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from search.serving.vllm_flags import InstalledVllm, parse_version

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
 from search.serving.hardware import Hardware
-from search.serving.memory import ModelShape
-from search.serving.model_info import ModelInfo
+from search.serving.model.memory import ModelShape
+from search.serving.model.info import ModelInfo
 from search.serving.vllm_flags import InstalledVllm, parse_version
 
 Kind = Literal["int", "float", "bool", "choice"]

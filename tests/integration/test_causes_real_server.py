@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from search.serving.server import group_members
+from search.serving.process.server import group_members
 from tests.support.servers import quick_server_values, server_groups
 
 pytestmark = pytest.mark.vllm
@@ -44,7 +44,7 @@ def _member(pgid: int, name_part: str, cmd_part: str = ""):
 def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(launch_ctx, tmp_path, artifacts_dir):
     from search.serving import FailureClass
     from search.serving import resolve as resolve_mod
-    from search.serving.running import launch
+    from search.serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     server = launch(launch_ctx, args, tmp_path / "server.log")

@@ -17,7 +17,7 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
     from objectives.load.loadrun import run_load_sync
     from objectives.load.workload import WorkloadSpec
     from search.serving import resolve as resolve_mod
-    from search.serving.running import launch
+    from search.serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     spec = WorkloadSpec.model_validate({

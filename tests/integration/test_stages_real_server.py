@@ -16,7 +16,7 @@ pytestmark = pytest.mark.vllm
 def staged_server(launch_ctx, artifacts_dir):
     from search.executor import STAGED_SERVER_ENV
     from search.serving import resolve as resolve_mod
-    from search.serving.running import launch
+    from search.serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "stages-real-server.log", env=STAGED_SERVER_ENV) as server:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from search.serving.hardware import Gpu, Hardware
-from search.serving.model_info import ModelInfo
+from search.serving.model.info import ModelInfo
 from search.serving.registry import LaunchContext
 from search.serving.vllm_flags import FlagInfo, InstalledVllm
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from search.serving.hardware import Gpu, Hardware
-from search.serving.memory import ModelShape
-from search.serving.model_info import ModelInfo
+from search.serving.model.memory import ModelShape
+from search.serving.model.info import ModelInfo
 from search.serving.registry import LaunchContext
 from tests.support.fakes import CPU, H100, installed
 from tests.support.paths import REPO

@@ -4,7 +4,7 @@ import os
 
 import psutil
 
-from search.serving.server import group_members
+from search.serving.process.server import group_members
 
 
 def quick_server_values(ctx, **overrides):

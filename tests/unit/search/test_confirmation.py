@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session
 from search.outputs import verdict_text
 from search.study.verdict import Outcome, decide
 from storage import queries
-from storage.models import TrialStatus
 from tests.support.paths import FIXTURES
 from tests.support.confirmation_world import (BASELINE, LUCKY_16, TRUTH, confirmation_round, enqueued,
                                              world as noisy_world)

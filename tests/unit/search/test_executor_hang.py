@@ -22,8 +22,8 @@ from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, run_stages
 from search.executor import measured_before
 from search.serving import FailureClass
-from search.serving.running import ServerFailed, while_serving
-from search.serving.server import LaunchSpec, VllmServer, group_members, group_stopped
+from search.serving.process import ServerFailed, while_serving
+from search.serving.process.server import LaunchSpec, VllmServer, group_members, group_stopped
 from tests.support.stub_server import StubConfig, StubServer
 
 BOUND_S = 1.5

@@ -11,7 +11,7 @@ from objectives.load.workload import WorkloadSpec
 from search.executor import vllm as executor_mod
 from search.executor import Measurement, TrialPlan, VllmExecutor
 from search.serving import Failure, FailureClass, resolve_server_args
-from search.serving.running import ServerFailed, StopReport
+from search.serving.process import ServerFailed, StopReport
 from storage.models import TrialStatus
 from tests.support import fakes
 from tests.support.paths import FIXTURES

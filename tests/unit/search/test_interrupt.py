@@ -15,7 +15,7 @@ import pytest
 from objectives.load.loadrun import run_async, run_load
 from objectives.load.stall import ProgressWatch
 from objectives.load.workload import WorkloadSpec
-from search.serving.running import while_serving
+from search.serving.process import while_serving
 from tests.support.stub_server import StubConfig, StubServer
 
 

@@ -1,5 +1,5 @@
 """search.serving describes a server and starts none (the scenario, the space, the pure
-calibration and the outputs import it); search.serving.running is what starts one. One start
+calibration and the outputs import it); search.serving.process is what starts one. One start
 timeout for every server the tuner starts."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import sys
 
 from tests.support.paths import REPO
 
-STARTS_A_SERVER = ("search.serving.server", "search.serving.launcher", "search.serving.watch", "search.executor")
+STARTS_A_SERVER = ("search.serving.process.server", "search.serving.process.launcher", "search.serving.process.watch", "search.executor")
 
 
 def test_describing_a_server_and_reading_a_calibration_load_nothing_that_starts_one():
@@ -23,8 +23,8 @@ def test_every_start_timeout_defaults_to_the_one_constant(tmp_path):
     from search.executor import VllmExecutor
     from search.scenario import ServerSection
     from search.serving import DEFAULT_STARTUP_TIMEOUT_S
-    from search.serving.launcher import launch, launch_spec
-    from search.serving.server import LaunchSpec
+    from search.serving.process.launcher import launch, launch_spec
+    from search.serving.process.server import LaunchSpec
 
     defaults = {
         "scenario server.startup_timeout_s": ServerSection().startup_timeout_s,

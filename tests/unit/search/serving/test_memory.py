@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from search.serving import memory
-from search.serving.memory import GIB, ModelShape, Quantization
+from search.serving.model import memory
+from search.serving.model.memory import GIB, ModelShape, Quantization
 from tests.support.gpu_contexts import config
 
 

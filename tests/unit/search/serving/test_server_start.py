@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from objectives.failure import FailureClass
-from search.serving.server import LaunchSpec, ServerFailed, VllmServer, reserve_port
+from search.serving.process.server import LaunchSpec, ServerFailed, VllmServer, reserve_port
 
 
 def fake_python(tmp_path, name: str, line: str, code: int = 1) -> str:

@@ -7,7 +7,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from search.serving import OLDEST_SUPPORTED_VLLM, VllmNotInstalled
-from search.serving.vllm_support import check_supported
+from search.serving.vllm_flags import check_supported
 from tests.support.paths import REPO
 
 

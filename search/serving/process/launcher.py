@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from search.serving.registry import LaunchContext, ServerArgs
-from search.serving.server import LaunchSpec, VllmServer
+from search.serving.process.server import LaunchSpec, VllmServer
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 
 

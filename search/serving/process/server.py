@@ -192,7 +192,7 @@ class VllmServer:
         set_aside(self.spec.log_path)
         self._log = open(self.spec.log_path, "wb")
         read_fd, self._pipe_w = os.pipe()
-        cmd = [sys.executable, "-m", "search.serving.server_guard", str(read_fd), "--",
+        cmd = [sys.executable, "-m", "search.serving.process.server_guard", str(read_fd), "--",
                *self.spec.command(self.port)]
         self._log.write(("$ " + " ".join(cmd[4:]) + "\n").encode())
         self._log.flush()

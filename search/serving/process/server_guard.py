@@ -1,12 +1,12 @@
 """Keeps a vLLM server from outliving the tuner that started it.
 
-Started by `search.serving.server` in a new session (so it leads a fresh process group), it runs the
+Started by `search.serving.process.server` in a new session (so it leads a fresh process group), it runs the
 vLLM command as its child in that group and watches a pipe whose write end only the tuner
 holds. If the tuner dies (even by SIGKILL) the pipe reads EOF and the guard kills the whole
 group: API server, EngineCore and workers, which would otherwise be orphaned (killing the
 API server alone leaves EngineCore running). Its exit code is the server's.
 
-Usage: python -m search.serving.server_guard PIPE_FD -- CMD...
+Usage: python -m search.serving.process.server_guard PIPE_FD -- CMD...
 """
 
 from __future__ import annotations

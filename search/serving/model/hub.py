@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from search.serving.model_info import ModelError
+from search.serving.model.info import ModelError
 
 # Weights in the formats vLLM does not load, and the originals some repositories carry beside
 # the safetensors (Llama's `original/`): a download skips them.

@@ -9,7 +9,7 @@ from typing import Awaitable, TypeVar
 
 from objectives.load import ProgressWatch, Stall
 from objectives.failure import Failure, FailureClass
-from search.serving.server import POLL_S, ServerFailed, VllmServer
+from search.serving.process.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
 
