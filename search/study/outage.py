@@ -34,9 +34,11 @@ class DatabaseWatch:
     says the two lines; it may be called from the heartbeat thread."""
 
     def __init__(self, shown: str, bound_s: float, note: Callable[[str], None], *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
-        self.shown, self.bound_s, self.note, self.clock, self.sleep = shown, bound_s, note, clock, sleep
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None):
+        self.shown, self.bound_s, self.note, self.clock = shown, bound_s, note, clock
         self._lock = threading.Lock()
+        self._came_back = threading.Event()  # a wait ends early when the heartbeat finds it back
+        self.sleep = sleep or self._came_back.wait
         self.away_since: float | None = None  # on `clock`; None: reachable as far as this worker knows
         self.back_at: float | None = None  # when it last came back
 
@@ -46,6 +48,7 @@ class DatabaseWatch:
             now = self.clock()
             if self.away_since is None:
                 self.away_since = now
+                self._came_back.clear()
                 self.note(f"database unreachable ({reason}); waiting up to {self.bound_s:.0f} s for it to come "
                           f"back (--db-outage-s); what is measured meanwhile is kept")
             return now - self.away_since
@@ -58,6 +61,7 @@ class DatabaseWatch:
             now = self.clock()
             self.note(f"database reachable again after {now - self.away_since:.0f} s; the study goes on")
             self.away_since, self.back_at = None, now
+            self._came_back.set()
 
     def heartbeats_tell(self, grace_s: float) -> bool:
         """Whether a heartbeat older than `grace_s` means its worker is gone: not while the

@@ -84,8 +84,14 @@ class Recording:
 
     def ride(self, action: Callable[[], T], kept: Callable[[], str] | None = None) -> T:
         """`action()`, ridden out while the database is away, the session rolled back after
-        each failed attempt (so the next starts clean)."""
-        return self.watch.ride(action, on_failure=self._rollback, kept=kept)
+        each failed attempt (so the next starts clean). It ends committed: a read leaves a
+        transaction open, whose connection a restart would kill while a trial measures (and
+        `pool_pre_ping` tests a connection only as it leaves the pool)."""
+        def step() -> T:
+            result = action()
+            self.session.commit()
+            return result
+        return self.watch.ride(step, on_failure=self._rollback, kept=kept)
 
     def _rollback(self) -> None:
         try:
@@ -108,7 +114,7 @@ class Recording:
         """The trials an earlier run measured while the database was away and could not store
         (it stopped waiting, or was killed): stored first, so that `recover` finishes each from
         its record instead of running it again. A live worker's (on this host) is its own."""
-        for kept in spool.kept(self.run_dir, rec.study_name):
+        for kept in spool.kept(self.run_dir, self.study.study_name):
             if kept.writer.get("token") != self.worker.token and not coord.gone_here(kept.writer):
                 continue
             self.ride(lambda: self._commit_row(rec, kept.trial_number, kept.fields))
@@ -129,7 +135,7 @@ class Recording:
         def keep() -> None:
             self._rollback()
             if not kept:
-                kept.append(spool.keep(self.run_dir, rec.study_name, number, {**fields, "finished_at": utcnow()},
+                kept.append(spool.keep(self.run_dir, self.study.study_name, number, {**fields, "finished_at": utcnow()},
                                        self.worker.as_dict()))
 
         row = self.watch.ride(lambda: self._commit_row(rec, number, fields), on_failure=keep,
