@@ -114,6 +114,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from search.prepare import StudyOptions, prepare
     from search.samplers import DEFAULT_SAMPLER
     from search.study import StudyRunner
+    from search.study.coordination import Coordination
 
     searching = args.command == "search"
     if searching and args.workers > 1:
@@ -132,7 +133,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {prep.storage_url}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
-    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
+    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
+                         coordination=Coordination(db_outage_s=args.db_outage_s))
     try:
         result = runner.run(search=searching)
     except KeyboardInterrupt:
@@ -151,6 +153,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     from search.outputs import StudyProgress
     from search.prepare import StudyOptions, prepare
     from search.study import StudyRunner
+    from search.study.coordination import Coordination
     from storage.url import single_writer
 
     storage = args.storage or ""
@@ -176,7 +179,8 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
         for handle in workers.hold(slot, prep.study_name):
             handle.close()
     console = _console()
-    runner = StudyRunner(prep, opts)
+    coordination = Coordination(db_outage_s=args.db_outage_s)
+    runner = StudyRunner(prep, opts, coordination=coordination)
     runner.open()  # the schema and the study, once, before the workers join it
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{hw.describe()}; storage {prep.storage_url}; {args.workers} workers on "
@@ -184,7 +188,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
     commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
         storage=prep.storage_url, study=prep.study_name, runs_dir=args.runs_dir, slot=slot, seed=args.seed + i,
         trials=runner.budget, sampler=args.sampler, scenario=args.scenario, model=args.model,
-        timeout_min=args.timeout_min)) for i, slot in enumerate(slots)]
+        timeout_min=args.timeout_min, db_outage_s=args.db_outage_s)) for i, slot in enumerate(slots)]
     if args.backend == "ray":
         codes = workers.run_all_on_ray(commands, slots, args.ray_address)
     else:
@@ -194,7 +198,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
         console.print(f"[red]workers stopped early[/]: {escape('; '.join(failed))}; run the same command to "
                       "continue where the study stopped")
         return 130 if all(code == 130 for code in codes if code) else 1
-    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)])
+    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)], coordination=coordination)
     if confirm.confirm_runs > 0:
         confirm.run(search=False)
     return _finish(console, prep.storage_url, prep.study_name, prep.run_dir)
@@ -224,7 +228,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
                   f"[bold]{prep.study_name}[/] ({prep.storage_url})")
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
-                         coordination=Coordination(slot=slot.label if slot else None))
+                         coordination=Coordination(slot=slot.label if slot else None, db_outage_s=args.db_outage_s))
     try:
         result = runner.run()
     except KeyboardInterrupt:
@@ -310,6 +314,14 @@ def _study_name(text: str) -> str:
     return text
 
 
+def _add_db_outage(p: argparse.ArgumentParser) -> None:
+    from search.study.outage import DEFAULT_BOUND_S
+
+    p.add_argument("--db-outage-s", type=_non_negative, default=DEFAULT_BOUND_S, metavar="S",
+                   help="how long to wait for a database that went away (a restart, a failover) before the "
+                        f"study stops; what is measured meanwhile is kept (default: {DEFAULT_BOUND_S})")
+
+
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
     p.add_argument("scenario", nargs=None if scenario_required else "?", default="mixed",
                    help="scenario name (configs/NAME.yaml) or path to a scenario file")
@@ -359,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(pip install -e '.[ray]')")
     search.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="an existing Ray cluster for --backend ray (default: a local Ray instance)")
+    _add_db_outage(search)
     search.set_defaults(func=_cmd_search)
 
     worker = sub.add_parser("worker", help="join an existing study as one more worker, from any host that "
@@ -374,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--timeout-min", type=float, default=None)
     worker.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
     worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")
+    _add_db_outage(worker)
     worker.set_defaults(func=_cmd_worker)
 
     confirm = sub.add_parser(
@@ -382,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_target(confirm, scenario_required=True)
     confirm.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
                          help="runs per candidate (default: the scenario's confirmation.runs, 3)")
+    _add_db_outage(confirm)
     confirm.set_defaults(func=_cmd_search)
 
     exp = sub.add_parser("export", help="write best.yaml (for vllm serve --config) and pareto.yaml")
@@ -420,6 +435,14 @@ def _study_stopped() -> type[Exception]:
     return StudyStopped
 
 
+def _database_away(e: Exception) -> str | None:
+    """What the database said, if `e` means it is away (outside the steps a study rides out: its
+    start, the outputs at its end)."""
+    from storage.connection import connection_lost
+
+    return connection_lost(e)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -429,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except _study_stopped() as e:
         print(f"autotune: stopped: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if (reason := _database_away(e)) is None:
+            raise
+        print(f"autotune: stopped: the database is unreachable ({reason}); what is stored stays stored. "
+              f"Once it is back, run the same command to go on", file=sys.stderr)
         return 1
 
 
