@@ -129,14 +129,15 @@ class Recording:
 
     def _store(self, rec: StudyRecord, number: int, fields: dict[str, Any]) -> TrialRecord:
         """The measured trial's row, committed. While the database is away it waits in the
-        spool, written before the first retry and removed once the row is committed."""
+        spool, written before the first retry and removed once the row is committed. It
+        finished now, however late the database takes it."""
+        fields = {**fields, "finished_at": utcnow()}
         kept: list[Path] = []
 
         def keep() -> None:
             self._rollback()
             if not kept:
-                kept.append(spool.keep(self.run_dir, self.study.study_name, number, {**fields, "finished_at": utcnow()},
-                                       self.worker.as_dict()))
+                kept.append(spool.keep(self.run_dir, self.study.study_name, number, fields, self.worker.as_dict()))
 
         row = self.watch.ride(lambda: self._commit_row(rec, number, fields), on_failure=keep,
                               kept=lambda: f": trial {number}'s measurement is kept in {kept[0]} and stored by "

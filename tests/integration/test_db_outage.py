@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import optuna
@@ -83,6 +84,7 @@ def test_a_database_restart_during_a_trial_is_ridden_out_and_its_measurement_sto
     assert sorted(stored) == list(range(len(stored))) and set(ran) <= set(stored)
     trial_1 = next(p for p in executor.plans if p.number == 1)
     assert stored[1].metrics == measured(trial_1).metrics and stored[1].status == "ok"
+    assert stored[1].finished_at < stored[2].started_at - timedelta(seconds=2)  # when measured, not when stored
     assert {t.state for t in optuna_trials(r)} == {TrialState.COMPLETE}
     assert sum(not row.duplicate_of and row.status == "ok" for row in stored.values()) == 3
 
