@@ -15,6 +15,7 @@ CONFIRM_RUNS ?=
 RECALIBRATE ?=
 WORKERS  ?=
 SLOT     ?=
+DB_OUTAGE_S ?=
 
 opt = $(if $(2),$(1) $(2),)
 # The URL reaches the commands through the environment: make echoes "$STORAGE", never the
@@ -49,13 +50,14 @@ db-stop: setup
 search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
 		$(call opt,--sampler,$(SAMPLER)) $(call opt,--seed,$(SEED)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(call opt,--workers,$(WORKERS)) \
-		$(STUDY_ARGS) $(if $(RECALIBRATE),--recalibrate,)
+		$(STUDY_ARGS) $(if $(RECALIBRATE),--recalibrate,) $(call opt,--db-outage-s,$(DB_OUTAGE_S))
 
 worker: setup   ## one more worker on an existing study, from any host: STORAGE=, STUDY=, SLOT=gpu:0
-	$(BIN)/autotune worker --storage "$$STORAGE" --study $(STUDY) $(call opt,--slot,$(SLOT)) $(call opt,--model,$(MODEL))
+	$(BIN)/autotune worker --storage "$$STORAGE" --study $(STUDY) $(call opt,--slot,$(SLOT)) $(call opt,--model,$(MODEL)) $(call opt,--db-outage-s,$(DB_OUTAGE_S))
 
 confirm: setup   ## the confirmation phase alone on an existing study (resumes): CONFIRM_RUNS=n
-	$(BIN)/autotune confirm $(SCENARIO) $(call opt,--model,$(MODEL)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS)
+	$(BIN)/autotune confirm $(SCENARIO) $(call opt,--model,$(MODEL)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(STUDY_ARGS) \
+		$(call opt,--db-outage-s,$(DB_OUTAGE_S))
 
 export: setup
 	$(BIN)/autotune export $(SCENARIO) $(STUDY_ARGS)

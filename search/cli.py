@@ -125,6 +125,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from search.samplers import DEFAULT_SAMPLER
     from search.study import StudyRunner
     from storage.url import redacted
+    from search.study.coordination import Coordination
 
     searching = args.command == "search"
     if searching and args.workers > 1:
@@ -143,7 +144,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{prep.ctx.hardware.describe()}; storage {redacted(prep.storage_url)}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
-    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()])
+    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
+                         coordination=Coordination(db_outage_s=args.db_outage_s))
     try:
         result = runner.run(search=searching)
     except KeyboardInterrupt:
@@ -167,7 +169,8 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
         runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs)
     console = _console()
     try:
-        prep = search_on_workers(opts, args.workers, console, backend=args.backend, ray_address=args.ray_address)
+        prep = search_on_workers(opts, args.workers, console, backend=args.backend, ray_address=args.ray_address,
+                                 db_outage_s=args.db_outage_s)
     except WorkersStopped as e:
         console.print(f"[red]workers stopped early[/]: {escape(str(e))}; run the same command to "
                       "continue where the study stopped")
@@ -186,7 +189,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         result = run_worker(args.storage, args.study, Path(args.runs_dir), console,
                             slot=Slot.parse(args.slot) if args.slot else None, scenario=args.scenario,
                             model=args.model, trials=args.trials, timeout_min=args.timeout_min,
-                            sampler=args.sampler, seed=args.seed)
+                            sampler=args.sampler, seed=args.seed, db_outage_s=args.db_outage_s)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: no server is left running; its trial goes to the other workers")
         return 130
@@ -195,31 +198,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _finish(console, storage_url: str, study_name: str, out_dir: Path) -> int:
-    from rich.markup import escape
-    from sqlalchemy.orm import Session
+    from search.outputs import finish
 
-    from search.outputs import (REPORT_NAME, confirmation_table, export_study, load_study, summary_table,
-                                verdict_lines, write_report)
-    from storage.queries import open_db
-
-    with Session(open_db(storage_url)) as session:
-        ls = load_study(session, storage_url, study_name)
-        console.print(summary_table(ls))
-        confirmed = confirmation_table(ls)
-        if confirmed is not None:
-            console.print(confirmed)
-        for line in verdict_lines(ls):  # the headline first
-            console.print(line, markup=False, highlight=False)
-        done = export_study(session, storage_url, study_name, out_dir)
-    if done.best is None:
-        stale = f"; the earlier {done.pareto.parent / 'best.yaml'} was removed" if done.removed_stale else ""
-        console.print(f"[red]no best.yaml written[/]: {escape(done.why_none)}{stale}")
-    else:
-        how = "confirmed" if done.deployment.confirmed else "on single, unconfirmed measurements"
-        console.print(f"deploy: trial {done.deployment.trial_number} ({how}); config for `vllm serve --config`: "
-                      f"[bold]{done.best}[/]")
-    console.print(f"feasible Pareto set: {done.pareto}")
-    console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")
+    finish(console, storage_url, study_name, out_dir)
     return 0
 
 
@@ -268,6 +249,14 @@ def _study_name(text: str) -> str:
     if not is_safe_name(text):
         raise argparse.ArgumentTypeError(f"{text!r}: {SAFE_NAME_RULE} (it names a directory under --runs-dir)")
     return text
+
+
+def _add_db_outage(p: argparse.ArgumentParser) -> None:
+    from search.study.outage import DEFAULT_BOUND_S
+
+    p.add_argument("--db-outage-s", type=_non_negative, default=DEFAULT_BOUND_S, metavar="S",
+                   help="how long to wait for a database that went away (a restart, a failover) before the "
+                        f"study stops; what is measured meanwhile is kept (default: {DEFAULT_BOUND_S})")
 
 
 def _add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
@@ -321,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(pip install -e '.[ray]')")
     search.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="an existing Ray cluster for --backend ray (default: a local Ray instance)")
+    _add_db_outage(search)
     search.set_defaults(func=_cmd_search)
 
     worker = sub.add_parser("worker", help="join an existing study as one more worker, from any host that "
@@ -336,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--timeout-min", type=float, default=None)
     worker.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
     worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")
+    _add_db_outage(worker)
     worker.set_defaults(func=_cmd_worker)
 
     confirm = sub.add_parser(
@@ -344,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_target(confirm, scenario_required=True)
     confirm.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
                          help="runs per candidate (default: the scenario's confirmation.runs, 3)")
+    _add_db_outage(confirm)
     confirm.set_defaults(func=_cmd_search)
 
     exp = sub.add_parser("export", help="write best.yaml (for vllm serve --config), pareto.yaml and report.html "
@@ -407,6 +399,12 @@ def _not_written_line(args: argparse.Namespace, e) -> str:
     fix = "make room" if e.disk_full else "fix that"
     return (f"the study is stored, but an output was not written: {e}; {fix}, then `{shlex.join(command)}` "
             f"writes best.yaml, pareto.yaml and report.html again")
+def _database_away(e: Exception) -> str | None:
+    """What the database said, if `e` means it is away (outside the steps a study rides out: its
+    start, the outputs at its end)."""
+    from storage.connection import connection_lost
+
+    return connection_lost(e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     except _output_not_written() as e:
         print(f"autotune: {_not_written_line(args, e)}", file=sys.stderr)
         return EXIT_OUTPUT_MISSING
+    except Exception as e:
+        if (reason := _database_away(e)) is None:
+            raise
+        print(f"autotune: stopped: the database is unreachable ({reason}); what is stored stays stored. "
+              f"Once it is back, run the same command to go on", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

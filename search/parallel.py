@@ -19,6 +19,7 @@ from search.outputs import DashboardPublisher, StudyProgress
 from search.prepare import Prepared, StudyOptions, prepare
 from search.study import StudyResult, StudyRunner
 from search.study.coordination import Coordination
+from search.study.outage import DEFAULT_BOUND_S
 from storage.queries import check_url
 from storage.url import redacted, single_writer
 
@@ -34,7 +35,7 @@ class WorkersStopped(RuntimeError):
 
 
 def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: str = "local",
-                      ray_address: str | None = None) -> Prepared:
+                      ray_address: str | None = None, db_outage_s: float = DEFAULT_BOUND_S) -> Prepared:
     """The search on `n` workers, then the confirmation phase; returns the prepared study (where
     its outputs go). Refused (SlotError) before anything starts without a shared database, or
     when the devices or ray are not there; WorkersStopped when a worker stopped early."""
@@ -58,7 +59,8 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     for slot in slots:  # refused here, before anything starts, if another tuner has them
         for handle in workers.hold(slot, prep.study_name):
             handle.close()
-    runner = StudyRunner(prep, opts)
+    coordination = Coordination(db_outage_s=db_outage_s)
+    runner = StudyRunner(prep, opts, coordination=coordination)
     runner.open()  # the schema and the study, once, before the workers join it
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
                   f"{hw.describe()}; storage {redacted(prep.storage_url)}; {n} workers on "
@@ -66,7 +68,7 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
         storage=prep.storage_url, study=prep.study_name, runs_dir=str(opts.runs_dir), slot=slot, seed=opts.seed + i,
         trials=runner.budget, sampler=opts.sampler, scenario=opts.scenario, model=opts.model,
-        timeout_min=opts.timeout_min)) for i, slot in enumerate(slots)]
+        timeout_min=opts.timeout_min, db_outage_s=db_outage_s)) for i, slot in enumerate(slots)]
     if backend == "ray":
         codes = workers.run_all_on_ray(commands, slots, ray_address)
     else:
@@ -74,7 +76,7 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
     if failed:
         raise WorkersStopped(failed, interrupted=all(code == 130 for code in codes if code))
-    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)])
+    confirm = StudyRunner(prep, opts, observers=[StudyProgress(console)], coordination=coordination)
     if confirm.confirm_runs > 0:
         confirm.run(search=False)
     return prep
@@ -82,7 +84,8 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
 
 def run_worker(storage: str, study: str, runs_dir: Path, console: Console, *, slot: workers.Slot | None = None,
                scenario: str | None = None, model: str | None = None, trials: int | None = None,
-               timeout_min: float | None = None, sampler: str, seed: int | None = None) -> StudyResult:
+               timeout_min: float | None = None, sampler: str, seed: int | None = None,
+               db_outage_s: float = DEFAULT_BOUND_S) -> StudyResult:
     """One more worker on an existing study: the scenario, model and budget are the study's own
     unless given; on `slot`'s devices (held while it runs) when given; the seed, unless given,
     its process id."""
@@ -98,5 +101,5 @@ def run_worker(storage: str, study: str, runs_dir: Path, console: Console, *, sl
     console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
                   f"[bold]{prep.study_name}[/] ({redacted(prep.storage_url)})")
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
-                         coordination=Coordination(slot=slot.label if slot else None))
+                         coordination=Coordination(slot=slot.label if slot else None, db_outage_s=db_outage_s))
     return runner.run()

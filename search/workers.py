@@ -209,10 +209,13 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
 
 
 def worker_argv(*, storage: str, study: str, runs_dir: str, slot: Slot, seed: int, trials: int,
-                sampler: str, scenario: str | None, model: str | None, timeout_min: float | None) -> list[str]:
+                sampler: str, scenario: str | None, model: str | None, timeout_min: float | None,
+                db_outage_s: int | None = None) -> list[str]:
     argv = [sys.executable, "-m", "search.cli", "worker", "--storage", storage, "--study", study,
             "--runs-dir", runs_dir, "--slot", slot.arg, "--seed", str(seed), "--trials", str(trials),
             "--sampler", sampler]
+    if db_outage_s is not None:
+        argv += ["--db-outage-s", str(db_outage_s)]
     if scenario:
         argv += ["--scenario", scenario]
     if model:

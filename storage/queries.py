@@ -17,11 +17,16 @@ from storage.url import redacted, single_writer
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
-CONNECT_TIMEOUT_S = 10  # a database server that does not answer: how long the up-front check waits
+CONNECT_TIMEOUT_S = 10  # a database server that does not answer: how long a connection attempt waits
 
 
 def engine_kwargs(url: str) -> dict:
-    return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if single_writer(url) else {}
+    """How an engine on `url` connects: SQLite waits for the dashboard's reads; a server database
+    gets each pooled connection tested before use (after a restart the pool holds dead ones) and
+    a bound on a connection attempt (an unreachable host would otherwise hang it)."""
+    if single_writer(url):
+        return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    return {"pool_pre_ping": True, "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
 
 
 class StorageError(ValueError):

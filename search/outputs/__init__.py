@@ -17,7 +17,7 @@ from search.outputs.format import fmt_value
 from search.outputs.progress import StudyProgress
 from search.outputs.read_model import LoadedStudy, load_study
 from search.outputs.report import REPORT_NAME, write_report
-from search.outputs.summary import confirmation_table, summary_table, verdict_lines
+from search.outputs.summary import confirmation_table, finish, summary_table, verdict_lines
 
 __all__ = ["REPORT_NAME", "DashboardPublisher", "LoadedStudy", "StudyProgress", "confirmation_table", "export_study",
-           "fmt_value", "load_study", "publish_and_serve", "summary_table", "verdict_lines", "write_report"]
+           "finish", "fmt_value", "load_study", "publish_and_serve", "summary_table", "verdict_lines", "write_report"]

@@ -1,21 +1,28 @@
 """The end-of-study terminal summary: every trial of the search, what it measured (with the
 differences from the baselines that the measured noise explains marked), the confirmation runs'
 medians with their intervals, and the verdict in words. Read from the read model: the trial
-views and the confirmation table's rows."""
+views and the confirmation table's rows. `finish` prints it at a study's end and writes the
+study's files."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy.orm import Session
 
 from objectives.statistics import beyond_noise
 from search.outputs import verdict_text
 from search.outputs.confirmation_rows import confirmation_rows
 from search.outputs.format import fmt_value
-from search.outputs.read_model import LoadedStudy
+from search.outputs.export import export
+from search.outputs.read_model import LoadedStudy, load_study
+from search.outputs.report import REPORT_NAME, write_report
 from search.outputs.trial_views import FAILED, TrialView, baseline_views
+from storage.queries import open_db
 
 WITHIN_NOISE = "~"
 _CALL_COLOURS = {"win": "green", "loss": "red", "tie": "default"}
@@ -112,3 +119,26 @@ def verdict_lines(ls: LoadedStudy) -> list[str]:
     text, note = ls.verdict_text(), ls.unconfirmed_note()
     return ((text.lines() if text is not None else []) + ([note] if note else [])
             + verdict_text.calibration_lines(ls.scenario, ls.calibration()))
+
+
+def finish(console: Console, storage_url: str, study_name: str, out_dir: Path) -> None:
+    """The end of a study in the terminal (the summary, the confirmation table, the verdict) and
+    its files: best.yaml, pareto.yaml and the report (`autotune export` writes them again)."""
+    with Session(open_db(storage_url)) as session:
+        ls = load_study(session, storage_url, study_name)
+        console.print(summary_table(ls))
+        confirmed = confirmation_table(ls)
+        if confirmed is not None:
+            console.print(confirmed)
+        for line in verdict_lines(ls):  # the headline first
+            console.print(line, markup=False, highlight=False)
+        done = export(session, storage_url, study_name, out_dir)
+    if done.best is None:
+        stale = f"; the earlier {done.pareto.parent / 'best.yaml'} was removed" if done.removed_stale else ""
+        console.print(f"[red]no best.yaml written[/]: {escape(done.why_none)}{stale}")
+    else:
+        how = "confirmed" if done.deployment.confirmed else "on single, unconfirmed measurements"
+        console.print(f"deploy: trial {done.deployment.trial_number} ({how}); config for `vllm serve --config`: "
+                      f"[bold]{done.best}[/]")
+    console.print(f"feasible Pareto set: {done.pareto}")
+    console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")

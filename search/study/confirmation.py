@@ -4,15 +4,16 @@ After the search, the chosen configuration, the next best members of the feasibl
 (`confirmation.front` in all) and every baseline that served are each run `confirmation.runs`
 times on fresh server starts with the full measurement (the search may have screened short),
 in rounds: every candidate once, then again (A B C A B C ...), so drift on a shared machine
-hits them alike. Each run is stored before the next starts; a resumed phase skips the runs it
-has. The verdict (`search.study.verdict`) is then read from the stored runs.
+hits them alike. Each run is stored before the next starts (waiting for a database that is
+away, `ride`); a resumed phase skips the runs it has. The verdict (`search.study.verdict`) is
+then read from the stored runs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import optuna
 from sqlalchemy.orm import Session
@@ -28,7 +29,9 @@ from search.prepare import Prepared
 from search.serving import LaunchContext
 from search.study.recording import failure_columns
 from storage import queries
-from storage.models import StudyRecord, TrialRecord, TrialStatus
+from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+
+T = TypeVar("T")
 
 # A server start and stop on this CPU (benchmarks/startup.py: 34-45 s eager), for the estimate
 # made before the search has timed any trial.
@@ -126,17 +129,23 @@ def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float
 class ConfirmationPhase:
     """Runs the schedule on `executor` (built on the full measurement), planning each run on
     `ctx` (the study's launch context), scoring it with `score` and storing it; the verdict is
-    then read from the stored runs (`stored_verdict`)."""
+    then read from the stored runs (`stored_verdict`). Each read and write of the database goes
+    through `ride` (`Recording.ride`: again, while the database is away)."""
 
     def __init__(self, prep: Prepared, ctx: LaunchContext, executor: TrialExecutor, events: StudyObserver,
-                 score: Callable[[dict[str, float], bool], Score], runs: int):
+                 score: Callable[[dict[str, float], bool], Score], runs: int,
+                 ride: Callable[[Callable[[], T]], T] = lambda action: action()):
         self.prep, self.ctx, self.executor, self.events, self.score, self.runs = prep, ctx, executor, events, score, runs
+        self.ride = ride
 
     def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
             estimate: float | None) -> verdict_mod.Verdict:
-        rec.confirmation = {"runs": self.runs, "candidates": [c.trial_number for c in cands], "notes": notes}
-        session.commit()
-        done = {(r.trial_number, r.round) for r in queries.confirmation_runs(session, rec)}
+        def begin() -> set[tuple[int, int]]:
+            rec.confirmation = {"runs": self.runs, "candidates": [c.trial_number for c in cands], "notes": notes}
+            session.commit()
+            return {(r.trial_number, r.round) for r in queries.confirmation_runs(session, rec)}
+
+        done = self.ride(begin)
         plan = schedule(cands, self.runs)
         todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
         per_run = estimate / len(cands) if estimate is not None and cands else None
@@ -148,11 +157,15 @@ class ConfirmationPhase:
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
             row = self._run_one(session, rec, i, round_, cand)
             self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label))
+        result = self.ride(lambda: self._verdict(session, rec))
+        self.events.confirmation_finished(ConfirmationFinished(result))
+        return result
+
+    def _verdict(self, session: Session, rec: StudyRecord) -> verdict_mod.Verdict:
         result = verdict_mod.stored_verdict(session, rec, self.prep.scenario)
         if result.outcome != verdict_mod.Outcome.INCOMPLETE:
             rec.noise = {k: v for k, v in result.noise.items() if math.isfinite(v)}
             session.commit()
-        self.events.confirmation_finished(ConfirmationFinished(result))
         return result
 
     def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
@@ -165,11 +178,15 @@ class ConfirmationPhase:
         self.events.phase("scoring")
         ok = outcome.status == TrialStatus.OK
         s = self.score(outcome.metrics, ok)
-        row = queries.save_confirmation_run(
-            session, rec, cand.trial_number, round_, baseline=cand.baseline, sequence=sequence,
-            status=outcome.status, metrics=json_safe(outcome.metrics), constraints=s.constraints,
-            capacity=outcome.capacity, stages=outcome.stages, timings=outcome.timings, command=outcome.command,
-            log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
-            retried=outcome.retried, **failure_columns(outcome.failure))
-        session.commit()
-        return row
+
+        def store() -> ConfirmationRun:
+            row = queries.save_confirmation_run(
+                session, rec, cand.trial_number, round_, baseline=cand.baseline, sequence=sequence,
+                status=outcome.status, metrics=json_safe(outcome.metrics), constraints=s.constraints,
+                capacity=outcome.capacity, stages=outcome.stages, timings=outcome.timings, command=outcome.command,
+                log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
+                retried=outcome.retried, **failure_columns(outcome.failure))
+            session.commit()
+            return row
+
+        return self.ride(store)

@@ -8,6 +8,8 @@ worker is certainly gone: its heartbeat is older than the grace period (Optuna's
 its worker ran on this host and that process no longer exists (at once, as a resume after a kill
 needs). A live worker's trial is never touched. The taking over is Optuna's too: the trial is
 failed (one worker wins that update) and `RetryHeartbeatStaleTrialCallback` queues it again.
+When the database itself was away, every worker's heartbeats stopped with it: none is judged
+by them until the database has been back for a grace period (`outage.DatabaseWatch`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ import psutil
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from search.study.outage import DEFAULT_BOUND_S, DatabaseWatch
+from storage.connection import connection_lost
+
 WORKER_ATTR = "worker"  # user attr: which worker runs (ran) the trial, and on which slot
 NEIGHBOURS_ATTR = "neighbours"  # user attr: the trials other workers were running when it started
 RETRY_OF_ATTR = "retry_of"  # user attr: the trial number this one runs again
@@ -34,14 +39,16 @@ RETRY_OF_ATTR = "retry_of"  # user attr: the trial number this one runs again
 
 @dataclass(frozen=True)
 class Coordination:
-    """How workers of one study keep each other informed. Defaults: a worker is declared dead a
-    minute after its last heartbeat; a trial is run again at most `max_retry` times."""
+    """How a worker shares its study through the database. Defaults: a worker is declared dead a
+    minute after its last heartbeat; a trial is run again at most `max_retry` times; a database
+    away for up to 5 minutes is waited for."""
 
     heartbeat_interval_s: int = 10
     grace_period_s: int = 60
     max_retry: int | None = 3
     poll_s: float = 5.0  # how often a worker with nothing to ask looks at the others' trials again
     slot: str | None = None  # this worker's devices, as shown ("cpu 0", "gpu 2,3"); None: the machine
+    db_outage_s: float = DEFAULT_BOUND_S  # how long the database may be away before the study stops
 
 
 @dataclass(frozen=True)
@@ -113,17 +120,22 @@ def ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
-def claim(study: optuna.Study, store: RDBStorage, worker: WorkerId) -> optuna.Trial:
+def claim(study: optuna.Study, store: RDBStorage, worker: WorkerId, watch: DatabaseWatch) -> optuna.Trial:
     """The next trial, marked as `worker`'s: heartbeat first (a trial with none is never found
-    stale), then who runs it, on which slot, beside which other trials."""
-    trial = ask(study)
+    stale), then who runs it, on which slot, beside which other trials. Each step is ridden out
+    on its own: asking again would leave the asked trial behind."""
+    trial = watch.ride(lambda: ask(study))
+    watch.ride(lambda: _mark(study, store, worker, trial))
+    return trial
+
+
+def _mark(study: optuna.Study, store: RDBStorage, worker: WorkerId, trial: optuna.Trial) -> None:
     store.record_heartbeat(trial._trial_id)
     trial.set_user_attr(WORKER_ATTR, worker.as_dict())
     trial.set_user_attr(NEIGHBOURS_ATTR, neighbours(study, worker))
     retry_of = retried_number(store, trial)
     if retry_of is not None:
         trial.set_user_attr(RETRY_OF_ATTR, retry_of)
-    return trial
 
 
 def placement(worker: WorkerId, trial: optuna.Trial) -> dict[str, Any]:
@@ -135,11 +147,12 @@ def placement(worker: WorkerId, trial: optuna.Trial) -> dict[str, Any]:
 class Heartbeat:
     """Records `trial`'s heartbeat now and every `interval_s` until the block ends. A write
     that fails (the database briefly away) is tried again at the next beat: only a silence
-    longer than the grace period lets another worker take the trial."""
+    longer than the grace period lets another worker take the trial. What the beats find of
+    the database goes to `watch`: it is often the first to know the database went or came back."""
 
-    def __init__(self, store: RDBStorage, trial: optuna.Trial, interval_s: float) -> None:
+    def __init__(self, store: RDBStorage, trial: optuna.Trial, interval_s: float, watch: DatabaseWatch) -> None:
         # RDBStorage keys heartbeats by the trial's storage id, which Optuna keeps private.
-        self.store, self.trial_id, self.interval_s = store, trial._trial_id, interval_s
+        self.store, self.trial_id, self.interval_s, self.watch = store, trial._trial_id, interval_s, watch
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.trial_id}", daemon=True)
 
@@ -147,11 +160,15 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             try:
                 self.store.record_heartbeat(self.trial_id)
-            except Exception:  # noqa: BLE001 - the next beat tries again; silence is what counts
-                pass
+            except Exception as e:  # noqa: BLE001 - the next beat tries again; silence is what counts
+                if (reason := connection_lost(e)) is not None:
+                    self.watch.lost(reason)
+            else:
+                self.watch.reachable()
 
     def __enter__(self) -> "Heartbeat":
-        self.store.record_heartbeat(self.trial_id)  # before anything: a trial with none is never stale
+        # before anything: a trial with none is never stale
+        self.watch.ride(lambda: self.store.record_heartbeat(self.trial_id))
         self._thread.start()
         return self
 
@@ -166,13 +183,16 @@ class Dead:
     why: str
 
 
-def dead_trials(study: optuna.Study, store: RDBStorage, coordination: Coordination) -> list[Dead]:
+def dead_trials(study: optuna.Study, store: RDBStorage, coordination: Coordination,
+                watch: DatabaseWatch | None = None) -> list[Dead]:
     """RUNNING trials whose worker is certainly gone (see the module's docstring). A trial with no
     worker recorded (asked by an older version, or killed between ask and its first heartbeat)
-    counts as gone once it has run longer than the grace period with no heartbeat."""
+    counts as gone once it has run longer than the grace period with no heartbeat. Neither test
+    by time is made while `watch` says heartbeats tell nothing (the database was just away)."""
+    timed = watch is None or watch.heartbeats_tell(coordination.grace_period_s)
     # Optuna's own staleness test (heartbeat older than grace_period by the database's clock);
     # RDBStorage has no public name for it: fail_stale_trials, its one caller, fails them outright.
-    stale = set(store._get_stale_trial_ids(study._study_id))
+    stale = set(store._get_stale_trial_ids(study._study_id)) if timed else set()
     grace = timedelta(seconds=coordination.grace_period_s)
     found = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -181,7 +201,7 @@ def dead_trials(study: optuna.Study, store: RDBStorage, coordination: Coordinati
             found.append(Dead(t, f"no heartbeat from {_label(worker)} for over {coordination.grace_period_s} s"))
         elif gone_here(worker):
             found.append(Dead(t, f"its worker {_label(worker)} is gone"))
-        elif worker is None and t.datetime_start and datetime.now() - t.datetime_start > grace:
+        elif timed and worker is None and t.datetime_start and datetime.now() - t.datetime_start > grace:
             found.append(Dead(t, f"no worker recorded and running for over {coordination.grace_period_s} s"))
     return found
 

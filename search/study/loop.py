@@ -4,7 +4,8 @@ CLI -> here -> a TrialExecutor (search.executor: server + load) -> recording (sc
 `opening` opens the study for a run (record, calibration, baselines, lock), the loop asks Optuna
 for trials until the budget is spent and runs each (or reuses an earlier trial's result for the
 same flags), `recording` writes what each measured (see there why nothing measured is lost to a
-kill), and the confirmation phase follows.
+kill), and the confirmation phase follows. Every step that reads or writes the database is
+ridden out while it is away (`outage`); a trial's measurement is never inside such a step.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from search.study import confirmation as confirmation_mod, coordination as coord
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
+from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from storage import queries
 from storage.models import TrialRecord
+from storage.url import redacted
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5
 # Trials in a row whose load generator failed (`load_error`): a fault on the client's side, which
@@ -80,6 +83,7 @@ class StudyRunner:
         self.events = Subscribers(observers)
         self.engine = queries.open_db(prep.storage_url)
         self.coordination = coordination or coord.Coordination()
+        self.watch = DatabaseWatch(redacted(prep.storage_url), self.coordination.db_outage_s, self.events.note)
         self.worker = coord.WorkerId.this(self.coordination.slot)
         self.storage = coord.storage(prep.storage_url, self.coordination, queries.engine_kwargs(prep.storage_url))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -91,19 +95,20 @@ class StudyRunner:
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
         self.opening = Opening(prep, opts, self.engine, self.study, self.events,
-                               calibrate or measure_calibration, self.budget)
+                               calibrate or measure_calibration, self.budget, self.watch)
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
 
     def _recording(self) -> Recording:
-        return Recording(self.engine, self.study, self.storage, self.sc, self.events, self.coordination)
+        return Recording(self.engine, self.study, self.storage, self.sc, self.events, self.coordination,
+                         self.watch, self.worker, self.prep.run_dir)
 
     def open(self) -> None:
         """The study's record, created if new (and checked if not): what a parent does before
         it starts workers, so they join one study instead of racing to create it."""
         with self._recording() as recording:
-            for note in self.opening.record(recording.session).notes:
+            for note in recording.ride(lambda: self.opening.record(recording.session)).notes:
                 self.events.note(note)
-        self.study.set_user_attr(BUDGET_ATTR, self.budget)  # what `autotune worker` takes by default
+        self.watch.ride(lambda: self.study.set_user_attr(BUDGET_ATTR, self.budget))  # `autotune worker`'s default
 
     def run(self, *, search: bool = True) -> StudyResult:
         """The search (unless `search` is False: `autotune confirm`), then the confirmation phase
@@ -113,19 +118,20 @@ class StudyRunner:
         verdict = None
         try:
             with self._recording() as recording:
-                begun = self.opening.record(recording.session)
+                begun = recording.ride(lambda: self.opening.record(recording.session))
                 with self._announced(begun.ctx), coord.live(self.worker):
                     for note in begun.notes:
                         self.events.note(note)
-                    recording.recover(begun.record)
-                    recording.backfill_snapshots(begun.record)
+                    recording.store_kept(begun.record)  # before anything else: see `spool`
+                    recording.ride(lambda: recording.recover(begun.record))
+                    recording.ride(lambda: recording.backfill_snapshots(begun.record))
                     self.events.note(self._confirmation_note())
                     spent = recording.spent(begun.record)
                     self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
-                        self.opening.enqueue_baselines(opened.record)
+                        recording.ride(lambda: self.opening.enqueue_baselines(opened.record))
                         self._search(recording, opened, executor)
                     if self.confirm_runs > 0:
                         verdict = self._confirm(recording, opened)
@@ -135,10 +141,10 @@ class StudyRunner:
         if verdict is not None:
             best = verdict.recommended.trial_number if verdict.recommended else None
         else:
-            chosen = self.chosen()
+            chosen = self.watch.ride(self.chosen)
             best = chosen.number if chosen else None
         return StudyResult(self.prep.study_name, self.prep.storage_url, self.prep.run_dir,
-                           len(pareto.finished(self.study)), best, verdict)
+                           len(self.watch.ride(lambda: pareto.finished(self.study))), best, verdict)
 
     @contextmanager
     def _announced(self, ctx: LaunchContext) -> Iterator[None]:
@@ -162,18 +168,10 @@ class StudyRunner:
         deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
         asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
         while True:
-            recording.recover(opened.record)
-            spent = recording.spent(opened.record)
-            if spent >= self.budget:
+            step, spent = recording.ride(lambda: self._next_step(recording, opened, deadline, asked_cap))
+            if step == "stop":
                 break
-            if deadline and time.monotonic() > deadline:
-                self.events.note("wall-time budget reached")
-                break
-            if len(pareto.finished(self.study)) >= asked_cap:
-                self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
-                                 "proposing configurations that never start; narrow the space")
-                break
-            if spent + len(coord.neighbours(self.study, self.worker)) >= self.budget:
+            if step == "wait":
                 time.sleep(self.coordination.poll_s)
                 continue
             self.opening.check_room(spent, self._starts_left(spent))
@@ -184,9 +182,28 @@ class StudyRunner:
         trials = max(self.budget - spent, 0) if search else 0
         return trials + (self.sc.confirmation.front + len(self.prep.baselines)) * self.confirm_runs
 
+    def _next_step(self, recording: Recording, opened: OpenedStudy, deadline: float | None,
+                   asked_cap: int) -> tuple[str, int]:
+        """Between trials: "run" one more, "wait" for the others' running trials, or "stop"; and
+        the server starts the study has spent."""
+        recording.recover(opened.record)
+        spent = recording.spent(opened.record)
+        if spent >= self.budget:
+            return "stop", spent
+        if deadline and time.monotonic() > deadline:
+            self.events.note("wall-time budget reached")
+            return "stop", spent
+        if len(pareto.finished(self.study)) >= asked_cap:
+            self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
+                             "proposing configurations that never start; narrow the space")
+            return "stop", spent
+        if spent + len(coord.neighbours(self.study, self.worker)) >= self.budget:
+            return "wait", spent
+        return "run", spent
+
     def _run_one(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor) -> TrialRecord:
-        trial = coord.claim(self.study, self.storage, self.worker)
-        with coord.Heartbeat(self.storage, trial, self.coordination.heartbeat_interval_s):
+        trial = coord.claim(self.study, self.storage, self.worker, self.watch)
+        with coord.Heartbeat(self.storage, trial, self.coordination.heartbeat_interval_s, self.watch):
             return self._run_claimed(recording, opened, executor, trial)
 
     def _run_claimed(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor,
@@ -196,9 +213,9 @@ class StudyRunner:
         self.events.trial_started(TrialStarted(trial.number, baseline, label))
         if baseline:
             config = dict(self.prep.baselines[baseline])
-            params = space_mod.suggest(trial, self.prep.dists, only=config)
+            params = self.watch.ride(lambda: space_mod.suggest(trial, self.prep.dists, only=config))
         else:
-            params = space_mod.suggest(trial, self.prep.dists)
+            params = self.watch.ride(lambda: space_mod.suggest(trial, self.prep.dists))
             config = {**self.prep.fixed, **params}
         plan = plan_trial(trial.number, baseline, params, config, opened.ctx,
                           opened.workload.longest_request_tokens(), self.prep.shown)
@@ -244,13 +261,14 @@ class StudyRunner:
                 f"servers, interleaved{when}{screening}; --confirm-runs 0 skips it")
 
     def _confirm(self, recording: Recording, opened: OpenedStudy) -> verdict_mod.Verdict | None:
-        rows = recording.rows(opened.record)
-        cands, notes = confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front)
+        rows = recording.ride(lambda: recording.rows(opened.record))
+        cands, notes = recording.ride(
+            lambda: confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front))
         if not any(c.baseline is None for c in cands):
             self.events.note("confirmation skipped: no sampled configuration met the SLOs in the search")
             return None
         phase = confirmation_mod.ConfirmationPhase(
             self.prep, opened.ctx, self._make_executor(opened.ctx, opened.full), self.events,
-            partial(recording.score, opened), self.confirm_runs)
-        estimate = confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened)
+            partial(recording.score, opened), self.confirm_runs, recording.ride)
+        estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
         return phase.run(recording.session, opened.record, cands, notes, estimate)

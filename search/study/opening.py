@@ -39,6 +39,7 @@ from search.scenario import Scenario
 from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
+from search.study.outage import DatabaseWatch
 from storage import claims, queries
 from storage.models import StudyRecord
 from storage.url import single_writer
@@ -91,9 +92,9 @@ class Opening:
     """Opens the study `prep` names for one run of `StudyRunner`."""
 
     def __init__(self, prep: Prepared, opts: StudyOptions, engine, study: optuna.Study, events: StudyObserver,
-                 calibrate: Calibrate, budget: int):
+                 calibrate: Calibrate, budget: int, watch: DatabaseWatch):
         self.prep, self.opts, self.engine, self.study, self.events = prep, opts, engine, study, events
-        self.calibrate, self.budget, self.sc = calibrate, budget, prep.scenario
+        self.calibrate, self.budget, self.sc, self.watch = calibrate, budget, prep.scenario, watch
         self._warned_short = False
 
     def lock(self) -> IO:
@@ -200,7 +201,7 @@ class Opening:
         if sc.needs_calibration():
             if rec.calibration is None or self.opts.recalibrate:
                 cal = self._calibrate_once(rec, opened.ctx, again=self.opts.recalibrate)
-                session.refresh(rec)
+                self.watch.ride(lambda: session.refresh(rec))
             if cal is not None:
                 rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
                 self.events.note(
@@ -229,14 +230,22 @@ class Opening:
                         again: bool = False) -> calibration_mod.CalibrationResult | None:
         """Calibrate (`again`: even if stored), unless another worker of the study did it meanwhile
         (it holds the study's claim while it measures; this one waits there and reuses its result:
-        None). Only a checked calibration is stored."""
-        with claims.claimed(self.engine, rec.id) as (_, locked):
-            if locked.calibration is not None and not again:
-                self.events.note("calibration: measured by another worker of this study; reusing it")
-                return None
-            cal = self._measure_calibration(ctx)
-            locked.calibration = json_safe(cal.as_dict())
-        return cal
+        None). Only a checked calibration is stored. A database that went away while it measured
+        took the claim with it: once it is back, the calibration is stored under a new claim,
+        unless another worker stored one meanwhile (the study keeps one: that one)."""
+        measured: list[calibration_mod.CalibrationResult] = []
+
+        def claim_and_store() -> calibration_mod.CalibrationResult | None:
+            with claims.claimed(self.engine, rec.id) as (_, locked):
+                if locked.calibration is not None and not again:
+                    self.events.note("calibration: measured by another worker of this study; reusing it")
+                    return None
+                if not measured:
+                    measured.append(self._measure_calibration(ctx))
+                locked.calibration = json_safe(measured[0].as_dict())
+            return measured[0]
+
+        return self.watch.ride(claim_and_store)
 
     def _measure_calibration(self, ctx: LaunchContext) -> calibration_mod.CalibrationResult:
         """A new calibration, checked: one that failed or cannot scale the scenario raises StudyStopped."""

@@ -3,7 +3,9 @@ trials a dead worker left behind.
 
 The order loses nothing measured: a trial's row and its load stages are committed before Optuna
 is told, so a kill at any point leaves either a stored record (the next run finishes the trial
-from it: `Recording.recover`) or nothing (the trial runs again with the same params).
+from it: `Recording.recover`) or nothing (the trial runs again with the same params). While the
+database is away, each step is ridden out (`outage`); a measured row waits in the spool
+(`spool`), so that a kill or the end of the wait leaves it on disk for the next run to store.
 
 The one holder of a database session in `search.study` (a run's opening and confirmation phase
 write through the one it holds), and the one place besides `coordination` (whose heartbeats and
@@ -14,10 +16,12 @@ earlier process asked (`recover`).
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import optuna
 from optuna.storages import RDBStorage
+from optuna.trial import TrialState
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -29,11 +33,14 @@ from objectives.scoring import Score, score
 from search import pareto
 from search.executor import TrialOutcome, TrialPlan
 from search.scenario import Scenario
-from search.study import coordination as coord
+from search.study import coordination as coord, spool
 from search.study.events import StudyObserver, TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
+from search.study.outage import DatabaseWatch
 from storage import claims, queries
 from storage.models import StudyRecord, TrialRecord, TrialStatus, utcnow
+
+T = TypeVar("T")
 
 # Trial user attr the selection rule reads (search.pareto.client_behind): set with the trial's
 # record, whoever subscribes.
@@ -57,13 +64,16 @@ def _mirror_constraint_list(trial: optuna.Trial, constraints: dict[str, float]) 
 
 
 class Recording:
-    """Writes a study's trials for one run of the loop, on one database session (closed with
-    the block: `with Recording(...) as recording`)."""
+    """Writes a study's trials for one run of the loop (by `worker`, its measurements spooled
+    under `run_dir`), on one database session (closed with the block: `with Recording(...) as
+    recording`)."""
 
     def __init__(self, engine: Engine, study: optuna.Study, storage: RDBStorage, scenario: Scenario,
-                 events: StudyObserver, coordination: coord.Coordination):
+                 events: StudyObserver, coordination: coord.Coordination, watch: DatabaseWatch,
+                 worker: coord.WorkerId, run_dir: Path):
         self.engine, self.study, self.storage, self.sc = engine, study, storage, scenario
-        self.events, self.coordination = events, coordination
+        self.events, self.coordination, self.watch = events, coordination, watch
+        self.worker, self.run_dir = worker, run_dir
         self.session = Session(engine, expire_on_commit=False)
 
     def __enter__(self) -> "Recording":
@@ -71,6 +81,23 @@ class Recording:
 
     def __exit__(self, *exc) -> None:
         self.session.close()
+
+    def ride(self, action: Callable[[], T], kept: Callable[[], str] | None = None) -> T:
+        """`action()`, ridden out while the database is away, the session rolled back after
+        each failed attempt (so the next starts clean). It ends committed: a read leaves a
+        transaction open, whose connection a restart would kill while a trial measures (and
+        `pool_pre_ping` tests a connection only as it leaves the pool)."""
+        def step() -> T:
+            result = action()
+            self.session.commit()
+            return result
+        return self.watch.ride(step, on_failure=self._rollback, kept=kept)
+
+    def _rollback(self) -> None:
+        try:
+            self.session.rollback()
+        except Exception:  # noqa: BLE001 - a connection already gone has nothing to roll back
+            pass
 
     # -- what is stored ------------------------------------------------------------------------
 
@@ -81,7 +108,43 @@ class Recording:
         return queries.server_starts(self.session, rec)
 
     def earlier_run(self, rec: StudyRecord, fingerprint: str) -> TrialRecord | None:
-        return queries.earlier_run_of(self.session, rec, fingerprint)
+        return self.ride(lambda: queries.earlier_run_of(self.session, rec, fingerprint))
+
+    def store_kept(self, rec: StudyRecord) -> None:
+        """The trials an earlier run measured while the database was away and could not store
+        (it stopped waiting, or was killed): stored first, so that `recover` finishes each from
+        its record instead of running it again. A live worker's (on this host) is its own."""
+        for kept in spool.kept(self.run_dir, self.study.study_name):
+            if kept.writer.get("token") != self.worker.token and not coord.gone_here(kept.writer):
+                continue
+            self.ride(lambda: self._commit_row(rec, kept.trial_number, kept.fields))
+            spool.drop(kept.path)
+            self.events.note(f"trial {kept.trial_number}: its measurement, kept in {kept.path} while the "
+                             "database was away, is stored")
+
+    def _commit_row(self, rec: StudyRecord, number: int, fields: dict[str, Any]) -> TrialRecord:
+        row = queries.save_trial(self.session, rec, number, **fields)
+        self.session.commit()
+        return row
+
+    def _store(self, rec: StudyRecord, number: int, fields: dict[str, Any]) -> TrialRecord:
+        """The measured trial's row, committed. While the database is away it waits in the
+        spool, written before the first retry and removed once the row is committed. It
+        finished now, however late the database takes it."""
+        fields = {**fields, "finished_at": utcnow()}
+        kept: list[Path] = []
+
+        def keep() -> None:
+            self._rollback()
+            if not kept:
+                kept.append(spool.keep(self.run_dir, self.study.study_name, number, fields, self.worker.as_dict()))
+
+        row = self.watch.ride(lambda: self._commit_row(rec, number, fields), on_failure=keep,
+                              kept=lambda: f": trial {number}'s measurement is kept in {kept[0]} and stored by "
+                                           "the next run before anything else")
+        for path in kept:
+            spool.drop(path)
+        return row
 
     # -- one trial -----------------------------------------------------------------------------
 
@@ -96,8 +159,8 @@ class Recording:
         served, metrics, failure = outcome.status == TrialStatus.OK, outcome.metrics, outcome.failure
         s = self.score(opened, metrics, served)
         diagnosis = self._diagnose(opened, metrics, plan.config, failure, s.constraints)
-        row = queries.save_trial(
-            self.session, opened.record, trial.number, baseline=plan.baseline, status=outcome.status,
+        row = self._store(opened.record, trial.number, dict(
+            baseline=plan.baseline, status=outcome.status,
             fingerprint=plan.fingerprint, duplicate_of=None, params=plan.params, config=json_safe(plan.config),
             flags=plan.server_args.flags, adjustments=[a.as_dict() for a in plan.server_args.adjustments],
             metrics=json_safe(metrics), server_diagnostics=json_safe(outcome.server_diagnostics), values=s.values,
@@ -105,7 +168,7 @@ class Recording:
             timings=outcome.timings, log_path=str(outcome.log_path) if outcome.log_path else None,
             started_at=outcome.started_at, command=outcome.command, diagnosis=json_safe(diagnosis.as_dict()),
             capacity=outcome.capacity, stages=outcome.stages, retried=outcome.retried, worker=worker,
-            **failure_columns(failure))
+            **failure_columns(failure)))
         return self._told(opened, TrialScored(trial, row, diagnosis, failure, metrics), served, label)
 
     def duplicate(self, opened: OpenedStudy, trial: optuna.Trial, plan: TrialPlan, earlier: TrialRecord,
@@ -115,11 +178,18 @@ class Recording:
         self.events.phase("scoring")
         failure = Failure.stored(earlier.failure_class, earlier.failure_phase, earlier.failure_line)
         diagnosis = self._diagnose(opened, earlier.metrics, plan.config, failure, earlier.constraints)
-        row = queries.save_duplicate(
-            self.session, opened.record, trial.number, earlier, baseline=plan.baseline, fingerprint=plan.fingerprint,
-            params=plan.params, config=json_safe(plan.config), flags=plan.server_args.flags,
-            adjustments=[a.as_dict() for a in plan.server_args.adjustments], started_at=utcnow(),
-            diagnosis=json_safe(diagnosis.as_dict()), worker=worker)
+        started_at = utcnow()
+
+        def save() -> TrialRecord:  # nothing measured: nothing to spool
+            row = queries.save_duplicate(
+                self.session, opened.record, trial.number, earlier, baseline=plan.baseline,
+                fingerprint=plan.fingerprint, params=plan.params, config=json_safe(plan.config),
+                flags=plan.server_args.flags, adjustments=[a.as_dict() for a in plan.server_args.adjustments],
+                started_at=started_at, diagnosis=json_safe(diagnosis.as_dict()), worker=worker)
+            self.session.commit()
+            return row
+
+        row = self.ride(save)
         served = earlier.status == TrialStatus.OK
         return self._told(opened, TrialScored(trial, row, diagnosis, failure, earlier.metrics), served, label)
 
@@ -129,28 +199,34 @@ class Recording:
                               unloaded=opened.unloaded, facts=opened.facts)
 
     def _told(self, opened: OpenedStudy, scored: TrialScored, served: bool, label: str) -> TrialRecord:
-        """Commit the scored row, then tell Optuna and snapshot the front."""
+        """With the scored row committed: tell Optuna and snapshot the front. Each step may be
+        tried again after the database was away, so each is one that can be."""
         rec, row, trial = opened.record, scored.row, scored.trial
-        self.session.commit()
-        if rec.hv_reference is None and served:  # the first measured trial's, whichever worker ran it
+        if served:
+            self.ride(lambda: self._first_reference(rec, row.values))
+        self.ride(lambda: trial.set_user_attr(CLIENT_BEHIND_ATTR, row.client_behind))
+        self.ride(lambda: self.events.trial_scored(scored))  # subscribers may add user attrs until told
+        try:
+            self.ride(lambda: self.tell(trial, row.values, row.constraints))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            if self.ride(lambda: self.storage.get_trial(trial._trial_id).state) != TrialState.COMPLETE:
+                # Taken for dead (no heartbeat written for the grace period) and run again elsewhere;
+                # the measurement is stored with its trial number all the same.
+                self.events.note(f"{label}: another worker took this trial for dead meanwhile; "
+                                 "its measurement is stored, not told")
+                return row
+            # told already: by a tell whose answer the database lost, or from the stored row
+        self.ride(lambda: self.snapshot(rec, trial.number))
+        self.ride(lambda: self.events.trial_recorded(TrialRecorded(row, pareto.chosen(self.study, self.sc))))
+        return row
+
+    def _first_reference(self, rec: StudyRecord, values: list[float]) -> None:
+        """The hypervolume's reference point: the first measured trial's, whichever worker ran it."""
+        if rec.hv_reference is None:
             self.session.refresh(rec)
             if rec.hv_reference is None:
-                claims.set_once(self.engine, rec.id, "hv_reference",
-                                pareto.reference_point(row.values, self.sc.directions))
+                claims.set_once(self.engine, rec.id, "hv_reference", pareto.reference_point(values, self.sc.directions))
                 self.session.refresh(rec)
-        trial.set_user_attr(CLIENT_BEHIND_ATTR, row.client_behind)
-        self.events.trial_scored(scored)  # subscribers may add user attrs until told
-        try:
-            self.tell(trial, row.values, row.constraints)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # Taken for dead (no heartbeat written for the grace period) and run again elsewhere;
-            # the measurement is stored with its trial number all the same.
-            self.events.note(f"{label}: another worker took this trial for dead meanwhile; "
-                             "its measurement is stored, not told")
-            return row
-        self.snapshot(rec, trial.number)
-        self.events.trial_recorded(TrialRecorded(row, pareto.chosen(self.study, self.sc)))
-        return row
 
     def tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
         already = trial.constraints  # a run killed while telling may have set some (set twice: a warning)
@@ -195,7 +271,7 @@ class Recording:
         or another worker whose heartbeat stopped); a live worker's trial is left alone."""
         self.session.expire_all()  # other workers write too: read the rows as they are now
         stored = self.rows(rec)
-        for dead in coord.dead_trials(self.study, self.storage, self.coordination):
+        for dead in coord.dead_trials(self.study, self.storage, self.coordination, self.watch):
             t = dead.trial
             row = stored.get(t.number)
             if row is not None and row.values:
