@@ -19,10 +19,21 @@ from search.serving.process import ServerFailed, VllmServer, command_line, launc
 from storage.models import TrialStatus
 
 
-def load_failure(error: Exception, server: VllmServer) -> Failure:
-    """Why a load run raised: the server's death if it died under it, else the load generator's
-    own error (`load_error`, its message as the line)."""
-    died = server.poll_failure(phase="load")
+# How long a load error waits for the server to exit before it is taken for the load generator's
+# own. Measured on vLLM 0.26 on an H100: with its EngineCore SIGKILLed, the API server answered the
+# requests in flight with EngineDeadError, then shut down; the load client's next connection was
+# refused before the server's process had exited, and the trial read as `load_error` instead of
+# `killed` (so it was not retried). Its shutdown takes about a second.
+SERVER_EXIT_GRACE_S = 5.0
+
+
+def load_failure(error: Exception, server: VllmServer, grace_s: float = SERVER_EXIT_GRACE_S) -> Failure:
+    """Why a load run raised: the server's death if it died under it (waiting up to `grace_s` for
+    a server that is shutting down to exit), else the load generator's own error (`load_error`,
+    its message as the line)."""
+    deadline = time.monotonic() + grace_s
+    while (died := server.poll_failure(phase="load")) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
     if died is not None:
         return died
     line = str(error) if isinstance(error, LoadRunError) else f"{type(error).__name__}: {error}"
