@@ -17,7 +17,7 @@ from objectives.load import (LATENCY_FAMILIES, MetricName, ProgressWatch, Worklo
 from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
 from search.calibration import CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
-from search.serving import LaunchContext, ServerArgs
+from search.serving import FailurePhase, LaunchContext, ServerArgs
 from search.serving.process import ServerFailed, launch, while_serving
 
 
@@ -39,7 +39,7 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
             except ServerFailed:
                 raise
             except Exception as e:  # the load generator's; but a server that died under it is the cause
-                died = server.poll_failure(phase="calibration")
+                died = server.poll_failure(phase=FailurePhase.CALIBRATION)
                 if died is not None:
                     raise ServerFailed(died) from e
                 raise CalibrationFailed(f"the load generator failed: {type(e).__name__}: {e}") from e
@@ -60,7 +60,7 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         """`load(watch)`: a coroutine whose progress `watch` sees; a server that dies or hangs under
         it fails the calibration as it fails a trial."""
         watch = ProgressWatch(stall_bound_s())  # no unloaded TTFT yet: the floor
-        return run_async(while_serving(server, load(watch), phase="calibration", watch=watch))
+        return run_async(while_serving(server, load(watch), phase=FailurePhase.CALIBRATION, watch=watch))
 
     for i in range(cal.repeats):
         tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""

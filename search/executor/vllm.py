@@ -14,7 +14,8 @@ from objectives.load import (LoadRunError, ProgressWatch, RequestRecord, Workloa
                              run_async, run_load)
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
-from search.serving import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, LaunchContext, kv_cache_check_at_start
+from search.serving import (DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, LaunchContext,
+                            kv_cache_check_at_start)
 from search.serving.process import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
 from storage.models import TrialStatus
 
@@ -32,12 +33,12 @@ def load_failure(error: Exception, server: VllmServer, grace_s: float = SERVER_E
     a server that is shutting down to exit), else the load generator's own error (`load_error`,
     its message as the line)."""
     deadline = time.monotonic() + grace_s
-    while (died := server.poll_failure(phase="load")) is None and time.monotonic() < deadline:
+    while (died := server.poll_failure(phase=FailurePhase.LOAD)) is None and time.monotonic() < deadline:
         time.sleep(0.2)
     if died is not None:
         return died
     line = str(error) if isinstance(error, LoadRunError) else f"{type(error).__name__}: {error}"
-    return Failure(FailureClass.LOAD_ERROR, line, phase="load", log_path=str(server.spec.log_path))
+    return Failure(FailureClass.LOAD_ERROR, line, phase=FailurePhase.LOAD, log_path=str(server.spec.log_path))
 
 
 def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dict[str, float]:
@@ -109,7 +110,7 @@ class VllmExecutor:
             outcome = self._run_once(plan, log_path, on_phase)
             started_at = started_at or outcome.started_at
             failure = outcome.failure
-            if failure is None or failure.phase == "precheck" or not failure.cls.transient or start == MAX_STARTS:
+            if failure is None or failure.phase == FailurePhase.PRECHECK or not failure.cls.transient or start == MAX_STARTS:
                 break
             kept = set_aside(log_path)
             retried.append({"cls": failure.cls.value, "phase": failure.phase, "line": failure.line,
@@ -125,7 +126,7 @@ class VllmExecutor:
         outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
                                command=command_line(ctx, plan.server_args))
         if plan.problems:
-            outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase="precheck")
+            outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase=FailurePhase.PRECHECK)
             return outcome
         on_phase("starting")
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None

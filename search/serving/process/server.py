@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from objectives.failure import Failure, FailureClass
+from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
@@ -217,7 +217,7 @@ class VllmServer:
         deadline = self.started_at + self.spec.startup_timeout_s
         while True:
             self.pids.update(p.pid for p in group_members(self.pgid))
-            failure = self.poll_failure(phase="startup")
+            failure = self.poll_failure(phase=FailurePhase.STARTUP)
             if failure is not None:
                 raise ServerFailed(failure)
             if self.healthy(timeout=2.0):
@@ -228,7 +228,7 @@ class VllmServer:
                     FailureClass.START_TIMEOUT,
                     f"not healthy after {self.spec.startup_timeout_s:.0f} s; last log line: "
                     f"{lines[-1][:300] if lines else '(empty)'}",
-                    phase="startup", elapsed_s=self.elapsed(), log_path=str(self.spec.log_path)))
+                    phase=FailurePhase.STARTUP, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path)))
             time.sleep(POLL_S)
 
     def healthy(self, timeout: float = 2.0) -> bool:
@@ -250,7 +250,7 @@ class VllmServer:
         except OSError:
             return ""
 
-    def poll_failure(self, phase: str) -> Failure | None:
+    def poll_failure(self, phase: FailurePhase) -> Failure | None:
         """If the server has exited, why. Call during load to catch a crash mid-run."""
         if self.proc is None or self.proc.poll() is None:
             return None

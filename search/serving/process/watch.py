@@ -8,7 +8,7 @@ import time
 from typing import Awaitable, TypeVar
 
 from objectives.load import ProgressWatch, Stall
-from objectives.failure import Failure, FailureClass
+from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.process.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
@@ -23,7 +23,7 @@ def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
                    elapsed_s=server.elapsed(), log_path=str(server.spec.log_path))
 
 
-async def while_serving(server: VllmServer, measure: Awaitable[T], phase: str,
+async def while_serving(server: VllmServer, measure: Awaitable[T], phase: FailurePhase,
                         watch: ProgressWatch | None = None) -> T:
     """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
     `watch` the load generator reports to, stops making progress (`objectives.load.stall`): then the
