@@ -91,7 +91,10 @@ def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
     with reachable_dir() as base:
         clone = fresh_clone(base / "clone")
         data = clone / "runs" / "postgres" / "data"
-        env = {**os.environ, "PYTHONPATH": str(clone)}  # the clone's code, not the one the venv was installed from
+        # The clone's code, not the one the venv was installed from; and make as a user runs it from
+        # a shell: under `make test`, MAKELEVEL would have the inner make print "Entering directory".
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))},
+               "PYTHONPATH": str(clone)}
 
         def make(target: str) -> subprocess.CompletedProcess:
             return subprocess.run(["make", target], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
