@@ -23,6 +23,37 @@ STOP_AFTER_S = 10.0  # into the load phase
 SLACK_S = 10.0
 
 
+def run_and_stop(executor, trial, phase_prefix: str, after_s: float):
+    """Run `trial` on `executor`, SIGSTOP the server's process groups `after_s` into the first phase
+    named `phase_prefix...`; returns (outcome, phases seen with their start, stopped: at and groups,
+    the time the run returned)."""
+    phases: dict[str, float] = {}
+    stopped: dict[str, object] = {}
+
+    def on_phase(name: str) -> None:
+        phases.setdefault(name, time.monotonic())
+
+    def stop_the_server() -> None:
+        while not any(p.startswith(phase_prefix) for p in phases):
+            if "stopping" in phases:
+                return
+            time.sleep(0.1)
+        time.sleep(after_s)
+        if "stopping" in phases:
+            return
+        groups = server_groups(os.getpid())
+        for group in groups:
+            os.killpg(group, signal.SIGSTOP)
+        stopped.update(at=time.monotonic(), groups=groups)
+
+    stopper = threading.Thread(target=stop_the_server, daemon=True)
+    stopper.start()
+    outcome = executor.run(trial, on_phase)
+    gone_at = time.monotonic()
+    stopper.join(5)
+    return outcome, phases, stopped, gone_at
+
+
 def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(launch_ctx, tmp_path, artifacts_dir):
     from objectives.load.workload import WorkloadSpec
     from search.executor import Measurement, VllmExecutor, plan
@@ -37,28 +68,7 @@ def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(laun
     bound = measurement.stall_bound_s
     executor = VllmExecutor(launch_ctx, measurement, tmp_path)
     trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 80, "test")
-    phases: dict[str, float] = {}
-    stopped: dict[str, object] = {}
-
-    def on_phase(name: str) -> None:
-        phases.setdefault(name, time.monotonic())
-
-    def stop_the_server() -> None:
-        while "load" not in phases:
-            if "stopping" in phases:
-                return
-            time.sleep(0.1)
-        time.sleep(STOP_AFTER_S)
-        groups = server_groups(os.getpid())
-        for group in groups:
-            os.killpg(group, signal.SIGSTOP)
-        stopped.update(at=time.monotonic(), groups=groups)
-
-    stopper = threading.Thread(target=stop_the_server, daemon=True)
-    stopper.start()
-    outcome = executor.run(trial, on_phase)
-    gone_at = time.monotonic()
-    stopper.join(5)
+    outcome, phases, stopped, gone_at = run_and_stop(executor, trial, "load", STOP_AFTER_S)
     groups = stopped.get("groups", set())
     try:
         assert groups, f"the server was not stopped under load: phases {phases}, {outcome.failure}"
@@ -112,31 +122,8 @@ def test_a_server_stopped_in_a_stage_fails_as_hang_in_bounded_time(launch_ctx, t
     bound = measurement.stall_bound_s
     executor = VllmExecutor(launch_ctx, measurement, tmp_path)
     trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 80, "test")
-    phases: dict[str, float] = {}
-    stopped: dict[str, object] = {}
     prefix, after_s = STAGED_STOPS[stage]
-
-    def on_phase(name: str) -> None:
-        phases.setdefault(name, time.monotonic())
-
-    def stop_the_server() -> None:
-        while not any(p.startswith(prefix) for p in phases):
-            if "stopping" in phases:
-                return
-            time.sleep(0.1)
-        time.sleep(after_s)
-        if "stopping" in phases:
-            return
-        groups = server_groups(os.getpid())
-        for group in groups:
-            os.killpg(group, signal.SIGSTOP)
-        stopped.update(at=time.monotonic(), groups=groups)
-
-    stopper = threading.Thread(target=stop_the_server, daemon=True)
-    stopper.start()
-    outcome = executor.run(trial, on_phase)
-    gone_at = time.monotonic()
-    stopper.join(5)
+    outcome, phases, stopped, gone_at = run_and_stop(executor, trial, prefix, after_s)
     groups = stopped.get("groups", set())
     try:
         assert groups, f"the server was not stopped in the {stage} stage: phases {phases}, {outcome.failure}"
