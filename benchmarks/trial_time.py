@@ -4,7 +4,7 @@ Reads a stored study (nothing is started) and prints per trial the start, each s
 seconds (a = aborted early), what the aborts saved, the idle waits between stages, the stop, the
 total, the share of the trial outside its load stages: 1 - sum(stage elapsed) / total, and the
 KV cache tokens the memory arithmetic predicted against those vLLM logged at the start.
-`total_s` runs from before the server's start to after its stop (search/executor.py), so the
+`total_s` runs from before the server's start to after its stop (search/executor/vllm.py), so the
 start is inside it; what is neither start, stage, idle wait nor stop is warm-up, request
 building and the executor's own work. Then the same shares over the whole study.
 
