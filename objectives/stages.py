@@ -5,6 +5,13 @@ included, excluded from the metrics): latency objectives are read there. Then, w
 scenario has a `capacity:` section, further stages of `stage_s` seconds each probe other
 request rates, chosen by `objectives.capacity` from the SLO margins measured so far, until the
 highest rate that meets every SLO is bracketed tightly enough or the stage budget is spent.
+A stage below the target rate is lengthened so that it holds as many requests as a stage at the
+target rate (`stage_s` x the target rate), up to `max_stage_s`: its percentiles rest on as many
+requests as the others'. The search goes down to `floor_fraction` of the target rate.
+
+In the search phase (`screen`), a trial stops once it cannot matter: a target stage that missed
+an SLO runs no capacity stages (the confirmation searches below the target), and a bracket whose
+high end still leaves the trial dominated by a member of the study's front is not narrowed.
 
 Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
 prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
@@ -22,11 +29,11 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
@@ -39,7 +46,8 @@ from objectives.load import ProgressWatch, traced
 from objectives.load import WorkloadSpec
 
 TARGET, CAPACITY = "target", "capacity"
-# Below this many requests a stage measures nothing worth bisecting on: the search's floor.
+# Below this many requests a stage measures nothing worth bisecting on: no floor goes below the
+# rate that gives a stage of `max_stage_s` this many.
 MIN_STAGE_REQUESTS = 10
 IDLE_POLL_S = 0.25
 RESET_ATTEMPTS = 5
@@ -56,10 +64,43 @@ class CapacitySpec(BaseModel):
     step: float = Field(2.0, gt=1, description="bracketing factor from the target rate")
     early_abort: bool = Field(True, description="stop a stage once its SLO verdict is certain")
     idle_timeout_s: float = Field(60.0, gt=0, description="longest wait for the server to drain")
+    floor_fraction: float = Field(0.25, gt=0, lt=1, description=(
+        "the lowest rate searched, as a fraction of the target rate: a config that misses the SLO "
+        "there has capacity 0"))
+    max_stage_s: float | None = Field(None, gt=0, description=(
+        "the longest a stage below the target rate is lengthened to (s); default stage_s / floor_fraction, "
+        "so every stage down to the floor holds as many requests as one at the target rate"))
+    signal_steps: bool = Field(True, description=(
+        "step up from a passing stage by what its SLO margin says (objectives.capacity.signal_factor) "
+        "instead of by `step`"))
 
-    def search_settings(self) -> cap.SearchSettings:
+    @model_validator(mode="after")
+    def _longest_stage(self) -> "CapacitySpec":
+        if self.max_stage_s is not None and self.max_stage_s < self.stage_s:
+            raise ValueError(f"max_stage_s ({self.max_stage_s:g}) must be at least stage_s ({self.stage_s:g})")
+        return self
+
+    @property
+    def longest_stage_s(self) -> float:
+        return self.max_stage_s if self.max_stage_s is not None else self.stage_s / self.floor_fraction
+
+    def stage_seconds(self, rate: float, target_rate: float | None) -> float:
+        """A capacity stage's sending window: `stage_s`, lengthened below the target rate to hold
+        `stage_s` x `target_rate` requests, within `longest_stage_s`."""
+        if not target_rate or rate >= target_rate:
+            return self.stage_s
+        return min(self.longest_stage_s, self.stage_s * target_rate / rate)
+
+    def floor(self, target_rate: float | None) -> float:
+        """The lowest rate the search measures (req/s). Without a target rate, stages are not
+        lengthened and the floor is where a `stage_s` stage holds MIN_STAGE_REQUESTS."""
+        if not target_rate:
+            return MIN_STAGE_REQUESTS / self.stage_s
+        return max(self.floor_fraction * target_rate, MIN_STAGE_REQUESTS / self.longest_stage_s)
+
+    def search_settings(self, target_rate: float | None = None) -> cap.SearchSettings:
         return cap.SearchSettings(step=self.step, precision=self.precision, max_stages=self.max_stages,
-                                  min_rate=MIN_STAGE_REQUESTS / self.stage_s)
+                                  min_rate=self.floor(target_rate), signal_steps=self.signal_steps)
 
 
 def stage_slos(slos: Sequence[SLOSpec]) -> list[SLOSpec]:
@@ -220,22 +261,69 @@ async def reset_prefix_cache(base_url: str, watch: ProgressWatch | None = None) 
 StageCallback = Callable[[str], None]
 
 
+def optimistic_metrics(stages: Sequence[StageResult], probes: Sequence[cap.Probe]) -> dict[str, float] | None:
+    """The best a trial can still reach: its target-stage metrics, and its capacity metrics at
+    the high end of its bracket (None while no rate failed: its capacity is unbounded so far)."""
+    low, high = cap.bracket(probes)
+    if high is None or low is None:
+        return None
+    best = cap.CapacityEstimate(high.rate, low.rate, high.rate, len(probes), "")
+    return {**stages[0].metrics, **capacity_metrics(best, stages)}
+
+
+def search_step(stages: Sequence[StageResult], settings: cap.SearchSettings, *, hint: Sequence[float] = (),
+                screen: bool = False, front: cap.Front | None = None) -> tuple[float | None, str | None]:
+    """(the next stage's rate, None when the search is done; why it stopped before its precision
+    or budget, if it did). In the search phase (`screen`) a trial that cannot matter stops: a
+    missed target, or a bracket that can no longer reach `front`."""
+    probes = [s.probe for s in stages]
+    if screen and not stages[0].passed:
+        return None, "target missed (screen)"
+    rate = cap.next_rate(probes, settings, hint)
+    if rate is not None and screen and front is not None and front.points:
+        best = optimistic_metrics(stages, probes)
+        point = front.dominating(best) if best is not None else None
+        if point is not None:
+            shown = ", ".join(f"{m} {point[m]:.4g}" for m in front.directions)
+            return None, f"cannot reach the front (a member has {shown}; this trial at best {best_text(best, front)})"
+    return rate, None
+
+
+def best_text(best: dict[str, float], front: cap.Front) -> str:
+    return ", ".join(f"{m} {best[m]:.4g}" for m in front.directions)
+
+
+def final_estimate(stages: Sequence[StageResult], settings: cap.SearchSettings,
+                   stop_reason: str | None) -> cap.CapacityEstimate:
+    """The capacity the stages say; a screened target miss is "below the target rate"."""
+    if stop_reason == "target missed (screen)":
+        return cap.below_target(stages[0].rate)
+    estimate = cap.estimate([s.probe for s in stages], floor=settings.min_rate)
+    if stop_reason is None:
+        return estimate
+    return replace(estimate, summary=f"{estimate.summary}; stopped: {stop_reason}", stop_reason=stop_reason)
+
+
 async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, slos: Sequence[SLOSpec],
                      spec: CapacitySpec, *, tokenizer_path: str | Path | None = None,
                      goodput: GoodputSLO | None = None,
                      on_stage: StageCallback = lambda _: None,
                      watch: ProgressWatch | None = None,
-                     capacity_hint: Sequence[float] = ()) -> StagedRun:
+                     capacity_hint: Sequence[float] = (),
+                     screen: bool = False, front: cap.Front | None = None) -> StagedRun:
     """The target stage, then capacity stages until the search is done (see the module docstring;
-    `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`).
-    `watch` sees every request of every stage, the drains and resets between them included."""
-    if workload.arrival.mean_rate() is None:
+    `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`;
+    `screen`, `front`: the search phase's stops, `search_step`). `watch` sees every request of
+    every stage, the drains and resets between them included."""
+    target_rate = workload.arrival.mean_rate()
+    if target_rate is None:
         raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
     held = stage_slos(slos)
-    settings = spec.search_settings()
+    settings = spec.search_settings(target_rate)
     stages: list[StageResult] = []
     target: LoadResult | None = None
-    rate: float | None = workload.arrival.mean_rate()
+    rate: float | None = target_rate
+    stop_reason: str | None = None
     limit = 1 + spec.max_stages
     while rate is not None:
         index = len(stages)
@@ -247,7 +335,7 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
             reset = await reset_prefix_cache(base_url, watch)
             if reset is None:
                 notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
-        stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_s)
+        stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_seconds(rate, target_rate))
         on_stage(f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s")
         check = abort_check(held, rate) if spec.early_abort else None
         result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
@@ -271,6 +359,7 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
             requests_sent=len(result.records), notes=notes + result.notes))
         if index == 0:
             target = result
-        rate = cap.next_rate([s.probe for s in stages], settings, capacity_hint)
-    estimate = cap.estimate([s.probe for s in stages])
-    return StagedRun(stages, target, estimate)
+        rate, stop_reason = search_step(stages, settings, hint=capacity_hint, screen=screen, front=front)
+    if stop_reason is not None:
+        stages[-1].notes.append(f"trial stopped after this stage: {stop_reason}")
+    return StagedRun(stages, target, final_estimate(stages, settings, stop_reason))
