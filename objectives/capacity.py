@@ -89,7 +89,7 @@ def signal_factor(margin: float, settings: SearchSettings) -> float:
     Simulated on 40 known margin curves (linear, cubic and M/M/1-shaped latency, target rates from
     10% to 95% of the capacity: tests/unit/objectives/test_capacity.py
     `test_signal_steps_need_fewer_stages_on_known_curves`), stages to a 10% bracket: median 4.5 ->
-    4, mean 4.75 -> 4.47, more stages on 5 curves of 40. Not a certainty: where the target's tail
+    4, mean 4.75 -> 4.48, more stages on 5 curves of 40. Not a certainty: where the target's tail
     is already high at a low load (bursty arrivals), the latency headroom understates the rate's
     and the step is smaller than `step` would have been."""
     if not math.isfinite(margin) or margin > 0:

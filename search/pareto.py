@@ -8,6 +8,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from objectives.capacity import Front
 from search.scenario import Scenario, Selection
 
 
@@ -24,6 +25,12 @@ def client_behind(trial: FrozenTrial) -> bool:
 def front(study: optuna.Study) -> list[FrozenTrial]:
     """Optuna's own Pareto set; with constraints present it holds feasible trials only."""
     return list(study.best_trials)
+
+
+def search_front(study: optuna.Study, sc: Scenario) -> Front:
+    """The front as a screened trial's capacity search sees it (`objectives.capacity.Front`)."""
+    names = sc.objective_names
+    return Front(dict(zip(names, sc.directions)), tuple(dict(zip(names, t.values)) for t in front(study)))
 
 
 def _as_loss(values: Sequence[float], directions: Sequence[str]) -> np.ndarray:

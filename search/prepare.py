@@ -127,6 +127,7 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     check_stored_scenario(storage_url, study_name, scenario_mod.resolve_path(opts.scenario).parent.resolve())
     ctx = ctx or launch_context(opts.model)
     dists, notes = space_mod.active_space(scenario.search_space, ctx, where=shown)
+    notes = [f"warning: {w}" for w in scenario_mod.flat_objective_warnings(scenario)] + notes
     essentials = platform_essentials(ctx, scenario)
     fixed = {**essentials, **scenario.server.fixed}
     longest = scenario.workload.longest_request_tokens()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from objectives.load import GoodputSLO, WorkloadSpec, stall_bound_s
 from objectives.scoring import SLOSpec
+from objectives.capacity import Front
 from objectives.stages import CapacitySpec
 from search.scenario import Screening
 from search.serving import Failure, LaunchContext, ServerArgs, check_combination, resolve_server_args
@@ -34,6 +35,7 @@ class TrialPlan:
     problems: list[str]  # known-invalid combination: never started
     run_name: str | None = None  # the log directory under run_dir; default trial-NNNN
     capacity_hint: tuple[float, ...] = ()  # rates an earlier run bracketed its capacity at (confirmation)
+    front: Front | None = None  # the study's feasible front when planned: a screened search stops short of it
 
     @property
     def log_dir(self) -> str:
@@ -54,6 +56,7 @@ class Measurement:
     slos: tuple[SLOSpec, ...] = ()
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
     slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
+    screen: bool = False  # the search phase's: a trial that cannot matter stops (objectives.stages.search_step)
 
     @property
     def stall_bound_s(self) -> float:
@@ -62,21 +65,22 @@ class Measurement:
     def screened(self, screening: Screening | None) -> "Measurement":
         """The cheaper measurement of the search phase (`screening:`); confirmation runs self."""
         if screening is None:
-            return self
+            return replace(self, screen=True)
         workload = self.workload.model_copy(update={
             k: v for k, v in (("duration_s", screening.duration_s), ("num_requests", screening.num_requests))
             if v is not None})
         capacity = self.capacity
         if capacity is not None and screening.max_stages is not None:
             capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
-        return Measurement(workload, self.goodput, self.slos, capacity, self.slowest_unloaded_ttft_ms)
+        return Measurement(workload, self.goodput, self.slos, capacity, self.slowest_unloaded_ttft_ms, screen=True)
 
     def planned_s(self) -> float | None:
         """The longest the load part can take, in sending time: the target stage and every
         capacity stage (None for a workload sized in requests)."""
         if self.workload.duration_s is None:
             return None
-        return self.workload.duration_s + (self.capacity.max_stages * self.capacity.stage_s if self.capacity else 0.0)
+        return self.workload.duration_s + (self.capacity.max_stages * self.capacity.longest_stage_s
+                                           if self.capacity else 0.0)
 
 
 @dataclass

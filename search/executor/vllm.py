@@ -73,7 +73,7 @@ class VllmExecutor:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
 
     def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
-                 capacity_hint: tuple[float, ...] = ()) -> None:
+                 plan: TrialPlan) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
         watch = ProgressWatch(m.stall_bound_s)
@@ -89,7 +89,8 @@ class VllmExecutor:
                 return
             staged = run_async(while_serving(server, run_stages(
                 server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
-                goodput=m.goodput, on_stage=on_phase, watch=watch, capacity_hint=capacity_hint), "load", watch))
+                goodput=m.goodput, on_stage=on_phase, watch=watch, capacity_hint=plan.capacity_hint,
+                screen=m.screen, front=plan.front), "load", watch))
         except ServerFailed:
             outcome.timings["load_s"] = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)
@@ -136,7 +137,7 @@ class VllmExecutor:
             server.start()
             outcome.timings["start_s"] = server.ready_s
             kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
-            self._measure(server, outcome, on_phase, plan.capacity_hint)
+            self._measure(server, outcome, on_phase, plan)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
             outcome.failure = e.failure

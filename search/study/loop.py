@@ -219,6 +219,7 @@ class StudyRunner:
             config = {**self.prep.fixed, **params}
         plan = plan_trial(trial.number, baseline, params, config, opened.ctx,
                           opened.workload.longest_request_tokens(), self.prep.shown)
+        plan.front = self.watch.ride(lambda: pareto.search_front(self.study, self.sc))
         where = coord.placement(self.worker, trial)
         earlier = recording.earlier_run(opened.record, plan.fingerprint)
         if earlier is not None:  # no server: the earlier trial's measurement stands for this one

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from objectives.capacity import (CapacityEstimate, Probe, SearchSettings, at_capacity, bracket,
-                                 estimate, interpolate, next_rate)
+from objectives.capacity import (CapacityEstimate, Front, Probe, SearchSettings, at_capacity, below_target,
+                                 bracket, estimate, interpolate, next_rate, signal_factor)
 
 
 def search(margin_of, target: float, settings: SearchSettings, hint=()) -> list[Probe]:
@@ -248,3 +248,95 @@ def test_at_capacity_scales_the_passing_stage_by_rate():
     assert at_capacity(2.0, 100.0, 2.0) == pytest.approx(100.0)
     assert at_capacity(None, 100.0, 3.0) == 0.0  # nothing passed
     assert at_capacity(2.0, 100.0, 0.0) == 0.0  # capacity 0
+
+
+# -- the floor --------------------------------------------------------------------------------------
+
+def test_the_downward_search_stops_at_the_floor_and_measures_it():
+    """A step that would pass the floor lands on it; the last stage of the budget goes straight
+    to it; nothing below it is measured."""
+    s = SearchSettings(step=2.0, max_stages=5, min_rate=1.5)
+    assert next_rate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1)], s) == 1.5  # not 1
+    assert next_rate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1), Probe(1.5, 0.1)], s) is None
+    short = SearchSettings(step=2.0, max_stages=2, min_rate=1.0)
+    assert [p.rate for p in search(lambda r: 1.0, 8.0, short)] == [8, 4, 1]  # the budget's last: the floor
+
+
+def test_zero_is_reserved_for_a_miss_at_the_floor():
+    e = estimate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1)], floor=2.0)
+    assert e.rps == 0 and "misses the SLO even at 2 req/s, the floor of the search" in e.summary
+    e = estimate([Probe(8, 0.5), Probe(4, 0.3)], floor=2.0)  # the floor was not measured
+    assert "the lowest rate tried" in e.summary and "floor" not in e.summary
+
+
+def test_a_capacity_below_the_target_is_found_down_to_the_floor():
+    """The target (4 req/s) misses; the capacity (1.3) is below half of it and above the floor."""
+    s = SearchSettings(step=2.0, precision=0.1, max_stages=6, min_rate=1.0)
+    probes = search(linear(1.3), 4.0, s)
+    e = estimate(probes, floor=1.0)
+    assert 0 < e.rps and e.low <= 1.3 <= e.high < 4.0 and e.high / e.low - 1 <= 0.1
+
+
+def test_below_target_is_an_upper_bound_with_its_reason():
+    e = below_target(0.89)
+    assert (e.rps, e.low, e.high, e.stages) == (0.0, None, 0.89, 1) and not e.censored
+    assert "below the target rate 0.89 req/s" in e.summary and "confirmation searches down" in e.summary
+    assert e.as_dict()["stop_reason"] == "target missed (screen)"
+
+
+# -- the front ------------------------------------------------------------------------------------
+
+DIRS = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}
+
+
+def test_a_trial_whose_best_is_dominated_cannot_reach_the_front():
+    front = Front(DIRS, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.0}, {"ttft_p95_ms": 900.0, "slo_capacity_rps": 5.0}))
+    # at best 4 req/s with 600 ms: the first member is better in TTFT but not in capacity; the
+    # second not in TTFT: both can still be beaten
+    assert front.dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 4.0}) is None
+    # at best 2.9 req/s with 600 ms: the first member is at least as good on both
+    assert front.dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 2.9})["slo_capacity_rps"] == 3.0
+    assert front.dominating({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.0}) is not None  # ties: at least as good
+    assert front.dominating({"ttft_p95_ms": math.nan, "slo_capacity_rps": 1.0}) is None  # unknown: may matter
+    assert Front(DIRS).dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 1.0}) is None  # empty front
+
+
+# -- the first step from the target's signals -------------------------------------------------
+
+def test_signal_factor_steps_by_the_margin():
+    s = SearchSettings(step=2.0, precision=0.1, signal_steps=True)
+    assert signal_factor(-0.99, s) == 4.0  # far from the bound: up to step^2
+    assert signal_factor(-0.05, s) == pytest.approx(math.sqrt(2))  # near it: sqrt(step)
+    assert 1.5 < signal_factor(-0.7, s) < 2.0
+    assert signal_factor(math.nan, s) == 2.0 and signal_factor(0.2, s) == 2.0
+    assert next_rate([Probe(2, -0.99)], s) == 8.0
+    assert next_rate([Probe(2, -0.99)], SearchSettings(step=2.0)) == 4.0  # off: `step`
+
+
+def known_curves():
+    """(margin function, target rate): linear and cubic margins, and an M/M/1-shaped latency
+    a / (1 - r) against a bound of 1 (capacity 1 - a), with target rates across the passing range."""
+    curves = [(linear(c), 1.0) for c in (1.05, 1.2, 1.5, 2, 2.5, 3, 4, 6)]
+    curves += [(lambda r, c=c: (r / c) ** 3 - 1, 1.0) for c in (1.1, 1.5, 2, 3)]
+    for a in (1 / 15, 1 / 8, 1 / 4, 1 / 2):
+        for rho in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+            if rho < 1 - a:
+                curves.append((lambda r, a=a: a / (1 - r) - 1 if r < 1 else 5.0, rho))
+    return curves
+
+
+def test_signal_steps_need_fewer_stages_on_known_curves():
+    """The figure in `signal_factor`'s docstring: stages to a 10% bracket, with and without."""
+    import statistics
+    counts = {}
+    for signals in (False, True):
+        s = SearchSettings(step=2.0, precision=0.1, max_stages=12, signal_steps=signals)
+        counts[signals] = []
+        for margin_of, target in known_curves():
+            probes = search(margin_of, target, s)
+            e = estimate(probes)
+            assert e.high / e.low - 1 <= s.precision  # both reach the precision
+            counts[signals].append(len(probes) - 1)
+    assert len(counts[True]) == 40
+    assert statistics.median(counts[True]) < statistics.median(counts[False])
+    assert statistics.mean(counts[True]) < statistics.mean(counts[False])

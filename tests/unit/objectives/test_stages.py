@@ -273,3 +273,66 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
                                     st.CapacitySpec(stage_s=10, max_stages=1)))
     assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
     assert run.metrics()["ttft_p95_ms"] == 1500.0 and run.metrics()["target_aborted"] == 1.0
+
+
+# -- below the target, and the search phase's stops -------------------------------------------------
+
+def test_stages_search_below_a_missed_target_with_lengthened_stages(tok_dir, tok):
+    """The STREAM_S server (capacity 3.89 req/s) at a 6 req/s target misses; the search goes down
+    to 3 (met), then bisects. Each stage below the target is lengthened to hold the requests of
+    a 1 s stage at 6 req/s (6), within max_stage_s. Before: the floor of 10 requests per 1 s
+    stage sat above 3 req/s, and the capacity was 0."""
+    workload = open_loop(6.0, 2.0)
+    spec = CapacitySpec(stage_s=1.0, max_stages=3, step=2.0, precision=0.3, idle_timeout_s=10,
+                        floor_fraction=0.25, max_stage_s=4.0, signal_steps=False)
+    with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
+    stages = run.stages
+    rates = [x.rate for x in stages]
+    assert rates == pytest.approx([6.0, 3.0, math.sqrt(18), math.sqrt(3 * math.sqrt(18))])
+    assert [x.passed for x in stages] == [False, True, False, True]
+    for x in stages[1:]:
+        assert x.planned_s == pytest.approx(min(4.0, 6.0 / x.rate))  # stored lengthened
+        assert x.requests_planned >= 6
+    est = run.capacity
+    assert 0 < est.rps and est.low <= 1 / STREAM_S <= est.high < 6.0
+    assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
+
+
+def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir, tok):
+    workload = open_loop(20.0, 2.0)
+    spec = CapacitySpec(stage_s=2.0, max_stages=6, step=2.0, idle_timeout_s=10)
+    with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec,
+                                     screen=True))
+    assert len(run.stages) == 1 and not run.stages[0].passed
+    est = run.capacity
+    assert (est.rps, est.low, est.high) == (0.0, None, 20.0)
+    assert est.summary.startswith("below the target rate 20 req/s (screen")
+    assert est.stop_reason == "target missed (screen)"
+    assert any("trial stopped after this stage: target missed" in n for n in run.stages[0].notes)
+    assert run.metrics()["slo_capacity_rps"] == 0.0
+
+
+def _stage(index: int, rate: float, margin: float, ttft: float) -> st.StageResult:
+    return st.StageResult(index=index, kind=st.TARGET if index == 0 else st.CAPACITY, rate=rate, planned_s=10.0,
+                          elapsed_s=10.0, margin=margin, violations={}, metrics={"ttft_p95_ms": ttft},
+                          server_diagnostics={})
+
+
+def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
+    """Met at 2 req/s (600 ms at the target), violated at 4: at best 4 req/s and 600 ms. A front
+    member with 500 ms and 4.5 req/s is at least as good on both: the search stops."""
+    from objectives.capacity import Front
+    settings = CapacitySpec(stage_s=10, max_stages=5, precision=0.1).search_settings()
+    stages = [_stage(0, 2.0, -0.3, 600.0), _stage(1, 4.0, 0.4, 900.0)]
+    dirs = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}
+    beaten = Front(dirs, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 4.5},))
+    reachable = Front(dirs, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.5},))
+    rate, why = st.search_step(stages, settings, screen=True, front=beaten)
+    assert rate is None and why.startswith("cannot reach the front")
+    assert st.search_step(stages, settings, screen=True, front=reachable) == (pytest.approx(math.sqrt(8)), None)
+    assert st.search_step(stages, settings, screen=False, front=beaten)[1] is None  # confirmation: in full
+    est = st.final_estimate(stages, settings, why)
+    assert est.stop_reason == why and "stopped: cannot reach the front" in est.summary
+    assert est.low == 2.0 and est.high == 4.0

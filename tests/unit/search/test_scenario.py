@@ -203,3 +203,43 @@ def test_a_scenario_text_is_checked_as_a_file_is_and_named_where_it_is_stored(tm
         "  server.fixed: 'middleware' is neither a tunable parameter nor a flag on the allow list of flags that shape "
         "serving performance; `autotune params` lists what a scenario may set"]
     assert scenario.parse(GOOD, "stored", tmp_path).name == "mine"
+
+
+FLAT = GOOD.replace("  - {metric: ttft_p95_ms, direction: minimize}",
+                    "  - {metric: ttft_p95_ms, direction: minimize}\n  - {metric: output_throughput, direction: maximize}")
+
+
+def test_a_throughput_objective_at_a_fixed_open_loop_rate_is_warned_about(tmp_path):
+    sc, _, _ = scenario.load(write(tmp_path, FLAT))
+    [line] = scenario.flat_objective_warnings(sc)
+    assert line.startswith("objectives.1: output_throughput at a fixed open-loop rate (poisson arrivals) "
+                           "reads the offered load")
+    assert "slo_capacity_output_throughput with a capacity: section" in line and "closed loop" in line
+    assert "\n" not in line
+
+
+def test_no_flat_objective_warning_where_the_load_moves_it(tmp_path):
+    closed = FLAT.replace("arrival: {mode: poisson, capacity_fraction: 0.5}", "arrival: {mode: closed, concurrency: 8}")
+    assert scenario.flat_objective_warnings(scenario.load(write(tmp_path, closed))[0]) == []
+    assert scenario.flat_objective_warnings(scenario.load(write(tmp_path, GOOD))[0]) == []
+    for name in BUILT_IN:
+        assert scenario.flat_objective_warnings(scenario.load(name)[0]) == []
+
+
+def test_the_flat_objective_warning_is_said_before_the_study_starts(tmp_path):
+    from search import prepare
+    from tests.support.fakes import ctx as fake_ctx
+    opts = prepare.StudyOptions(scenario=str(write(tmp_path, FLAT)), runs_dir=tmp_path / "runs")
+    prep = prepare.prepare(opts, fake_ctx())
+    assert any(n.startswith("warning: objectives.1: output_throughput") for n in prep.space_notes)
+
+
+def test_capacity_floor_and_longest_stage_are_checked(tmp_path):
+    base = GOOD.replace("objectives:", "capacity: {stage_s: 15, floor_fraction: %s, max_stage_s: %s}\nobjectives:")
+    with pytest.raises(ScenarioError, match=r"capacity.floor_fraction: Input should be less than 1"):
+        scenario.load(write(tmp_path, base % (1.5, 60)))
+    with pytest.raises(ScenarioError, match=r"capacity: max_stage_s \(10\) must be at least stage_s \(15\)"):
+        scenario.load(write(tmp_path, base % (0.25, 10)))
+    spec = scenario.load(write(tmp_path, base % (0.25, "null")))[0].capacity
+    assert spec.longest_stage_s == 60 and spec.stage_seconds(0.5, 2.0) == 60 and spec.stage_seconds(1.0, 2.0) == 30
+    assert spec.floor(2.0) == 0.5 and spec.stage_seconds(4.0, 2.0) == 15

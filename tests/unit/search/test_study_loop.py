@@ -615,3 +615,17 @@ def test_the_kept_kv_budget_is_the_opened_studys_and_what_the_runner_was_given_s
     assert confirmed and len(confirmed) < len(again.plans)  # the search's trial and the confirmation runs
     assert kv_bytes(again.plans) == {int(0.92 * 2**30)}  # both on the budget the study began with
     assert r.prep.ctx.cpu_kv_budget_bytes == 2**29
+
+
+def test_each_search_trial_is_planned_with_the_front_so_far(tmp_path):
+    """The executor is told the feasible front when a trial is planned (a screened capacity search
+    stops short of it): empty for the first trial, the earlier trials' objective values after."""
+    executor = ScriptedExecutor()
+    r = runner(tmp_path, executor, trials=3)
+    r.run()
+    fronts = [p.front for p in executor.plans]
+    assert all(f is not None for f in fronts) and fronts[0].points == ()
+    names = r.sc.objective_names
+    assert set(fronts[0].directions) == set(names)
+    assert fronts[-1].points and all(set(p) == set(names) for p in fronts[-1].points)
+    assert {tuple(p.values()) for p in fronts[-1].points} <= {tuple(t.values) for t in optuna_trials(r)}
