@@ -146,10 +146,11 @@ def paired_rounds(candidate: Sequence[float], reference: Sequence[float]) -> tup
     return tuple(np.asarray(x, dtype=float) for x in zip(*both)) if both else (np.array([]), np.array([]))
 
 
-def difference(candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False) -> Difference:
+def difference(candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False,
+               kind: Kind | None = None) -> Difference:
     """The candidate's median against the reference's, with a bootstrap 95% interval: relative
     where every reference run is positive (so every resample's reference median is), absolute
-    otherwise; the `kind` says which. `paired` as in `relative_difference`."""
+    otherwise; the `kind` says which (or, given, is used). `paired` as in `relative_difference`."""
     if paired and len(candidate) == len(reference):
         a, b = paired_rounds(candidate, reference)
     else:
@@ -157,7 +158,7 @@ def difference(candidate: Sequence[float], reference: Sequence[float], *, paired
         a, b = _finite(candidate), _finite(reference)
     if len(a) == 0 or len(b) == 0:
         return NAN_DIFFERENCE
-    if np.all(b > 0):
+    if kind == "relative" or (kind is None and np.all(b > 0)):
         rel = relative_difference(a, b, paired=paired)
         return Difference(rel.value, rel.low, rel.high, rel.n, kind="relative")
     point = float(_difference_of_medians(a, b))
@@ -173,6 +174,27 @@ def difference(candidate: Sequence[float], reference: Sequence[float], *, paired
         return Difference(point, ends[0], ends[1], n, kind="absolute")
     low, high = _bootstrap((a, b), _difference_of_medians, paired=paired)
     return Difference(point, low, high, n, kind="absolute")
+
+
+def bracketed_difference(candidate: Sequence[tuple[float, float, float]],
+                         reference: Sequence[tuple[float, float, float]], *, paired: bool = False) -> Difference:
+    """Two sides whose runs each bracket their true value: (estimate, low, high) per run, the
+    true value somewhere in [low, high] (a capacity: met at low, violated at high). The point
+    compares the estimates; the interval runs from the candidate's low ends against the
+    reference's high ends to its high ends against the reference's low ends, so no interval is
+    narrower than the brackets allow. Relative where every reference low end is positive."""
+    def column(side, i):
+        return [r[i] for r in side]
+
+    ref_lows = [x for x in column(reference, 1) if math.isfinite(x)]
+    kind: Kind = "relative" if ref_lows and min(ref_lows) > 0 else "absolute"
+    point = difference(column(candidate, 0), column(reference, 0), paired=paired, kind=kind)
+    worst = difference(column(candidate, 1), column(reference, 2), paired=paired, kind=kind)
+    best = difference(column(candidate, 2), column(reference, 1), paired=paired, kind=kind)
+    if not math.isfinite(point.value):
+        return point
+    return Difference(point.value, float(np.nanmin([worst.low, point.low])), float(np.nanmax([best.high, point.high])),
+                      point.n, kind=kind)
 
 
 def ratio(diff: Difference) -> Interval | None:
