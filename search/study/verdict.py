@@ -167,7 +167,7 @@ def capacity_bracket(run: RunView, metric: str, value: float) -> tuple[tuple[flo
     """A capacity metric's run value with the bracket its search ended in, and whether it is only
     a lower bound (the SLO was met at every rate tried). The rate brackets `slo_capacity_rps`;
     the rate-proportional ones scale with it (`capacity.at_capacity`)."""
-    cap = run.capacity or {}
+    cap = getattr(run, "capacity", None) or {}
     rps, low, high = cap.get("rps"), cap.get("low"), cap.get("high")
     if not isinstance(rps, (int, float)) or not math.isfinite(value):
         return (value, value, value), False
