@@ -260,8 +260,9 @@ def tail_requests(q: float, n: int) -> int:
     return max(0, math.ceil(round(n * (1.0 - q), 9)))
 
 
-def thin_percentile(metric: str, n: float) -> str | None:
-    """A warning when `metric` is a percentile that `n` requests per run cannot pin down."""
+def thin_percentile(metric: str, n: float, over: str = "per run") -> str | None:
+    """A warning when `metric` is a percentile that `n` requests (`over`: per run, or pooled)
+    cannot pin down."""
     q = percentile_of(metric)
     if q is None or not math.isfinite(n):
         return None
@@ -270,5 +271,16 @@ def thin_percentile(metric: str, n: float) -> str | None:
         return None
     slowest = "the single slowest request" if k <= 1 else f"its {k} slowest requests"
     needed = math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))
-    return (f"{metric} over ~{int(n)} requests per run is decided by {slowest}; "
+    return (f"{metric} over ~{int(n)} requests {over} is decided by {slowest}; "
             f"{needed}+ requests would put {MIN_TAIL_REQUESTS} above it (pool repeats or lengthen the run)")
+
+
+def screening_note(metric: str, n: float) -> str | None:
+    """Said of the search phase where `metric` is a percentile its ~n requests per trial leave
+    to a few: the search screens, the confirmation (requests of its runs pooled) decides."""
+    q = percentile_of(metric)
+    if q is None or not math.isfinite(n) or tail_requests(q, int(n)) >= MIN_TAIL_REQUESTS:
+        return None
+    return (f"{metric}: the search phase reads it from ~{int(n)} requests per trial, a screen that "
+            f"filters configurations; the confirmation decides, from the requests of all its runs pooled "
+            f"(at least {math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))})")
