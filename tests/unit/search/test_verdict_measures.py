@@ -3,13 +3,11 @@ percentiles from pooled requests, capacity brackets, values an abort raised to a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from objectives import statistics as st
 from search.scenario import load
 from search.study.verdict import Outcome, decide
 from tests.support.paths import FIXTURES
