@@ -102,3 +102,18 @@ def test_a_value_an_abort_raised_to_its_bound_is_named_and_at_least():
     c = v.candidates[0]
     assert c.aborted_rounds("ttft_p95_ms") == [2, 3] and c.metrics["ttft_p95_ms"].at_least
     assert not c.metrics["error_rate"].at_least
+
+
+def test_the_slos_are_held_to_the_pooled_percentile_not_to_the_median_run():
+    # two runs meet ttft_p95 <= 2000 ms on their own few requests; pooled, the slow third decides
+    fast = [0.5] * 19 + [1.9]
+    slow = [0.5] * 15 + [3.0] * 5
+    runs = []
+    for k, s in enumerate((fast, fast, slow)):
+        r = run(0, k, 999.0, 2.0, 1.8, 2.2, ttft_samples=s)
+        r.constraints = {**MET, "ttft_p95_ms<=2000": -0.05 if s is fast else 0.5}
+        runs.append(r)
+    c = decide(runs, SCENARIO, [0], runs_per_candidate=3).candidates[0]
+    pooled_p95 = c.metrics["ttft_p95_ms"].value
+    assert pooled_p95 > 2000 and c.constraints["ttft_p95_ms<=2000"] == pytest.approx(pooled_p95 / 2000 - 1)
+    assert not c.feasible
