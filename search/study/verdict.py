@@ -222,6 +222,7 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
     # A bound's violation is linear in its metric, so the median violation is the median's.
     constraints = {k: float(np.median([float(r.constraints[k]) for r in runs if k in r.constraints]))
                    for k in sorted(keys)}
+    constraints.update(pooled_constraints(constraints, intervals, requests))
     failures = [f"round {r.round + 1}: {r.failure_class}: {(r.failure_line or '')[:160]}"
                 for r, good in zip(runs, ok) if not good]
     behind = [r.round + 1 for r, good in zip(runs, ok) if good and r.metrics.get("client_behind")]
@@ -229,6 +230,23 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
                            rounds=len(runs), metrics=intervals, runs=by_metric, constraints=constraints,
                            failures=failures, behind=behind, censored=censored, brackets=brackets,
                            requests=requests, unpooled=unpooled)
+
+
+def pooled_constraints(constraints: dict[str, float], intervals: dict[str, st.Interval],
+                       requests: dict[str, Any]) -> dict[str, float]:
+    """The SLO constraints on percentiles read from pooled requests, held to the pooled value
+    (the key states the bound as resolved: `ttft_p95_ms@short<=1101`; `SLOSpec.violation`)."""
+    out = {}
+    for key in constraints:
+        for op in ("<=", ">="):
+            metric, _, bound = key.partition(op)
+            if bound and metric in requests and math.isfinite(intervals[metric].value):
+                b = float(bound)
+                if b != 0:
+                    value = intervals[metric].value
+                    out[key] = (value - b) / abs(b) if op == "<=" else (b - value) / abs(b)
+                break
+    return out
 
 
 def bracketed_median(brackets: Sequence[tuple[float, float, float]], censored: Sequence[bool]) -> st.Interval:
