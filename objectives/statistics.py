@@ -28,16 +28,19 @@ SEED = 20261123
 MIN_TAIL_REQUESTS = 5
 
 Call = Literal["win", "loss", "tie"]
+Kind = Literal["relative", "absolute"]
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its 95% interval, from `n` runs."""
+    """A point estimate with its 95% interval, from `n` runs. `at_least`: the value is only a
+    lower bound (an early abort raised runs or requests to what was certain when it stopped)."""
 
     value: float
     low: float
     high: float
     n: int
+    at_least: bool = False
 
     def contains(self, x: float) -> bool:
         return self.low <= x <= self.high
@@ -51,6 +54,18 @@ class Interval:
 
 
 NAN_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
+
+
+@dataclass(frozen=True)
+class Difference(Interval):
+    """A candidate against a reference with its interval: relative (candidate / reference - 1)
+    where every reference run is positive, absolute (candidate - reference, in the metric's
+    unit) otherwise, so a comparison against a zero (a capacity of 0) is still defined."""
+
+    kind: Kind = "relative"
+
+
+NAN_DIFFERENCE = Difference(math.nan, math.nan, math.nan, 0)
 
 
 def _finite(values: Sequence[float]) -> np.ndarray:
@@ -67,16 +82,21 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic, paired: bool) -> tuple[f
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def median_interval(values: Sequence[float]) -> Interval:
-    """The median of the runs and its bootstrap 95% interval (NaN runs are left out)."""
-    arr = _finite(values)
-    if len(arr) == 0:
+def median_interval(values: Sequence[float], censored: Sequence[bool] = ()) -> Interval:
+    """The median of the runs and its bootstrap 95% interval (NaN runs are left out).
+    `censored[i]`: run i's value is only a lower bound; the median is then `at_least` when a
+    larger true value there could move it (a bound above the median does not)."""
+    flags = list(censored) + [False] * (len(values) - len(censored))
+    kept = [(float(v), c) for v, c in zip(values, flags) if v is not None and math.isfinite(v)]
+    if not kept:
         return NAN_INTERVAL
+    arr = np.asarray([v for v, _ in kept])
     med = float(np.median(arr))
+    at_least = bool(np.median([math.inf if c else v for v, c in kept]) > med)
     if len(arr) == 1:
-        return Interval(med, med, med, 1)
+        return Interval(med, med, med, 1, at_least)
     low, high = _bootstrap((arr,), _median, paired=False)
-    return Interval(med, low, high, len(arr))
+    return Interval(med, low, high, len(arr), at_least)
 
 
 def _median(a: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -115,6 +135,76 @@ def relative_difference(candidate: Sequence[float], reference: Sequence[float], 
     return Interval(point, low, high, n)
 
 
+def _difference_of_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(a, axis=axis) - np.median(b, axis=axis)
+
+
+def paired_rounds(candidate: Sequence[float], reference: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The rounds where both sides have a finite value (a failed run leaves its round out)."""
+    both = [(a, b) for a, b in zip(candidate, reference)
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    return tuple(np.asarray(x, dtype=float) for x in zip(*both)) if both else (np.array([]), np.array([]))
+
+
+def difference(candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False,
+               kind: Kind | None = None) -> Difference:
+    """The candidate's median against the reference's, with a bootstrap 95% interval: relative
+    where every reference run is positive (so every resample's reference median is), absolute
+    otherwise; the `kind` says which (or, given, is used). `paired` as in `relative_difference`."""
+    if paired and len(candidate) == len(reference):
+        a, b = paired_rounds(candidate, reference)
+    else:
+        paired = False
+        a, b = _finite(candidate), _finite(reference)
+    if len(a) == 0 or len(b) == 0:
+        return NAN_DIFFERENCE
+    if kind == "relative" or (kind is None and np.all(b > 0)):
+        rel = relative_difference(a, b, paired=paired)
+        return Difference(rel.value, rel.low, rel.high, rel.n, kind="relative")
+    point = float(_difference_of_medians(a, b))
+    n = min(len(a), len(b))
+    if n == 1:
+        # A single run says nothing of its side's noise (a tie, `call`): resample the other side alone.
+        if len(a) == 1 and len(b) == 1:
+            return Difference(point, point, point, 1, kind="absolute")
+        fixed, several = (a, b) if len(a) == 1 else (b, a)
+        sign = -1.0 if len(a) == 1 else 1.0
+        low, high = _bootstrap((several,), _median, paired=False)
+        ends = sorted(sign * (x - float(fixed[0])) for x in (low, high))
+        return Difference(point, ends[0], ends[1], n, kind="absolute")
+    low, high = _bootstrap((a, b), _difference_of_medians, paired=paired)
+    return Difference(point, low, high, n, kind="absolute")
+
+
+def bracketed_difference(candidate: Sequence[tuple[float, float, float]],
+                         reference: Sequence[tuple[float, float, float]], *, paired: bool = False) -> Difference:
+    """Two sides whose runs each bracket their true value: (estimate, low, high) per run, the
+    true value somewhere in [low, high] (a capacity: met at low, violated at high). The point
+    compares the estimates; the interval runs from the candidate's low ends against the
+    reference's high ends to its high ends against the reference's low ends, so no interval is
+    narrower than the brackets allow. Relative where every reference low end is positive."""
+    def column(side, i):
+        return [r[i] for r in side]
+
+    ref_lows = [x for x in column(reference, 1) if math.isfinite(x)]
+    kind: Kind = "relative" if ref_lows and min(ref_lows) > 0 else "absolute"
+    point = difference(column(candidate, 0), column(reference, 0), paired=paired, kind=kind)
+    worst = difference(column(candidate, 1), column(reference, 2), paired=paired, kind=kind)
+    best = difference(column(candidate, 2), column(reference, 1), paired=paired, kind=kind)
+    if not math.isfinite(point.value):
+        return point
+    return Difference(point.value, float(np.nanmin([worst.low, point.low])), float(np.nanmax([best.high, point.high])),
+                      point.n, kind=kind)
+
+
+def ratio(diff: Difference) -> Interval | None:
+    """A relative difference as a ratio of the medians with its interval (`3.0x [2.6, 3.6]`);
+    None where it is not defined (an absolute difference: the reference is not positive)."""
+    if diff.kind != "relative" or not math.isfinite(diff.value):
+        return None
+    return Interval(diff.value + 1.0, diff.low + 1.0, diff.high + 1.0, diff.n)
+
+
 def _ratio_to_fixed(a: np.ndarray, b: np.ndarray):
     """`_ratio_of_medians` of the side with several runs, the other side's single run fixed."""
     def statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -124,7 +214,7 @@ def _ratio_to_fixed(a: np.ndarray, b: np.ndarray):
 
 
 def call(diff: Interval, direction: Literal["minimize", "maximize"]) -> Call:
-    """A relative difference (candidate vs reference) as a verdict: a win when its whole interval
+    """A difference (candidate vs reference, relative or absolute) as a verdict: a win when its whole interval
     lies on the good side of 0, a loss when on the bad side, else a tie (the noise can explain it).
     A side with a single run says nothing of its noise: a tie, whatever the difference.
     """
@@ -170,8 +260,9 @@ def tail_requests(q: float, n: int) -> int:
     return max(0, math.ceil(round(n * (1.0 - q), 9)))
 
 
-def thin_percentile(metric: str, n: float) -> str | None:
-    """A warning when `metric` is a percentile that `n` requests per run cannot pin down."""
+def thin_percentile(metric: str, n: float, over: str = "per run") -> str | None:
+    """A warning when `metric` is a percentile that `n` requests (`over`: per run, or pooled)
+    cannot pin down."""
     q = percentile_of(metric)
     if q is None or not math.isfinite(n):
         return None
@@ -180,5 +271,16 @@ def thin_percentile(metric: str, n: float) -> str | None:
         return None
     slowest = "the single slowest request" if k <= 1 else f"its {k} slowest requests"
     needed = math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))
-    return (f"{metric} over ~{int(n)} requests per run is decided by {slowest}; "
+    return (f"{metric} over ~{int(n)} requests {over} is decided by {slowest}; "
             f"{needed}+ requests would put {MIN_TAIL_REQUESTS} above it (pool repeats or lengthen the run)")
+
+
+def screening_note(metric: str, n: float) -> str | None:
+    """Said of the search phase where `metric` is a percentile its ~n requests per trial leave
+    to a few: the search screens, the confirmation (requests of its runs pooled) decides."""
+    q = percentile_of(metric)
+    if q is None or not math.isfinite(n) or tail_requests(q, int(n)) >= MIN_TAIL_REQUESTS:
+        return None
+    return (f"{metric}: the search phase reads it from ~{int(n)} requests per trial, a screen that "
+            f"filters configurations; the confirmation decides, from the requests of all its runs pooled "
+            f"(at least {math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))})")

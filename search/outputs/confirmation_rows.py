@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from search.outputs import verdict_text
-from search.outputs.format import fmt_interval, unit_of
+from search.outputs.format import fmt_bracket, fmt_interval, unit_of
 from search.outputs.read_model import LoadedStudy
 
 
@@ -53,8 +53,16 @@ def confirmation_rows(ls: LoadedStudy) -> ConfirmationRows | None:
         rows.append(CandidateRow(
             trial_number=c.trial_number, label=c.label, baseline=bool(c.baseline), deployed=c.trial_number == deployed,
             runs_ok=f"{c.rounds - len(c.failures)}/{runs}",
-            medians=[(fmt_interval(c.metrics[n], unit=unit_of(n)), c.metrics[n].value) for n in names],
+            medians=[(_median_text(c, n), c.metrics[n].value) for n in names],
             feasible=c.feasible, slo=verdict_text.slo_margin(c), calls=calls))
     return ConfirmationRows(runs=runs, runs_done=v.runs_done, runs_planned=v.runs_planned, objectives=list(names),
                             directions=ls.scenario.directions,
                             baselines=[b.baseline for b in v.baselines], rows=rows, deployed=deployed)
+
+
+def _median_text(c, name: str) -> str:
+    """A median [95% interval] as written; a capacity with each run's bracket after it."""
+    text = fmt_interval(c.metrics[name], unit=unit_of(name))
+    if name == "slo_capacity_rps" and c.brackets.get(name):
+        text += "; runs " + " ".join(fmt_bracket(lo, hi) for est, lo, hi in c.brackets[name] if est == est)
+    return text

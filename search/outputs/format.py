@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from objectives.load import MetricName
-from objectives.statistics import Interval
+from objectives.statistics import Difference, Interval, ratio
 
 MISSING = "n/a"
 
@@ -49,14 +49,27 @@ def _decimals(v: float, digits: int) -> int:
 
 def fmt_interval(iv: Interval, digits: int = 3, unit: str = "") -> str:
     """A median with its interval, the bounds to the median's precision: `412 ms [398, 431]`,
-    `3.70 req/s [3.56, 3.98]`; a single run has no interval: `412 ms (1 run)`."""
+    `3.70 req/s [3.56, 3.98]`; a single run has no interval: `412 ms (1 run)`. A value that is
+    only a lower bound reads `at least 1,470 ms [...]`; a zero takes its precision from its bounds
+    (`0 req/s [0, 0.89]`)."""
     if not math.isfinite(iv.value):
         return MISSING
-    d = _decimals(iv.value, digits)
-    point = f"{iv.value:,.{d}f}" + (f" {unit}" if unit else "")
+    scale = iv.value or max((abs(x) for x in (iv.low, iv.high) if math.isfinite(x)), default=0.0)
+    d = _decimals(scale, digits)
+    point = ("at least " if iv.at_least else "") + f"{iv.value:,.{d}f}" + (f" {unit}" if unit else "")
     if iv.n < 2:
         return f"{point} ({iv.n} run)"
     return f"{point} [{iv.low:,.{d}f}, {iv.high:,.{d}f}]"
+
+
+def fmt_bracket(low: float, high: float, digits: int = 3) -> str:
+    """Where a run's capacity search left the true value: `[2.86, 4.04)` (met at 2.86, violated at
+    4.04), `>= 4.04` (met at every rate tried), `< 0.89` (missed at every rate tried)."""
+    if low > 0 and high > low:
+        return f"[{fmt_value(low, digits)}, {fmt_value(high, digits)})"
+    if low > 0:
+        return f">= {fmt_value(low, digits)}"
+    return f"< {fmt_value(high, digits)}" if high > 0 else "0"
 
 
 def fmt_percent(x: float, signed: bool = False, decimals: int | None = None) -> str:
@@ -80,6 +93,34 @@ def fmt_relative(diff: Interval) -> str:
     return f"{text} [{diff.low * 100:+.{d}f}, {diff.high * 100:+.{d}f}]"
 
 
+def fmt_difference(diff: Interval, unit: str = "") -> str:
+    """A difference as its kind says: relative in percent (`-69% [-71, -66]`), absolute in the
+    metric's unit and labelled so (`+2.11 req/s [+1.92, +2.30] absolute, the reference is not
+    positive`)."""
+    if getattr(diff, "kind", "relative") == "relative" or not math.isfinite(diff.value):
+        return fmt_relative(diff)
+    scale = max((abs(x) for x in (diff.value, diff.low, diff.high) if math.isfinite(x)), default=0.0)
+    d = _decimals(scale, 3)
+    text = f"{diff.value:+,.{d}f}" + (f" {unit}" if unit else "")
+    if diff.n >= 2 and math.isfinite(diff.low) and math.isfinite(diff.high):
+        text += f" [{diff.low:+,.{d}f}, {diff.high:+,.{d}f}]"
+    return text + " absolute (the reference is not positive)"
+
+
+def fmt_ratio(diff: Difference) -> str | None:
+    """A relative difference as a ratio of the medians: `3.0x [2.6, 3.6]` (None: not defined)."""
+    r = ratio(diff) if isinstance(diff, Difference) else None
+    if r is None:
+        return None
+    def x(v: float) -> str:
+        return f"{v:.1f}" if v >= 0.1 else f"{v:.2g}"
+
+    text = f"{x(r.value)}x"
+    if r.n >= 2 and math.isfinite(r.low) and math.isfinite(r.high):
+        text += f" [{x(r.low)}, {x(r.high)}]"
+    return text
+
+
 CALL_WORDS = {"win": "better beyond the noise", "loss": "worse beyond the noise", "tie": "within the noise"}
 
 
@@ -90,5 +131,5 @@ def comparison_line(metric: str, candidate: Interval, reference_name: str, refer
     `objectives.statistics.Call`, adds what the interval says: `; better beyond the noise`)."""
     unit = unit_of(metric)
     line = (f"{metric} {fmt_interval(candidate, unit=unit)} vs {reference_name} "
-            f"{fmt_interval(reference, unit=unit)}: {fmt_relative(diff)}, {candidate.n}+{reference.n} runs")
+            f"{fmt_interval(reference, unit=unit)}: {fmt_difference(diff, unit)}, {candidate.n}+{reference.n} runs")
     return line + (f"; {CALL_WORDS[call]}" if call else "")

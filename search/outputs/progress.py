@@ -18,7 +18,7 @@ from rich.table import Table
 from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted, ConfirmationStarted,
                            StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted)
 from search.outputs.format import fmt_value
-from search.outputs.verdict_text import headline
+from search.outputs.verdict_text import gain_headline, headline
 from search.scenario import Scenario
 from storage.models import ConfirmationRun, TrialRecord, TrialStatus
 
@@ -163,3 +163,5 @@ class StudyProgress(StudyObserver):
     def confirmation_finished(self, event: ConfirmationFinished) -> None:
         self.best = headline(event.verdict, self.scenario)
         self.console.print(f"[bold]verdict[/]: {escape(self.best)}")
+        if gain := gain_headline(event.verdict, self.scenario):
+            self.console.print(f"[bold]verdict[/]: {escape(gain)}")

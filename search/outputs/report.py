@@ -192,7 +192,8 @@ def metrics_table(views: list[TrialView]) -> str:
 
 def _lines_html(text: verdict_text.VerdictText) -> str:
     """The verdict in full: headline, ties, each comparison block as a list, the rest as paragraphs."""
-    out = [f"<p><b>{_e(text.headline)}</b></p>"] + ([f"<p>{_e(text.ties)}</p>"] if text.ties else [])
+    out = [f"<p><b>{_e(text.headline)}</b></p>"] + ([f"<p><b>{_e(text.gain)}</b></p>"] if text.gain else [])
+    out += [f"<p>{_e(text.ties)}</p>"] if text.ties else []
     for block in text.comparisons:
         out.append(f"<p>{_e(block.title)}:</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in block.lines) + "</ul>")
     if text.infeasible:

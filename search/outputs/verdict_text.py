@@ -16,7 +16,9 @@ import numpy as np
 from objectives.load import MetricName, class_key
 from objectives import statistics as st
 from search.calibration import CalibrationResult
-from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_value, unit_of
+from objectives.capacity import CAPACITY_KEYS
+from search.outputs.format import (comparison_line, fmt_bracket, fmt_difference, fmt_interval, fmt_percent,
+                                   fmt_ratio, fmt_value, unit_of)
 from search.scenario import RelativeThreshold, Scenario, unloaded_reference
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
@@ -59,6 +61,7 @@ class Block:
 class VerdictText:
     headline: str
     ties: str | None = None
+    gain: str | None = None  # capacity under the SLO and the primary latency, against the reference
     key: list[Block] = field(default_factory=list)  # the comparisons behind the headline
     comparisons: list[Block] = field(default_factory=list)  # every candidate against every baseline
     infeasible: list[str] = field(default_factory=list)  # candidates that missed the SLOs, worst margin
@@ -68,11 +71,13 @@ class VerdictText:
 
     def summary_lines(self, indent: str = "  ") -> list[str]:
         """The headline, the ties and the comparisons that decided: the top of every output."""
-        return [self.headline, *([self.ties] if self.ties else []), *_flat(self.key, indent)]
+        return [self.headline, *([self.gain] if self.gain else []), *([self.ties] if self.ties else []),
+                *_flat(self.key, indent)]
 
     def lines(self, indent: str = "  ") -> list[str]:
         """Everything: headline, ties, every comparison, infeasible candidates, noise, warnings."""
-        return [self.headline, *([self.ties] if self.ties else []), *_flat(self.comparisons, indent),
+        return [self.headline, *([self.gain] if self.gain else []), *([self.ties] if self.ties else []),
+                *_flat(self.comparisons, indent),
                 *self.infeasible, *([self.noise] if self.noise else []),
                 *(f"warning: {w}" for w in self.warnings), *(f"note: {n}" for n in self.notes)]
 
@@ -164,6 +169,77 @@ def _headline(v: Verdict, scenario: Scenario) -> str:
     return f"keep {rec.label}: {why}"
 
 
+BASELINE_NAMES = {"vllm_defaults": "vLLM defaults"}
+
+
+def _latency_objective(scenario: Scenario) -> str | None:
+    """The primary latency objective: the first objective measured in ms."""
+    return next((m for m in scenario.objective_names if unit_of(m) == "ms"), None)
+
+
+def _capacity_objective(scenario: Scenario) -> str | None:
+    names = measured_metrics(scenario)
+    return "slo_capacity_rps" if "slo_capacity_rps" in names else next((m for m in names if m in CAPACITY_KEYS), None)
+
+
+def _gain_part(v: Verdict, metric: str, candidate: CandidateResult, reference: CandidateResult, what: str,
+               as_ratio: bool) -> str:
+    unit = unit_of(metric)
+    cmp = v.comparison(candidate.trial_number, reference.trial_number)
+    diff = cmp.diffs.get(metric) if cmp is not None else None
+    name = BASELINE_NAMES.get(reference.baseline, reference.baseline)
+    text = f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)} vs {name} " \
+           f"{fmt_interval(reference.metrics[metric])}"
+    if diff is not None:
+        text += ": " + ((fmt_ratio(diff) if as_ratio else None) or fmt_difference(diff, unit))
+    return text
+
+
+def gain_headline(v: Verdict, scenario: Scenario) -> str | None:
+    """The gain a user came for, in one line, the same in every output: `capacity under the SLO:
+    2.11 req/s [2.03, 2.31] vs vLLM defaults 0.7 [0.6, 0.8]: 3.0x [2.6, 3.6]; ttft_p95_ms@short at the
+    target load: 785 ms [766, 935] vs vLLM defaults 1,134 [1,128, 1,230]: -31% [-38, -17]`. The
+    configuration recommended (or the best challenger of a kept baseline) against the reference
+    baseline (the best feasible one, else the first); None without both."""
+    if v.outcome == Outcome.INCOMPLETE:
+        return None
+    candidate = v.recommended if v.recommended is not None and not v.recommended.baseline else _challenger(v)
+    if candidate is None:
+        candidate = next((c for c in v.candidates if not c.baseline), None)
+    reference = v.reference or next(iter(v.baselines), None)
+    if candidate is None or reference is None:
+        return None
+    parts = []
+    if (capacity := _capacity_objective(scenario)) is not None:
+        parts.append(_gain_part(v, capacity, candidate, reference, "capacity under the SLO", True))
+    if (latency := _latency_objective(scenario)) is not None:
+        parts.append(_gain_part(v, latency, candidate, reference, f"{latency} at the target load", False))
+    return f"{candidate.label}: " + "; ".join(parts) if parts else None
+
+
+def bound_notes(v: Verdict, scenario: Scenario) -> list[str]:
+    """What the verdict's numbers rest on where they are not plain measurements: values an early
+    abort raised to a bound, capacities bracketed by their search, percentiles read per run."""
+    lines = []
+    for c in v.candidates:
+        for m in measured_metrics(scenario):
+            rounds = c.aborted_rounds(m)
+            if rounds and m not in CAPACITY_KEYS:
+                lines.append(f"{c.label}: {m} in round {', '.join(map(str, rounds))} is only a lower bound (the "
+                             f"target stage was aborted once its miss was certain): at least the value shown, "
+                             f"entered as that bound" + ("; the median is a bound too" if c.metrics[m].at_least
+                                                         else ""))
+        for m, brackets in c.brackets.items():
+            if m == "slo_capacity_rps" and brackets:
+                runs = ", ".join(fmt_bracket(lo, hi) if math.isfinite(est) else "failed" for est, lo, hi in brackets)
+                lines.append(f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "
+                             f"the high); its interval spans the runs' brackets")
+        if c.unpooled:
+            lines.append(f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs (runs stored "
+                         f"before per-request samples were kept), not from their pooled requests")
+    return lines
+
+
 def _closest(v: Verdict) -> str:
     c = v.closest
     if c is None:
@@ -234,10 +310,23 @@ def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
     return float(np.median(counts)) if counts else math.nan
 
 
-def thin_percentiles(metrics: Sequence[str], runs: Sequence[dict[str, Any]]) -> list[str]:
-    """Warnings for the percentiles that the runs' requests (`runs`: their flat metrics) cannot pin down."""
-    found = (st.thin_percentile(m, requests_of(m, runs)) for m in metrics)
+def thin_percentiles(metrics: Sequence[str], runs: Sequence[dict[str, Any]],
+                     pooled_runs: dict[str, int] | None = None) -> list[str]:
+    """Warnings for the percentiles that the runs' requests (`runs`: their flat metrics) cannot pin
+    down: per run, or over the requests of `pooled_runs[metric]` runs pooled."""
+    pooled_runs = pooled_runs or {}
+    found = (st.thin_percentile(m, requests_of(m, runs) * pooled_runs[m], f"pooled from {pooled_runs[m]} runs")
+             if m in pooled_runs else st.thin_percentile(m, requests_of(m, runs)) for m in metrics)
     return [w for w in found if w]
+
+
+def _pooled_runs(v: Verdict) -> dict[str, int]:
+    """Per metric read from pooled requests by every candidate: the fewest runs any pool has."""
+    out: dict[str, int] = {}
+    for m in {m for c in v.candidates for m in c.requests}:
+        if all(m in c.requests for c in v.candidates if c.rounds > len(c.failures)):
+            out[m] = min(sum(1 for r in c.requests[m] if r is not None) for c in v.candidates if m in c.requests)
+    return out
 
 
 def describe(v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any]] = (),
@@ -253,10 +342,12 @@ def describe(v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any
     infeasible = [f"{c.label}: {slo_margin(c)} on its confirmed medians" if not c.failures
                   else f"{c.label}: {slo_margin(c)} ({'; '.join(c.failures)})"
                   for c in v.candidates if not c.feasible]
-    return VerdictText(headline=headline(v, scenario), ties=ties_sentence(v, scenario), key=_key_blocks(v, scenario),
+    return VerdictText(headline=headline(v, scenario), ties=ties_sentence(v, scenario),
+                       gain=gain_headline(v, scenario), key=_key_blocks(v, scenario),
                        comparisons=blocks, infeasible=infeasible, noise=noise_line(v),
-                       warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics),
-                       notes=list(notes))
+                       warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics,
+                                                                   _pooled_runs(v)),
+                       notes=list(notes) + bound_notes(v, scenario))
 
 
 # --- the calibration: the reference that relative loads and bounds scale -------------------

@@ -18,7 +18,9 @@ from typing import Any, Callable, Sequence, TypeVar
 import optuna
 from sqlalchemy.orm import Session
 
-from objectives.load import json_safe
+from objectives import pooled
+from objectives.load import MetricName, WorkloadSpec, json_safe
+from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
 from objectives.scoring import Score
 from search import pareto
 from search.study import verdict as verdict_mod
@@ -36,6 +38,9 @@ T = TypeVar("T")
 # A server start and stop on this CPU (benchmarks/startup.py: 34-45 s eager), for the estimate
 # made before the search has timed any trial.
 START_STOP_ESTIMATE_S = 45.0
+# The most runs per candidate a thin percentile may ask for (a scenario with a handful of requests
+# per run would otherwise ask for dozens): beyond it the verdict warns that the pool is thin.
+MAX_POOLED_RUNS = 10
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,38 @@ def _bracket(row: TrialRecord) -> tuple[float, ...]:
     return tuple(float(r) for r in (cap.get("low"), cap.get("high")) if r)
 
 
+def runs_for_percentiles(metrics: Sequence[str], workload: WorkloadSpec | None, runs: int,
+                         run_s: float | None = None, n_candidates: int = 1) -> tuple[int, list[str]]:
+    """The runs per candidate whose pooled requests put at least `MIN_TAIL_REQUESTS` above each
+    percentile among `metrics` (from the workload's expected requests per class of one run); and
+    a line per percentile that asked for more, with what it costs (`run_s`: one run's estimated
+    seconds). A percentile that would need more than `MAX_POOLED_RUNS` runs adds none: its line
+    says to lengthen the target stage instead (the verdict then warns that its pool is thin)."""
+    planned, lines = runs, []
+    for metric in metrics:
+        name = MetricName.parse(metric)
+        per_run = workload.expected_requests(name.cls) if workload is not None else None
+        if not pooled.pooled_metric(metric) or per_run is None:
+            continue
+        need = pooled.runs_for_pool(name.quantile, per_run, runs, MIN_TAIL_REQUESTS)
+        if need <= runs:
+            continue
+        pool = (f"{metric}: ~{per_run:.0f} requests per run, so {runs} runs pool {per_run * runs:.0f} with "
+                f"{tail_requests(name.quantile, int(per_run * runs))} above the percentile")
+        if need > MAX_POOLED_RUNS:
+            lines.append(f"{pool}; {need} runs would put {MIN_TAIL_REQUESTS} above it, more than the "
+                         f"{MAX_POOLED_RUNS} the phase runs: lengthen the target stage (workload.duration_s)")
+            continue
+        lines.append(f"{pool}; {need} runs per candidate put {tail_requests(name.quantile, int(per_run * need))}")
+        planned = max(planned, need)
+    if planned > runs:
+        extra = (planned - runs) * n_candidates
+        cost = f", about {extra * run_s / 60:.0f} min more" if run_s else ""
+        lines.append(f"the confirmation runs {planned} runs per candidate instead of {runs} "
+                     f"(+{extra} runs{cost}) so that every percentile is read from enough pooled requests")
+    return planned, lines
+
+
 def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate]]:
     """(round, candidate) in running order: every candidate once per round, rounds in turn."""
     return [(r, c) for r in range(runs) for c in cands]
@@ -134,12 +171,19 @@ class ConfirmationPhase:
 
     def __init__(self, prep: Prepared, ctx: LaunchContext, executor: TrialExecutor, events: StudyObserver,
                  score: Callable[[dict[str, float], bool], Score], runs: int,
-                 ride: Callable[[Callable[[], T]], T] = lambda action: action()):
+                 ride: Callable[[Callable[[], T]], T] = lambda action: action(),
+                 workload: WorkloadSpec | None = None):
         self.prep, self.ctx, self.executor, self.events, self.score, self.runs = prep, ctx, executor, events, score, runs
         self.ride = ride
+        self.workload = workload  # the resolved one the runs measure: how many requests a percentile pools
 
     def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
             estimate: float | None) -> verdict_mod.Verdict:
+        per_run = estimate / len(cands) if estimate is not None and cands else None
+        self.runs, pool_lines = runs_for_percentiles(verdict_mod.measured_metrics(self.prep.scenario), self.workload,
+                                                     self.runs, per_run, len(cands))
+        notes = [*notes, *pool_lines]
+
         def begin() -> set[tuple[int, int]]:
             rec.confirmation = {"runs": self.runs, "candidates": [c.trial_number for c in cands], "notes": notes}
             session.commit()
@@ -148,7 +192,6 @@ class ConfirmationPhase:
         done = self.ride(begin)
         plan = schedule(cands, self.runs)
         todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
-        per_run = estimate / len(cands) if estimate is not None and cands else None
         self.events.confirmation_started(ConfirmationStarted(
             [c.label for c in cands], self.runs, len(todo), per_run * len(todo) if per_run is not None else None,
             notes))

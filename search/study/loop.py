@@ -270,6 +270,6 @@ class StudyRunner:
             return None
         phase = confirmation_mod.ConfirmationPhase(
             self.prep, opened.ctx, self._make_executor(opened.ctx, opened.full), self.events,
-            partial(recording.score, opened), self.confirm_runs, recording.ride)
+            partial(recording.score, opened), self.confirm_runs, recording.ride, opened.full.workload)
         estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
         return phase.run(recording.session, opened.record, cands, notes, estimate)

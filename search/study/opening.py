@@ -222,7 +222,7 @@ class Opening:
         if workload.arrival.rate is not None:
             self.events.note(f"load: {workload.arrival.mode} arrivals at {workload.arrival.rate:.2f} req/s")
         for text in self._thin_percentiles(screened):
-            self.events.note(f"warning: {text}")
+            self.events.note(f"note: {text}")
         return OpenedStudy(rec, opened.ctx, facts_for_launch(opened.ctx), cal, workload, tuple(slos), goodput,
                            full, screened)
 
@@ -270,7 +270,7 @@ class Opening:
         found = []
         for metric in dict.fromkeys(self.sc.objective_names + [s.metric for s in self.sc.slos]):
             n = screened.workload.expected_requests(MetricName.parse(metric).cls)
-            text = st.thin_percentile(metric, n) if n is not None else None
+            text = st.screening_note(metric, n) if n is not None else None
             if text:
                 found.append(text)
         return found

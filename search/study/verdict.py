@@ -20,12 +20,15 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from objectives import pooled
 from objectives import statistics as st
+from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search import pareto
 from search.scenario import Scenario
 from sqlalchemy.orm import Session
 
+from objectives.load import MetricName
 from storage import queries
 from storage.models import StudyRecord, TrialStatus
 
@@ -41,6 +44,8 @@ class RunView(Protocol):
     constraints: dict[str, Any]
     failure_class: str | None
     failure_line: str | None
+    capacity: dict[str, Any] | None
+    stages: list[Any]
 
 
 PASS_FAIL = (SERVER_OK, TARGET_COMPLETED)
@@ -58,12 +63,25 @@ class CandidateResult:
     trial_number: int
     baseline: str | None
     rounds: int  # runs stored (ok or failed)
-    metrics: dict[str, st.Interval]  # objectives and SLO metrics: median of the ok runs, 95% interval
+    metrics: dict[str, st.Interval]  # objectives and SLO metrics: median of the ok runs (pooled requests for
+    # latency percentiles), 95% interval
     runs: dict[str, list[float]]  # the same metrics run by run, by round (NaN: failed run)
     constraints: dict[str, float]  # median over runs of each constraint (<= 0: met)
     failures: list[str] = field(default_factory=list)  # "round 2: startup_oom: ..."
     behind: list[int] = field(default_factory=list)  # rounds (1-based) whose load client fell behind its schedule
     rank: int | None = None  # by the selection rule among the feasible (0: first; None: unranked, or lagged)
+    # per metric, by round: the run's value is only a lower bound (its target stage was aborted on it,
+    # or a capacity search met the SLO at every rate it tried)
+    censored: dict[str, list[bool]] = field(default_factory=dict)
+    # capacity metrics, by round: (estimate, low, high), the true value between low and high
+    brackets: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
+    # latency percentiles read from pooled requests, by round (None: the run failed)
+    requests: dict[str, list[pooled.RunRequests | None]] = field(default_factory=dict)
+    unpooled: list[str] = field(default_factory=list)  # percentiles read as the median of runs: no samples stored
+
+    def aborted_rounds(self, metric: str) -> list[int]:
+        """The rounds (1-based) whose value of `metric` is only a lower bound."""
+        return [i + 1 for i, c in enumerate(self.censored.get(metric, [])) if c]
 
     @property
     def label(self) -> str:
@@ -90,11 +108,12 @@ class CandidateResult:
 
 @dataclass
 class Comparison:
-    """`candidate` against `reference`, per objective: relative difference of the medians."""
+    """`candidate` against `reference`, per objective: the difference of the medians (relative or
+    absolute: each `Difference` says)."""
 
     candidate: int
     reference: int
-    diffs: dict[str, st.Interval]
+    diffs: dict[str, st.Difference]
     calls: dict[str, st.Call]
 
     def with_call(self, call: st.Call) -> list[str]:
@@ -129,27 +148,131 @@ def measured_metrics(scenario: Scenario) -> list[str]:
     return names + [s.metric for s in scenario.slos if s.metric not in names]
 
 
+def target_stage(run: RunView) -> dict[str, Any] | None:
+    """The stored target stage of a run (its first), None when the run stored no stages."""
+    stages = getattr(run, "stages", None) or []
+    return next((st_ for st_ in stages if st_.get("kind") == "target"), stages[0] if stages else None)
+
+
+def raised_metric(run: RunView) -> str | None:
+    """The metric an early abort of the run's target stage raised to its certain lower bound
+    (`objectives.stages.run_stages`; the abort's reason names it: `ttft_p95_ms@short > 1101 ms ...`)."""
+    stage = target_stage(run)
+    if not run.metrics.get(TARGET_ABORTED) or stage is None or not stage.get("aborted"):
+        return None
+    return str(stage["aborted"]).split(" > ", 1)[0].strip() if " > " in str(stage["aborted"]) else None
+
+
+def capacity_bracket(run: RunView, metric: str, value: float) -> tuple[tuple[float, float, float], bool]:
+    """A capacity metric's run value with the bracket its search ended in, and whether it is only
+    a lower bound (the SLO was met at every rate tried). The rate brackets `slo_capacity_rps`;
+    the rate-proportional ones scale with it (`capacity.at_capacity`)."""
+    cap = getattr(run, "capacity", None) or {}
+    rps, low, high = cap.get("rps"), cap.get("low"), cap.get("high")
+    if not isinstance(rps, (int, float)) or not math.isfinite(value):
+        return (value, value, value), False
+    censored = high is None and low is not None
+    low_rate = float(low) if low is not None else 0.0
+    high_rate = float(high) if high is not None else float(rps)
+    if metric == "slo_capacity_rps":
+        return (value, low_rate, high_rate), censored
+    if rps > 0:
+        return (value, value * low_rate / rps, value * high_rate / rps), censored
+    return (value, value, value), censored
+
+
+def _samples(run: RunView) -> tuple[dict[str, Any] | None, float | None]:
+    stage = target_stage(run)
+    if stage is None or not isinstance(stage.get("samples"), dict):
+        return None, None
+    elapsed = stage.get("elapsed_s")
+    return stage["samples"], float(elapsed) if isinstance(elapsed, (int, float)) else None
+
+
 def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequence[str]) -> CandidateResult:
     runs = sorted(runs, key=lambda r: r.round)
     ok = [r.status == TrialStatus.OK for r in runs]
     by_metric = {m: [float(r.metrics.get(m, math.nan)) if good else math.nan for r, good in zip(runs, ok)]
                  for m in metrics}
+    raised = [raised_metric(r) if good else None for r, good in zip(runs, ok)]
+    censored = {m: [name == m for name in raised] for m in metrics}
+    brackets = {}
+    for m in (m for m in metrics if m in CAPACITY_KEYS):
+        pairs = [capacity_bracket(r, m, v) for r, v in zip(runs, by_metric[m])]
+        brackets[m] = [b for b, _ in pairs]
+        censored[m] = [c or was for (_, c), was in zip(pairs, censored[m])]
+    samples = [_samples(r) if good else (None, None) for r, good in zip(runs, ok)]
+    served = [s for s, good in zip(samples, ok) if good]
+    requests, unpooled = {}, []
+    for m in (m for m in metrics if pooled.pooled_metric(m)):
+        if served and all(s is not None for s, _ in served):
+            requests[m] = [pooled.run_requests(s, m, elapsed) if s is not None else None for s, elapsed in samples]
+        elif served:
+            unpooled.append(m)
+    intervals = {}
+    for m, values in by_metric.items():
+        if m in requests:
+            intervals[m] = pooled.pooled_percentile([r for r in requests[m] if r is not None],
+                                                    MetricName.parse(m).quantile)
+        elif m in brackets:
+            intervals[m] = bracketed_median(brackets[m], censored[m])
+        else:
+            intervals[m] = st.median_interval(values, censored[m])
     keys = {k for r in runs for k in r.constraints}
     # A bound's violation is linear in its metric, so the median violation is the median's.
     constraints = {k: float(np.median([float(r.constraints[k]) for r in runs if k in r.constraints]))
                    for k in sorted(keys)}
+    constraints.update(pooled_constraints(constraints, intervals, requests))
     failures = [f"round {r.round + 1}: {r.failure_class}: {(r.failure_line or '')[:160]}"
                 for r, good in zip(runs, ok) if not good]
     behind = [r.round + 1 for r, good in zip(runs, ok) if good and r.metrics.get("client_behind")]
     return CandidateResult(trial_number=trial_number, baseline=runs[0].baseline if runs else None,
-                           rounds=len(runs), metrics={m: st.median_interval(v) for m, v in by_metric.items()},
-                           runs=by_metric, constraints=constraints, failures=failures, behind=behind)
+                           rounds=len(runs), metrics=intervals, runs=by_metric, constraints=constraints,
+                           failures=failures, behind=behind, censored=censored, brackets=brackets,
+                           requests=requests, unpooled=unpooled)
+
+
+def pooled_constraints(constraints: dict[str, float], intervals: dict[str, st.Interval],
+                       requests: dict[str, Any]) -> dict[str, float]:
+    """The SLO constraints on percentiles read from pooled requests, held to the pooled value
+    (the key states the bound as resolved: `ttft_p95_ms@short<=1101`; `SLOSpec.violation`)."""
+    out = {}
+    for key in constraints:
+        for op in ("<=", ">="):
+            metric, _, bound = key.partition(op)
+            if bound and metric in requests and math.isfinite(intervals[metric].value):
+                b = float(bound)
+                if b != 0:
+                    value = intervals[metric].value
+                    out[key] = (value - b) / abs(b) if op == "<=" else (b - value) / abs(b)
+                break
+    return out
+
+
+def bracketed_median(brackets: Sequence[tuple[float, float, float]], censored: Sequence[bool]) -> st.Interval:
+    """The median of the runs' estimates, its interval from the bootstrap low of the runs' low
+    ends to the bootstrap high of their high ends: never narrower than the brackets."""
+    point = st.median_interval([b[0] for b in brackets], censored)
+    if point.n == 0:
+        return point
+    lows = st.median_interval([b[1] for b in brackets if math.isfinite(b[0])])
+    highs = st.median_interval([b[2] for b in brackets if math.isfinite(b[0])])
+    return st.Interval(point.value, min(lows.low, point.low), max(highs.high, point.high), point.n, point.at_least)
 
 
 def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Scenario) -> Comparison:
+    """Each objective's difference with its bootstrap interval: from pooled requests where both
+    sides stored them (resampling rounds, then requests), across the runs' brackets for
+    capacities, of the runs' values otherwise (each side resampled on its own, as before)."""
     diffs, calls = {}, {}
     for name, direction in zip(scenario.objective_names, scenario.directions):
-        diff = st.relative_difference(candidate.runs[name], reference.runs[name])
+        if name in candidate.requests and name in reference.requests:
+            diff = pooled.pooled_difference(candidate.requests[name], reference.requests[name],
+                                            MetricName.parse(name).quantile)
+        elif name in candidate.brackets and name in reference.brackets:
+            diff = st.bracketed_difference(candidate.brackets[name], reference.brackets[name])
+        else:
+            diff = st.difference(candidate.runs[name], reference.runs[name])
         diffs[name], calls[name] = diff, st.call(diff, direction)
     return Comparison(candidate.trial_number, reference.trial_number, diffs, calls)
 

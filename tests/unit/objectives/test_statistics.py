@@ -61,3 +61,52 @@ def test_a_percentile_over_too_few_requests_is_flagged_with_what_would_do():
     assert "500+ requests" in text
     assert st.thin_percentile("ttft_p95_ms", 200) is None  # 10 above it
     assert st.thin_percentile("ttft_median_ms", 10) is None and st.thin_percentile("output_throughput", 3) is None
+
+
+# --- comparisons defined for every pair (issue 23 #2) ------------------------------------------
+
+def test_a_zero_reference_gives_an_absolute_difference_and_a_win_with_its_interval():
+    diff = st.difference([2.11, 2.03, 2.31], [0.0, 0.0, 0.0], paired=True)
+    assert diff.kind == "absolute" and diff.value == pytest.approx(2.11)
+    assert diff.low > 0 and st.call(diff, "maximize") == "win"
+    assert st.ratio(diff) is None  # no ratio to a zero
+
+
+def test_a_zero_candidate_against_a_positive_reference_is_minus_100_percent():
+    diff = st.difference([0.0, 0.0, 0.0], [0.7, 0.6, 0.8], paired=True)
+    assert diff.kind == "relative" and diff.value == pytest.approx(-1.0)
+    assert st.call(diff, "maximize") == "loss"
+    assert st.ratio(diff).value == pytest.approx(0.0)
+
+
+def test_both_zero_is_a_tie_of_zero():
+    diff = st.difference([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], paired=True)
+    assert (diff.kind, diff.value, diff.low, diff.high) == ("absolute", 0.0, 0.0, 0.0)
+    assert st.call(diff, "maximize") == "tie"
+
+
+def test_a_reference_with_one_zero_run_is_compared_absolutely():
+    diff = st.difference([2.0, 2.1, 2.2], [0.0, 0.7, 0.8], paired=True)
+    assert diff.kind == "absolute" and diff.value == pytest.approx(2.1 - 0.7)
+
+
+def test_runs_all_equal_compare_as_their_values():
+    diff = st.difference([3.0, 3.0, 3.0], [1.0, 1.0, 1.0], paired=True)
+    assert (diff.value, diff.low, diff.high) == pytest.approx((2.0, 2.0, 2.0))
+    assert st.call(diff, "maximize") == "win" and st.ratio(diff).value == pytest.approx(3.0)
+
+
+def test_a_failed_run_leaves_its_round_out_and_nans_compare_nothing():
+    diff = st.difference([2.0, math.nan, 2.2, 2.1], [1.0, 1.1, math.nan, 1.05], paired=True)
+    assert diff.n == 2 and diff.value == pytest.approx(2.05 / 1.025 - 1)
+    nothing = st.difference([math.nan, math.nan], [1.0, 1.0], paired=True)
+    assert math.isnan(nothing.value) and st.call(nothing, "maximize") == "tie"
+    single = st.difference([2.0], [0.0, 0.0, 0.0])
+    assert single.kind == "absolute" and single.value == 2.0 and st.call(single, "maximize") == "tie"
+
+
+def test_a_median_that_rests_on_a_bound_is_at_least():
+    assert st.median_interval([1000.0, 1470.0, 1470.0], censored=[False, True, True]).at_least
+    # a bound above the median cannot move it: the median is measured
+    assert not st.median_interval([1000.0, 1100.0, 1470.0], censored=[False, False, True]).at_least
+    assert not st.median_interval([1000.0, 1470.0, 1470.0]).at_least

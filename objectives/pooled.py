@@ -1,0 +1,181 @@
+"""Percentiles over the requests of several runs pooled, with intervals from a two-level bootstrap.
+
+A p95 read from each run's ~24 requests is decided by its one or two slowest; the same p95 read
+from the requests of 3 runs pooled rests on 72. Runs differ by more than their requests do (a
+server start, the machine's drift), so the interval resamples both levels: runs with
+replacement, then the requests within each drawn run with replacement, and the percentile of
+the pooled draw (Davison & Hinkley's two-stage bootstrap). Paired comparisons draw the same
+rounds for both sides (runs are interleaved in rounds), requests within each side's run apart.
+
+Pure and vectorised (numpy), seeded as `objectives.statistics`, so a report reads the same twice.
+Percentiles are numpy's linear ones over milliseconds, as the per-run metrics. A request an
+early abort cut short before its first token (completion) is censored: it had waited at least
+from its sending to the stage's end. It enters as that lower bound, and a percentile it moves is
+marked `at_least` (its value is a lower bound on the true one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from objectives.load import MetricName
+from objectives.statistics import CONFIDENCE, N_RESAMPLES, SEED, Difference, Interval, NAN_DIFFERENCE
+
+# A value larger than any latency in ms: what a censored request could be, to see whether it moves a percentile.
+_UNBOUNDED = 1e18
+POOLED_FAMILIES = ("ttft", "tpot", "e2el")
+
+
+@dataclass(frozen=True)
+class RunRequests:
+    """One run's requests for one metric: latencies in ms, and which are only lower bounds."""
+
+    values: np.ndarray
+    censored: np.ndarray  # bool, same length
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def pooled_metric(metric: str) -> bool:
+    """Whether `metric` is a latency percentile that pooled requests can give (`ttft_p95_ms@short`)."""
+    name = MetricName.parse(metric)
+    return (name.family in POOLED_FAMILIES and name.statistic not in (None, "mean", "median")
+            and name.quantile is not None and name.unit == "ms")
+
+
+def run_requests(samples: dict[str, list[Any]], metric: str, elapsed_s: float | None = None) -> RunRequests:
+    """The requests of one run's stage (its columnar "samples") that `metric` reads, in ms.
+    Failed requests are left out, as the per-run metrics leave them out; a request cut short by
+    an abort enters as `elapsed_s - sent_s` (a lower bound) for TTFT and E2EL when `elapsed_s`
+    (the stage's length) is known, else is left out."""
+    name = MetricName.parse(metric)
+    values, censored = [], []
+    n = len(samples.get("sent_s", []))
+    for i in range(n):
+        if name.cls is not None and samples["class"][i] != name.cls:
+            continue
+        ttft, e2e = samples["ttft_s"][i], samples["e2e_s"][i]
+        if samples["ok"][i]:
+            if name.family == "ttft" and ttft is not None:
+                values.append(ttft), censored.append(False)
+            elif name.family == "e2el" and e2e is not None:
+                values.append(e2e), censored.append(False)
+            elif name.family == "tpot" and ttft is not None and e2e is not None and samples["output_tokens"][i] > 1:
+                values.append((e2e - ttft) / (samples["output_tokens"][i] - 1)), censored.append(False)
+        elif samples["aborted"][i] and elapsed_s is not None and name.family in ("ttft", "e2el"):
+            own = ttft if name.family == "ttft" else e2e
+            if own is None:
+                values.append(max(0.0, elapsed_s - samples["sent_s"][i])), censored.append(True)
+    return RunRequests(np.asarray(values, dtype=float) * 1000.0, np.asarray(censored, dtype=bool))
+
+
+def _percentile_of_rows(draws: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """numpy's linear q-quantile of each row's first `counts[row]` values (the rest are NaN pads)."""
+    ordered = np.sort(draws, axis=-1)  # NaN pads sort last
+    h = (counts - 1) * q
+    lo = np.floor(h).astype(int)
+    hi = np.minimum(lo + 1, counts - 1)
+    a = np.take_along_axis(ordered, lo[:, None], axis=-1)[:, 0]
+    b = np.take_along_axis(ordered, hi[:, None], axis=-1)[:, 0]
+    return a + (h - lo) * (b - a)
+
+
+def _padded(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    sizes = np.array([len(r) for r in runs])
+    table = np.full((len(runs), max(1, sizes.max())), np.nan)
+    for i, r in enumerate(runs):
+        table[i, :len(r)] = r
+    return table, sizes
+
+
+def resampled_percentiles(runs: Sequence[np.ndarray], q: float, picks: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The pooled q-quantile of each two-level resample: `picks[b, r]` the run drawn into slot r
+    of resample b, `u[b, r, m]` uniform in [0, 1) choosing its m-th request
+    (`floor(u * size of that run)`; slots past the run's size unused)."""
+    table, sizes = _padded(runs)
+    drawn = sizes[picks]  # (B, R)
+    idx = np.minimum((u * drawn[..., None]).astype(int), np.maximum(drawn[..., None] - 1, 0))
+    values = table[picks[..., None], idx]  # (B, R, M)
+    values = np.where(np.arange(table.shape[1]) < drawn[..., None], values, np.nan)
+    return _percentile_of_rows(values.reshape(len(picks), -1), drawn.sum(axis=1), q)
+
+
+def draws(rng: np.random.Generator, n_runs: int, longest: int, n_resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The random draws of a two-level bootstrap, in this order: runs, then requests."""
+    return rng.integers(0, n_runs, size=(n_resamples, n_runs)), rng.random((n_resamples, n_runs, max(1, longest)))
+
+
+def _ends(stats: np.ndarray) -> tuple[float, float]:
+    tail = (1.0 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(stats, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _lifted(run: RunRequests) -> np.ndarray:
+    return np.where(run.censored, _UNBOUNDED, run.values)
+
+
+def pooled_percentile(runs: Sequence[RunRequests], q: float, *, n_resamples: int = N_RESAMPLES,
+                      seed: int = SEED) -> Interval:
+    """The q-quantile of every run's requests pooled, its two-level bootstrap 95% interval, and
+    whether it is only a lower bound (censored requests decide it). `n` is the number of runs."""
+    runs = [r for r in runs if len(r)]
+    if not runs:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    pool = np.concatenate([r.values for r in runs])
+    point = float(np.percentile(pool, q * 100))
+    at_least = float(np.percentile(np.concatenate([_lifted(r) for r in runs]), q * 100)) > point
+    if len(runs) == 1 and len(pool) == 1:
+        return Interval(point, point, point, 1, at_least)
+    picks, u = draws(np.random.default_rng(seed), len(runs), max(len(r) for r in runs), n_resamples)
+    low, high = _ends(resampled_percentiles([r.values for r in runs], q, picks, u))
+    return Interval(point, low, high, len(runs), at_least)
+
+
+def pooled_difference(candidate: Sequence[RunRequests | None], reference: Sequence[RunRequests | None], q: float,
+                      *, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> Difference:
+    """The candidate's pooled q-quantile against the reference's, round by round (`candidate[i]`
+    and `reference[i]` ran in round i; a round where either failed, None or empty, is left
+    out): relative where the reference's pooled value is positive, absolute otherwise. The
+    interval resamples rounds (the same for both sides), then requests within each run."""
+    rounds = [(a, b) for a, b in zip(candidate, reference) if a is not None and b is not None and len(a) and len(b)]
+    if not rounds:
+        return NAN_DIFFERENCE
+    a_runs, b_runs = [a.values for a, _ in rounds], [b.values for _, b in rounds]
+    a_point = float(np.percentile(np.concatenate(a_runs), q * 100))
+    b_point = float(np.percentile(np.concatenate(b_runs), q * 100))
+    relative = b_point > 0 and all(np.all(r > 0) for r in b_runs)
+    kind = "relative" if relative else "absolute"
+
+    def diff(x, y):
+        return x / y - 1.0 if relative else x - y
+
+    point = float(diff(a_point, b_point))
+    n = len(rounds)
+    if n == 1:
+        return Difference(point, point, point, 1, kind=kind)  # one round says nothing of the runs' noise
+    rng = np.random.default_rng(seed)
+    longest = max(len(r) for r in a_runs + b_runs)
+    picks, u_a = draws(rng, n, longest, n_resamples)
+    u_b = rng.random(u_a.shape)
+    stats = diff(resampled_percentiles(a_runs, q, picks, u_a), resampled_percentiles(b_runs, q, picks, u_b))
+    low, high = _ends(stats)
+    return Difference(point, low, high, n, kind=kind)
+
+
+def requests_for_tail(q: float, tail: int) -> int:
+    """How many requests put `tail` of them above their q-quantile."""
+    return math.ceil(round(tail / (1.0 - q), 9))
+
+
+def runs_for_pool(q: float, per_run: float, runs: int, tail: int) -> int:
+    """The runs whose pooled requests (`per_run` each) put at least `tail` above the q-quantile:
+    `runs`, or more where that pool is too thin."""
+    if not (per_run > 0 and math.isfinite(per_run)):
+        return runs
+    return max(runs, math.ceil(round(requests_for_tail(q, tail) / per_run, 9)))

@@ -1,0 +1,73 @@
+"""The verdict's gain in one line, and how differences, bounds and brackets are written."""
+
+import math
+
+from objectives import statistics as st
+from search.outputs import verdict_text
+from search.outputs.format import fmt_bracket, fmt_difference, fmt_interval, fmt_ratio
+from search.study.confirmation import runs_for_percentiles
+from search.study.verdict import decide
+from tests.unit.search.test_verdict_measures import SCENARIO, run
+
+
+def _verdict(candidate_caps, reference_caps):
+    runs = [run(0, k, 785.0 + 10 * k, r, r / 1.2, r * 1.2) for k, r in enumerate(candidate_caps)]
+    runs += [run(1, k, 1134.0 + 10 * k, r, r / 1.2 if r else None, r * 1.2 if r else 0.89,
+                 baseline="vllm_defaults") for k, r in enumerate(reference_caps)]
+    return decide(runs, SCENARIO, [0, 1], runs_per_candidate=3)
+
+
+def test_the_headline_states_the_capacity_gain_as_a_ratio_with_the_latency_beside_it():
+    v = _verdict((2.11, 2.03, 2.31), (0.7, 0.6, 0.8))
+    text = verdict_text.describe(v, SCENARIO)
+    line = text.gain
+    assert line.startswith("trial 0: capacity under the SLO: 2.11 req/s [")
+    assert " vs vLLM defaults 0.700 [" in line and "]: 3.0x [" in line
+    assert "; ttft_p95_ms at the target load: 795 ms [" in line and "%" in line.rsplit(":", 1)[1]
+    assert line in text.summary_lines() and line in text.lines()  # every output prints one of these
+
+
+def test_against_a_baseline_that_sustains_none_the_gain_is_absolute_and_says_so():
+    v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
+    line = verdict_text.gain_headline(v, SCENARIO)
+    assert "vs vLLM defaults 0.000 [0.000, 0.890]: +2.11 req/s [" in line and "absolute" in line
+    assert v.comparison(0, 1).calls["slo_capacity_rps"] == "win"
+
+
+def test_bounds_brackets_and_absolute_differences_are_labelled():
+    assert fmt_interval(st.Interval(1470.0, 1128.0, 1470.0, 3, at_least=True), unit="ms") == \
+        "at least 1,470 ms [1,128, 1,470]"
+    assert fmt_interval(st.Interval(0.0, 0.0, 0.89, 3), unit="req/s") == "0.000 req/s [0.000, 0.890]"
+    assert fmt_bracket(2.86, 4.04) == "[2.86, 4.04)" and fmt_bracket(4.0, 4.0) == ">= 4"
+    assert fmt_bracket(0.0, 0.89) == "< 0.89"
+    diff = st.Difference(2.11, 1.9, 2.3, 3, kind="absolute")
+    assert fmt_difference(diff, "req/s").startswith("+2.11 req/s [+1.90, +2.30] absolute")
+    assert fmt_ratio(diff) is None
+    assert fmt_ratio(st.Difference(2.0, 1.6, 2.6, 3)) == "3.0x [2.6, 3.6]"
+    assert fmt_ratio(st.Difference(math.nan, math.nan, math.nan, 0)) is None
+
+
+def test_each_runs_bracket_and_each_bound_is_named_in_the_notes():
+    v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
+    notes = verdict_text.bound_notes(v, SCENARIO)
+    assert any(n.startswith("trial 0: slo_capacity_rps run by run lies in [1.76, 2.53), ") for n in notes)
+    assert any("vllm_defaults (trial 1): slo_capacity_rps run by run lies in < 0.89, < 0.89, < 0.89" in n
+               for n in notes)
+    assert any("ttft_p95_ms, tpot_p95_ms read as the median of its runs" in n for n in notes)  # no samples stored
+
+
+def test_a_thin_pool_asks_for_more_runs_and_says_what_they_cost():
+    from objectives.load import WorkloadSpec
+
+    wl = WorkloadSpec.model_validate({"duration_s": 30, "arrival": {"mode": "poisson", "rate": 0.8},
+                                      "prompt_tokens": 64, "output_tokens": 16})
+    runs, lines = runs_for_percentiles(["ttft_p95_ms", "slo_capacity_rps"], wl, 3, run_s=120.0, n_candidates=4)
+    assert runs == 5  # 24 requests per run: 3 pool 72 (3 above the p95), 5 pool 120 (6)
+    assert lines[0].startswith("ttft_p95_ms: ~24 requests per run, so 3 runs pool 72 with 4 above")
+    assert lines[-1] == ("the confirmation runs 5 runs per candidate instead of 3 (+8 runs, about 16 min more) "
+                         "so that every percentile is read from enough pooled requests")
+    assert runs_for_percentiles(["ttft_p95_ms"], wl, 6)[0] == 6
+    few = WorkloadSpec.model_validate({"duration_s": 5, "arrival": {"mode": "poisson", "rate": 0.8},
+                                       "prompt_tokens": 64, "output_tokens": 16})
+    runs, lines = runs_for_percentiles(["ttft_p95_ms"], few, 3)
+    assert runs == 3 and "lengthen the target stage" in lines[0]
