@@ -12,6 +12,7 @@ then read from the stored runs.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -19,7 +20,7 @@ import optuna
 from sqlalchemy.orm import Session
 
 from objectives import pooled
-from objectives.load import MetricName, WorkloadSpec, json_safe
+from objectives.load import MetricName, json_safe
 from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
 from objectives.scoring import Score
 from search import pareto
@@ -41,6 +42,8 @@ START_STOP_ESTIMATE_S = 45.0
 # The most runs per candidate a thin percentile may ask for (a scenario with a handful of requests
 # per run would otherwise ask for dozens): beyond it the verdict warns that the pool is thin.
 MAX_POOLED_RUNS = 10
+# The most a thin percentile may lengthen the confirmation's target stage, before it asks for runs.
+MAX_STAGE_STRETCH = 3.0
 
 
 @dataclass(frozen=True)
@@ -100,36 +103,59 @@ def _bracket(row: TrialRecord) -> tuple[float, ...]:
     return tuple(float(r) for r in (cap.get("low"), cap.get("high")) if r)
 
 
-def runs_for_percentiles(metrics: Sequence[str], workload: WorkloadSpec | None, runs: int,
-                         run_s: float | None = None, n_candidates: int = 1) -> tuple[int, list[str]]:
-    """The runs per candidate whose pooled requests put at least `MIN_TAIL_REQUESTS` above each
-    percentile among `metrics` (from the workload's expected requests per class of one run); and
-    a line per percentile that asked for more, with what it costs (`run_s`: one run's estimated
-    seconds). A percentile that would need more than `MAX_POOLED_RUNS` runs adds none: its line
-    says to lengthen the target stage instead (the verdict then warns that its pool is thin)."""
-    planned, lines = runs, []
+@dataclass(frozen=True)
+class PooledPlan:
+    """What the confirmation measures so that its pooled percentiles rest on enough requests:
+    the measurement (its target stage lengthened where needed), the runs per candidate, and a
+    line per percentile that asked for more, with what it costs."""
+
+    measurement: Measurement
+    runs: int
+    lines: list[str]
+
+
+def pooled_plan(metrics: Sequence[str], full: Measurement, runs: int, run_s: float | None = None,
+                n_candidates: int = 1) -> PooledPlan:
+    """Lengthen the target stage (up to `MAX_STAGE_STRETCH` times), then add runs (up to
+    `MAX_POOLED_RUNS`), until the runs' pooled requests put at least `MIN_TAIL_REQUESTS` above
+    each percentile among `metrics`. A longer stage is the cheaper way to more requests: a run
+    costs a server start and the capacity stages besides its target stage. `run_s`: one run's
+    estimated seconds, for the cost line. Beyond both caps the verdict warns that the pool is thin."""
+    workload = full.workload
+    stretch, planned, lines = 1.0, runs, []
     for metric in metrics:
         name = MetricName.parse(metric)
-        per_run = workload.expected_requests(name.cls) if workload is not None else None
-        if not pooled.pooled_metric(metric) or per_run is None:
+        per_run = workload.expected_requests(name.cls)
+        if not pooled.pooled_metric(metric) or not per_run:
             continue
-        need = pooled.runs_for_pool(name.quantile, per_run, runs, MIN_TAIL_REQUESTS)
-        if need <= runs:
+        need = pooled.requests_for_tail(name.quantile, MIN_TAIL_REQUESTS)
+        if per_run * runs >= need:
             continue
         pool = (f"{metric}: ~{per_run:.0f} requests per run, so {runs} runs pool {per_run * runs:.0f} with "
                 f"{tail_requests(name.quantile, int(per_run * runs))} above the percentile")
-        if need > MAX_POOLED_RUNS:
-            lines.append(f"{pool}; {need} runs would put {MIN_TAIL_REQUESTS} above it, more than the "
-                         f"{MAX_POOLED_RUNS} the phase runs: lengthen the target stage (workload.duration_s)")
-            continue
-        lines.append(f"{pool}; {need} runs per candidate put {tail_requests(name.quantile, int(per_run * need))}")
-        planned = max(planned, need)
+        s = min(MAX_STAGE_STRETCH, need / (per_run * runs))
+        n = min(MAX_POOLED_RUNS, max(runs, math.ceil(round(need / (per_run * s), 9))))
+        if per_run * s * n < need:
+            lines.append(f"{pool}; even {n} runs of a {MAX_STAGE_STRETCH:g}x longer target stage leave fewer "
+                         f"than {MIN_TAIL_REQUESTS} above it: lengthen the target stage (workload.duration_s)")
+        else:
+            lines.append(f"{pool}; {n} runs of a {s:.2f}x longer target stage put "
+                         f"{tail_requests(name.quantile, int(per_run * s * n))} above it")
+        stretch, planned = max(stretch, s), max(planned, n)
+    if stretch > 1.0:
+        update = {k: math.ceil(getattr(workload, k) * stretch) for k in ("duration_s", "num_requests")
+                  if getattr(workload, k) is not None}
+        workload = workload.model_copy(update=update)
+        what = ", ".join(f"{k} {v:g} instead of {getattr(full.workload, k):g}" for k, v in update.items())
+        extra_s = (workload.duration_s or 0) - (full.workload.duration_s or 0)
+        cost = f" (+{extra_s:.0f} s of load a run)" if extra_s else ""
+        lines.append(f"the confirmation's target stage runs {what}{cost} so that every percentile is read from "
+                     f"enough pooled requests")
     if planned > runs:
         extra = (planned - runs) * n_candidates
         cost = f", about {extra * run_s / 60:.0f} min more" if run_s else ""
-        lines.append(f"the confirmation runs {planned} runs per candidate instead of {runs} "
-                     f"(+{extra} runs{cost}) so that every percentile is read from enough pooled requests")
-    return planned, lines
+        lines.append(f"the confirmation runs {planned} runs per candidate instead of {runs} (+{extra} runs{cost})")
+    return PooledPlan(dataclasses.replace(full, workload=workload), planned, lines)
 
 
 def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate]]:
@@ -171,18 +197,15 @@ class ConfirmationPhase:
 
     def __init__(self, prep: Prepared, ctx: LaunchContext, executor: TrialExecutor, events: StudyObserver,
                  score: Callable[[dict[str, float], bool], Score], runs: int,
-                 ride: Callable[[Callable[[], T]], T] = lambda action: action(),
-                 workload: WorkloadSpec | None = None):
+                 ride: Callable[[Callable[[], T]], T] = lambda action: action(), pool_lines: Sequence[str] = ()):
         self.prep, self.ctx, self.executor, self.events, self.score, self.runs = prep, ctx, executor, events, score, runs
         self.ride = ride
-        self.workload = workload  # the resolved one the runs measure: how many requests a percentile pools
+        self.pool_lines = list(pool_lines)  # what `pooled_plan` lengthened or added, and its cost
 
     def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
             estimate: float | None) -> verdict_mod.Verdict:
         per_run = estimate / len(cands) if estimate is not None and cands else None
-        self.runs, pool_lines = runs_for_percentiles(verdict_mod.measured_metrics(self.prep.scenario), self.workload,
-                                                     self.runs, per_run, len(cands))
-        notes = [*notes, *pool_lines]
+        notes = [*notes, *self.pool_lines]
 
         def begin() -> set[tuple[int, int]]:
             rec.confirmation = {"runs": self.runs, "candidates": [c.trial_number for c in cands], "notes": notes}

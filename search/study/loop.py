@@ -268,8 +268,11 @@ class StudyRunner:
         if not any(c.baseline is None for c in cands):
             self.events.note("confirmation skipped: no sampled configuration met the SLOs in the search")
             return None
+        per_run = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
+        pool = confirmation_mod.pooled_plan(verdict_mod.measured_metrics(self.sc), opened.full, self.confirm_runs,
+                                            per_run / len(cands) if per_run is not None else None, len(cands))
         phase = confirmation_mod.ConfirmationPhase(
-            self.prep, opened.ctx, self._make_executor(opened.ctx, opened.full), self.events,
-            partial(recording.score, opened), self.confirm_runs, recording.ride, opened.full.workload)
-        estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
+            self.prep, opened.ctx, self._make_executor(opened.ctx, pool.measurement), self.events,
+            partial(recording.score, opened), pool.runs, recording.ride, pool.lines)
+        estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, pool.measurement, opened.screened))
         return phase.run(recording.session, opened.record, cands, notes, estimate)

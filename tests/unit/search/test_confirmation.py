@@ -127,7 +127,8 @@ def test_the_search_screens_short_and_confirmation_measures_in_full(tmp_path):
     r, executor, _ = study(tmp_path, noisy_world(TRUTH, LUCKY_16), scenario=tmp_path / "screened.yaml", confirm_runs=1)
     r.run()
     sizes = [(bool(p.run_name), m.workload.num_requests) for p, m in zip(executor.plans, executor.measured_with)]
-    assert sizes == [(False, 4)] * 4 + [(True, 8)] * 3
+    # full: 40 requests, lengthened to 100 since one run must put 5 above the p95 (pooled_plan)
+    assert sizes == [(False, 4)] * 4 + [(True, 100)] * 3
 
 
 def test_confirmation_looks_for_the_capacity_where_the_search_bracketed_it(tmp_path):

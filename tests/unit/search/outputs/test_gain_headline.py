@@ -5,7 +5,7 @@ import math
 from objectives import statistics as st
 from search.outputs import verdict_text
 from search.outputs.format import fmt_bracket, fmt_difference, fmt_interval, fmt_ratio
-from search.study.confirmation import runs_for_percentiles
+from search.study.confirmation import pooled_plan
 from search.study.verdict import decide
 from tests.unit.search.test_verdict_measures import SCENARIO, run
 
@@ -56,18 +56,23 @@ def test_each_runs_bracket_and_each_bound_is_named_in_the_notes():
     assert any("ttft_p95_ms, tpot_p95_ms read as the median of its runs" in n for n in notes)  # no samples stored
 
 
-def test_a_thin_pool_asks_for_more_runs_and_says_what_they_cost():
+def test_a_thin_pool_lengthens_the_target_stage_then_adds_runs_and_says_what_it_costs():
     from objectives.load import WorkloadSpec
+    from search.executor import Measurement
 
-    wl = WorkloadSpec.model_validate({"duration_s": 30, "arrival": {"mode": "poisson", "rate": 0.8},
-                                      "prompt_tokens": 64, "output_tokens": 16})
-    runs, lines = runs_for_percentiles(["ttft_p95_ms", "slo_capacity_rps"], wl, 3, run_s=120.0, n_candidates=4)
-    assert runs == 5  # 24 requests per run: 3 pool 72 (3 above the p95), 5 pool 120 (6)
-    assert lines[0].startswith("ttft_p95_ms: ~24 requests per run, so 3 runs pool 72 with 4 above")
-    assert lines[-1] == ("the confirmation runs 5 runs per candidate instead of 3 (+8 runs, about 16 min more) "
-                         "so that every percentile is read from enough pooled requests")
-    assert runs_for_percentiles(["ttft_p95_ms"], wl, 6)[0] == 6
-    few = WorkloadSpec.model_validate({"duration_s": 5, "arrival": {"mode": "poisson", "rate": 0.8},
-                                       "prompt_tokens": 64, "output_tokens": 16})
-    runs, lines = runs_for_percentiles(["ttft_p95_ms"], few, 3)
-    assert runs == 3 and "lengthen the target stage" in lines[0]
+    def measurement(duration_s: float) -> Measurement:
+        return Measurement(WorkloadSpec.model_validate({"duration_s": duration_s, "arrival": {"mode": "poisson", "rate": 0.8},
+                                                        "prompt_tokens": 64, "output_tokens": 16}))
+
+    plan = pooled_plan(["ttft_p95_ms", "slo_capacity_rps"], measurement(30), 3, run_s=120.0, n_candidates=4)
+    # 24 requests per run: 3 runs pool 72 (4 above the p95); a 42 s stage pools 100 (5)
+    assert plan.runs == 3 and plan.measurement.workload.duration_s == 42
+    assert plan.lines[0].startswith("ttft_p95_ms: ~24 requests per run, so 3 runs pool 72 with 4 above")
+    assert plan.lines[-1] == ("the confirmation's target stage runs duration_s 42 instead of 30 (+12 s of load a run) "
+                              "so that every percentile is read from enough pooled requests")
+    assert pooled_plan(["ttft_p95_ms"], measurement(30), 6).measurement.workload.duration_s == 30  # 144 pooled
+    plan = pooled_plan(["ttft_p95_ms"], measurement(5), 3, run_s=60.0, n_candidates=2)  # 4 a run: 3x, then runs
+    assert plan.measurement.workload.duration_s == 15 and plan.runs == 9
+    assert plan.lines[-1] == "the confirmation runs 9 runs per candidate instead of 3 (+12 runs, about 12 min more)"
+    plan = pooled_plan(["ttft_p95_ms"], measurement(2), 3)
+    assert plan.runs == 10 and "lengthen the target stage" in plan.lines[0]
