@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from objectives.load import (LoadRunError, ProgressWatch, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
+from objectives.load import (LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
                              run_async, run_load)
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.serving import (DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, LaunchContext,
                             kv_cache_check_at_start)
-from search.serving.process import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
+from search.serving.process import (FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside,
+                                    while_serving)
 from storage.models import TrialStatus
 
 
@@ -76,7 +77,7 @@ class VllmExecutor:
                  capacity_hint: tuple[float, ...] = ()) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
-        watch = ProgressWatch(m.stall_bound_s)
+        watch = FirstTokenWatch(m.stall_bound_s)  # and the first token served, for the start's anatomy
         try:
             if m.capacity is None:
                 on_phase("load")
@@ -94,6 +95,8 @@ class VllmExecutor:
             outcome.timings["load_s"] = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)
             raise
+        finally:
+            server.note_first_token(watch.first_token_at())
         outcome.metrics = staged.metrics()
         outcome.server_diagnostics = staged.target.server_diagnostics()
         outcome.stages = [json_safe(s.as_row()) for s in staged.stages]
@@ -150,6 +153,8 @@ class VllmExecutor:
             report = server.stop(kill=hung)
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
+                if report.start_anatomy is not None:
+                    outcome.timings["start_anatomy"] = report.start_anatomy
             outcome.timings["total_s"] = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)
         return outcome

@@ -4,6 +4,8 @@
   of its own (a log left by an earlier start is kept beside it, see `set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`search.serving.failures`);
+* knows where its start's seconds went (`start_anatomy`: vLLM's log lines against the spawn,
+  the health check and the first token served), and hands that over with its stop report;
 * stops the whole group (TERM, then KILL) and returns only once no process of the group is
   left, the port no longer listens and, on a GPU, the memory is back. A group with a stopped
   process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -29,6 +32,7 @@ from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
+from search.serving.start_anatomy import StartAnatomy, start_anatomy
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 
 HOST = "127.0.0.1"
@@ -66,6 +70,7 @@ class StopReport:
     killed: bool  # needed SIGKILL after the grace period
     port_freed: bool
     gpu_memory_released: bool | None
+    start_anatomy: dict | None = None  # `StartAnatomy.as_dict()` of a server that served
 
 
 def reserve_port() -> socket.socket:
@@ -154,6 +159,9 @@ class VllmServer:
         self._log = None
         self.started_at: float | None = None
         self.ready_s: float | None = None
+        self.spawned_at: datetime | None = None  # local wall time, the clock of vLLM's log lines
+        self._spawned_perf: float | None = None  # the load generator's clock (perf_counter)
+        self.first_token_s: float | None = None  # from the spawn to the first token it served
         self._gpu_baseline: list[float] | None = None
         self.pids: set[int] = set()  # every process seen in the group, for the kernel log's word
 
@@ -196,7 +204,7 @@ class VllmServer:
                *self.spec.command(self.port)]
         self._log.write(("$ " + " ".join(cmd[4:]) + "\n").encode())
         self._log.flush()
-        self.started_at = time.monotonic()
+        self.started_at, self._spawned_perf, self.spawned_at = time.monotonic(), time.perf_counter(), datetime.now()
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=self._env(), start_new_session=True, pass_fds=(read_fd,),
@@ -241,6 +249,17 @@ class VllmServer:
         finally:
             conn.close()
 
+    def note_first_token(self, perf_t: float | None) -> None:
+        """The first token a client got from this server, at `perf_t` (time.perf_counter)."""
+        if perf_t is not None and self.first_token_s is None and self._spawned_perf is not None:
+            self.first_token_s = perf_t - self._spawned_perf
+
+    def start_anatomy(self) -> StartAnatomy | None:
+        """Where this start's seconds went (None before it answered /health)."""
+        if self.ready_s is None or self.spawned_at is None:
+            return None
+        return start_anatomy(self.log_text(), self.spawned_at, self.ready_s, self.first_token_s)
+
     def elapsed(self) -> float:
         return time.monotonic() - self.started_at if self.started_at else 0.0
 
@@ -272,6 +291,7 @@ class VllmServer:
         if self.proc is None:
             return None
         t0 = time.monotonic()
+        anatomy = self.start_anatomy()  # before the log fills with shutdown lines
         pgid, killed = self.proc.pid, False
         grace = 0.0 if kill or group_stopped(group_members(pgid)) else self.spec.stop_grace_s
         if grace:
@@ -307,7 +327,8 @@ class VllmServer:
             self._log.close()
         _LIVE.discard(self)
         self.proc = None
-        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released)
+        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released,
+                          anatomy.as_dict() if anatomy is not None else None)
 
     @staticmethod
     def _wait(cond, timeout_s: float) -> bool:
