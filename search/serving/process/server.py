@@ -37,6 +37,13 @@ from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 
 HOST = "127.0.0.1"
 API_MODULE = "vllm.entrypoints.openai.api_server"
+# The API server module run as `__main__` from `-c`, not with `-m`. With `-m`, multiprocessing's
+# spawn re-runs the main module in every process it starts: vLLM's EngineCore, and on a CPU its
+# worker too (the CPU build forces spawn), each imported the whole HTTP stack it never serves
+# (measured here: 1-2 s per process, of 25-45 s to /health). From `-c` the main module has no
+# name or file, so a child imports only what it runs. The same vLLM code with the same flags:
+# the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
+LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
 POLL_S = 0.25
 
 
@@ -56,12 +63,14 @@ class LaunchSpec:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     stop_grace_s: float = 15.0
     gpu: bool = False
+    lean_children: bool = True  # LEAN_ENTRY; False: `-m API_MODULE` as before (the benchmark's old start)
 
-    def command(self, port: int) -> list[str]:
+    def command(self, port: int, lean: bool | None = None) -> list[str]:
         # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
         # it ignores a positional model, hence always --model.
         model = ["--model", str(self.model)] if self.model is not None else []
-        return [self.python, "-m", API_MODULE, *model, "--host", HOST, "--port", str(port), *self.args]
+        entry = ["-c", LEAN_ENTRY] if (self.lean_children if lean is None else lean) else ["-m", API_MODULE]
+        return [self.python, *entry, *model, "--host", HOST, "--port", str(port), *self.args]
 
 
 @dataclass(frozen=True)
