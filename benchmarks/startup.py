@@ -8,7 +8,7 @@ Prints the median of N starts per mode, with min/max, and vLLM's own engine-init
 worker re-import the whole HTTP stack) against the new one (`LEAN_ENTRY` in
 search/serving/process/server.py), one config, interleaved ABAB..., each start followed by the
 same short fixed load: the start seconds (median, range), each start's anatomy and the served
-TTFT/TPOT p50/p95 per mode, so "the same server" is a measured claim.
+TTFT/TPOT median/p95 per mode, so "the same server" is a measured claim.
 
     .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare]
 """
@@ -34,7 +34,7 @@ from search.serving.process.server import VllmServer
 FIXED_LOAD = {"endpoint": "completions", "prompt_tokens": 200, "output_tokens": 32,
               "arrival": {"mode": "poisson", "rate": 2.0}, "num_requests": 60, "warmup_requests": 4,
               "seed": 7, "request_timeout_s": 120}
-SERVED = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "tpot_p95_ms")
+SERVED = ("ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "tpot_p95_ms")
 
 INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
 
