@@ -99,6 +99,8 @@ def milestones(log_text: str, spawned_at: datetime) -> dict[str, float]:
             at = _stamp_s(line, spawned_at) if at is None else at
             if at is not None:
                 found[ms.phase] = at
+        if len(found) == len(MILESTONES):  # the rest of the log is the server at work
+            break
     return found
 
 

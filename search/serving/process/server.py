@@ -299,8 +299,8 @@ class VllmServer:
         (the caller saw it hang) or when a process of the group is stopped."""
         if self.proc is None:
             return None
+        anatomy = self.start_anatomy()  # before the log fills with shutdown lines; not in stop_s
         t0 = time.monotonic()
-        anatomy = self.start_anatomy()  # before the log fills with shutdown lines
         pgid, killed = self.proc.pid, False
         grace = 0.0 if kill or group_stopped(group_members(pgid)) else self.spec.stop_grace_s
         if grace:
