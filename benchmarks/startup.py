@@ -26,7 +26,7 @@ from rich.table import Table
 
 from objectives.load import WorkloadSpec, run_async, run_load
 from search.serving import launch_context, resolve_server_args
-from search.serving.process import launch, while_serving
+from search.serving.process import FirstTokenWatch, launch, while_serving
 from search.serving.process.launcher import launch_spec
 from search.serving.process.server import VllmServer
 
@@ -60,9 +60,11 @@ def served_start(ctx, lean: bool, log: Path) -> dict:
     server = VllmServer(spec)
     server.start()
     try:
-        model = str(ctx.model.path)
+        model, watch = str(ctx.model.path), FirstTokenWatch(60.0)
         result = run_async(while_serving(server, run_load(
-            server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model), "load"))
+            server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch),
+            "load", watch))
+        server.note_first_token(watch.first_token_at())
     finally:
         report = server.stop()
     metrics = result.flat_metrics()
