@@ -19,6 +19,7 @@ import argparse
 import re
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -59,16 +60,18 @@ def served_start(ctx, lean: bool, log: Path) -> dict:
     spec.lean_children = lean
     server = VllmServer(spec)
     server.start()
+    healthy_at = time.perf_counter()
     try:
         model, watch = str(ctx.model.path), FirstTokenWatch(60.0)
         result = run_async(while_serving(server, run_load(
             server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch),
             "load", watch))
-        server.note_first_token(watch.first_token_at())
     finally:
         report = server.stop()
     metrics = result.flat_metrics()
-    return {"start_s": server.ready_s, "anatomy": (report.start_anatomy or {}).get("phases", {}),
+    first = watch.first_token_at()  # perf_counter, like `healthy_at`
+    anatomy = report.start_anatomy.with_first_token(first - healthy_at if first is not None else None)
+    return {"start_s": server.ready_s, "anatomy": anatomy.phases,
             **{k: metrics[k] for k in SERVED}}
 
 

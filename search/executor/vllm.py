@@ -74,10 +74,10 @@ class VllmExecutor:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
 
     def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
-                 capacity_hint: tuple[float, ...] = ()) -> None:
+                 capacity_hint: tuple[float, ...] = (), watch: FirstTokenWatch | None = None) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
-        watch = FirstTokenWatch(m.stall_bound_s)  # and the first token served, for the start's anatomy
+        watch = watch or FirstTokenWatch(m.stall_bound_s)
         try:
             if m.capacity is None:
                 on_phase("load")
@@ -95,8 +95,6 @@ class VllmExecutor:
             outcome.timings["load_s"] = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)
             raise
-        finally:
-            server.note_first_token(watch.first_token_at())
         outcome.metrics = staged.metrics()
         outcome.server_diagnostics = staged.target.server_diagnostics()
         outcome.stages = [json_safe(s.as_row()) for s in staged.stages]
@@ -135,11 +133,12 @@ class VllmExecutor:
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
         server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
         t0, kv_check = time.monotonic(), {}
+        watch, healthy_at = FirstTokenWatch(self.measurement.stall_bound_s), None  # the first token served
         try:
             server.start()
-            outcome.timings["start_s"] = server.ready_s
+            outcome.timings["start_s"], healthy_at = server.ready_s, time.perf_counter()
             kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
-            self._measure(server, outcome, on_phase, plan.capacity_hint)
+            self._measure(server, outcome, on_phase, plan.capacity_hint, watch)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
             outcome.failure = e.failure
@@ -154,7 +153,9 @@ class VllmExecutor:
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
                 if report.start_anatomy is not None:
-                    outcome.timings["start_anatomy"] = report.start_anatomy
+                    first = watch.first_token_at()
+                    outcome.timings["start_anatomy"] = report.start_anatomy.with_first_token(
+                        first - healthy_at if first is not None and healthy_at is not None else None).as_dict()
             outcome.timings["total_s"] = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)
         return outcome

@@ -27,7 +27,7 @@ init) are kept beside the phases as it reported them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -71,6 +71,12 @@ class StartAnatomy:
     @property
     def missing(self) -> list[str]:
         return [name for name, s in self.phases.items() if s is None]
+
+    def with_first_token(self, after_health_s: float | None) -> "StartAnatomy":
+        """With the first token served `after_health_s` after /health answered (None: none was)."""
+        if after_health_s is None:
+            return self
+        return replace(self, phases={**self.phases, FIRST_TOKEN: max(after_health_s, 0.0)})
 
     def as_dict(self) -> dict[str, Any]:
         """What a trial stores under `timings["start_anatomy"]`."""

@@ -79,7 +79,7 @@ class StopReport:
     killed: bool  # needed SIGKILL after the grace period
     port_freed: bool
     gpu_memory_released: bool | None
-    start_anatomy: dict | None = None  # `StartAnatomy.as_dict()` of a server that served
+    start_anatomy: StartAnatomy | None = None  # of a server that answered /health
 
 
 def reserve_port() -> socket.socket:
@@ -169,8 +169,6 @@ class VllmServer:
         self.started_at: float | None = None
         self.ready_s: float | None = None
         self.spawned_at: datetime | None = None  # local wall time, the clock of vLLM's log lines
-        self._spawned_perf: float | None = None  # the load generator's clock (perf_counter)
-        self.first_token_s: float | None = None  # from the spawn to the first token it served
         self._gpu_baseline: list[float] | None = None
         self.pids: set[int] = set()  # every process seen in the group, for the kernel log's word
 
@@ -213,7 +211,7 @@ class VllmServer:
                *self.spec.command(self.port)]
         self._log.write(("$ " + " ".join(cmd[4:]) + "\n").encode())
         self._log.flush()
-        self.started_at, self._spawned_perf, self.spawned_at = time.monotonic(), time.perf_counter(), datetime.now()
+        self.started_at, self.spawned_at = time.monotonic(), datetime.now()
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=self._env(), start_new_session=True, pass_fds=(read_fd,),
@@ -258,16 +256,12 @@ class VllmServer:
         finally:
             conn.close()
 
-    def note_first_token(self, perf_t: float | None) -> None:
-        """The first token a client got from this server, at `perf_t` (time.perf_counter)."""
-        if perf_t is not None and self.first_token_s is None and self._spawned_perf is not None:
-            self.first_token_s = perf_t - self._spawned_perf
-
     def start_anatomy(self) -> StartAnatomy | None:
-        """Where this start's seconds went (None before it answered /health)."""
+        """Where this start's seconds went, to /health (None before it answered); the client that
+        loads it adds the first token (`StartAnatomy.with_first_token`)."""
         if self.ready_s is None or self.spawned_at is None:
             return None
-        return start_anatomy(self.log_text(), self.spawned_at, self.ready_s, self.first_token_s)
+        return start_anatomy(self.log_text(), self.spawned_at, self.ready_s)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started_at if self.started_at else 0.0
@@ -336,8 +330,7 @@ class VllmServer:
             self._log.close()
         _LIVE.discard(self)
         self.proc = None
-        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released,
-                          anatomy.as_dict() if anatomy is not None else None)
+        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released, anatomy)
 
     @staticmethod
     def _wait(cond, timeout_s: float) -> bool:

@@ -3,7 +3,6 @@ included (a fake `python` that logs vLLM's milestone lines and answers /health s
 vLLM, started through the real guard and process group)."""
 
 import sys
-import time
 
 import pytest
 
@@ -38,18 +37,13 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=str(python),
                                    startup_timeout_s=30))
     server.start()
-    try:
-        time.sleep(0.2)
-        server.note_first_token(time.perf_counter())
-    finally:
-        report = server.stop()
-    phases = report.start_anatomy["phases"]
-    assert [p for p, s in phases.items() if s is None] == []
-    assert sum(phases.values()) == pytest.approx(server.first_token_s, abs=0.02)
-    assert server.first_token_s >= server.ready_s + 0.2
-    assert phases["first token"] == pytest.approx(server.first_token_s - server.ready_s, abs=0.02)
-    assert report.start_anatomy["vllm_reported"] == {"weights_s": 0.03, "engine_init_s": 0.12}
-
+    report = server.stop()
+    anatomy = report.start_anatomy
+    assert anatomy.missing == ["first token"]  # the client that loads it adds that one
+    assert sum(s for s in anatomy.phases.values() if s is not None) == pytest.approx(server.ready_s, abs=0.02)
+    assert anatomy.phases["import"] < 1.0 and anatomy.phases["engine process"] > 0.4  # the fake's 1.2 s sleep
+    assert anatomy.reported == {"weights_s": 0.03, "engine_init_s": 0.12}
+    assert anatomy.with_first_token(0.3).as_dict()["phases"]["first token"] == 0.3
 
 def test_the_watch_keeps_the_first_token_of_the_first_load_run_only():
     def record(first_token: float | None) -> RequestRecord:
