@@ -4,7 +4,13 @@ Eager vs compiled, and compiled with a cold vs a warm compile cache (VLLM_CACHE_
 TORCHINDUCTOR_CACHE_DIR pointed at a fresh directory, or at one a previous start filled).
 Prints the median of N starts per mode, with min/max, and vLLM's own engine-init split.
 
-    .venv/bin/python benchmarks/startup.py [--repeats 3]
+`--compare`: the old start (`python -m` the API server module: vLLM's spawned EngineCore and CPU
+worker re-import the whole HTTP stack) against the new one (`LEAN_ENTRY` in
+search/serving/process/server.py), one config, interleaved ABAB..., each start followed by the
+same short fixed load: the start seconds (median, range), each start's anatomy and the served
+TTFT/TPOT median/p95 per mode, so "the same server" is a measured claim.
+
+    .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare]
 """
 
 from __future__ import annotations
@@ -13,13 +19,23 @@ import argparse
 import re
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from objectives.load import WorkloadSpec, run_async, run_load
 from search.serving import launch_context, resolve_server_args
-from search.serving.process import launch
+from search.serving.process import FirstTokenWatch, launch, while_serving
+from search.serving.process.launcher import launch_spec
+from search.serving.process.server import VllmServer
+
+# The short fixed load after each start of --compare: the same requests every time (one seed).
+FIXED_LOAD = {"endpoint": "completions", "prompt_tokens": 200, "output_tokens": 32,
+              "arrival": {"mode": "poisson", "rate": 2.0}, "num_requests": 60, "warmup_requests": 4,
+              "seed": 7, "request_timeout_s": 120}
+SERVED = ("ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "tpot_p95_ms")
 
 INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
 
@@ -37,11 +53,69 @@ def one_start(ctx, eager: bool, cache_dir: Path, log: Path) -> tuple[float, floa
     return ready, float(m.group(1)) if m else None, stop.seconds
 
 
+def served_start(ctx, lean: bool, log: Path) -> dict:
+    """One start (old or new entry) of the compared config, the fixed load on it, its stop."""
+    values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048, "memory_utilization": 0.25}
+    spec = launch_spec(ctx, resolve_server_args(values, ctx), log)
+    spec.lean_children = lean
+    server = VllmServer(spec)
+    server.start()
+    healthy_at = time.perf_counter()
+    try:
+        model, watch = str(ctx.model.path), FirstTokenWatch(60.0)
+        result = run_async(while_serving(server, run_load(
+            server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch),
+            "load", watch))
+    finally:
+        report = server.stop()
+    metrics = result.flat_metrics()
+    first = watch.first_token_at()  # perf_counter, like `healthy_at`
+    anatomy = report.start_anatomy.with_first_token(first - healthy_at if first is not None else None)
+    return {"start_s": server.ready_s, "anatomy": anatomy.phases,
+            **{k: metrics[k] for k in SERVED}}
+
+
+def compare(ctx, n: int, work: Path) -> None:
+    modes = {"old (-m module)": False, "new (lean children)": True}
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for i in range(n):  # ABAB..., so drift on a shared machine hits both alike
+        for k, (mode, lean) in enumerate(modes.items()):
+            r = served_start(ctx, lean, work / f"compare-{i}-{k}.log")
+            runs[mode].append(r)
+            phases = " + ".join(f"{p} {s:.1f}" for p, s in r["anatomy"].items() if s is not None)
+            print(f"run {i + 1}/{n} {mode}: /health after {r['start_s']:.1f} s ({phases}); "
+                  + ", ".join(f"{k} {r[k]:.1f}" for k in SERVED), flush=True)
+    table = Table(title=f"old vs new start, interleaved, n={n} each, {ctx.installed.label()}, "
+                        f"{ctx.hardware.describe()}; the fixed load: {FIXED_LOAD['num_requests']} requests "
+                        f"at {FIXED_LOAD['arrival']['rate']} rps")
+    table.add_column("")
+    for mode in modes:
+        table.add_column(mode, justify="right")
+
+    def spread(xs: list[float]) -> str:
+        return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+    table.add_row("start to /health, s", *(spread([r["start_s"] for r in runs[m]]) for m in modes))
+    phases = list(next(iter(runs.values()))[0]["anatomy"])
+    for p in phases:
+        table.add_row(f"  {p}, s", *(spread([r["anatomy"][p] for r in runs[m] if r["anatomy"].get(p) is not None]
+                                            or [float("nan")]) for m in modes))
+    for key in SERVED:
+        table.add_row(key, *(spread([r[key] for r in runs[m]]) for m in modes))
+    Console().print(table)
+    old, new = (statistics.median(r["start_s"] for r in runs[m]) for m in modes)
+    print(f"median start: {old:.1f} s -> {new:.1f} s ({new / old - 1:+.0%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    n = ap.parse_args().repeats
+    ap.add_argument("--compare", action="store_true", help="old vs new start, each under the same short load")
+    args = ap.parse_args()
+    n = args.repeats
     ctx = launch_context()
+    if args.compare:
+        compare(ctx, n, Path(tempfile.mkdtemp(prefix="autotune-startup-")))
+        return
     work = Path(tempfile.mkdtemp(prefix="autotune-startup-"))
     warm_cache = work / "warm"
     modes = {"eager": [], "compiled, cold cache": [], "compiled, warm cache": []}

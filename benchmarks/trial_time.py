@@ -3,7 +3,10 @@
 Reads a stored study (nothing is started) and prints per trial the start, each stage's elapsed
 seconds (a = aborted early), what the aborts saved, the idle waits between stages, the stop, the
 total, the share of the trial outside its load stages: 1 - sum(stage elapsed) / total, and the
-KV cache tokens the memory arithmetic predicted against those vLLM logged at the start.
+KV cache tokens the memory arithmetic predicted against those vLLM logged at the start, and the
+start's anatomy (`timings.start_anatomy`, search/serving/start_anatomy.py: imports, engine and
+worker processes, model load, KV cache, warm-up, API server, health, first token; trials stored
+before it was recorded show none).
 `total_s` runs from before the server's start to after its stop (search/executor/vllm.py), so the
 start is inside it; what is neither start, stage, idle wait nor stop is warm-up, request
 building and the executor's own work. Then the same shares over the whole study.
@@ -18,6 +21,7 @@ server and are left out.
 from __future__ import annotations
 
 import argparse
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from search.outputs import fmt_value
+from search.serving import START_PHASES
 from search.serving import describe_kv_check
 from storage import queries
 from storage.models import TrialRecord
@@ -45,6 +50,7 @@ class TrialTime:
     stop_s: float
     total_s: float
     kv_check: str = ""  # the memory arithmetic's KV cache tokens against vLLM's log
+    start_phases: dict[str, float | None] | None = None  # the start's anatomy, where recorded
 
     @property
     def other_s(self) -> float:
@@ -72,7 +78,7 @@ def trial_time(row: TrialRecord) -> TrialTime | None:
     start = t.get("start_s", 0.0 if stages else t["total_s"] - stop)  # none: it failed to start
     label = f"{row.trial_number}" + (f" ({row.baseline})" if row.baseline else "")
     return TrialTime(row.trial_number, label, start, stages, aborted, saved, idle, stop, t["total_s"],
-                     describe_kv_check(row.server_diagnostics or {}))
+                     describe_kv_check(row.server_diagnostics or {}), (t.get("start_anatomy") or {}).get("phases"))
 
 
 def _s(x: float) -> str:
@@ -114,6 +120,31 @@ def study_table(times: list[TrialTime]) -> Table:
     return table
 
 
+def start_table(times: list[TrialTime]) -> Table | None:
+    """Each start's phases (seconds; - where vLLM's log had no line for it), and their medians."""
+    started = [tt for tt in times if tt.start_phases]
+    if not started:
+        return None
+    table = Table(title="where each start's seconds went (vLLM's log lines, to about a second)",
+                  caption="import: to the API server's first line; health: to /health 200; "
+                          "first token: of the first request sent")
+    table.add_column("trial")
+    for name in START_PHASES:
+        table.add_column(name, justify="right")
+    table.add_column("start_s", justify="right")
+
+    def cell(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+    for tt in started:
+        table.add_row(tt.label, *(cell(tt.start_phases.get(p)) for p in START_PHASES), _s(tt.start_s))
+    medians = []
+    for p in START_PHASES:
+        xs = [tt.start_phases[p] for tt in started if tt.start_phases.get(p) is not None]
+        medians.append(cell(statistics.median(xs)) if xs else "-")
+    table.add_row("[bold]median[/]", *medians, _s(statistics.median(tt.start_s for tt in started)))
+    return table
+
+
 def storage_url(text: str) -> tuple[str, Path | None]:
     """(SQLAlchemy URL, the SQLite file when it is one): a plain path is a SQLite file."""
     if "://" not in text:
@@ -144,6 +175,8 @@ def main() -> int:
             console.print(f"study {args.study!r}: no trial started a server yet")
             return 0
         console.print(trials_table(times, f"study {args.study}: where each trial's time goes"))
+    if (starts := start_table(times)) is not None:
+        console.print(starts)
     console.print(study_table(times))
     return 0
 

@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from objectives.load import (LoadRunError, ProgressWatch, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
+from objectives.load import (LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
                              run_async, run_load)
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.serving import (DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, LaunchContext,
                             kv_cache_check_at_start)
-from search.serving.process import ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
+from search.serving.process import (FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside,
+                                    while_serving)
 from storage.models import TrialStatus
 
 
@@ -73,10 +74,10 @@ class VllmExecutor:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
 
     def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
-                 plan: TrialPlan) -> None:
+                 plan: TrialPlan, watch: FirstTokenWatch | None = None) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
-        watch = ProgressWatch(m.stall_bound_s)
+        watch = watch or FirstTokenWatch(m.stall_bound_s)
         try:
             if m.capacity is None:
                 on_phase("load")
@@ -133,11 +134,12 @@ class VllmExecutor:
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
         server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
         t0, kv_check = time.monotonic(), {}
+        watch, healthy_at = FirstTokenWatch(self.measurement.stall_bound_s), None  # the first token served
         try:
             server.start()
-            outcome.timings["start_s"] = server.ready_s
+            outcome.timings["start_s"], healthy_at = server.ready_s, time.perf_counter()
             kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
-            self._measure(server, outcome, on_phase, plan)
+            self._measure(server, outcome, on_phase, plan, watch)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
             outcome.failure = e.failure
@@ -151,6 +153,10 @@ class VllmExecutor:
             report = server.stop(kill=hung)
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
+                if report.start_anatomy is not None:
+                    first = watch.first_token_at()
+                    outcome.timings["start_anatomy"] = report.start_anatomy.with_first_token(
+                        first - healthy_at if first is not None and healthy_at is not None else None).as_dict()
             outcome.timings["total_s"] = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)
         return outcome

@@ -27,4 +27,4 @@ def launch(ctx: LaunchContext, args: ServerArgs, log_path: Path, *,
 def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
     """The server's command as a user would type it (on port 8000 rather than a random one)."""
     spec = launch_spec(ctx, args, Path("-"))
-    return shlex.join(["python", *spec.command(port=8000)[1:]])
+    return shlex.join(["python", *spec.command(port=8000, lean=False)[1:]])

@@ -4,6 +4,8 @@
   of its own (a log left by an earlier start is kept beside it, see `set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`search.serving.failures`);
+* knows where its start's seconds went (`start_anatomy`: vLLM's log lines against the spawn,
+  the health check and the first token served), and hands that over with its stop report;
 * stops the whole group (TERM, then KILL) and returns only once no process of the group is
   left, the port no longer listens and, on a GPU, the memory is back. A group with a stopped
   process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -29,10 +32,18 @@ from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
+from search.serving.start_anatomy import StartAnatomy, start_anatomy
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 
 HOST = "127.0.0.1"
 API_MODULE = "vllm.entrypoints.openai.api_server"
+# The API server module run as `__main__` from `-c`, not with `-m`. With `-m`, multiprocessing's
+# spawn re-runs the main module in every process it starts: vLLM's EngineCore, and on a CPU its
+# worker too (the CPU build forces spawn), each imported the whole HTTP stack it never serves
+# (measured here: 1-2 s per process, of 25-45 s to /health). From `-c` the main module has no
+# name or file, so a child imports only what it runs. The same vLLM code with the same flags:
+# the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
+LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
 POLL_S = 0.25
 
 
@@ -52,12 +63,14 @@ class LaunchSpec:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     stop_grace_s: float = 15.0
     gpu: bool = False
+    lean_children: bool = True  # LEAN_ENTRY; False: `-m API_MODULE` as before (the benchmark's old start)
 
-    def command(self, port: int) -> list[str]:
+    def command(self, port: int, lean: bool | None = None) -> list[str]:
         # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
         # it ignores a positional model, hence always --model.
         model = ["--model", str(self.model)] if self.model is not None else []
-        return [self.python, "-m", API_MODULE, *model, "--host", HOST, "--port", str(port), *self.args]
+        entry = ["-c", LEAN_ENTRY] if (self.lean_children if lean is None else lean) else ["-m", API_MODULE]
+        return [self.python, *entry, *model, "--host", HOST, "--port", str(port), *self.args]
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,7 @@ class StopReport:
     killed: bool  # needed SIGKILL after the grace period
     port_freed: bool
     gpu_memory_released: bool | None
+    start_anatomy: StartAnatomy | None = None  # of a server that answered /health
 
 
 def reserve_port() -> socket.socket:
@@ -154,6 +168,7 @@ class VllmServer:
         self._log = None
         self.started_at: float | None = None
         self.ready_s: float | None = None
+        self.spawned_at: datetime | None = None  # local wall time, the clock of vLLM's log lines
         self._gpu_baseline: list[float] | None = None
         self.pids: set[int] = set()  # every process seen in the group, for the kernel log's word
 
@@ -196,7 +211,7 @@ class VllmServer:
                *self.spec.command(self.port)]
         self._log.write(("$ " + " ".join(cmd[4:]) + "\n").encode())
         self._log.flush()
-        self.started_at = time.monotonic()
+        self.started_at, self.spawned_at = time.monotonic(), datetime.now()
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=self._env(), start_new_session=True, pass_fds=(read_fd,),
@@ -241,6 +256,13 @@ class VllmServer:
         finally:
             conn.close()
 
+    def start_anatomy(self) -> StartAnatomy | None:
+        """Where this start's seconds went, to /health (None before it answered); the client that
+        loads it adds the first token (`StartAnatomy.with_first_token`)."""
+        if self.ready_s is None or self.spawned_at is None:
+            return None
+        return start_anatomy(self.log_text(), self.spawned_at, self.ready_s)
+
     def elapsed(self) -> float:
         return time.monotonic() - self.started_at if self.started_at else 0.0
 
@@ -271,6 +293,7 @@ class VllmServer:
         (the caller saw it hang) or when a process of the group is stopped."""
         if self.proc is None:
             return None
+        anatomy = self.start_anatomy()  # before the log fills with shutdown lines; not in stop_s
         t0 = time.monotonic()
         pgid, killed = self.proc.pid, False
         grace = 0.0 if kill or group_stopped(group_members(pgid)) else self.spec.stop_grace_s
@@ -307,7 +330,7 @@ class VllmServer:
             self._log.close()
         _LIVE.discard(self)
         self.proc = None
-        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released)
+        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released, anatomy)
 
     @staticmethod
     def _wait(cond, timeout_s: float) -> bool:

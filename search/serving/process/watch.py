@@ -7,13 +7,32 @@ import asyncio
 import time
 from typing import Awaitable, TypeVar
 
-from objectives.load import ProgressWatch, Stall
+from objectives.load import ProgressWatch, RequestRecord, Stall
 from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.process.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
 
 CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a failure
+
+
+class FirstTokenWatch(ProgressWatch):
+    """A `ProgressWatch` that keeps the first load run's records (its warm-up first): the first
+    token the server served, the last phase of its start's anatomy."""
+
+    def __init__(self, bound_s: float):
+        super().__init__(bound_s)
+        self._first_run: list[RequestRecord] | None = None
+
+    def track(self, records: list[RequestRecord]) -> None:
+        super().track(records)
+        if self._first_run is None:
+            self._first_run = records
+
+    def first_token_at(self) -> float | None:
+        """When the first token arrived (time.perf_counter, the load generator's clock)."""
+        firsts = [r.first_token_time for r in self._first_run or [] if r.first_token_time is not None]
+        return min(firsts) if firsts else None
 
 
 def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
