@@ -7,10 +7,10 @@ it, mixed with a model-based one), `prior` (the earlier study seen by TPE).
 """
 
 from search.proposals.prior import PriorSampler, prior_trials, takes_prior, with_prior
-from search.proposals.proposer import (MOVE_ATTR, PROPOSAL_ATTR, DiagnosisProposer, Proposal, follows_diagnoses,
-                                       moved, propose, proposal_reason)
+from search.proposals.proposer import (MOVE_ATTR, PROPOSAL_ATTR, WARM_START_ATTR, DiagnosisProposer, Proposal,
+                                       follows_diagnoses, moved, origin, propose, proposal_reason)
 from search.proposals.rules import RULES, Move, Step, move_for
 
-__all__ = ["MOVE_ATTR", "PROPOSAL_ATTR", "RULES", "DiagnosisProposer", "Move", "PriorSampler", "Proposal", "Step",
-           "follows_diagnoses", "move_for", "moved", "prior_trials", "propose", "proposal_reason", "takes_prior",
+__all__ = ["MOVE_ATTR", "PROPOSAL_ATTR", "RULES", "WARM_START_ATTR", "DiagnosisProposer", "Move", "PriorSampler", "Proposal", "Step",
+           "follows_diagnoses", "move_for", "moved", "origin", "prior_trials", "propose", "proposal_reason", "takes_prior",
            "with_prior"]

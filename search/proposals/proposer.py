@@ -26,6 +26,7 @@ from search.space import representable
 
 MOVE_ATTR = "next_move"  # trial user attr: the move its diagnosis calls for (`Move.as_dict()`)
 PROPOSAL_ATTR = "proposal"  # trial user attr: why the proposer proposed this trial
+WARM_START_ATTR = "warm_start"  # trial user attr of a warm start's enqueued winner: whose winner it is
 LOOK_BACK = 3  # the latest diagnosed trials a proposal may follow: older ones the search has moved on from
 FIXED_PARAMS = "fixed_params"  # Optuna's system attr of an enqueued trial
 
@@ -157,6 +158,14 @@ def proposal_reason(sampler: BaseSampler, number: int) -> str | None:
     """Why trial `number` was proposed, if a diagnosis proposed it."""
     p = sampler.proposal(number) if isinstance(sampler, DiagnosisProposer) else None
     return p.reason if p is not None else None
+
+
+def origin(user_attrs: dict[str, Any]) -> str | None:
+    """Where a trial's configuration came from, when not from the sampler's model or a baseline:
+    a diagnosis' move, or an earlier study's winner (shown in its label, the report, the dashboard)."""
+    if user_attrs.get(PROPOSAL_ATTR):
+        return f"proposed: {user_attrs[PROPOSAL_ATTR]}"
+    return user_attrs.get(WARM_START_ATTR)
 
 
 def follows_diagnoses(sampler: BaseSampler) -> bool:

@@ -25,7 +25,8 @@ from objectives.failure import FailureClass
 from search import pareto, space as space_mod
 from search.executor import Measurement, TrialExecutor, VllmExecutor, calibrate as measure_calibration, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
-from search.proposals import MOVE_ATTR, PROPOSAL_ATTR, follows_diagnoses, move_for, proposal_reason, takes_prior, with_prior
+from search.proposals import (MOVE_ATTR, PROPOSAL_ATTR, follows_diagnoses, move_for, origin, proposal_reason, takes_prior,
+                              with_prior)
 from search.samplers import make_sampler
 from search.serving import LaunchContext
 from search.study import confirmation as confirmation_mod, coordination as coord, verdict as verdict_mod
@@ -34,7 +35,7 @@ from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subs
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
-from search.study.warm_start import WARM_START_ATTR, WarmStart, enqueue_winner, open_warm_start
+from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start
 from objectives.load import json_safe
 from storage import queries
 from storage.models import TrialRecord
@@ -245,8 +246,7 @@ class StudyRunner:
         proposed = proposal_reason(self.study.sampler, trial.number)
         if proposed:
             self.watch.ride(lambda: trial.set_user_attr(PROPOSAL_ATTR, proposed))
-        why = (f"baseline {baseline}" if baseline else trial.user_attrs.get(WARM_START_ATTR)
-               or (f"proposed: {proposed}" if proposed else None))
+        why = f"baseline {baseline}" if baseline else origin({**trial.user_attrs, PROPOSAL_ATTR: proposed})
         label = f"trial {trial.number}" + (f" ({why})" if why else "")
         self.events.trial_started(TrialStarted(trial.number, baseline, label))
         if baseline:

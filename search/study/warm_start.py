@@ -27,16 +27,13 @@ from sqlalchemy.orm import Session
 
 from search import pareto, scenario as scenario_mod, space as space_mod
 from search.prepare import Prepared
-from search.proposals import prior_trials
+from search.proposals import WARM_START_ATTR, prior_trials
 from search.study.errors import StudyMismatch
 from search.study.opening import setup_changes
 from search.study.verdict import Outcome, stored_verdict
 from storage import claims, queries
 from storage.models import StudyRecord
 from storage.url import redacted
-
-WARM_START_ATTR = "warm_start"  # trial user attr of the enqueued winner: whose winner it is
-
 
 @dataclass(frozen=True)
 class WarmStart:

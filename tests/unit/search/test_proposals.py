@@ -1,8 +1,11 @@
 """The diagnosis as a proposer: the rule table, the move on a scripted trial, the mix with TPE,
 and the whole study loop on a scripted executor whose trials queue. No vLLM."""
 
+import html
+
 import optuna
 import pytest
+from optuna_dashboard import get_note
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import create_trial
 
@@ -12,6 +15,7 @@ from search.proposals import MOVE_ATTR, PROPOSAL_ATTR, move_for, moved, proposal
 from search.samplers import make_sampler
 from storage.models import TrialStatus
 from search.executor import TrialOutcome
+from search.outputs import DashboardPublisher, write_report
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, optuna_trials, runner
 
@@ -104,7 +108,8 @@ def queueing(plan):
 
 def test_the_study_loop_stores_each_move_and_each_proposal_with_its_reason_and_shows_it(tmp_path):
     events = Recorder()
-    r = runner(tmp_path, ScriptedExecutor(script=queueing), trials=6, sampler="diagnosis-tpe", observers=[events])
+    r = runner(tmp_path, ScriptedExecutor(script=queueing), trials=6, sampler="diagnosis-tpe",
+               observers=[events, DashboardPublisher()])
     r.run()
     told = {t.number: t for t in optuna_trials(r)}
     assert all(MOVE_ATTR in t.user_attrs for t in told.values())  # every trial queued at a full batch
@@ -117,6 +122,13 @@ def test_the_study_loop_stores_each_move_and_each_proposal_with_its_reason_and_s
         assert t.user_attrs[PROPOSAL_ATTR].endswith(f"raise max_num_seqs {old} -> {t.params['max_num_seqs']}")
     labels = [e.label for n, e in events.events if n == "trial_started"]
     assert sum("(proposed: trial " in label for label in labels) == len(proposals)
+    # the report and the dashboard's trial note say why each proposed trial was proposed
+    report = write_report(r.prep.storage_url, "loop", tmp_path / "report.html").read_text()
+    study = optuna.load_study(study_name="loop", storage=r.prep.storage_url)
+    for t in proposals:
+        assert html.escape(f"proposed: {t.user_attrs[PROPOSAL_ATTR]}") in report
+        assert (f"**Where its configuration came from**: proposed: {t.user_attrs[PROPOSAL_ATTR]}"
+                in get_note(optuna.trial.Trial(study, t._trial_id)))
     sampled = [t for t in told.values() if "baseline" not in t.user_attrs]
     assert not any(PROPOSAL_ATTR in a.user_attrs and PROPOSAL_ATTR in b.user_attrs
                    for a, b in zip(sampled, sampled[1:]))  # never two proposals in a row

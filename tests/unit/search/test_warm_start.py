@@ -3,6 +3,7 @@ build (before anything runs); from a matching one, its winner is enqueued and me
 its trials inform TPE without becoming trials of the new study. Scripted executor, no vLLM."""
 
 import dataclasses
+import html
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import optuna
 import pytest
 
 from search import space as space_mod
+from search.outputs import write_report
 from search.prepare import StudyOptions, prepare
 from search.proposals import PriorSampler
 from search.study import StudyMismatch, StudyRunner
@@ -77,6 +79,8 @@ def test_a_matching_warm_start_enqueues_the_confirmed_winner_and_measures_everyt
                f"{len(earlier_sampled)} of its trials inform the sampler" in n for n in events.notes)
     assert any(e.label == f"trial 1 (the confirmed winner of study 'earlier' (trial {winner.trial_number}))"
                for name, e in events.events if name == "trial_started")
+    report = write_report(r.prep.storage_url, "new", tmp_path / "report.html").read_text()
+    assert html.escape(f"the confirmed winner of study 'earlier' (trial {winner.trial_number})") in report
 
 
 def slow_baseline(plan):
@@ -125,3 +129,25 @@ def test_a_baseline_that_won_is_not_enqueued_again(tmp_path):
     assert not any(WARM_START_ATTR in t.user_attrs for t in optuna_trials(r))
     assert ("warm start: the best feasible trial (not confirmed) of study 'earlier' (trial 0) is its baseline "
             "vllm_defaults, measured here as a baseline again") in events.notes
+
+
+def test_the_cli_refuses_a_warm_start_from_elsewhere_in_one_line_with_exit_2_and_starts_nothing(
+        tmp_path, monkeypatch, capsys):
+    import search.prepare
+    import search.study.loop
+    from search.cli import main
+
+    storage = f"sqlite:///{tmp_path / 'cli.db'}"
+    args = ["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]
+    executor = ScriptedExecutor()
+    monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
+    assert main([*args, "--study", "earlier"]) == 0
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx(hw=H100))
+    capsys.readouterr()
+    assert main([*args, "--study", "new", "--warm-start", "earlier"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autotune: error: --warm-start earlier: it was measured elsewhere (hardware was CPU test")
+    assert err.count("\n") == 1 and len(executor.plans) == 1
+    assert main([*args, "--study", "new", "--warm-start", "earlier", "--workers", "2"]) == 2
+    assert "--warm-start runs in one process" in capsys.readouterr().err
