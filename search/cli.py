@@ -129,12 +129,18 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     searching = args.command == "search"
     if searching and args.workers > 1:
+        if args.warm_start:
+            from search.study import StudyMismatch
+
+            raise StudyMismatch("--warm-start runs in one process: drop --workers, or warm-start first and add "
+                                "workers to the study with `autotune worker`")
         return _cmd_search_workers(args)
     opts = StudyOptions(
         scenario=args.scenario, trials=getattr(args, "trials", None), timeout_min=getattr(args, "timeout_min", None),
         model=args.model, storage=args.storage, study_name=args.study,
         sampler=getattr(args, "sampler", DEFAULT_SAMPLER), seed=getattr(args, "seed", 0),
-        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs, recalibrate=getattr(args, "recalibrate", False))
+        runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs, recalibrate=getattr(args, "recalibrate", False),
+        warm_start=getattr(args, "warm_start", None))
     console = _console()
     prep = prepare(opts)  # every check before any server starts
     if not searching:
@@ -302,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--recalibrate", action="store_true",
                         help="measure the calibration again; refused once the study has trials (start a new "
                              "one with --study NEW_NAME)")
+    search.add_argument("--warm-start", default=None, type=_study_name, metavar="STUDY",
+                        help="an earlier study in the same storage, on the same model, vLLM build and machine: its "
+                             "winner is enqueued and its trials inform the TPE sampler; nothing of it is copied, "
+                             "everything is measured again (refused, saying what differs, otherwise)")
     search.add_argument("--workers", type=_positive, default=1, metavar="N",
                         help="trials in parallel: N worker processes, each on its own GPUs or CPU cores "
                              "(needs a --storage database server: make db)")

@@ -38,6 +38,7 @@ class StudyOptions:
     runs_dir: Path = DEFAULT_RUNS_DIR
     confirm_runs: int | None = None  # None: the scenario's confirmation.runs; 0: no confirmation phase
     recalibrate: bool = False  # measure the calibration again (a study without trials only)
+    warm_start: str | None = None  # an earlier study of the same storage: prior and a candidate (search.study.warm_start)
 
 
 @dataclass

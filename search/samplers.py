@@ -13,6 +13,8 @@ from typing import Any, Callable
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
+from search.proposals import DiagnosisProposer
+
 SamplerFactory = Callable[[int, dict[str, BaseDistribution], int], optuna.samplers.BaseSampler]
 DEFAULT_SAMPLER = "tpe"
 
@@ -41,6 +43,8 @@ SAMPLERS: dict[str, SamplerFactory] = {
     "gp": lambda seed, dists, budget: optuna.samplers.GPSampler(seed=seed, n_startup_trials=_startup(budget)),
     "random": lambda seed, dists, budget: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda seed, dists, budget: optuna.samplers.GridSampler(_grid(dists), seed=seed),
+    "diagnosis-tpe": lambda seed, dists, budget: DiagnosisProposer(  # search/proposals: every other trial
+        optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists),
 }
 
 

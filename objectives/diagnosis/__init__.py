@@ -30,8 +30,9 @@ from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
 from objectives.diagnosis.models import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.readings import violated_metrics
+from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
 from objectives.diagnosis.tree import diagnose
 from objectives.diagnosis.trial import diagnose_trial
 
-__all__ = ["BOTTLENECKS", "Bottleneck", "Diagnosis", "Finding", "ServingFacts", "antipatterns", "diagnose",
+__all__ = ["BOTTLENECKS", "ITL_STALL_RATIO", "KV_FULL", "Bottleneck", "Diagnosis", "Finding", "ServingFacts", "antipatterns", "diagnose",
            "diagnose_trial", "summarize", "violated_metrics"]

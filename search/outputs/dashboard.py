@@ -36,6 +36,7 @@ from objectives.diagnosis import Diagnosis, summarize
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import figures, verdict_text
 from search.outputs.format import fmt_value
+from search.proposals import origin
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
 from search.outputs.recommendation import verdict
 from search.outputs.report import searched_params
@@ -86,6 +87,8 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         lines += [f"**Failure**: `{v.failure[:400]}`", ""]
     if v.duplicate_of is not None:
         lines += [f"Same flags as trial {v.duplicate_of}: its measurement is reused.", ""]
+    if v.origin:
+        lines += [f"**Where its configuration came from**: {v.origin}", ""]
     lines += stages_markdown(v)
     lines += ["### Diagnosis", "", v.diagnosis.markdown(), ""]
     if v.adjustments:
@@ -198,7 +201,8 @@ class DashboardPublisher(StudyObserver):
             event.trial.set_user_attr(key, json_safe(value))
 
     def trial_recorded(self, event: TrialRecorded) -> None:
-        view = view_of(event.row, self.scored.diagnosis, on_front=False, chosen=False)
+        view = view_of(event.row, self.scored.diagnosis, on_front=False, chosen=False,
+                       origin=origin(self.scored.trial.user_attrs))
         _save_note_if_changed(self.scored.trial, trial_note(view, self.scenario))
 
     @staticmethod

@@ -22,6 +22,7 @@ from objectives.load import WorkloadSpec
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
+from search.proposals import origin
 from search.outputs import verdict_text
 from search.outputs.trial_views import TrialView, view_of
 from search.scenario import Scenario, unloaded_reference
@@ -169,6 +170,7 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
     facts = None
     front = {t.number for t in ls.front}
     deployed = ls.deployment().trial_number
+    attrs = {t.number: t.user_attrs for t in ls.study.get_trials(deepcopy=False)}
     views = []
     for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
         if row.diagnosis:
@@ -179,5 +181,5 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
                                   Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
                                   constraints=row.constraints, unloaded=unloaded, facts=facts)
         views.append(view_of(row, diag, on_front=row.trial_number in front,
-                             chosen=row.trial_number == deployed))
+                             chosen=row.trial_number == deployed, origin=origin(attrs.get(row.trial_number, {}))))
     return views

@@ -154,7 +154,8 @@ def trials_table(views: list[TrialView], names: list[str], slo_metrics: list[str
             *metric_cols, "parameters"]
     rows = []
     for v in views:
-        cells = [f'<td class="num" data-v="{v.number}">{v.number}</td>', f"<td>{_e(v.kind)}</td>",
+        cells = [f'<td class="num" data-v="{v.number}">{v.number}</td>',
+                 f"<td>{_e(v.kind)}" + (f'<br><span class="note">{_e(v.origin)}</span>' if v.origin else "") + "</td>",
                  f'<td data-v="{v.category}">{_mark(v.category)}</td>',
                  f"<td>{'chosen' if v.chosen else 'yes' if v.on_front else ''}</td>"]
         cells.append("<td>" + _e(", ".join(f"{k} (+{x:.0%})" for k, x in v.violated.items())) + "</td>")

@@ -92,6 +92,7 @@ class TrialView:
     worker: dict[str, Any] | None = None  # where it ran and beside what (TrialRecord.worker)
     failure_class: str | None = None
     client_behind: bool = False  # its load client fell behind its schedule: numbers suspect
+    origin: str | None = None  # why its configuration was proposed (search.proposals.origin), if not by the model
 
     @property
     def placement(self) -> str:
@@ -115,7 +116,7 @@ def category_of(row: TrialRecord) -> str:
 
 
 def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
-            chosen: bool = False) -> TrialView:
+            chosen: bool = False, origin: str | None = None) -> TrialView:
     category = category_of(row)
     failure = (f"{row.failure_class} ({row.failure_phase}): {row.failure_line or ''}".strip()
                if row.failure_class else None)
@@ -130,7 +131,7 @@ def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
         on_front=on_front, chosen=chosen, baseline=row.baseline, duplicate_of=row.duplicate_of,
         adjustments=[a.get("detail", "") for a in (row.adjustments or [])],
         stages=[stage_view(s) for s in row.stages], capacity=row.capacity, worker=row.worker,
-        failure_class=row.failure_class, client_behind=bool(row.client_behind))
+        failure_class=row.failure_class, client_behind=bool(row.client_behind), origin=origin)
 
 
 def baseline_views(views: list[TrialView]) -> dict[str, TrialView]:

@@ -25,6 +25,8 @@ from objectives.failure import FailureClass
 from search import pareto, space as space_mod
 from search.executor import Measurement, TrialExecutor, VllmExecutor, calibrate as measure_calibration, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
+from search.proposals import (MOVE_ATTR, PROPOSAL_ATTR, follows_diagnoses, move_for, origin, proposal_reason, takes_prior,
+                              with_prior)
 from search.samplers import make_sampler
 from search.serving import LaunchContext
 from search.study import confirmation as confirmation_mod, coordination as coord, verdict as verdict_mod
@@ -33,6 +35,8 @@ from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subs
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
+from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start
+from objectives.load import json_safe
 from storage import queries
 from storage.models import TrialRecord
 from storage.url import redacted
@@ -63,6 +67,19 @@ def vllm_executor(prep: Prepared) -> ExecutorFactory:
                                                  prep.scenario.server.startup_timeout_s)
 
 
+class _MovesRecorded(StudyObserver):
+    """Stores with each trial the move its diagnosis calls for (`search.proposals.move_for`),
+    before Optuna is told: what a diagnosis-led sampler reads, whoever else subscribes."""
+
+    def __init__(self, searched: list[str]):
+        self.searched = searched
+
+    def trial_scored(self, event) -> None:
+        move = move_for(event.row.diagnosis, event.row.config, event.metrics, self.searched)
+        if move is not None:
+            event.trial.set_user_attr(MOVE_ATTR, json_safe(move.as_dict()))
+
+
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
     raise KeyboardInterrupt
 
@@ -82,14 +99,21 @@ class StudyRunner:
         self.confirm_runs = self.sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
         self.events = Subscribers(observers)
         self.engine = queries.open_db(prep.storage_url)
+        # Refused here, before the study is created or anything runs, when it is from elsewhere.
+        self.warm: WarmStart | None = open_warm_start(prep, self.engine, opts.warm_start) if opts.warm_start else None
         self.coordination = coordination or coord.Coordination()
         self.watch = DatabaseWatch(redacted(prep.storage_url), self.coordination.db_outage_s, self.events.note)
         self.worker = coord.WorkerId.this(self.coordination.slot)
         self.storage = coord.storage(prep.storage_url, self.coordination, queries.engine_kwargs(prep.storage_url))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = make_sampler(opts.sampler, opts.seed, prep.dists, self.budget)
+        if self.warm is not None:
+            sampler = with_prior(sampler, self.warm.prior, self.sc.directions)
+        if follows_diagnoses(sampler):
+            self.events.observers.append(_MovesRecorded(list(prep.dists)))
         self.study = optuna.create_study(
             storage=self.storage, study_name=prep.study_name, directions=self.sc.directions,
-            sampler=make_sampler(opts.sampler, opts.seed, prep.dists, self.budget), load_if_exists=True)
+            sampler=sampler, load_if_exists=True)
         with warnings.catch_warnings():  # "experimental since 3.2": noise on every run
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names(self.sc.objective_names)
@@ -120,7 +144,7 @@ class StudyRunner:
             with self._recording() as recording:
                 begun = recording.ride(lambda: self.opening.record(recording.session))
                 with self._announced(begun.ctx), coord.live(self.worker):
-                    for note in begun.notes:
+                    for note in begun.notes + self._warm_start_notes():
                         self.events.note(note)
                     recording.store_kept(begun.record)  # before anything else: see `spool`
                     recording.ride(lambda: recording.recover(begun.record))
@@ -132,6 +156,8 @@ class StudyRunner:
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
                         recording.ride(lambda: self.opening.enqueue_baselines(opened.record))
+                        if self.warm is not None:
+                            recording.ride(lambda: enqueue_winner(self.engine, self.study, opened.record, self.warm))
                         self._search(recording, opened, executor)
                     if self.confirm_runs > 0:
                         verdict = self._confirm(recording, opened)
@@ -145,6 +171,14 @@ class StudyRunner:
             best = chosen.number if chosen else None
         return StudyResult(self.prep.study_name, self.prep.storage_url, self.prep.run_dir,
                            len(self.watch.ride(lambda: pareto.finished(self.study))), best, verdict)
+
+    def _warm_start_notes(self) -> tuple[str, ...]:
+        if self.warm is None:
+            return ()
+        if self.warm.prior and not takes_prior(self.study.sampler):
+            return self.warm.notes + (f"warm start: the {self.opts.sampler} sampler takes no prior (only TPE "
+                                      f"does): the earlier trials do not inform it",)
+        return self.warm.notes
 
     @contextmanager
     def _announced(self, ctx: LaunchContext) -> Iterator[None]:
@@ -209,7 +243,11 @@ class StudyRunner:
     def _run_claimed(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor,
                      trial: optuna.Trial) -> TrialRecord:
         baseline = trial.user_attrs.get("baseline")
-        label = f"trial {trial.number}" + (f" (baseline {baseline})" if baseline else "")
+        proposed = proposal_reason(self.study.sampler, trial.number)
+        if proposed:
+            self.watch.ride(lambda: trial.set_user_attr(PROPOSAL_ATTR, proposed))
+        why = f"baseline {baseline}" if baseline else origin({**trial.user_attrs, PROPOSAL_ATTR: proposed})
+        label = f"trial {trial.number}" + (f" ({why})" if why else "")
         self.events.trial_started(TrialStarted(trial.number, baseline, label))
         if baseline:
             config = dict(self.prep.baselines[baseline])

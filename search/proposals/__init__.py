@@ -1,0 +1,16 @@
+"""Where a sampler's proposals come from besides its own model: the diagnosis of the trials so
+far (`DiagnosisProposer`, the moves of `rules`) and an earlier study's trials (`PriorSampler`,
+for a warm start).
+
+Modules: `rules` (which move a bottleneck calls for, pure), `proposer` (the sampler that makes
+it, mixed with a model-based one), `prior` (the earlier study seen by TPE).
+"""
+
+from search.proposals.prior import PriorSampler, prior_trials, takes_prior, with_prior
+from search.proposals.proposer import (MOVE_ATTR, PROPOSAL_ATTR, WARM_START_ATTR, DiagnosisProposer, Proposal,
+                                       follows_diagnoses, moved, origin, propose, proposal_reason)
+from search.proposals.rules import RULES, Move, Step, move_for
+
+__all__ = ["MOVE_ATTR", "PROPOSAL_ATTR", "RULES", "WARM_START_ATTR", "DiagnosisProposer", "Move", "PriorSampler", "Proposal", "Step",
+           "follows_diagnoses", "move_for", "moved", "origin", "prior_trials", "propose", "proposal_reason", "takes_prior",
+           "with_prior"]
