@@ -41,9 +41,9 @@ Three ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
   pass and as a pass for a miss: both stops lean to the full stage's verdict.
   And over-saturation, its own reason: over the last `QUEUE_WINDOW_S`, the waiting queue and
   the TTFT of the requests sent there both climb (least-squares slopes positive at one-sided
-  p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT to at
-  least twice its value at the window's start: the rate is above capacity and the stage is
-  measuring its own backlog (GuideLLM issue 242).
+  p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at
+  least `SATURATION_MIN_SLOPE` s per s of sending (arrivals 5 % above what is served): the rate
+  is above capacity and the stage is measuring its own backlog (GuideLLM issue 242).
 * `off`: nothing stops a stage.
 
 Latencies drift within a stage near capacity (the queue builds), which exchangeability ignores:
@@ -80,6 +80,9 @@ PRIOR = (0.5, 0.5)  # Jeffreys prior on the share of requests over the bound
 PASS_MIN_KNOWN = 0.5  # a likely pass waits until this share of the planned requests is known
 SATURATION_P = 0.01
 SATURATION_MIN_POINTS = 8
+# TTFT climbing by at least this many seconds per second of sending: arrivals at least 5 % above
+# what the server serves (a backlog grows at (arrivals - served) / served s per s).
+SATURATION_MIN_SLOPE = 0.05
 
 
 class Rule(Protocol):
@@ -344,7 +347,7 @@ def over_saturated(samples: Sequence[GaugeSample], records: Sequence[RequestReco
         return None
     x, y = (np.array(v) for v in zip(*points))
     ttft = _climbing(x, y)
-    if ttft is None or ttft[1] < 2 * max(ttft[0], 1e-3):
+    if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
         return None
     return Abort(f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
                  f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
@@ -379,3 +382,51 @@ def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_p
 
     return check
 
+
+
+# -- replaying a recorded stage -----------------------------------------------------------------
+
+def seen_at(records: Sequence[RequestRecord], now: float) -> list[RequestRecord]:
+    """The records as the load run saw them at `now`: not yet sent, in flight with the chunks
+    received so far, or finished (times are the records' own, compared with `now`)."""
+    out = []
+    for r in records:
+        v = RequestRecord(r.index, r.class_name, r.scheduled_time, r.expected_prompt_tokens,
+                          r.expected_output_tokens, warmup=r.warmup)
+        if r.send_time <= now:
+            v.send_time = r.send_time
+            v.chunk_times = [t for t in r.chunk_times if t <= now]
+            v.first_token_time = v.chunk_times[0] if v.chunk_times else None
+            if r.end_time <= now:
+                v.end_time, v.status = r.end_time, r.status
+                v.completion_tokens, v.prompt_tokens = r.completion_tokens, r.prompt_tokens
+                v.error_kind, v.error_text = r.error_kind, r.error_text
+        out.append(v)
+    return out
+
+
+def waiting_proxy(records: Sequence[RequestRecord], end: float, period_s: float = 1.0) -> list[GaugeSample]:
+    """A stand-in for the server's waiting queue where its gauges were not kept: once every
+    `period_s`, the requests sent and still without their first token (queued, or in prefill)."""
+    out = []
+    t = period_s
+    while t <= end:
+        waiting = sum(1 for r in records if r.send_time <= t and not (r.chunk_times and r.chunk_times[0] <= t)
+                      and not r.end_time <= t)
+        out.append(GaugeSample(t, math.nan, float(waiting), math.nan))
+        t += period_s
+    return out
+
+
+def replay(check: AbortCheck, records: Sequence[RequestRecord], end: float,
+           gauges: Sequence[GaugeSample] = (), period_s: float = 0.5) -> tuple[float, Abort] | None:
+    """(when, why) `check` would have stopped a stage with these (final) records, asked every
+    `period_s` as the load run asks it, or None if it ran to `end`. `records`: every planned
+    request, times from the stage's start; a request is known as far as it had come by then."""
+    now = period_s
+    while now < end:
+        verdict = check(seen_at(records, now), now, [g for g in gauges if g.t <= now])
+        if verdict is not None:
+            return now, verdict
+        now += period_s
+    return None
