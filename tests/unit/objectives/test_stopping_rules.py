@@ -14,18 +14,9 @@ from objectives.early_abort import (LIKELY_P, QUEUE_WINDOW_S, abort_check, likel
                                     replay, rules_for, seen_at, waiting_proxy)
 from objectives.load import GaugeSample, RequestRecord
 from objectives.scoring import SLOSpec
+from tests.support.simulated_stages import done, saturated_stage
 
 NAN = math.nan
-
-
-def done(i: int, send: float, ttft: float, tokens: int = 8, itl: float = 0.05) -> RequestRecord:
-    r = RequestRecord(i, "a", send, 10, tokens)
-    r.send_time = send
-    r.chunk_times = [send + ttft + k * itl for k in range(tokens)]
-    r.first_token_time = r.chunk_times[0]
-    r.end_time = r.chunk_times[-1]
-    r.completion_tokens = tokens
-    return r
 
 
 def unsent(i: int) -> RequestRecord:
@@ -118,17 +109,6 @@ def test_likely_verdict_without_rules_says_nothing():
 # -- over-saturation ------------------------------------------------------------------------------
 
 W = QUEUE_WINDOW_S
-
-
-def saturated_stage(rate: float, service_rate: float, n: int) -> list[RequestRecord]:
-    """One server at `service_rate`, requests at `rate`: each TTFT waits for the backlog."""
-    records, free_at = [], 0.0
-    for i in range(n):
-        send = i / rate
-        start = max(send, free_at)
-        free_at = start + 1.0 / service_rate
-        records.append(done(i, send, free_at - send, tokens=2, itl=0.01))
-    return records
 
 
 def test_a_climbing_queue_and_ttft_is_over_saturation():
