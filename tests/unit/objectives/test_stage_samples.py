@@ -124,3 +124,51 @@ def test_a_bad_early_abort_is_one_clear_line():
         parse(text, "mixed.yaml", Path("configs").resolve())
     lines = [line for line in str(e.value).splitlines() if "early_abort" in line]
     assert len(lines) == 1 and "'likely', 'certain' or 'off'" in lines[0] and "maybe" in lines[0]
+
+
+def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch):
+    """The likely rule may stop a capacity stage as a pass (never the target stage): the stage
+    is met, its measured margin enters the capacity search, its row says why it stopped."""
+    import objectives.stages as st
+    from objectives.load import Abort
+    from objectives.load.workload import WorkloadSpec as WL
+
+    asked: list[bool] = []
+
+    def fake_check(slos, rate, rule, may_pass=False):
+        asked.append(may_pass)
+        return None
+
+    class Result:
+        def __init__(self, abort):
+            self.abort, self.aborted = abort, abort.reason if abort else None
+        planned_s, duration_s, records, requests_planned, notes = 10.0, 6.0, [], 20, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 400.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(*a, abort=None, **k):
+        return Result(None if len(asked) == 1 else Abort("likely pass: P(every SLO met) = 0.97", passed=True))
+
+    async def no_wait(*a, **k):
+        return 0.0, None
+
+    async def no_reset(*a, **k):
+        return True
+
+    monkeypatch.setattr(st, "abort_check", fake_check)
+    monkeypatch.setattr(st, "run_load", fake_run_load)
+    monkeypatch.setattr(st, "wait_idle", no_wait)
+    monkeypatch.setattr(st, "reset_prefix_cache", no_reset)
+    wl = WL.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10,
+                            "arrival": {"mode": "poisson", "rate": 2.0}})
+    run = asyncio.run(st.run_stages("http://127.0.0.1:9", None, wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+                                    st.CapacitySpec(stage_s=10, max_stages=1)))
+    assert asked == [False, True]  # the target stage may not stop as a pass
+    target, capacity = run.stages
+    assert target.passed and capacity.passed and capacity.aborted.startswith("likely pass")
+    assert capacity.probe.margin == pytest.approx(-0.6) and capacity.saved_s == pytest.approx(4.0)
+    assert capacity.as_row()["passed"] is True and "met every SLO" in capacity.describe()
