@@ -20,6 +20,36 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
   requests within 9 s).
 Means, ITL (pooled per chunk, so its count is not known in advance) and throughputs have no
 certain early verdict and never abort a stage.
+
+Three ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
+
+* `certain`: the rules above only.
+* `likely` (the default): the rules above, then a stage also stops once a verdict is at least
+  `LIKELY` (95 %) probable given what is measured so far. Per SLO, each planned request is over
+  its bound (a failure, for the error rate) with an unknown probability p, the same for every
+  request of the stage (exchangeable); p has a Jeffreys Beta(1/2, 1/2) prior, updated by the
+  requests whose outcome is known (finished, or in flight and already certain to exceed the
+  bound, as above). The requests still unknown (in flight, failed, not yet sent) follow the
+  Beta-binomial predictive, which gives P(miss) = P(known over + future over >= the count
+  that makes the percentile exceed the bound). A request in flight is censored: counted as
+  over once it certainly is, otherwise drawn like one not yet sent (which only understates a
+  miss). Any SLO with P(miss) >= 95 % stops the stage as a likely miss. A capacity stage
+  (never the target stage, whose metrics are the objectives) also stops as a likely pass once
+  at least half its planned requests are known and P(some SLO missed) <= 5 % (the sum of the
+  SLOs' miss probabilities, Boole's inequality), if every SLO it is held to has a rule here.
+  When the percentile sits between two values, the undecided count is taken as a miss for a
+  pass and as a pass for a miss: both stops lean to the full stage's verdict.
+  And over-saturation, its own reason: over the last `QUEUE_WINDOW_S`, the waiting queue and
+  the TTFT of the requests sent there both climb (least-squares slopes positive at one-sided
+  p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at
+  least `SATURATION_MIN_SLOPE` s per s of sending (arrivals 5 % above what is served): the rate
+  is above capacity and the stage is measuring its own backlog (GuideLLM issue 242).
+* `off`: nothing stops a stage.
+
+Latencies drift within a stage near capacity (the queue builds), which exchangeability ignores:
+that makes a likely miss late rather than wrong, and is why a likely pass waits for half the
+stage and yields to over-saturation. `tests/unit/objectives/test_stopping_error_rate.py`
+measures the wrong-stop rate on simulated stages; `benchmarks/stopping_replay.py` on stored ones.
 """
 
 from __future__ import annotations
@@ -30,6 +60,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
+from scipy import stats
 
 from objectives.load import Abort, AbortCheck
 from objectives.load import RequestRecord
@@ -42,7 +73,16 @@ QUEUE_GROWTH_SHARE = 0.25
 QUEUE_MIN_SAMPLES = 8
 QUEUE_MIN_DEPTH = 8
 PERCENTILE_RULE_FAMILIES = ("ttft", "tpot", "e2el")  # whose certain bound a request in flight gives
-
+LIKELY, CERTAIN, OFF = "likely", "certain", "off"
+STOP_RULES = (LIKELY, CERTAIN, OFF)
+LIKELY_P = 0.95  # a likely verdict is at least this probable
+PRIOR = (0.5, 0.5)  # Jeffreys prior on the share of requests over the bound
+PASS_MIN_KNOWN = 0.5  # a likely pass waits until this share of the planned requests is known
+SATURATION_P = 0.01
+SATURATION_MIN_POINTS = 8
+# TTFT climbing by at least this many seconds per second of sending: arrivals at least 5 % above
+# what the server serves (a backlog grows at (arrivals - served) / served s per s).
+SATURATION_MIN_SLOPE = 0.05
 
 
 class Rule(Protocol):
@@ -50,11 +90,84 @@ class Rule(Protocol):
         """Whether the stage has certainly violated this SLO by `now`."""
         ...
 
+    def chances(self, records: Sequence[RequestRecord], now: float) -> "Chances":
+        """This SLO's miss and pass as probabilities at `now` (the likely rule)."""
+        ...
+
 
 def violators_needed(planned: int, q: float) -> int:
     """How many of `planned` values above a bound make their q-quantile (numpy's linear
     interpolation) exceed it whatever the others are."""
     return planned - math.floor((planned - 1) * q)
+
+
+def _final(family: str, r: RequestRecord) -> bool:
+    """The request's latency of this family will not change any more."""
+    if family == "ttft":
+        return bool(r.chunk_times)
+    return not math.isnan(r.end_time) or len(r.chunk_times) >= r.expected_output_tokens
+
+
+def _at_least(k: int, n: int, a: float, b: float) -> float:
+    """P(X >= k) for X ~ Beta-binomial(n, a, b)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return float(stats.betabinom.sf(k - 1, n, a, b))
+
+
+@dataclass(frozen=True)
+class Chances:
+    """One SLO's verdict as a probability: of the planned requests, `over` are known to be over
+    the bound (failed, for the error rate), `under` known within it, the rest unknown."""
+
+    metric: str
+    event: str  # what P(miss) is the probability of, for the stage row
+    planned: int
+    over: int
+    under: int
+    miss: float  # P(at least the count that misses the SLO)
+    passing: float  # P(at most the count that certainly meets it)
+
+    @classmethod
+    def of(cls, metric: str, event: str, planned: int, over: int, under: int, miss_at: int,
+           pass_max: int) -> "Chances":
+        unknown = max(0, planned - over - under)
+        a, b = PRIOR[0] + over, PRIOR[1] + under
+        miss = _at_least(miss_at - over, unknown, a, b)
+        passing = 1.0 - _at_least(pass_max + 1 - over, unknown, a, b)
+        return cls(metric, event, planned, over, under, miss, passing)
+
+    @property
+    def known(self) -> int:
+        return self.over + self.under
+
+
+class ChanceRule(Protocol):
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
+        ...
+
+
+def likely_verdict(rules: Sequence[ChanceRule], records: Sequence[RequestRecord], now: float,
+                   may_pass: bool) -> Abort | None:
+    """A likely miss of any rule's SLO, or (with `may_pass`) a likely pass of every one of them
+    (see the module docstring)."""
+    chances = [rule.chances(records, now) for rule in rules]
+    for c in chances:
+        if c.miss >= LIKELY_P:
+            return Abort(f"likely miss: {c.event} = {c.miss:.2f} after {c.known} of {c.planned} requests",
+                         math.nan, None)
+    if not may_pass or not chances:
+        return None
+    if any(c.known < PASS_MIN_KNOWN * c.planned for c in chances):
+        return None
+    any_miss = min(1.0, sum(1.0 - c.passing for c in chances))
+    if any_miss <= 1.0 - LIKELY_P:
+        known = min(chances, key=lambda c: c.known)
+        return Abort(f"likely pass: P(every SLO met) = {1.0 - any_miss:.2f} after {known.known} of "
+                     f"{known.planned} requests", math.nan, None, passed=True)
+    return None
 
 
 def _certain_latency_s(family: str, r: RequestRecord, now: float) -> float | None:
@@ -104,6 +217,30 @@ class PercentileRule:
                      f"{self.planned} planned requests already over it",
                      (least - self.bound_ms) / self.bound_ms, self.metric, least)
 
+    def known(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
+        """(requests certainly over the bound, requests final and within it) at `now`."""
+        bound_s = self.bound_ms / 1000.0
+        over = under = 0
+        for r in records:
+            if self.class_name is not None and r.class_name != self.class_name:
+                continue
+            latency = _certain_latency_s(self.family, r, now)
+            if latency is None:
+                continue
+            if latency > bound_s:
+                over += 1
+            elif _final(self.family, r):
+                under += 1
+        return over, under
+
+    def chances(self, records: Sequence[RequestRecord], now: float) -> "Chances":
+        over, under = self.known(records, now)
+        need = violators_needed(self.planned, self.q)
+        # (N - 1) q between two ranks: need - 1 values over may or may not exceed the bound
+        pass_max = need - 1 if ((self.planned - 1) * self.q).is_integer() else need - 2
+        return Chances.of(self.metric, f"P({self.metric} > {self.bound_ms:.4g} ms)", self.planned,
+                          over, under, need, pass_max)
+
 
 @dataclass(frozen=True)
 class ErrorRateRule:
@@ -118,6 +255,13 @@ class ErrorRateRule:
         margin = (failed / self.planned - self.bound) / self.bound if self.bound > 0 else math.nan
         return Abort(f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned "
                      "requests failed", margin, "error_rate", failed / self.planned)
+
+    def chances(self, records: Sequence[RequestRecord], now: float) -> "Chances":
+        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
+        succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
+        allowed = math.floor(self.bound * self.planned)
+        return Chances.of("error_rate", f"P(error_rate > {self.bound:g})", self.planned, failed, succeeded,
+                          allowed + 1, allowed)
 
 
 def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[Rule]:
@@ -140,15 +284,23 @@ def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list
     return rules
 
 
-def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Abort | None:
-    """The waiting queue has grown steadily over the last window (see the module docstring)."""
+def _recent_queue(samples: Sequence[GaugeSample], now: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(times, waiting) of the gauges over the last window, if they span enough of it."""
     recent = [s for s in samples if now - s.t <= QUEUE_WINDOW_S and not math.isnan(s.waiting)]
-    if len(recent) < QUEUE_MIN_SAMPLES or rate <= 0:
+    if len(recent) < QUEUE_MIN_SAMPLES:
         return None
     t = np.array([s.t for s in recent])
-    waiting = np.array([s.waiting for s in recent])
     if np.ptp(t) < QUEUE_WINDOW_S / 2:
         return None
+    return t, np.array([s.waiting for s in recent])
+
+
+def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Abort | None:
+    """The waiting queue has grown steadily over the last window (see the module docstring)."""
+    queue = _recent_queue(samples, now)
+    if queue is None or rate <= 0:
+        return None
+    t, waiting = queue
     slope = float(np.polyfit(t - t[0], waiting, 1)[0])
     # A burst queues a few seconds of arrivals and drains; a runaway keeps climbing: ask for a
     # steady climb and a queue deeper than half the window's arrivals.
@@ -159,23 +311,122 @@ def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Ab
     return None
 
 
+def _climbing(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    """(fitted y at the first x, at the last x) when y rises with x at one-sided p < SATURATION_P."""
+    if len(x) < SATURATION_MIN_POINTS or np.ptp(x) <= 0 or np.ptp(y) <= 0:
+        return None
+    fit = stats.linregress(x, y)
+    if not fit.slope > 0 or fit.pvalue / 2 >= SATURATION_P:
+        return None
+    return fit.intercept + fit.slope * x.min(), fit.intercept + fit.slope * x.max()
 
 
-def abort_check(slos: Sequence[SLOSpec], rate: float) -> AbortCheck:
+def over_saturated(samples: Sequence[GaugeSample], records: Sequence[RequestRecord], now: float) -> Abort | None:
+    """The waiting queue and TTFT both climbing over the last window (see the module docstring).
+
+    A request sent in the window counts with its TTFT, or, still waiting for its first token,
+    with its wait so far once that is longer than the last TTFT measured (a lower bound that
+    already shows the climb; shorter waits say nothing yet)."""
+    queue = _recent_queue(samples, now)
+    if queue is None:
+        return None
+    queued = _climbing(*queue)
+    if queued is None or queued[1] - queued[0] < QUEUE_MIN_DEPTH / 2:
+        return None
+    sent = sorted((r for r in records if now - QUEUE_WINDOW_S <= r.send_time <= now and r.error_kind is None),
+                  key=lambda r: r.send_time)
+    points: list[tuple[float, float]] = []
+    last_ttft = math.inf
+    for r in sent:
+        if r.chunk_times:
+            last_ttft = r.chunk_times[0] - r.send_time
+            points.append((r.send_time, last_ttft))
+        elif now - r.send_time > last_ttft:
+            points.append((r.send_time, now - r.send_time))
+    if not points:
+        return None
+    x, y = (np.array(v) for v in zip(*points))
+    ttft = _climbing(x, y)
+    if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
+        return None
+    return Abort(f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
+                 f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
+                 f"{QUEUE_WINDOW_S:.0f} s)")
+
+
+def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_pass: bool = False) -> AbortCheck:
     """One function for the load generator to call while a stage runs: the first reason to stop.
 
+    `rule`: one of `STOP_RULES` (`off` is the caller's to honour by passing no check);
+    `may_pass`: a likely pass may stop the stage too (capacity stages, with `likely`).
     It is handed every planned record (sent or not), so the plan's size per class, which the
     percentile rules count against, is read from the records on the first call."""
+    if rule not in (LIKELY, CERTAIN):
+        raise ValueError(f"rule must be {LIKELY!r} or {CERTAIN!r}, not {rule!r}")
     rules: list[Rule] | None = None
 
     def check(records: Sequence[RequestRecord], now: float, samples: Sequence[GaugeSample]) -> Abort | None:
         nonlocal rules
         if rules is None:
             rules = rules_for(slos, dict(Counter(r.class_name for r in records)))
-        for rule in rules:
-            verdict = rule.lost(records, now)
+        for r in rules:
+            verdict = r.lost(records, now)
             if verdict is not None:
                 return verdict
-        return queue_runaway(samples, rate, now)
+        verdict = queue_runaway(samples, rate, now)
+        if verdict is not None or rule == CERTAIN:
+            return verdict
+        # a likely pass only where every SLO the stage is held to has a rule that can tell
+        return (over_saturated(samples, records, now)
+                or likely_verdict(rules, records, now, may_pass and len(rules) == len(slos)))
 
     return check
+
+
+
+# -- replaying a recorded stage -----------------------------------------------------------------
+
+def seen_at(records: Sequence[RequestRecord], now: float) -> list[RequestRecord]:
+    """The records as the load run saw them at `now`: not yet sent, in flight with the chunks
+    received so far, or finished (times are the records' own, compared with `now`)."""
+    out = []
+    for r in records:
+        v = RequestRecord(r.index, r.class_name, r.scheduled_time, r.expected_prompt_tokens,
+                          r.expected_output_tokens, warmup=r.warmup)
+        if r.send_time <= now:
+            v.send_time = r.send_time
+            v.chunk_times = [t for t in r.chunk_times if t <= now]
+            v.first_token_time = v.chunk_times[0] if v.chunk_times else None
+            if r.end_time <= now:
+                v.end_time, v.status = r.end_time, r.status
+                v.completion_tokens, v.prompt_tokens = r.completion_tokens, r.prompt_tokens
+                v.error_kind, v.error_text = r.error_kind, r.error_text
+        out.append(v)
+    return out
+
+
+def waiting_proxy(records: Sequence[RequestRecord], end: float, period_s: float = 1.0) -> list[GaugeSample]:
+    """A stand-in for the server's waiting queue where its gauges were not kept: once every
+    `period_s`, the requests sent and still without their first token (queued, or in prefill)."""
+    out = []
+    t = period_s
+    while t <= end:
+        waiting = sum(1 for r in records if r.send_time <= t and not (r.chunk_times and r.chunk_times[0] <= t)
+                      and not r.end_time <= t)
+        out.append(GaugeSample(t, math.nan, float(waiting), math.nan))
+        t += period_s
+    return out
+
+
+def replay(check: AbortCheck, records: Sequence[RequestRecord], end: float,
+           gauges: Sequence[GaugeSample] = (), period_s: float = 0.5) -> tuple[float, Abort] | None:
+    """(when, why) `check` would have stopped a stage with these (final) records, asked every
+    `period_s` as the load run asks it, or None if it ran to `end`. `records`: every planned
+    request, times from the stage's start; a request is known as far as it had come by then."""
+    now = period_s
+    while now < end:
+        verdict = check(seen_at(records, now), now, [g for g in gauges if g.t <= now])
+        if verdict is not None:
+            return now, verdict
+        now += period_s
+    return None

@@ -19,8 +19,12 @@ so one stage's queue and cached prompts do not flatter or burden the next. Every
 the same request sequence (the workload's seed) at its own rate: common random numbers, so two
 rates differ by their rate only.
 
-With `early_abort`, a stage stops as soon as its SLO verdict is certain (`objectives.early_abort`):
-a measurement for the capacity search, not a failure.
+With `early_abort` (`likely`, the default, or `certain`), a stage stops as soon as its SLO verdict
+is very likely, or certain (`objectives.early_abort`): a measurement for the capacity search, not a
+failure. A capacity stage stopped as a likely pass counts as passed.
+
+Every stage keeps its measured requests (`StageResult.samples`, `objectives.load.request_samples`),
+so a stopping rule can be replayed on stored stages (`benchmarks/stopping_replay.py`).
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
-from objectives.early_abort import abort_check
-from objectives.load import LoadResult, run_load
+from objectives.early_abort import CERTAIN, OFF, abort_check
+from objectives.load import LoadResult, request_samples, run_load
 from objectives.load import GoodputSLO
 from objectives.scoring import SLOSpec, slo_key
 from objectives.load import fetch_metrics_text, scan_gauges
@@ -62,7 +66,9 @@ class CapacitySpec(BaseModel):
     max_stages: int = Field(5, ge=1, le=12, description="capacity stages after the target stage")
     precision: float = Field(0.1, gt=0, lt=1, description="stop when high / low - 1 is at most this")
     step: float = Field(2.0, gt=1, description="bracketing factor from the target rate")
-    early_abort: bool = Field(True, description="stop a stage once its SLO verdict is certain")
+    early_abort: Literal["likely", "certain", "off"] = Field(
+        "likely", description="stop a stage once its SLO verdict is 95% likely (likely), certain (certain), "
+                              "or never (off)")
     idle_timeout_s: float = Field(60.0, gt=0, description="longest wait for the server to drain")
     floor_fraction: float = Field(0.25, gt=0, lt=1, description=(
         "the lowest rate searched, as a fraction of the target rate: a config that misses the SLO "
@@ -73,6 +79,17 @@ class CapacitySpec(BaseModel):
     signal_steps: bool = Field(True, description=(
         "step up from a passing stage by what its SLO margin says (objectives.capacity.signal_factor) "
         "instead of by `step`"))
+
+    @field_validator("early_abort", mode="before")
+    @classmethod
+    def _early_abort_words(cls, value: Any) -> Any:
+        # true/false were the field's values before the likely rule: true meant the certain rule,
+        # which an older scenario (and a stored study read again) keeps.
+        if value is True or value == "true":
+            return CERTAIN
+        if value is False or value == "false":
+            return OFF
+        return value
 
     @model_validator(mode="after")
     def _longest_stage(self) -> "CapacitySpec":
@@ -132,10 +149,12 @@ class StageResult:
     requests_planned: int = 0
     requests_sent: int = 0
     notes: list[str] = field(default_factory=list)
+    samples: dict[str, list] | None = None  # the measured requests (objectives.load.request_samples)
+    stopped_passing: bool = False  # `aborted` says why: every SLO very likely met (not stored: `passed` is)
 
     @property
     def passed(self) -> bool:
-        return self.aborted is None and self.margin <= 0
+        return (self.aborted is None or self.stopped_passing) and self.margin <= 0
 
     @property
     def saved_s(self) -> float:
@@ -148,10 +167,12 @@ class StageResult:
         moment the miss is certain, when it is barely over): interpolating on it would put the
         capacity at the failing rate. It enters the search as failing by an unknown margin, and
         the capacity is then the passing rate below it (`capacity.interpolate`)."""
-        return cap.Probe(self.rate, math.nan if self.aborted else self.margin)
+        return cap.Probe(self.rate, math.nan if self.aborted and not self.stopped_passing else self.margin)
 
     def describe(self) -> str:
         head = f"{self.kind} stage at {self.rate:.3g} req/s"
+        if self.aborted and self.passed:
+            return f"{head}: met every SLO (stopped after {self.elapsed_s:.0f} s: {self.aborted})"
         if self.aborted:
             return f"{head}: violated (aborted after {self.elapsed_s:.0f} s: {self.aborted})"
         if self.passed:
@@ -162,6 +183,7 @@ class StageResult:
         """The stored row's fields (storage.models.StageRecord)."""
         row = asdict(self)
         row.update(stage_index=row.pop("index"), passed=self.passed, saved_s=self.saved_s)
+        del row["stopped_passing"]
         return row
 
 
@@ -337,18 +359,20 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                 notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
         stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_seconds(rate, target_rate))
         on_stage(f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s")
-        check = abort_check(held, rate) if spec.early_abort else None
+        check = (abort_check(held, rate, spec.early_abort, may_pass=kind == CAPACITY)
+                 if spec.early_abort != OFF else None)
         result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
                                 abort=check, watch=watch)
         flat = result.flat_metrics()
         abort = result.abort
+        stopped_passing = abort is not None and abort.passed
         if abort is not None and abort.metric is not None:
             # The cut-short requests are left out of the partial numbers, so the metric that
             # stopped the stage would look better than it was: raise it to what was certain.
             partial = flat.get(abort.metric, math.nan)
             flat[abort.metric] = abort.value if not partial >= abort.value else partial
         worst, violated = margin(flat, held)
-        if result.abort is not None:  # certain to miss: by at least the abort's bound
+        if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
             known = [m for m in (worst, result.abort.margin) if math.isfinite(m) and m > 0]
             worst = max(known) if known else math.nan
         stages.append(StageResult(
@@ -356,7 +380,9 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
             margin=worst, violations=violated, metrics=flat, server_diagnostics=result.server_diagnostics(),
             aborted=result.aborted, idle_wait_s=idle_s, prefix_cache_reset=reset,
             requests_planned=result.requests_planned,
-            requests_sent=len(result.records), notes=notes + result.notes))
+            requests_sent=len(result.records), notes=notes + result.notes,
+            samples=request_samples(result.records, result.start) if result.records else None,
+            stopped_passing=stopped_passing))
         if index == 0:
             target = result
         rate, stop_reason = search_step(stages, settings, hint=capacity_hint, screen=screen, front=front)

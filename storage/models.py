@@ -162,6 +162,9 @@ class StageRecord(Base):
     requests_planned: Mapped[int] = mapped_column(Integer, default=0)
     requests_sent: Mapped[int] = mapped_column(Integer, default=0)
     notes: Mapped[list[Any]] = mapped_column(JSON)
+    # The measured requests, columnar: {"class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok",
+    # "aborted"} (objectives.load.request_samples); None for a stage stored before they were.
+    samples: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     trial: Mapped[TrialRecord] = relationship(back_populates="stages")
 

@@ -16,12 +16,14 @@ from objectives.load.server_metrics import GaugeSample
 @dataclass(frozen=True)
 class Abort:
     """Why a stage stopped early, and by how much it is certain to miss (a lower bound on the
-    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it)."""
+    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it).
+    `passed`: stopped because every SLO is very likely met (a capacity stage), not missed."""
 
     reason: str
     margin: float = math.nan
     metric: str | None = None  # the SLO's metric, and a certain lower bound on its final value
     value: float = math.nan
+    passed: bool = False
 
 
 AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "Abort | None"]

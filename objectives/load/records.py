@@ -88,3 +88,51 @@ class RequestRecord:
             "expected_output_tokens": self.expected_output_tokens,
             "status": self.status, "error_kind": self.error_kind, "error_text": self.error_text,
         }
+
+
+SAMPLE_KEYS = ("class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok", "aborted")
+SAMPLE_DIGITS = 4  # 0.1 ms: finer than the client's own timing noise
+
+
+def request_samples(records: list[RequestRecord], t0: float) -> dict[str, list]:
+    """The measured requests of a stage, columnar and JSON-ready (stored with every stage row).
+
+    Warm-up and never-sent requests are left out. `sent_s` is seconds from `t0` (the stage's
+    start); `ttft_s`/`e2e_s` are None for a request without a token; `aborted`: cut short by an
+    early abort, so censored: it had waited at least (stage end - sent_s) for what it lacks.
+    TPOT is (e2e_s - ttft_s) / (output_tokens - 1), as `vllm bench serve`."""
+    out: dict[str, list] = {k: [] for k in SAMPLE_KEYS}
+    for r in records:
+        if r.warmup or r.send_time != r.send_time:
+            continue
+        out["class"].append(r.class_name)
+        out["sent_s"].append(round(r.send_time - t0, SAMPLE_DIGITS))
+        out["ttft_s"].append(round(r.ttft, SAMPLE_DIGITS) if r.chunk_times else None)
+        out["e2e_s"].append(round(r.e2el, SAMPLE_DIGITS) if r.chunk_times else None)
+        out["output_tokens"].append(r.output_tokens)
+        out["ok"].append(r.ok)
+        out["aborted"].append(r.aborted)
+    return out
+
+
+def records_from_samples(samples: dict[str, list], end_s: float) -> list[RequestRecord]:
+    """Records rebuilt from stored samples (times from the stage's start, 0), as a replay of
+    the stage's rules needs them: the first and last token of each request, its token count as
+    usage said, failures ending where they were sent (the samples keep no end), requests cut
+    short by an abort ending at `end_s`, the stage's end."""
+    records = []
+    for i, (cls, sent, ttft, e2e, tokens, ok, aborted) in enumerate(zip(*(samples[k] for k in SAMPLE_KEYS))):
+        r = RequestRecord(i, cls, sent, 0, tokens)
+        r.send_time = sent
+        if ttft is not None:
+            r.chunk_times = [sent + ttft] + ([sent + e2e] if tokens > 1 and e2e is not None else [])
+            r.first_token_time = r.chunk_times[0]
+            r.completion_tokens = tokens
+        if aborted:
+            r.fail(ABORTED, "cut short by an early abort", end_s)
+        elif not ok:
+            r.fail(CLIENT_ERROR, "failed (replayed from samples)", r.chunk_times[-1] if r.chunk_times else sent)
+        else:
+            r.end_time = r.chunk_times[-1]
+        records.append(r)
+    return records

@@ -60,11 +60,11 @@ def stage_rows(stages: list[StageView]) -> list[tuple[str, ...]]:
 def stages_summary(stages: list[StageView]) -> str:
     """One line, as in: 5 load stages: 2 met, 3 aborted (saved 10.1 s)."""
     met = sum(s.passed for s in stages)
-    aborted = [s for s in stages if s.aborted]
+    aborted = [s for s in stages if s.aborted and not s.passed]  # a likely pass stopped early is met
     violated = len(stages) - met - len(aborted)
     parts = [f"{met} met"] + ([f"{violated} violated"] if violated else [])
     if aborted:
-        parts.append(f"{len(aborted)} aborted (saved {fmt_value(sum(s.saved_s for s in aborted))} s)")
+        parts.append(f"{len(aborted)} aborted (saved {fmt_value(sum(s.saved_s for s in stages))} s)")
     return f"{len(stages)} load stage{'s' if len(stages) != 1 else ''}: " + ", ".join(parts)
 
 

@@ -143,7 +143,8 @@ def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
     request: each capacity stage must wait for that, then reset the prefix cache, then send."""
     busy = 0.5
     workload = open_loop(4.0, 1.5, warmup=3)
-    spec = CapacitySpec(stage_s=1.5, max_stages=2, step=2.0, idle_timeout_s=10, signal_steps=False)
+    spec = CapacitySpec(stage_s=1.5, max_stages=2, step=2.0, idle_timeout_s=10, signal_steps=False,
+                        early_abort="certain")
     messages: list[str] = []
     with stub(tok_dir, tok, ttft_ms=20, itl_ms=0, busy_after_s=busy, record_events=True) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=5000.0)], spec,
@@ -222,7 +223,7 @@ STREAM_S = 0.257
 def test_stages_bracket_a_real_capacity(tok_dir, tok):
     workload = open_loop(3.0, 2.0)
     spec = CapacitySpec(stage_s=2.0, max_stages=3, step=2.0, precision=0.05, idle_timeout_s=10,
-                        signal_steps=False)
+                        signal_steps=False, early_abort="certain")
     with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
     stages = run.stages

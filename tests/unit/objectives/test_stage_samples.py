@@ -1,0 +1,174 @@
+"""Per-request samples: `objectives.load.request_samples`, carried by every stage row, stored in
+the `samples` column (added to an older database), and the scenario's `capacity.early_abort`."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import datetime
+
+import pytest
+from sqlalchemy import inspect
+from sqlalchemy.orm import Session
+
+from objectives.load import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
+from objectives.load.records import ABORTED, HTTP_ERROR
+from objectives.scoring import SLOSpec
+from objectives.stages import CapacitySpec, run_stages
+from objectives.load.workload import WorkloadSpec
+from storage import queries
+from storage.models import StageRecord, StudyRecord
+from tests.support.stub_server import StubConfig, StubServer
+
+T0 = 100.0
+
+
+def record(i: int, send: float, ttft: float | None, tokens: int = 4, cls: str = "a", warmup: bool = False,
+           error: str | None = None) -> RequestRecord:
+    r = RequestRecord(i, cls, send, 10, tokens, warmup=warmup)
+    r.send_time = send
+    if ttft is not None:
+        r.chunk_times = [send + ttft + 0.01 * k for k in range(tokens)]
+        r.completion_tokens = tokens
+    if error is not None:
+        r.fail(error, "x", send + 1.0)
+    else:
+        r.end_time = r.chunk_times[-1]
+    return r
+
+
+def test_request_samples_are_columnar_rounded_and_leave_out_warmup_and_unsent():
+    unsent = RequestRecord(9, "a", T0 + 9, 10, 4)
+    records = [record(0, T0 - 5, 0.2, warmup=True), record(1, T0 + 0.123456789, 0.2),
+               record(2, T0 + 1.0, None, error=HTTP_ERROR), record(3, T0 + 2.0, 0.5, tokens=2, cls="b"),
+               record(4, T0 + 3.0, None, error=ABORTED), unsent]
+    s = request_samples(records, T0)
+    assert tuple(s) == SAMPLE_KEYS
+    assert s["class"] == ["a", "a", "b", "a"]
+    assert s["sent_s"] == [0.1235, 1.0, 2.0, 3.0]
+    assert s["ttft_s"] == [0.2, None, 0.5, None]
+    assert s["e2e_s"] == [0.23, None, 0.51, None]
+    assert s["output_tokens"] == [4, 0, 2, 0]
+    assert s["ok"] == [True, False, True, False]
+    assert s["aborted"] == [False, False, False, True]
+    # TPOT as vllm bench serve: (e2e - ttft) / (tokens - 1)
+    assert (s["e2e_s"][0] - s["ttft_s"][0]) / 3 == pytest.approx(0.01)
+
+
+def test_records_rebuilt_from_samples_keep_the_latencies():
+    records = [record(1, T0 + 0.5, 0.2, tokens=5), record(2, T0 + 1.0, None, error=ABORTED)]
+    back = records_from_samples(request_samples(records, T0), end_s=4.0)
+    assert back[0].ttft == pytest.approx(0.2) and back[0].e2el == pytest.approx(0.24)
+    assert back[0].ok and back[0].output_tokens == 5 and back[0].end_time == pytest.approx(0.74)
+    assert back[1].aborted and back[1].end_time == 4.0 and not back[1].chunk_times
+
+
+def test_every_stage_row_carries_its_samples(tok_dir, tok):
+    workload = WorkloadSpec.model_validate({
+        "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 4, "warmup_requests": 2,
+        "arrival": {"mode": "constant", "rate": 4.0}, "duration_s": 1.5})
+    spec = CapacitySpec(stage_s=1.0, max_stages=1, idle_timeout_s=10)
+    with StubServer(StubConfig(root=str(tok_dir), ttft_ms=20, itl_ms=0), tokenizer=tok) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
+    assert len(run.stages) == 2
+    for stage in run.stages:
+        row = stage.as_row()
+        samples = row["samples"]
+        assert len(samples["sent_s"]) == stage.requests_sent  # the warm-up left out
+        assert all(0 <= t <= stage.planned_s + 0.5 for t in samples["sent_s"])
+        assert all(0.015 < t < 1.0 for t in samples["ttft_s"]) and all(samples["ok"])
+        assert "stopped_passing" not in row
+    assert run.stages[0].samples["sent_s"][0] == pytest.approx(0.25, abs=0.05)  # 1 / rate from the stage's start
+
+
+def test_stage_rows_store_their_samples_and_an_older_database_gets_the_column(tmp_path):
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    queries.open_db(url).dispose()
+    with sqlite3.connect(path) as conn:  # as a database created before the column existed
+        conn.execute("ALTER TABLE autotune_stages DROP COLUMN samples")
+    assert "samples" not in {c["name"] for c in inspect(queries.create_engine(url)).get_columns("autotune_stages")}
+    engine = queries.open_db(url)
+    assert "samples" in {c["name"] for c in inspect(engine).get_columns("autotune_stages")}
+    samples = {"class": ["a"], "sent_s": [0.5], "ttft_s": [0.2], "e2e_s": [0.3], "output_tokens": [4],
+               "ok": [True], "aborted": [False]}
+    stage = dict(stage_index=0, kind="target", rate=1.0, planned_s=10.0, elapsed_s=10.0, passed=True, margin=-0.5,
+                 violations={}, metrics={}, server_diagnostics={}, notes=[], samples=samples)
+    with Session(engine) as session:
+        study = StudyRecord(study_name="s", scenario_name="m", scenario_source="", scenario_digest="d", model_path="/m",
+                            vllm_version="v", hardware={}, directions=[], objective_names=[])
+        session.add(study)
+        session.flush()
+        queries.save_trial(session, study, 0, stages=[stage], status="ok", fingerprint="f", params={}, config={},
+                           flags={}, command="", adjustments=[], metrics={}, server_diagnostics={},
+                           constraints={}, feasible=True, timings={}, started_at=datetime(2026, 11, 22))
+        session.commit()
+    with Session(engine) as session:
+        assert session.query(StageRecord).one().samples == samples
+
+
+@pytest.mark.parametrize("given, rule", [(None, "likely"), ("likely", "likely"), ("certain", "certain"),
+                                         (True, "certain"), ("true", "certain"), (False, "off"), ("off", "off")])
+def test_early_abort_takes_a_rule_and_the_old_booleans(given, rule):
+    spec = CapacitySpec() if given is None else CapacitySpec(early_abort=given)
+    assert spec.early_abort == rule
+
+
+def test_a_bad_early_abort_is_one_clear_line():
+    from search.scenario import ScenarioError, parse
+    from pathlib import Path
+
+    text = Path("configs/mixed.yaml").read_text().replace("early_abort: likely", "early_abort: maybe")
+    assert "early_abort: maybe" in text
+    with pytest.raises(ScenarioError) as e:
+        parse(text, "mixed.yaml", Path("configs").resolve())
+    lines = [line for line in str(e.value).splitlines() if "early_abort" in line]
+    assert len(lines) == 1 and "'likely', 'certain' or 'off'" in lines[0] and "maybe" in lines[0]
+
+
+def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch):
+    """The likely rule may stop a capacity stage as a pass (never the target stage): the stage
+    is met, its measured margin enters the capacity search, its row says why it stopped."""
+    import objectives.stages as st
+    from objectives.load import Abort
+    from objectives.load.workload import WorkloadSpec as WL
+
+    asked: list[bool] = []
+
+    def fake_check(slos, rate, rule, may_pass=False):
+        asked.append(may_pass)
+        return None
+
+    class Result:
+        def __init__(self, abort):
+            self.abort, self.aborted = abort, abort.reason if abort else None
+        planned_s, duration_s, records, requests_planned, notes = 10.0, 6.0, [], 20, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 400.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(*a, abort=None, **k):
+        return Result(None if len(asked) == 1 else Abort("likely pass: P(every SLO met) = 0.97", passed=True))
+
+    async def no_wait(*a, **k):
+        return 0.0, None
+
+    async def no_reset(*a, **k):
+        return True
+
+    monkeypatch.setattr(st, "abort_check", fake_check)
+    monkeypatch.setattr(st, "run_load", fake_run_load)
+    monkeypatch.setattr(st, "wait_idle", no_wait)
+    monkeypatch.setattr(st, "reset_prefix_cache", no_reset)
+    wl = WL.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10,
+                            "arrival": {"mode": "poisson", "rate": 2.0}})
+    run = asyncio.run(st.run_stages("http://127.0.0.1:9", None, wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+                                    st.CapacitySpec(stage_s=10, max_stages=1)))
+    assert asked == [False, True]  # the target stage may not stop as a pass
+    target, capacity = run.stages
+    assert target.passed and capacity.passed and capacity.aborted.startswith("likely pass")
+    assert capacity.probe.margin == pytest.approx(-0.6) and capacity.saved_s == pytest.approx(4.0)
+    assert capacity.as_row()["passed"] is True and "met every SLO" in capacity.describe()
