@@ -67,7 +67,7 @@ def test_every_stage_row_carries_its_samples(tok_dir, tok):
     workload = WorkloadSpec.model_validate({
         "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 4, "warmup_requests": 2,
         "arrival": {"mode": "constant", "rate": 4.0}, "duration_s": 1.5})
-    spec = CapacitySpec(stage_s=1.0, max_stages=1, idle_timeout_s=10)
+    spec = CapacitySpec(stage_s=1.0, max_stages=1, idle_timeout_s=10, early_abort="off")  # every request runs out
     with StubServer(StubConfig(root=str(tok_dir), ttft_ms=20, itl_ms=0), tokenizer=tok) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
     assert len(run.stages) == 2
