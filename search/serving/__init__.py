@@ -31,12 +31,12 @@ from search.serving.resolve import Support, support, unsupported_reason
 from search.serving.resolve import resolve as resolve_server_args
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
-from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
+from search.serving.vllm_flags import FlagInfo, InstalledVllm, VllmNotInstalled, parse_version
 from search.serving.vllm_flags import OLDEST_SUPPORTED_VLLM, VllmTooOld
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "OLDEST_SUPPORTED_VLLM", "PARAMS", "PASS_THROUGH",
-    "REGISTRY", "TUNER_OWNED", "Adjustment", "ConfigError", "CpuRule", "Failure", "FailureClass", "FailurePhase", "Gpu",
+    "REGISTRY", "TUNER_OWNED", "Adjustment", "ConfigError", "CpuRule", "Failure", "FlagInfo", "FailureClass", "FailurePhase", "Gpu",
     "Hardware", "InstalledVllm", "KvBudget", "LaunchContext", "ModelError", "ModelInfo", "ModelShape", "ParamSpec",
     "ServerArgs", "Support", "VllmNotInstalled", "VllmTooOld", "build_default_model", "build_dummy_architecture",
     "check_combination", "classify", "default_batch", "describe_kv_check", "facts_for_launch",
