@@ -41,7 +41,7 @@ def rng_for(seed: int, plan: TrialPlan) -> np.random.Generator:
 @dataclass
 class ReplayExecutor:
     surrogate: Surrogate
-    measurement: Measurement
+    measurement: Measurement | None  # the study's (its capacity search's stage count)
     seed: int
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
@@ -65,11 +65,12 @@ class ReplayExecutor:
 
     def _capacity(self, rps: float | None) -> dict | None:
         """The drawn capacity inside a bracket as wide as the landscape's typical one."""
-        if rps is None or self.measurement.capacity is None:
+        if rps is None:
             return None
         half = math.sqrt(self.surrogate.bracket_ratio)
         low, high = rps / half, rps * half
-        return {"rps": rps, "low": low, "high": high, "stages": self.measurement.capacity.max_stages,
+        capacity = self.measurement.capacity if self.measurement is not None else None
+        return {"rps": rps, "low": low, "high": high, "stages": capacity.max_stages if capacity else None,
                 "summary": f"{rps:.3g} req/s (replayed: met at {low:.3g}, violated at {high:.3g})", "censored": False}
 
     def _timings(self) -> dict[str, float]:
