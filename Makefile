@@ -24,7 +24,7 @@ export STORAGE
 STORAGE_ARG = $(if $(STORAGE),--storage "$$STORAGE",)
 STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
+.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity clean
 
 setup:
 	@bash scripts/setup.sh
