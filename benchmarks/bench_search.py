@@ -123,9 +123,9 @@ def run_study(landscape_path: str, sampler: str, seed: int, budget: int) -> dict
                             study_name="bench", runs_dir=Path(d), seed=seed, sampler=sampler)
         runner = StudyRunner(prepare(opts, ctx=replay_context(w.landscape)), opts,
                              executor=replay_factory(w.surrogate, seed), calibrate=replay_calibration(w.landscape))
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         result = runner.run()
-        seconds = time.monotonic() - t0
+        seconds, cpu_s = time.monotonic() - t0, time.process_time() - cpu0
         with Session(runner.engine, expire_on_commit=False) as s:
             rows = queries.trial_records(s, queries.require_study(s, "bench"))
             measured = [(r.trial_number, r.config, r.baseline) for r in rows if r.counts_against_budget]
@@ -136,7 +136,7 @@ def run_study(landscape_path: str, sampler: str, seed: int, budget: int) -> dict
         if ok:
             front.append(values)
         curve.append(pareto.hypervolume(front, w.scenario.directions, w.reference_point) / w.reference_hv)
-    out = {"sampler": sampler, "seed": seed, "budget": budget, "seconds": seconds, "curve": curve,
+    out = {"sampler": sampler, "seed": seed, "budget": budget, "seconds": seconds, "cpu_s": cpu_s, "curve": curve,
            "hv": curve[-1] if curve else 0.0, "deployed": None}
     if deployed is not None:
         values, ok = w.truth(deployed[0])
@@ -188,6 +188,7 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
                 "baseline_kept_when_better": sum(1 for d in dep if d and d["baseline"] and d["better_existed"]) / len(at),
                 "search_wall_min": (cal_s + b * trial_s) / 60,
                 "bench_s": float(np.mean([r["seconds"] for r in at])),
+                "bench_cpu_s": float(np.mean([r.get("cpu_s", math.nan) for r in at])),
             }
         samplers[name] = entry
     return {"default": DEFAULT_SAMPLER, "landscape": str(w.landscape.provenance.get("command", "")),
