@@ -25,7 +25,7 @@ export STORAGE
 STORAGE_ARG = $(if $(STORAGE),--storage "$$STORAGE",)
 STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 
-.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-capacity bench-fidelity clean
+.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity clean
 
 setup:
 	@bash scripts/setup.sh
@@ -89,6 +89,9 @@ bench-capacity: setup   ## capacity under the SLO of vLLM's defaults and max_num
 
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
 	$(BIN)/python benchmarks/fidelity.py $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
+
+bench-search: setup   ## every sampler x 20 seeds x budgets 5-40 on the replay executor (no vLLM); LANDSCAPE=file
+	$(BIN)/python benchmarks/bench_search.py $(call opt,--landscape,$(LANDSCAPE))
 
 bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
 	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)

@@ -33,12 +33,12 @@ from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.start_anatomy import PHASES as START_PHASES
 from search.serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
 from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
-from search.serving.vllm_flags import InstalledVllm, VllmNotInstalled, parse_version
+from search.serving.vllm_flags import FlagInfo, InstalledVllm, VllmNotInstalled, parse_version
 from search.serving.vllm_flags import OLDEST_SUPPORTED_VLLM, VllmTooOld
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "OLDEST_SUPPORTED_VLLM", "PARAMS", "PASS_THROUGH", "START_PHASES",
-    "REGISTRY", "TUNER_OWNED", "Adjustment", "ConfigError", "CpuRule", "Failure", "FailureClass", "FailurePhase", "Gpu",
+    "REGISTRY", "TUNER_OWNED", "Adjustment", "ConfigError", "CpuRule", "Failure", "FlagInfo", "FailureClass", "FailurePhase", "Gpu",
     "Hardware", "InstalledVllm", "KvBudget", "StartAnatomy", "LaunchContext", "ModelError", "ModelInfo", "ModelShape", "ParamSpec",
     "ServerArgs", "Support", "VllmNotInstalled", "VllmTooOld", "build_default_model", "build_dummy_architecture",
     "check_combination", "classify", "default_batch", "describe_kv_check", "facts_for_launch",

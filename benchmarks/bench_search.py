@@ -1,0 +1,291 @@
+"""Which sampler finds the best configuration for the fewest trials: every sampler of
+`search.samplers` x seeds x budgets, each a real study (`StudyRunner`, SQLite, scoring,
+confirmation) on the replay executor, scored on the surrogate's noiseless means.
+
+    python benchmarks/bench_search.py [--landscape FILE] [--seeds 20] [--budgets 5 10 20 40] [--jobs 2]
+
+Per sampler and budget: the hypervolume of the configs the study measured (those truly
+feasible, on surrogate means) as a share of the reference front's (the landscape's own configs,
+on the same means; a search can pass 100%, finding configs the landscape lacks); the trials it
+took to reach 90% and 95% of it (from the largest budget's runs); what the study deploys after
+its confirmation (true capacity and TTFT, regret against the best feasible config, how often it is infeasible or a
+baseline kept while a config 10% better exists); the wall time the budget costs on the
+landscape's machine. Writes runs/bench-search/summary.json and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from objectives.scoring import score  # noqa: E402
+from search import calibration as calibration_mod, pareto, scenario as scenario_mod  # noqa: E402
+from search.prepare import StudyOptions, prepare  # noqa: E402
+from search.replay import (CAPACITY, Landscape, Surrogate, cross_validated, replay_calibration,  # noqa: E402
+                           replay_context, replay_factory)
+from search.samplers import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
+from search.study import StudyRunner  # noqa: E402
+from storage import queries  # noqa: E402
+
+SYNTHETIC_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json"
+BUDGETS = (5, 10, 20, 40)
+SHARES = (0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class World:
+    """What every run of the bench is judged against: the landscape, its surrogate, the scenario
+    and the reference front on the surrogate's means."""
+
+    landscape: Landscape
+    surrogate: Surrogate
+    scenario: Any
+    scenario_path: Path
+    slos: tuple
+    reference_point: tuple[float, ...]
+    reference_hv: float
+    best: dict[str, Any]  # the best feasible config by the scenario's rule, with its means
+
+    def truth(self, config: dict[str, Any]) -> tuple[list[float], bool]:
+        """A config's objective vector on the surrogate's means, and whether it truly meets the SLOs."""
+        if not self.surrogate.serves(config):
+            return [math.nan] * len(self.scenario.objectives), False
+        s = score(self.surrogate.mean(config), self.scenario.objectives, list(self.slos), staged=True)
+        return s.values, s.feasible
+
+
+def _one_thread() -> None:
+    """GP's torch on one thread per process: the bench already runs one process per core."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
+
+
+@lru_cache(maxsize=2)
+def world(landscape_path: str) -> World:
+    warnings.filterwarnings("ignore")
+    _one_thread()
+    landscape = Landscape.load(Path(landscape_path))
+    surrogate = Surrogate.fit(landscape)
+    path = scenario_mod.resolve_path(landscape.scenario)
+    sc, _, _ = scenario_mod.load(path)
+    _, slos, _ = calibration_mod.resolve(sc, calibration_mod.CalibrationResult.from_dict(landscape.calibration))
+    configs = [c.config for c in landscape.configs]
+    surrogate.prime(configs)
+    partial = World(landscape, surrogate, sc, path, tuple(slos), (), 0.0, {})
+    judged = [(c, *partial.truth(c)) for c in configs]
+    feasible = [(c, v) for c, v, ok in judged if ok]
+    values = [v for _, v in feasible]
+    ref = tuple(max(v[i] for v in values) * 1.1 if d == "minimize" else 0.0
+                for i, d in enumerate(sc.directions))
+    hv = pareto.hypervolume(values, sc.directions, ref)
+    order = pareto.rank(values, sc.directions, sc.objective_names, sc.selection)
+    best_config, best_values = feasible[order[0]]
+    best = {"config": best_config, **dict(zip(sc.objective_names, best_values))}
+    return World(landscape, surrogate, sc, path, tuple(slos), ref, hv, best)
+
+
+def _capacity_index(w: World) -> int:
+    return w.scenario.objective_names.index(CAPACITY)
+
+
+def run_study(landscape_path: str, sampler: str, seed: int, budget: int) -> dict[str, Any]:
+    """One study on the replay executor; what it measured and deployed, judged on the means."""
+    w = world(landscape_path)
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
+        opts = StudyOptions(scenario=str(w.scenario_path), trials=budget, storage=f"sqlite:///{d}/bench.db",
+                            study_name="bench", runs_dir=Path(d), seed=seed, sampler=sampler)
+        runner = StudyRunner(prepare(opts, ctx=replay_context(w.landscape)), opts,
+                             executor=replay_factory(w.surrogate, seed), calibrate=replay_calibration(w.landscape))
+        t0, cpu0 = time.monotonic(), time.process_time()
+        result = runner.run()
+        seconds, cpu_s = time.monotonic() - t0, time.process_time() - cpu0
+        with Session(runner.engine, expire_on_commit=False) as s:
+            rows = queries.trial_records(s, queries.require_study(s, "bench"))
+            measured = [(r.trial_number, r.config, r.baseline) for r in rows if r.counts_against_budget]
+            deployed = next(((r.config, r.baseline) for r in rows if r.trial_number == result.chosen), None)
+    curve, front = [], []
+    for _, config, _ in measured:
+        values, ok = w.truth(config)
+        if ok:
+            front.append(values)
+        curve.append(pareto.hypervolume(front, w.scenario.directions, w.reference_point) / w.reference_hv)
+    out = {"sampler": sampler, "seed": seed, "budget": budget, "seconds": seconds, "cpu_s": cpu_s, "curve": curve,
+           "hv": curve[-1] if curve else 0.0, "deployed": None}
+    if deployed is not None:
+        values, ok = w.truth(deployed[0])
+        k = _capacity_index(w)
+        best_cap = w.best[CAPACITY]
+        baselines_best = max((w.truth(c)[0][k] for _, c, b in measured if b and w.truth(c)[1]), default=0.0)
+        out["deployed"] = {"baseline": deployed[1], "feasible": ok,
+                           **{n: v for n, v in zip(w.scenario.objective_names, values)},
+                           "regret": 1 - values[k] / best_cap if ok else 1.0,
+                           "better_existed": best_cap > 1.1 * baselines_best}
+    return out
+
+
+def reach(curve: list[float], share: float, above: int) -> int:
+    """Trials to reach `share` of the reference hypervolume; `above` when never."""
+    return next((i + 1 for i, v in enumerate(curve) if v >= share), above)
+
+
+def _quartiles(values: list[float]) -> dict[str, float]:
+    q1, med, q3 = np.percentile(values, [25, 50, 75]) if values else (math.nan,) * 3
+    return {"median": float(med), "q1": float(q1), "q3": float(q3)}
+
+
+def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) -> dict[str, Any]:
+    largest = max(budgets)
+    trial_s, _ = w.landscape.typical_trial_s()
+    cal_s = w.landscape.calibration.get("seconds", 0.0)
+    samplers = {}
+    for name in dict.fromkeys(r["sampler"] for r in runs):
+        mine = [r for r in runs if r["sampler"] == name]
+        longest = [r for r in mine if r["budget"] == largest]
+        entry: dict[str, Any] = {f"trials_to_{round(s * 100)}": float(np.median([reach(r["curve"], s, largest + 1)
+                                                                                  for r in longest]))
+                                 for s in SHARES}
+        entry["reached_95"] = sum(reach(r["curve"], 0.95, largest + 1) <= largest for r in longest) / len(longest)
+        entry["budgets"] = {}
+        for b in budgets:
+            at = [r for r in mine if r["budget"] == b]
+            dep = [r["deployed"] for r in at]
+            ok = [d for d in dep if d and d["feasible"]]
+            entry["budgets"][str(b)] = {
+                "seeds": len(at), "hv": _quartiles([r["hv"] for r in at]),
+                "deployed_capacity": _quartiles([d[CAPACITY] for d in ok]),
+                "deployed_ttft": _quartiles([d[w.scenario.objective_names[0]] for d in ok]),
+                "regret": _quartiles([d["regret"] for d in dep if d]),
+                "within_10pct": sum(1 for d in ok if d["regret"] <= 0.1) / len(at),
+                "deployed_infeasible": sum(1 for d in dep if d and not d["feasible"]) / len(at),
+                "nothing_deployed": sum(1 for d in dep if d is None) / len(at),
+                "baseline_kept_when_better": sum(1 for d in dep if d and d["baseline"] and d["better_existed"]) / len(at),
+                "search_wall_min": (cal_s + b * trial_s) / 60,
+                "bench_s": float(np.mean([r["seconds"] for r in at])),
+                "bench_cpu_s": float(np.mean([r.get("cpu_s", math.nan) for r in at])),
+            }
+        samplers[name] = entry
+    return {"default": DEFAULT_SAMPLER, "landscape": str(w.landscape.provenance.get("command", "")),
+            "synthetic": w.landscape.synthetic, "budgets": list(budgets), "largest_budget": largest,
+            "reference": {"hypervolume": w.reference_hv, "point": list(w.reference_point), "best": {
+                k: v for k, v in w.best.items() if k != "config"}, "best_config": w.best["config"]},
+            "typical_trial_s": trial_s, "samplers": samplers}
+
+
+def bench(landscape_path: Path, samplers: list[str], seeds: int, budgets: tuple[int, ...],
+          jobs: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every run, spread over `jobs` processes (largest budgets first), and their summary."""
+    tasks = sorted(((str(landscape_path), s, seed, b) for s in samplers for seed in range(seeds) for b in budgets),
+                   key=lambda t: -t[3])
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            runs = list(pool.map(run_study, *zip(*tasks), chunksize=1))
+    else:
+        runs = [run_study(*t) for t in tasks]
+    return summarize(runs, world(str(landscape_path)), budgets), runs
+
+
+def table(summary: dict[str, Any]):
+    from rich.table import Table
+    largest = summary["largest_budget"]
+    t = Table(title="bench-search" + (" (SYNTHETIC landscape)" if summary["synthetic"] else ""))
+    for col in ("sampler", "budget", "HV median [IQR]", "to 90%", "to 95%", "deployed cap", "regret",
+                "within 10%", "infeasible", "baseline kept", "wall min"):
+        t.add_column(col, justify="right")
+    for name, s in summary["samplers"].items():
+        for b, e in s["budgets"].items():
+            first = b == str(summary["budgets"][0])
+
+            def trials(k):
+                v = s[k]
+                return (f">{largest}" if v > largest else f"{v:g}") if first else ""
+            hv = e["hv"]
+            t.add_row(name + (" (default)" if name == summary["default"] and first else "") if first else "", b,
+                      f"{hv['median']:.2f} [{hv['q1']:.2f}-{hv['q3']:.2f}]", trials("trials_to_90"), trials("trials_to_95"),
+                      f"{e['deployed_capacity']['median']:.2f}", f"{e['regret']['median']:.0%}",
+                      f"{e['within_10pct']:.0%}", f"{e['deployed_infeasible']:.0%}",
+                      f"{e['baseline_kept_when_better']:.0%}", f"{e['search_wall_min']:.0f}")
+    return t
+
+
+def accuracy_table(landscape: Landscape):
+    """The surrogate's held-out accuracy (grouped 5-fold cross-validation), as the docs quote it."""
+    from rich.table import Table
+    accuracy, classifier = cross_validated(landscape)
+    t = Table(title="surrogate, configs held out" + (" (SYNTHETIC landscape)" if landscape.synthetic else ""))
+    for col in ("metric", "Spearman", "median rel. error", "repeat noise", "configs"):
+        t.add_column(col, justify="right")
+    for a in accuracy:
+        t.add_row(a.metric, f"{a.spearman:.2f}", f"{a.median_rel_error:.0%}", f"{a.noise_rel:.0%}", str(a.configs))
+    t.caption = (f"serves-or-not classifier: {classifier:.0%} of held-out configs right" if classifier is not None
+                 else "every config served: no classifier")
+    return t, {"metrics": [a.__dict__ for a in accuracy], "classifier": classifier}
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for name, s in summary["samplers"].items():
+        b = list(s["budgets"])
+        fig.add_trace(go.Scatter(
+            x=[int(x) for x in b], y=[s["budgets"][x]["hv"]["median"] for x in b], name=name, mode="lines+markers",
+            error_y={"type": "data", "symmetric": False,
+                     "array": [s["budgets"][x]["hv"]["q3"] - s["budgets"][x]["hv"]["median"] for x in b],
+                     "arrayminus": [s["budgets"][x]["hv"]["median"] - s["budgets"][x]["hv"]["q1"] for x in b]}))
+    title = "Share of the reference hypervolume found, median and IQR over seeds"
+    fig.update_layout(title=title + (" (synthetic landscape)" if summary["synthetic"] else ""),
+                      xaxis={"title": "trials (budget)", "type": "log"}, yaxis={"title": "hypervolume share"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(path, include_plotlyjs="cdn")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--landscape", type=Path, default=SYNTHETIC_LANDSCAPE)
+    ap.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench-search")
+    args = ap.parse_args(argv)
+    from rich.console import Console
+    t0 = time.monotonic()
+    summary, runs = bench(args.landscape, args.samplers, args.seeds, tuple(sorted(args.budgets)), args.jobs)
+    summary["wall_s"] = time.monotonic() - t0
+    summary["jobs"] = args.jobs
+    console = Console()
+    acc_table, summary["surrogate_accuracy"] = accuracy_table(world(str(args.landscape)).landscape)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps({**summary, "runs": runs}, indent=1, default=str) + "\n")
+    plot(summary, args.out / "hypervolume.html")
+    console.print(acc_table)
+    console.print(table(summary))
+    console.print(f"{len(runs)} studies in {summary['wall_s']:.0f} s on {args.jobs} processes; "
+                  f"{args.out / 'summary.json'}, {args.out / 'hypervolume.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

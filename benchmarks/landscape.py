@@ -1,0 +1,182 @@
+"""Record a landscape of a scenario's search space on real servers, then export it as a small
+data file the replay executor (search.replay) fits its surrogates on.
+
+    python benchmarks/landscape.py record [--scenario mixed] [--n 48] [--repeats 12] [--runs 3] [--seed 0]
+    python benchmarks/landscape.py export [--out benchmarks/data/landscape-mixed-cpu.json]
+    python benchmarks/landscape.py synthetic [--out benchmarks/data/landscape-mixed-synthetic.json]
+
+`record` is resumable (run the same command again): the first pass is one study on the project's
+storage (a space-filling design of `n` configurations, Optuna's scrambled Sobol QMC, and the
+scenario's baselines, each measured with the search's screening measurement by the real
+`VllmExecutor` through the real `StudyRunner`, no confirmation); each repeat round is a study of
+its own (`<study>-r2`, `-r3`: the study loop measures a flag set once per study) holding the same
+`repeats` configurations in its own shuffled order, on the first pass's calibration. It starts
+real vLLM servers: wrap it in `flock /tmp/vllm.lock` where others share the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from sqlalchemy.orm import Session  # noqa: E402
+
+from search import scenario as scenario_mod  # noqa: E402
+from search.calibration import CalibrationResult  # noqa: E402
+from search.prepare import StudyOptions, prepare  # noqa: E402
+from search.replay import Config, Landscape, Measurement, repeat_rounds, space_filling  # noqa: E402
+from search.serving import DEFAULT_MEMORY_UTILIZATION, default_batch  # noqa: E402
+from search.study import StudyRunner  # noqa: E402
+from storage import queries  # noqa: E402
+
+DEFAULT_STORAGE = f"sqlite:///{REPO / 'runs' / 'landscape.db'}"
+
+
+def _opts(scenario: str, storage: str, study: str, trials: int, seed: int, runs_dir: Path) -> StudyOptions:
+    return StudyOptions(scenario=scenario, trials=trials, storage=storage, study_name=study, seed=seed,
+                        runs_dir=runs_dir, confirm_runs=0, sampler="random")
+
+
+def _enqueue_missing(runner: StudyRunner, points: list[dict[str, Any]]) -> None:
+    """Queue the points the study does not hold yet (a resumed run queues nothing twice)."""
+    present = [t.params for t in runner.study.get_trials(deepcopy=False) if not t.user_attrs.get("baseline")]
+    for p in points:
+        if p in present:
+            present.remove(p)
+        else:
+            runner.study.enqueue_trial(p)
+
+
+def record(scenario: str = "mixed", *, n: int = 48, repeats: int = 12, runs: int = 3, seed: int = 0,
+           storage: str = DEFAULT_STORAGE, study: str | None = None, runs_dir: Path = REPO / "runs",
+           ctx=None, executor=None, calibrate=None) -> str:
+    """Measure the design (resumes where a previous call stopped); returns the study's name.
+    `ctx`, `executor` and `calibrate` default to the real ones (tests pass replayed ones)."""
+    study = study or f"landscape-{Path(scenario).stem}"
+    opts = _opts(scenario, storage, study, 0, seed, runs_dir)
+    prep = prepare(opts, ctx=ctx)
+    design = space_filling(prep.dists, n, seed)
+    first_opts = _opts(scenario, storage, study, n + len(prep.baselines), seed, runs_dir)
+    first = StudyRunner(prep, first_opts, executor=executor, calibrate=calibrate)
+    first.open()
+    _enqueue_missing(first, design)
+    first.run()
+    stored = _stored_calibration(storage, study)
+    for r, order in enumerate(repeat_rounds(n, repeats, runs, seed), start=2):
+        round_opts = _opts(scenario, storage, f"{study}-r{r}", repeats, seed, runs_dir)
+        runner = StudyRunner(prepare(round_opts, ctx=prep.ctx), round_opts, executor=executor,
+                             calibrate=lambda *a, **k: stored)
+        runner.open()
+        _enqueue_missing(runner, [design[i] for i in order])
+        runner.run()
+    return study
+
+
+def _stored_calibration(storage: str, study: str) -> CalibrationResult | None:
+    with Session(queries.open_db(storage)) as s:
+        cal = queries.require_study(s, study).calibration
+    return CalibrationResult.from_dict(cal) if cal else None
+
+
+def _measurement(row, run: int) -> Measurement:
+    cap = row.capacity or {}
+    served = row.failure_class is None or row.failure_phase not in ("startup", "precheck")
+    return Measurement(run=run, served=served and row.status == "ok", failure_class=row.failure_class,
+                       values=row.values, metrics={k: v for k, v in (row.metrics or {}).items()},
+                       constraints=dict(row.constraints or {}), feasible=bool(row.feasible),
+                       capacity_low=cap.get("low"), capacity_high=cap.get("high"),
+                       trial_s=(row.timings or {}).get("total_s"), start_s=(row.timings or {}).get("start_s"),
+                       started_at=row.started_at.isoformat() if row.started_at else None)
+
+
+def export(storage: str = DEFAULT_STORAGE, study: str = "landscape-mixed", *, commands: list[str] = (),
+           keep_metrics: tuple[str, ...] | None = None) -> Landscape:
+    """The stored studies as a landscape: per config its params and every measurement (first
+    pass, then the repeat rounds), with the provenance."""
+    with Session(queries.open_db(storage), expire_on_commit=False) as s:
+        rec = queries.require_study(s, study)
+        rounds = [rec] + [r for r in (queries.find_study(s, f"{study}-r{i}") for i in range(2, 10)) if r is not None]
+        rows = [[row for row in queries.trial_records(s, r) if row.counts_against_budget] for r in rounds]
+    sc = scenario_mod.parse(rec.scenario_source, study, scenario_mod.CONFIG_DIR)
+    wanted = keep_metrics or tuple(dict.fromkeys(sc.objective_names + [x.metric for x in sc.slos]))
+    configs: dict[str, Config] = {}
+    for run, round_rows in enumerate(rows, start=1):
+        for row in round_rows:
+            c = configs.setdefault(row.fingerprint, Config(dict(row.params), dict(row.config), row.baseline))
+            m = _measurement(row, len(c.measurements) + 1)
+            m.metrics = {k: v for k, v in m.metrics.items() if k in wanted}
+            c.measurements.append(m)
+    starts = [r.started_at for rr in rows for r in rr if r.started_at]
+    ends = [r.finished_at for rr in rows for r in rr if r.finished_at]
+    tokens, seqs = default_batch(_hardware(rec.hardware))
+    space = {k: d.model_dump(exclude_none=True, exclude_defaults=True) for k, d in sc.search_space.items()}
+    defaults = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "memory_utilization": DEFAULT_MEMORY_UTILIZATION,
+                "scheduler_delay_factor": 0.0, "long_prefill_token_threshold": 0, "enable_prefix_caching": True}
+    return Landscape(
+        scenario=sc.name, objectives=[o.model_dump() for o in sc.objectives], slos=[x.metric for x in sc.slos],
+        space=space, defaults={k: v for k, v in defaults.items() if k in space}, calibration=rec.calibration or {},
+        configs=list(configs.values()),
+        provenance={"vllm_version": rec.vllm_version, "hardware": rec.hardware, "model": rec.model_path,
+                    "model_revision": rec.model_revision, "scenario_digest": rec.scenario_digest,
+                    "studies": [r.study_name for r in rounds], "commands": list(commands),
+                    "date": datetime.now(timezone.utc).date().isoformat(),
+                    "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
+                    "server_starts": sum(len(rr) for rr in rows) + 1,  # the calibration's included
+                    "calibration_s": (rec.calibration or {}).get("seconds")})
+
+
+def _hardware(d: dict | None):
+    from search.serving import Gpu, Hardware
+    d = dict(d or {})
+    gpus = tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", ()))
+    return Hardware(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", "?"), cpu_cores=d.get("cpu_cores", 1),
+                    ram_gib=d.get("ram_gib", 0), gpus=gpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--scenario", default="mixed")
+    rec.add_argument("--n", type=int, default=48)
+    rec.add_argument("--repeats", type=int, default=12)
+    rec.add_argument("--runs", type=int, default=3)
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--storage", default=DEFAULT_STORAGE)
+    exp = sub.add_parser("export")
+    exp.add_argument("--storage", default=DEFAULT_STORAGE)
+    exp.add_argument("--study", default="landscape-mixed")
+    exp.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json")
+    syn = sub.add_parser("synthetic")
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json")
+    args = ap.parse_args(argv)
+    if args.cmd == "record":
+        t0 = time.monotonic()
+        name = record(args.scenario, n=args.n, repeats=args.repeats, runs=args.runs, seed=args.seed,
+                      storage=args.storage)
+        print(f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
+              f"export: python benchmarks/landscape.py export --study {name}")
+    elif args.cmd == "export":
+        landscape = export(args.storage, args.study, commands=[" ".join(sys.argv)])
+        landscape.save(args.out)
+        print(f"{args.out}: {len(landscape.configs)} configs, {len(landscape.measurements())} measurements")
+    else:
+        from search.replay import synthetic
+        sc, _, _ = scenario_mod.load("mixed")
+        landscape = synthetic.landscape(sc, {k: dict(v) for k, v in sc.baselines.items()}, seed=args.seed)
+        landscape.save(args.out)
+        print(f"{args.out}: SYNTHETIC, {len(landscape.configs)} configs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""Which configurations a landscape measures, and in what order: a space-filling design of the
+search space (Optuna's QMC sampler, scrambled Sobol, seeded), and the repeats that give the
+noise, run after the first pass in shuffled rounds so drift over time is not taken for a
+difference between configurations."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+
+
+def space_filling(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` parameter sets spread over the space (Optuna's QMC sampler draws the first at random,
+    then the scrambled Sobol sequence)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+                                             warn_independent_sampling=False, warn_asynchronous_seeding=False)
+    study = optuna.create_study(sampler=sampler)
+    points = []
+    for _ in range(n):
+        trial = study.ask(dists)
+        points.append(dict(trial.params))
+        study.tell(trial, 0.0)
+    return points
+
+
+def repeat_rounds(count: int, repeats: int, runs: int, seed: int) -> list[list[int]]:
+    """Indices (into the first pass's `count` configurations) re-measured in each later round:
+    the same `repeats` configurations, spread over the first pass, each round in its own
+    shuffled order; `runs` measurements each in all (the first pass included)."""
+    if repeats > count:
+        raise ValueError(f"{repeats} repeated configurations of {count}")
+    rng = random.Random(seed)
+    chosen = sorted(rng.sample(range(count), repeats))
+    rounds = []
+    for _ in range(runs - 1):
+        order = list(chosen)
+        rng.shuffle(order)
+        rounds.append(order)
+    return rounds

@@ -1,0 +1,109 @@
+"""A recorded landscape: configurations of one scenario's space, each measured one or more times
+with the search's screening measurement, and how the numbers were obtained.
+
+The file format (JSON) is what `benchmarks/landscape.py export` writes and what the replay
+executor's surrogate is fitted on. A synthetic landscape (`search.replay.synthetic`) has the same
+format and says so in `synthetic`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+CAPACITY = "slo_capacity_rps"
+
+
+@dataclass
+class Measurement:
+    """One screening measurement of one configuration."""
+
+    run: int  # 1: the first pass; 2, 3: the repeats
+    served: bool  # False: the server never served (failure_class says why)
+    failure_class: str | None = None
+    values: list[float] | None = None  # the objective vector, in the landscape's objective order
+    metrics: dict[str, float] = field(default_factory=dict)  # the objectives' and the SLOs' metrics
+    constraints: dict[str, float] = field(default_factory=dict)  # <= 0: met
+    feasible: bool = False
+    capacity_low: float | None = None  # the highest rate that met the SLOs (None: none did)
+    capacity_high: float | None = None  # the lowest rate that missed them (None: none did: censored)
+    trial_s: float | None = None  # the whole trial: start, load stages, stop
+    start_s: float | None = None  # the server's start alone
+    started_at: str | None = None
+
+    def capacity_point(self) -> float | None:
+        """Where the capacity sits in its bracket, on a log scale: the geometric middle; a
+        censored bracket (never violated) or an empty one (never met) gives its one end."""
+        lo, hi = self.capacity_low, self.capacity_high
+        if lo and hi:
+            return math.sqrt(lo * hi)
+        return lo if lo else (hi / 2 if hi else None)
+
+
+@dataclass
+class Config:
+    params: dict[str, Any]  # as Optuna sampled them (a baseline: those its space can represent)
+    config: dict[str, Any]  # as asked for: fixed values, then the sampled or the baseline's
+    baseline: str | None = None
+    measurements: list[Measurement] = field(default_factory=list)
+
+
+@dataclass
+class Landscape:
+    scenario: str
+    objectives: list[dict[str, str]]  # [{"metric", "direction"}] in the study's order
+    slos: list[str]  # the SLO metrics (the constraints' names)
+    space: dict[str, dict[str, Any]]  # the scenario's search space, as its file states it
+    defaults: dict[str, Any]  # what the server applies for a space parameter a config leaves unset
+    calibration: dict[str, Any]  # the study's calibration (`CalibrationResult.as_dict()`)
+    configs: list[Config]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    synthetic: bool = False
+    schema: int = SCHEMA
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [o["metric"] for o in self.objectives]
+
+    @property
+    def directions(self) -> list[str]:
+        return [o["direction"] for o in self.objectives]
+
+    def effective(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Every space parameter as the server runs it: the config's value, else the default."""
+        return {k: config.get(k, self.defaults.get(k)) for k in self.space}
+
+    def measurements(self) -> list[tuple[Config, Measurement]]:
+        return [(c, m) for c in self.configs for m in c.measurements]
+
+    def typical_trial_s(self) -> tuple[float, float]:
+        """(median trial seconds, median start seconds) over the served measurements."""
+        served = [m for _, m in self.measurements() if m.served and m.trial_s is not None]
+        if not served:
+            return 0.0, 0.0
+        return (float(statistics.median(m.trial_s for m in served)),
+                float(statistics.median(m.start_s or 0.0 for m in served)))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=False, default=str)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json() + "\n")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Landscape":
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"landscape schema {d.get('schema')!r}, expected {SCHEMA}")
+        configs = [Config(c["params"], c["config"], c.get("baseline"),
+                          [Measurement(**m) for m in c["measurements"]]) for c in d["configs"]]
+        return cls(**{**d, "configs": configs})
+
+    @classmethod
+    def load(cls, path: Path) -> "Landscape":
+        return cls.from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,75 @@
+"""The replay executor under the real study loop, and the landscape recorder on it (no vLLM)."""
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import landscape as landscape_bench
+from benchmarks.bench_search import SYNTHETIC_LANDSCAPE, bench, run_study, world
+from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
+from search.executor import plan
+from search.samplers import DEFAULT_SAMPLER
+
+MIXED = Path(__file__).resolve().parents[3] / "configs" / "mixed.yaml"
+
+
+def test_replay_is_deterministic_per_seed_and_each_run_draws_fresh_noise():
+    path = str(SYNTHETIC_LANDSCAPE)
+    a, again, other = run_study(path, "random", 3, 5), run_study(path, "random", 3, 5), run_study(path, "tpe", 4, 5)
+    assert a["curve"] == again["curve"] and a["deployed"] == again["deployed"]
+    w = world(path)
+    config = w.landscape.configs[0].config
+    ex = replay_factory(w.surrogate, 3)(replay_context(w.landscape), None)
+    p = plan(7, None, {}, config, replay_context(w.landscape), 4096, "test")
+    first, same = ex.run(p).metrics, ex.run(p).metrics
+    p.run_name = "confirm-r2-trial-0007"
+    confirm = ex.run(p).metrics
+    other_seed = replay_factory(w.surrogate, 4)(replay_context(w.landscape), None).run(
+        plan(7, None, {}, config, replay_context(w.landscape), 4096, "test")).metrics
+    key = "ttft_p95_ms@short"
+    assert first[key] == same[key]
+    assert confirm[key] != first[key] and other_seed[key] != first[key]
+    assert other["sampler"] == "tpe"
+
+
+def test_surrogate_reports_held_out_accuracy_per_objective():
+    landscape = Landscape.load(SYNTHETIC_LANDSCAPE)
+    accuracy, classifier = cross_validated(landscape)
+    names = {a.metric for a in accuracy}
+    assert {"ttft_p95_ms@short", "slo_capacity_rps", "tpot_p95_ms"} <= names
+    assert all(-1 <= a.spearman <= 1 and a.median_rel_error >= 0 for a in accuracy)
+    assert classifier is not None and 0.5 < classifier <= 1
+    surrogate = Surrogate.fit(landscape)
+    low = {**landscape.configs[0].config, "memory_utilization": 0.05}
+    assert not surrogate.serves(low)  # the synthetic landscape's configs below 12% never served
+
+
+def test_landscape_records_the_design_and_repeats_resumably_and_exports_them(tmp_path):
+    landscape = Landscape.load(SYNTHETIC_LANDSCAPE)
+    surrogate = Surrogate.fit(landscape)
+    storage = f"sqlite:///{tmp_path / 'landscape.db'}"
+    kw = dict(n=4, repeats=2, runs=3, seed=1, storage=storage, runs_dir=tmp_path, ctx=replay_context(landscape),
+              executor=replay_factory(surrogate, 0), calibrate=replay_calibration(landscape))
+    study = landscape_bench.record(str(MIXED), **kw)
+    landscape_bench.record(str(MIXED), **kw)  # resumed: nothing left to measure, nothing measured twice
+    out = landscape_bench.export(storage, study, commands=["test"])
+    assert len(out.configs) == 4 + 2  # the design and both baselines
+    assert sorted(len(c.measurements) for c in out.configs) == [1, 1, 1, 1, 3, 3]
+    assert {c.baseline for c in out.configs} == {None, "vllm_defaults", "seed_recommended"}
+    m = next(m for c in out.configs for m in c.measurements if m.served)
+    assert m.capacity_low and m.capacity_high and m.trial_s and set(m.metrics) >= {"ttft_p95_ms@short"}
+    assert out.provenance["server_starts"] == 6 + 2 * 2 + 1 and out.provenance["commands"] == ["test"]
+    assert out.calibration == landscape.calibration
+    saved = tmp_path / "l.json"
+    out.save(saved)
+    assert Landscape.load(saved).configs[0].measurements == out.configs[0].measurements
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21 item 4 is open: today's default (TPE after 3 random startup trials) "
+                   "does not beat random at budget 10 on the synthetic landscape (median share 0.54 vs 0.57, "
+                   "8 seeds); strict, so the day it does this marker must go and the check guards it")
+def test_the_default_sampler_finds_more_than_random_at_budget_10():
+    """The CI bench (issue 21 item 5): 8 seeds at budget 10, both samplers in one run; no absolute value."""
+    summary, _ = bench(SYNTHETIC_LANDSCAPE, [DEFAULT_SAMPLER, "random"], seeds=8, budgets=(10,), jobs=1)
+    hv = {name: s["budgets"]["10"]["hv"]["median"] for name, s in summary["samplers"].items()}
+    assert hv[DEFAULT_SAMPLER] > hv["random"], hv
