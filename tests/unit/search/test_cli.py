@@ -134,7 +134,7 @@ def test_a_read_only_runs_directory_is_one_line(tmp_path):
     if os.geteuid() == 0:  # root writes through any mode bits: a read-only bind mount in a private namespace
         if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
             pytest.skip("running as root without the right to make a read-only mount")
-        command = ["unshare", "--mount", "sh", "-c", f'mount --bind -o ro "$0" "$0" && exec "$@"', str(runs),
+        command = ["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"', str(runs),
                    *command]
     else:
         runs.chmod(0o555)
