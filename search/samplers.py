@@ -8,10 +8,11 @@ and population sizes scale with the budget (a third of it, within Optuna's usual
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from search.proposals import DiagnosisProposer
 
@@ -36,11 +37,65 @@ def _grid(dists: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
     return grid
 
 
+class _TrialsWithEveryParameter:
+    """The study as a joint sampler sees it: its finished trials without a value on every
+    dimension of the space (a baseline set outside a searched range) left out, everything else
+    (storage, directions) the study's own."""
+
+    def __init__(self, study: optuna.Study, dists: dict[str, BaseDistribution]):
+        self._study, self._dists = study, dists
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _fits(self, t: FrozenTrial) -> bool:
+        return not t.state.is_finished() or all(t.distributions.get(k) == d for k, d in self._dists.items())
+
+    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
+                    use_cache: bool = False) -> list[FrozenTrial]:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        return [t for t in trials if self._fits(t)]
+
+    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        return [t for t in self._study.get_trials(deepcopy=deepcopy, states=states) if self._fits(t)]
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
+class _WholeSpace:
+    """A joint sampler (GP, NSGA-II) on the scenario's whole space from its first model-guided
+    proposal, fitted on the trials that have every parameter. Optuna's own choice, the
+    intersection of the completed trials' parameters, shrinks to nothing on one trial without a
+    value for some dimension, and the sampler then draws at random without saying so."""
+
+    def __init__(self, *args: Any, dists: dict[str, BaseDistribution], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.dists = dists
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {k: d for k, d in self.dists.items() if not d.single()}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return super().sample_relative(_TrialsWithEveryParameter(study, self.dists), trial, search_space)
+
+
+# Named as Optuna's: `--sampler gp` is Optuna's GP sampler, only held to the whole space.
+class GPSampler(_WholeSpace, optuna.samplers.GPSampler):
+    pass
+
+
+class NSGAIISampler(_WholeSpace, optuna.samplers.NSGAIISampler):
+    pass
+
+
 SAMPLERS: dict[str, SamplerFactory] = {
     "tpe": lambda seed, dists, budget: optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)),
-    "nsga2": lambda seed, dists, budget: optuna.samplers.NSGAIISampler(
-        seed=seed, population_size=max(4, min(50, budget // 3))),
-    "gp": lambda seed, dists, budget: optuna.samplers.GPSampler(seed=seed, n_startup_trials=_startup(budget)),
+    "nsga2": lambda seed, dists, budget: NSGAIISampler(
+        seed=seed, population_size=max(4, min(50, budget // 3)), dists=dists),
+    "gp": lambda seed, dists, budget: GPSampler(seed=seed, n_startup_trials=_startup(budget), dists=dists),
     "random": lambda seed, dists, budget: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda seed, dists, budget: optuna.samplers.GridSampler(_grid(dists), seed=seed),
     "diagnosis-tpe": lambda seed, dists, budget: DiagnosisProposer(  # search/proposals: every other trial

@@ -14,7 +14,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from search.serving import REGISTRY, LaunchContext, resolve_server_args, support
+from search.serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
 from search.scenario import Domain
 
 
@@ -81,9 +81,24 @@ def representable(value: Any, dist: BaseDistribution) -> bool:
         return False
 
 
+def effective_params(config: dict[str, Any], dists: dict[str, BaseDistribution], ctx: LaunchContext,
+                     where: str) -> dict[str, Any]:
+    """The point of the space a configuration (a baseline) runs at: on each searched dimension its
+    own value as applied, else what vLLM runs with when the flag is unset. A dimension whose value
+    lies outside the searched range (or is not known) is left out: that trial then lacks it, and
+    the samplers that model the space jointly leave it out of their fit (`search.samplers`)."""
+    applied = resolve_server_args(config, ctx, where=where).values
+    point = {}
+    for name, dist in dists.items():
+        value = applied.get(name, unset_value(name, ctx.hardware))
+        if value is not None and representable(value, dist):
+            point[name] = value
+    return point
+
+
 def suggest(trial: optuna.Trial, dists: dict[str, BaseDistribution],
             only: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Sample every dimension, or (for a baseline) only those it sets to a value in the space."""
+    """Sample every dimension, or (for a baseline: `effective_params`) only those in `only`."""
     params = {}
     for name, dist in dists.items():
         if only is not None and not (name in only and representable(only[name], dist)):

@@ -32,7 +32,7 @@ from search.serving.resolve import resolve as resolve_server_args
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 from search.serving.start_anatomy import PHASES as START_PHASES
 from search.serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
-from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
+from search.serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, unset_value
 from search.serving.vllm_flags import FlagInfo, InstalledVllm, VllmNotInstalled, parse_version
 from search.serving.vllm_flags import OLDEST_SUPPORTED_VLLM, VllmTooOld
 
@@ -44,5 +44,5 @@ __all__ = [
     "check_combination", "classify", "default_batch", "describe_kv_check", "facts_for_launch",
     "kv_cache_check_at_start", "launch_context", "memory_budget", "model_study_label", "parse_version",
     "pinned_model", "read_model_info", "recorded_cpu_kv_budget", "resolve_server_args", "scenario_flag_problem",
-    "serving_facts", "start_anatomy", "describe_start_anatomy", "support", "unsupported_reason",
+    "serving_facts", "start_anatomy", "describe_start_anatomy", "support", "unset_value", "unsupported_reason",
 ]

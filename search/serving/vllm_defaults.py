@@ -30,3 +30,25 @@ def default_batch(hardware: Hardware) -> tuple[int, int]:
 # backend prefers another), 128 on the CPU build (vllm/platforms/cpu.py).
 def default_block_size(hardware: Hardware) -> int:
     return 16 if hardware.is_gpu else 128
+
+
+# What a server runs with on a tunable parameter the configuration leaves unset, where vLLM's
+# parser leaves it to be resolved later (None) or the tuner sets it itself (memory_utilization).
+# A baseline is a point of the search space at these values (search.space.effective_params).
+_UNSET = {
+    "memory_utilization": lambda hw: DEFAULT_MEMORY_UTILIZATION,
+    "max_num_batched_tokens": lambda hw: default_batch(hw)[0],
+    "max_num_seqs": lambda hw: default_batch(hw)[1],
+    "block_size": default_block_size,
+    "enable_prefix_caching": lambda hw: True,  # on in the V1 engine for generative models
+    "enable_chunked_prefill": lambda hw: True,  # always on in the V1 engine
+    "long_prefill_token_threshold": lambda hw: 0,  # off
+    "scheduler_delay_factor": lambda hw: 0.0,
+    "prefill_schedule_interval": lambda hw: 1,  # every step: the substitute of a 0 delay factor
+}
+
+
+def unset_value(name: str, hardware: Hardware):
+    """The value vLLM runs `name` with when no flag sets it (None: not known here)."""
+    rule = _UNSET.get(name)
+    return rule(hardware) if rule is not None else None

@@ -155,7 +155,7 @@ class StudyRunner:
                     opened = self.opening.calibrated(recording.session, begun)
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
-                        recording.ride(lambda: self.opening.enqueue_baselines(opened.record))
+                        recording.ride(lambda: self.opening.enqueue_baselines(opened.record, opened.ctx))
                         if self.warm is not None:
                             recording.ride(lambda: enqueue_winner(self.engine, self.study, opened.record, self.warm))
                         self._search(recording, opened, executor)
@@ -251,7 +251,9 @@ class StudyRunner:
         self.events.trial_started(TrialStarted(trial.number, baseline, label))
         if baseline:
             config = dict(self.prep.baselines[baseline])
-            params = self.watch.ride(lambda: space_mod.suggest(trial, self.prep.dists, only=config))
+            point = self.opening.baseline_point(baseline, opened.ctx)
+            told = self.watch.ride(lambda: space_mod.suggest(trial, self.prep.dists, only=point))
+            params = {k: v for k, v in told.items() if k in config}  # stored: what the baseline sets
         else:
             params = self.watch.ride(lambda: space_mod.suggest(trial, self.prep.dists))
             config = {**self.prep.fixed, **params}

@@ -277,17 +277,21 @@ class Opening:
 
     # -- baselines -----------------------------------------------------------------------------
 
-    def enqueue_baselines(self, rec: StudyRecord) -> None:
+    def baseline_point(self, name: str, ctx: LaunchContext) -> dict[str, Any]:
+        """Where baseline `name` lies in the search space: what Optuna is told it ran with, so
+        that a model-based sampler fits on it like on any sampled trial."""
+        return space_mod.effective_params(self.prep.baselines[name], self.prep.dists, ctx,
+                                          where=f"{self.prep.shown}: baselines.{name}")
+
+    def enqueue_baselines(self, rec: StudyRecord, ctx: LaunchContext) -> None:
         """Each baseline queued once per study: under the study's claim, so of several workers
         starting together one queues them and the others find them queued."""
         with claims.claimed(self.engine, rec.id):
             present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
-            for name, config in self.prep.baselines.items():
+            for name in self.prep.baselines:
                 if name in present:
                     continue
-                params = {k: v for k, v in config.items()
-                          if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
-                self.study.enqueue_trial(params, user_attrs={"baseline": name})
+                self.study.enqueue_trial(self.baseline_point(name, ctx), user_attrs={"baseline": name})
 
     # -- free space ----------------------------------------------------------------------------
 
