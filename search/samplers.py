@@ -3,6 +3,10 @@
 Each entry builds an Optuna sampler from the seed, the active space and the trial budget. Startup
 and population sizes scale with the budget (a third of it, within Optuna's usual bounds), so a
 10-trial CPU study still gets a model-guided phase.
+
+GP and NSGA-II model the knobs jointly: they sample the scenario's whole space (`_WholeSpace`),
+fitted on the trials that have every knob, and the study tells Optuna each baseline at the point
+it runs at (`search.space.effective_params`), so baselines are ordinary points for them.
 """
 
 from __future__ import annotations
@@ -89,6 +93,11 @@ class GPSampler(_WholeSpace, optuna.samplers.GPSampler):
 
 class NSGAIISampler(_WholeSpace, optuna.samplers.NSGAIISampler):
     pass
+
+
+def models_jointly(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether the sampler models the knobs together (a trial without every knob is lost to it)."""
+    return isinstance(sampler, _WholeSpace)
 
 
 SAMPLERS: dict[str, SamplerFactory] = {

@@ -35,6 +35,7 @@ from objectives.scoring import SLOSpec
 from search import calibration as calibration_mod, disk, scenario as scenario_mod, space as space_mod
 from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
+from search.samplers import models_jointly
 from search.scenario import Scenario
 from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
@@ -278,10 +279,15 @@ class Opening:
     # -- baselines -----------------------------------------------------------------------------
 
     def baseline_point(self, name: str, ctx: LaunchContext) -> dict[str, Any]:
-        """Where baseline `name` lies in the search space: what Optuna is told it ran with, so
-        that a model-based sampler fits on it like on any sampled trial."""
-        return space_mod.effective_params(self.prep.baselines[name], self.prep.dists, ctx,
-                                          where=f"{self.prep.shown}: baselines.{name}")
+        """What Optuna is told baseline `name` ran with. For a sampler that models the knobs
+        jointly (GP, NSGA-II), the whole point it runs at (vLLM's defaults for what it leaves
+        unset), so that the model fits on it like on any sampled trial; for the others (TPE reads
+        each knob apart) the values it sets, as before."""
+        config = self.prep.baselines[name]
+        if models_jointly(self.study.sampler):
+            return space_mod.effective_params(config, self.prep.dists, ctx, where=f"{self.prep.shown}: baselines.{name}")
+        return {k: v for k, v in config.items()
+                if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
 
     def enqueue_baselines(self, rec: StudyRecord, ctx: LaunchContext) -> None:
         """Each baseline queued once per study: under the study's claim, so of several workers
