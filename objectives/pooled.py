@@ -96,8 +96,10 @@ def _padded(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def resampled_percentiles(runs: Sequence[np.ndarray], q: float, picks: np.ndarray, u: np.ndarray) -> np.ndarray:
     """The pooled q-quantile of each two-level resample: `picks[b, r]` the run drawn into slot r
     of resample b, `u[b, r, m]` uniform in [0, 1) choosing its m-th request
-    (`floor(u * size of that run)`; slots past the run's size unused)."""
+    (`floor(u * size of that run)`; slots past the run's size unused: `u` may be wider than
+    these runs, as when one set of draws serves two sides of a comparison)."""
     table, sizes = _padded(runs)
+    u = u[..., :table.shape[1]]
     drawn = sizes[picks]  # (B, R)
     idx = np.minimum((u * drawn[..., None]).astype(int), np.maximum(drawn[..., None] - 1, 0))
     values = table[picks[..., None], idx]  # (B, R, M)

@@ -83,6 +83,17 @@ def test_a_paired_pooled_comparison_resamples_rounds_and_leaves_a_failed_round_o
     assert math.isnan(pooled.pooled_difference([None], [slow[0]], 0.95).value)
 
 
+def test_a_comparison_of_sides_with_different_request_counts_per_run():
+    """Found by a real study: the candidate's runs held 48 short requests at most, the
+    reference's 53; the draws are made for the longer side and serve both."""
+    rng = np.random.default_rng(6)
+    a = [pooled.RunRequests(rng.normal(400, 20, n), np.zeros(n, bool)) for n in (40, 48, 45)]
+    b = [pooled.RunRequests(rng.normal(1000, 50, n), np.zeros(n, bool)) for n in (53, 50, 51)]
+    for cand, ref in ((a, b), (b, a)):
+        diff = pooled.pooled_difference(cand, ref, 0.95, n_resamples=300)
+        assert diff.n == 3 and diff.low <= diff.value <= diff.high
+
+
 def test_runs_grow_until_the_pool_puts_five_requests_above_the_percentile():
     assert pooled.requests_for_tail(0.95, 5) == 100
     assert pooled.runs_for_pool(0.95, 24, 3, 5) == 5  # 3 x 24 = 72 pooled put 3.6 above the p95
