@@ -21,7 +21,9 @@ rates differ by their rate only.
 
 With `early_abort` (`likely`, the default, or `certain`), a stage stops as soon as its SLO verdict
 is very likely, or certain (`objectives.early_abort`): a measurement for the capacity search, not a
-failure. A capacity stage stopped as a likely pass counts as passed.
+failure. A capacity stage stopped as a likely pass counts as passed. The target stage stops early
+only in the search phase (`screen`): the confirmation's target stages run in full, since the
+verdict pools their requests.
 
 Every stage keeps its measured requests (`StageResult.samples`, `objectives.load.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/stopping_replay.py`).
@@ -359,8 +361,10 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                 notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
         stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_seconds(rate, target_rate))
         on_stage(f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s")
-        check = (abort_check(held, rate, spec.early_abort, may_pass=kind == CAPACITY)
-                 if spec.early_abort != OFF else None)
+        # Outside the search phase the target stage runs in full: its requests are the verdict's
+        # pooled percentiles, and a stage cut short reads its early, less loaded part.
+        stoppable = spec.early_abort != OFF and (screen or kind == CAPACITY)
+        check = abort_check(held, rate, spec.early_abort, may_pass=kind == CAPACITY) if stoppable else None
         result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
                                 abort=check, watch=watch)
         flat = result.flat_metrics()

@@ -32,19 +32,20 @@ def _workload(rate: float):
         "arrival": {"mode": "poisson", "rate": rate}, "duration_s": 4, "warmup_requests": 2, "seed": 3})
 
 
-def _run(server, ctx, rate, slos, **capacity):
+def _run(server, ctx, rate, slos, screen=False, **capacity):
     from objectives.load.loadrun import run_async
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec, run_stages
 
     spec = CapacitySpec(stage_s=4, **capacity)
     return run_async(run_stages(server.base_url, None, _workload(rate), [SLOSpec(**s) for s in slos], spec,
-                                tokenizer_path=ctx.model.path))
+                                tokenizer_path=ctx.model.path, screen=screen))
 
 
 def test_stages_step_up_while_the_slo_holds_with_a_drained_reset_server(staged_server, launch_ctx):
     run = _run(staged_server, launch_ctx, 1.0, [{"metric": "ttft_p95_ms", "max": 60000},
-                                                {"metric": "error_rate", "max": 0.2}], max_stages=2)
+                                                {"metric": "error_rate", "max": 0.2}], max_stages=2,
+               signal_steps=False, early_abort="certain")
     rates = [round(s.rate, 3) for s in run.stages]
     assert rates == [1.0, 2.0, 4.0]  # passing: the rate doubles, up to max_stages
     assert all(s.passed and not s.aborted for s in run.stages)
@@ -55,13 +56,14 @@ def test_stages_step_up_while_the_slo_holds_with_a_drained_reset_server(staged_s
     assert run.metrics()["slo_capacity_rps"] == 4.0
 
 
-def test_a_hopeless_target_stage_aborts_early_and_has_no_capacity(staged_server, launch_ctx):
-    run = _run(staged_server, launch_ctx, 4.0, [{"metric": "ttft_p95_ms", "max": 1}], max_stages=2)
+def test_a_hopeless_target_stage_aborts_early_in_the_search_phase_and_is_not_searched_below(staged_server, launch_ctx):
+    run = _run(staged_server, launch_ctx, 4.0, [{"metric": "ttft_p95_ms", "max": 1}], screen=True, max_stages=2)
+    assert len(run.stages) == 1
     target = run.stages[0]
     assert target.aborted and "ttft_p95_ms > 1 ms is certain" in target.aborted
     assert target.elapsed_s < target.planned_s and target.saved_s > 0
     assert not target.passed and target.margin > 0
-    assert run.capacity.rps == 0 and run.capacity.low is None
-    assert "misses the SLO even at" in run.capacity.summary
+    assert run.capacity.rps == 0 and run.capacity.low is None and run.capacity.high == 4.0
+    assert "below the target rate 4 req/s (screen" in run.capacity.summary
     assert run.metrics()["target_aborted"] == 1.0
     assert math.isfinite(run.metrics()["ttft_p95_ms"]) or run.metrics()["completed"] == 0
