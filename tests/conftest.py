@@ -1,10 +1,21 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import autotune
 from tests.support.paths import E2E_SCENARIO, REPO
+
+
+@pytest.fixture(scope="session", autouse=True)
+def python_sigint_handler():
+    """A shell without job control starts a background job with SIGINT ignored, and Python then
+    installs no KeyboardInterrupt handler: give the suite the handler an interactive run has, so
+    the interrupt tests test the tuner, not how the suite was started."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(scope="session")

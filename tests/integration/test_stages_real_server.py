@@ -60,7 +60,7 @@ def test_a_hopeless_target_stage_aborts_early_in_the_search_phase_and_is_not_sea
     run = _run(staged_server, launch_ctx, 4.0, [{"metric": "ttft_p95_ms", "max": 1}], screen=True, max_stages=2)
     assert len(run.stages) == 1
     target = run.stages[0]
-    assert target.aborted and "ttft_p95_ms > 1 ms is certain" in target.aborted
+    assert target.aborted and "ttft_p95_ms > 1 ms" in target.aborted  # likely, or certain
     assert target.elapsed_s < target.planned_s and target.saved_s > 0
     assert not target.passed and target.margin > 0
     assert run.capacity.rps == 0 and run.capacity.low is None and run.capacity.high == 4.0
