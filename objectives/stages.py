@@ -21,9 +21,8 @@ rates differ by their rate only.
 
 With `early_abort` (`likely`, the default, or `certain`), a stage stops as soon as its SLO verdict
 is very likely, or certain (`objectives.early_abort`): a measurement for the capacity search, not a
-failure. A capacity stage stopped as a likely pass counts as passed. The target stage stops early
-only in the search phase (`screen`): the confirmation's target stages run in full, since the
-verdict pools their requests.
+failure. A capacity stage stopped as a likely pass counts as passed. The confirmation's target
+stages run in full (`full_target`), since the verdict pools their requests.
 
 Every stage keeps its measured requests (`StageResult.samples`, `objectives.load.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/stopping_replay.py`).
@@ -334,7 +333,8 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                      on_stage: StageCallback = lambda _: None,
                      watch: ProgressWatch | None = None,
                      capacity_hint: Sequence[float] = (),
-                     screen: bool = False, front: cap.Front | None = None) -> StagedRun:
+                     screen: bool = False, front: cap.Front | None = None,
+                     full_target: bool = False) -> StagedRun:
     """The target stage, then capacity stages until the search is done (see the module docstring;
     `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`;
     `screen`, `front`: the search phase's stops, `search_step`). `watch` sees every request of
@@ -361,9 +361,9 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
                 notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
         stage_wl = workload if index == 0 else at_rate(workload, rate, spec.stage_seconds(rate, target_rate))
         on_stage(f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s")
-        # Outside the search phase the target stage runs in full: its requests are the verdict's
-        # pooled percentiles, and a stage cut short reads its early, less loaded part.
-        stoppable = spec.early_abort != OFF and (screen or kind == CAPACITY)
+        # `full_target` (the confirmation): the target stage runs in full, since its requests are
+        # the verdict's pooled percentiles and a stage cut short reads its early, less loaded part.
+        stoppable = spec.early_abort != OFF and (kind == CAPACITY or not full_target)
         check = abort_check(held, rate, spec.early_abort, may_pass=kind == CAPACITY) if stoppable else None
         result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
                                 abort=check, watch=watch)

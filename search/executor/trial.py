@@ -57,6 +57,7 @@ class Measurement:
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
     slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
     screen: bool = False  # the search phase's: a trial that cannot matter stops (objectives.stages.search_step)
+    full_target: bool = False  # the confirmation's: its target stages run in full (objectives.stages.run_stages)
 
     @property
     def stall_bound_s(self) -> float:

@@ -91,7 +91,7 @@ class VllmExecutor:
             staged = run_async(while_serving(server, run_stages(
                 server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
                 goodput=m.goodput, on_stage=on_phase, watch=watch, capacity_hint=plan.capacity_hint,
-                screen=m.screen, front=plan.front), "load", watch))
+                screen=m.screen, front=plan.front, full_target=m.full_target), "load", watch))
         except ServerFailed:
             outcome.timings["load_s"] = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)

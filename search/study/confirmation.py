@@ -106,7 +106,7 @@ def _bracket(row: TrialRecord) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class PooledPlan:
     """What the confirmation measures so that its pooled percentiles rest on enough requests:
-    the measurement (its target stage lengthened where needed), the runs per candidate, and a
+    the measurement (its target stage run in full, lengthened where needed), the runs per candidate, and a
     line per percentile that asked for more, with what it costs."""
 
     measurement: Measurement
@@ -155,7 +155,7 @@ def pooled_plan(metrics: Sequence[str], full: Measurement, runs: int, run_s: flo
         extra = (planned - runs) * n_candidates
         cost = f", about {extra * run_s / 60:.0f} min more" if run_s else ""
         lines.append(f"the confirmation runs {planned} runs per candidate instead of {runs} (+{extra} runs{cost})")
-    return PooledPlan(dataclasses.replace(full, workload=workload), planned, lines)
+    return PooledPlan(dataclasses.replace(full, workload=workload, full_target=True), planned, lines)
 
 
 def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate]]:

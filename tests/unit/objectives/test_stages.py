@@ -197,18 +197,30 @@ def test_stages_step_down_to_the_floor_when_every_rate_fails(tok_dir, tok):
     stages = run.stages
     assert [x.rate for x in stages] == [20.0, 10.0, 5.0]  # down by `step`, stopped at min_rate
     assert spec.search_settings().min_rate == 5.0
-    assert all(not x.passed for x in stages) and stages[0].aborted is None  # the target stage runs in full
-    assert all(x.aborted for x in stages[1:])
-    assert all(math.isfinite(x.margin) and x.margin > 0 for x in stages)  # measured, or the abort's lower bound
-    assert all(x.requests_sent < x.requests_planned and x.saved_s > 0 for x in stages[1:])
+    assert all(x.aborted and not x.passed for x in stages)
+    assert all(math.isfinite(x.margin) and x.margin > 0 for x in stages)  # the abort's lower bound
+    assert all(x.requests_sent < x.requests_planned and x.saved_s > 0 for x in stages)
     assert resets == 2 and all(x.prefix_cache_reset for x in stages[1:])
     est = run.capacity
     assert est.rps == 0.0 and est.low is None and est.high == 5.0
     assert "misses the SLO even at 5 req/s" in est.summary
     metrics = run.metrics()
-    assert metrics[TARGET_ABORTED] == 0.0 and metrics["slo_capacity_rps"] == 0.0
+    assert metrics[TARGET_ABORTED] == 1.0 and metrics["slo_capacity_rps"] == 0.0
     assert metrics["slo_capacity_goodput"] == 0.0
-    assert sum(1 for st in run.stages if st.aborted) == 2 and sum(st.saved_s for st in run.stages) > 0
+    assert sum(1 for st in run.stages if st.aborted) == 3 and sum(st.saved_s for st in run.stages) > 0
+
+
+def test_the_confirmations_target_stage_runs_in_full_and_only_its_capacity_stages_stop_early(tok_dir, tok):
+    """`full_target`: a target stage stopped early reads its first, less loaded part, and the
+    verdict pools those requests; the confirmation runs it out."""
+    workload = open_loop(20.0, 2.0)
+    spec = CapacitySpec(stage_s=2.0, max_stages=1, step=2.0, idle_timeout_s=10, early_abort="certain")
+    with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec,
+                                     full_target=True))
+    target, capacity = run.stages
+    assert target.aborted is None and target.requests_sent == target.requests_planned and not target.passed
+    assert capacity.aborted and capacity.saved_s > 0
 
 
 # One slot and 257 ms per stream: capacity 1 / 0.257 = 3.89 req/s. With constant arrivals every

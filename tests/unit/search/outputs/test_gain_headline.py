@@ -67,6 +67,7 @@ def test_a_thin_pool_lengthens_the_target_stage_then_adds_runs_and_says_what_it_
     plan = pooled_plan(["ttft_p95_ms", "slo_capacity_rps"], measurement(30), 3, run_s=120.0, n_candidates=4)
     # 24 requests per run: 3 runs pool 72 (4 above the p95); a 42 s stage pools 100 (5)
     assert plan.runs == 3 and plan.measurement.workload.duration_s == 42
+    assert plan.measurement.full_target and not measurement(30).full_target  # its target stages run in full
     assert plan.lines[0].startswith("ttft_p95_ms: ~24 requests per run, so 3 runs pool 72 with 4 above")
     assert plan.lines[-1] == ("the confirmation's target stage runs duration_s 42 instead of 30 (+12 s of load a run) "
                               "so that every percentile is read from enough pooled requests")
