@@ -73,7 +73,7 @@ class Measurement:
         capacity = self.capacity
         if capacity is not None and screening.max_stages is not None:
             capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
-        return Measurement(workload, self.goodput, self.slos, capacity, self.slowest_unloaded_ttft_ms, screen=True)
+        return replace(self, workload=workload, capacity=capacity, screen=True, full_target=False)
 
     def planned_s(self) -> float | None:
         """The longest the load part can take, in sending time: the target stage and every
