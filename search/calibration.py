@@ -30,7 +30,9 @@ from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold,
 
 @dataclass
 class CalibrationResult:
-    unloaded: dict[str, float]  # flat metrics, overall and per class (@name): medians over rounds
+    # Flat metrics, overall and per class (@name): medians over rounds; None where no round could
+    # measure it (a TPOT whose streams the client could not time, see `decode_timed_share`).
+    unloaded: dict[str, float | None]
     saturation: dict[str, float]  # the round whose capacity is the median
     capacity_rps: float  # median over rounds
     seconds: float
@@ -52,7 +54,7 @@ class CalibrationResult:
         capacities = [r["capacity_rps"] for r in rounds]
         median_round = sorted(range(len(rounds)), key=lambda i: capacities[i])[len(rounds) // 2]
         keys = rounds[0]["unloaded"].keys()
-        return cls(unloaded={k: float(np.median([r["unloaded"][k] for r in rounds])) for k in keys},
+        return cls(unloaded={k: _median_of_known([r["unloaded"].get(k) for r in rounds]) for k in keys},
                    saturation=saturations[median_round], capacity_rps=float(np.median(capacities)),
                    seconds=seconds, rounds=rounds)
 
@@ -70,8 +72,22 @@ class CalibrationResult:
         return st.median_interval(values) if len(values) > 1 else None
 
     def cv(self, key: str = "capacity_rps") -> float:
-        return st.coefficient_of_variation(
-            [r.get(key, r.get("unloaded", {}).get(key)) for r in self.rounds])
+        values = [r.get(key, r.get("unloaded", {}).get(key)) for r in self.rounds]
+        return st.coefficient_of_variation([v for v in values if v is not None])
+
+    def untimed_classes(self) -> list[str]:
+        """The request classes whose decode the client could not time in most rounds (their
+        tokens arrived in one read), so the TPOT reference leaves them out."""
+        shares: dict[str, list[float]] = {}
+        for r in self.rounds:
+            for name, share in (r.get("decode_timed_share") or {}).items():
+                shares.setdefault(name, []).append(share)
+        return [name for name, s in shares.items() if float(np.median(s)) < 0.5]
+
+
+def _median_of_known(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
 
 
 def closed_workload(workload: WorkloadSpec, concurrency: int, requests: int, classes=None, warmup=0) -> WorkloadSpec:
@@ -117,8 +133,15 @@ def problems(scenario: Scenario, cal: CalibrationResult) -> list[str]:
         found.append(f"capacity {cal.capacity_rps} req/s (the saturation run completed "
                      f"{sat.get('completed', 0):.0f} requests, {sat.get('failed', 0):.0f} failed)")
     for ref in sorted(references(scenario)):
-        if not _positive(cal.unloaded.get(ref)):
-            found.append(f"unloaded {ref} is {cal.unloaded.get(ref)} (no request of that kind completed)")
+        value = cal.unloaded.get(ref)
+        if _positive(value):
+            continue
+        if MetricName.parse(ref).base in ("tpot_median_ms", "itl_median_ms") and (value == 0 or value is None):
+            found.append(f"unloaded {ref} is {value}: the client could not time the decode (each "
+                         f"stream's tokens arrived in one read); give the {ref.split('_')[0].upper()} "
+                         f"bounds an absolute value in ms instead of x_unloaded")
+        else:
+            found.append(f"unloaded {ref} is {value} (no request of that kind completed)")
     return found
 
 
@@ -126,7 +149,7 @@ def resolve_threshold(metric: str, value: Threshold, cal: CalibrationResult | No
     if not isinstance(value, RelativeThreshold):
         return float(value)
     ref = unloaded_reference(metric)
-    if cal is None or ref not in cal.unloaded:
+    if cal is None or cal.unloaded.get(ref) is None:
         raise ValueError(f"{metric}: a relative bound needs the calibration's {ref}")
     return value.x_unloaded * cal.unloaded[ref]
 

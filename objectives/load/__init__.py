@@ -14,7 +14,7 @@ from objectives.load.abort import Abort, AbortCheck
 from objectives.load.loadrun import LoadResult, LoadRunError, run_async, run_load, run_load_sync
 from objectives.load.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from objectives.load.metrics import (BASE_KEYS, DEFAULT_LAG_LIMIT_MS, PER_CLASS_KEYS, Bound, GoodputSLO,
-                                     compute_metrics, json_safe)
+                                     compute_metrics, json_safe, timed_tpot_median_ms)
 from objectives.load.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from objectives.load.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
 from objectives.load.stall import ProgressWatch, Stall, stall_bound_s, traced
@@ -23,7 +23,7 @@ from objectives.load.workload import ArrivalSpec, WorkloadSpec
 __all__ = [
     "BASE_KEYS", "CLASS_SEPARATOR", "DEFAULT_LAG_LIMIT_MS", "LATENCY_FAMILIES", "MetricName", "class_key", "PER_CLASS_KEYS", "SERVER_KEYS", "Abort", "AbortCheck", "ArrivalSpec", "Bound",
     "GaugeSample", "GoodputSLO", "LoadResult", "LoadRunError", "ProgressWatch", "RequestRecord", "SAMPLE_KEYS", "Stall",
-    "WorkloadSpec", "compute_metrics", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
+    "WorkloadSpec", "compute_metrics", "timed_tpot_median_ms", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
     "records_from_samples", "request_samples",
     "scan_gauges", "stall_bound_s", "traced",
 ]

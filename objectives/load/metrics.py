@@ -211,6 +211,15 @@ def _compute(records: list[RequestRecord], duration_s: float, goodput: GoodputSL
     )
 
 
+def timed_tpot_median_ms(records: list[RequestRecord]) -> tuple[float | None, float]:
+    """TPOT median (ms) over the requests whose decode the client could time (`decode_timed`),
+    and their share of the completed multi-token requests (None: none was timed)."""
+    multi = [r for r in records if r.ok and r.output_tokens > 1]
+    timed = [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in multi if r.decode_timed]
+    share = len(timed) / len(multi) if multi else 0.0
+    return (float(np.median(timed)) * 1000.0 if timed else None), share
+
+
 def compute_metrics(records: list[RequestRecord], duration_s: float,
                     goodput: GoodputSLO | None = None, *, class_names: list[str] | None = None,
                     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,

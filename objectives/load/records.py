@@ -41,6 +41,13 @@ class RequestRecord:
         return self.error_kind is None and bool(self.chunk_times)
 
     @property
+    def decode_timed(self) -> bool:
+        """Its tokens reached the client in more than one read, so `e2el - ttft` spans decode
+        steps. A stream whose tokens all came in one read (a fast decode whose deltas vLLM or the
+        socket coalesced) has TPOT 0 whatever the server did: it times nothing."""
+        return self.ok and self.output_tokens > 1 and self.chunk_times[-1] > self.chunk_times[0]
+
+    @property
     def aborted(self) -> bool:
         return self.error_kind == ABORTED
 

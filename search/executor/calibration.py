@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from objectives.load import (LATENCY_FAMILIES, MetricName, ProgressWatch, WorkloadSpec, class_key, run_async,
-                             run_load, stall_bound_s)
+                             run_load, stall_bound_s, timed_tpot_median_ms)
 from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
 from search.calibration import CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
 from search.serving import FailurePhase, LaunchContext, ServerArgs
 from search.serving.process import ServerFailed, launch, while_serving
+
+
+# A class's TPOT reference needs at least this share of its streams timed (`decode_timed`).
+MIN_TIMED_SHARE = 0.5
 
 
 class CalibrationFailed(RuntimeError):
@@ -69,7 +73,7 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
         # rose from 1.73 to 4.24 req/s).
         reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
-        unloaded = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
+        unloaded, timed = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
                              on_phase=lambda text: on_phase(text + tag))
         on_phase(f"saturation throughput{tag}")
         spec = saturation_workload(wl, cal)
@@ -77,29 +81,39 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
                                                     watch=watch)).flat_metrics()
         saturations.append(saturation)
         rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
-                       "prefix_cache_reset": reset})
+                       "decode_timed_share": timed, "prefix_cache_reset": reset})
     return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
 
 
 def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool,
-              watched, on_phase) -> dict[str, float]:
+              watched, on_phase) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each request class alone, one request at a time: its latency medians (and the overall
-    medians, weighted by class share)."""
-    unloaded: dict[str, float] = {}
+    medians, weighted by class share), and the share of each class's streams whose decode the
+    client could time.
+
+    The TPOT median is read from those timed streams only, and is None for a class whose streams
+    mostly arrived in one read: on a fast CPU (bf16, 2026-11-25) short requests' deltas reached
+    the client coalesced, their TPOT read 0.0 ms, and the weighted median of 1.2 ms made a 25x
+    TPOT bound of 30 ms that vLLM's defaults missed at 40% of their capacity."""
+    unloaded: dict[str, float | None] = {}
+    timed_share: dict[str, float] = {}
     for i, cls in enumerate(wl.classes):
         on_phase(f"unloaded latency, class {cls.name}")
         spec = closed_workload(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
                                warmup=2 if warmup and i == 0 else 0)
-        flat = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path,
-                                              watch=watch)).flat_metrics()
+        result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
+        flat = result.flat_metrics()
+        tpot, timed_share[cls.name] = timed_tpot_median_ms(result.records)
+        flat["tpot_median_ms"] = tpot if timed_share[cls.name] >= MIN_TIMED_SHARE else None
         for key, value in flat.items():
             if MetricName.parse(key).cls is None:
                 unloaded[class_key(key, cls.name)] = value
                 if len(wl.classes) == 1:
                     unloaded[key] = value
     if len(wl.classes) > 1:
-        total = sum(c.weight for c in wl.classes)
         for fam in LATENCY_FAMILIES:
-            unloaded[f"{fam}_median_ms"] = sum(
-                unloaded[class_key(f"{fam}_median_ms", c.name)] * c.weight / total for c in wl.classes)
-    return unloaded
+            known = [(unloaded[class_key(f"{fam}_median_ms", c.name)], c.weight) for c in wl.classes]
+            known = [(v, w) for v, w in known if v is not None]
+            total = sum(w for _, w in known)
+            unloaded[f"{fam}_median_ms"] = sum(v * w / total for v, w in known) if known else None
+    return unloaded, timed_share

@@ -386,9 +386,14 @@ def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list
             if isinstance(bound, RelativeThreshold):
                 bounds.setdefault(f"{name.split('_')[0]}_median_ms", []).append(
                     f"goodput {name} <= {fmt_value(bound.x_unloaded)}x")
+    untimed = cal.untimed_classes()
     for ref, what in bounds.items():
-        if ref in cal.unloaded:
+        if cal.unloaded.get(ref) is not None:
+            depends = (f"the bound{'s' if len(what) > 1 else ''} {', '.join(what)} "
+                       f"move{'' if len(what) > 1 else 's'} with it")
+            if ref == "tpot_median_ms" and untimed:
+                depends += (f"; read without the {', '.join(untimed)} class{'es' if len(untimed) > 1 else ''}, "
+                            f"whose tokens reached the client in one read (a TPOT of 0 that times nothing)")
             lines.append(_reference_line(f"unloaded {ref}", cal.spread(ref), cal.unloaded[ref], "ms", rounds,
-                                         cal.cv(ref), f"the bound{'s' if len(what) > 1 else ''} "
-                                                      f"{', '.join(what)} move{'' if len(what) > 1 else 's'} with it"))
+                                         cal.cv(ref), depends))
     return lines

@@ -56,6 +56,9 @@ class StubConfig:
     root: str | None = None  # reported by /v1/models (a tokenizer directory)
     faults_by_max_tokens: dict[int, str] = field(default_factory=dict)
     fault_every: int = 0
+    # Streams of fewer tokens go out in one write, as a fast decode's coalesced deltas reach a
+    # client (vLLM on a bf16 CPU): the client cannot time their decode.
+    burst_below_tokens: int = 0
     fault_kind: str = "http:500"
     record_bodies: bool = False
     # SSE shapes a client must cope with:
@@ -331,7 +334,7 @@ class StubApp:
             ttft, itl = self.config.ttft_ms / 1000, self.config.itl_ms / 1000
             chunk, last = (self._chat, self._chat_last) if chat else (self._completion, self._completion_last)
             c = self.config
-            if itl == 0 and fault is None and not (c.role_at_arrival or c.comments or c.split_chunks
+            if (itl == 0 or n < c.burst_below_tokens) and fault is None and not (c.role_at_arrival or c.comments or c.split_chunks
                                                    or c.crlf or c.empty_final_delta):
                 # Burst: the whole stream in one write once the first token is due (separate SSE
                 # messages, one socket write): the cheapest stream a client can get.

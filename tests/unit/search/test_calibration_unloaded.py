@@ -1,0 +1,79 @@
+"""The unloaded TPOT reference comes from streams whose decode the client could time.
+
+On a fast CPU (bf16) a short request's tokens reach the client in one read: its TPOT reads 0.0 ms
+and, averaged into the reference, made a TPOT bound no configuration could meet. The stub pins
+that: short streams go out in one write, long ones one token every 6 ms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from objectives.load import ProgressWatch, run_async, stall_bound_s
+from objectives.load.workload import WorkloadSpec
+from search import calibration
+from search.executor.calibration import _unloaded
+from search.outputs import verdict_text
+from search.scenario import Calibration, parse
+from tests.support.stub_server import StubConfig, StubServer
+
+SHORT, LONG = 8, 24
+SCENARIO = """
+name: t
+title: t
+workload: {endpoint: completions, num_requests: 10, prompt_tokens: 30, output_tokens: 8,
+           arrival: {mode: poisson, rate: 1}}
+objectives: [{metric: ttft_p95_ms, direction: minimize}]
+slos: [{metric: tpot_p95_ms, max: {x_unloaded: 25}}, {metric: error_rate, max: 0.01}]
+search_space: {max_num_seqs: {low: 4, high: 64}}
+"""
+
+
+def two_classes() -> WorkloadSpec:
+    return WorkloadSpec.model_validate({
+        "endpoint": "completions", "arrival": {"mode": "closed", "concurrency": 1}, "num_requests": 6,
+        "classes": [{"name": "short", "weight": 0.7, "prompt_tokens": 30, "output_tokens": SHORT},
+                    {"name": "long", "weight": 0.3, "prompt_tokens": 60, "output_tokens": LONG}]})
+
+
+def measure(stub: StubServer, tok_dir, wl: WorkloadSpec):
+    ctx = SimpleNamespace(model=SimpleNamespace(path=tok_dir))
+    watched = lambda load: run_async(load(ProgressWatch(stall_bound_s())))  # noqa: E731
+    return _unloaded(stub.base_url, None, ctx, wl, Calibration(unloaded_requests=6), warmup=False,
+                     watched=watched, on_phase=lambda _: None)
+
+
+def test_streams_that_arrive_in_one_read_leave_the_tpot_reference(tok_dir, tok):
+    with StubServer(StubConfig(root=str(tok_dir), ttft_ms=15, itl_ms=6, burst_below_tokens=SHORT + 1),
+                    tokenizer=tok) as stub:
+        unloaded, timed = measure(stub, tok_dir, two_classes())
+    assert timed == {"short": 0.0, "long": 1.0}
+    assert unloaded["tpot_median_ms@short"] is None
+    assert unloaded["tpot_median_ms@long"] == pytest.approx(6.0, abs=3.0)
+    # the overall reference is the long class's alone, not 0.7 x 0 + 0.3 x 6
+    assert unloaded["tpot_median_ms"] == pytest.approx(unloaded["tpot_median_ms@long"])
+    assert unloaded["ttft_median_ms@short"] > 0  # TTFT is still read from every stream
+
+
+def test_no_timed_stream_stops_the_study_with_what_to_do(tok_dir, tok):
+    with StubServer(StubConfig(root=str(tok_dir), ttft_ms=15, itl_ms=0), tokenizer=tok) as stub:
+        unloaded, timed = measure(stub, tok_dir, two_classes())
+    assert timed == {"short": 0.0, "long": 0.0} and unloaded["tpot_median_ms"] is None
+    rounds = [{"capacity_rps": 2.0, "unloaded": unloaded, "decode_timed_share": timed}]
+    cal = calibration.CalibrationResult.from_rounds(rounds, [{}], seconds=1.0)
+    sc = parse(SCENARIO, "t.yaml", Path("."))
+    (problem,) = calibration.problems(sc, cal)
+    assert "could not time the decode" in problem and "absolute value" in problem
+
+
+def test_a_round_without_a_timed_class_keeps_the_others_median_and_the_lines_say_why():
+    rounds = [{"capacity_rps": 2.0, "unloaded": {"tpot_median_ms": v}, "decode_timed_share": {"short": 0.1, "long": 1.0}}
+              for v in (4.0, None, 5.0)]
+    cal = calibration.CalibrationResult.from_rounds(rounds, [{}, {}, {}], seconds=1.0)
+    assert cal.unloaded["tpot_median_ms"] == 4.5 and cal.untimed_classes() == ["short"]
+    sc = parse(SCENARIO, "t.yaml", Path("."))
+    (line,) = [x for x in verdict_text.calibration_lines(sc, cal) if "tpot" in x]
+    assert "without the short class" in line
