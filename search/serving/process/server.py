@@ -45,6 +45,16 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 # the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
 LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
 POLL_S = 0.25
+# The server's CPU priority below the tuner's (`server_guard.lower_priority` says why); 0 leaves it.
+SERVER_NICE_ENV = "AUTOTUNE_SERVER_NICE"
+SERVER_NICE = 10
+
+
+def server_nice() -> int:
+    try:
+        return max(0, int(os.environ.get(SERVER_NICE_ENV, SERVER_NICE)))
+    except ValueError:
+        return SERVER_NICE
 
 
 class ServerFailed(RuntimeError):
@@ -207,9 +217,10 @@ class VllmServer:
         set_aside(self.spec.log_path)
         self._log = open(self.spec.log_path, "wb")
         read_fd, self._pipe_w = os.pipe()
-        cmd = [sys.executable, "-m", "search.serving.process.server_guard", str(read_fd), "--",
+        cmd = [sys.executable, "-m", "search.serving.process.server_guard", str(read_fd),
+               "--nice", str(server_nice()), "--",
                *self.spec.command(self.port)]
-        self._log.write(("$ " + " ".join(cmd[4:]) + "\n").encode())
+        self._log.write(("$ " + " ".join(cmd[cmd.index("--") + 1:]) + "\n").encode())
         self._log.flush()
         self.started_at, self.spawned_at = time.monotonic(), datetime.now()
         self.proc = subprocess.Popen(

