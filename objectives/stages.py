@@ -152,6 +152,7 @@ class StageResult:
     notes: list[str] = field(default_factory=list)
     samples: dict[str, list] | None = None  # the measured requests (objectives.load.request_samples)
     stopped_passing: bool = False  # `aborted` says why: every SLO very likely met (not stored: `passed` is)
+    raised: str | None = None  # the metric an abort raised to its certain lower bound (an "at least")
 
     @property
     def passed(self) -> bool:
@@ -370,11 +371,13 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
         flat = result.flat_metrics()
         abort = result.abort
         stopped_passing = abort is not None and abort.passed
+        raised = None
         if abort is not None and abort.metric is not None:
             # The cut-short requests are left out of the partial numbers, so the metric that
             # stopped the stage would look better than it was: raise it to what was certain.
             partial = flat.get(abort.metric, math.nan)
-            flat[abort.metric] = abort.value if not partial >= abort.value else partial
+            if not partial >= abort.value:
+                flat[abort.metric], raised = abort.value, abort.metric
         worst, violated = margin(flat, held)
         if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
             known = [m for m in (worst, result.abort.margin) if math.isfinite(m) and m > 0]
@@ -386,7 +389,7 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
             requests_planned=result.requests_planned,
             requests_sent=len(result.records), notes=notes + result.notes,
             samples=request_samples(result.records, result.start) if result.records else None,
-            stopped_passing=stopped_passing))
+            stopped_passing=stopped_passing, raised=raised))
         if index == 0:
             target = result
         rate, stop_reason = search_step(stages, settings, hint=capacity_hint, screen=screen, front=front)

@@ -165,6 +165,8 @@ class StageRecord(Base):
     # The measured requests, columnar: {"class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok",
     # "aborted"} (objectives.load.request_samples); None for a stage stored before they were.
     samples: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The metric an early abort raised to its certain lower bound: its value is "at least".
+    raised: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     trial: Mapped[TrialRecord] = relationship(back_populates="stages")
 

@@ -156,11 +156,11 @@ def target_stage(run: RunView) -> dict[str, Any] | None:
 
 def raised_metric(run: RunView) -> str | None:
     """The metric an early abort of the run's target stage raised to its certain lower bound
-    (`objectives.stages.run_stages`; the abort's reason names it: `ttft_p95_ms@short > 1101 ms ...`)."""
+    (`objectives.stages.StageResult.raised`), whose value is then an "at least"."""
     stage = target_stage(run)
-    if not run.metrics.get(TARGET_ABORTED) or stage is None or not stage.get("aborted"):
+    if not run.metrics.get(TARGET_ABORTED) or stage is None:
         return None
-    return str(stage["aborted"]).split(" > ", 1)[0].strip() if " > " in str(stage["aborted"]) else None
+    return stage.get("raised")
 
 
 def capacity_bracket(run: RunView, metric: str, value: float) -> tuple[tuple[float, float, float], bool]:

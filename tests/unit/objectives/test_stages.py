@@ -287,6 +287,7 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
                                     st.CapacitySpec(stage_s=10, max_stages=1)))
     assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
     assert run.metrics()["ttft_p95_ms"] == 1500.0 and run.metrics()["target_aborted"] == 1.0
+    assert run.stages[0].raised == "ttft_p95_ms" and run.stages[0].as_row()["raised"] == "ttft_p95_ms"
 
 
 # -- below the target, and the search phase's stops -------------------------------------------------
