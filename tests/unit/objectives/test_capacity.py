@@ -11,7 +11,7 @@ import math
 import pytest
 
 from objectives.capacity import (CapacityEstimate, Front, Probe, SearchSettings, at_capacity, below_target,
-                                 bracket, estimate, interpolate, next_rate, signal_factor)
+                                 bracket, estimate, interpolate, next_rate, signal_factor, signal_factor_down)
 
 
 def search(margin_of, target: float, settings: SearchSettings, hint=()) -> list[Probe]:
@@ -340,3 +340,36 @@ def test_signal_steps_need_fewer_stages_on_known_curves():
     assert len(counts[True]) == 40
     assert statistics.median(counts[True]) < statistics.median(counts[False])
     assert statistics.mean(counts[True]) < statistics.mean(counts[False])
+
+
+def known_curves_above_capacity():
+    """(margin function, target rate) with the target above the capacity: linear and cubic margins,
+    and the M/M/1-shaped latency with targets 1.05x to 3x its capacity."""
+    curves = [(linear(c), 1.0) for c in (0.3, 0.45, 0.6, 0.75, 0.85, 0.93, 0.97)]
+    curves += [(lambda r, c=c: (r / c) ** 3 - 1, 1.0) for c in (0.3, 0.5, 0.7, 0.9, 0.95)]
+    for a in (1 / 15, 1 / 8, 1 / 4, 1 / 2):
+        for over in (1.05, 1.2, 1.5, 2.0, 3.0):
+            curves.append((lambda r, a=a: a / (1 - r) - 1 if r < 1 else 5.0, (1 - a) * over))
+    return curves
+
+
+def test_downward_signal_steps_need_fewer_stages_and_never_more_on_known_curves():
+    """The figure in `signal_factor_down`'s docstring: a missed target steps down by what its
+    margin says; halving from a target that missed by a few percent overshoots."""
+    import statistics
+    counts = {}
+    for signals in (False, True):
+        s = SearchSettings(step=2.0, precision=0.1, max_stages=12, signal_steps=signals)
+        counts[signals] = []
+        for margin_of, target in known_curves_above_capacity():
+            probes = search(margin_of, target, s)
+            e = estimate(probes)
+            assert e.low is not None and e.high / e.low - 1 <= s.precision
+            counts[signals].append(len(probes) - 1)
+    assert len(counts[True]) == 32
+    assert statistics.mean(counts[True]) < statistics.mean(counts[False])
+    assert all(on <= off for on, off in zip(counts[True], counts[False]))
+    s = SearchSettings(step=2.0, precision=0.1, signal_steps=True)
+    assert signal_factor_down(0.01, s) == pytest.approx(1.1 * math.sqrt(1.01))
+    assert signal_factor_down(5.0, s) == 2.0 and signal_factor_down(math.nan, s) == 2.0  # aborted: `step`
+    assert next_rate([Probe(1.82, 0.066)], s) == pytest.approx(1.82 / (1.1 * math.sqrt(1.066)))
