@@ -4,13 +4,15 @@ Eager vs compiled, and compiled with a cold vs a warm compile cache (VLLM_CACHE_
 TORCHINDUCTOR_CACHE_DIR pointed at a fresh directory, or at one a previous start filled).
 Prints the median of N starts per mode, with min/max, and vLLM's own engine-init split.
 
-`--compare`: the old start (`python -m` the API server module: vLLM's spawned EngineCore and CPU
-worker re-import the whole HTTP stack) against the new one (`LEAN_ENTRY` in
-search/serving/process/server.py), one config, interleaved ABAB..., each start followed by the
-same short fixed load: the start seconds (median, range), each start's anatomy and the served
-TTFT/TPOT median/p95 per mode, so "the same server" is a measured claim.
+`--compare`: starts of one config by different entries (search/serving/process/server.py),
+interleaved ABAB..., each start followed by the same short fixed load: the start seconds (median,
+range), each start's anatomy and the served TTFT/TPOT median/p95 per entry, so "the same server"
+is a measured claim. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
+server module: vLLM's spawned EngineCore and CPU worker re-import the whole HTTP stack), `lean`
+(`LEAN_ENTRY`: the module run from `-c`), `warm` (`WARM_ENTRY`, the default: the EngineCore forked
+from a forkserver that imported vLLM beside the API server, the worker forked from the EngineCore).
 
-    .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare]
+    .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare [--entries lean,warm]]
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ def one_start(ctx, eager: bool, cache_dir: Path, log: Path) -> tuple[float, floa
     return ready, float(m.group(1)) if m else None, stop.seconds
 
 
-def served_start(ctx, lean: bool, log: Path) -> dict:
-    """One start (old or new entry) of the compared config, the fixed load on it, its stop."""
+ENTRIES = {"module": (False, False), "lean": (True, False), "warm": (True, True)}  # (lean_children, warm_children)
+
+
+def served_start(ctx, entry: str, log: Path) -> dict:
+    """One start (by `entry`, of ENTRIES) of the compared config, the fixed load on it, its stop."""
     values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048, "memory_utilization": 0.25}
     spec = launch_spec(ctx, resolve_server_args(values, ctx), log)
-    spec.lean_children = lean
+    spec.lean_children, spec.warm_children = ENTRIES[entry]
     server = VllmServer(spec)
     server.start()
     healthy_at = time.perf_counter()
@@ -75,17 +80,17 @@ def served_start(ctx, lean: bool, log: Path) -> dict:
             **{k: metrics[k] for k in SERVED}}
 
 
-def compare(ctx, n: int, work: Path) -> None:
-    modes = {"old (-m module)": False, "new (lean children)": True}
+def compare(ctx, n: int, work: Path, entries: list[str]) -> None:
+    modes = {m: m for m in entries}
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     for i in range(n):  # ABAB..., so drift on a shared machine hits both alike
-        for k, (mode, lean) in enumerate(modes.items()):
-            r = served_start(ctx, lean, work / f"compare-{i}-{k}.log")
+        for k, mode in enumerate(modes):
+            r = served_start(ctx, mode, work / f"compare-{i}-{k}.log")
             runs[mode].append(r)
             phases = " + ".join(f"{p} {s:.1f}" for p, s in r["anatomy"].items() if s is not None)
             print(f"run {i + 1}/{n} {mode}: /health after {r['start_s']:.1f} s ({phases}); "
                   + ", ".join(f"{k} {r[k]:.1f}" for k in SERVED), flush=True)
-    table = Table(title=f"old vs new start, interleaved, n={n} each, {ctx.installed.label()}, "
+    table = Table(title=f"{' vs '.join(modes)} start, interleaved, n={n} each, {ctx.installed.label()}, "
                         f"{ctx.hardware.describe()}; the fixed load: {FIXED_LOAD['num_requests']} requests "
                         f"at {FIXED_LOAD['arrival']['rate']} rps")
     table.add_column("")
@@ -102,19 +107,23 @@ def compare(ctx, n: int, work: Path) -> None:
     for key in SERVED:
         table.add_row(key, *(spread([r[key] for r in runs[m]]) for m in modes))
     Console().print(table)
-    old, new = (statistics.median(r["start_s"] for r in runs[m]) for m in modes)
-    print(f"median start: {old:.1f} s -> {new:.1f} s ({new / old - 1:+.0%})")
+    old, new = (statistics.median(r["start_s"] for r in runs[m]) for m in (entries[0], entries[-1]))
+    print(f"median start: {entries[0]} {old:.1f} s -> {entries[-1]} {new:.1f} s ({new / old - 1:+.0%})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--compare", action="store_true", help="old vs new start, each under the same short load")
+    ap.add_argument("--compare", action="store_true", help="starts by two or more entries, each under the same short load")
+    ap.add_argument("--entries", default="lean,warm", help=f"--compare: comma-separated, of {', '.join(ENTRIES)}")
     args = ap.parse_args()
     n = args.repeats
     ctx = launch_context()
     if args.compare:
-        compare(ctx, n, Path(tempfile.mkdtemp(prefix="autotune-startup-")))
+        entries = args.entries.split(",")
+        if unknown := [e for e in entries if e not in ENTRIES]:
+            ap.error(f"--entries: unknown {', '.join(unknown)}; allowed: {', '.join(ENTRIES)}")
+        compare(ctx, n, Path(tempfile.mkdtemp(prefix="autotune-startup-")), entries)
         return
     work = Path(tempfile.mkdtemp(prefix="autotune-startup-"))
     warm_cache = work / "warm"

@@ -44,6 +44,11 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 # name or file, so a child imports only what it runs. The same vLLM code with the same flags:
 # the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
 LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
+# LEAN_ENTRY with the EngineCore and the worker forked from interpreters that have imported vLLM
+# already, instead of spawned (entry/autotune_vllm_entry.py says how and why).
+ENTRY_DIR = Path(__file__).resolve().parent / "entry"
+WARM_ENTRY = (f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import autotune_vllm_entry; "
+              f"autotune_vllm_entry.main({API_MODULE!r})")
 POLL_S = 0.25
 # The server's CPU priority below the tuner's (`server_guard.lower_priority` says why); 0 leaves it.
 SERVER_NICE_ENV = "AUTOTUNE_SERVER_NICE"
@@ -74,12 +79,17 @@ class LaunchSpec:
     stop_grace_s: float = 15.0
     gpu: bool = False
     lean_children: bool = True  # LEAN_ENTRY; False: `-m API_MODULE` as before (the benchmark's old start)
+    warm_children: bool = True  # WARM_ENTRY (with lean_children, CPU only); False: LEAN_ENTRY
 
     def command(self, port: int, lean: bool | None = None) -> list[str]:
         # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
         # it ignores a positional model, hence always --model.
         model = ["--model", str(self.model)] if self.model is not None else []
-        entry = ["-c", LEAN_ENTRY] if (self.lean_children if lean is None else lean) else ["-m", API_MODULE]
+        if not (self.lean_children if lean is None else lean):
+            entry = ["-m", API_MODULE]
+        else:
+            # Not on a GPU: vLLM spawns there once CUDA is initialized, and a fork would inherit it.
+            entry = ["-c", WARM_ENTRY if self.warm_children and not self.gpu else LEAN_ENTRY]
         return [self.python, *entry, *model, "--host", HOST, "--port", str(port), *self.args]
 
 

@@ -28,7 +28,8 @@ if __name__ == "__main__":
 def run(tmp_path, lean: bool) -> list[str]:
     (tmp_path / "fake_api_server.py").write_text(STAND_IN)
     log = tmp_path / f"ran-{lean}.log"
-    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable)
+    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable,
+                      warm_children=False)
     cmd = spec.command(port=1234, lean=lean)
     cmd = [part.replace("vllm.entrypoints.openai.api_server", "fake_api_server") for part in cmd]
     done = subprocess.run(cmd, cwd=tmp_path, env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path)},
@@ -52,3 +53,56 @@ def test_the_lean_entry_is_the_default_and_the_users_command_stays_python_dash_m
     ctx = fakes.ctx()
     user = command_line(ctx, resolve_server_args({}, ctx, where="t"))
     assert user.startswith("python -m vllm.entrypoints.openai.api_server --model ")
+
+
+FAKE_ENGINE = '''
+import json, multiprocessing, os
+
+def _record(log, **kw):
+    with open(log, "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), **kw}) + "\\n")
+
+MARK = "fresh interpreter"
+
+def worker(log):
+    _record(log, who="worker", late=os.environ.get("SET_BY_THE_API_SERVER"), mark=MARK)
+
+def engine_core(log):
+    global MARK
+    MARK = "the engine's memory"  # a forked worker has it; a spawned one imports this module afresh
+    _record(log, who="engine", late=os.environ.get("SET_BY_THE_API_SERVER"))
+    p = multiprocessing.get_context("spawn").Process(target=worker, args=(log,))  # as vLLM on a CPU
+    p.start()
+    p.join()
+'''
+
+FAKE_API_SERVER = '''
+import json, multiprocessing, os, fake_engine
+os.environ["SET_BY_THE_API_SERVER"] = "yes"  # as vLLM sets variables for its children just before
+with open(os.environ["RAN_LOG"], "a") as f:
+    f.write(json.dumps({"pid": os.getpid(), "who": "api"}) + "\\n")
+p = multiprocessing.get_context("spawn").Process(target=fake_engine.engine_core, args=(os.environ["RAN_LOG"],))
+p.start()
+p.join()
+'''
+
+
+def test_the_warm_entry_forks_the_engine_from_a_forkserver_and_the_worker_from_the_engine(tmp_path):
+    """The default start: vLLM's `spawn` becomes a fork from an interpreter that has imported vLLM
+    already (the forkserver, then the EngineCore), and each child still sees the environment its
+    parent set just before starting it."""
+    import json
+    (tmp_path / "fake_engine.py").write_text(FAKE_ENGINE)
+    (tmp_path / "fake_api_server.py").write_text(FAKE_API_SERVER)
+    log = tmp_path / "ran.log"
+    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable)
+    assert spec.warm_children and "autotune_vllm_entry" in spec.command(port=1)[2]
+    assert "autotune_vllm_entry" not in LaunchSpec(model=None, args=[], log_path=None, gpu=True).command(port=1)[2]
+    cmd = [part.replace("vllm.entrypoints.openai.api_server", "fake_api_server") for part in spec.command(port=1)]
+    done = subprocess.run(cmd, cwd=tmp_path, env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ran = {r["who"]: r for r in map(json.loads, log.read_text().splitlines())}
+    assert ran["engine"]["ppid"] != ran["api"]["pid"]  # forked by the forkserver, not spawned by the API server
+    assert ran["worker"]["ppid"] == ran["engine"]["pid"] and ran["worker"]["mark"] == "the engine's memory"
+    assert ran["engine"]["late"] == ran["worker"]["late"] == "yes"
