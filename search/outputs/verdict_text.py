@@ -235,8 +235,9 @@ def bound_notes(v: Verdict, scenario: Scenario) -> list[str]:
                 lines.append(f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "
                              f"the high); its interval spans the runs' brackets")
         if c.unpooled:
-            lines.append(f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs (runs stored "
-                         f"before per-request samples were kept), not from their pooled requests")
+            lines.append(f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs, not from their "
+                         f"pooled requests (its runs stored no per-request samples: stored before they were "
+                         f"kept, or measured without a `capacity:` section, whose single load run stores none)")
     return lines
 
 

@@ -67,7 +67,7 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
 
     def fake_run(spec):
         sent.append(spec)
-        return SimpleNamespace(metrics=SimpleNamespace(request_throughput=5.0),
+        return SimpleNamespace(metrics=SimpleNamespace(request_throughput=5.0), records=[],
                                flat_metrics=lambda: {"request_throughput": 5.0, "ttft_median_ms": 1.0})
 
     monkeypatch.setattr("objectives.load.run_load_sync", lambda url, model, spec, **kw: fake_run(spec))
