@@ -10,7 +10,7 @@ range), each start's anatomy and the served TTFT/TPOT median/p95 per entry, so "
 is a measured claim. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
 server module: vLLM's spawned EngineCore and CPU worker re-import the whole HTTP stack), `lean`
 (`LEAN_ENTRY`: the module run from `-c`), `warm` (`WARM_ENTRY`, the default: the EngineCore forked
-from a forkserver that imported vLLM beside the API server, the worker forked from the EngineCore).
+from a forkserver that imported vLLM beside the API server).
 
     .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare [--entries lean,warm]]
 """

@@ -87,10 +87,11 @@ p.join()
 '''
 
 
-def test_the_warm_entry_forks_the_engine_from_a_forkserver_and_the_worker_from_the_engine(tmp_path):
-    """The default start: vLLM's `spawn` becomes a fork from an interpreter that has imported vLLM
-    already (the forkserver, then the EngineCore), and each child still sees the environment its
-    parent set just before starting it."""
+def test_the_warm_entry_forks_the_engine_from_a_forkserver_and_the_engine_spawns_its_worker(tmp_path):
+    """The default start: the API server's `spawn` becomes a fork from an interpreter that has
+    imported vLLM already (the forkserver), which still sees the environment its parent set just
+    before starting it; the EngineCore spawns its worker as vLLM does (a worker forked from it
+    inherited its OpenMP state and served worse)."""
     import json
     (tmp_path / "fake_engine.py").write_text(FAKE_ENGINE)
     (tmp_path / "fake_api_server.py").write_text(FAKE_API_SERVER)
@@ -104,5 +105,5 @@ def test_the_warm_entry_forks_the_engine_from_a_forkserver_and_the_worker_from_t
     assert done.returncode == 0, done.stderr
     ran = {r["who"]: r for r in map(json.loads, log.read_text().splitlines())}
     assert ran["engine"]["ppid"] != ran["api"]["pid"]  # forked by the forkserver, not spawned by the API server
-    assert ran["worker"]["ppid"] == ran["engine"]["pid"] and ran["worker"]["mark"] == "the engine's memory"
+    assert ran["worker"]["ppid"] == ran["engine"]["pid"] and ran["worker"]["mark"] == "fresh interpreter"
     assert ran["engine"]["late"] == ran["worker"]["late"] == "yes"
