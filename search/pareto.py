@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -9,11 +10,23 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from objectives.capacity import Front
+from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search.scenario import Scenario, Selection
 
 
 def feasible(trial: FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values())
+
+
+def slo_miss(trial: FrozenTrial) -> float:
+    """The trial's worst SLO violation, as a fraction of its bound (> 0: missed by that much; inf:
+    it served nothing), leaving out the bookkeeping constraints (served, target stage completed)
+    and Optuna's positional mirror of them."""
+    constraints = trial.constraints
+    if constraints.get(SERVER_OK, -1.0) > 0:
+        return math.inf
+    misses = [v for k, v in constraints.items() if k not in (SERVER_OK, TARGET_COMPLETED) and not k.isdigit()]
+    return max(misses, default=math.inf)
 
 
 def client_behind(trial: FrozenTrial) -> bool:

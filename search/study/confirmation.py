@@ -42,6 +42,10 @@ START_STOP_ESTIMATE_S = 45.0
 # The most runs per candidate a thin percentile may ask for (a scenario with a handful of requests
 # per run would otherwise ask for dozens): beyond it the verdict warns that the pool is thin.
 MAX_POOLED_RUNS = 10
+# With nothing sampled feasible, sampled configs that missed an SLO by at most this fraction of its
+# bound are confirmed: a screen's short-request TTFT tail moved 30% between the search and the
+# confirmation of one config (418 -> 546 ms, 2026-11-25).
+NEAR_MISS = 0.25
 # The most a thin percentile may lengthen the confirmation's target stage, before it asks for runs.
 MAX_STAGE_STRETCH = 3.0
 
@@ -81,6 +85,9 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
         if len(picked) == front_size:
             break
     notes = []
+    if not picked:
+        picked, seen, note = _near_misses(study, rows, front_size)
+        notes += [note] if note else []
     for name in prep.baselines:
         row = next((r for r in rows.values() if r.baseline == name and r.status != TrialStatus.DUPLICATE), None)
         if row is None:
@@ -94,6 +101,33 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
             seen.add(row.fingerprint)
             picked.append(Candidate(row.trial_number, name, row.config, row.params, _bracket(row)))
     return picked, notes
+
+
+def _near_misses(study: optuna.Study, rows: dict[int, TrialRecord],
+                 front_size: int) -> tuple[list[Candidate], set[str], str | None]:
+    """With no sampled configuration feasible in the search, the closest ones whose worst SLO miss
+    is within NEAR_MISS of its bound: a miss the search's single screen does not settle (the real
+    study of 2026-11-25: two configs missed the short-TTFT bound by 0.9%, and the same configs had
+    read 418-450 ms against 513 in the study before). Confirmed, each gets its capacity searched
+    below the target, so the verdict still says how much load each config carries."""
+    near = sorted((t for t in pareto.finished(study) if not rows[t.number].baseline
+                   and 0 < pareto.slo_miss(t) <= NEAR_MISS), key=pareto.slo_miss)
+    picked: list[Candidate] = []
+    seen: set[str] = set()
+    for t in near:
+        row = rows[t.number]
+        if row.fingerprint in seen:
+            continue
+        seen.add(row.fingerprint)
+        picked.append(Candidate(row.trial_number, None, row.config, row.params, _bracket(row)))
+        if len(picked) == front_size:
+            break
+    if not picked:
+        return [], seen, None
+    closest = ", ".join(f"trial {c.trial_number} (missed by {pareto.slo_miss(study.trials[c.trial_number]):.1%})"
+                        for c in picked)
+    return picked, seen, (f"no sampled configuration met the SLOs in the search; confirming the closest, "
+                          f"within {NEAR_MISS:.0%} of a bound (a miss one screen does not settle): {closest}")
 
 
 def _bracket(row: TrialRecord) -> tuple[float, ...]:

@@ -306,7 +306,8 @@ class StudyRunner:
         cands, notes = recording.ride(
             lambda: confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front))
         if not any(c.baseline is None for c in cands):
-            self.events.note("confirmation skipped: no sampled configuration met the SLOs in the search")
+            self.events.note("confirmation skipped: no sampled configuration met the SLOs in the search, "
+                             f"nor came within {confirmation_mod.NEAR_MISS:.0%} of them")
             return None
         per_run = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
         pool = confirmation_mod.pooled_plan(verdict_mod.measured_metrics(self.sc), opened.full, self.confirm_runs,

@@ -161,6 +161,27 @@ def test_a_baseline_that_dominates_the_search_is_confirmed_against_the_best_of_t
     assert result.verdict.outcome == Outcome.RECOMMEND and result.chosen == trial_of(r, 8)
 
 
+def test_with_nothing_feasible_in_the_search_the_closest_miss_is_confirmed_and_a_far_one_is_not(tmp_path):
+    """The search's screen missed the 2000 ms bound with every sampled config: 8 by 5%, within
+    what one screen settles, so it is confirmed against the baseline (and meets the bound there);
+    4 and 16 by 50%, so they are not."""
+    screened = {16: 3000.0, 8: 2100.0, 4: 3000.0}
+    r, _, events = study(tmp_path, noisy_world(TRUTH, screened))
+    result = r.run()
+    assert [c.trial_number for c in result.verdict.candidates] == [trial_of(r, 8), BASELINE]
+    with Session(queries.open_db(r.prep.storage_url)) as s:
+        notes = queries.require_study(s, "loop").confirmation["notes"]
+    assert any("confirming the closest" in n and f"trial {trial_of(r, 8)} (missed by 5.0%)" in n for n in notes)
+    assert result.verdict.outcome == Outcome.RECOMMEND and result.chosen == trial_of(r, 8)
+
+
+def test_with_every_sampled_config_far_from_the_slos_the_confirmation_is_skipped(tmp_path):
+    r, executor, events = study(tmp_path, noisy_world(TRUTH, {16: 3000.0, 8: 3000.0, 4: 3000.0}))
+    result = r.run()
+    assert result.verdict is None and not any(p.run_name for p in executor.plans)
+    assert any("confirmation skipped" in n for n in events.notes)
+
+
 def test_confirm_runs_zero_skips_the_phase(tmp_path):
     r, executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16), confirm_runs=0)
     result = r.run()
