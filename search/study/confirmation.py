@@ -74,16 +74,7 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
     members = [t for t in pareto.finished(study) if pareto.feasible(t) and not rows[t.number].baseline]
     order = pareto.rank([t.values for t in members], sc.directions, sc.objective_names, sc.selection)
     order.sort(key=lambda i: members[i].number not in on_front)  # stable: the rule's order within each
-    picked: list[Candidate] = []
-    seen: set[str] = set()
-    for i in order:
-        row = rows[members[i].number]
-        if row.fingerprint in seen:
-            continue
-        seen.add(row.fingerprint)
-        picked.append(Candidate(row.trial_number, None, row.config, row.params, _bracket(row)))
-        if len(picked) == front_size:
-            break
+    picked, seen = _first_distinct([rows[members[i].number] for i in order], front_size)
     notes = []
     if not picked:
         picked, seen, note = _near_misses(study, rows, front_size)
@@ -103,6 +94,20 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
     return picked, notes
 
 
+def _first_distinct(ranked: Sequence[TrialRecord], n: int) -> tuple[list[Candidate], set[str]]:
+    """The first `n` of `ranked` as candidates, one per set of flags, and the flags seen."""
+    picked: list[Candidate] = []
+    seen: set[str] = set()
+    for row in ranked:
+        if row.fingerprint in seen:
+            continue
+        seen.add(row.fingerprint)
+        picked.append(Candidate(row.trial_number, None, row.config, row.params, _bracket(row)))
+        if len(picked) == n:
+            break
+    return picked, seen
+
+
 def _near_misses(study: optuna.Study, rows: dict[int, TrialRecord],
                  front_size: int) -> tuple[list[Candidate], set[str], str | None]:
     """With no sampled configuration feasible in the search, the closest ones whose worst SLO miss
@@ -112,16 +117,7 @@ def _near_misses(study: optuna.Study, rows: dict[int, TrialRecord],
     below the target, so the verdict still says how much load each config carries."""
     near = sorted((t for t in pareto.finished(study) if not rows[t.number].baseline
                    and 0 < pareto.slo_miss(t) <= NEAR_MISS), key=pareto.slo_miss)
-    picked: list[Candidate] = []
-    seen: set[str] = set()
-    for t in near:
-        row = rows[t.number]
-        if row.fingerprint in seen:
-            continue
-        seen.add(row.fingerprint)
-        picked.append(Candidate(row.trial_number, None, row.config, row.params, _bracket(row)))
-        if len(picked) == front_size:
-            break
+    picked, seen = _first_distinct([rows[t.number] for t in near], front_size)
     if not picked:
         return [], seen, None
     closest = ", ".join(f"trial {c.trial_number} (missed by {pareto.slo_miss(study.trials[c.trial_number]):.1%})"

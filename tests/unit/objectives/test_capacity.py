@@ -325,18 +325,24 @@ def known_curves():
     return curves
 
 
-def test_signal_steps_need_fewer_stages_on_known_curves():
-    """The figure in `signal_factor`'s docstring: stages to a 10% bracket, with and without."""
-    import statistics
+def stages_to_precision(curves) -> dict[bool, list[int]]:
+    """Capacity stages each curve needs to a 10% bracket, without and with `signal_steps`; both
+    must reach the precision."""
     counts = {}
     for signals in (False, True):
         s = SearchSettings(step=2.0, precision=0.1, max_stages=12, signal_steps=signals)
         counts[signals] = []
-        for margin_of, target in known_curves():
-            probes = search(margin_of, target, s)
-            e = estimate(probes)
-            assert e.high / e.low - 1 <= s.precision  # both reach the precision
+        for margin_of, target in curves:
+            e = estimate(probes := search(margin_of, target, s))
+            assert e.low is not None and e.high / e.low - 1 <= s.precision
             counts[signals].append(len(probes) - 1)
+    return counts
+
+
+def test_signal_steps_need_fewer_stages_on_known_curves():
+    """The figure in `signal_factor`'s docstring: stages to a 10% bracket, with and without."""
+    import statistics
+    counts = stages_to_precision(known_curves())
     assert len(counts[True]) == 40
     assert statistics.median(counts[True]) < statistics.median(counts[False])
     assert statistics.mean(counts[True]) < statistics.mean(counts[False])
@@ -357,15 +363,7 @@ def test_downward_signal_steps_need_fewer_stages_and_never_more_on_known_curves(
     """The figure in `signal_factor_down`'s docstring: a missed target steps down by what its
     margin says; halving from a target that missed by a few percent overshoots."""
     import statistics
-    counts = {}
-    for signals in (False, True):
-        s = SearchSettings(step=2.0, precision=0.1, max_stages=12, signal_steps=signals)
-        counts[signals] = []
-        for margin_of, target in known_curves_above_capacity():
-            probes = search(margin_of, target, s)
-            e = estimate(probes)
-            assert e.low is not None and e.high / e.low - 1 <= s.precision
-            counts[signals].append(len(probes) - 1)
+    counts = stages_to_precision(known_curves_above_capacity())
     assert len(counts[True]) == 32
     assert statistics.mean(counts[True]) < statistics.mean(counts[False])
     assert all(on <= off for on, off in zip(counts[True], counts[False]))
