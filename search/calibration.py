@@ -28,6 +28,10 @@ from objectives.scoring import SLOSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
 
 
+# A class's TPOT reference needs at least this share of its streams timed (`decode_timed`).
+MIN_TIMED_SHARE = 0.5
+
+
 @dataclass
 class CalibrationResult:
     # Flat metrics, overall and per class (@name): medians over rounds; None where no round could
@@ -82,7 +86,7 @@ class CalibrationResult:
         for r in self.rounds:
             for name, share in (r.get("decode_timed_share") or {}).items():
                 shares.setdefault(name, []).append(share)
-        return [name for name, s in shares.items() if float(np.median(s)) < 0.5]
+        return [name for name, s in shares.items() if float(np.median(s)) < MIN_TIMED_SHARE]
 
 
 def _median_of_known(values: list[float | None]) -> float | None:

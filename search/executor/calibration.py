@@ -15,14 +15,10 @@ from typing import Any
 from objectives.load import (LATENCY_FAMILIES, MetricName, ProgressWatch, WorkloadSpec, class_key, run_async,
                              run_load, stall_bound_s, timed_tpot_median_ms)
 from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
-from search.calibration import CalibrationResult, closed_workload, saturation_workload
+from search.calibration import MIN_TIMED_SHARE, CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
 from search.serving import FailurePhase, LaunchContext, ServerArgs
 from search.serving.process import ServerFailed, launch, while_serving
-
-
-# A class's TPOT reference needs at least this share of its streams timed (`decode_timed`).
-MIN_TIMED_SHARE = 0.5
 
 
 class CalibrationFailed(RuntimeError):
