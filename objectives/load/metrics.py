@@ -159,8 +159,7 @@ def _is_good(r: RequestRecord, slo: GoodputSLO | None) -> bool:
         return True
     ttft = r.ttft * 1000
     e2el = r.e2el * 1000
-    n = r.output_tokens
-    tpot = (e2el - ttft) / (n - 1) if n > 1 else 0.0
+    tpot = r.tpot * 1000
     return ((slo.ttft_ms is None or ttft <= slo.ttft_ms)
             and (slo.tpot_ms is None or tpot <= slo.tpot_ms)
             and (slo.e2el_ms is None or e2el <= slo.e2el_ms))
@@ -178,7 +177,7 @@ def _compute(records: list[RequestRecord], duration_s: float, goodput: GoodputSL
     charged = [failed_latency_s] * len(failed)
     ttfts = [r.ttft for r in ok] + charged
     e2els = [r.e2el for r in ok] + charged
-    tpots = [(r.e2el - r.ttft) / (n - 1) for r in ok if (n := r.output_tokens) > 1] + charged
+    tpots = [r.tpot for r in ok if r.output_tokens > 1] + charged
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
     # ITL pools gaps per chunk: a failed request weighs as many gaps as it asked tokens for.
     gaps += [np.full(max(1, r.expected_output_tokens - 1), failed_latency_s) for r in failed]
@@ -215,7 +214,7 @@ def timed_tpot_median_ms(records: list[RequestRecord]) -> tuple[float | None, fl
     """TPOT median (ms) over the requests whose decode the client could time (`decode_timed`),
     and their share of the completed multi-token requests (None: none was timed)."""
     multi = [r for r in records if r.ok and r.output_tokens > 1]
-    timed = [(r.e2el - r.ttft) / (r.output_tokens - 1) for r in multi if r.decode_timed]
+    timed = [r.tpot for r in multi if r.decode_timed]
     share = len(timed) / len(multi) if multi else 0.0
     return (float(np.median(timed)) * 1000.0 if timed else None), share
 

@@ -41,6 +41,12 @@ class RequestRecord:
         return self.error_kind is None and bool(self.chunk_times)
 
     @property
+    def tpot(self) -> float:
+        """Seconds per output token after the first, as vLLM's TPOT (0 for a one-token answer)."""
+        n = self.output_tokens
+        return (self.e2el - self.ttft) / (n - 1) if n > 1 else 0.0
+
+    @property
     def decode_timed(self) -> bool:
         """Its tokens reached the client in more than one read, so `e2el - ttft` spans decode
         steps. A stream whose tokens all came in one read (a fast decode whose deltas vLLM or the
