@@ -152,6 +152,31 @@ def test_confirmation_looks_for_the_capacity_where_the_search_bracketed_it(tmp_p
     assert all(p.capacity_hint == () for p in executor.plans if not p.run_name)
 
 
+def test_later_rounds_look_where_the_last_confirmation_run_bracketed_the_capacity(tmp_path):
+    """Round 1 starts from the search's (screened) bracket; round 2 from the bracket its own
+    round-1 run found with the full measurement, which can differ from the screen's."""
+    measured = noisy_world(TRUTH, LUCKY_16)
+
+    def bracket(plan, confirming: bool) -> tuple[float, float]:
+        x = (plan.config.get("max_num_seqs") or 0) / 100 + (1.0 if confirming else 0.0)
+        return 1.0 + x, 1.2 + x
+
+    def script(plan):
+        outcome = measured(plan)
+        low, high = bracket(plan, confirming=bool(plan.run_name))
+        outcome.capacity = {"rps": low, "low": low, "high": high, "stages": 3, "summary": ""}
+        return outcome
+
+    r, executor, _ = study(tmp_path, script, confirm_runs=2)
+    r.run()
+    confirmed = [p for p in executor.plans if p.run_name]
+    first = [p for p in confirmed if p.run_name.startswith("confirm-r1-")]
+    second = [p for p in confirmed if p.run_name.startswith("confirm-r2-")]
+    assert first and len(second) == len(first)
+    assert all(p.capacity_hint == bracket(p, confirming=False) for p in first)
+    assert all(p.capacity_hint == bracket(p, confirming=True) for p in second)
+
+
 def test_a_baseline_that_dominates_the_search_is_confirmed_against_the_best_of_the_rest(tmp_path):
     lucky_defaults = noisy_world(TRUTH, {None: 100.0}, search_throughput={None: 200.0})
     r, _, _ = study(tmp_path, lucky_defaults)
