@@ -9,8 +9,8 @@ interleaved ABAB..., each start followed by the same short fixed load: the start
 range), each start's anatomy and the served TTFT/TPOT median/p95 per entry, so "the same server"
 is a measured claim. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
 server module: vLLM's spawned EngineCore and CPU worker re-import the whole HTTP stack), `lean`
-(`LEAN_ENTRY`: the module run from `-c`), `warm` (`WARM_ENTRY`, the default: the EngineCore forked
-from a forkserver that imported vLLM beside the API server).
+(`LEAN_ENTRY`: the module run from `-c`), `warm` (`WARM_ENTRY`, the default: the EngineCore and its
+worker forked from a forkserver that imported vLLM beside the API server).
 
     .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare [--entries lean,warm]]
 """

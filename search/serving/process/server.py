@@ -44,8 +44,8 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 # name or file, so a child imports only what it runs. The same vLLM code with the same flags:
 # the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
 LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
-# LEAN_ENTRY with the EngineCore forked from a forkserver that imported vLLM beside the API server,
-# instead of spawned afresh (entry/autotune_vllm_entry.py says how, why, and why not the worker).
+# LEAN_ENTRY with the EngineCore and its worker forked from a forkserver that imported vLLM beside
+# the API server, instead of spawned afresh (entry/autotune_vllm_entry.py says how and why).
 ENTRY_DIR = Path(__file__).resolve().parent / "entry"
 WARM_ENTRY = (f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import autotune_vllm_entry; "
               f"autotune_vllm_entry.main({API_MODULE!r})")
