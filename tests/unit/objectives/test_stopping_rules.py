@@ -4,7 +4,9 @@ stage progresses (`replay`), its stop compared with the full stage's verdict."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from scipy.stats import norm
 
 from objectives.early_abort import (LIKELY_P, QUEUE_WINDOW_S, abort_check, likely_verdict, over_saturated,
                                     replay, rules_for, seen_at, waiting_proxy)
-from objectives.load import GaugeSample, RequestRecord
+from objectives.load import GaugeSample, RequestRecord, records_from_samples
 from objectives.scoring import SLOSpec
 from tests.support.simulated_stages import done, saturated_stage
 
@@ -128,6 +130,19 @@ def test_below_capacity_is_not_over_saturation():
     records = saturated_stage(rate=2.0, service_rate=4.0, n=60)
     gauges = waiting_proxy(records, 30.0)
     assert over_saturated(gauges, seen_at(records, 20.0), 20.0) is None
+
+
+def test_an_empty_server_filling_up_near_capacity_is_not_over_saturation():
+    """A real capacity stage (default mixed study on this CPU, 2026-11-25: 3.26 req/s, capacity
+    bracketed at [3.26, 3.88)) that met the SLOs run in full. Its queue and TTFT climbed in its
+    first seconds as the empty server filled up; read over the whole window, the rule stopped
+    it as over-saturated 11.5 s into its 16.2."""
+    stage = json.loads((Path(__file__).parents[2] / "support" / "data" / "fill_up_stage.json").read_text())
+    assert stage["passed"] and stage["kind"] == "capacity"
+    records = records_from_samples(stage["samples"], stage["elapsed_s"])
+    gauges = waiting_proxy(records, stage["elapsed_s"])
+    assert replay(lambda seen, now, samples: over_saturated(samples, seen, now), records, stage["elapsed_s"],
+                  gauges) is None
 
 
 def test_a_queue_without_a_ttft_climb_is_not_over_saturation():
