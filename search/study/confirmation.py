@@ -141,8 +141,8 @@ def rerun_hint(cand: Candidate, earlier: Sequence[ConfirmationRun]) -> tuple[flo
     hinted, a run that lands in the same bracket measures 2 (the target, then the bracket's low
     end). Only where to look: every rate is measured again."""
     for run in sorted(earlier, key=lambda r: r.sequence, reverse=True):
-        if run.trial_number == cand.trial_number and run.status == TrialStatus.OK.value and _bracket(run):
-            return _bracket(run)
+        if run.trial_number == cand.trial_number and run.status == TrialStatus.OK.value and (found := _bracket(run)):
+            return found
     return cand.capacity_hint
 
 
