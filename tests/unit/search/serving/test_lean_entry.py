@@ -25,16 +25,21 @@ if __name__ == "__main__":
 '''
 
 
+def run_stand_in(tmp_path, cmd: list[str], log, **env) -> str:
+    """`cmd` (a LaunchSpec's command) with `fake_api_server` for vLLM's API server module; its stderr."""
+    cmd = [part.replace("vllm.entrypoints.openai.api_server", "fake_api_server") for part in cmd]
+    done = subprocess.run(cmd, cwd=tmp_path, env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path), **env},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
 def run(tmp_path, lean: bool) -> list[str]:
     (tmp_path / "fake_api_server.py").write_text(STAND_IN)
     log = tmp_path / f"ran-{lean}.log"
     spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable,
                       warm_children=False)
-    cmd = spec.command(port=1234, lean=lean)
-    cmd = [part.replace("vllm.entrypoints.openai.api_server", "fake_api_server") for part in cmd]
-    done = subprocess.run(cmd, cwd=tmp_path, env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path)},
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    run_stand_in(tmp_path, spec.command(port=1234, lean=lean), log)
     return [line.split()[1] for line in log.read_text().splitlines()]
 
 
@@ -102,11 +107,8 @@ def run_warm(tmp_path, **env) -> tuple[dict, str]:
     (tmp_path / "fake_api_server.py").write_text(FAKE_API_SERVER)
     log = tmp_path / "ran.log"
     spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable)
-    cmd = [part.replace("vllm.entrypoints.openai.api_server", "fake_api_server") for part in spec.command(port=1)]
-    done = subprocess.run(cmd, cwd=tmp_path, env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path), **env},
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return {r["who"]: r for r in map(json.loads, log.read_text().splitlines())}, done.stderr
+    stderr = run_stand_in(tmp_path, spec.command(port=1), log, **env)
+    return {r["who"]: r for r in map(json.loads, log.read_text().splitlines())}, stderr
 
 
 def test_the_warm_entry_forks_the_engine_and_its_worker_from_a_forkserver(tmp_path):
