@@ -41,7 +41,7 @@ from search import calibration as calibration_mod, pareto, scenario as scenario_
 from search.prepare import StudyOptions, prepare  # noqa: E402
 from search.replay import (CAPACITY, Landscape, Surrogate, cross_validated, replay_calibration,  # noqa: E402
                            replay_context, replay_factory)
-from search.samplers import DEFAULT_SAMPLER, SAMPLERS  # noqa: E402
+from search.samplers import SAMPLERS, scenario_default  # noqa: E402
 from search.study import StudyRunner  # noqa: E402
 from storage import queries  # noqa: E402
 
@@ -187,7 +187,7 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
                 "bench_cpu_s": float(np.mean([r.get("cpu_s", math.nan) for r in at])),
             }
         samplers[name] = entry
-    return {"default": DEFAULT_SAMPLER, "landscape": str(w.landscape.provenance.get("command", "")),
+    return {"default": scenario_default(w.scenario), "landscape": str(w.landscape.provenance.get("command", "")),
             "synthetic": w.landscape.synthetic, "budgets": list(budgets), "largest_budget": largest,
             "reference": {"hypervolume": w.reference_hv, "point": list(w.reference_point), "best": {
                 k: v for k, v in w.best.items() if k != "config"}, "best_config": w.best["config"]},

@@ -122,7 +122,6 @@ def _cmd_search(args: argparse.Namespace) -> int:
     """`autotune search`: the search, then the confirmation phase; `autotune confirm`: the phase alone."""
     from search.outputs import DashboardPublisher, StudyProgress
     from search.prepare import StudyOptions, prepare
-    from search.samplers import DEFAULT_SAMPLER
     from search.study import StudyRunner
     from storage.url import redacted
     from search.study.coordination import Coordination
@@ -138,7 +137,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     opts = StudyOptions(
         scenario=args.scenario, trials=getattr(args, "trials", None), timeout_min=getattr(args, "timeout_min", None),
         model=args.model, storage=args.storage, study_name=args.study,
-        sampler=getattr(args, "sampler", DEFAULT_SAMPLER), seed=getattr(args, "seed", 0),
+        sampler=getattr(args, "sampler", None), seed=getattr(args, "seed", 0),
         runs_dir=Path(args.runs_dir), confirm_runs=args.confirm_runs, recalibrate=getattr(args, "recalibrate", False),
         warm_start=getattr(args, "warm_start", None))
     console = _console()
@@ -300,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--trials", type=int, default=None, help="budget in finished trials (baselines included)")
     search.add_argument("--timeout-min", type=float, default=None,
                         help="wall-time budget of the search phase (the confirmation phase follows it)")
-    search.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
+    search.add_argument("--sampler", default=None, choices=list(SAMPLERS),
+                        help=f"default: the scenario's default_sampler, else {DEFAULT_SAMPLER}")
     search.add_argument("--seed", type=int, default=0)
     search.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
                         help="runs per candidate in the confirmation phase after the search "
@@ -334,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--model", default=None, help="local model directory or Hugging Face id (default: the study's)")
     worker.add_argument("--trials", type=_positive, default=None, help="the study's budget (default: as stored)")
     worker.add_argument("--timeout-min", type=float, default=None)
-    worker.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=list(SAMPLERS))
+    worker.add_argument("--sampler", default=None, choices=list(SAMPLERS),
+                        help=f"default: the scenario's default_sampler, else {DEFAULT_SAMPLER}")
     worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")
     _add_db_outage(worker)
     worker.set_defaults(func=_cmd_worker)

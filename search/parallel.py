@@ -67,7 +67,7 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
                   f"{', '.join(s.label for s in slots)}")
     commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
         storage=prep.storage_url, study=prep.study_name, runs_dir=str(opts.runs_dir), slot=slot, seed=opts.seed + i,
-        trials=runner.budget, sampler=opts.sampler, scenario=opts.scenario, model=opts.model,
+        trials=runner.budget, sampler=prep.sampler, scenario=opts.scenario, model=opts.model,
         timeout_min=opts.timeout_min, db_outage_s=db_outage_s)) for i, slot in enumerate(slots)]
     if backend == "ray":
         codes = workers.run_all_on_ray(commands, slots, ray_address)
@@ -84,7 +84,7 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
 
 def run_worker(storage: str, study: str, runs_dir: Path, console: Console, *, slot: workers.Slot | None = None,
                scenario: str | None = None, model: str | None = None, trials: int | None = None,
-               timeout_min: float | None = None, sampler: str, seed: int | None = None,
+               timeout_min: float | None = None, sampler: str | None = None, seed: int | None = None,
                db_outage_s: float = DEFAULT_BOUND_S) -> StudyResult:
     """One more worker on an existing study: the scenario, model and budget are the study's own
     unless given; on `slot`'s devices (held while it runs) when given; the seed, unless given,

@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from search import scenario as scenario_mod
 from search import space as space_mod
 from search.executor import plan as plan_trial
-from search.samplers import DEFAULT_SAMPLER
+from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
 from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
 from storage.models import StudyRecord
@@ -33,7 +33,7 @@ class StudyOptions:
     model: str | None = None
     storage: str | None = None
     study_name: str | None = None
-    sampler: str = DEFAULT_SAMPLER
+    sampler: str | None = None  # None: the scenario's default_sampler, else DEFAULT_SAMPLER
     seed: int = 0
     runs_dir: Path = DEFAULT_RUNS_DIR
     confirm_runs: int | None = None  # None: the scenario's confirmation.runs; 0: no confirmation phase
@@ -57,6 +57,7 @@ class Prepared:
     study_name: str
     storage_url: str
     run_dir: Path
+    sampler: str = DEFAULT_SAMPLER  # the name the study samples with (search.samplers)
 
 
 def default_storage(runs_dir: Path) -> str:
@@ -121,6 +122,10 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
 
     `ctx`: the installed vLLM, machine and model; by default probed here (tests pass one)."""
     scenario, source, shown = scenario_mod.load(opts.scenario)
+    sampler = opts.sampler or scenario_default(scenario)
+    if sampler not in SAMPLERS:
+        raise scenario_mod.ScenarioError(f"{shown}: default_sampler: {sampler!r} is not a sampler; "
+                                         f"choose one of {', '.join(SAMPLERS)}")
     check_writable_dir(opts.runs_dir, "--runs-dir")
     storage_url = default_storage(opts.runs_dir) if opts.storage is None else opts.storage  # "" is refused
     check_url(storage_url)
@@ -144,4 +149,4 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     # A fixed value vLLM would reject fails every trial: say it now.
     plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
     return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
-                    study_name, storage_url, opts.runs_dir / study_name)
+                    study_name, storage_url, opts.runs_dir / study_name, sampler)

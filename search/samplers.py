@@ -18,7 +18,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from search.proposals import DiagnosisProposer
+from search.proposals import DiagnosisProposer, SpaceFillingStart
 
 SamplerFactory = Callable[[int, dict[str, BaseDistribution], int], optuna.samplers.BaseSampler]
 DEFAULT_SAMPLER = "tpe"
@@ -107,9 +107,17 @@ SAMPLERS: dict[str, SamplerFactory] = {
     "gp": lambda seed, dists, budget: GPSampler(seed=seed, n_startup_trials=_startup(budget), dists=dists),
     "random": lambda seed, dists, budget: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda seed, dists, budget: optuna.samplers.GridSampler(_grid(dists), seed=seed),
+    "sobol-tpe": lambda seed, dists, budget: SpaceFillingStart(  # search/proposals: a Sobol start, then TPE
+        optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists, _startup(budget), seed),
     "diagnosis-tpe": lambda seed, dists, budget: DiagnosisProposer(  # search/proposals: every other trial
         optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists),
 }
+
+
+def scenario_default(scenario: Any) -> str:
+    """The sampler a study of `scenario` uses unless told otherwise: its `default_sampler`, chosen
+    on the bench (docs/search.md), else the project's default."""
+    return scenario.default_sampler or DEFAULT_SAMPLER
 
 
 def make_sampler(name: str, seed: int, dists: dict[str, BaseDistribution], budget: int) -> optuna.samplers.BaseSampler:

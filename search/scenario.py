@@ -192,6 +192,9 @@ class Scenario(Strict):
     screening: Screening | None = None
     confirmation: Confirmation = Field(default_factory=Confirmation)
     default_trials: int = Field(default=12, ge=1)
+    # The sampler a study of this scenario uses unless --sampler says otherwise (a name of
+    # search.samplers, checked by search.prepare); None: search.samplers.DEFAULT_SAMPLER.
+    default_sampler: str | None = None
 
     @field_validator("baselines")
     @classmethod

@@ -21,6 +21,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from search.proposals.initial_design import SpaceFillingStart
 from search.proposals.proposer import DiagnosisProposer
 from search.space import representable
 
@@ -81,15 +82,18 @@ class PriorSampler(BaseSampler):
 
 def takes_prior(sampler: BaseSampler) -> bool:
     """Whether `with_prior` can give the sampler a prior (its model-based part is TPE)."""
-    inner = sampler.base if isinstance(sampler, DiagnosisProposer) else sampler
+    inner = sampler.base if isinstance(sampler, (DiagnosisProposer, SpaceFillingStart)) else sampler
     return isinstance(inner, TPESampler)
 
 
 def with_prior(sampler: BaseSampler, prior: Sequence[FrozenTrial], directions: Sequence[Any]) -> BaseSampler:
     """The sampler, its TPE part fitted on `prior` too (the proposer's moves follow this study's
-    own diagnoses only); as it is when it `takes_prior` not."""
+    own diagnoses only; a space-filling start gives way to the prior, which already tells TPE
+    where to look); as it is when it `takes_prior` not."""
     if not prior or not takes_prior(sampler):
         return sampler
     if isinstance(sampler, DiagnosisProposer):
         return DiagnosisProposer(PriorSampler(sampler.base, prior, directions), sampler.dists)
+    if isinstance(sampler, SpaceFillingStart):
+        return PriorSampler(sampler.base, prior, directions)
     return PriorSampler(sampler, prior, directions)

@@ -106,7 +106,7 @@ class StudyRunner:
         self.worker = coord.WorkerId.this(self.coordination.slot)
         self.storage = coord.storage(prep.storage_url, self.coordination, queries.engine_kwargs(prep.storage_url))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = make_sampler(opts.sampler, opts.seed, prep.dists, self.budget)
+        sampler = make_sampler(prep.sampler, opts.seed, prep.dists, self.budget)
         if self.warm is not None:
             sampler = with_prior(sampler, self.warm.prior, self.sc.directions)
         if follows_diagnoses(sampler):
@@ -176,7 +176,7 @@ class StudyRunner:
         if self.warm is None:
             return ()
         if self.warm.prior and not takes_prior(self.study.sampler):
-            return self.warm.notes + (f"warm start: the {self.opts.sampler} sampler takes no prior (only TPE "
+            return self.warm.notes + (f"warm start: the {self.prep.sampler} sampler takes no prior (only TPE "
                                       f"does): the earlier trials do not inform it",)
         return self.warm.notes
 

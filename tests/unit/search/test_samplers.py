@@ -4,8 +4,9 @@ space: a study with a `vllm_defaults: {}` baseline makes model-guided proposals 
 import pytest
 from optuna.trial import TrialState
 
-from search.samplers import _TrialsWithEveryParameter
-from search.scenario import Domain
+from search.proposals import SpaceFillingStart
+from search.samplers import DEFAULT_SAMPLER, _TrialsWithEveryParameter
+from search.scenario import Domain, ScenarioError
 from search.space import distribution, effective_params
 from tests.support.fakes import H100, ctx
 from tests.support.paths import FIXTURES
@@ -71,3 +72,40 @@ def test_effective_params_take_the_configs_own_values_then_vllms_defaults_and_le
     assert effective_params({"max_num_seqs": 64, "enable_prefix_caching": False}, dists, ctx(), "t")["max_num_seqs"] == 64
     on_h100 = effective_params({}, dists, ctx(hw=H100), "t")  # 8192 tokens, 1024 sequences: outside the ranges
     assert "max_num_seqs" not in on_h100 and "max_num_batched_tokens" not in on_h100
+
+
+def test_sobol_tpe_runs_its_first_sampled_trials_on_the_sobol_design_and_baselines_do_not_use_it_up(tmp_path):
+    r = runner(tmp_path, ScriptedExecutor(), trials=8, sampler="sobol-tpe")
+    r.run()
+    design = r.study.sampler.points
+    assert len(design) == 3  # max(3, 8 // 3)
+    sampled = [t.params for t in optuna_trials(r) if "baseline" not in t.user_attrs]
+    assert sampled[:3] == design  # in order, after the baselines
+    assert sampled[3] not in design  # then TPE
+
+
+def test_the_sobol_design_covers_each_knob_evenly():
+    """4 scrambled Sobol points: two in each half of every dimension (i.i.d. draws often put 3 or 4 in one)."""
+    from search.proposals import sobol_points
+    dists = {"max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=256, log=True), "t"),
+             "memory_utilization": distribution("memory_utilization", Domain(low=0.1, high=0.9), "t")}
+    for seed in range(5):
+        points = sobol_points(dists, 4, seed)
+        assert sum(p["max_num_seqs"] < 32 for p in points) == 2  # 32: the geometric middle of [4, 256]
+        assert sum(p["memory_utilization"] < 0.5 for p in points) == 2
+
+
+def test_a_study_samples_with_its_scenarios_default_sampler_unless_told_otherwise(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text((FIXTURES / "scenarios" / "loop.yaml").read_text() + "default_sampler: sobol-tpe\n")
+    assert runner(tmp_path, ScriptedExecutor(), scenario=path).prep.sampler == "sobol-tpe"
+    assert isinstance(runner(tmp_path, ScriptedExecutor(), scenario=path).study.sampler, SpaceFillingStart)
+    assert runner(tmp_path, ScriptedExecutor(), scenario=path, sampler="random").prep.sampler == "random"
+    assert runner(tmp_path, ScriptedExecutor()).prep.sampler == DEFAULT_SAMPLER  # loop.yaml names none
+
+
+def test_a_scenario_naming_an_unknown_sampler_is_refused_naming_the_file_field_and_choices(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text((FIXTURES / "scenarios" / "loop.yaml").read_text() + "default_sampler: smac\n")
+    with pytest.raises(ScenarioError, match=r"loop.yaml: default_sampler: 'smac' is not a sampler; choose one of tpe, .*random"):
+        runner(tmp_path, ScriptedExecutor(), scenario=path)

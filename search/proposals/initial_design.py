@@ -1,0 +1,97 @@
+"""A space-filling start: a study's first sampled trials on a scrambled Sobol design of the whole
+space, then the model-based sampler.
+
+Optuna's model-based samplers start from i.i.d. random draws. At the 3 to 10 startup trials a
+user pays for, random draws bunch: two of three can land in one corner and leave a knob's other
+half unseen. The first `n` points of a scrambled Sobol sequence cover every knob's range evenly
+(each of the first 2^k points falls in its own 1/2^k slice of every dimension).
+
+Enqueued trials (the baselines, a warm start's winner) are not part of the design and do not use
+up its points.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from search.proposals.proposer import FIXED_PARAMS
+
+
+def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
+    """The first `n` points of a scrambled Sobol sequence over `dists` (Optuna's QMC sampler and
+    its mapping of log, stepped and categorical dimensions)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+                                             warn_independent_sampling=False, warn_asynchronous_seeding=False)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(sampler=sampler)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    # The QMC sampler takes its space from the first completed trial and draws that trial at
+    # random: a placeholder trial gives it the space, so every point asked is a Sobol point.
+    study.add_trial(create_trial(params={k: _any(d) for k, d in dists.items()},
+                                 distributions=dict(dists), value=0.0))
+    points = []
+    for _ in range(n):
+        trial = study.ask(dists)
+        points.append(dict(trial.params))
+        study.tell(trial, 0.0)
+    return points
+
+
+def _any(d: BaseDistribution) -> Any:
+    return d.choices[0] if hasattr(d, "choices") else d.low
+
+
+class SpaceFillingStart(BaseSampler):
+    """The design's points for the first `len(points)` sampled trials, `base` after them."""
+
+    def __init__(self, base: BaseSampler, dists: dict[str, BaseDistribution], n: int, seed: int):
+        self.base, self.dists = base, dists
+        self.points = sobol_points({k: d for k, d in dists.items() if not d.single()}, n, seed) if n > 0 else []
+
+    def point(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        """The design point of `trial`, or None when it is enqueued or past the design."""
+        if FIXED_PARAMS in trial.system_attrs:
+            return None
+        earlier = sum(1 for t in study.get_trials(deepcopy=False)
+                      if t.number < trial.number and FIXED_PARAMS not in t.system_attrs)
+        return self.points[earlier] if earlier < len(self.points) else None
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self.point(study, trial) is not None:
+            return {k: d for k, d in self.dists.items() if not d.single()}
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        p = self.point(study, trial)
+        if p is None:
+            return self.base.sample_relative(study, trial, search_space)
+        return {k: v for k, v in p.items() if k in search_space}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        p = self.point(study, trial)
+        if p is not None and param_name in p:
+            return p[param_name]
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
