@@ -109,16 +109,33 @@ def _capacity_index(w: World) -> int:
     return w.scenario.objective_names.index(CAPACITY)
 
 
+WARM = "+warm"  # a row's suffix: the sampler warm-started from an earlier study (`run_study`)
+PRIOR_BUDGET = 10
+
+
+def _study(w: World, d: str, sampler: str, seed: int, budget: int, name: str,
+           warm_start: str | None = None) -> StudyRunner:
+    opts = StudyOptions(scenario=str(w.scenario_path), trials=budget, storage=f"sqlite:///{d}/bench.db",
+                        study_name=name, runs_dir=Path(d), seed=seed, sampler=sampler, warm_start=warm_start)
+    return StudyRunner(prepare(opts, ctx=replay_context(w.landscape)), opts,
+                       executor=replay_factory(w.surrogate, seed), calibrate=replay_calibration(w.landscape))
+
+
 def run_study(landscape_path: str, sampler: str, seed: int, budget: int) -> dict[str, Any]:
-    """One study on the replay executor; what it measured and deployed, judged on the means."""
+    """One study on the replay executor; what it measured and deployed, judged on the means.
+    `sampler` + WARM: first an earlier study of the same sampler (PRIOR_BUDGET trials, its
+    confirmation, other noise), then this one with `--warm-start` from it: what a user re-tuning
+    on the same model, machine and build gets from the first study."""
     w = world(landscape_path)
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    name = sampler.removesuffix(WARM)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
-        opts = StudyOptions(scenario=str(w.scenario_path), trials=budget, storage=f"sqlite:///{d}/bench.db",
-                            study_name="bench", runs_dir=Path(d), seed=seed, sampler=sampler)
-        runner = StudyRunner(prepare(opts, ctx=replay_context(w.landscape)), opts,
-                             executor=replay_factory(w.surrogate, seed), calibrate=replay_calibration(w.landscape))
+        warm_start = None
+        if sampler.endswith(WARM):
+            _study(w, d, name, seed + 10_000, PRIOR_BUDGET, "earlier").run()
+            warm_start = "earlier"
+        runner = _study(w, d, name, seed, budget, "bench", warm_start)
         t0, cpu0 = time.monotonic(), time.process_time()
         result = runner.run()
         seconds, cpu_s = time.monotonic() - t0, time.process_time() - cpu0
@@ -264,7 +281,9 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--landscape", type=Path, default=SYNTHETIC_LANDSCAPE)
-    ap.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    ap.add_argument("--samplers", nargs="+", default=list(SAMPLERS),
+                    choices=list(SAMPLERS) + [s + WARM for s in SAMPLERS],
+                    help=f"'NAME{WARM}': NAME warm-started from an earlier {PRIOR_BUDGET}-trial study of its own")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
