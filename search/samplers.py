@@ -100,6 +100,12 @@ def models_jointly(sampler: optuna.samplers.BaseSampler) -> bool:
     return isinstance(sampler, _WholeSpace)
 
 
+def _sobol_tpe(seed: int, dists: dict[str, BaseDistribution], budget: int) -> SpaceFillingStart:
+    """TPE after a Sobol design as large as its startup (search/proposals/initial_design.py)."""
+    return SpaceFillingStart(optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists,
+                             _startup(budget), seed)
+
+
 SAMPLERS: dict[str, SamplerFactory] = {
     "tpe": lambda seed, dists, budget: optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)),
     "nsga2": lambda seed, dists, budget: NSGAIISampler(
@@ -107,10 +113,10 @@ SAMPLERS: dict[str, SamplerFactory] = {
     "gp": lambda seed, dists, budget: GPSampler(seed=seed, n_startup_trials=_startup(budget), dists=dists),
     "random": lambda seed, dists, budget: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda seed, dists, budget: optuna.samplers.GridSampler(_grid(dists), seed=seed),
-    "sobol-tpe": lambda seed, dists, budget: SpaceFillingStart(  # search/proposals: a Sobol start, then TPE
-        optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists, _startup(budget), seed),
+    "sobol-tpe": lambda seed, dists, budget: _sobol_tpe(seed, dists, budget),
     "diagnosis-tpe": lambda seed, dists, budget: DiagnosisProposer(  # search/proposals: every other trial
         optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists),
+    "diagnosis-sobol-tpe": lambda seed, dists, budget: DiagnosisProposer(_sobol_tpe(seed, dists, budget), dists),
 }
 
 

@@ -6,8 +6,8 @@ user pays for, random draws bunch: two of three can land in one corner and leave
 half unseen. The first `n` points of a scrambled Sobol sequence cover every knob's range evenly
 (each of the first 2^k points falls in its own 1/2^k slice of every dimension).
 
-Enqueued trials (the baselines, a warm start's winner) are not part of the design and do not use
-up its points.
+Enqueued trials (the baselines, a warm start's winner) and the diagnosis' moves are not part of
+the design and do not use up its points.
 """
 
 from __future__ import annotations
@@ -53,19 +53,20 @@ def _any(d: BaseDistribution) -> Any:
 
 
 class SpaceFillingStart(BaseSampler):
-    """The design's points for the first `len(points)` sampled trials, `base` after them."""
+    """The design's points, in order, for the sampled trials until each has run; `base` after
+    them (and for trials that a wrapping sampler, the diagnosis proposer, fills itself)."""
 
     def __init__(self, base: BaseSampler, dists: dict[str, BaseDistribution], n: int, seed: int):
         self.base, self.dists = base, dists
         self.points = sobol_points({k: d for k, d in dists.items() if not d.single()}, n, seed) if n > 0 else []
 
     def point(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
-        """The design point of `trial`, or None when it is enqueued or past the design."""
+        """The design point of `trial`: the first not run by an earlier trial; None when the trial
+        is enqueued or the design is done."""
         if FIXED_PARAMS in trial.system_attrs:
             return None
-        earlier = sum(1 for t in study.get_trials(deepcopy=False)
-                      if t.number < trial.number and FIXED_PARAMS not in t.system_attrs)
-        return self.points[earlier] if earlier < len(self.points) else None
+        earlier = [t.params for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+        return next((p for p in self.points if not any(p.items() <= e.items() for e in earlier)), None)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self.point(study, trial) is not None:

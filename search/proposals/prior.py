@@ -82,8 +82,9 @@ class PriorSampler(BaseSampler):
 
 def takes_prior(sampler: BaseSampler) -> bool:
     """Whether `with_prior` can give the sampler a prior (its model-based part is TPE)."""
-    inner = sampler.base if isinstance(sampler, (DiagnosisProposer, SpaceFillingStart)) else sampler
-    return isinstance(inner, TPESampler)
+    while isinstance(sampler, (DiagnosisProposer, SpaceFillingStart)):
+        sampler = sampler.base
+    return isinstance(sampler, TPESampler)
 
 
 def with_prior(sampler: BaseSampler, prior: Sequence[FrozenTrial], directions: Sequence[Any]) -> BaseSampler:
@@ -93,7 +94,7 @@ def with_prior(sampler: BaseSampler, prior: Sequence[FrozenTrial], directions: S
     if not prior or not takes_prior(sampler):
         return sampler
     if isinstance(sampler, DiagnosisProposer):
-        return DiagnosisProposer(PriorSampler(sampler.base, prior, directions), sampler.dists)
+        return DiagnosisProposer(with_prior(sampler.base, prior, directions), sampler.dists)
     if isinstance(sampler, SpaceFillingStart):
-        return PriorSampler(sampler.base, prior, directions)
+        return with_prior(sampler.base, prior, directions)
     return PriorSampler(sampler, prior, directions)

@@ -109,3 +109,38 @@ def test_a_scenario_naming_an_unknown_sampler_is_refused_naming_the_file_field_a
     path.write_text((FIXTURES / "scenarios" / "loop.yaml").read_text() + "default_sampler: smac\n")
     with pytest.raises(ScenarioError, match=r"loop.yaml: default_sampler: 'smac' is not a sampler; choose one of tpe, .*random"):
         runner(tmp_path, ScriptedExecutor(), scenario=path)
+
+
+def test_every_design_point_runs_when_other_proposals_come_between_them():
+    """A trial the design did not fill (the diagnosis proposer's move) does not use up a point."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    dists = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+    sampler = SpaceFillingStart(optuna.samplers.RandomSampler(seed=0), dists, 2, seed=0)
+    study = optuna.create_study(sampler=sampler)
+    first = study.ask(dists)
+    assert first.params == sampler.points[0]
+    study.tell(first, 0.0)
+    study.add_trial(create_trial(params={"x": 0.5, "y": 0.5}, distributions=dists, value=0.0))  # a move
+    second = study.ask(dists)
+    assert second.params == sampler.points[1]
+    study.tell(second, 0.0)
+    assert study.ask(dists).params not in sampler.points  # the design is done: the base sampler
+
+
+@pytest.mark.parametrize("name", ["sobol-tpe", "diagnosis-sobol-tpe"])
+def test_a_warm_start_prior_reaches_the_tpe_inside_a_sobol_start(name):
+    """The prior already says where to look: the design gives way to TPE fitted on it."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+    from search.proposals import DiagnosisProposer, PriorSampler, takes_prior, with_prior
+    from search.samplers import make_sampler
+
+    dists = {"x": FloatDistribution(0.0, 1.0)}
+    sampler = make_sampler(name, 0, dists, 9)
+    assert takes_prior(sampler)
+    warm = with_prior(sampler, [create_trial(params={"x": 0.3}, distributions=dists, value=1.0)], ["minimize"])
+    inner = warm.base if isinstance(warm, DiagnosisProposer) else warm
+    assert isinstance(inner, PriorSampler) and inner.prior == 1
