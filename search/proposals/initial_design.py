@@ -13,23 +13,30 @@ the design and do not use up its points.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.trial import FrozenTrial, TrialState, create_trial
+from optuna.trial import FrozenTrial, create_trial
+
+from search.proposals.delegating import DelegatingSampler
 
 from search.proposals.proposer import FIXED_PARAMS
+
+
+def qmc_sampler(seed: int) -> optuna.samplers.QMCSampler:
+    """Optuna's QMC sampler on a scrambled Sobol sequence, seeded, without its warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+                                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
 
 
 def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
     """The first `n` points of a scrambled Sobol sequence over `dists` (Optuna's QMC sampler and
     its mapping of log, stepped and categorical dimensions)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
-                                             warn_independent_sampling=False, warn_asynchronous_seeding=False)
+    sampler = qmc_sampler(seed)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -52,12 +59,13 @@ def _any(d: BaseDistribution) -> Any:
     return d.choices[0] if hasattr(d, "choices") else d.low
 
 
-class SpaceFillingStart(BaseSampler):
+class SpaceFillingStart(DelegatingSampler):
     """The design's points, in order, for the sampled trials until each has run; `base` after
     them (and for trials that a wrapping sampler, the diagnosis proposer, fills itself)."""
 
     def __init__(self, base: BaseSampler, dists: dict[str, BaseDistribution], n: int, seed: int):
-        self.base, self.dists = base, dists
+        super().__init__(base)
+        self.dists = dists
         self.points = sobol_points({k: d for k, d in dists.items() if not d.single()}, n, seed) if n > 0 else []
 
     def point(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
@@ -86,13 +94,3 @@ class SpaceFillingStart(BaseSampler):
         if p is not None and param_name in p:
             return p[param_name]
         return self.base.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()

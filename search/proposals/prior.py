@@ -21,6 +21,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from search.proposals.delegating import DelegatingSampler
 from search.proposals.initial_design import SpaceFillingStart
 from search.proposals.proposer import DiagnosisProposer
 from search.space import representable
@@ -40,11 +41,11 @@ def prior_trials(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistributio
     return kept
 
 
-class PriorSampler(BaseSampler):
+class PriorSampler(DelegatingSampler):
     """`base` (a TPE sampler) fitted on the `prior` trials and this study's completed ones."""
 
     def __init__(self, base: TPESampler, prior: Sequence[FrozenTrial], directions: Sequence[Any]):
-        self.base = base
+        super().__init__(base)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._view = optuna.create_study(directions=list(directions))
         self._view.add_trials(prior)
@@ -68,16 +69,6 @@ class PriorSampler(BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         return self.base.sample_independent(self._union(study), trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
 
 def takes_prior(sampler: BaseSampler) -> bool:

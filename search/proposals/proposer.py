@@ -21,6 +21,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from search.proposals.delegating import DelegatingSampler
 from search.proposals.rules import Move, Step
 from search.space import representable
 
@@ -98,12 +99,13 @@ def propose(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistribution]) -
     return None
 
 
-class DiagnosisProposer(BaseSampler):
+class DiagnosisProposer(DelegatingSampler):
     """`base` for every other sampled trial; the diagnosis' move (`propose`) for the others,
     whenever one applies."""
 
     def __init__(self, base: BaseSampler, dists: dict[str, BaseDistribution]):
-        self.base, self.dists = base, dists
+        super().__init__(base)
+        self.dists = dists
         self._proposals: dict[int, Proposal] = {}
 
     def proposal(self, number: int) -> Proposal | None:
@@ -127,9 +129,6 @@ class DiagnosisProposer(BaseSampler):
         if (p := propose(trials, self.dists)) is not None:
             self._proposals[trial.number] = p
 
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return self.base.infer_relative_search_space(study, trial)
-
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         p = self._proposals.get(trial.number)
@@ -145,13 +144,6 @@ class DiagnosisProposer(BaseSampler):
         if p is not None and param_name in p.params:
             return p.params[param_name]
         return self.base.sample_independent(study, trial, param_name, param_distribution)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
 
 def proposal_reason(sampler: BaseSampler, number: int) -> str | None:

@@ -6,21 +6,18 @@ difference between configurations."""
 from __future__ import annotations
 
 import random
-import warnings
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
 
+from search.proposals import qmc_sampler
+
 
 def space_filling(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
     """`n` parameter sets spread over the space (Optuna's QMC sampler draws the first at random,
     then the scrambled Sobol sequence)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
-                                             warn_independent_sampling=False, warn_asynchronous_seeding=False)
-    study = optuna.create_study(sampler=sampler)
+    study = optuna.create_study(sampler=qmc_sampler(seed))
     points = []
     for _ in range(n):
         trial = study.ask(dists)
