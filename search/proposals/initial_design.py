@@ -25,18 +25,16 @@ from search.proposals.delegating import DelegatingSampler
 from search.proposals.proposer import FIXED_PARAMS
 
 
-def qmc_sampler(seed: int) -> optuna.samplers.QMCSampler:
-    """Optuna's QMC sampler on a scrambled Sobol sequence, seeded, without its warnings."""
+def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int, *,
+                 first_at_random: bool = False) -> list[dict[str, Any]]:
+    """The first `n` points of a scrambled Sobol sequence over `dists` (Optuna's QMC sampler and
+    its mapping of log, stepped and categorical dimensions). `first_at_random`: a random point,
+    then `n - 1` Sobol points, as Optuna's QMC sampler draws on an empty study (the landscape's
+    design was drawn so: a recorded landscape resumes on the same points)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
-                                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
-
-
-def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
-    """The first `n` points of a scrambled Sobol sequence over `dists` (Optuna's QMC sampler and
-    its mapping of log, stepped and categorical dimensions)."""
-    sampler = qmc_sampler(seed)
+        sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+                                             warn_independent_sampling=False, warn_asynchronous_seeding=False)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -45,8 +43,9 @@ def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[
         optuna.logging.set_verbosity(verbosity)
     # The QMC sampler takes its space from the first completed trial and draws that trial at
     # random: a placeholder trial gives it the space, so every point asked is a Sobol point.
-    study.add_trial(create_trial(params={k: _any(d) for k, d in dists.items()},
-                                 distributions=dict(dists), value=0.0))
+    if not first_at_random:
+        study.add_trial(create_trial(params={k: _any(d) for k, d in dists.items()},
+                                     distributions=dict(dists), value=0.0))
     points = []
     for _ in range(n):
         trial = study.ask(dists)

@@ -8,22 +8,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import optuna
 from optuna.distributions import BaseDistribution
 
-from search.proposals import qmc_sampler
+from search.proposals import sobol_points
 
 
 def space_filling(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
     """`n` parameter sets spread over the space (Optuna's QMC sampler draws the first at random,
     then the scrambled Sobol sequence)."""
-    study = optuna.create_study(sampler=qmc_sampler(seed))
-    points = []
-    for _ in range(n):
-        trial = study.ask(dists)
-        points.append(dict(trial.params))
-        study.tell(trial, 0.0)
-    return points
+    return sobol_points(dists, n, seed, first_at_random=True)
 
 
 def repeat_rounds(count: int, repeats: int, runs: int, seed: int) -> list[list[int]]:
