@@ -45,7 +45,8 @@ from search.samplers import SAMPLERS, scenario_default  # noqa: E402
 from search.study import StudyRunner  # noqa: E402
 from storage import queries  # noqa: E402
 
-SYNTHETIC_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json"
+CPU_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json"  # recorded: benchmarks/landscape.py
+SYNTHETIC_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json"  # invented, for unit tests
 BUDGETS = (5, 10, 20, 40)
 SHARES = (0.9, 0.95)
 
@@ -306,7 +307,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--landscape", type=Path, default=SYNTHETIC_LANDSCAPE)
+    ap.add_argument("--landscape", type=Path, default=CPU_LANDSCAPE)
     ap.add_argument("--samplers", nargs="+", default=None,
                     choices=list(SAMPLERS) + [s + WARM for s in SAMPLERS],
                     help=f"'NAME{WARM}': NAME warm-started from an earlier {PRIOR_BUDGET}-trial study of its own "

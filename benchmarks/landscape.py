@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", default="landscape-mixed")
     exp.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json")
+    exp.add_argument("--recorded-with", default="flock /tmp/vllm.lock python benchmarks/landscape.py record",
+                     help="the record command, as run (kept in the provenance)")
     syn = sub.add_parser("synthetic")
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json")
@@ -166,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
               f"export: python benchmarks/landscape.py export --study {name}")
     elif args.cmd == "export":
-        landscape = export(args.storage, args.study, commands=[" ".join(sys.argv)])
+        landscape = export(args.storage, args.study,
+                           commands=[args.recorded_with, "python " + " ".join([Path(sys.argv[0]).relative_to(REPO).as_posix()
+                                                                                if Path(sys.argv[0]).is_absolute() else sys.argv[0],
+                                                                                *sys.argv[1:]])])
         landscape.save(args.out)
         print(f"{args.out}: {len(landscape.configs)} configs, {len(landscape.measurements())} measurements")
     else:
