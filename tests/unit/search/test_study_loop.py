@@ -396,7 +396,8 @@ def test_every_sampler_runs_a_short_study_past_its_startup_phase(tmp_path, name)
     r.run()
     assert type(r.study.sampler).__name__ == {"tpe": "TPESampler", "nsga2": "NSGAIISampler", "gp": "GPSampler",
                                               "random": "RandomSampler", "grid": "GridSampler",
-                                              "diagnosis-tpe": "DiagnosisProposer"}[name]
+                                              "diagnosis-tpe": "DiagnosisProposer", "sobol-tpe": "SpaceFillingStart",
+                                              "diagnosis-sobol-tpe": "DiagnosisProposer"}[name]
     stored, told = rows(r), optuna_trials(r)
     assert sum(row.status == "ok" for row in stored) == 9 and len(stored) == len(told)
     assert all(t.state == TrialState.COMPLETE for t in told)
