@@ -213,9 +213,9 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
             "typical_trial_s": trial_s, "samplers": samplers}
 
 
-# Optuna's GP sampler fits a GP per objective and per SLO constraint at every proposal: about
-# 1.2 CPU-s a trial at 30-40 trials here, 57 s for one 40-trial study, so its 20 seeds at budget
-# 40 alone would take about 10 minutes on 2 cores. `--all-budgets` runs it there too.
+# Optuna's GP sampler fits a GP per objective and per SLO constraint at every proposal: 11, 33
+# and 67 CPU-s a study at 5, 10 and 20 trials on the recorded landscape (2026-11-26), 2/3 of the
+# whole table's CPU with budget 40 left out. `--all-budgets` runs it there too.
 MAX_BUDGET = {"gp": 20}
 
 

@@ -21,7 +21,6 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, create_trial
 
 from search.proposals.delegating import DelegatingSampler
-
 from search.proposals.proposer import FIXED_PARAMS
 
 
