@@ -146,8 +146,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
         from storage.queries import existing_study_check
 
         existing_study_check(prep.storage_url, prep.study_name, f"run `autotune search {args.scenario}` first")
+    sampling = f"; sampler {prep.sampler}" if searching else ""
     console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{prep.ctx.hardware.describe()}; storage {redacted(prep.storage_url)}")
+                  f"{prep.ctx.hardware.describe()}; storage {redacted(prep.storage_url)}{sampling}")
     # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
     runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
                          coordination=Coordination(db_outage_s=args.db_outage_s))
