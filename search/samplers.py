@@ -113,7 +113,7 @@ SAMPLERS: dict[str, SamplerFactory] = {
     "gp": lambda seed, dists, budget: GPSampler(seed=seed, n_startup_trials=_startup(budget), dists=dists),
     "random": lambda seed, dists, budget: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda seed, dists, budget: optuna.samplers.GridSampler(_grid(dists), seed=seed),
-    "sobol-tpe": lambda seed, dists, budget: _sobol_tpe(seed, dists, budget),
+    "sobol-tpe": _sobol_tpe,
     "diagnosis-tpe": lambda seed, dists, budget: DiagnosisProposer(  # search/proposals: every other trial
         optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists),
     "diagnosis-sobol-tpe": lambda seed, dists, budget: DiagnosisProposer(_sobol_tpe(seed, dists, budget), dists),
