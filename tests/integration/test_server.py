@@ -15,7 +15,7 @@ import pytest
 from search.serving import resolve as resolve_mod
 from objectives.failure import FailureClass
 from search.serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
-from tests.support.servers import quick_server_values, server_groups
+from tests.support.servers import alive, quick_server_values, server_groups, zygotes
 
 pytestmark = pytest.mark.vllm
 
@@ -106,13 +106,16 @@ def test_sigkill_of_the_tuner_takes_its_vllm_server_down(launch_ctx, tmp_path):
     try:
         pgid, port = map(int, tuner.stdout.readline().split())
         assert port_listening(port) and group_members(pgid)
+        its_zygote = zygotes(tuner.pid)
+        assert len(its_zygote) == 1  # the server was forked by the tuner's zygote
         os.kill(tuner.pid, signal.SIGKILL)
         tuner.wait()
         deadline = time.monotonic() + 30
-        while (group_members(pgid) or port_listening(port)) and time.monotonic() < deadline:
+        while (group_members(pgid) or port_listening(port) or alive(its_zygote)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert group_members(pgid) == []
         assert not port_listening(port)
+        assert alive(its_zygote) == set()
     finally:
         if tuner.poll() is None:
             tuner.kill()

@@ -21,7 +21,7 @@ from search.serving.process.server import LaunchSpec, VllmServer
 from storage import queries
 from tests.support.cli import autotune
 from tests.support.paths import E2E_SCENARIO, REPO
-from tests.support.servers import leftovers, server_groups
+from tests.support.servers import alive, leftovers, server_groups, zygotes
 
 pytestmark = pytest.mark.vllm
 
@@ -143,7 +143,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
                 rows = []
             if rows and first is None:
                 first = rows[0]
-            groups = server_groups(tuner.pid)
+            groups, its_zygote = server_groups(tuner.pid), zygotes(tuner.pid)
             if first is not None and len(rows) >= 2 and groups:
                 break
             assert tuner.poll() is None, "the tuner ended before it could be interrupted:\n" + \
@@ -157,9 +157,10 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
         if tuner.poll() is None:
             tuner.kill()
     end = time.monotonic() + 30
-    while leftovers(groups) and time.monotonic() < end:
+    while (leftovers(groups) or alive(its_zygote)) and time.monotonic() < end:
         time.sleep(0.5)
     assert leftovers(groups) == [], "a vLLM server outlived the killed tuner"
+    assert alive(its_zygote) == set(), "the tuner's zygote outlived it"
     interrupted_number = len(records(storage)[0])
 
     proc = autotune("search", scenario, "--trials", 3, "--storage", storage, "--runs-dir", tmp_path,

@@ -27,6 +27,28 @@ def server_groups(root_pid: int) -> set[int]:
     return groups
 
 
+def zygotes(root_pid: int) -> set[int]:
+    """The study zygotes below a process (`search/serving/process/zygote.py`)."""
+    found = set()
+    for child in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if "autotune_vllm_zygote" in " ".join(child.cmdline()):
+                found.add(child.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of `pids` still running (not zombies)."""
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    return {p for p in pids if running(p)}
+
+
 def leftovers(groups: set[int]) -> list[str]:
     """Live (non-zombie) processes left in those groups."""
     return [f"{p.pid} {p.name()}" for g in groups for p in group_members(g)]

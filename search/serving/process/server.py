@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import http.client
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from objectives.failure import Failure, FailureClass, FailurePhase
 from search.serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from search.serving.hardware import gpu_memory_used_mib
 from search.serving.paths import vllm_cache_root
+from search.serving.process import zygote
 from search.serving.start_anatomy import StartAnatomy, start_anatomy
 from search.serving.startup import DEFAULT_STARTUP_TIMEOUT_S
 
@@ -46,8 +48,7 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
 # LEAN_ENTRY with the EngineCore and its worker forked from a forkserver that imported vLLM beside
 # the API server, instead of spawned afresh (entry/autotune_vllm_entry.py says how and why).
-ENTRY_DIR = Path(__file__).resolve().parent / "entry"
-WARM_ENTRY = (f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import autotune_vllm_entry; "
+WARM_ENTRY = (f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
               f"autotune_vllm_entry.main({API_MODULE!r})")
 POLL_S = 0.25
 # The server's CPU priority below the tuner's (`server_guard.lower_priority` says why); 0 leaves it.
@@ -80,17 +81,30 @@ class LaunchSpec:
     gpu: bool = False
     lean_children: bool = True  # LEAN_ENTRY; False: `-m API_MODULE` as before (the benchmark's old start)
     warm_children: bool = True  # WARM_ENTRY (with lean_children, CPU only); False: LEAN_ENTRY
+    zygote: bool = True  # WARM_ENTRY's server forked by the study's zygote rather than exec'd (see zygote.py)
 
-    def command(self, port: int, lean: bool | None = None) -> list[str]:
+    def server_argv(self, port: int) -> list[str]:
+        """The API server's own arguments."""
         # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
         # it ignores a positional model, hence always --model.
         model = ["--model", str(self.model)] if self.model is not None else []
+        return [*model, "--host", HOST, "--port", str(port), *self.args]
+
+    def command(self, port: int, lean: bool | None = None) -> list[str]:
         if not (self.lean_children if lean is None else lean):
             entry = ["-m", API_MODULE]
         else:
-            # Not on a GPU: vLLM spawns there once CUDA is initialized, and a fork would inherit it.
-            entry = ["-c", WARM_ENTRY if self.warm_children and not self.gpu else LEAN_ENTRY]
-        return [self.python, *entry, *model, "--host", HOST, "--port", str(port), *self.args]
+            entry = ["-c", WARM_ENTRY if self.warm else LEAN_ENTRY]
+        return [self.python, *entry, *self.server_argv(port)]
+
+    @property
+    def warm(self) -> bool:
+        # Not on a GPU: vLLM spawns there once CUDA is initialized, and a fork would inherit it.
+        return self.lean_children and self.warm_children and not self.gpu
+
+    @property
+    def forked_by_zygote(self) -> bool:
+        return self.warm and self.zygote
 
 
 @dataclass(frozen=True)
@@ -183,7 +197,7 @@ class VllmServer:
     def __init__(self, spec: LaunchSpec):
         self.spec = spec
         self.port: int | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | zygote.ForkedServer | None = None
         self._pipe_w: int | None = None
         self._log = None
         self.started_at: float | None = None
@@ -227,27 +241,50 @@ class VllmServer:
         set_aside(self.spec.log_path)
         self._log = open(self.spec.log_path, "wb")
         read_fd, self._pipe_w = os.pipe()
-        cmd = [sys.executable, "-m", "search.serving.process.server_guard", str(read_fd),
-               "--nice", str(server_nice()), "--",
-               *self.spec.command(self.port)]
-        self._log.write(("$ " + " ".join(cmd[cmd.index("--") + 1:]) + "\n").encode())
+        command = self.spec.command(self.port)
+        self._log.write(("$ " + " ".join(command) + "\n").encode())
         self._log.flush()
         self.started_at, self.spawned_at = time.monotonic(), datetime.now()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self._env(), start_new_session=True, pass_fds=(read_fd,),
-        )
-        os.close(read_fd)
-        _LIVE.add(self)
+        env = self._env()
         try:
+            self.proc = self._fork_from_zygote(env, read_fd) if self.spec.forked_by_zygote else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "search.serving.process.entry.server_guard", str(read_fd),
+                     "--nice", str(server_nice()), "--", *command],
+                    stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=env, start_new_session=True, pass_fds=(read_fd,),
+                )
+            _LIVE.add(self)
             self._wait_healthy()
         except ServerFailed:
             self.stop()
             raise
         finally:
+            os.close(read_fd)
             reservation.close()
         self.ready_s = time.monotonic() - self.started_at
         self.pids.update(p.pid for p in group_members(self.pgid))
+
+    def _fork_from_zygote(self, env: dict[str, str], pipe_fd: int) -> zygote.ForkedServer | None:
+        """The server forked by the study's zygote (the same command, without importing vLLM
+        again); None, with the reason in the log, where it cannot be."""
+        argv = self.spec.server_argv(self.port)
+        # Written before the fork: the forked server appends to this file from then on.
+        self._log.write(b"autotune: the command above, forked by the study's zygote (vLLM imported once per study)\n")
+        self._log.flush()
+        try:
+            return zygote.fork_server(
+                self.spec.python, env, API_MODULE, argv, self.spec.log_path, pipe_fd, server_nice(),
+                title=shlex.join(["python", "-m", API_MODULE, *argv]), timeout_s=self.spec.startup_timeout_s)
+        except zygote.ZygoteTimeout as e:
+            raise ServerFailed(Failure(
+                FailureClass.START_TIMEOUT, f"not forked after {self.spec.startup_timeout_s:.0f} s: {e}",
+                phase=FailurePhase.STARTUP, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path))) from None
+        except zygote.ZygoteGone as e:
+            self._log.write(f"autotune: not forked: {e}; this server is exec'd\n".encode())
+            self._log.flush()
+            return None
 
     def _wait_healthy(self) -> None:
         deadline = self.started_at + self.spec.startup_timeout_s
@@ -313,6 +350,7 @@ class VllmServer:
         """Stop the group: TERM and `stop_grace_s` to exit, then KILL; KILL at once when `kill`
         (the caller saw it hang) or when a process of the group is stopped."""
         if self.proc is None:
+            self._release()
             return None
         anatomy = self.start_anatomy()  # before the log fills with shutdown lines; not in stop_s
         t0 = time.monotonic()
@@ -344,14 +382,18 @@ class VllmServer:
             base = self._gpu_baseline
             gpu_released = self._wait(
                 lambda: all(u <= b + 512 for u, b in zip(gpu_memory_used_mib(), base)), 60)
+        self._release()
+        self.proc = None
+        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released, anatomy)
+
+    def _release(self) -> None:
+        """The tuner's end of the guard's pipe (its EOF stops a guard still running), the log."""
         if self._pipe_w is not None:
             os.close(self._pipe_w)
             self._pipe_w = None
         if self._log:
             self._log.close()
         _LIVE.discard(self)
-        self.proc = None
-        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released, anatomy)
 
     @staticmethod
     def _wait(cond, timeout_s: float) -> bool:

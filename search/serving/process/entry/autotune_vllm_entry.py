@@ -34,6 +34,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.context
 import multiprocessing.forkserver
 import multiprocessing.popen_forkserver
@@ -41,6 +42,7 @@ import multiprocessing.popen_spawn_posix
 import multiprocessing.resource_tracker
 import os
 import runpy
+import socket
 import sys
 
 # What the EngineCore imports before it serves (the forkserver imports it once).
@@ -187,6 +189,32 @@ def install() -> None:
             os.environ["LD_PRELOAD"] = current
         else:
             del os.environ["LD_PRELOAD"]
+    multiprocessing.get_context = _forkserver_for_spawn
+
+
+def fork_forkserver(server_env: dict[str, str]) -> None:
+    """`install` for a process that has imported what the forkserver would (the study's zygote
+    forked it): the forkserver is forked from it before it runs anything, rather than exec'd to
+    import it all again. `server_env` is the environment this process was exec'd with."""
+    global _forkserver_env
+    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()  # as ForkServer.ensure_running: EOF once every client has gone
+    pid = os.fork()
+    if pid == 0:
+        os.close(alive_w)
+        try:
+            multiprocessing.forkserver.main(listener.fileno(), alive_r, [])
+        finally:
+            os._exit(0)
+    os.close(alive_r)
+    listener.close()
+    server = multiprocessing.forkserver._forkserver
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+    _forkserver_env = server_env
     multiprocessing.get_context = _forkserver_for_spawn
 
 

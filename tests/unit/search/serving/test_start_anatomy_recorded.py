@@ -35,7 +35,7 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     python.write_text(FAKE_VLLM.format(python=sys.executable))
     python.chmod(0o755)
     server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=str(python),
-                                   startup_timeout_s=30))
+                                   startup_timeout_s=30, zygote=False))  # the fake cannot run the zygote
     server.start()
     report = server.stop()
     anatomy = report.start_anatomy

@@ -9,7 +9,10 @@ API server alone leaves EngineCore running). Its exit code is the server's.
 It also lowers the server's CPU priority (`--nice N`, when N > 0) so that a load client sharing
 its cores is never kept waiting behind it (see `lower_priority`).
 
-Usage: python -m search.serving.process.server_guard PIPE_FD [--nice N] -- CMD...
+Usage: python -m search.serving.process.entry.server_guard PIPE_FD [--nice N] -- CMD...
+
+A server forked by the study's zygote (`autotune_vllm_zygote`) has the same guard, forked rather
+than exec'd (`watch`). This file is imported by path there: standard library only.
 """
 
 from __future__ import annotations
@@ -53,21 +56,27 @@ def lower_priority(nice: int) -> None:
         pass
 
 
-def main(argv: list[str]) -> int:
-    fd = int(argv[0])
-    cmd = argv[argv.index("--") + 1:]
-    if "--nice" in argv[:argv.index("--")]:
-        lower_priority(int(argv[argv.index("--nice") + 1]))
-    child = subprocess.Popen(cmd)
+def watch(fd: int, child_exit_code) -> int:
+    """Wait for the server (`child_exit_code()`: its exit code once it has exited, else None)
+    while watching the tuner's pipe `fd`; the server's exit code, shell-style (128 + signal)."""
     # A TERM sent to the group reaches the child too; the guard just waits for it.
     signal.signal(signal.SIGTERM, lambda *_: None)
     while True:
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready and not os.read(fd, 1):  # EOF: the tuner is gone
             _kill_group(grace_s=5.0)
-        rc = child.poll()
+        rc = child_exit_code()
         if rc is not None:
             return rc if rc >= 0 else 128 - rc
+
+
+def main(argv: list[str]) -> int:
+    fd = int(argv[0])
+    cmd = argv[argv.index("--") + 1:]
+    if "--nice" in argv[:argv.index("--")]:
+        lower_priority(int(argv[argv.index("--nice") + 1]))
+    child = subprocess.Popen(cmd)
+    return watch(fd, child.poll)
 
 
 if __name__ == "__main__":

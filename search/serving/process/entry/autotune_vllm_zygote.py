@@ -1,0 +1,195 @@
+"""The study's zygote: one interpreter, kept for the whole study, that has imported vLLM's API
+server (and what its EngineCore runs) and forks one server per trial, instead of each trial
+exec'ing a fresh `python` that imports torch and vLLM again (measured here: 9.4-11.6 s of a
+13.5-16 s start).
+
+Each server it forks is what `WARM_ENTRY` would have exec'd, with the same argv, environment,
+log, CPU priority and process group:
+- the zygote is exec'd with the trial's environment (the tuner starts one per environment and
+  asks only the zygote whose environment is the trial's), plus the LD_PRELOAD vLLM's CPU
+  platform gives its children (`vllm_ld_preload`: PyTorch's libgomp, vLLM's tcmalloc; libraries
+  are loaded at exec, never after), taken out of `os.environ` again before anything is imported,
+  so the server sees the environment a fresh one would;
+- per request it forks a guard (`server_guard.watch`, forked instead of exec'd) that leads a new
+  session, lowers its priority, points stdin/stdout/stderr where the exec'd server's went, and
+  forks the API server, which forks its forkserver at once (`fork_forkserver`: it has run nothing
+  yet) and runs vLLM's API server module as `__main__` with the request's argv;
+- the guard kills the group when the tuner's pipe reads EOF, as the exec'd guard does; the
+  zygote itself exits when its control socket does (the tuner is gone or closed it).
+
+Protocol (a SOCK_SEQPACKET socket the tuner made, fd in argv): the tuner sends
+{"id", "argv", "log", "cwd", "nice", "title"} with the guard's pipe fd attached; the zygote answers
+{"id", "forked": PID} (PID leads the server's process group; null: the pipe was closed already,
+the tuner gave up on this start) and, when that guard exits,
+{"exited": PID, "code": C} (C as `subprocess.Popen.returncode`: negative for a signal).
+
+Imported by path: standard library, and this directory's modules, only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import runpy
+import select
+import socket
+import sys
+import threading
+import traceback
+
+import autotune_vllm_entry as entry
+import server_guard
+
+MAX_MESSAGE = 1 << 20
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle  # vLLM's own dependency: it titles its processes too
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass
+
+
+def _exit_like_an_interpreter(code: int) -> None:
+    """End a forked child as `python` would end: threads joined, atexit run (vLLM shuts its
+    engine down there), streams flushed; never return into the zygote's loop."""
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _run_api_server(api_module: str, argv: list[str], server_env: dict[str, str]) -> None:
+    code = 1
+    try:
+        sys.argv = ["-c", *argv]  # as `python -c ENTRY ARGS...` has it
+        entry.fork_forkserver(server_env)
+        sys.modules.pop(api_module, None)  # run as __main__ afresh, as from WARM_ENTRY
+        runpy.run_module(api_module, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    _exit_like_an_interpreter(code)
+
+
+def _exit_code(pid: int) -> int | None:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def _guard(request: dict, pipe_fd: int, led_w: int, api_module: str, server_env: dict[str, str]) -> None:
+    """The forked guard: a new session, the server's priority and streams, the server as its
+    child; exits with the server's exit code."""
+    code = 1
+    try:
+        os.setsid()
+        os.close(led_w)
+        server_guard.lower_priority(int(request["nice"]))
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        os.chdir(request["cwd"])
+        _set_title(f"server_guard (forked by the zygote) {pipe_fd}")
+        pid = os.fork()
+        if pid == 0:
+            os.close(pipe_fd)
+            _set_title(request["title"])
+            _run_api_server(api_module, request["argv"], server_env)
+        code = server_guard.watch(pipe_fd, lambda: _exit_code(pid))
+    except BaseException:
+        traceback.print_exc()
+    os._exit(code)
+
+
+def _send(ctl: socket.socket, message: dict) -> None:
+    try:
+        ctl.send(json.dumps(message).encode())
+    except OSError:  # the tuner is gone: the next read says so
+        pass
+
+
+def _at_eof(fd: int) -> bool:
+    """The pipe's write end is closed (nothing is ever written to it)."""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str]) -> None:
+    guards: set[int] = set()
+    while True:
+        ready, _, _ = select.select([ctl], [], [], 0.2)
+        for pid in list(guards):
+            code = _exit_code(pid)
+            if code is not None:
+                guards.discard(pid)
+                _send(ctl, {"exited": pid, "code": code})
+        if not ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 1)
+        if not data:  # the tuner is gone, or done with this zygote; each guard watches the tuner itself
+            return
+        request, pipe_fd = json.loads(data), fds[0]
+        if _at_eof(pipe_fd):  # the tuner gave up on this start (it timed out while we imported)
+            os.close(pipe_fd)
+            _send(ctl, {"id": request["id"], "forked": None})
+            continue
+        led_r, led_w = os.pipe()  # EOF once the guard leads its group: only then is its pid a pgid
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            os.close(led_r)
+            _guard(request, pipe_fd, led_w, api_module, server_env)
+        os.close(pipe_fd)
+        os.close(led_w)
+        os.read(led_r, 1)
+        os.close(led_r)
+        guards.add(pid)
+        _send(ctl, {"id": request["id"], "forked": pid})
+
+
+def boot(ctl_fd: int, api_module: str) -> None:
+    """Exec this interpreter again with vLLM's LD_PRELOAD (`vllm_ld_preload`), recording the
+    LD_PRELOAD the trial's environment had, to be put back before anything is imported."""
+    current = os.environ.get("LD_PRELOAD")
+    env = dict(os.environ, LD_PRELOAD=entry.vllm_ld_preload(current or ""))
+    code = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); " \
+           "import autotune_vllm_zygote as z; z.main(sys.argv[1:])"
+    os.execve(sys.executable, [sys.executable, "-c", code, "serve", str(ctl_fd), api_module, json.dumps(current)], env)
+
+
+def main(argv: list[str]) -> None:
+    phase, ctl_fd, api_module = argv[0], int(argv[1]), argv[2]
+    if phase == "boot":
+        boot(ctl_fd, api_module)
+    try:  # before the environment changes: setproctitle finds its memory from the original one
+        import setproctitle
+        setproctitle.getproctitle()
+    except ImportError:
+        pass
+    server_env = dict(os.environ)  # the forkserver's, as `entry.install` records it: what was loaded at exec
+    original = json.loads(argv[3])
+    if original is None:
+        del os.environ["LD_PRELOAD"]
+    else:
+        os.environ["LD_PRELOAD"] = original
+    for name in (*entry.PRELOAD, api_module):
+        importlib.import_module(name)
+    with socket.socket(fileno=ctl_fd) as ctl:
+        serve(ctl, api_module, server_env)
