@@ -56,6 +56,13 @@ SERVER_NICE_ENV = "AUTOTUNE_SERVER_NICE"
 SERVER_NICE = 10
 
 
+# Set by scikit-learn for its own process when it is imported (Optuna's importances import it, after
+# a study's first trial): the tuner's, never the server's, unless they were set when it started.
+# Passed on, they changed the servers' environment mid-study (and so needed a second zygote).
+TUNER_LIBRARY_ENV = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+_ENV_AT_IMPORT = dict(os.environ)
+
+
 def server_nice() -> int:
     try:
         return max(0, int(os.environ.get(SERVER_NICE_ENV, SERVER_NICE)))
@@ -225,6 +232,8 @@ class VllmServer:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        for key in TUNER_LIBRARY_ENV - _ENV_AT_IMPORT.keys():
+            env.pop(key, None)
         env.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root()))
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the KV size comes from our flags only
         env["PYTHONUNBUFFERED"] = "1"
@@ -239,7 +248,7 @@ class VllmServer:
         self.port = reservation.getsockname()[1]
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         set_aside(self.spec.log_path)
-        self._log = open(self.spec.log_path, "wb")
+        self._log = open(self.spec.log_path, "ab")  # append: a forked server writes to it too
         read_fd, self._pipe_w = os.pipe()
         command = self.spec.command(self.port)
         self._log.write(("$ " + " ".join(command) + "\n").encode())
@@ -274,9 +283,13 @@ class VllmServer:
         self._log.write(b"autotune: the command above, forked by the study's zygote (vLLM imported once per study)\n")
         self._log.flush()
         try:
-            return zygote.fork_server(
+            forked = zygote.fork_server(
                 self.spec.python, env, API_MODULE, argv, self.spec.log_path, pipe_fd, server_nice(),
                 title=shlex.join(["python", "-m", API_MODULE, *argv]), timeout_s=self.spec.startup_timeout_s)
+            if forked.note:
+                self._log.write(f"autotune: {forked.note}\n".encode())  # appended: the log is opened "ab"
+                self._log.flush()
+            return forked
         except zygote.ZygoteTimeout as e:
             raise ServerFailed(Failure(
                 FailureClass.START_TIMEOUT, f"not forked after {self.spec.startup_timeout_s:.0f} s: {e}",

@@ -41,6 +41,7 @@ class ForkedServer:
 
     def __init__(self, zygote: "Zygote", pid: int):
         self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.note: str | None = None  # why this server needed a new zygote, for its log
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -184,7 +185,9 @@ def fork_server(python: str, env: dict[str, str], api_module: str, argv: list[st
     with _pool_lock:
         if key in _failed:
             raise ZygoteGone("no zygote for this Python and environment: the last one never forked a server")
+        note = None
         if _current is not None and (_current.key != key or _current.gone):
+            note = f"a new zygote: {_replaced_because(_current, key)}"
             _current.close()
             _current = None
         if _current is None:
@@ -192,13 +195,26 @@ def fork_server(python: str, env: dict[str, str], api_module: str, argv: list[st
             _current = Zygote(python, env, api_module, log_path.parent.parent / "zygote.log")
         zygote = _current
         try:
-            return zygote.fork(argv, log_path, pipe_fd, nice, title, timeout_s)
+            forked = zygote.fork(argv, log_path, pipe_fd, nice, title, timeout_s)
+            forked.note = note
+            return forked
         except ZygoteGone:
             if zygote.forks == 0:
                 _failed.add(key)
             zygote.close()
             _current = None
             raise
+
+
+def _replaced_because(old: Zygote, key: tuple) -> str:
+    """Why a server cannot use the last zygote: names only (an environment's values may be secrets)."""
+    if old.gone:
+        return old._why()
+    if old.key[0] != key[0]:
+        return f"another Python ({key[0]})"
+    before, now = dict(old.key[1]), dict(key[1])
+    changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    return f"the environment differs from the last one's in {', '.join(changed)}"
 
 
 def close() -> None:
