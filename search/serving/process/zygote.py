@@ -68,13 +68,19 @@ class Zygote:
         self._requests = 0
         self.forks = 0
         self.gone = False
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [python, "-c", ZYGOTE_ENTRY, "boot", str(theirs.fileno()), api_module],
-                env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
-        theirs.close()
+        self.proc: subprocess.Popen | None = None
+        self._start_error: str | None = None
+        try:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [python, "-c", ZYGOTE_ENTRY, "boot", str(theirs.fileno()), api_module],
+                    env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:  # no such python, not executable, no room for the log
+            self.gone, self._start_error = True, f"{type(e).__name__}: {e}"
+        finally:
+            theirs.close()
 
     def fork(self, argv: list[str], log_path: Path, pipe_fd: int, nice: int, title: str,
              timeout_s: float) -> ForkedServer:
@@ -138,11 +144,14 @@ class Zygote:
     def _mark_gone(self) -> None:
         self.gone = True
         try:
-            self.proc.wait(timeout=5)
+            if self.proc is not None:
+                self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
 
     def _why(self) -> str:
+        if self.proc is None:
+            return f"the study's zygote did not start ({self._start_error})"
         code = self.proc.poll()
         state = "still running" if code is None else f"exit code {code}"
         return f"the study's zygote is gone ({state}; its log: {self.log_path})"
@@ -152,6 +161,8 @@ class Zygote:
         guard, until they are stopped)."""
         self.gone = True
         self._sock.close()
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

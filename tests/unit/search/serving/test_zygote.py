@@ -157,6 +157,14 @@ def test_a_zygote_that_cannot_start_leaves_the_server_to_be_execd(tmp_path):
     assert "RuntimeError: not a python" in log.split("this server is exec'd")[1]
 
 
+def test_a_python_that_does_not_exist_fails_the_start_not_the_tuner(tmp_path):
+    server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "t" / "server.log",
+                                   python=str(tmp_path / "no-python"), startup_timeout_s=20))
+    with pytest.raises(server_mod.ServerFailed):
+        server.start()
+    assert "the study's zygote did not start (FileNotFoundError" in (tmp_path / "t" / "server.log").read_text()
+
+
 TUNER = '''
 import sys, time
 from pathlib import Path
