@@ -279,8 +279,8 @@ class VllmServer:
         """The server forked by the study's zygote (the same command, without importing vLLM
         again); None, with the reason in the log, where it cannot be."""
         argv = self.spec.server_argv(self.port)
-        # Written before the fork: the forked server appends to this file from then on.
-        self._log.write(b"autotune: the command above, forked by the study's zygote (vLLM imported once per study)\n")
+        # Before the fork, so that it comes before the server's own lines.
+        self._log.write(b"autotune: the command above is forked by the study's zygote (vLLM imported once per study)\n")
         self._log.flush()
         try:
             forked = zygote.fork_server(

@@ -15,7 +15,8 @@ log, CPU priority and process group:
   forks the API server, which forks its forkserver at once (`fork_forkserver`: it has run nothing
   yet) and runs vLLM's API server module as `__main__` with the request's argv;
 - the guard kills the group when the tuner's pipe reads EOF, as the exec'd guard does; the
-  zygote itself exits when its control socket does (the tuner is gone or closed it).
+  zygote itself exits at once when its control socket does (the tuner is gone or closed it), or
+  when the tuner, its parent, is gone.
 
 Protocol (a SOCK_SEQPACKET socket the tuner made, fd in argv): the tuner sends
 {"id", "argv", "log", "cwd", "nice", "title"} with the guard's pipe fd attached; the zygote answers
@@ -133,8 +134,11 @@ def _at_eof(fd: int) -> bool:
 
 def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str]) -> None:
     guards: set[int] = set()
+    tuner = os.getppid()
     while True:
         ready, _, _ = select.select([ctl], [], [], 0.2)
+        if os.getppid() != tuner:  # the tuner is gone, even if the socket's EOF has not come
+            return
         for pid in list(guards):
             code = _exit_code(pid)
             if code is not None:
@@ -193,3 +197,7 @@ def main(argv: list[str]) -> None:
         importlib.import_module(name)
     with socket.socket(fileno=ctl_fd) as ctl:
         serve(ctl, api_module, server_env)
+    # Nothing to clean up (each server has its own guard); an interpreter's exit with torch and
+    # vLLM loaded takes seconds, in which this would look like a server left behind.
+    sys.stdout.flush()
+    os._exit(0)
