@@ -173,8 +173,7 @@ def boot(ctl_fd: int, api_module: str) -> None:
     LD_PRELOAD the trial's environment had, to be put back before anything is imported."""
     current = os.environ.get("LD_PRELOAD")
     env = dict(os.environ, LD_PRELOAD=entry.vllm_ld_preload(current or ""))
-    code = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); " \
-           "import autotune_vllm_zygote as z; z.main(sys.argv[1:])"
+    code = sys.orig_argv[sys.orig_argv.index("-c") + 1]  # the tuner's ZYGOTE_ENTRY, run again
     os.execve(sys.executable, [sys.executable, "-c", code, "serve", str(ctl_fd), api_module, json.dumps(current)], env)
 
 
