@@ -60,7 +60,7 @@ SERVER_NICE = 10
 # a study's first trial): the tuner's, never the server's, unless they were set when it started.
 # Passed on, they changed the servers' environment mid-study (and so needed a second zygote).
 TUNER_LIBRARY_ENV = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
-_ENV_AT_IMPORT = dict(os.environ)
+_NOT_THE_USERS = TUNER_LIBRARY_ENV - os.environ.keys()  # those unset when the tuner started
 
 
 def server_nice() -> int:
@@ -232,7 +232,7 @@ class VllmServer:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        for key in TUNER_LIBRARY_ENV - _ENV_AT_IMPORT.keys():
+        for key in _NOT_THE_USERS:
             env.pop(key, None)
         env.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root()))
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the KV size comes from our flags only

@@ -204,10 +204,10 @@ def test_variables_the_tuners_libraries_set_for_themselves_do_not_reach_the_serv
     """scikit-learn sets KMP_* when Optuna's importances import it, after a study's first trial;
     passed on, they changed the servers' environment mid-study (a second zygote, 10 s more)."""
     server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "s.log"))
-    monkeypatch.setattr(server_mod, "_ENV_AT_IMPORT", {})
+    monkeypatch.setattr(server_mod, "_NOT_THE_USERS", server_mod.TUNER_LIBRARY_ENV)
     monkeypatch.setenv("KMP_DUPLICATE_LIB_OK", "True")
     assert "KMP_DUPLICATE_LIB_OK" not in server._env()
-    monkeypatch.setattr(server_mod, "_ENV_AT_IMPORT", {"KMP_DUPLICATE_LIB_OK": "True"})  # the user's own
+    monkeypatch.setattr(server_mod, "_NOT_THE_USERS", frozenset({"KMP_INIT_AT_FORK"}))  # the user set the other
     assert server._env()["KMP_DUPLICATE_LIB_OK"] == "True"
 
 
