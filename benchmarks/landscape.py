@@ -17,6 +17,7 @@ real vLLM servers: wrap it in `flock /tmp/vllm.lock` where others share the mach
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from datetime import datetime, timezone
@@ -40,9 +41,21 @@ from storage import queries  # noqa: E402
 DEFAULT_STORAGE = f"sqlite:///{REPO / 'runs' / 'landscape.db'}"
 
 
-def _opts(scenario: str, storage: str, study: str, trials: int, seed: int, runs_dir: Path) -> StudyOptions:
+def _opts(scenario: str, storage: str, study: str, trials: int, seed: int, runs_dir: Path,
+          model: str | None = None) -> StudyOptions:
     return StudyOptions(scenario=scenario, trials=trials, storage=storage, study_name=study, seed=seed,
-                        runs_dir=runs_dir, confirm_runs=0, sampler="random")
+                        runs_dir=runs_dir, confirm_runs=0, sampler="random", model=model)
+
+
+def _side_by_side(prep, design: list[dict[str, Any]], size: int):
+    """An executor whose servers start `size` at a time (`side_by_side`), and that pool."""
+    from benchmarks.side_by_side import SideBySide
+    from search.executor import VllmExecutor
+    # In the order the study asks: the calibration's server, the design (queued first), the baselines.
+    calibration = prep.baselines.get("vllm_defaults", prep.fixed)
+    upcoming = [dict(calibration)] + [{**prep.fixed, **p} for p in design] + [dict(c) for c in prep.baselines.values()]
+    pool = SideBySide(upcoming, size, prep.scenario.workload.longest_request_tokens(), prep.run_dir / "side-by-side")
+    return (lambda ctx, m: VllmExecutor(ctx, m, prep.run_dir, prep.scenario.server.startup_timeout_s, launch=pool)), pool
 
 
 def _enqueue_missing(runner: StudyRunner, points: list[dict[str, Any]]) -> None:
@@ -57,21 +70,32 @@ def _enqueue_missing(runner: StudyRunner, points: list[dict[str, Any]]) -> None:
 
 def record(scenario: str = "mixed", *, n: int = 48, repeats: int = 12, runs: int = 3, seed: int = 0,
            storage: str = DEFAULT_STORAGE, study: str | None = None, runs_dir: Path = REPO / "runs",
-           ctx=None, executor=None, calibrate=None) -> str:
+           model: str | None = None, side_by_side: int = 1, ctx=None, executor=None, calibrate=None) -> str:
     """Measure the design (resumes where a previous call stopped); returns the study's name.
-    `ctx`, `executor` and `calibrate` default to the real ones (tests pass replayed ones)."""
+    `ctx`, `executor` and `calibrate` default to the real ones (tests pass replayed ones);
+    `side_by_side` > 1 starts that many servers at a time on the one GPU (`benchmarks.side_by_side`)."""
     study = study or f"landscape-{Path(scenario).stem}"
-    opts = _opts(scenario, storage, study, 0, seed, runs_dir)
+    opts = _opts(scenario, storage, study, 0, seed, runs_dir, model)
     prep = prepare(opts, ctx=ctx)
     design = space_filling(prep.dists, n, seed)
-    first_opts = _opts(scenario, storage, study, n + len(prep.baselines), seed, runs_dir)
+    pool = None
+    if side_by_side > 1 and executor is None:
+        executor, pool = _side_by_side(prep, design, side_by_side)
+        if calibrate is None:  # its server starts in the first wave
+            from search.executor import calibrate as measure_calibration
+            calibrate = functools.partial(measure_calibration, launch=pool)
+    first_opts = _opts(scenario, storage, study, n + len(prep.baselines), seed, runs_dir, model)
     first = StudyRunner(prep, first_opts, executor=executor, calibrate=calibrate)
     first.open()
     _enqueue_missing(first, design)
-    first.run()
+    try:
+        first.run()
+    finally:
+        if pool is not None:
+            pool.close()
     stored = _stored_calibration(storage, study)
     for r, order in enumerate(repeat_rounds(n, repeats, runs, seed), start=2):
-        round_opts = _opts(scenario, storage, f"{study}-r{r}", repeats, seed, runs_dir)
+        round_opts = _opts(scenario, storage, f"{study}-r{r}", repeats, seed, runs_dir, model)
         runner = StudyRunner(prepare(round_opts, ctx=prep.ctx), round_opts, executor=executor,
                              calibrate=lambda *a, **k: stored)
         runner.open()
@@ -151,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--runs", type=int, default=3)
     rec.add_argument("--seed", type=int, default=0)
     rec.add_argument("--storage", default=DEFAULT_STORAGE)
+    rec.add_argument("--model", default=None, help="as for autotune search (default: the built-in model)")
+    rec.add_argument("--side-by-side", type=int, default=1, metavar="K",
+                     help="start K servers at a time on the one GPU, each measured alone (needs "
+                          "kv_cache_memory_bytes in the scenario's server.fixed)")
     exp = sub.add_parser("export")
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", default="landscape-mixed")
@@ -164,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "record":
         t0 = time.monotonic()
         name = record(args.scenario, n=args.n, repeats=args.repeats, runs=args.runs, seed=args.seed,
-                      storage=args.storage)
+                      storage=args.storage, model=args.model, side_by_side=args.side_by_side)
         print(f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
               f"export: python benchmarks/landscape.py export --study {name}")
     elif args.cmd == "export":

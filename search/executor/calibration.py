@@ -26,9 +26,10 @@ class CalibrationFailed(RuntimeError):
 
 
 def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
-              on_phase=lambda _: None) -> CalibrationResult:
+              on_phase=lambda _: None, *, launch=launch) -> CalibrationResult:
     """Measure the reference on a server of `baseline`'s flags, watched as a trial's is: its
-    death, or the load generator's error, raises CalibrationFailed naming the cause."""
+    death, or the load generator's error, raises CalibrationFailed naming the cause. `launch`:
+    as the executor's (a benchmark's servers started side by side)."""
     on_phase("starting the vLLM-defaults server")
     server = launch(ctx, baseline, run_dir / "calibration" / "server.log",
                     startup_timeout_s=scenario.server.startup_timeout_s, env=RESET_ENDPOINT_ENV)

@@ -9,6 +9,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from objectives.load import (LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
                              run_async, run_load)
@@ -54,6 +55,9 @@ def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dic
                            failed_latency_s=workload.request_timeout_s).flat()
 
 
+# How a trial gets its server (not yet started): `search.serving.process.launch`'s signature.
+Launch = Callable[..., VllmServer]
+
 # The tuner's servers enable vLLM's dev endpoints for `POST /reset_prefix_cache` between load
 # stages (they bind to 127.0.0.1 only, like every server the tuner starts).
 STAGED_SERVER_ENV = RESET_ENDPOINT_ENV
@@ -72,6 +76,7 @@ class VllmExecutor:
     measurement: Measurement  # as calibration resolved it: absolute rates
     run_dir: Path  # trial-NNNN/server.log go here
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    launch: Launch | None = None  # None: `launch`; a benchmark's own where it starts servers ahead, side by side
 
     def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
                  plan: TrialPlan, watch: FirstTokenWatch | None = None) -> None:
@@ -132,7 +137,7 @@ class VllmExecutor:
             return outcome
         on_phase("starting")
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
-        server = launch(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
+        server = (self.launch or launch)(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
         t0, kv_check = time.monotonic(), {}
         watch, healthy_at = FirstTokenWatch(self.measurement.stall_bound_s), None  # the first token served
         try:

@@ -43,10 +43,14 @@ def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None
         if util is None:
             return None
         m = ctx.model
-        return memory.cpu_budget(ctx.cpu_kv_bytes(util),
+        return memory.bytes_budget(ctx.cpu_kv_bytes(util),
                                  memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim, element), block)
     if ctx.shape is None or not ctx.hardware.gpus:
         return None
+    if (fixed := values.get("kv_cache_memory_bytes")) is not None:  # vLLM takes it as given, unprofiled
+        m = ctx.model
+        return memory.bytes_budget(int(fixed), memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim,
+                                                                          element), block)
     mnbt, mns = _batch(values, ctx, values.get("max_model_len") or ctx.model.max_position_embeddings)
     return memory.gpu_budget(
         ctx.shape, device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),

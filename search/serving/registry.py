@@ -163,6 +163,9 @@ PASS_THROUGH: dict[str, str] = {
     "scheduler_reserve_full_isl": "admit a request only when its whole prompt fits in the KV cache",
     "stream_interval": "tokens per streamed chunk: fewer, larger chunks",
     "attention_backend": "the attention kernels, by vLLM's name for them",
+    "kv_cache_memory_bytes": "the KV cache in bytes instead of a share of device memory: vLLM then skips its "
+                             "memory profiling, so servers started side by side on one GPU size their caches "
+                             "alike (GPU; on the CPU build memory_utilization sets it)",
     "load_format": "how the study's model is read; dummy: random weights, same timing (set by the "
                    "tuner for a model without weights)",
 }

@@ -143,6 +143,9 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
     """
     if (problem := scenario_flag_problem(values)) is not None:
         raise ConfigError(f"{where}: {problem}")
+    if not ctx.hardware.is_gpu and values.get("kv_cache_memory_bytes") is not None:
+        raise ConfigError(f"{where}: kv_cache_memory_bytes is for GPUs; on the CPU build memory_utilization sets "
+                          f"--kv-cache-memory-bytes (a share of the tuner's KV budget): set that instead")
     applied: dict[str, Any] = {}
     adjustments: list[Adjustment] = []
     for name, value in values.items():

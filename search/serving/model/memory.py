@@ -258,8 +258,9 @@ def whole_blocks(kv_bytes: int, bytes_per_token: int, block_size: int) -> int:
     return max(0, kv_bytes // (bytes_per_token * block_size) * block_size)
 
 
-def cpu_budget(kv_bytes: int, bytes_per_token: int, block_size: int) -> KvBudget:
-    """The CPU build takes its KV cache in bytes (--kv-cache-memory-bytes): exact."""
+def bytes_budget(kv_bytes: int, bytes_per_token: int, block_size: int) -> KvBudget:
+    """A KV cache given in bytes (--kv-cache-memory-bytes: the CPU build always, a GPU where the
+    scenario fixes it): exact."""
     return KvBudget(whole_blocks(kv_bytes, bytes_per_token, block_size), kv_bytes, bytes_per_token)
 
 

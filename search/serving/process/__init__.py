@@ -7,8 +7,9 @@ without the process machinery; this module starts one (`launch`: a process group
 guard), watches a measurement against it (`while_serving`) and stops it.
 """
 
-from search.serving.process.launcher import command_line, launch
+from search.serving.process.launcher import command_line, launch, launch_spec
 from search.serving.process.server import ServerFailed, StopReport, VllmServer, set_aside
 from search.serving.process.watch import FirstTokenWatch, while_serving
 
-__all__ = ["FirstTokenWatch", "ServerFailed", "StopReport", "VllmServer", "command_line", "launch", "set_aside", "while_serving"]
+__all__ = ["FirstTokenWatch", "ServerFailed", "StopReport", "VllmServer", "command_line", "launch", "launch_spec", "set_aside",
+           "while_serving"]

@@ -201,8 +201,11 @@ atexit.register(stop_all)
 class VllmServer:
     """One server process group. Use as a context manager, or call start()/stop()."""
 
-    def __init__(self, spec: LaunchSpec):
+    def __init__(self, spec: LaunchSpec, *, alone_on_gpu: bool = True):
         self.spec = spec
+        # False where other servers share the GPU (a benchmark's side-by-side starts): stop() then
+        # does not wait for the GPU's memory to fall back to what it was before this start.
+        self.alone_on_gpu = alone_on_gpu
         self.port: int | None = None
         self.proc: subprocess.Popen | zygote.ForkedServer | None = None
         self._pipe_w: int | None = None
@@ -391,7 +394,7 @@ class VllmServer:
             pass
         port_freed = self._wait(lambda: not port_listening(self.port), 30)
         gpu_released = None
-        if self.spec.gpu and self._gpu_baseline is not None:
+        if self.spec.gpu and self._gpu_baseline is not None and self.alone_on_gpu:
             base = self._gpu_baseline
             gpu_released = self._wait(
                 lambda: all(u <= b + 512 for u, b in zip(gpu_memory_used_mib(), base)), 60)

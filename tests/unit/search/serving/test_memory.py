@@ -102,14 +102,14 @@ def test_serving_and_cache_dtypes():
 
 
 def test_the_cpu_cache_is_the_bytes_given_in_whole_blocks():
-    budget = memory.cpu_budget(268_435_456, 4096, 128)
+    budget = memory.bytes_budget(268_435_456, 4096, 128)
     assert budget.tokens == 65_536 and budget.tolerance == 0
-    assert memory.cpu_budget(4096 * 128 * 3 - 1, 4096, 128).tokens == 256
+    assert memory.bytes_budget(4096 * 128 * 3 - 1, 4096, 128).tokens == 256
     assert budget.explain() == "--kv-cache-memory-bytes 268,435,456 (256 MiB) at 4,096 bytes per token = 65,536 tokens"
 
 
 def test_a_gpu_estimate_rejects_only_beyond_its_tolerance_and_the_cpu_one_is_exact():
     gpu = vllm_h100(shape("llama-3-8b"))
     assert gpu.holds(int(gpu.tokens * 1.04)) and not gpu.holds(int(gpu.tokens * 1.06))
-    cpu = memory.cpu_budget(268_435_456, 4096, 128)
+    cpu = memory.bytes_budget(268_435_456, 4096, 128)
     assert cpu.holds(65_536) and not cpu.holds(65_537)
