@@ -82,13 +82,29 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def _scenario_path(landscape: Landscape) -> Path:
+    """The built-in scenario the landscape names, else the one it recorded, written where the
+    replayed studies read it."""
+    try:
+        return scenario_mod.resolve_path(landscape.scenario)
+    except scenario_mod.ScenarioError:
+        if not landscape.scenario_source:
+            raise
+    path = Path(tempfile.gettempdir()) / f"autotune-{landscape.scenario}-{scenario_mod.digest(landscape.scenario_source)}.yaml"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(landscape.scenario_source)
+        tmp.replace(path)
+    return path
+
+
 @lru_cache(maxsize=2)
 def world(landscape_path: str) -> World:
     warnings.filterwarnings("ignore")
     _one_thread()
     landscape = Landscape.load(Path(landscape_path))
     surrogate = Surrogate.fit(landscape)
-    path = scenario_mod.resolve_path(landscape.scenario)
+    path = _scenario_path(landscape)
     sc, _, _ = scenario_mod.load(path)
     _, slos, _ = calibration_mod.resolve(sc, calibration_mod.CalibrationResult.from_dict(landscape.calibration))
     configs = [c.config for c in landscape.configs]

@@ -34,7 +34,7 @@ from search import scenario as scenario_mod  # noqa: E402
 from search.calibration import CalibrationResult  # noqa: E402
 from search.prepare import StudyOptions, prepare  # noqa: E402
 from search.replay import Config, Landscape, Measurement, repeat_rounds, space_filling  # noqa: E402
-from search.serving import DEFAULT_MEMORY_UTILIZATION, default_batch  # noqa: E402
+from search.serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch  # noqa: E402
 from search.study import StudyRunner  # noqa: E402
 from storage import queries  # noqa: E402
 
@@ -140,12 +140,12 @@ def export(storage: str = DEFAULT_STORAGE, study: str = "landscape-mixed", *, co
             c.measurements.append(m)
     starts = [r.started_at for rr in rows for r in rr if r.started_at]
     ends = [r.finished_at for rr in rows for r in rr if r.finished_at]
-    tokens, seqs = default_batch(_hardware(rec.hardware))
+    tokens, seqs = default_batch(Hardware.from_dict(rec.hardware))
     space = {k: d.model_dump(exclude_none=True, exclude_defaults=True) for k, d in sc.search_space.items()}
     defaults = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "memory_utilization": DEFAULT_MEMORY_UTILIZATION,
                 "scheduler_delay_factor": 0.0, "long_prefill_token_threshold": 0, "enable_prefix_caching": True}
     return Landscape(
-        scenario=sc.name, objectives=[o.model_dump() for o in sc.objectives], slos=[x.metric for x in sc.slos],
+        scenario=sc.name, scenario_source=rec.scenario_source, objectives=[o.model_dump() for o in sc.objectives], slos=[x.metric for x in sc.slos],
         space=space, defaults={k: v for k, v in defaults.items() if k in space}, calibration=rec.calibration or {},
         configs=list(configs.values()),
         provenance={"vllm_version": rec.vllm_version, "hardware": rec.hardware, "model": rec.model_path,
@@ -155,14 +155,6 @@ def export(storage: str = DEFAULT_STORAGE, study: str = "landscape-mixed", *, co
                     "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
                     "server_starts": sum(len(rr) for rr in rows) + 1,  # the calibration's included
                     "calibration_s": (rec.calibration or {}).get("seconds")})
-
-
-def _hardware(d: dict | None):
-    from search.serving import Gpu, Hardware
-    d = dict(d or {})
-    gpus = tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", ()))
-    return Hardware(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", "?"), cpu_cores=d.get("cpu_cores", 1),
-                    ram_gib=d.get("ram_gib", 0), gpus=gpus)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 # A small landscape of mixed on a Llama-3-8B shape (dummy weights) on one GPU with vLLM installed
 # under /tmp/site (README.md beside this file), sized for a 15-minute lease: eager servers, the KV
 # cache pinned in bytes so that SIDE servers start side by side (benchmarks/side_by_side.py), a
-# shortened screening. N design points + both baselines. Writes the study and its export to OUT.
-#   N=14 SIDE=5 KV_GIB=6 BUDGET_S=420 OUT=/tmp/out benchmarks/gpu/landscape_8b.sh
+# shortened screening (10 s target stage, up to 2 capacity stages of 4 s). N design points + both
+# baselines; SIDE defaults to what the GPU's memory holds (weights, activations and KV_GIB each).
+# Writes the study and its export to OUT.
+#   N=14 KV_GIB=6 BUDGET_S=420 OUT=/tmp/out benchmarks/gpu/landscape_8b.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . /tmp/site/vllm_env.sh
@@ -12,8 +14,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUF
 OUT=${OUT:-runs/gpu/out}; mkdir -p "$OUT" runs/gpu
 MODEL_DIR=runs/models/llama-3-8b
 STORAGE=sqlite:///runs/gpu/landscape.db
+KV_GIB=${KV_GIB:-6}
+TOTAL_GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{print $1 / 1024}')
+SIDE=${SIDE:-$(awk -v t="$TOTAL_GIB" -v kv="$KV_GIB" 'BEGIN {print int(0.9 * t / (17.5 + kv))}')}
+echo "GPU ${TOTAL_GIB} GiB: ${SIDE} servers side by side, ${KV_GIB} GiB of KV cache each"
 [ -f $MODEL_DIR/tokenizer.json ] || python3 -m search.cli model dummy --config configs/models/llama-3-8b.json --out $MODEL_DIR
-KV_GIB=${KV_GIB:-6} python3 - <<'PY'
+KV_GIB=$KV_GIB python3 - <<'PY'
 import os, pathlib
 import yaml
 sc = yaml.safe_load(open("search/scenarios/mixed.yaml"))
@@ -25,16 +31,16 @@ del sc["search_space"]["memory_utilization"]  # pinned: servers share the GPU
 for b in sc["baselines"].values():
     b.update(pinned)
 sc["calibration"] = {"repeats": 1}
-sc["screening"] = {"duration_s": 12, "max_stages": 2}
-sc["capacity"]["stage_s"] = 5
+sc["screening"] = {"duration_s": 10, "max_stages": 2}
+sc["capacity"]["stage_s"] = 4
 pathlib.Path("runs/gpu/mixed-8b-landscape.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
 PY
 timeout --signal=TERM "${BUDGET_S:-420}" python3 benchmarks/landscape.py record --scenario runs/gpu/mixed-8b-landscape.yaml \
-  --model $MODEL_DIR --n "${N:-14}" --runs 1 --repeats 0 --side-by-side "${SIDE:-5}" --storage $STORAGE 2>&1 | tee "$OUT/record.log"
+  --model $MODEL_DIR --n "${N:-14}" --runs 1 --repeats 0 --side-by-side "$SIDE" --storage $STORAGE 2>&1 | tee "$OUT/record.log"
 echo "record exit ${PIPESTATUS[0]}"
 python3 benchmarks/landscape.py export --storage $STORAGE --study landscape-mixed-8b-landscape \
   --out "$OUT/landscape-mixed-8b-gpu.json" \
-  --recorded-with "N=${N:-14} SIDE=${SIDE:-5} KV_GIB=${KV_GIB:-6} benchmarks/gpu/landscape_8b.sh" 2>&1 | tail -3
+  --recorded-with "N=${N:-14} SIDE=$SIDE KV_GIB=$KV_GIB benchmarks/gpu/landscape_8b.sh" 2>&1 | tail -3
 cp runs/gpu/landscape.db "$OUT/" 2>/dev/null
 tar czf "$OUT/logs.tgz" runs/landscape-mixed-8b-landscape runs/gpu/mixed-8b-landscape.yaml 2>/dev/null
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv

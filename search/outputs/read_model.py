@@ -10,7 +10,6 @@ only: nothing here writes, and nothing here starts a server.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 import yaml
@@ -26,7 +25,7 @@ from search.proposals import origin
 from search.outputs import verdict_text
 from search.outputs.trial_views import TrialView, view_of
 from search.scenario import Scenario, unloaded_reference
-from search.serving import Gpu, Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
+from search.serving import Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
 from search.study.verdict import Outcome, Verdict, stored_verdict
 from storage import queries
 from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
@@ -125,7 +124,7 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
 def facts_for(ls: LoadedStudy) -> ServingFacts:
     """What the anti-pattern checks need, from what the study recorded (not from this machine)."""
     rec = ls.record
-    hardware = _hardware(rec.hardware)
+    hardware = Hardware.from_dict(rec.hardware)
     model = dtype = None
     try:
         model = read_model_info(rec.model_path)
@@ -137,12 +136,6 @@ def facts_for(ls: LoadedStudy) -> ServingFacts:
         (r.config or {}, r.flags or {}) for r in ls.trials.values())
     return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
                          cpu_kv_budget_bytes=budget)
-
-
-def _hardware(d: dict[str, Any]) -> Hardware:
-    return Hardware(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", ""),
-                    cpu_cores=d.get("cpu_cores", 0), ram_gib=d.get("ram_gib", 0.0),
-                    gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", [])))
 
 
 def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:

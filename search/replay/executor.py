@@ -103,9 +103,10 @@ def _installed(version: str) -> InstalledVllm:
 
 
 def replay_context(landscape: Landscape) -> LaunchContext:
-    """The launch context a replayed study plans its trials on: the landscape's vLLM version, a
-    CPU, the built-in model, a 1 GiB KV budget."""
+    """The launch context a replayed study plans its trials on: the landscape's vLLM version, its
+    GPUs where it was recorded on GPUs (else a CPU), the built-in model, a 1 GiB KV budget."""
     version = str(landscape.provenance.get("vllm_version", "0.32.0")).split()[-1]
-    hardware = Hardware(device="cpu", cpu_model="replay", cpu_cores=2, ram_gib=24)
+    recorded = Hardware.from_dict(landscape.provenance.get("hardware"))
+    hardware = recorded if recorded.gpus else Hardware(device="cpu", cpu_model="replay", cpu_cores=2, ram_gib=24)
     return LaunchContext(installed=_installed(version), hardware=hardware, model=REPLAY_MODEL,
                          cpu_kv_budget_bytes=2**30, dtype="float32")

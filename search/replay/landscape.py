@@ -64,6 +64,7 @@ class Landscape:
     configs: list[Config]
     provenance: dict[str, Any] = field(default_factory=dict)
     synthetic: bool = False
+    scenario_source: str = ""  # the scenario file the study ran, for one that is not built in
     schema: int = SCHEMA
 
     @property

@@ -50,6 +50,14 @@ class Hardware:
         d["description"] = self.describe()
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Hardware":
+        """The machine a study recorded (`as_dict`), for what reads it back."""
+        d = dict(d or {})
+        return cls(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", ""), cpu_cores=d.get("cpu_cores", 0),
+                   ram_gib=d.get("ram_gib", 0.0), cpu_flags=frozenset(d.get("cpu_flags", ())),
+                   gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", ())))
+
 
 def _cpu_info() -> tuple[str, frozenset[str]]:
     model, flags = platform.processor() or "unknown", frozenset()

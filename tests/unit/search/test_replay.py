@@ -9,6 +9,7 @@ from search.executor import plan
 from search.samplers import scenario_default
 
 MIXED = Path(__file__).resolve().parents[3] / "configs" / "mixed.yaml"
+H200_LANDSCAPE = CPU_LANDSCAPE.with_name("landscape-mixed-8b-h200.json")
 
 
 def test_replay_is_deterministic_per_seed_and_each_run_draws_fresh_noise():
@@ -71,3 +72,15 @@ def test_the_default_sampler_finds_more_than_random_at_budget_20():
     summary, _ = bench(CPU_LANDSCAPE, [default, "random"], seeds=8, budgets=(20,), jobs=1)
     hv = {name: s["budgets"]["20"]["hv"]["median"] for name, s in summary["samplers"].items()}
     assert hv[default] > hv["random"], hv
+
+
+def test_a_gpu_landscape_replays_on_its_gpu_with_the_scenario_it_recorded():
+    """The H200 landscape's scenario is no built-in one (eager, the KV cache pinned in bytes, a
+    shorter screening): the bench replays the file the study ran, on the recorded GPU, where its
+    GPU-only flags resolve."""
+    landscape = Landscape.load(H200_LANDSCAPE)
+    assert [g.name for g in replay_context(landscape).hardware.gpus] == ["NVIDIA H200"]
+    w = world(str(H200_LANDSCAPE))
+    assert w.scenario.name == "mixed-8b-landscape" and w.scenario.server.fixed["kv_cache_memory_bytes"] == 6 * 2**30
+    run = run_study(str(H200_LANDSCAPE), "random", 0, 5)  # a whole study: 5 trials, the confirmation, a deploy
+    assert len(run["curve"]) == 5 and run["deployed"] is not None

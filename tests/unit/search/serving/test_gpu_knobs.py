@@ -161,3 +161,15 @@ def test_the_kv_cache_dtype_and_the_serving_dtype_size_the_cpu_cache():
     [problem] = check_combination({"memory_utilization": 0.02, "max_model_len": 8192}, c)
     assert "leaves a KV cache of 2,560 tokens, less than one 8192-token request needs (--kv-cache-memory-bytes" in problem
     assert memory_budget({}, c) is None  # no memory_utilization: vLLM sizes the cache from the node's RAM
+
+
+def test_a_kv_cache_pinned_in_bytes_is_taken_as_given_on_a_gpu_and_refused_on_the_cpu_build():
+    # Llama-3-8B: 128 KiB per token in bf16; 6 GiB are 49,152 tokens whatever memory_utilization says.
+    c = model_ctx(extra=["--kv-cache-memory-bytes"])
+    pinned = {"memory_utilization": 0.16, "kv_cache_memory_bytes": 6 * 2**30}
+    assert memory_budget(pinned, c).tokens == 49_152
+    assert check_combination(pinned, c) == []  # 0.16 x 79.6 GiB would not hold the weights, but it is not profiled
+    assert resolve(pinned, c).flags == {"gpu-memory-utilization": 0.16, "kv-cache-memory-bytes": 6 * 2**30}
+    with pytest.raises(ConfigError, match="kv_cache_memory_bytes is for GPUs; on the CPU build memory_utilization "
+                                          "sets --kv-cache-memory-bytes"):
+        resolve(pinned, ctx(extra=["--kv-cache-memory-bytes"]))
