@@ -65,14 +65,22 @@ class SpaceFillingStart(DelegatingSampler):
         super().__init__(base)
         self.dists = dists
         self.points = sobol_points({k: d for k, d in dists.items() if not d.single()}, n, seed) if n > 0 else []
+        self._chosen: tuple[tuple[int, int], dict[str, Any] | None] | None = None  # (study, trial): its point
 
     def point(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
         """The design point of `trial`: the first not run by an earlier trial; None when the trial
-        is enqueued or the design is done."""
+        is enqueued or the design is done. Worked out once per trial (Optuna asks for every
+        parameter), so a trial keeps the point it started with."""
+        key = (study._study_id, trial.number)
+        if self._chosen is not None and self._chosen[0] == key:
+            return self._chosen[1]
         if FIXED_PARAMS in trial.system_attrs:
-            return None
-        earlier = [t.params for t in study.get_trials(deepcopy=False) if t.number < trial.number]
-        return next((p for p in self.points if not any(p.items() <= e.items() for e in earlier)), None)
+            chosen = None
+        else:
+            earlier = [t.params for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+            chosen = next((p for p in self.points if not any(p.items() <= e.items() for e in earlier)), None)
+        self._chosen = (key, chosen)
+        return chosen
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self.point(study, trial) is not None:
