@@ -138,11 +138,13 @@ def _study(w: World, d: str, sampler: str, seed: int, budget: int, name: str,
                        executor=replay_factory(w.surrogate, seed), calibrate=replay_calibration(w.landscape))
 
 
-def run_study(landscape_path: str, sampler: str, seed: int, budget: int) -> dict[str, Any]:
+def run_study(landscape_path: str, sampler: str, seed: int, budget: int,
+              warm_from: str | None = None) -> dict[str, Any]:
     """One study on the replay executor; what it measured and deployed, judged on the means.
     `sampler` + WARM: first an earlier study of the same sampler (PRIOR_BUDGET trials, its
     confirmation, other noise), then this one with `--warm-start` from it: what a user re-tuning
-    on the same model, machine and build gets from the first study."""
+    on the same model, machine and build gets from the first study. The earlier study runs on
+    `warm_from` where given (another landscape: another load, say), else on this one."""
     w = world(landscape_path)
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -150,7 +152,7 @@ def run_study(landscape_path: str, sampler: str, seed: int, budget: int) -> dict
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
         warm_start = None
         if sampler.endswith(WARM):
-            _study(w, d, name, seed + 10_000, PRIOR_BUDGET, "earlier").run()
+            _study(world(warm_from) if warm_from else w, d, name, seed + 10_000, PRIOR_BUDGET, "earlier").run()
             warm_start = "earlier"
         runner = _study(w, d, name, seed, budget, "bench", warm_start)
         t0, cpu0 = time.monotonic(), time.process_time()
@@ -236,11 +238,12 @@ MAX_BUDGET = {"gp": 20}
 
 
 def bench(landscape_path: Path, samplers: list[str], seeds: int, budgets: tuple[int, ...],
-          jobs: int, all_budgets: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+          jobs: int, all_budgets: bool = False, warm_from: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every run, spread over `jobs` processes (largest budgets first), and their summary."""
     def runs_to(s: str, b: int) -> bool:
         return all_budgets or b <= MAX_BUDGET.get(s.removesuffix(WARM), b)
-    tasks = sorted(((str(landscape_path), s, seed, b) for s in samplers for seed in range(seeds) for b in budgets
+    prior = str(warm_from) if warm_from else None
+    tasks = sorted(((str(landscape_path), s, seed, b, prior) for s in samplers for seed in range(seeds) for b in budgets
                     if runs_to(s, b)), key=lambda t: -t[3])
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
@@ -333,12 +336,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench-search")
     ap.add_argument("--all-budgets", action="store_true", help=f"no cap on slow samplers' budgets ({MAX_BUDGET})")
+    ap.add_argument("--warm-from", type=Path, default=None, metavar="LANDSCAPE",
+                    help=f"the '{WARM}' rows' earlier study runs on this landscape (another load of the same "
+                         f"space, say) instead of the bench's own")
     args = ap.parse_args(argv)
     from rich.console import Console
     t0 = time.monotonic()
     samplers = args.samplers or [*SAMPLERS, scenario_default(world(str(args.landscape)).scenario) + WARM]
     summary, runs = bench(args.landscape, samplers, args.seeds, tuple(sorted(args.budgets)), args.jobs,
-                          args.all_budgets)
+                          args.all_budgets, args.warm_from)
+    summary["warm_from"] = str(args.warm_from) if args.warm_from else None
     summary["wall_s"] = time.monotonic() - t0
     summary["jobs"] = args.jobs
     console = Console()

@@ -2,6 +2,7 @@
 data file the replay executor (search.replay) fits its surrogates on.
 
     python benchmarks/landscape.py record [--scenario mixed] [--n 48] [--repeats 12] [--runs 3] [--seed 0]
+                                          [--model PATH] [--side-by-side K]
     python benchmarks/landscape.py export [--out benchmarks/data/landscape-mixed-cpu.json]
     python benchmarks/landscape.py synthetic [--out benchmarks/data/landscape-mixed-synthetic.json]
 
@@ -11,7 +12,9 @@ scenario's baselines, each measured with the search's screening measurement by t
 `VllmExecutor` through the real `StudyRunner`, no confirmation); each repeat round is a study of
 its own (`<study>-r2`, `-r3`: the study loop measures a flag set once per study) holding the same
 `repeats` configurations in its own shuffled order, on the first pass's calibration. It starts
-real vLLM servers: wrap it in `flock /tmp/vllm.lock` where others share the machine.
+real vLLM servers: wrap it in `flock /tmp/vllm.lock` where others share the machine. On a GPU,
+`--side-by-side K` starts K servers at a time and measures each alone (`benchmarks.side_by_side`;
+benchmarks/gpu/landscape_8b.sh).
 """
 
 from __future__ import annotations

@@ -84,3 +84,20 @@ def test_a_gpu_landscape_replays_on_its_gpu_with_the_scenario_it_recorded():
     assert w.scenario.name == "mixed-8b-landscape" and w.scenario.server.fixed["kv_cache_memory_bytes"] == 6 * 2**30
     run = run_study(str(H200_LANDSCAPE), "random", 0, 5)  # a whole study: 5 trials, the confirmation, a deploy
     assert len(run["curve"]) == 5 and run["deployed"] is not None
+
+
+def test_a_warm_start_bench_row_can_take_its_earlier_study_from_another_landscape(monkeypatch):
+    """--warm-from: the '+warm' row's earlier study replays another landscape (another load of the
+    same space; here the synthetic one, on the same replayed machine), the warm-started one the
+    bench's own."""
+    from benchmarks import bench_search
+    seen, real = [], bench_search._study
+
+    def study(w, d, sampler, seed, budget, name, warm_start=None):
+        seen.append((name, w.landscape.synthetic, warm_start))
+        return real(w, d, sampler, seed, budget, name, warm_start)
+
+    monkeypatch.setattr(bench_search, "_study", study)
+    run = run_study(str(CPU_LANDSCAPE), "random+warm", 0, 5, warm_from=str(SYNTHETIC_LANDSCAPE))
+    assert seen == [("earlier", True, None), ("bench", False, "earlier")]
+    assert run["deployed"] is not None
