@@ -86,7 +86,7 @@ def record(scenario: str = "mixed", *, n: int = 48, repeats: int = 12, runs: int
         executor, pool = _side_by_side(prep, design, side_by_side)
         if calibrate is None:  # its server starts in the first wave
             from search.executor import calibrate as measure_calibration
-            calibrate = functools.partial(measure_calibration, launch=pool)
+            calibrate = functools.partial(measure_calibration, launcher=pool)
     first_opts = _opts(scenario, storage, study, n + len(prep.baselines), seed, runs_dir, model)
     first = StudyRunner(prep, first_opts, executor=executor, calibrate=calibrate)
     first.open()

@@ -26,12 +26,12 @@ class CalibrationFailed(RuntimeError):
 
 
 def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
-              on_phase=lambda _: None, *, launch=launch) -> CalibrationResult:
+              on_phase=lambda _: None, *, launcher=None) -> CalibrationResult:
     """Measure the reference on a server of `baseline`'s flags, watched as a trial's is: its
-    death, or the load generator's error, raises CalibrationFailed naming the cause. `launch`:
-    as the executor's (a benchmark's servers started side by side)."""
+    death, or the load generator's error, raises CalibrationFailed naming the cause. `launcher`:
+    as the executor's `launch` (None: `launch`; a benchmark's servers started side by side)."""
     on_phase("starting the vLLM-defaults server")
-    server = launch(ctx, baseline, run_dir / "calibration" / "server.log",
+    server = (launcher or launch)(ctx, baseline, run_dir / "calibration" / "server.log",
                     startup_timeout_s=scenario.server.startup_timeout_s, env=RESET_ENDPOINT_ENV)
     try:
         with server:
