@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--storage", default=DEFAULT_STORAGE)
     rec.add_argument("--model", default=None, help="as for autotune search (default: the built-in model)")
     rec.add_argument("--side-by-side", type=int, default=1, metavar="K",
-                     help="start K servers at a time on the one GPU, each measured alone (needs "
-                          "kv_cache_memory_bytes in the scenario's server.fixed)")
+                     help="start K servers at a time, each measured alone; on a GPU the scenario's "
+                          "server.fixed and baselines pin kv_cache_memory_bytes (benchmarks/gpu/landscape_8b.sh)")
     exp = sub.add_parser("export")
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", default="landscape-mixed")
