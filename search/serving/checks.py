@@ -38,19 +38,15 @@ def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None
     if element is None:
         return None
     block = values.get("block_size") or default_block_size(ctx.hardware)
+    m = ctx.model
+    per_token = memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim, element)
     if not ctx.hardware.is_gpu:
         util = values.get("memory_utilization")
-        if util is None:
-            return None
-        m = ctx.model
-        return memory.bytes_budget(ctx.cpu_kv_bytes(util),
-                                 memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim, element), block)
+        return None if util is None else memory.bytes_budget(ctx.cpu_kv_bytes(util), per_token, block)
     if ctx.shape is None or not ctx.hardware.gpus:
         return None
     if (fixed := values.get("kv_cache_memory_bytes")) is not None:  # vLLM takes it as given, unprofiled
-        m = ctx.model
-        return memory.bytes_budget(int(fixed), memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim,
-                                                                          element), block)
+        return memory.bytes_budget(int(fixed), per_token, block)
     mnbt, mns = _batch(values, ctx, values.get("max_model_len") or ctx.model.max_position_embeddings)
     return memory.gpu_budget(
         ctx.shape, device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),
