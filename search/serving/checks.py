@@ -45,13 +45,15 @@ def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None
         return None if util is None else memory.bytes_budget(ctx.cpu_kv_bytes(util), per_token, block)
     if ctx.shape is None or not ctx.hardware.gpus:
         return None
-    if (fixed := values.get("kv_cache_memory_bytes")) is not None:  # vLLM takes it as given, unprofiled
-        return memory.bytes_budget(int(fixed), per_token, block)
+    tp = values.get("tensor_parallel_size") or 1
+    if (fixed := values.get("kv_cache_memory_bytes")) is not None:  # per GPU, as given, unprofiled
+        return memory.bytes_budget(int(fixed), memory.kv_bytes_per_token(
+            m.num_layers, m.num_kv_heads, m.head_dim, element, tp), block)
     mnbt, mns = _batch(values, ctx, values.get("max_model_len") or ctx.model.max_position_embeddings)
     return memory.gpu_budget(
         ctx.shape, device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),
         utilization=values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION), dtype=dtype, element_bytes=element,
-        block_size=block, batched_tokens=mnbt, seqs=mns, tp=values.get("tensor_parallel_size") or 1,
+        block_size=block, batched_tokens=mnbt, seqs=mns, tp=tp,
         cuda_graphs=not values.get("enforce_eager") and values.get("optimization_level") != 0,
         quantization=values.get("quantization"))
 

@@ -168,6 +168,8 @@ def test_a_kv_cache_pinned_in_bytes_is_taken_as_given_on_a_gpu_and_refused_on_th
     c = model_ctx(extra=["--kv-cache-memory-bytes"])
     pinned = {"memory_utilization": 0.16, "kv_cache_memory_bytes": 6 * 2**30}
     assert memory_budget(pinned, c).tokens == 49_152
+    on_two = model_ctx(hw=h100s(2), extra=["--kv-cache-memory-bytes"])  # the bytes are per GPU, each with half the KV heads
+    assert memory_budget({**pinned, "tensor_parallel_size": 2}, on_two).tokens == 98_304
     assert check_combination(pinned, c) == []  # 0.16 x 79.6 GiB would not hold the weights, but it is not profiled
     assert resolve(pinned, c).flags == {"gpu-memory-utilization": 0.16, "kv-cache-memory-bytes": 6 * 2**30}
     with pytest.raises(ConfigError, match="kv_cache_memory_bytes is for GPUs; on the CPU build memory_utilization "
