@@ -7,18 +7,14 @@
 # Writes the study and its export to OUT.
 #   N=14 KV_GIB=6 BUDGET_S=420 OUT=/tmp/out benchmarks/gpu/landscape_8b.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-. /tmp/site/vllm_env.sh
-[ -f /tmp/site2/env.sh ] && . /tmp/site2/env.sh
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+. "$(dirname "$0")/common.sh"
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu/out}; mkdir -p "$OUT" runs/gpu
-MODEL_DIR=runs/models/llama-3-8b
 STORAGE=sqlite:///runs/gpu/landscape.db
 KV_GIB=${KV_GIB:-6}
 TOTAL_GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{print $1 / 1024}')
 SIDE=${SIDE:-$(awk -v t="$TOTAL_GIB" -v kv="$KV_GIB" 'BEGIN {print int(0.9 * t / (17.5 + kv))}')}
 echo "GPU ${TOTAL_GIB} GiB: ${SIDE} servers side by side, ${KV_GIB} GiB of KV cache each"
-[ -f $MODEL_DIR/tokenizer.json ] || python3 -m search.cli model dummy --config configs/models/llama-3-8b.json --out $MODEL_DIR
 KV_GIB=$KV_GIB python3 - <<'PY'
 import os, pathlib
 import yaml

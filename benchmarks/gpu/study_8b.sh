@@ -2,13 +2,8 @@
 # mixed on a Llama-3-8B shape (dummy weights) on a GPU with vLLM installed under /tmp/site.
 # STUDY, TRIALS, CONFIRM_RUNS as for make search. Resumable: the same command goes on.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-. /tmp/site/vllm_env.sh
-[ -f /tmp/site2/env.sh ] && . /tmp/site2/env.sh
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
+. "$(dirname "$0")/common.sh"
 STUDY=${STUDY:-gpu-mixed-8b}
-MODEL_DIR=runs/models/llama-3-8b
-[ -f $MODEL_DIR/tokenizer.json ] || python3 -m search.cli model dummy --config configs/models/llama-3-8b.json --out $MODEL_DIR
 python3 - <<'PY'
 import pathlib
 import yaml
