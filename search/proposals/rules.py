@@ -93,11 +93,14 @@ RULES = {"queueing": _queueing, "preemption": _preemption, "prefill_bound": _pre
 
 
 def move_for(diagnosis: dict[str, Any] | None, config: dict[str, Any], metrics: dict[str, Any],
-             searched: tuple[str, ...] | list[str] = ()) -> Move | None:
+             searched: tuple[str, ...] | list[str] = (), unset: dict[str, Any] | None = None) -> Move | None:
     """The move a trial's diagnosis calls for; None when its bottleneck has no rule. `searched`:
-    the knobs of the search space, whose values the move starts from (`Move.at`)."""
+    the knobs of the search space, whose values the move starts from (`Move.at`); `unset`: what
+    the server runs a searched knob with when the configuration leaves it unset (a baseline's),
+    so that a move can start from vLLM's default (turn on a threshold that is off, say)."""
     rule = RULES.get((diagnosis or {}).get("bottleneck", ""))
     if rule is None:
         return None
-    at = {k: config[k] for k in searched if config.get(k) is not None}
-    return Move(diagnosis["bottleneck"], rule(config, metrics), at)
+    running = {**{k: v for k, v in (unset or {}).items() if v is not None}, **config}
+    at = {k: running[k] for k in searched if running.get(k) is not None}
+    return Move(diagnosis["bottleneck"], rule(running, metrics), at)

@@ -28,7 +28,7 @@ from search.prepare import Prepared, StudyOptions
 from search.proposals import (MOVE_ATTR, PROPOSAL_ATTR, follows_diagnoses, move_for, origin, proposal_reason, takes_prior,
                               with_prior)
 from search.samplers import make_sampler
-from search.serving import LaunchContext
+from search.serving import Hardware, LaunchContext, unset_value
 from search.study import confirmation as confirmation_mod, coordination as coord, verdict as verdict_mod
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
@@ -71,11 +71,12 @@ class _MovesRecorded(StudyObserver):
     """Stores with each trial the move its diagnosis calls for (`search.proposals.move_for`),
     before Optuna is told: what a diagnosis-led sampler reads, whoever else subscribes."""
 
-    def __init__(self, searched: list[str]):
+    def __init__(self, searched: list[str], hardware: Hardware):
         self.searched = searched
+        self.unset = {k: unset_value(k, hardware) for k in searched}  # a baseline's moves start from these
 
     def trial_scored(self, event) -> None:
-        move = move_for(event.row.diagnosis, event.row.config, event.metrics, self.searched)
+        move = move_for(event.row.diagnosis, event.row.config, event.metrics, self.searched, self.unset)
         if move is not None:
             event.trial.set_user_attr(MOVE_ATTR, json_safe(move.as_dict()))
 
@@ -110,7 +111,7 @@ class StudyRunner:
         if self.warm is not None:
             sampler = with_prior(sampler, self.warm.prior, self.sc.directions)
         if follows_diagnoses(sampler):
-            self.events.observers.append(_MovesRecorded(list(prep.dists)))
+            self.events.observers.append(_MovesRecorded(list(prep.dists), prep.ctx.hardware))
         self.study = optuna.create_study(
             storage=self.storage, study_name=prep.study_name, directions=self.sc.directions,
             sampler=sampler, load_if_exists=True)

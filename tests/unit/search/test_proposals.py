@@ -30,12 +30,12 @@ def diagnosed(bottleneck: str) -> dict:
     return Diagnosis(bottleneck, "scripted").as_dict()
 
 
-def study_after(bottleneck: str, metrics: dict, config: dict = AT) -> optuna.Study:
+def study_after(bottleneck: str, metrics: dict, config: dict = AT, unset: dict | None = None) -> optuna.Study:
     """A study with one completed trial whose stored diagnosis names `bottleneck`, on the diagnosis-led sampler."""
     study = optuna.create_study(directions=["maximize", "minimize"],
                                 sampler=make_sampler("diagnosis-tpe", 0, DISTS, 10))
-    move = move_for(diagnosed(bottleneck), config, metrics, list(DISTS))
-    study.add_trial(create_trial(params=config, distributions=DISTS, values=[1.0, 1.0],
+    move = move_for(diagnosed(bottleneck), config, metrics, list(DISTS), unset)
+    study.add_trial(create_trial(params=config, distributions={k: DISTS[k] for k in config}, values=[1.0, 1.0],
                                  user_attrs={MOVE_ATTR: move.as_dict()} if move else {}))
     return study
 
@@ -66,6 +66,17 @@ def test_a_knob_at_its_bound_gives_the_rules_next_step():
     at_top = {**AT, "memory_utilization": 0.95}
     params, reason = proposed(study_after("preemption", {"server_preemptions": 12}, at_top))
     assert params == {**at_top, "max_num_seqs": 4} and "lower max_num_seqs 8 -> 4" in reason
+
+
+VLLM_UNSET = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "memory_utilization": 0.92,
+              "long_prefill_token_threshold": 0}  # what the CPU build runs an unset knob with
+
+
+def test_a_baselines_move_starts_from_what_vllm_runs_the_knobs_it_leaves_unset_with():
+    baseline = {"max_num_seqs": 8}  # the threshold unset: vLLM's default, off
+    params, reason = proposed(study_after("prefill_bound", {}, baseline, VLLM_UNSET))
+    assert params == {**VLLM_UNSET, **baseline, "long_prefill_token_threshold": 1024}
+    assert reason.endswith("enable long_prefill_token_threshold 0 -> 1024")
 
 
 @pytest.mark.parametrize("bottleneck", ["healthy", "client_bound", "server_errors", "startup_failure"])
@@ -106,6 +117,17 @@ def queueing(plan):
     return TrialOutcome(status=TrialStatus.OK, metrics=metrics, command=f"scripted {plan.server_args.flags}")
 
 
+def test_in_the_study_loop_the_baselines_diagnosis_moves_from_vllms_defaults(tmp_path):
+    # loop.yaml's baseline sets nothing: its server queues with 16 of the default 128 sequences
+    # running, so the move raises max_num_batched_tokens from the CPU build's default, 2048
+    events = Recorder()
+    runner(tmp_path, ScriptedExecutor(script=queueing), trials=2, sampler="diagnosis-tpe", observers=[events]).run()
+    started = [e for n, e in events.events if n == "trial_started"]
+    assert "baseline" in started[0].label
+    assert started[1].label.endswith("(proposed: trial 0 queueing (queue growing, batch not full: the engine is "
+                                     "saturated): raise max_num_batched_tokens 2048 -> 4096)")
+
+
 def test_the_study_loop_stores_each_move_and_each_proposal_with_its_reason_and_shows_it(tmp_path):
     events = Recorder()
     r = runner(tmp_path, ScriptedExecutor(script=queueing), trials=6, sampler="diagnosis-tpe",
@@ -117,7 +139,9 @@ def test_the_study_loop_stores_each_move_and_each_proposal_with_its_reason_and_s
     assert len(proposals) >= 2
     for t in proposals:
         source = told[int(t.user_attrs[PROPOSAL_ATTR].split()[1])]
-        old = source.params.get("max_num_seqs") or source.user_attrs[MOVE_ATTR]["at"]["max_num_seqs"]
+        if "baseline" in source.user_attrs:  # its batch is not full (test above)
+            continue
+        old = source.params["max_num_seqs"]
         assert t.params["max_num_seqs"] == min(2 * old, 64)
         assert t.user_attrs[PROPOSAL_ATTR].endswith(f"raise max_num_seqs {old} -> {t.params['max_num_seqs']}")
     labels = [e.label for n, e in events.events if n == "trial_started"]
