@@ -51,13 +51,18 @@ def moved(value: Any, dist: BaseDistribution, direction: str) -> Any | None:
     """`value` one step `direction` within `dist`; None when it cannot move (at its bound, or
     already on for "enable"). Numbers double or halve on a log scale, else move a quarter of
     the range; ordered choices move to the next one. 0 is "off" for the threshold knobs: lowering
-    never turns a knob off, and "enable" turns it on at its mildest (largest) setting."""
+    never turns a knob off, and "enable" turns it on in the middle of its settings (the middle
+    choice that is on; the geometric middle of a range). The middle, not the mildest: on the
+    recorded CPU landscape a long-prefill threshold of 1024 missed the SLOs where 512 and 256 met
+    them, and a 5-trial study starting at 512 deployed an infeasible config half as often
+    (docs/search.md)."""
     if isinstance(dist, CategoricalDistribution):
         ordered = sorted(c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool))
         if not ordered or value not in ordered:
             return None
         if direction == "enable":
-            return ordered[-1] if value == 0 and ordered[-1] > 0 else None
+            on = [c for c in ordered if c > 0]
+            return on[(len(on) - 1) // 2] if value == 0 and on else None
         if direction == "raise":
             return next((c for c in ordered if c > value), None)
         return next((c for c in reversed(ordered) if 0 < c < value), None)

@@ -51,7 +51,7 @@ def proposed(study: optuna.Study) -> tuple[dict, str | None]:
      "KV cache 97% full"),
     ("queueing", {"server_running_peak": 5}, "max_num_batched_tokens", 1024, "the engine is saturated"),
     ("preemption", {"server_preemptions": 12}, "memory_utilization", 0.675, "12 preemptions: KV cache too small"),
-    ("prefill_bound", {}, "long_prefill_token_threshold", 1024, "long prefills stall first tokens"),
+    ("prefill_bound", {}, "long_prefill_token_threshold", 512, "long prefills stall first tokens"),
     ("decode_bound", {}, "max_num_seqs", 4, "slow decode steps"),
     ("decode_bound", {"itl_median_ms": 10, "itl_p99_ms": 80}, "max_num_batched_tokens", 256, "stall behind prefill"),
 ])
@@ -75,8 +75,8 @@ VLLM_UNSET = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "memory_utili
 def test_a_baselines_move_starts_from_what_vllm_runs_the_knobs_it_leaves_unset_with():
     baseline = {"max_num_seqs": 8}  # the threshold unset: vLLM's default, off
     params, reason = proposed(study_after("prefill_bound", {}, baseline, VLLM_UNSET))
-    assert params == {**VLLM_UNSET, **baseline, "long_prefill_token_threshold": 1024}
-    assert reason.endswith("enable long_prefill_token_threshold 0 -> 1024")
+    assert params == {**VLLM_UNSET, **baseline, "long_prefill_token_threshold": 512}
+    assert reason.endswith("enable long_prefill_token_threshold 0 -> 512")
 
 
 @pytest.mark.parametrize("bottleneck", ["healthy", "client_bound", "server_errors", "startup_failure"])
@@ -89,7 +89,7 @@ def test_no_rule_no_move_the_model_based_sampler_proposes(bottleneck):
 def test_moves_stay_in_the_space_and_never_turn_a_threshold_off():
     lpt = DISTS["long_prefill_token_threshold"]
     assert [moved(v, lpt, "lower") for v in (1024, 512, 256)] == [512, 256, None]
-    assert moved(0, lpt, "enable") == 1024 and moved(512, lpt, "enable") is None
+    assert moved(0, lpt, "enable") == 512 and moved(512, lpt, "enable") is None
     assert moved(128, DISTS["max_num_seqs"], "raise") is None and moved(100, DISTS["max_num_seqs"], "raise") == 128
     assert moved(0.9, DISTS["memory_utilization"], "raise") == 0.95
 
