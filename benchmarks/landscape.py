@@ -186,8 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "record":
         t0 = time.monotonic()
-        name = record(args.scenario, n=args.n, repeats=args.repeats, runs=args.runs, seed=args.seed,
-                      storage=args.storage, model=args.model, side_by_side=args.side_by_side)
+        try:
+            name = record(args.scenario, n=args.n, repeats=args.repeats, runs=args.runs, seed=args.seed,
+                          storage=args.storage, model=args.model, side_by_side=args.side_by_side)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (the GPU recipe's)
+            print(f"interrupted after {time.monotonic() - t0:.0f} s: no server is left running; the same "
+                  "command continues where the landscape stopped")
+            return 130
         print(f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
               f"export: python benchmarks/landscape.py export --study {name}")
     elif args.cmd == "export":

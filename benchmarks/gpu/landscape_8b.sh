@@ -4,13 +4,17 @@
 # cache pinned in bytes so that SIDE servers start side by side (benchmarks/side_by_side.py), a
 # shortened screening (10 s target stage, up to 2 capacity stages of 4 s). N design points + both
 # baselines; SIDE defaults to what the GPU's memory holds (weights, activations and KV_GIB each).
-# Writes the study and its export to OUT.
+# Writes the study and its export to OUT. RESUME=FILE.db.gz goes on from a stored study (the
+# H200 one: benchmarks/data/landscape-mixed-8b-h200.db.gz, 10 of 14 design points measured; its
+# calibration is reused, and a study from another GPU or vLLM build is refused, one line).
 #   N=14 KV_GIB=6 BUDGET_S=420 OUT=/tmp/out benchmarks/gpu/landscape_8b.sh
+#   RESUME=benchmarks/data/landscape-mixed-8b-h200.db.gz BUDGET_S=600 benchmarks/gpu/landscape_8b.sh
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu/out}; mkdir -p "$OUT" runs/gpu
 STORAGE=sqlite:///runs/gpu/landscape.db
+if [ -n "${RESUME:-}" ] && [ ! -e runs/gpu/landscape.db ]; then gunzip -c "$RESUME" > runs/gpu/landscape.db; fi
 KV_GIB=${KV_GIB:-6}
 TOTAL_GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{print $1 / 1024}')
 SIDE=${SIDE:-$(awk -v t="$TOTAL_GIB" -v kv="$KV_GIB" 'BEGIN {print int(0.9 * t / (17.5 + kv))}')}

@@ -101,3 +101,12 @@ def test_a_warm_start_bench_row_can_take_its_earlier_study_from_another_landscap
     run = run_study(str(CPU_LANDSCAPE), "random+warm", 0, 5, warm_from=str(SYNTHETIC_LANDSCAPE))
     assert seen == [("earlier", True, None), ("bench", False, "earlier")]
     assert run["deployed"] is not None
+
+
+def test_an_interrupted_landscape_record_ends_in_one_line_not_a_traceback(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # what SIGTERM becomes in the study loop (a time limit's)
+    monkeypatch.setattr(landscape_bench, "record", interrupted)
+    assert landscape_bench.main(["record", "--n", "4"]) == 130
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("interrupted after ") and "continues where" in out[0]
