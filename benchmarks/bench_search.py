@@ -39,7 +39,8 @@ if str(REPO) not in sys.path:
 from objectives.scoring import score  # noqa: E402
 from search import calibration as calibration_mod, pareto, scenario as scenario_mod  # noqa: E402
 from search.prepare import StudyOptions, prepare  # noqa: E402
-from search.replay import (CAPACITY, Landscape, Surrogate, cross_validated, replay_calibration,  # noqa: E402
+from search.cli import reported  # noqa: E402
+from search.replay import (CAPACITY, Landscape, LandscapeError, Surrogate, cross_validated, replay_calibration,  # noqa: E402
                            replay_context, replay_factory)
 from search.samplers import SAMPLERS, scenario_default  # noqa: E402
 from search.study import StudyRunner  # noqa: E402
@@ -340,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the '{WARM}' rows' earlier study runs on this landscape (another load of the same "
                          f"space, say) instead of the bench's own")
     args = ap.parse_args(argv)
+    return reported("bench_search.py", lambda: _run(args), also=(LandscapeError,))
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     t0 = time.monotonic()
     samplers = args.samplers or [*SAMPLERS, scenario_default(world(str(args.landscape)).scenario) + WARM]

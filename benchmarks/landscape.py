@@ -36,7 +36,8 @@ from sqlalchemy.orm import Session  # noqa: E402
 from search import scenario as scenario_mod  # noqa: E402
 from search.calibration import CalibrationResult  # noqa: E402
 from search.prepare import StudyOptions, prepare  # noqa: E402
-from search.replay import Config, Landscape, Measurement, repeat_rounds, space_filling  # noqa: E402
+from search.cli import reported  # noqa: E402
+from search.replay import Config, Landscape, LandscapeError, Measurement, repeat_rounds, space_filling  # noqa: E402
 from search.serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch  # noqa: E402
 from search.study import StudyRunner  # noqa: E402
 from storage import queries  # noqa: E402
@@ -184,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json")
     args = ap.parse_args(argv)
+    return reported("landscape.py", lambda: _run(args), also=(LandscapeError,))
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.cmd == "record":
         t0 = time.monotonic()
         try:

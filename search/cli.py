@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 from search import load_command  # `autotune load`; imports what it runs only when run
 
@@ -89,8 +90,9 @@ def _cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    """Errors that mean bad input: printed as one clear message, exit code 2, no traceback."""
+def user_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean bad input: printed as one clear message, exit code 2, no traceback (here
+    and in the benchmark scripts that take a scenario)."""
     from search.scenario import ScenarioError
     from search.serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
@@ -101,6 +103,20 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
     return (ScenarioError, ConfigError, SpaceError, ModelError, VllmNotInstalled, LookupError, StudyBusy,
             StudyMismatch, StorageError, PostgresError, SlotError)
+
+
+def reported(prog: str, run: Callable[[], int], also: tuple[type[Exception], ...] = ()) -> int:
+    """`run()` for a script beside the CLI (the benchmarks that take a scenario or a landscape):
+    bad input (`user_errors`, and `also`) one line and exit code 2, a study that cannot go on one
+    line and exit code 1, as `autotune` does."""
+    try:
+        return run()
+    except (*user_errors(), *also) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except _study_stopped() as e:
+        print(f"{prog}: stopped: {e}", file=sys.stderr)
+        return 1
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
@@ -423,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except _user_errors() as e:
+    except user_errors() as e:
         print(f"autotune: error: {e}", file=sys.stderr)
         return 2
     except _study_stopped() as e:

@@ -19,6 +19,10 @@ SCHEMA = 1
 CAPACITY = "slo_capacity_rps"
 
 
+class LandscapeError(ValueError):
+    """A landscape file that cannot be read: missing, not JSON, or not in this format."""
+
+
 @dataclass
 class Measurement:
     """One screening measurement of one configuration."""
@@ -100,11 +104,18 @@ class Landscape:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Landscape":
         if d.get("schema") != SCHEMA:
-            raise ValueError(f"landscape schema {d.get('schema')!r}, expected {SCHEMA}")
+            raise LandscapeError(f"not a landscape file: schema {d.get('schema')!r}, expected {SCHEMA}")
         configs = [Config(c["params"], c["config"], c.get("baseline"),
                           [Measurement(**m) for m in c["measurements"]]) for c in d["configs"]]
         return cls(**{**d, "configs": configs})
 
     @classmethod
     def load(cls, path: Path) -> "Landscape":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except LandscapeError as e:
+            raise LandscapeError(f"{path}: {e}") from None
+        except OSError as e:
+            raise LandscapeError(f"{path}: {e.strerror.lower() if e.strerror else e}") from None
+        except (ValueError, KeyError, TypeError) as e:  # not JSON, or not a landscape
+            raise LandscapeError(f"{path}: not a landscape file ({e.__class__.__name__}: {e})") from None

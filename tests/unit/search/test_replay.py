@@ -7,8 +7,9 @@ from benchmarks.bench_search import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, bench, r
 from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
 from search.executor import plan
 from search.samplers import scenario_default
+from tests.support.paths import REPO
 
-MIXED = Path(__file__).resolve().parents[3] / "configs" / "mixed.yaml"
+MIXED = REPO / "configs" / "mixed.yaml"
 H200_LANDSCAPE = CPU_LANDSCAPE.with_name("landscape-mixed-8b-h200.json")
 
 
@@ -110,3 +111,26 @@ def test_an_interrupted_landscape_record_ends_in_one_line_not_a_traceback(monkey
     assert landscape_bench.main(["record", "--n", "4"]) == 130
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("interrupted after ") and "continues where" in out[0]
+
+
+def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp_path):
+    import subprocess
+    import sys
+
+    def script(*args):
+        done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+        return done.returncode, done.stderr.strip().splitlines()
+
+    (tmp_path / "empty.json").write_text("{}")
+    for args, said in [
+        (["benchmarks/bench_search.py", "--landscape", "runs/no-such-landscape.json"],
+         "bench_search.py: error: runs/no-such-landscape.json: no such file or directory"),
+        (["benchmarks/bench_search.py", "--landscape", tmp_path / "empty.json"],
+         f"bench_search.py: error: {tmp_path / 'empty.json'}: not a landscape file: schema None, expected 1"),
+        (["benchmarks/landscape.py", "record", "--scenario", "no-such-scenario", "--storage", f"sqlite:///{tmp_path}/l.db"],
+         "landscape.py: error: unknown scenario 'no-such-scenario'"),
+        (["benchmarks/landscape.py", "export", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+         "landscape.py: error: no study named 'nope'"),
+    ]:
+        code, err = script(*map(str, args))
+        assert code == 2 and len(err) == 1 and err[0].startswith(said), (args, err)
