@@ -1,7 +1,5 @@
 """The replay executor under the real study loop, and the landscape recorder on it (no vLLM)."""
 
-from pathlib import Path
-
 from benchmarks import landscape as landscape_bench
 from benchmarks.bench_search import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, bench, run_study, world
 from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
