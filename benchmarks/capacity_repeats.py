@@ -32,6 +32,7 @@ from objectives.load.loadrun import run_async
 from objectives.stages import run_stages
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, calibrate, plan as plan_trial
+from search.cli import reported
 from search.prepare import StudyOptions, prepare
 from search.serving.process import launch
 
@@ -45,7 +46,7 @@ def parse_config(text: str) -> tuple[str, dict]:
     return name, values
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="mixed")
     ap.add_argument("--repeats", type=int, default=3)
@@ -56,6 +57,10 @@ def main() -> None:
     ap.add_argument("--run-dir", type=Path, default=Path("runs/capacity_repeats"))
     ap.add_argument("--json", type=Path, default=Path("runs/capacity_repeats.json"))
     args = ap.parse_args()
+    return reported("capacity_repeats.py", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     console = Console()
     prep = prepare(StudyOptions(args.scenario))
     sc = prep.scenario
@@ -113,7 +118,8 @@ def main() -> None:
         spread = (max(values) - min(values)) / med if med > 0 else float("nan")
         console.print(f"{name}: median {med:.3f} req/s over {len(values)} starts, range "
                       f"{min(values):.3f}-{max(values):.3f} (spread {spread:.0%})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

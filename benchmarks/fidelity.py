@@ -23,6 +23,7 @@ from scipy import stats
 from sqlalchemy.orm import Session
 
 from search import pareto
+from search.cli import reported
 from search.study.verdict import stored_verdict
 from search.outputs import fmt_value, load_study
 from storage import queries
@@ -90,15 +91,20 @@ def report(console: Console, storage: str, name: str) -> None:
                       f"(medians of the full runs, summed over {len(pairs)} candidates; an early abort shortens either)")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--storage", default="sqlite:///runs/autotune.db")
     ap.add_argument("--study", action="append", default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     console = Console(width=200)
-    for name in args.study or ["mixed"]:
-        report(console, args.storage, name)
+
+    def run() -> int:
+        for name in args.study or ["mixed"]:
+            queries.existing_study_check(args.storage, name, "run `make search` first")
+            report(console, args.storage, name)
+        return 0
+    return reported("fidelity.py", run)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

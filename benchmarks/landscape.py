@@ -201,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
               f"export: python benchmarks/landscape.py export --study {name}")
     elif args.cmd == "export":
+        queries.existing_study_check(args.storage, args.study, "record it first (landscape.py record)")
         landscape = export(args.storage, args.study,
                            commands=[args.recorded_with, "python " + " ".join([Path(sys.argv[0]).relative_to(REPO).as_posix()
                                                                                 if Path(sys.argv[0]).is_absolute() else sys.argv[0],

@@ -38,6 +38,7 @@ from objectives.load import AbortCheck, RequestRecord, records_from_samples
 from objectives.scoring import SLOSpec
 from objectives.stages import CAPACITY, stage_slos
 from search.calibration import CalibrationResult, resolve
+from search.cli import reported
 from search.scenario import CONFIG_DIR, ScenarioError, parse
 from storage import queries
 from storage.models import StudyRecord
@@ -162,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--storage", default=str(DEFAULT_STORAGE), help="SQLite file or SQLAlchemy URL")
     ap.add_argument("--study", action="append", help="a study's name (repeatable); default: every study")
     args = ap.parse_args(argv)
+    return reported("stopping_replay.py", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:  # a log or a pipe: wide enough for the table
         console.width = 150

@@ -120,18 +120,23 @@ def reported(prog: str, run: Callable[[], int], also: tuple[type[Exception], ...
 
 
 def _study_target(args: argparse.Namespace) -> tuple[str, str]:
+    """The stored study that export, dashboard and report read; refused (creating no database
+    file, as a mistyped --storage would) unless it is there."""
     from search.prepare import default_storage, default_study_name
-    from storage.queries import check_url
+    from storage.queries import check_url, existing_study_check
 
     storage = default_storage(Path(args.runs_dir)) if args.storage is None else args.storage  # "" is refused
     check_url(storage)
     if args.study:
-        return storage, args.study
-    from search import scenario as scenario_mod
+        name = args.study
+    else:
+        from search import scenario as scenario_mod
 
-    # The study is named after the scenario's `name:`, as `search` names it, also when the
-    # scenario is given as a path.
-    return storage, default_study_name(scenario_mod.load(args.scenario)[0].name, args.model)
+        # The study is named after the scenario's `name:`, as `search` names it, also when the
+        # scenario is given as a path.
+        name = default_study_name(scenario_mod.load(args.scenario)[0].name, args.model)
+    existing_study_check(storage, name, f"run `autotune search {args.scenario}` first")
+    return storage, name
 
 
 def _cmd_search(args: argparse.Namespace) -> int:

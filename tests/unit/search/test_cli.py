@@ -54,9 +54,12 @@ def test_a_scenario_given_by_path_names_the_study_as_search_does(tmp_path):
     copy = tmp_path / "my-mixed.yaml"
     copy.write_text((CONFIG_DIR / "mixed.yaml").read_text())
     db = tmp_path / "none.db"
-    proc = autotune("report", copy, "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "no study named 'mixed' in this database" in proc.stderr
+    for command in ("report", "export", "dashboard"):  # readers: none creates the database it lacks
+        proc = autotune(command, copy, "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert f"autotune: error: no study named 'mixed' in sqlite:///{db}; run `autotune search {copy}` first" \
+            in proc.stderr
+        assert not db.exists()
 
 
 def test_a_missing_workload_file_is_one_line(tmp_path):

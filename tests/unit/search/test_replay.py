@@ -128,7 +128,12 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
         (["benchmarks/landscape.py", "record", "--scenario", "no-such-scenario", "--storage", f"sqlite:///{tmp_path}/l.db"],
          "landscape.py: error: unknown scenario 'no-such-scenario'"),
         (["benchmarks/landscape.py", "export", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
-         "landscape.py: error: no study named 'nope'"),
+         f"landscape.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; record it first"),
+        (["benchmarks/fidelity.py", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+         f"fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first"),
+        (["benchmarks/capacity_repeats.py", "--scenario", "no-such-scenario"],
+         "capacity_repeats.py: error: unknown scenario 'no-such-scenario'"),
     ]:
         code, err = script(*map(str, args))
         assert code == 2 and len(err) == 1 and err[0].startswith(said), (args, err)
+    assert not (tmp_path / "l.db").exists()  # a reader given a wrong path creates no database there
