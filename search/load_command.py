@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -259,13 +260,18 @@ def print_result(result, console=None) -> None:
 
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.text import Text
 
-    from objectives.load import run_load_sync
-    from objectives.load import json_safe
+    from objectives.load import LoadRunError, json_safe, run_load_sync
+    from objectives.load.tokenizer import TokenizerError
     from search.scenario import ScenarioError
 
     console = Console()
+
+    def said(e: Exception, code: int) -> int:
+        print(f"autotune: error: {e}", file=sys.stderr)  # one line, as search.cli says bad input
+        return code
+
+    server_faults = (LoadRunError, TokenizerError)  # the server at --url: unreachable, or not what the run needs
     try:
         spec, sc = build_workload(args)
         goodput = parse_goodput(args.goodput, sc.goodput if sc is not None else None)
@@ -275,11 +281,15 @@ def _cmd_load(args: argparse.Namespace) -> int:
     except ScenarioError:
         raise  # reported by search.cli as for every command: one line, exit code 2
     except (LoadCliError, ValueError) as e:
-        console.print(Text.assemble(("error", "red"), f": {e}"))  # the message as is, no markup
-        return 2
-    result = run_load_sync(args.url, args.model, spec, client=args.client, loop=args.loop,
-                           tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics,
-                           goodput=goodput)
+        return said(e, 2)
+    except server_faults as e:
+        return said(e, 1)
+    try:
+        result = run_load_sync(args.url, args.model, spec, client=args.client, loop=args.loop,
+                               tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics,
+                               goodput=goodput)
+    except server_faults as e:
+        return said(e, 1)
     if not args.quiet:
         print_result(result, console)
     if args.json:

@@ -153,10 +153,15 @@ async def discover_model(session, base_url: str, model: str | None = None) -> tu
 
     Without `model`, the first served model; with it, that model's root (None if not listed).
     """
-    async with session.get(base_url + "/v1/models") as resp:
-        if resp.status != 200:
-            raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
-        data = (await resp.json())["data"]
+    import aiohttp
+
+    try:
+        async with session.get(base_url + "/v1/models") as resp:
+            if resp.status != 200:
+                raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
+            data = (await resp.json())["data"]
+    except (aiohttp.ClientError, OSError) as e:  # nothing listens there, or not an OpenAI server
+        raise LoadRunError(f"cannot reach {base_url}: GET /v1/models failed ({e})") from None
     if not data:
         raise LoadRunError(f"{base_url} serves no model")
     if model is None:

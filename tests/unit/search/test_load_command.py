@@ -98,3 +98,11 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
     assert (probe.arrival.mode, probe.arrival.concurrency, probe.num_requests) == ("closed", 32, 40)
     default = calibration.saturation_workload(spec)  # a plain workload file: the defaults
     assert (default.arrival.concurrency, default.num_requests) == (32, 64)
+
+
+@pytest.mark.parametrize("rate", [[], ["--rate", "1"]])  # with the capacity probe first, and without
+def test_a_server_that_cannot_be_reached_is_one_line_not_a_traceback(rate):
+    load = autotune("load", "mixed", "--url", URL, *rate, timeout=60)
+    assert load.returncode == 1
+    err = load.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"autotune: error: cannot reach {URL}: GET /v1/models failed (")
