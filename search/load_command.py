@@ -83,7 +83,7 @@ def read_source(args: argparse.Namespace):
     if args.workload is not None:
         if not Path(args.workload).is_file():
             raise scenario_mod.ScenarioError(f"--workload {args.workload}: no such file")
-        data = yaml.safe_load(Path(args.workload).read_text()) or {}
+        data = scenario_mod.read_mapping(Path(args.workload).read_text(), f"--workload {args.workload}")
         if "workload" not in data:  # a plain WorkloadSpec file
             return data, Path(args.workload).parent.resolve(), None
         path = Path(args.workload)

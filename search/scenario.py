@@ -368,15 +368,34 @@ def load(name_or_path: str | Path) -> tuple[Scenario, str, str]:
     return parse(text, shown, path.parent.resolve()), text, shown
 
 
-def parse(text: str, shown: str, base_dir: Path) -> Scenario:
-    """A scenario's source text, validated; errors begin with `shown` (the file, or where the text
-    is stored). Relative workload files are read from `base_dir`. Raises ScenarioError."""
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where (1-based line and column) and what, without its
+    multi-line excerpt of the file."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(e).split())
+    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
+    context = (f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1}" if at else "") + ")") if context else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}{context}"
+
+
+def read_mapping(text: str, shown: str) -> dict:
+    """A YAML file's top-level mapping (a scenario, a workload file); ScenarioError, one line
+    beginning with `shown`, for anything else."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ScenarioError(f"{shown}: not valid YAML: {e}") from e
+        raise ScenarioError(f"{shown}: not valid YAML: {_yaml_problem(e)}") from e
     if not isinstance(data, dict):
         raise ScenarioError(f"{shown}: expected a mapping at the top level")
+    return data
+
+
+def parse(text: str, shown: str, base_dir: Path) -> Scenario:
+    """A scenario's source text, validated; errors begin with `shown` (the file, or where the text
+    is stored). Relative workload files are read from `base_dir`. Raises ScenarioError."""
+    data = read_mapping(text, shown)
     try:
         return Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as e:

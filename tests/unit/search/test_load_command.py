@@ -106,3 +106,16 @@ def test_a_server_that_cannot_be_reached_is_one_line_not_a_traceback(rate):
     assert load.returncode == 1
     err = load.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"autotune: error: cannot reach {URL}: GET /v1/models failed (")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("workload: [1,\n", "not valid YAML: line 2, column 1: "),
+    ("- 1\n- 2\n", "expected a mapping at the top level"),
+])
+def test_a_workload_file_that_is_not_a_mapping_is_one_line(tmp_path, text, said):
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    load = autotune("load", "--workload", path, "--url", URL, timeout=60)
+    assert load.returncode == 2
+    lines = load.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"autotune: error: --workload {path}: {said}")

@@ -102,9 +102,12 @@ def test_unknown_scenario_lists_the_built_in_ones():
         scenario.load("chat")
 
 
-def test_not_yaml(tmp_path):
-    with pytest.raises(ScenarioError, match="not valid YAML"):
-        scenario.load(write(tmp_path, "name: [unclosed\n"))
+def test_not_yaml_is_one_line_saying_where(tmp_path):
+    with pytest.raises(ScenarioError) as e:
+        scenario.load(write(tmp_path, "name: x\nworkload: [1, 2\n"))
+    assert "\n" not in str(e.value)
+    assert str(e.value).endswith(": not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>' "
+                                 "(while parsing a flow sequence at line 2, column 11)")
 
 
 def test_relative_numbers_resolve_against_the_calibration():
