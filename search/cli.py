@@ -264,9 +264,22 @@ def _non_negative(text: str) -> int:
 
 
 def _positive(text: str) -> int:
-    value = _non_negative(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of minutes > 0, got {text!r}")
     return value
 
 
@@ -318,8 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
     _add_study_target(search, scenario_required=True)
-    search.add_argument("--trials", type=int, default=None, help="budget in finished trials (baselines included)")
-    search.add_argument("--timeout-min", type=float, default=None,
+    search.add_argument("--trials", type=_positive, default=None, help="budget in finished trials (baselines included)")
+    search.add_argument("--timeout-min", type=_minutes, default=None,
                         help="wall-time budget of the search phase (the confirmation phase follows it)")
     search.add_argument("--sampler", default=None, choices=list(SAMPLERS),
                         help=f"default: the scenario's default_sampler, else {DEFAULT_SAMPLER}")
@@ -355,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--scenario", default=None, help="the scenario file (default: the study's, as stored)")
     worker.add_argument("--model", default=None, help="local model directory or Hugging Face id (default: the study's)")
     worker.add_argument("--trials", type=_positive, default=None, help="the study's budget (default: as stored)")
-    worker.add_argument("--timeout-min", type=float, default=None)
+    worker.add_argument("--timeout-min", type=_minutes, default=None)
     worker.add_argument("--sampler", default=None, choices=list(SAMPLERS),
                         help=f"default: the scenario's default_sampler, else {DEFAULT_SAMPLER}")
     worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")

@@ -46,6 +46,18 @@ def test_confirm_runs_must_be_a_count(tmp_path):
     assert proc.returncode == 2 and "argument --confirm-runs: must be a whole number >= 0, got '-1'" in proc.stderr
 
 
+@pytest.mark.parametrize("flag, value, said", [
+    ("--trials", "0", "must be a whole number >= 1"),  # 0 used to mean the scenario's default budget
+    ("--trials", "-2", "must be a whole number >= 1"),
+    ("--timeout-min", "-1", "must be a number of minutes > 0"),  # used to run no trial and report the study
+    ("--timeout-min", "0", "must be a number of minutes > 0"),  # used to mean no limit
+])
+def test_the_search_budget_must_be_positive(tmp_path, flag, value, said):
+    proc = autotune("search", "mixed", flag, value, "--runs-dir", tmp_path, timeout=60)
+    assert proc.returncode == 2 and f"argument {flag}: {said}, got '{value}'" in proc.stderr
+    assert not any(tmp_path.iterdir())  # refused before anything is created
+
+
 def test_a_scenario_given_by_path_names_the_study_as_search_does(tmp_path):
     # `search configs/x.yaml` stores the study under the scenario's `name:`; export, report and
     # dashboard given the same path must look for that study, not for one named after the path.
