@@ -35,7 +35,7 @@ from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subs
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
-from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start
+from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
 from objectives.load import json_safe
 from storage import queries
 from storage.models import TrialRecord
@@ -99,6 +99,8 @@ class StudyRunner:
         self.budget = opts.trials or self.sc.default_trials
         self.confirm_runs = self.sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
         self.events = Subscribers(observers)
+        if opts.warm_start:
+            require_stored(prep, opts.warm_start)
         self.engine = queries.open_db(prep.storage_url)
         # Refused here, before the study is created or anything runs, when it is from elsewhere.
         self.warm: WarmStart | None = open_warm_start(prep, self.engine, opts.warm_start) if opts.warm_start else None

@@ -49,6 +49,15 @@ def _refusal(name: str, why: str) -> StudyMismatch:
                          f"machine, or run without --warm-start")
 
 
+def require_stored(prep: Prepared, name: str) -> None:
+    """Refuse a warm start from a study that is not in this storage before anything, its
+    database file included, is created."""
+    try:
+        queries.existing_study_check(prep.storage_url, name, "")
+    except LookupError:
+        raise _refusal(name, f"no study of that name in {redacted(prep.storage_url)}") from None
+
+
 def _winner(session: Session, rec: StudyRecord, earlier: optuna.Study, prep: Prepared) -> tuple[int | None, str]:
     """Its confirmed winner, else its search's pick; and how to say which."""
     where = f"the scenario stored with study {rec.study_name!r}"

@@ -51,6 +51,9 @@ def test_a_warm_start_from_another_build_machine_or_model_is_refused_saying_what
 def test_a_warm_start_from_a_study_that_does_not_exist_or_scored_other_objectives_is_refused(tmp_path, earlier):
     with pytest.raises(StudyMismatch, match="--warm-start nope: no study of that name"):
         study(tmp_path, "new", ScriptedExecutor(), trials=3, warm_start="nope")
+    with pytest.raises(StudyMismatch, match="--warm-start nope: no study of that name"):  # nor a database
+        study(tmp_path / "empty", "new", ScriptedExecutor(), trials=3, warm_start="nope")
+    assert not (tmp_path / "empty" / "loop.db").exists()
     other = tmp_path / "other.yaml"
     other.write_text(LOOP_SCENARIO.read_text().replace("direction: maximize", "direction: minimize"))
     with pytest.raises(StudyMismatch, match=r"--warm-start earlier: it scored other objectives"):
