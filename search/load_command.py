@@ -261,8 +261,7 @@ def print_result(result, console=None) -> None:
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from objectives.load import LoadRunError, json_safe, run_load_sync
-    from objectives.load.tokenizer import TokenizerError
+    from objectives.load import LoadRunError, TokenizerError, json_safe, run_load_sync
     from search.scenario import ScenarioError
 
     console = Console()

@@ -18,12 +18,13 @@ from objectives.load.metrics import (BASE_KEYS, DEFAULT_LAG_LIMIT_MS, PER_CLASS_
 from objectives.load.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from objectives.load.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
 from objectives.load.stall import ProgressWatch, Stall, stall_bound_s, traced
+from objectives.load.tokenizer import TokenizerError
 from objectives.load.workload import ArrivalSpec, WorkloadSpec
 
 __all__ = [
     "BASE_KEYS", "CLASS_SEPARATOR", "DEFAULT_LAG_LIMIT_MS", "LATENCY_FAMILIES", "MetricName", "class_key", "PER_CLASS_KEYS", "SERVER_KEYS", "Abort", "AbortCheck", "ArrivalSpec", "Bound",
     "GaugeSample", "GoodputSLO", "LoadResult", "LoadRunError", "ProgressWatch", "RequestRecord", "SAMPLE_KEYS", "Stall",
-    "WorkloadSpec", "compute_metrics", "timed_tpot_median_ms", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
+    "TokenizerError", "WorkloadSpec", "compute_metrics", "timed_tpot_median_ms", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
     "records_from_samples", "request_samples",
     "scan_gauges", "stall_bound_s", "traced",
 ]
