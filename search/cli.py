@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from search import load_command  # `autotune load`; imports what it runs only when run
+from search.arg_types import minutes, non_negative_int, positive_int
 
 EXIT_OUTPUT_MISSING = 3  # an output file was not written (a study's: stored, `autotune export` writes them again)
 EXIT_CODES = f"""exit codes:
@@ -253,36 +254,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
-def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of minutes > 0, got {text!r}")
-    return value
-
-
 def _study_name(text: str) -> str:
     from search.scenario import SAFE_NAME_RULE, is_safe_name
 
@@ -294,7 +265,7 @@ def _study_name(text: str) -> str:
 def _add_db_outage(p: argparse.ArgumentParser) -> None:
     from search.study.outage import DEFAULT_BOUND_S
 
-    p.add_argument("--db-outage-s", type=_non_negative, default=DEFAULT_BOUND_S, metavar="S",
+    p.add_argument("--db-outage-s", type=non_negative_int, default=DEFAULT_BOUND_S, metavar="S",
                    help="how long to wait for a database that went away (a restart, a failover) before the "
                         f"study stops; what is measured meanwhile is kept (default: {DEFAULT_BOUND_S})")
 
@@ -331,13 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
     _add_study_target(search, scenario_required=True)
-    search.add_argument("--trials", type=_positive, default=None, help="budget in finished trials (baselines included)")
-    search.add_argument("--timeout-min", type=_minutes, default=None,
+    search.add_argument("--trials", type=positive_int, default=None, help="budget in finished trials (baselines included)")
+    search.add_argument("--timeout-min", type=minutes, default=None,
                         help="wall-time budget of the search phase (the confirmation phase follows it)")
     search.add_argument("--sampler", default=None, choices=list(SAMPLERS),
                         help=f"default: the scenario's default_sampler, else {DEFAULT_SAMPLER}")
     search.add_argument("--seed", type=int, default=0)
-    search.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
+    search.add_argument("--confirm-runs", type=non_negative_int, default=None, metavar="N",
                         help="runs per candidate in the confirmation phase after the search "
                              "(default: the scenario's confirmation.runs, 3); 0 skips the phase")
     search.add_argument("--recalibrate", action="store_true",
@@ -347,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an earlier study in the same storage, on the same model, vLLM build and machine: its "
                              "winner is enqueued and its trials inform the TPE sampler; nothing of it is copied, "
                              "everything is measured again (refused, saying what differs, otherwise)")
-    search.add_argument("--workers", type=_positive, default=1, metavar="N",
+    search.add_argument("--workers", type=positive_int, default=1, metavar="N",
                         help="trials in parallel: N worker processes, each on its own GPUs or CPU cores "
                              "(needs a --storage database server: make db)")
     search.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -367,8 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the devices this worker owns, e.g. gpu:2,3 or cpu:0-7 (default: all it sees)")
     worker.add_argument("--scenario", default=None, help="the scenario file (default: the study's, as stored)")
     worker.add_argument("--model", default=None, help="local model directory or Hugging Face id (default: the study's)")
-    worker.add_argument("--trials", type=_positive, default=None, help="the study's budget (default: as stored)")
-    worker.add_argument("--timeout-min", type=_minutes, default=None)
+    worker.add_argument("--trials", type=positive_int, default=None, help="the study's budget (default: as stored)")
+    worker.add_argument("--timeout-min", type=minutes, default=None)
     worker.add_argument("--sampler", default=None, choices=list(SAMPLERS),
                         help=f"default: the scenario's default_sampler, else {DEFAULT_SAMPLER}")
     worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")
@@ -379,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         "confirm", help="the confirmation phase alone on an existing study: re-measure the front's best and "
                         "the baselines, interleaved, and decide on the confirmed values (resumes)")
     _add_study_target(confirm, scenario_required=True)
-    confirm.add_argument("--confirm-runs", type=_non_negative, default=None, metavar="N",
+    confirm.add_argument("--confirm-runs", type=non_negative_int, default=None, metavar="N",
                          help="runs per candidate (default: the scenario's confirmation.runs, 3)")
     _add_db_outage(confirm)
     confirm.set_defaults(func=_cmd_search)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from search.arg_types import http_url, non_negative_int, positive_float, positive_int
 from search.disk import write_atomic
 from search.outputs import fmt_value
 
@@ -33,29 +34,29 @@ def register(subparsers) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", nargs="?", default=None,
                    help="scenario name (configs/<name>.yaml) or path; its workload section is used")
-    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--url", required=True, type=http_url, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--workload", type=Path, help="a WorkloadSpec YAML file")
     p.add_argument("--model", help="served model name (default: the first from /v1/models)")
     p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the model's root)")
     g = p.add_argument_group("workload overrides")
     g.add_argument("--endpoint", choices=("chat", "completions"))
-    g.add_argument("--rate", type=float, help="open loop at this many requests/s")
+    g.add_argument("--rate", type=positive_float, help="open loop at this many requests/s")
     g.add_argument("--arrival", choices=("poisson", "gamma", "constant", "burst"),
                    help="open-loop process for --rate (default: the workload's, else poisson)")
-    g.add_argument("--burstiness", type=float, help="gamma shape (implies --arrival gamma)")
-    g.add_argument("--concurrency", type=int, help="closed loop with this many users")
-    g.add_argument("--capacity", type=float, metavar="RPS",
+    g.add_argument("--burstiness", type=positive_float, help="gamma shape (implies --arrival gamma)")
+    g.add_argument("--concurrency", type=positive_int, help="closed loop with this many users")
+    g.add_argument("--capacity", type=positive_float, metavar="RPS",
                    help="capacity that a capacity_fraction rate refers to (default: measured "
                    "with a short closed-loop probe)")
-    g.add_argument("--num-requests", type=int, help="measured requests (drops the duration bound "
+    g.add_argument("--num-requests", type=positive_int, help="measured requests (drops the duration bound "
                    "unless --duration is given too)")
-    g.add_argument("--duration", type=float, help="seconds of sending (drops the request-count "
+    g.add_argument("--duration", type=positive_float, help="seconds of sending (drops the request-count "
                    "bound unless --num-requests is given too)")
-    g.add_argument("--warmup", type=int, help="warmup requests (excluded)")
-    g.add_argument("--prompt-tokens", type=int, help="fixed prompt length (single class)")
-    g.add_argument("--output-tokens", type=int, help="fixed output length (single class)")
+    g.add_argument("--warmup", type=non_negative_int, help="warmup requests (excluded)")
+    g.add_argument("--prompt-tokens", type=positive_int, help="fixed prompt length (single class)")
+    g.add_argument("--output-tokens", type=positive_int, help="fixed output length (single class)")
     g.add_argument("--seed", type=int)
-    g.add_argument("--timeout", type=float, help="per-request timeout, s")
+    g.add_argument("--timeout", type=positive_float, help="per-request timeout, s")
     m = p.add_argument_group("measurement")
     m.add_argument("--client", choices=("aiohttp", "openai"), default="aiohttp")
     m.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
@@ -179,7 +180,10 @@ def parse_goodput(items: list[str] | None, scenario_goodput=None):
         key, _, ms = item.partition(":")
         if key not in ("ttft", "tpot", "e2el") or not ms:
             raise LoadCliError(f"--goodput {item!r}: use ttft:<ms>, tpot:<ms>, e2el:<ms>")
-        values[f"{key}_ms"] = float(ms)
+        try:
+            values[f"{key}_ms"] = positive_float(ms)
+        except argparse.ArgumentTypeError as e:
+            raise LoadCliError(f"--goodput {item!r}: {key} {e}") from None
     return GoodputSLO(**values) if values else None
 
 

@@ -119,3 +119,15 @@ def test_a_workload_file_that_is_not_a_mapping_is_one_line(tmp_path, text, said)
     assert load.returncode == 2
     lines = load.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: --workload {path}: {said}")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--url", "ftp://127.0.0.1:9"], "argument --url: must be http://HOST:PORT (or https://), got 'ftp://127.0.0.1:9'"),
+    (["--url", URL, "--rate", "-1"], "argument --rate: must be a number > 0, got '-1'"),
+    (["--url", URL, "--concurrency", "0"], "argument --concurrency: must be a whole number >= 1, got '0'"),
+    (["--url", URL, "--goodput", "ttft:abc"], "--goodput 'ttft:abc': ttft must be a number > 0, got 'abc'"),
+])
+def test_a_load_flag_out_of_range_is_refused_before_anything_is_sent(args, said):
+    load = autotune("load", "mixed", *args, timeout=60)
+    assert load.returncode == 2 and load.stderr.strip().splitlines()[-1].endswith(said)
+    assert "Traceback" not in load.stderr

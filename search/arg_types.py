@@ -1,0 +1,52 @@
+"""argparse types for the command lines' numbers and URLs: a value out of range is refused by
+argparse itself, one line naming the flag, exit code 2, before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from urllib.parse import urlsplit
+
+
+def _number(text: str, kind: type) -> float | None:
+    try:
+        value = kind(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def minutes(text: str) -> float:
+    value = _number(text, float)
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of minutes > 0, got {text!r}")
+    return value
+
+
+def http_url(text: str) -> str:
+    """A server's base URL: http(s)://HOST[:PORT], without a trailing slash."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"must be http://HOST:PORT (or https://), got {text!r}")
+    return text.rstrip("/")
