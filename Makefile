@@ -17,6 +17,10 @@ RECALIBRATE ?=
 WORKERS  ?=
 SLOT     ?=
 DB_OUTAGE_S ?=
+LANDSCAPE ?=
+SAMPLERS ?=
+SEEDS    ?=
+BUDGETS  ?=
 
 opt = $(if $(2),$(1) $(2),)
 # The URL reaches the commands through the environment: make echoes "$STORAGE", never the
@@ -90,8 +94,9 @@ bench-capacity: setup   ## capacity under the SLO of vLLM's defaults and max_num
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
 	$(BIN)/python benchmarks/fidelity.py $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
 
-bench-search: setup   ## every sampler x 20 seeds x budgets 5-40 on the replay executor (no vLLM); LANDSCAPE=file
-	$(BIN)/python benchmarks/bench_search.py $(call opt,--landscape,$(LANDSCAPE))
+bench-search: setup   ## every sampler x 20 seeds x budgets 5-40 on the replay executor (no vLLM); LANDSCAPE=, SAMPLERS=, SEEDS=, BUDGETS= narrow it
+	$(BIN)/python benchmarks/bench_search.py $(call opt,--landscape,$(LANDSCAPE)) $(call opt,--samplers,$(SAMPLERS)) \
+		$(call opt,--seeds,$(SEEDS)) $(call opt,--budgets,$(BUDGETS))
 
 bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
 	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)
