@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -18,8 +19,16 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make he
 def test_make_bench_search_from_a_fresh_clone_prints_the_table_and_writes_the_summary(tmp_path):
     clone = fresh_clone(tmp_path / "clone")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}, "PYTHONPATH": str(clone)}
-    done = subprocess.run(["make", "bench-search", "SAMPLERS=random sobol-tpe", "SEEDS=2", "BUDGETS=5"],
-                          cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    # its own process group, so that a run past the timeout takes the bench's worker processes with it
+    proc = subprocess.Popen(["make", "bench-search", "SAMPLERS=random sobol-tpe", "SEEDS=2", "BUDGETS=5"], cwd=clone,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "bench-search" in done.stdout and "4 studies in" in done.stdout
     summary = json.loads((clone / "runs" / "bench-search" / "summary.json").read_text())
