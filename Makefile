@@ -21,6 +21,7 @@ LANDSCAPE ?=
 SAMPLERS ?=
 SEEDS    ?=
 BUDGETS  ?=
+PORT     ?=
 
 opt = $(if $(2),$(1) $(2),)
 # The URL reaches the commands through the environment: make echoes "$STORAGE", never the
@@ -70,8 +71,8 @@ export: setup
 report: setup
 	$(BIN)/autotune report $(SCENARIO) $(STUDY_ARGS)
 
-dashboard: setup
-	$(BIN)/autotune dashboard $(SCENARIO) $(STUDY_ARGS)
+dashboard: setup   ## PORT= another port than 8080
+	$(BIN)/autotune dashboard $(SCENARIO) $(STUDY_ARGS) $(call opt,--port,$(PORT))
 
 load: setup        ## one load run against a running server: make load URL=http://127.0.0.1:8000 SCENARIO=mixed
 	$(BIN)/autotune load $(SCENARIO) --url $(URL)

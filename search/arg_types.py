@@ -44,6 +44,13 @@ def minutes(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    value = _number(text, int)
+    if value is None or not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1-65535, got {text!r}")
+    return value
+
+
 def http_url(text: str) -> str:
     """A server's base URL: http(s)://HOST[:PORT], without a trailing slash."""
     parts = urlsplit(text)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from search import load_command  # `autotune load`; imports what it runs only when run
-from search.arg_types import minutes, non_negative_int, positive_int
+from search.arg_types import minutes, non_negative_int, port_number, positive_int
 
 EXIT_OUTPUT_MISSING = 3  # an output file was not written (a study's: stored, `autotune export` writes them again)
 EXIT_CODES = f"""exit codes:
@@ -120,11 +120,12 @@ def reported(prog: str, run: Callable[[], int], also: tuple[type[Exception], ...
         return 1
 
 
-def _study_target(args: argparse.Namespace) -> tuple[str, str]:
-    """The stored study that export, dashboard and report read; refused (creating no database
-    file, as a mistyped --storage would) unless it is there."""
+def _study_target(args: argparse.Namespace, whole_database: bool = False) -> tuple[str, str]:
+    """The stored study that export and report read (`whole_database`: the database the
+    dashboard serves, that study or not); refused, creating no database file (as a mistyped
+    --storage would), unless it is there."""
     from search.prepare import default_storage, default_study_name
-    from storage.queries import check_url, existing_study_check
+    from storage.queries import check_url, existing_database_check, existing_study_check
 
     storage = default_storage(Path(args.runs_dir)) if args.storage is None else args.storage  # "" is refused
     check_url(storage)
@@ -136,7 +137,8 @@ def _study_target(args: argparse.Namespace) -> tuple[str, str]:
         # The study is named after the scenario's `name:`, as `search` names it, also when the
         # scenario is given as a path.
         name = default_study_name(scenario_mod.load(args.scenario)[0].name, args.model)
-    existing_study_check(storage, name, f"run `autotune search {args.scenario}` first")
+    hint = f"run `autotune search {args.scenario}` first"
+    existing_database_check(storage, hint) if whole_database else existing_study_check(storage, name, hint)
     return storage, name
 
 
@@ -241,7 +243,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from search.outputs import publish_and_serve  # figures and notes, then serves on 127.0.0.1
 
-    storage, name = _study_target(args)
+    storage, name = _study_target(args, whole_database=True)
     return publish_and_serve(storage, name, port=args.port)
 
 
@@ -363,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dash = sub.add_parser("dashboard", help="optuna-dashboard on the study database, bound to 127.0.0.1")
     _add_study_target(dash)
-    dash.add_argument("--port", type=int, default=8080)
+    dash.add_argument("--port", type=port_number, default=8080, help="on 127.0.0.1 (make dashboard PORT=)")
     dash.set_defaults(func=_cmd_dashboard)
 
     params = sub.add_parser("params", help="what a scenario may set: the tunable parameters and the allowed "

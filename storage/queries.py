@@ -140,6 +140,20 @@ def _add_new_columns(engine: Engine) -> None:
                     conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
+def existing_database_check(url: str, hint: str) -> None:
+    """Raise LookupError (with `hint`) unless a database with the tuner's tables is at `url`;
+    creates nothing, unlike `open_db`."""
+    missing = LookupError(f"no study database at {redacted(url)}; {hint}")
+    if single_writer(url) and not Path(make_url(url).database or "").expanduser().exists():
+        raise missing
+    engine = create_engine(url, **engine_kwargs(url))
+    try:
+        if not inspect(engine).has_table(StudyRecord.__tablename__):
+            raise missing
+    finally:
+        engine.dispose()
+
+
 def existing_study_check(url: str, study_name: str, hint: str) -> None:
     """Raise LookupError (with `hint`) unless `study_name` is stored at `url`; creates nothing
     (no database file, no table), unlike `open_db`."""

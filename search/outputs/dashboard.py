@@ -24,6 +24,7 @@ tells Optuna; notes can be written any time, so a trial's note follows once it i
 
 from __future__ import annotations
 
+import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -297,8 +298,22 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
     run_server(storage, host=host, port=port)
 
 
+def _port_taken(host: str, port: int) -> str | None:
+    """Why `port` cannot be served on (None: it can); checked before anything is published."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
+
+
 def publish_and_serve(storage_url: str, study_name: str, port: int = 8080) -> int:
     """`autotune dashboard`: publish the study (if it is there), then serve every study of the DB."""
+    if (why := _port_taken("127.0.0.1", port)) is not None:
+        print(f"autotune: error: --port {port}: cannot serve on 127.0.0.1:{port} ({why}); pass a free "
+              f"port with --port (make dashboard PORT=)", file=sys.stderr)
+        return 2
     try:
         done = publish(storage_url, study_name)
         print(f"published study {study_name!r}: {len(done.figures)} figures on the study page, a study "

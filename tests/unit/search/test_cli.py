@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 
@@ -66,12 +67,34 @@ def test_a_scenario_given_by_path_names_the_study_as_search_does(tmp_path):
     copy = tmp_path / "my-mixed.yaml"
     copy.write_text((CONFIG_DIR / "mixed.yaml").read_text())
     db = tmp_path / "none.db"
-    for command in ("report", "export", "dashboard"):  # readers: none creates the database it lacks
+    for command, missing in (("report", "no study named 'mixed' in"), ("export", "no study named 'mixed' in"),
+                             ("dashboard", "no study database at")):  # readers: none creates the database it lacks
         proc = autotune(command, copy, "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
-        assert f"autotune: error: no study named 'mixed' in sqlite:///{db}; run `autotune search {copy}` first" \
-            in proc.stderr
+        assert f"autotune: error: {missing} sqlite:///{db}; run `autotune search {copy}` first" in proc.stderr
         assert not db.exists()
+
+
+def test_the_dashboard_on_a_busy_port_is_one_line_and_publishes_nothing(tmp_path):
+    import optuna
+    from optuna_dashboard import get_note
+
+    from tests.support.scripted_executor import ScriptedExecutor
+    from tests.support.study_loop import runner
+
+    r = runner(tmp_path, ScriptedExecutor(), trials=2)
+    r.run()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = autotune("dashboard", LOOP_SCENARIO, "--storage", r.prep.storage_url, "--study", "loop",
+                        "--port", port, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (f"autotune: error: --port {port}: cannot serve on 127.0.0.1:{port} (Address "
+                                   "already in use); pass a free port with --port (make dashboard PORT=)")
+    study = optuna.load_study(study_name="loop", storage=r.prep.storage_url)
+    assert not get_note(study)  # nothing published before the refusal
 
 
 def test_a_missing_workload_file_is_one_line(tmp_path):
@@ -167,3 +190,23 @@ def test_export_on_a_file_that_is_not_a_database_is_one_line(tmp_path):
     proc = autotune("export", "loop", "--storage", f"sqlite:///{not_sqlite}", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{not_sqlite} is not a SQLite database" in proc.stderr
+
+
+def test_the_dashboard_serves_a_database_that_lacks_the_named_study(tmp_path, monkeypatch, capsys):
+    # the dashboard shows every study of the database: a name it lacks is a note, not a refusal
+    from search import cli
+    from search.outputs import dashboard
+    from tests.support.scripted_executor import ScriptedExecutor
+    from tests.support.study_loop import runner
+
+    r = runner(tmp_path, ScriptedExecutor(), trials=2)
+    r.run()
+    served = []
+    monkeypatch.setattr(dashboard, "serve", lambda url, port: served.append((url, port)))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert cli.main(["dashboard", str(LOOP_SCENARIO), "--storage", r.prep.storage_url, "--study", "other",
+                     "--port", str(port)]) == 0
+    assert served == [(r.prep.storage_url, port)]
+    assert "note: no study named 'other' in this database" in capsys.readouterr().err
