@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, inspect, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from search import scenario as scenario_mod
 from search import space as space_mod
@@ -19,8 +18,8 @@ from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
 from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
 from storage.models import StudyRecord
-from storage.queries import check_url, check_writable_dir, engine_kwargs
-from storage.url import redacted, single_writer
+from storage.queries import check_url, check_writable_dir, existing_engine
+from storage.url import redacted
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -73,16 +72,11 @@ def stored_scenario_source(storage_url: str, study_name: str) -> str | None:
     """The scenario source stored with study `study_name`, None if there is no such study. Creates
     nothing (no database file, no table) and reads one column, so a database begun by an older
     version is read as it is."""
-    if single_writer(storage_url) and not Path(make_url(storage_url).database or "").expanduser().exists():
-        return None
-    engine = create_engine(storage_url, **engine_kwargs(storage_url))
-    try:
-        if not inspect(engine).has_table(StudyRecord.__tablename__):
+    with existing_engine(storage_url) as engine:
+        if engine is None:
             return None
         with engine.connect() as conn:
             return conn.scalar(select(StudyRecord.scenario_source).where(StudyRecord.study_name == study_name))
-    finally:
-        engine.dispose()
 
 
 def check_stored_scenario(storage_url: str, study_name: str, base_dir: Path) -> None:

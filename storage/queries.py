@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
@@ -140,36 +141,36 @@ def _add_new_columns(engine: Engine) -> None:
                     conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
-def existing_database_check(url: str, hint: str) -> None:
-    """Raise LookupError (with `hint`) unless a database with the tuner's tables is at `url`;
-    creates nothing, unlike `open_db`."""
-    missing = LookupError(f"no study database at {redacted(url)}; {hint}")
+@contextmanager
+def existing_engine(url: str) -> Iterator[Engine | None]:
+    """An engine on the tuner's database at `url`, None if there is none (no SQLite file, or no
+    tuner tables); unlike `open_db` it creates nothing, so a reader given a wrong URL leaves no
+    empty database behind."""
     if single_writer(url) and not Path(make_url(url).database or "").expanduser().exists():
-        raise missing
+        yield None
+        return
     engine = create_engine(url, **engine_kwargs(url))
     try:
-        if not inspect(engine).has_table(StudyRecord.__tablename__):
-            raise missing
+        yield engine if inspect(engine).has_table(StudyRecord.__tablename__) else None
     finally:
         engine.dispose()
+
+
+def existing_database_check(url: str, hint: str) -> None:
+    """Raise LookupError (with `hint`) unless the tuner's database is at `url`; creates nothing."""
+    with existing_engine(url) as engine:
+        if engine is None:
+            raise LookupError(f"no study database at {redacted(url)}; {hint}")
 
 
 def existing_study_check(url: str, study_name: str, hint: str) -> None:
-    """Raise LookupError (with `hint`) unless `study_name` is stored at `url`; creates nothing
-    (no database file, no table), unlike `open_db`."""
-    parsed = make_url(url)
-    missing = LookupError(f"no study named {study_name!r} in {redacted(url)}; {hint}")
-    if single_writer(url) and not Path(parsed.database or "").expanduser().exists():
-        raise missing
-    engine = create_engine(url, **engine_kwargs(url))
-    try:
-        if not inspect(engine).has_table(StudyRecord.__tablename__):
-            raise missing
-        with Session(engine) as session:
-            if find_study(session, study_name) is None:
-                raise missing
-    finally:
-        engine.dispose()
+    """Raise LookupError (with `hint`) unless `study_name` is stored at `url`; creates nothing."""
+    with existing_engine(url) as engine:
+        if engine is not None:
+            with Session(engine) as session:
+                if find_study(session, study_name) is not None:
+                    return
+    raise LookupError(f"no study named {study_name!r} in {redacted(url)}; {hint}")
 
 
 def find_study(session: Session, study_name: str) -> StudyRecord | None:
