@@ -30,18 +30,19 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def _above_zero(text: str, what: str) -> float:
     value = _number(text, float)
     if value is None or not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what} > 0, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    return _above_zero(text, "a number")
 
 
 def minutes(text: str) -> float:
-    value = _number(text, float)
-    if value is None or not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of minutes > 0, got {text!r}")
-    return value
+    return _above_zero(text, "a number of minutes")
 
 
 def port_number(text: str) -> int:
