@@ -11,7 +11,7 @@
 #   docker run --gpus all -v ~/.cache/huggingface:/root/.cache/huggingface -v "$PWD/runs:/work/runs" \
 #       vllm-autotune search mixed --model meta-llama/Llama-3.1-8B-Instruct
 #
-# The image's oldest supported vLLM is 0.26.0 (search/serving/vllm_support.py); an older one is
+# The image's oldest supported vLLM is 0.26.0 (serving/vllm_support.py); an older one is
 # refused by `autotune` in one line.
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.26.0
 FROM ${VLLM_IMAGE}
@@ -19,7 +19,9 @@ FROM ${VLLM_IMAGE}
 WORKDIR /opt/vllm-autotune
 COPY pyproject.toml README.md ./
 COPY configs configs
+COPY serving serving
 COPY objectives objectives
+COPY loadgen loadgen
 COPY storage storage
 # search/scenarios links to ../configs: the shipped scenarios become package data.
 COPY search search

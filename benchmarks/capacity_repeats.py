@@ -28,13 +28,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from objectives.load.loadrun import run_async
+from loadgen.loadrun import run_async
 from objectives.stages import run_stages
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, calibrate, plan as plan_trial
 from search.cli import reported
 from search.prepare import StudyOptions, prepare
-from search.serving.process import launch
+from serving.process import launch
 
 
 def parse_config(text: str) -> tuple[str, dict]:

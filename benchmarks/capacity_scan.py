@@ -29,7 +29,7 @@ from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, plan as plan_trial
 from search.prepare import StudyOptions, prepare
-from search.serving.process import launch
+from serving.process import launch
 
 REPO = Path(__file__).resolve().parent.parent
 

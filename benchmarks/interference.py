@@ -22,20 +22,20 @@ import sys
 import time
 from pathlib import Path
 
-from objectives.load.loadrun import run_load_sync
+from loadgen.loadrun import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
-from search.serving.process import launch
+from serving.process import launch
 from search.workers import available_cpus, slots
 
 METRICS = ("output_throughput", "ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "e2el_median_ms")
 NEIGHBOUR = """
 import sys, time
 from pathlib import Path
-from objectives.load.loadrun import run_load_sync
+from loadgen.loadrun import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
-from search.serving.process import launch
+from serving.process import launch
 from search.workers import Slot
 slot, scenario, requests, flag, ready, log = sys.argv[1:7]
 Slot.parse(slot).apply()

@@ -37,8 +37,8 @@ from search import scenario as scenario_mod  # noqa: E402
 from search.calibration import CalibrationResult  # noqa: E402
 from search.prepare import StudyOptions, prepare  # noqa: E402
 from search.cli import reported  # noqa: E402
-from search.replay import Config, Landscape, LandscapeError, Measurement, repeat_rounds, space_filling  # noqa: E402
-from search.serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch  # noqa: E402
+from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat_rounds, space_filling  # noqa: E402
+from serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch  # noqa: E402
 from search.study import StudyRunner  # noqa: E402
 from storage import queries  # noqa: E402
 
@@ -114,10 +114,10 @@ def _stored_calibration(storage: str, study: str) -> CalibrationResult | None:
     return CalibrationResult.from_dict(cal) if cal else None
 
 
-def _measurement(row, run: int) -> Measurement:
+def _measurement(row, run: int) -> ScreenedRun:
     cap = row.capacity or {}
     served = row.failure_class is None or row.failure_phase not in ("startup", "precheck")
-    return Measurement(run=run, served=served and row.status == "ok", failure_class=row.failure_class,
+    return ScreenedRun(run=run, served=served and row.status == "ok", failure_class=row.failure_class,
                        values=row.values, metrics={k: v for k, v in (row.metrics or {}).items()},
                        constraints=dict(row.constraints or {}), feasible=bool(row.feasible),
                        capacity_low=cap.get("low"), capacity_high=cap.get("high"),

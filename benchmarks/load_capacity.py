@@ -31,11 +31,11 @@ from rich.table import Table
 
 from load_common import (REPO, ForeignCpu, Spread, run_ours, run_vllm_bench, start_stub,
                          vllm_bench_args, vllm_schedule_lag_ms, wait_for_quiet, write_sharegpt_dataset)
-from objectives.load.arrivals import open_loop_offsets
-from objectives.load.prompts import build_requests
-from objectives.load.tokenizer import PromptTokenizer
-from objectives.load.workload import WorkloadSpec
-from search.serving import build_default_model
+from loadgen.arrivals import open_loop_offsets
+from loadgen.prompts import build_requests
+from loadgen.tokenizer import PromptTokenizer
+from loadgen.workload import WorkloadSpec
+from serving import build_default_model
 
 LAG_LIMIT_MS = 5.0
 RATE_TOLERANCE = 0.97

@@ -49,15 +49,15 @@ from rich.table import Table
 from load_common import (REPO, ForeignCpu, Spread, TreeCpu, cpu_in_window, run_ours, run_vllm_bench,
                          vllm_bench_prepared_args, vllm_schedule_lag_ms, wait_for_quiet,
                          write_prepared_requests)
-from objectives.load.arrivals import open_loop_offsets
-from objectives.load.loadrun import _build, _ServerCounter
-from objectives.load.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
-from objectives.load.server_metrics import MetricsSnapshot
+from loadgen.arrivals import open_loop_offsets
+from loadgen.loadrun import _build, _ServerCounter
+from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
+from loadgen.server_metrics import MetricsSnapshot
 from objectives.statistics import relative_difference
-from objectives.load.tokenizer import PromptTokenizer
-from objectives.load.workload import WorkloadSpec
-from search.serving import launch_context, resolve_server_args
-from search.serving.process import launch
+from loadgen.tokenizer import PromptTokenizer
+from loadgen.workload import WorkloadSpec
+from serving import launch_context, resolve_server_args
+from serving.process import launch
 
 METRICS = [  # (label, our flat key, vLLM result key)
     ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),

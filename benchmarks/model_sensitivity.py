@@ -18,10 +18,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from objectives.load.loadrun import run_load_sync
-from objectives.load.workload import WorkloadSpec
-from search.serving import launch_context, resolve_server_args
-from search.serving.process import launch
+from loadgen.loadrun import run_load_sync
+from loadgen.workload import WorkloadSpec
+from serving import launch_context, resolve_server_args
+from serving.process import launch
 
 CONFIGS = {
     "vLLM CPU defaults": {},

@@ -93,8 +93,8 @@ def _worker_core(server) -> int | None:
 
 def _run_client(base_url: str, model: str, spec_json: dict, out: Path) -> None:
     """--client mode: one load run, its result as JSON (run in a child so nice/taskset apply to it only)."""
-    from objectives.load.loadrun import run_load_sync
-    from objectives.load.workload import WorkloadSpec
+    from loadgen.loadrun import run_load_sync
+    from loadgen.workload import WorkloadSpec
 
     spec = WorkloadSpec.model_validate(spec_json)
     result = run_load_sync(base_url, None, spec, tokenizer_path=model)
@@ -122,8 +122,8 @@ def _load(server, ctx, workload: dict, starve: bool) -> dict:
 
 
 def record(name: str, ctx) -> list[Path]:
-    from search.serving import resolve_server_args
-    from search.serving.process import launch
+    from serving import resolve_server_args
+    from serving.process import launch
 
     case = CASES[name]
     values = {"dtype": ctx.dtype, "enforce_eager": True, **case["server"]}
@@ -178,7 +178,7 @@ def main() -> None:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         ap.error(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(CASES)}")
-    from search.serving import launch_context
+    from serving import launch_context
 
     ctx = launch_context()
     OUT_DIR.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ does not mistake a neighbour's weights for its own memory use); then each trial 
 and is measured while the others wait idle, holding memory but no compute. A trial's start
 seconds are its own server's, started beside the others.
 
-Only a benchmark does this: a study's trials start alone (`search.serving.process.launch`).
+Only a benchmark does this: a study's trials start alone (`serving.process.launch`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from search.executor import plan
-from search.serving import LaunchContext, ServerArgs
-from search.serving.process import VllmServer, launch_spec
+from serving import LaunchContext, ServerArgs
+from serving.process import VllmServer, launch_spec
 
 
 def _key(ctx: LaunchContext, args: ServerArgs) -> tuple[str, ...]:

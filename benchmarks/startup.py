@@ -4,7 +4,7 @@ Eager vs compiled, and compiled with a cold vs a warm compile cache (VLLM_CACHE_
 TORCHINDUCTOR_CACHE_DIR pointed at a fresh directory, or at one a previous start filled).
 Prints the median of N starts per mode, with min/max, and vLLM's own engine-init split.
 
-`--compare`: starts of one config by different entries (search/serving/process/server.py),
+`--compare`: starts of one config by different entries (serving/process/server.py),
 interleaved ABAB..., each start followed by the same short fixed load: the start seconds (median,
 range), each start's anatomy and the served TTFT/TPOT median/p95 per entry, so "the same server"
 is a measured claim. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
@@ -29,11 +29,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from objectives.load import WorkloadSpec, run_async, run_load
-from search.serving import launch_context, resolve_server_args
-from search.serving.process import FirstTokenWatch, launch, while_serving
-from search.serving.process.launcher import launch_spec
-from search.serving.process.server import VllmServer
+from loadgen import WorkloadSpec, run_async, run_load
+from serving import launch_context, resolve_server_args
+from serving.process import FirstTokenWatch, launch, while_serving
+from serving.process.launcher import launch_spec
+from serving.process.server import VllmServer
 
 # The short fixed load after each start of --compare: the same requests every time (one seed).
 FIXED_LOAD = {"endpoint": "completions", "prompt_tokens": 200, "output_tokens": 32,

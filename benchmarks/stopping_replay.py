@@ -34,14 +34,14 @@ from sqlalchemy.orm import Session
 
 from objectives.early_abort import (CERTAIN, LIKELY, abort_check, over_saturated, replay,
                                     waiting_proxy)
-from objectives.load import AbortCheck, RequestRecord, records_from_samples
+from loadgen import AbortCheck, RequestRecord, records_from_samples
 from objectives.scoring import SLOSpec
 from objectives.stages import CAPACITY, stage_slos
 from search.calibration import CalibrationResult, resolve
 from search.cli import reported
 from search.scenario import CONFIG_DIR, ScenarioError, parse
 from storage import queries
-from storage.models import StudyRecord
+from storage.tables import StudyRecord
 
 DEFAULT_STORAGE = Path("runs/autotune.db")
 

@@ -4,7 +4,7 @@ Reads a stored study (nothing is started) and prints per trial the start, each s
 seconds (a = aborted early), what the aborts saved, the idle waits between stages, the stop, the
 total, the share of the trial outside its load stages: 1 - sum(stage elapsed) / total, and the
 KV cache tokens the memory arithmetic predicted against those vLLM logged at the start, and the
-start's anatomy (`timings.start_anatomy`, search/serving/start_anatomy.py: imports, engine and
+start's anatomy (`timings.start_anatomy`, serving/start_anatomy.py: imports, engine and
 worker processes, model load, KV cache, warm-up, API server, health, first token; trials stored
 before it was recorded show none).
 `total_s` runs from before the server's start to after its stop (search/executor/vllm.py), so the
@@ -30,10 +30,10 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from search.outputs import fmt_value
-from search.serving import START_PHASES
-from search.serving import describe_kv_check
+from serving import START_PHASES
+from serving import describe_kv_check
 from storage import queries
-from storage.models import TrialRecord
+from storage.tables import TrialRecord
 
 DEFAULT_STORAGE = Path("runs/autotune.db")
 

@@ -63,11 +63,11 @@ from typing import Protocol, Sequence
 import numpy as np
 from scipy import stats
 
-from objectives.load import Abort, AbortCheck
-from objectives.load import RequestRecord
+from loadgen import Abort, AbortCheck
+from loadgen import RequestRecord
 from objectives.scoring import SLOSpec
-from objectives.load import GaugeSample
-from objectives.load import MetricName
+from loadgen import GaugeSample
+from loadgen import MetricName
 
 QUEUE_WINDOW_S = 15.0
 QUEUE_GROWTH_SHARE = 0.25
@@ -92,7 +92,7 @@ SATURATION_MIN_SLOPE = 0.05
 SATURATION_SETTLE_S = 5.0
 
 
-class Rule(Protocol):
+class AbortRule(Protocol):
     def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
         """Whether the stage has certainly violated this SLO by `now`."""
         ...
@@ -271,10 +271,10 @@ class ErrorRateRule:
                           allowed + 1, allowed)
 
 
-def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[Rule]:
+def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[AbortRule]:
     """The SLOs that can be decided early, as rules over a stage with this many planned requests."""
     total = sum(planned_by_class.values())
-    rules: list[Rule] = []
+    rules: list[AbortRule] = []
     for slo in slos:
         if slo.max is None:
             continue
@@ -375,7 +375,7 @@ def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_p
     percentile rules count against, is read from the records on the first call."""
     if rule not in (LIKELY, CERTAIN):
         raise ValueError(f"rule must be {LIKELY!r} or {CERTAIN!r}, not {rule!r}")
-    rules: list[Rule] | None = None
+    rules: list[AbortRule] | None = None
 
     def check(records: Sequence[RequestRecord], now: float, samples: Sequence[GaugeSample]) -> Abort | None:
         nonlocal rules

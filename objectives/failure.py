@@ -1,10 +1,10 @@
 """Why a trial failed, in one vocabulary: the failure classes, the phase a failure happened in,
 and what to do about each class.
 
-The serving layer names the class from a server's log (`search.serving.classify`); the study
+The serving layer names the class from a server's log (`serving.classify`); the study
 stores `Failure.cls` and `Failure.phase` by value; the diagnosis reads the advice from the class.
 A new class is one member here with its advice (`_ADVICE`) and, where a log line gives it away,
-one rule in `search/serving/failures.py`.
+one rule in `serving/failures.py`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class FailureClass(StrEnum):
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
     LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
-    HANG = "hang"  # alive, but no token and no finished request for the stall bound (objectives.load.stall)
+    HANG = "hang"  # alive, but no token and no finished request for the stall bound (loadgen.stall)
     OTHER = "other"
 
     @property

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from objectives.load import MetricName
+from loadgen import MetricName
 from objectives.statistics import CONFIDENCE, N_RESAMPLES, SEED, Difference, Interval, NAN_DIFFERENCE
 
 # A value larger than any latency in ms: what a censored request could be, to see whether it moves a percentile.

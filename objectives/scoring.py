@@ -14,9 +14,9 @@ from typing import Generic, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
-from objectives.load import BASE_KEYS, PER_CLASS_KEYS, Bound
-from objectives.load import SERVER_KEYS
-from objectives.load import MetricName, class_key
+from loadgen import BASE_KEYS, PER_CLASS_KEYS, Bound
+from loadgen import SERVER_KEYS
+from loadgen import MetricName, class_key
 
 NAN_VIOLATION = 1.0
 # Every trial's first constraint: the server started and served the load.

@@ -24,7 +24,7 @@ is very likely, or certain (`objectives.early_abort`): a measurement for the cap
 failure. A capacity stage stopped as a likely pass counts as passed. The confirmation's target
 stages run in full (`full_target`), since the verdict pools their requests.
 
-Every stage keeps its measured requests (`StageResult.samples`, `objectives.load.request_samples`),
+Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/stopping_replay.py`).
 """
 
@@ -43,12 +43,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
 from objectives.early_abort import CERTAIN, OFF, abort_check
-from objectives.load import LoadResult, request_samples, run_load
-from objectives.load import GoodputSLO
+from loadgen import LoadResult, request_samples, run_load
+from loadgen import GoodputSLO
 from objectives.scoring import SLOSpec, slo_key
-from objectives.load import fetch_metrics_text, scan_gauges
-from objectives.load import ProgressWatch, traced
-from objectives.load import WorkloadSpec
+from loadgen import fetch_metrics_text, scan_gauges
+from loadgen import ProgressWatch, traced
+from loadgen import WorkloadSpec
 
 TARGET, CAPACITY = "target", "capacity"
 # Below this many requests a stage measures nothing worth bisecting on: no floor goes below the
@@ -150,7 +150,7 @@ class StageResult:
     requests_planned: int = 0
     requests_sent: int = 0
     notes: list[str] = field(default_factory=list)
-    samples: dict[str, list] | None = None  # the measured requests (objectives.load.request_samples)
+    samples: dict[str, list] | None = None  # the measured requests (loadgen.request_samples)
     stopped_passing: bool = False  # `aborted` says why: every SLO very likely met (not stored: `passed` is)
     raised: str | None = None  # the metric an abort raised to its certain lower bound (an "at least")
 
@@ -182,7 +182,7 @@ class StageResult:
         return f"{head}: violated ({', '.join(self.violations)})"
 
     def as_row(self) -> dict[str, Any]:
-        """The stored row's fields (storage.models.StageRecord)."""
+        """The stored row's fields (storage.tables.StageRecord)."""
         row = asdict(self)
         row.update(stage_index=row.pop("index"), passed=self.passed, saved_s=self.saved_s)
         del row["stopped_passing"]
@@ -229,7 +229,7 @@ async def wait_idle(base_url: str, timeout_s: float,
 
     `watch` sees the polls, and the engine's progress they show: gauges that moved (requests
     let go of, KV blocks freed) or none left. A hung engine's gauges stand still, so the
-    requests an aborted stage cut off stay owed (`objectives.load.stall`)."""
+    requests an aborted stage cut off stay owed (`loadgen.stall`)."""
     import aiohttp
 
     t0 = time.perf_counter()

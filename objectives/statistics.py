@@ -18,7 +18,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 from scipy import stats
-from objectives.load import MetricName
+from loadgen import MetricName
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 4999

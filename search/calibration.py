@@ -11,7 +11,7 @@ The result is stored with the study, so a resumed study replays exactly the same
 
 This module is the pure part: the result, its checks (`problems`), and the scenario's relative
 numbers resolved against it (`resolve`); the outputs read stored studies with it. Measuring
-starts a server: `search.executor.calibration`, beside the real executor.
+starts a server: `search.executor.calibration_run`, beside the real executor.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from objectives import statistics as st
-from objectives.load import ArrivalSpec, GoodputSLO, MetricName, WorkloadSpec
+from loadgen import ArrivalSpec, GoodputSLO, MetricName, WorkloadSpec
 from objectives.scoring import SLOSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
 

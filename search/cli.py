@@ -23,7 +23,7 @@ EXIT_CODES = f"""exit codes:
 
 
 def _cmd_model_build(args: argparse.Namespace) -> int:
-    from search.serving import build_default_model
+    from serving import build_default_model
 
     path = build_default_model(force=args.force)
     if not args.quiet:
@@ -32,7 +32,7 @@ def _cmd_model_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_dummy(args: argparse.Namespace) -> int:
-    from search.serving import build_dummy_architecture
+    from serving import build_dummy_architecture
 
     print(build_dummy_architecture(Path(args.config), Path(args.out)))
     return 0
@@ -53,7 +53,7 @@ def _cmd_params(args: argparse.Namespace) -> int:
     happens to the others) and the allow list of pass-through flags."""
     from rich.table import Table
 
-    from search.serving import PARAMS, PASS_THROUGH, launch_context, unsupported_reason
+    from serving import PARAMS, PASS_THROUGH, launch_context, unsupported_reason
 
     ctx = launch_context(model=args.model)
     on = f"{ctx.installed.label()} ({ctx.hardware.describe()})"
@@ -95,7 +95,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     """Errors that mean bad input: printed as one clear message, exit code 2, no traceback (here
     and in the benchmark scripts that take a scenario)."""
     from search.scenario import ScenarioError
-    from search.serving import ConfigError, ModelError, VllmNotInstalled
+    from serving import ConfigError, ModelError, VllmNotInstalled
     from search.space import SpaceError
     from search.study import StudyBusy, StudyMismatch
     from search.workers import SlotError

@@ -3,7 +3,7 @@
 The workload comes from a scenario (name in configs/ or a path; its `workload:` section), a
 workload YAML (`--workload`), or defaults, then flags override parts of it.
 """
-# Registered by search.cli; the measuring is objectives.load.loadrun. Heavy imports are made inside
+# Registered by search.cli; the measuring is loadgen.loadrun. Heavy imports are made inside
 # the functions, so `autotune --help` stays fast.
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def read_source(args: argparse.Namespace):
 
 def build_workload(args: argparse.Namespace):
     """(WorkloadSpec with the flags applied, the scenario it came from or None)."""
-    from objectives.load import WorkloadSpec
+    from loadgen import WorkloadSpec
 
     data, base_dir, sc = read_source(args)
     data = dict(data)
@@ -152,7 +152,7 @@ def build_workload(args: argparse.Namespace):
 def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
     """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
     (the scenario's `calibration:` settings, else their defaults)."""
-    from objectives.load import run_load_sync
+    from loadgen import run_load_sync
     from search.calibration import saturation_workload
 
     probe = saturation_workload(spec, sc.calibration if sc is not None else None)
@@ -171,7 +171,7 @@ def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
 def parse_goodput(items: list[str] | None, scenario_goodput=None):
     """The scenario's absolute goodput bounds (relative ones need a calibration: left out),
     overridden by `--goodput KEY:MS` items."""
-    from objectives.load import GoodputSLO
+    from loadgen import GoodputSLO
 
     values: dict[str, float] = {}
     if scenario_goodput is not None:
@@ -195,7 +195,7 @@ def print_result(result, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from objectives.load import class_key
+    from loadgen import class_key
 
     console = console or Console()
     f = result.flat()
@@ -265,7 +265,7 @@ def print_result(result, console=None) -> None:
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from objectives.load import LoadRunError, TokenizerError, json_safe, run_load_sync
+    from loadgen import LoadRunError, TokenizerError, json_safe, run_load_sync
     from search.scenario import ScenarioError
 
     console = Console()

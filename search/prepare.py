@@ -16,8 +16,8 @@ from search import space as space_mod
 from search.executor import plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
-from search.serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
-from storage.models import StudyRecord
+from serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
+from storage.tables import StudyRecord
 from storage.queries import check_url, check_writable_dir, existing_engine
 from storage.url import redacted
 

@@ -17,13 +17,13 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from objectives.load import GoodputSLO
+from loadgen import GoodputSLO
 from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
-from objectives.load import WorkloadSpec
-from search.serving import DEFAULT_STARTUP_TIMEOUT_S, REGISTRY, scenario_flag_problem
-from objectives.load import MetricName
+from loadgen import WorkloadSpec
+from serving import DEFAULT_STARTUP_TIMEOUT_S, REGISTRY, scenario_flag_problem
+from loadgen import MetricName
 
 # The shipped scenarios: configs/ in a checkout, where search/scenarios links to it; in an installed
 # package (pip install without -e, a container image), the copy that the link became.

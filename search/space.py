@@ -14,7 +14,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from search.serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
+from serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
 from search.scenario import Domain
 
 

@@ -190,7 +190,7 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     import optuna
     from sqlalchemy.orm import Session
 
-    from search.serving import pinned_model
+    from serving import pinned_model
     from search.study import BUDGET_ATTR
     from storage.queries import check_url, existing_study_check, find_study, open_db
 

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from storage.models import StudyRecord
+from storage.tables import StudyRecord
 
 
 @contextmanager

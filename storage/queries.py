@@ -12,7 +12,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
-from storage.models import (Base, ConfirmationRun, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord,
+from storage.tables import (Base, ConfirmationRun, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord,
                             TrialRecord, TrialStatus)
 from storage.url import redacted, single_writer
 

@@ -21,7 +21,7 @@ def python_sigint_handler():
 @pytest.fixture(scope="session")
 def launch_ctx():
     """Installed vLLM, this machine, the default model (built once, cached)."""
-    from search.serving.context import launch_context
+    from serving.context import launch_context
 
     return launch_context()
 
@@ -36,7 +36,7 @@ def tok_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tok(tok_dir):
-    from objectives.load.tokenizer import PromptTokenizer
+    from loadgen.tokenizer import PromptTokenizer
 
     return PromptTokenizer.load(tok_dir)
 

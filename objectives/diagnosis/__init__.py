@@ -15,7 +15,7 @@ that puts causes before their symptoms:
 The seeds were written for vLLM's V0 engine. Where their advice names a knob V1 no longer has
 (`--scheduler-delay-factor`, `--swap-space`), the next steps name the V1 knob that does the same
 job, and say so. Which release removed a knob, whether the installed vLLM still has it, and vLLM's
-own defaults are not known here: they come in as `ServingFacts`, which `search.serving` fills from
+own defaults are not known here: they come in as `ServingFacts`, which `serving` fills from
 its flag registry (objectives never imports search).
 
 `antipatterns` checks a configuration against the seed 000 anti-pattern table and the pitfalls
@@ -28,11 +28,11 @@ together, as the study stores them).
 
 from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
-from objectives.diagnosis.models import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
+from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.readings import violated_metrics
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
 from objectives.diagnosis.tree import diagnose
-from objectives.diagnosis.trial import diagnose_trial
+from objectives.diagnosis.trial_diagnosis import diagnose_trial
 
 __all__ = ["BOTTLENECKS", "ITL_STALL_RATIO", "KV_FULL", "Bottleneck", "Diagnosis", "Finding", "ServingFacts", "antipatterns", "diagnose",
            "diagnose_trial", "summarize", "violated_metrics"]

@@ -1,6 +1,6 @@
 """The seeds' anti-patterns in a configuration: the seed 000 table and the pitfalls of seeds 001/002.
 
-One `Rule` per finding code, in `RULES`: the seed it comes from, when it holds, what it says and
+One `AntipatternRule` per finding code, in `RULES`: the seed it comes from, when it holds, what it says and
 whether the seed's concern still holds on vLLM V1. `antipatterns()` walks the table in order, so
 findings come out in table order. Rules that share a topic (memory_utilization high / no headroom
 / low) have predicates that exclude each other, as the branches of one if-chain did.
@@ -14,14 +14,14 @@ from functools import cached_property
 from typing import Any, Callable
 
 from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
-from objectives.diagnosis.models import Finding, Severity
+from objectives.diagnosis.results import Finding, Severity
 from objectives.diagnosis.readings import (has_shared_prefix, known, longest_prompt_tokens, mean_request_tokens,
                                            num)
 from objectives.diagnosis.thresholds import (CONCURRENCY_HEADROOM, DELAY_FACTOR_RANGE,
                                              GPU_MEMORY_UTILIZATION_HEADROOM, GPU_MEMORY_UTILIZATION_HIGH,
                                              GPU_MEMORY_UTILIZATION_LOW, MAX_MODEL_LEN_SLACK, MAX_NUM_SEQS_HIGH,
                                              PREFILL_STEPS_MAX, SWAP_SPACE_MIN_GIB)
-from objectives.load import WorkloadSpec
+from loadgen import WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ Text = Callable[[Subject], str]
 
 
 @dataclass(frozen=True)
-class Rule:
+class AntipatternRule:
     code: str
     severity: Severity
     source: str  # which seed (or reference) calls it an anti-pattern
@@ -181,88 +181,88 @@ def _no_headroom_message(s: Subject) -> str:
             + (f" (vLLM's own default is {default:g})" if default is not None else ""))
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("max_model_len_too_small", "error", "reference/vllm.md section 7",
+RULES: tuple[AntipatternRule, ...] = (
+    AntipatternRule("max_model_len_too_small", "error", "reference/vllm.md section 7",
          lambda s: bool(s.longest_request and s.max_model_len) and s.longest_request > s.max_model_len,
          lambda s: (f"max_model_len {s.max_model_len} is below the workload's longest request "
                     f"({s.longest_request} tokens): vLLM rejects such prompts or silently truncates the output"),
          "applies on every engine"),
-    Rule("max_model_len_oversized", "warning", "seed 000 anti-pattern table; seed 001 pitfalls",
+    AntipatternRule("max_model_len_oversized", "warning", "seed 000 anti-pattern table; seed 001 pitfalls",
          _max_model_len_oversized, _max_model_len_oversized_message,
          "partly: V1 allocates KV blocks on demand, so no KV is reserved per request any more, "
          "but the cache must still fit one max_model_len request at start (else kv_insufficient) "
          "and a runaway request may grow until it preempts the rest"),
-    Rule("delay_factor_zero", "warning", "seed 000 anti-pattern table",
+    AntipatternRule("delay_factor_zero", "warning", "seed 000 anti-pattern table",
          lambda s: _still_has(s, "scheduler_delay_factor") and s.config["scheduler_delay_factor"] == 0,
          lambda s: ("scheduler_delay_factor 0 schedules every iteration immediately, with small batches; "
                     f"use {DELAY_FACTOR_RANGE[0]}-{DELAY_FACTOR_RANGE[1]}"),
          lambda s: f"applies: {s.facts.vllm_label} runs the V0 scheduler"),
-    Rule("delay_factor_obsolete", "info", "seed 000 anti-pattern table",
+    AntipatternRule("delay_factor_obsolete", "info", "seed 000 anti-pattern table",
          lambda s: _no_longer_has(s, "scheduler_delay_factor"),
          lambda s: (f"scheduler_delay_factor {s.config['scheduler_delay_factor']} has no effect: "
                     f"{s.facts.vllm_label} has no such flag ({s.facts.removed('scheduler_delay_factor')} "
                     "with the V0 scheduler)"),
          "obsolete: V1 admits new prefills every step (as delay 0 did); the nearest knob, "
          "prefill_schedule_interval, acts on all engines only from 0.33"),
-    Rule("max_num_seqs_excessive", "warning", "seed 000 anti-pattern table; seed 002 max-num-seqs",
+    AntipatternRule("max_num_seqs_excessive", "warning", "seed 000 anti-pattern table; seed 002 max-num-seqs",
          _max_num_seqs_excessive, _max_num_seqs_excessive_message,
          "applies when the batch really gets that wide (every sequence gets less of each step); "
          "unused slots cost little on V1 beyond warmup and CUDA-graph memory"),
-    Rule("swap_space_low", "warning", "seed 000 anti-pattern table",
+    AntipatternRule("swap_space_low", "warning", "seed 000 anti-pattern table",
          lambda s: _still_has(s, "swap_space")
          and s.config["swap_space"] is not None and s.config["swap_space"] < SWAP_SPACE_MIN_GIB,
          lambda s: (f"swap_space {s.config['swap_space']} GiB: preempted sequences cannot be swapped; "
                     f"use at least {SWAP_SPACE_MIN_GIB:g} GiB"),
          lambda s: f"applies only where swapping exists ({s.facts.vllm_label} still takes --swap-space)"),
-    Rule("swap_space_obsolete", "info", "seed 000 anti-pattern table",
+    AntipatternRule("swap_space_obsolete", "info", "seed 000 anti-pattern table",
          lambda s: _no_longer_has(s, "swap_space"),
          lambda s: (f"swap_space {s.config['swap_space']} has no effect: {s.facts.vllm_label} has no such "
                     f"flag ({s.facts.removed('swap_space')})"),
          "obsolete: V1 recomputes preempted requests instead of swapping them; against preemption "
          "give the KV cache more memory or run fewer sequences"),
-    Rule("memory_utilization_high", "warning", "seed 001 --gpu-memory-utilization; seed 002",
+    AntipatternRule("memory_utilization_high", "warning", "seed 001 --gpu-memory-utilization; seed 002",
          lambda s: _on_gpu(s) and s.memory_utilization > GPU_MEMORY_UTILIZATION_HIGH,
          lambda s: (f"memory_utilization {s.memory_utilization:g} > {GPU_MEMORY_UTILIZATION_HIGH}: no headroom "
                     "for traffic spikes or other processes (OOM); keep 10-15% free"),
          "applies"),
-    Rule("memory_utilization_no_headroom", "info", "seed 001",
+    AntipatternRule("memory_utilization_no_headroom", "info", "seed 001",
          lambda s: _on_gpu(s)
          and GPU_MEMORY_UTILIZATION_HEADROOM < s.memory_utilization <= GPU_MEMORY_UTILIZATION_HIGH,
          _no_headroom_message,
          "applies"),
-    Rule("memory_utilization_low", "warning", "seed 002",
+    AntipatternRule("memory_utilization_low", "warning", "seed 002",
          lambda s: _on_gpu(s) and s.memory_utilization < GPU_MEMORY_UTILIZATION_LOW,
          lambda s: (f"memory_utilization {s.memory_utilization:g} < {GPU_MEMORY_UTILIZATION_LOW}: device memory "
                     "left idle that could hold KV cache for more concurrent requests"),
          "applies"),
-    Rule("kv_cache_small", "warning", "seed 002 (too low wastes memory and lowers concurrency)",
+    AntipatternRule("kv_cache_small", "warning", "seed 002 (too low wastes memory and lowers concurrency)",
          _kv_cache_small, _kv_cache_small_message,
          "applies (on the CPU build memory_utilization is a share of the tuner's KV budget, "
          "not of RAM, so only 'too low' applies)"),
-    Rule("batched_tokens_below_max_num_seqs", "error", "reference/vllm.md section 6",
+    AntipatternRule("batched_tokens_below_max_num_seqs", "error", "reference/vllm.md section 6",
          lambda s: s.max_num_batched_tokens is not None and bool(s.max_num_seqs)
          and s.max_num_batched_tokens < s.max_num_seqs,
          lambda s: (f"max_num_batched_tokens {s.max_num_batched_tokens} < max_num_seqs {s.max_num_seqs}: "
                     "vLLM refuses to start"),
          "applies"),
-    Rule("batched_tokens_below_prompt", "error", "seed 002 max-num-batched-tokens / chunked prefill",
+    AntipatternRule("batched_tokens_below_prompt", "error", "seed 002 max-num-batched-tokens / chunked prefill",
          _batched_tokens_below_prompt,
          lambda s: (f"max_num_batched_tokens {s.max_num_batched_tokens} < the longest prompt "
                     f"({s.longest_prompt} tokens) with chunked prefill off: such a prompt can never be scheduled"),
          "applies; V1 even refuses to start when it is below max_model_len"),
-    Rule("batched_tokens_tiny", "info", "seed 002 max-num-batched-tokens",
+    AntipatternRule("batched_tokens_tiny", "info", "seed 002 max-num-batched-tokens",
          _batched_tokens_tiny,
          lambda s: (f"max_num_batched_tokens {s.max_num_batched_tokens}: the longest prompt ({s.longest_prompt} "
                     f"tokens) takes {math.ceil(s.longest_prompt / s.max_num_batched_tokens)} steps to prefill, "
                     "raising its TTFT"),
          "applies"),
-    Rule("prefix_caching_off", "warning",
+    AntipatternRule("prefix_caching_off", "warning",
          "seed 001 (prefix caching is free performance); seed 000 mixed_workload",
          lambda s: s.config.get("enable_prefix_caching") is False and has_shared_prefix(s.workload),
          lambda s: ("enable_prefix_caching is off, but the workload shares prompt prefixes: every shared "
                     "prefix is recomputed"),
          "applies (on by default in V1)"),
-    Rule("log_stats_off", "warning", "reference/vllm.md section 2",
+    AntipatternRule("log_stats_off", "warning", "reference/vllm.md section 2",
          lambda s: bool(s.config.get("disable_log_stats")),
          lambda s: ("disable_log_stats removes every vllm:* metric from /metrics: queueing, KV use and "
                     "preemptions cannot be diagnosed"),

@@ -11,7 +11,7 @@ class ServingFacts:
     """What the checks need to know about the installed vLLM and the machine (None: unknown).
 
     objectives does not import search, so these come in from the caller:
-    `search.serving.serving_facts` fills them from the flag registry (which parameters vLLM
+    `serving.serving_facts` fills them from the flag registry (which parameters vLLM
     removed, and in which release) and vLLM's defaults, for a study's launch context or for what
     a stored study recorded. Nothing here is a vLLM version or default of its own.
     """

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from objectives.load import WorkloadSpec
-from objectives.load import MetricName
+from loadgen import WorkloadSpec
+from loadgen import MetricName
 
 
 def num(metrics: dict[str, Any], key: str) -> float:

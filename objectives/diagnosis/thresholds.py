@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from objectives.load import DEFAULT_LAG_LIMIT_MS
+from loadgen import DEFAULT_LAG_LIMIT_MS
 
 # --- thresholds ----------------------------------------------------------------------------
 # Failed requests: the scenarios' own `error_rate <= 0.01` SLO (configs/*.yaml); seed 000's tree

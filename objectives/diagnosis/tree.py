@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
-from objectives.diagnosis.models import Diagnosis
+from objectives.diagnosis.results import Diagnosis
 from objectives.diagnosis.readings import (fmt_ms, has_shared_prefix, known, longest_prompt_tokens, metric_family,
                                            num, violated_metrics)
 from objectives.diagnosis.thresholds import (BATCH_HALF, CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE_OF_TTFT,
@@ -18,8 +18,8 @@ from objectives.diagnosis.thresholds import (BATCH_HALF, CLIENT_LAG_FLOOR_MS, CL
                                              PREEMPTIONS_PER_REQUEST, QUEUE_SHARE_OF_TTFT, QUEUE_TIME_FLOOR_MS,
                                              TTFT_HIGH_MS)
 from objectives.failure import Failure, FailureClass, FailurePhase
-from objectives.load import WorkloadSpec
-from objectives.load import class_key
+from loadgen import WorkloadSpec
+from loadgen import class_key
 
 # --- startup failures ----------------------------------------------------------------------
 

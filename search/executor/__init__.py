@@ -6,7 +6,7 @@ vLLM server started per trial), and `calibration` measures the study's calibrati
 server. Other packages import from here.
 """
 
-from search.executor.calibration import CalibrationFailed, calibrate
+from search.executor.calibration_run import CalibrationFailed, calibrate
 from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialOutcome, TrialPlan, plan
 from search.executor.vllm import MAX_STARTS, STAGED_SERVER_ENV, VllmExecutor, load_failure, measured_before
 

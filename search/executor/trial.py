@@ -14,13 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from objectives.load import GoodputSLO, WorkloadSpec, stall_bound_s
+from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
 from objectives.scoring import SLOSpec
 from objectives.capacity import Front
 from objectives.stages import CapacitySpec
 from search.scenario import Screening
-from search.serving import Failure, LaunchContext, ServerArgs, check_combination, resolve_server_args
-from storage.models import TrialStatus
+from serving import Failure, LaunchContext, ServerArgs, check_combination, resolve_server_args
+from storage.tables import TrialStatus
 
 PhaseCallback = Callable[[str], None]
 

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from objectives.load import (LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
+from loadgen import (LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
                              run_async, run_load)
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
-from search.serving import (DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, LaunchContext,
+from serving import (DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, LaunchContext,
                             kv_cache_check_at_start)
-from search.serving.process import (FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside,
+from serving.process import (FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside,
                                     while_serving)
-from storage.models import TrialStatus
+from storage.tables import TrialStatus
 
 
 # How long a load error waits for the server to exit before it is taken for the load generator's
@@ -55,7 +55,7 @@ def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dic
                            failed_latency_s=workload.request_timeout_s).flat()
 
 
-# How a trial gets its server (not yet started): `search.serving.process.launch`'s signature.
+# How a trial gets its server (not yet started): `serving.process.launch`'s signature.
 Launch = Callable[..., VllmServer]
 
 # The tuner's servers enable vLLM's dev endpoints for `POST /reset_prefix_cache` between load

@@ -32,7 +32,7 @@ from typing import Any
 import optuna
 from sqlalchemy.orm import Session
 
-from objectives.load import MetricName, json_safe
+from loadgen import MetricName, json_safe
 from objectives.diagnosis import Diagnosis, summarize
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import figures, verdict_text
@@ -45,7 +45,7 @@ from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLU
                                         stages_summary, view_of)
 from search.scenario import Scenario
 from storage import queries
-from storage.models import TrialRecord
+from storage.tables import TrialRecord
 from storage.url import redacted
 
 DASHBOARD_CARD_HEIGHT = 440  # optuna-dashboard 0.21 gives a custom figure a 450 px high box

@@ -23,7 +23,7 @@ from search.disk import write_atomic
 from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.read_model import Deployment, LoadedStudy, load_study
-from storage.models import TrialRecord, TrialStatus
+from storage.tables import TrialRecord, TrialStatus
 from storage.url import redacted
 
 BEST_NAME, PARETO_NAME = "best.yaml", "pareto.yaml"

@@ -23,7 +23,7 @@ from search.outputs.export import fmt_capacity
 from search.outputs.format import fmt_value
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, StageView, TrialView
 from search.study.verdict import Verdict
-from storage.models import ParetoSnapshot
+from storage.tables import ParetoSnapshot
 
 STYLE = {
     FEASIBLE: dict(name="feasible (meets every SLO)", color="#2ca02c", symbol="circle"),

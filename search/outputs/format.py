@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from objectives.load import MetricName
+from loadgen import MetricName
 from objectives.statistics import Difference, Interval, ratio
 
 MISSING = "n/a"

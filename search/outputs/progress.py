@@ -20,7 +20,7 @@ from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, 
 from search.outputs.format import fmt_value
 from search.outputs.verdict_text import gain_headline, headline
 from search.scenario import Scenario
-from storage.models import ConfirmationRun, TrialRecord, TrialStatus
+from storage.tables import ConfirmationRun, TrialRecord, TrialStatus
 
 
 def retried_text(retried: list | None) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
 from objectives.failure import Failure
-from objectives.load import WorkloadSpec
+from loadgen import WorkloadSpec
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
@@ -25,10 +25,10 @@ from search.proposals import origin
 from search.outputs import verdict_text
 from search.outputs.trial_views import TrialView, view_of
 from search.scenario import Scenario, unloaded_reference
-from search.serving import Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
+from serving import Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
 from search.study.verdict import Outcome, Verdict, stored_verdict
 from storage import queries
-from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import yaml
 from plotly.offline import get_plotlyjs
 from sqlalchemy.orm import Session
 
-from objectives.load import MetricName
+from loadgen import MetricName
 from search.disk import write_atomic
 from search.outputs import export, figures, verdict_text
 from search.outputs.confirmation_rows import confirmation_rows

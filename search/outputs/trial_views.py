@@ -13,7 +13,7 @@ from typing import Any
 from objectives.diagnosis import Diagnosis
 from objectives.scoring import SERVER_OK
 from search.outputs.format import fmt_value
-from storage.models import StageRecord, TrialRecord, TrialStatus
+from storage.tables import StageRecord, TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
 CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
@@ -21,7 +21,7 @@ CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
 
 @dataclass(frozen=True)
 class StageView:
-    """One load stage of a trial (`storage.models.StageRecord`), as the outputs show it."""
+    """One load stage of a trial (`storage.tables.StageRecord`), as the outputs show it."""
 
     index: int
     kind: str  # target | capacity

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from objectives.load import MetricName, class_key
+from loadgen import MetricName, class_key
 from objectives import statistics as st
 from search.calibration import CalibrationResult
 from objectives.capacity import CAPACITY_KEYS

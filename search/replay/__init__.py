@@ -8,9 +8,9 @@ beside it), `synthetic` (a stand-in landscape until a measured one exists).
 
 from search.replay.design import repeat_rounds, space_filling
 from search.replay.executor import ReplayExecutor, replay_calibration, replay_context, replay_factory, rng_for
-from search.replay.landscape import CAPACITY, Config, Landscape, LandscapeError, Measurement
+from search.replay.landscape import CAPACITY, Config, Landscape, LandscapeError, ScreenedRun
 from search.replay.surrogate import Accuracy, Surrogate, cross_validated, encode
 
-__all__ = ["CAPACITY", "Accuracy", "Config", "Landscape", "LandscapeError", "Measurement", "ReplayExecutor", "Surrogate", "cross_validated",
+__all__ = ["CAPACITY", "Accuracy", "Config", "Landscape", "LandscapeError", "ScreenedRun", "ReplayExecutor", "Surrogate", "cross_validated",
            "encode", "repeat_rounds", "replay_calibration", "replay_context", "replay_factory", "rng_for",
            "space_filling"]

@@ -18,14 +18,14 @@ from typing import Callable
 import numpy as np
 
 from objectives.capacity import TARGET_ABORTED
-from objectives.load import json_safe
+from loadgen import json_safe
 from search.calibration import CalibrationResult
 from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.replay.landscape import CAPACITY, Landscape
 from search.replay.surrogate import Surrogate
-from search.serving import (REGISTRY, Failure, FailureClass, FailurePhase, FlagInfo, Hardware, InstalledVllm,
+from serving import (REGISTRY, Failure, FailureClass, FailurePhase, FlagInfo, Hardware, InstalledVllm,
                             LaunchContext, ModelInfo)
-from storage.models import TrialStatus
+from storage.tables import TrialStatus
 
 # The built-in CPU model's shape: what the pre-start checks do their memory arithmetic on.
 REPLAY_MODEL = ModelInfo(path=Path("/replay/model"), architecture="LlamaForCausalLM", max_position_embeddings=8192,

@@ -24,7 +24,7 @@ class LandscapeError(ValueError):
 
 
 @dataclass
-class Measurement:
+class ScreenedRun:
     """One screening measurement of one configuration."""
 
     run: int  # 1: the first pass; 2, 3: the repeats
@@ -54,7 +54,7 @@ class Config:
     params: dict[str, Any]  # as Optuna sampled them (a baseline: those its space can represent)
     config: dict[str, Any]  # as asked for: fixed values, then the sampled or the baseline's
     baseline: str | None = None
-    measurements: list[Measurement] = field(default_factory=list)
+    measurements: list[ScreenedRun] = field(default_factory=list)
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Landscape:
         """Every space parameter as the server runs it: the config's value, else the default."""
         return {k: config.get(k, self.defaults.get(k)) for k in self.space}
 
-    def measurements(self) -> list[tuple[Config, Measurement]]:
+    def measurements(self) -> list[tuple[Config, ScreenedRun]]:
         return [(c, m) for c in self.configs for m in c.measurements]
 
     def typical_trial_s(self) -> tuple[float, float]:
@@ -106,7 +106,7 @@ class Landscape:
         if d.get("schema") != SCHEMA:
             raise LandscapeError(f"not a landscape file: schema {d.get('schema')!r}, expected {SCHEMA}")
         configs = [Config(c["params"], c["config"], c.get("baseline"),
-                          [Measurement(**m) for m in c["measurements"]]) for c in d["configs"]]
+                          [ScreenedRun(**m) for m in c["measurements"]]) for c in d["configs"]]
         return cls(**{**d, "configs": configs})
 
     @classmethod

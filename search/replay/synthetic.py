@@ -19,11 +19,11 @@ from objectives.scoring import score
 from search import calibration as calibration_mod
 from search.calibration import CalibrationResult
 from search.replay.design import repeat_rounds, space_filling
-from search.replay.landscape import CAPACITY, Config, Landscape, Measurement
+from search.replay.landscape import CAPACITY, Config, Landscape, ScreenedRun
 from search.scenario import Scenario
 from search.space import distribution
 
-# What vLLM applies on the CPU for a flag left unset (search.serving.vllm_defaults on a CPU).
+# What vLLM applies on the CPU for a flag left unset (serving.vllm_defaults on a CPU).
 CPU_DEFAULTS = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "memory_utilization": 0.92,
                 "scheduler_delay_factor": 0.0, "long_prefill_token_threshold": 0, "enable_prefix_caching": True}
 UNLOADED = {"ttft_median_ms@short": 71.0, "ttft_median_ms@long": 310.0, "ttft_median_ms": 143.0,
@@ -61,10 +61,10 @@ def _bracket(capacity: float, target_rps: float) -> tuple[float | None, float | 
     return (low if k >= 0 else None), low * math.sqrt(2)
 
 
-def _measure(scenario: Scenario, p: dict[str, Any], run: int, rng: random.Random, target_rps: float) -> Measurement:
+def _measure(scenario: Scenario, p: dict[str, Any], run: int, rng: random.Random, target_rps: float) -> ScreenedRun:
     trial_s = 75.0 + 40.0 * rng.random()
     if p["memory_utilization"] < MIN_MEMORY:
-        return Measurement(run, served=False, failure_class="kv_insufficient", trial_s=25.0, start_s=25.0)
+        return ScreenedRun(run, served=False, failure_class="kv_insufficient", trial_s=25.0, start_s=25.0)
     t = truth(p, target_rps)
     metrics = {"ttft_p95_ms@short": t["ttft_p95_ms@short"] * math.exp(rng.gauss(0, NOISE["ttft"])),
                "tpot_p95_ms": t["tpot_p95_ms"] * math.exp(rng.gauss(0, NOISE["tpot"])), "error_rate": 0.0}
@@ -72,7 +72,7 @@ def _measure(scenario: Scenario, p: dict[str, Any], run: int, rng: random.Random
     metrics[CAPACITY] = math.sqrt(low * high) if low else 0.0
     _, slos, _ = calibration_mod.resolve(scenario, CALIBRATION)
     s = score(metrics, scenario.objectives, slos, staged=True)
-    return Measurement(run, True, None, s.values, metrics, s.constraints, s.feasible, low, high,
+    return ScreenedRun(run, True, None, s.values, metrics, s.constraints, s.feasible, low, high,
                        trial_s, 25.0 + 5 * rng.random())
 
 

@@ -20,7 +20,7 @@ import optuna
 from sqlalchemy.orm import Session
 
 from objectives import pooled
-from objectives.load import MetricName, json_safe
+from loadgen import MetricName, json_safe
 from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
 from objectives.scoring import Score
 from search import pareto
@@ -29,10 +29,10 @@ from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, 
                            ConfirmationStarted, StudyObserver)
 from search.executor import Measurement, TrialExecutor, plan as plan_trial
 from search.prepare import Prepared
-from search.serving import LaunchContext
+from serving import LaunchContext
 from search.study.recording import failure_columns
 from storage import queries
-from storage.models import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
 T = TypeVar("T")
 

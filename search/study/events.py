@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from objectives.failure import Failure
     from search.scenario import Scenario
     from search.study.verdict import Verdict
-    from storage.models import ConfirmationRun, TrialRecord
+    from storage.tables import ConfirmationRun, TrialRecord
 
 
 @dataclass

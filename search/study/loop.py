@@ -28,7 +28,7 @@ from search.prepare import Prepared, StudyOptions
 from search.proposals import (MOVE_ATTR, PROPOSAL_ATTR, follows_diagnoses, move_for, origin, proposal_reason, takes_prior,
                               with_prior)
 from search.samplers import make_sampler
-from search.serving import Hardware, LaunchContext, unset_value
+from serving import Hardware, LaunchContext, unset_value
 from search.study import confirmation as confirmation_mod, coordination as coord, verdict as verdict_mod
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
@@ -36,9 +36,9 @@ from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
-from objectives.load import json_safe
+from loadgen import json_safe
 from storage import queries
-from storage.models import TrialRecord
+from storage.tables import TrialRecord
 from storage.url import redacted
 
 MAX_ASKS_PER_BUDGETED_TRIAL = 5

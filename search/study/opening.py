@@ -30,19 +30,19 @@ from sqlalchemy.orm import Session
 
 from objectives import statistics as st
 from objectives.diagnosis import ServingFacts
-from objectives.load import GoodputSLO, MetricName, WorkloadSpec, json_safe
+from loadgen import GoodputSLO, MetricName, WorkloadSpec, json_safe
 from objectives.scoring import SLOSpec
 from search import calibration as calibration_mod, disk, scenario as scenario_mod, space as space_mod
 from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan as plan_trial
 from search.prepare import Prepared, StudyOptions
 from search.samplers import models_jointly
 from search.scenario import Scenario
-from search.serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
+from serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
 from storage import claims, queries
-from storage.models import StudyRecord
+from storage.tables import StudyRecord
 from storage.url import single_writer
 
 BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (search.workers reads it)

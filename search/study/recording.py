@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from objectives.diagnosis import Diagnosis, diagnose_trial
 from objectives.failure import Failure
-from objectives.load import json_safe
+from loadgen import json_safe
 from objectives.scoring import Score, score
 from search import pareto
 from search.executor import TrialOutcome, TrialPlan
@@ -38,7 +38,7 @@ from search.study.events import StudyObserver, TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
 from search.study.outage import DatabaseWatch
 from storage import claims, queries
-from storage.models import StudyRecord, TrialRecord, TrialStatus, utcnow
+from storage.tables import StudyRecord, TrialRecord, TrialStatus, utcnow
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import DateTime
 
-from storage.models import TrialRecord
+from storage.tables import TrialRecord
 
 SPOOL_DIR = "spool"
 

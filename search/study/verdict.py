@@ -28,13 +28,13 @@ from search import pareto
 from search.scenario import Scenario
 from sqlalchemy.orm import Session
 
-from objectives.load import MetricName
+from loadgen import MetricName
 from storage import queries
-from storage.models import StudyRecord, TrialStatus
+from storage.tables import StudyRecord, TrialStatus
 
 
 class RunView(Protocol):
-    """A stored confirmation run as the verdict reads it (`storage.models.ConfirmationRun`)."""
+    """A stored confirmation run as the verdict reads it (`storage.tables.ConfirmationRun`)."""
 
     trial_number: int
     baseline: str | None

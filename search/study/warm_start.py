@@ -32,7 +32,7 @@ from search.study.errors import StudyMismatch
 from search.study.opening import setup_changes
 from search.study.verdict import Outcome, stored_verdict
 from storage import claims, queries
-from storage.models import StudyRecord
+from storage.tables import StudyRecord
 from storage.url import redacted
 
 @dataclass(frozen=True)

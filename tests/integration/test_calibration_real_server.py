@@ -24,7 +24,7 @@ SCENARIO = {
 def test_each_round_measures_a_cold_prefix_cache(launch_ctx, tmp_path):
     from search.executor import calibrate
     from search.scenario import Scenario
-    from search.serving import resolve as resolve_mod
+    from serving import resolve as resolve_mod
 
     scenario = Scenario.model_validate(SCENARIO)
     args = resolve_mod.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)

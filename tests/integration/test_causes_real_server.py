@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from search.serving.process.server import group_members
+from serving.process.server import group_members
 from tests.support.servers import quick_server_values, server_groups
 
 pytestmark = pytest.mark.vllm
@@ -42,9 +42,9 @@ def _member(pgid: int, name_part: str, cmd_part: str = ""):
 
 
 def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(launch_ctx, tmp_path, artifacts_dir):
-    from search.serving import FailureClass
-    from search.serving import resolve as resolve_mod
-    from search.serving.process import launch
+    from serving import FailureClass
+    from serving import resolve as resolve_mod
+    from serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     server = launch(launch_ctx, args, tmp_path / "server.log")
@@ -81,7 +81,7 @@ def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(l
 
 def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same_flags(launch_ctx, tmp_path,
                                                                                         artifacts_dir):
-    from objectives.load.workload import WorkloadSpec
+    from loadgen.workload import WorkloadSpec
     from search.executor import Measurement, VllmExecutor, plan
 
     workload = WorkloadSpec.model_validate({

@@ -55,10 +55,10 @@ def run_and_stop(executor, trial, phase_prefix: str, after_s: float):
 
 
 def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(launch_ctx, tmp_path, artifacts_dir):
-    from objectives.load.workload import WorkloadSpec
+    from loadgen.workload import WorkloadSpec
     from search.executor import Measurement, VllmExecutor, plan
-    from search.serving import FailureClass
-    from storage.models import TrialStatus
+    from serving import FailureClass
+    from storage.tables import TrialStatus
 
     workload = WorkloadSpec.model_validate({
         "endpoint": "completions", "prompt_tokens": 64, "output_tokens": 16,
@@ -106,12 +106,12 @@ STAGED_STOPS = {"target": ("stage 1/", 8.0), "capacity": ("stage 2/", 4.0)}
 
 @pytest.mark.parametrize("stage", list(STAGED_STOPS))
 def test_a_server_stopped_in_a_stage_fails_as_hang_in_bounded_time(launch_ctx, tmp_path, artifacts_dir, stage):
-    from objectives.load.workload import WorkloadSpec
+    from loadgen.workload import WorkloadSpec
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec
     from search.executor import Measurement, VllmExecutor, plan
-    from search.serving import FailureClass
-    from storage.models import TrialStatus
+    from serving import FailureClass
+    from storage.tables import TrialStatus
 
     workload = WorkloadSpec.model_validate({
         "endpoint": "completions", "prompt_tokens": 64, "output_tokens": 16,

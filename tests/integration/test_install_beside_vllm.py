@@ -15,10 +15,10 @@ import sysconfig
 from pathlib import Path
 
 from search.scenario import CONFIG_DIR
-from search.serving.hardware import installed_vllm
+from serving.hardware import installed_vllm
 from tests.support.paths import REPO
 
-SOURCES = ("pyproject.toml", "README.md", "search", "objectives", "storage", "configs")
+SOURCES = ("pyproject.toml", "README.md", "search", "serving", "objectives", "loadgen", "storage", "configs")
 
 
 def _run(*args, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -62,7 +62,7 @@ def test_pip_install_beside_an_installed_vllm_keeps_it_and_autotune_runs_outside
     assert params.returncode == 0, params.stderr[-3000:]
     assert f"Tunable parameters on {before[0]} {before[1]}" in params.stdout
 
-    probe = _run(bin_dir / "python", "-c", "import search.scenario as s; from search.serving.hardware import "
+    probe = _run(bin_dir / "python", "-c", "import search.scenario as s; from serving.hardware import "
                  "installed_vllm; print(s.__file__); print(*sorted(f.stem for f in s.CONFIG_DIR.glob('*.yaml'))); "
                  "print(s.load('mixed')[0].name); print(*installed_vllm())", cwd=elsewhere)
     assert probe.returncode == 0, probe.stderr[-3000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from objectives.load.prompts import build_requests
+from loadgen.prompts import build_requests
 from tests.support.servers import quick_server_values
 
 pytestmark = pytest.mark.vllm
@@ -14,10 +14,10 @@ pytestmark = pytest.mark.vllm
 def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir):
     """One short chat run on the real server: prompts exactly as long as built (usage), outputs
     exact, and the server's own counters agree with what the client saw."""
-    from objectives.load.loadrun import run_load_sync
-    from objectives.load.workload import WorkloadSpec
-    from search.serving import resolve as resolve_mod
-    from search.serving.process import launch
+    from loadgen.loadrun import run_load_sync
+    from loadgen.workload import WorkloadSpec
+    from serving import resolve as resolve_mod
+    from serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     spec = WorkloadSpec.model_validate({
@@ -42,6 +42,6 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
 
 
 def _tok(ctx):
-    from objectives.load.tokenizer import PromptTokenizer
+    from loadgen.tokenizer import PromptTokenizer
 
     return PromptTokenizer.load(ctx.model.path)

@@ -12,9 +12,9 @@ import urllib.request
 import pytest
 
 
-from search.serving import resolve as resolve_mod
+from serving import resolve as resolve_mod
 from objectives.failure import FailureClass
-from search.serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
+from serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
 from tests.support.servers import alive, quick_server_values, server_groups, zygotes
 
 pytestmark = pytest.mark.vllm
@@ -93,7 +93,7 @@ def test_sigkill_of_the_tuner_takes_its_vllm_server_down(launch_ctx, tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from search.serving.process.server import LaunchSpec, VllmServer
+        from serving.process.server import LaunchSpec, VllmServer
         spec = LaunchSpec(model=Path({str(spec.model)!r}), args={spec.args!r},
                           log_path=Path({str(spec.log_path)!r}))
         s = VllmServer(spec)

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.vllm
 @pytest.fixture(scope="module")
 def staged_server(launch_ctx, artifacts_dir):
     from search.executor import STAGED_SERVER_ENV
-    from search.serving import resolve as resolve_mod
-    from search.serving.process import launch
+    from serving import resolve as resolve_mod
+    from serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "stages-real-server.log", env=STAGED_SERVER_ENV) as server:
@@ -24,7 +24,7 @@ def staged_server(launch_ctx, artifacts_dir):
 
 
 def _workload(rate: float):
-    from objectives.load.workload import WorkloadSpec
+    from loadgen.workload import WorkloadSpec
 
     return WorkloadSpec.model_validate({
         "endpoint": "chat", "prompt_tokens": {"dist": "uniform", "low": 200, "high": 300},
@@ -33,7 +33,7 @@ def _workload(rate: float):
 
 
 def _run(server, ctx, rate, slos, screen=False, **capacity):
-    from objectives.load.loadrun import run_async
+    from loadgen.loadrun import run_async
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec, run_stages
 

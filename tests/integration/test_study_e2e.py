@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
 from objectives.failure import FailureClass
-from search.serving.process.server import LaunchSpec, VllmServer
+from serving.process.server import LaunchSpec, VllmServer
 from storage import queries
 from tests.support.cli import autotune
 from tests.support.paths import E2E_SCENARIO, REPO

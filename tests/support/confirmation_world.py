@@ -7,8 +7,8 @@ each confirmation run measures the truth times its round's drift, alike for ever
 from __future__ import annotations
 
 from search.executor import TrialOutcome
-from search.serving import Failure, FailureClass
-from storage.models import TrialStatus
+from serving import Failure, FailureClass
+from storage.tables import TrialStatus
 
 ROUND_DRIFT = (-0.02, 0.0, 0.02)
 ORDER = (16, 8, 4)

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from search.serving.hardware import Gpu, Hardware
-from search.serving.model.info import ModelInfo
-from search.serving.registry import LaunchContext
-from search.serving.vllm_flags import FlagInfo, InstalledVllm
+from serving.hardware import Gpu, Hardware
+from serving.model.info import ModelInfo
+from serving.registry import LaunchContext
+from serving.vllm_flags import FlagInfo, InstalledVllm
 
 CPU = Hardware(device="cpu", cpu_model="test", cpu_cores=2, ram_gib=24)
 H100 = Hardware(device="cuda", cpu_model="test", cpu_cores=16, ram_gib=128,

@@ -7,10 +7,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from search.serving.hardware import Gpu, Hardware
-from search.serving.model.memory import ModelShape
-from search.serving.model.info import ModelInfo
-from search.serving.registry import LaunchContext
+from serving.hardware import Gpu, Hardware
+from serving.model.memory import ModelShape
+from serving.model.info import ModelInfo
+from serving.registry import LaunchContext
 from tests.support.fakes import CPU, H100, installed
 from tests.support.paths import REPO
 

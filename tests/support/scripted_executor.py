@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Callable
 
 from objectives import capacity as cap
-from objectives.load.metrics import GoodputSLO, json_safe
+from loadgen.metrics import GoodputSLO, json_safe
 from objectives.stages import CAPACITY, TARGET, StagedRun, StageResult, margin, stage_slos
-from objectives.load.workload import WorkloadSpec
+from loadgen.workload import WorkloadSpec
 from search.calibration import CalibrationResult
 from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
-from search.serving import Failure, FailureClass
-from storage.models import TrialStatus
+from serving import Failure, FailureClass
+from storage.tables import TrialStatus
 
 
 def measured(plan: TrialPlan) -> TrialOutcome:

@@ -4,7 +4,7 @@ import os
 
 import psutil
 
-from search.serving.process.server import group_members
+from serving.process.server import group_members
 
 
 def quick_server_values(ctx, **overrides):
@@ -28,7 +28,7 @@ def server_groups(root_pid: int) -> set[int]:
 
 
 def zygotes(root_pid: int) -> set[int]:
-    """The study zygotes below a process (`search/serving/process/zygote.py`)."""
+    """The study zygotes below a process (`serving/process/zygote.py`)."""
     found = set()
     for child in psutil.Process(root_pid).children(recursive=True):
         try:

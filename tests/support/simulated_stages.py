@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from objectives.load import RequestRecord
+from loadgen import RequestRecord
 
 
 def done(i: int, send: float, ttft: float, tokens: int = 8, itl: float = 0.05) -> RequestRecord:

@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tokenizer = None
     if args.tokenizer:
-        from objectives.load.tokenizer import PromptTokenizer
+        from loadgen.tokenizer import PromptTokenizer
 
         tokenizer = PromptTokenizer.load(args.tokenizer)
     stub = StubApp(StubConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks,

@@ -11,7 +11,7 @@ from search.study.events import StudyFinished, StudyObserver, StudyStarted, Tria
 from search.prepare import StudyOptions, prepare
 from search.study import StudyRunner
 from storage import queries
-from storage.models import TrialRecord
+from storage.tables import TrialRecord
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor

@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks import side_by_side as sbs
 from search.executor import plan
-from search.serving.process import ServerFailed
-from search.serving import Failure, FailureClass
+from serving.process import ServerFailed
+from serving import Failure, FailureClass
 from tests.support.fakes import ctx
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from objectives.diagnosis import ServingFacts, antipatterns
 from objectives.diagnosis.antipatterns import RULES, Subject
-from objectives.load.workload import WorkloadSpec
+from loadgen.workload import WorkloadSpec
 
 CHAT = WorkloadSpec.model_validate({  # requests up to 600 tokens, prompts up to 400, shared prefixes
     "endpoint": "completions", "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2},

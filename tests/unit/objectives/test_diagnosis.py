@@ -8,9 +8,9 @@ import pytest
 from objectives.diagnosis import (BOTTLENECKS, Diagnosis, ServingFacts, antipatterns, diagnose,
                                   diagnose_trial, summarize, violated_metrics)
 from objectives.failure import Failure, FailureClass, FailurePhase
-from objectives.load.workload import WorkloadSpec
-from search.serving import facts_for_launch, serving_facts
-from search.serving.failures import classify
+from loadgen.workload import WorkloadSpec
+from serving import facts_for_launch, serving_facts
+from serving.failures import classify
 from tests.support.paths import FIXTURES
 
 RUNS = FIXTURES / "runs"

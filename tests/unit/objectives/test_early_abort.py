@@ -15,9 +15,9 @@ from objectives.early_abort import (QUEUE_MIN_DEPTH, QUEUE_MIN_SAMPLES, QUEUE_WI
                                     ErrorRateRule,
                                     PercentileRule, abort_check, queue_runaway, rules_for,
                                     violators_needed)
-from objectives.load.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from loadgen.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
 from objectives.scoring import SLOSpec
-from objectives.load.server_metrics import GaugeSample
+from loadgen.server_metrics import GaugeSample
 
 NAN = math.nan
 QS = (0.5, 0.9, 0.95, 0.99)

@@ -1,4 +1,4 @@
-"""Per-request samples: `objectives.load.request_samples`, carried by every stage row, stored in
+"""Per-request samples: `loadgen.request_samples`, carried by every stage row, stored in
 the `samples` column (added to an older database), and the scenario's `capacity.early_abort`."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
-from objectives.load import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
-from objectives.load.records import ABORTED, HTTP_ERROR
+from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
+from loadgen.records import ABORTED, HTTP_ERROR
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, run_stages
-from objectives.load.workload import WorkloadSpec
+from loadgen.workload import WorkloadSpec
 from storage import queries
-from storage.models import StageRecord, StudyRecord
+from storage.tables import StageRecord, StudyRecord
 from tests.support.stub_server import StubConfig, StubServer
 
 T0 = 100.0
@@ -130,8 +130,8 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     """The likely rule may stop a capacity stage as a pass (never the target stage): the stage
     is met, its measured margin enters the capacity search, its row says why it stopped."""
     import objectives.stages as st
-    from objectives.load import Abort
-    from objectives.load.workload import WorkloadSpec as WL
+    from loadgen import Abort
+    from loadgen.workload import WorkloadSpec as WL
 
     asked: list[bool] = []
 

@@ -16,11 +16,11 @@ import pytest
 from objectives import stages as st
 from objectives.capacity import TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
-from objectives.load.loadrun import run_load
-from objectives.load.records import ABORTED
+from loadgen.loadrun import run_load
+from loadgen.records import ABORTED
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, reset_prefix_cache, run_stages, wait_idle
-from objectives.load.workload import WorkloadSpec
+from loadgen.workload import WorkloadSpec
 from tests.support.stub_server import StubConfig, StubServer
 
 
@@ -279,7 +279,7 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
         return Result()
 
     from objectives.scoring import SLOSpec
-    from objectives.load.workload import WorkloadSpec
+    from loadgen.workload import WorkloadSpec
     wl = WorkloadSpec.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10,
                                       "arrival": {"mode": "poisson", "rate": 2.0}})
     monkeypatch.setattr(st, "run_load", fake_run_load)

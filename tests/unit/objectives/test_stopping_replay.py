@@ -10,9 +10,9 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from benchmarks import stopping_replay as sr
-from objectives.load import request_samples
+from loadgen import request_samples
 from storage import queries
-from storage.models import StudyRecord
+from storage.tables import StudyRecord
 from tests.support.simulated_stages import done, saturated_stage
 
 SCENARIO = Path("tests/fixtures/scenarios/loop_capacity.yaml").read_text()  # ttft_p95 <= 2000 ms, tpot_p95 <= 100 ms

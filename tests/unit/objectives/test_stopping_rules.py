@@ -14,7 +14,7 @@ from scipy.stats import norm
 
 from objectives.early_abort import (LIKELY_P, QUEUE_WINDOW_S, abort_check, likely_verdict, over_saturated,
                                     replay, rules_for, seen_at, waiting_proxy)
-from objectives.load import GaugeSample, RequestRecord, records_from_samples
+from loadgen import GaugeSample, RequestRecord, records_from_samples
 from objectives.scoring import SLOSpec
 from tests.support.simulated_stages import done, saturated_stage
 

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from objectives.load import ProgressWatch, run_async, stall_bound_s
-from objectives.load.workload import WorkloadSpec
+from loadgen import ProgressWatch, run_async, stall_bound_s
+from loadgen.workload import WorkloadSpec
 from search import calibration
-from search.executor.calibration import _unloaded
+from search.executor.calibration_run import _unloaded
 from search.outputs import verdict_text
 from search.scenario import Calibration, parse
 from tests.support.stub_server import StubConfig, StubServer

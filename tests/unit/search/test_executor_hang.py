@@ -1,5 +1,5 @@
 """A hung server under load fails the trial as `hang` in bounded time (search.executor's watch
-over objectives.load.stall), keeping what was measured; a stopped process group is killed at once."""
+over loadgen.stall), keeping what was measured; a stopped process group is killed at once."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from objectives.load.loadrun import run_async, run_load
-from objectives.load.stall import ProgressWatch
-from objectives.load.workload import WorkloadSpec
+from loadgen.loadrun import run_async, run_load
+from loadgen.stall import ProgressWatch
+from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, run_stages
 from search.executor import measured_before
-from search.serving import FailureClass
-from search.serving.process import ServerFailed, while_serving
-from search.serving.process.server import LaunchSpec, VllmServer, group_members, group_stopped
+from serving import FailureClass
+from serving.process import ServerFailed, while_serving
+from serving.process.server import LaunchSpec, VllmServer, group_members, group_stopped
 from tests.support.stub_server import StubConfig, StubServer
 
 BOUND_S = 1.5

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from objectives.load.workload import WorkloadSpec
+from loadgen.workload import WorkloadSpec
 from search.executor import vllm as executor_mod
 from search.executor import MAX_STARTS, Measurement, TrialPlan, VllmExecutor
-from search.serving import Failure, FailureClass, resolve_server_args
-from search.serving.process import ServerFailed, StopReport
-from storage.models import TrialStatus
+from serving import Failure, FailureClass, resolve_server_args
+from serving.process import ServerFailed, StopReport
+from storage.tables import TrialStatus
 from tests.support import fakes
 
 

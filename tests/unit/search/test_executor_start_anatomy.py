@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from objectives.load import RequestRecord, WorkloadSpec
+from loadgen import RequestRecord, WorkloadSpec
 from search.executor import vllm as executor_mod
 from search.executor import Measurement, TrialPlan, VllmExecutor
-from search.serving import resolve_server_args, start_anatomy
-from search.serving.process import StopReport
+from serving import resolve_server_args, start_anatomy
+from serving.process import StopReport
 from tests.support import fakes
 
 

@@ -12,10 +12,10 @@ import signal
 
 import pytest
 
-from objectives.load.loadrun import run_async, run_load
-from objectives.load.stall import ProgressWatch
-from objectives.load.workload import WorkloadSpec
-from search.serving.process import while_serving
+from loadgen.loadrun import run_async, run_load
+from loadgen.stall import ProgressWatch
+from loadgen.workload import WorkloadSpec
+from serving.process import while_serving
 from tests.support.stub_server import StubConfig, StubServer
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from search import calibration, load_command, scenario
-from search.executor import calibration as measuring
+from search.executor import calibration_run as measuring
 from search.scenario import CONFIG_DIR, ScenarioError
 from tests.support.cli import autotune
 
@@ -70,7 +70,7 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
         return SimpleNamespace(metrics=SimpleNamespace(request_throughput=5.0), records=[],
                                flat_metrics=lambda: {"request_throughput": 5.0, "ttft_median_ms": 1.0})
 
-    monkeypatch.setattr("objectives.load.run_load_sync", lambda url, model, spec, **kw: fake_run(spec))
+    monkeypatch.setattr("loadgen.run_load_sync", lambda url, model, spec, **kw: fake_run(spec))
     args = parse(path)
     spec, found = load_command.build_workload(args)
     assert load_command.probe_capacity(args, spec, found, SimpleNamespace(print=lambda *a: None)) == 5.0

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-import search.executor.calibration
+import search.executor.calibration_run
 import search.executor.vllm
-from objectives.load.loadrun import LoadRunError
-from objectives.load.records import RequestRecord
+from loadgen.loadrun import LoadRunError
+from loadgen.records import RequestRecord
 from search import scenario as scenario_mod
 from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan
-from search.serving import Failure, FailureClass
-from storage.models import TrialStatus
+from serving import Failure, FailureClass
+from storage.tables import TrialStatus
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
 from tests.support.study_loop import LOOP_SCENARIO
@@ -106,8 +106,8 @@ def test_a_server_that_died_under_the_failing_load_is_the_cause(tmp_path, monkey
 
 
 def calibrated(tmp_path, monkeypatch, server: FakeServer, load):
-    monkeypatch.setattr(search.executor.calibration, "launch", lambda *a, **kw: server)
-    monkeypatch.setattr(search.executor.calibration, "run_load", load)
+    monkeypatch.setattr(search.executor.calibration_run, "launch", lambda *a, **kw: server)
+    monkeypatch.setattr(search.executor.calibration_run, "run_load", load)
     sc = scenario_mod.load(str(FIXTURES / "scenarios" / "loop_calibrated.yaml"))[0]
     p = plan(-1, "calibration", {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
     return calibrate(sc, ctx(), p.server_args, tmp_path)
@@ -138,7 +138,7 @@ async def one_request_never_answered(*args, watch=None, **kw):
 
 
 def test_calibration_fails_as_hang_when_its_server_stops_answering(tmp_path, monkeypatch):
-    monkeypatch.setattr(search.executor.calibration, "stall_bound_s", lambda *a: 1.0)
+    monkeypatch.setattr(search.executor.calibration_run, "stall_bound_s", lambda *a: 1.0)
     server = FakeServer(tmp_path / "calibration" / "server.log")
     t0 = time.monotonic()
     with pytest.raises(CalibrationFailed, match=re.escape(

@@ -13,7 +13,7 @@ from objectives.diagnosis import Diagnosis
 from search import space as space_mod
 from search.proposals import MOVE_ATTR, PROPOSAL_ATTR, move_for, moved, proposal_reason
 from search.samplers import make_sampler
-from storage.models import TrialStatus
+from storage.tables import TrialStatus
 from search.executor import TrialOutcome
 from search.outputs import DashboardPublisher, write_report
 from tests.support.scripted_executor import ScriptedExecutor

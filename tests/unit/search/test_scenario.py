@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from objectives.load.metrics import GoodputSLO
+from loadgen.metrics import GoodputSLO
 from objectives.scoring import SLOSpec
 from search import calibration, scenario
 from search.scenario import CONFIG_DIR, ScenarioError

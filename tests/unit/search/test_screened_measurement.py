@@ -1,7 +1,7 @@
 """The search phase's measurement is marked as a screen (its capacity search may stop a trial
 that cannot matter); the confirmation's full one is not, with or without a `screening:` section."""
 
-from objectives.load.workload import WorkloadSpec
+from loadgen.workload import WorkloadSpec
 from objectives.stages import CapacitySpec
 from search.executor import Measurement
 from search.scenario import Screening

@@ -17,7 +17,7 @@ from search.executor import vllm as executor_mod
 from search.executor import VllmExecutor
 from search.outputs import DashboardPublisher
 from search.outputs.report import write_report
-from search.serving.process import StopReport
+from serving.process import StopReport
 from storage import queries
 from tests.support.fakes import CPU, ctx
 from tests.support.gpu_contexts import GPU_FLAGS, h100s, model_ctx

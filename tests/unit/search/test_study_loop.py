@@ -25,9 +25,9 @@ from search.executor import CalibrationFailed
 from search.executor import TrialOutcome
 from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid
-from search.serving import Failure, FailureClass
+from serving import Failure, FailureClass
 from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyStopped
-from storage.models import TrialStatus
+from storage.tables import TrialStatus
 from storage import queries
 from tests.support.fakes import H100, ctx as fake_ctx
 from tests.support.paths import FIXTURES

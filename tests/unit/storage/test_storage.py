@@ -8,7 +8,7 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.models import StudyRecord, TrialRecord
+from storage.tables import StudyRecord, TrialRecord
 
 
 def new_study(session, name="s"):
@@ -89,7 +89,7 @@ def test_unknown_study_lists_the_ones_there(tmp_path):
 
 def test_the_failure_values_storage_recognises_are_the_failure_vocabularys():
     from objectives.failure import FailureClass, FailurePhase
-    from storage.models import LOAD_ERROR_CLASS, PRECHECK_PHASE
+    from storage.tables import LOAD_ERROR_CLASS, PRECHECK_PHASE
 
     assert (PRECHECK_PHASE, LOAD_ERROR_CLASS) == (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value)
 

@@ -57,7 +57,7 @@ def test_each_runs_bracket_and_each_bound_is_named_in_the_notes():
 
 
 def test_a_thin_pool_lengthens_the_target_stage_then_adds_runs_and_says_what_it_costs():
-    from objectives.load import WorkloadSpec
+    from loadgen import WorkloadSpec
     from search.executor import Measurement
 
     def measurement(duration_s: float) -> Measurement:

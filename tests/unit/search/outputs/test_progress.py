@@ -7,7 +7,7 @@ from rich.console import Console
 
 from search.study.events import TrialRecorded
 from search.outputs import StudyProgress
-from storage.models import TrialRecord, TrialStatus
+from storage.tables import TrialRecord, TrialStatus
 
 
 def progress() -> tuple[StudyProgress, io.StringIO]:

@@ -13,17 +13,17 @@ import pytest
 import yaml
 from sqlalchemy.orm import Session
 
-from objectives.load.metrics import lag_limit_ms
+from loadgen.metrics import lag_limit_ms
 from search.executor import TrialOutcome
 from search.outputs import dashboard, export
 from search.outputs.report import write_report
 from search.prepare import StudyOptions, prepare
 from search.scenario import Scenario
-from search.serving import Failure
-from search.serving.failures import classify
+from serving import Failure
+from serving.failures import classify
 from search.study import StudyRunner
 from storage import queries
-from storage.models import TrialStatus
+from storage.tables import TrialStatus
 from tests.support.fakes import ctx as fake_ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor

@@ -1,0 +1,30 @@
+"""The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
+
+A workload (`workload`: classes, arrivals, lengths) becomes requests (`prompts`, `tokenizer`,
+`arrivals`); the client (`client`) sends them on their schedule (`dispatch`) and records each
+(`records`); `loadrun.run_load` is one measured run, watched for stalls (`stall`) and, where the
+caller gives one, an abort check (`abort`); `metrics` computes the flat metrics as `vllm bench
+serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the
+client off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent package:
+the stages, the capacity search, scoring and the abort rules build on this, not the reverse.
+Other packages import from here, never from the modules inside.
+"""
+
+from loadgen.abort import Abort, AbortCheck
+from loadgen.loadrun import LoadResult, LoadRunError, run_async, run_load, run_load_sync
+from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
+from loadgen.metrics import (BASE_KEYS, DEFAULT_LAG_LIMIT_MS, PER_CLASS_KEYS, Bound, GoodputSLO,
+                                     compute_metrics, json_safe, timed_tpot_median_ms)
+from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
+from loadgen.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
+from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
+from loadgen.tokenizer import TokenizerError
+from loadgen.workload import ArrivalSpec, WorkloadSpec
+
+__all__ = [
+    "BASE_KEYS", "CLASS_SEPARATOR", "DEFAULT_LAG_LIMIT_MS", "LATENCY_FAMILIES", "MetricName", "class_key", "PER_CLASS_KEYS", "SERVER_KEYS", "Abort", "AbortCheck", "ArrivalSpec", "Bound",
+    "GaugeSample", "GoodputSLO", "LoadResult", "LoadRunError", "ProgressWatch", "RequestRecord", "SAMPLE_KEYS", "Stall",
+    "TokenizerError", "WorkloadSpec", "compute_metrics", "timed_tpot_median_ms", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
+    "records_from_samples", "request_samples",
+    "scan_gauges", "stall_bound_s", "traced",
+]

@@ -1,0 +1,355 @@
+"""Streaming clients that send one prepared request and fill in its `RequestRecord`.
+
+`AiohttpClient` (the default) reads the SSE stream itself with as little work per chunk as
+possible: one `perf_counter()` per socket read, and a byte test per message to tell token
+chunks from the role opener, the usage chunk and `[DONE]`; only those rare messages are
+JSON-parsed. `OpenAIClient` uses the official SDK (`max_retries=0`, no connection cap) and
+produces the same records, for cross-checking; it parses every chunk into objects and is
+slower (see docs/measurement.md for both clients' ceilings).
+
+Chunk classification follows `vllm bench serve` (0.33): a token-bearing chunk has a non-empty
+`choices`; on chat, the role-only opener (`delta: {role, content: ""}`) is not a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from typing import Any, Protocol
+
+from loadgen.prompts import Request
+from loadgen.records import (ABORTED, CLIENT_ERROR, CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR,
+                                TIMEOUT, TRUNCATED, RequestRecord)
+
+READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams (vLLM #39963)
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call")
+_OTHER_DELTA_KEYS = (b'"reasoning', b'"tool_calls"', b'"function_call"')
+_USAGE_FIELD = re.compile(rb'"(prompt|completion)_tokens":\s*(\d+)')
+
+
+class LoadClient(Protocol):
+    name: str
+
+    async def __aenter__(self) -> "LoadClient": ...
+
+    async def __aexit__(self, *exc) -> None: ...
+
+    def prepare(self, request: Request, model: str, temperature: float | None) -> Any: ...
+
+    async def send(self, prepared: Any, rec: RequestRecord) -> None: ...
+
+
+def _auth_headers() -> dict[str, str]:
+    key = os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _chat_delta_has_token(delta: dict) -> bool:
+    if any(delta.get(k) for k in _TOKEN_DELTA_KEYS):
+        return True
+    return delta.get("content") == "" and not delta.get("role")
+
+
+def _apply_usage(usage: dict | None, rec: RequestRecord) -> None:
+    if not usage:
+        return
+    if usage.get("completion_tokens") is not None:
+        rec.completion_tokens = int(usage["completion_tokens"])
+    if usage.get("prompt_tokens") is not None:
+        rec.prompt_tokens = int(usage["prompt_tokens"])
+
+
+class AiohttpClient:
+    name = "aiohttp"
+
+    def __init__(self, base_url: str, endpoint: str, request_timeout_s: float):
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + PATHS[endpoint]
+        self.chat = endpoint == "chat"
+        self.request_timeout_s = request_timeout_s
+        self.session = None
+        self._headers = {"Content-Type": "application/json", **_auth_headers()}
+        self._deadlines: dict[asyncio.Task, float] = {}
+        self._expired: set[asyncio.Task] = set()
+        self._watchdog: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "AiohttpClient":
+        import aiohttp
+        import yarl
+
+        self._aiohttp = aiohttp
+        self.url = yarl.URL(self.url)  # parsed once, not per request
+        # limit=0: no client-side connection cap (aiohttp's default of 100 silently caps concurrency).
+        # keepalive 4 s: below uvicorn's 5 s (vLLM), so an idle connection is dropped here before
+        # the server closes it under a request.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=4,
+                                         ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=None))
+        self._watchdog = asyncio.ensure_future(self._expire_overdue())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def preconnect(self, n: int) -> int:
+        """Open up to n keep-alive connections now (n concurrent GET /health), so the run's first
+        requests do not pay TCP setup, in their TTFT and in a burst of client CPU."""
+        async def ping() -> bool:
+            try:
+                async with self.session.get(self.base_url + "/health",
+                                            timeout=self._aiohttp.ClientTimeout(total=10)) as r:
+                    await r.read()
+                    return True
+            except (self._aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                return False
+
+        return sum(await asyncio.gather(*(ping() for _ in range(n))))
+
+    async def _expire_overdue(self) -> None:
+        """Request timeouts: one periodic check for all requests in flight, instead of a timer
+        per request (aiohttp's per-request timeout costs ~10 % of the client's CPU)."""
+        period = min(1.0, max(0.02, self.request_timeout_s / 10))
+        while True:
+            await asyncio.sleep(period)
+            now = time.perf_counter()
+            for task, deadline in list(self._deadlines.items()):
+                if now > deadline and task not in self._expired:
+                    self._expired.add(task)
+                    task.cancel()
+
+    def prepare(self, request: Request, model: str, temperature: float | None) -> bytes:
+        return request.encoded_body(model, temperature)
+
+    def _control(self, payload: bytes, rec: RequestRecord) -> None:
+        """A message that is not a plain token chunk: usage, an error event, or something unknown."""
+        if b'"error"' not in payload:  # the usage chunk: two integers, no JSON parse needed
+            for key, value in _USAGE_FIELD.findall(payload):
+                if key == b"prompt":
+                    rec.prompt_tokens = int(value)
+                else:
+                    rec.completion_tokens = int(value)
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if obj.get("error") is not None and not obj.get("choices"):
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            rec.error_kind = STREAM_ERROR
+            rec.error_text = str(msg)[:500]
+            return
+        _apply_usage(obj.get("usage"), rec)
+
+    @staticmethod
+    def _role_only(payload: bytes) -> bool:
+        """The chat opener `delta: {role, content: ""}` carries no token (vLLM 0.33's rule)."""
+        if b'"content":""' in payload and not any(k in payload for k in _OTHER_DELTA_KEYS):
+            return True
+        obj = json.loads(payload)
+        choices = obj.get("choices") or [{}]
+        return not _chat_delta_has_token(choices[0].get("delta") or {})
+
+    async def send(self, body: bytes, rec: RequestRecord) -> None:
+        perf = time.perf_counter
+        aiohttp = self._aiohttp
+        times = rec.chunk_times
+        chat = self.chat
+        done = False
+        task = asyncio.current_task()
+        rec.send_time = perf()
+        self._deadlines[task] = rec.send_time + self.request_timeout_s
+        try:
+            async with self.session.post(self.url, data=body, headers=self._headers) as resp:
+                rec.status = resp.status
+                if resp.status != 200:
+                    text = await resp.text(errors="replace")
+                    rec.fail(HTTP_ERROR, f"HTTP {resp.status}: {text}", perf())
+                    return
+                content = resp.content
+                buf = b""
+                while True:
+                    data = await content.readany()
+                    if not data:
+                        break
+                    now = perf()
+                    if buf:
+                        data = buf + data
+                    if b"\r" in data:
+                        data = data.replace(b"\r\n", b"\n")
+                    *messages, buf = data.split(b"\n\n")
+                    for msg in messages:
+                        if msg.startswith(b"data:"):
+                            payload = msg[5:]
+                        else:  # comment (keep-alive), or other SSE fields before data:
+                            cut = msg.find(b"\ndata:")
+                            if cut < 0:
+                                continue
+                            payload = msg[cut + 6:]
+                        payload = payload.strip()
+                        if payload[:1] != b"{":
+                            if payload == b"[DONE]":
+                                done = True
+                            continue
+                        if b'"choices":[]' in payload or b'"choices": []' in payload \
+                                or b'"choices"' not in payload:
+                            self._control(payload, rec)
+                            continue
+                        if chat:
+                            if b'"role"' in payload:
+                                if self._role_only(payload):
+                                    continue
+                            elif b'"content":' not in payload and not any(
+                                    k in payload for k in _OTHER_DELTA_KEYS):
+                                continue  # e.g. an empty closing delta: no token
+                        times.append(now)
+                        if b'"usage":{' in payload or b'"usage": {' in payload:
+                            self._control(payload, rec)  # continuous_usage_stats
+            end = perf()
+        except asyncio.CancelledError:
+            if task in self._expired:  # our timeout, not the caller's cancel
+                self._expired.discard(task)
+                task.uncancel()
+                rec.fail(TIMEOUT, f"no complete response within {self.request_timeout_s:g} s", perf())
+                return
+            rec.fail(ABORTED, "stopped by the load generator", perf())
+            raise
+        except aiohttp.ClientPayloadError as e:
+            rec.fail(TRUNCATED, f"stream broken: {e!r}", perf())
+            return
+        except (aiohttp.ClientConnectionError, OSError) as e:
+            rec.fail(CONNECTION if rec.status is None else TRUNCATED, repr(e), perf())
+            return
+        except Exception as e:  # noqa: BLE001 - a record, never a crashed run
+            rec.fail(CLIENT_ERROR, repr(e), perf())
+            return
+        finally:
+            self._deadlines.pop(task, None)
+        if rec.error_kind is not None:  # an error event inside the stream
+            rec.end_time = end
+        else:
+            _close_stream(rec, times, end, None if done else
+                          f"stream ended before [DONE] after {len(times)} token chunks")
+
+
+class OpenAIClient:
+    """The official `openai` SDK, same records. Slower per chunk; for cross-checking."""
+
+    name = "openai"
+
+    def __init__(self, base_url: str, endpoint: str, request_timeout_s: float):
+        self.base_url = base_url.rstrip("/")
+        self.chat = endpoint == "chat"
+        self.request_timeout_s = request_timeout_s
+        self.client = None
+
+    async def __aenter__(self) -> "OpenAIClient":
+        import httpx
+        import openai
+
+        self._openai, self._httpx = openai, httpx
+        http_client = openai.DefaultAsyncHttpxClient(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            timeout=httpx.Timeout(self.request_timeout_s))
+        self.client = openai.AsyncOpenAI(
+            base_url=self.base_url + "/v1", api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"),
+            max_retries=0, timeout=self.request_timeout_s, http_client=http_client)
+        # The SDK's first request pays for lazy setup (~100 ms); pay it here, not in a TTFT.
+        await self.client.models.list()
+        self._create = self.client.chat.completions.create if self.chat else self.client.completions.create
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    def prepare(self, request: Request, model: str, temperature: float | None) -> dict:
+        body = request.body(model, temperature)
+        extra = {"ignore_eos": body.pop("ignore_eos")}
+        return {**body, "extra_body": extra}
+
+    async def send(self, kwargs: dict, rec: RequestRecord) -> None:
+        openai, httpx = self._openai, self._httpx
+        perf = time.perf_counter
+        times = rec.chunk_times
+        got_usage = False
+        rec.send_time = perf()
+        try:
+            create = self._create
+            # asyncio.timeout bounds the whole stream, like aiohttp's total timeout.
+            async with asyncio.timeout(self.request_timeout_s):
+                stream = await create(**kwargs)
+                rec.status = 200
+                async for chunk in stream:
+                    now = perf()
+                    if chunk.choices:
+                        if self.chat:
+                            delta = chunk.choices[0].delta
+                            if delta is None or not (
+                                    any(getattr(delta, k, None) for k in _TOKEN_DELTA_KEYS)
+                                    or (delta.content == "" and not delta.role)):
+                                continue
+                        times.append(now)
+                    if chunk.usage is not None:
+                        _apply_usage(chunk.usage.model_dump(), rec)
+                        got_usage = True
+            end = perf()
+        except asyncio.CancelledError:
+            rec.fail(ABORTED, "stopped by the load generator", perf())
+            raise
+        except (asyncio.TimeoutError, openai.APITimeoutError, httpx.TimeoutException):
+            rec.fail(TIMEOUT, f"no complete response within {self.request_timeout_s:g} s", perf())
+            return
+        except openai.APIStatusError as e:
+            rec.status = e.status_code
+            rec.fail(HTTP_ERROR, f"HTTP {e.status_code}: {e.message}", perf())
+            return
+        except (openai.APIConnectionError, httpx.TransportError) as e:
+            rec.fail(CONNECTION if rec.status is None else TRUNCATED, repr(e), perf())
+            return
+        except openai.APIError as e:  # an error event inside the stream
+            rec.fail(STREAM_ERROR, str(e), perf())
+            return
+        except Exception as e:  # noqa: BLE001
+            rec.fail(CLIENT_ERROR, repr(e), perf())
+            return
+        # The SDK swallows [DONE]; the usage chunk (requested) is the end-of-stream evidence.
+        _close_stream(rec, times, end, None if got_usage else
+                      f"stream ended without usage after {len(times)} token chunks")
+
+
+def _close_stream(rec, times: list[float], end: float, truncated: str | None) -> None:
+    """A stream that ended without an error event: cut short (``truncated`` says how), without a
+    single token, or complete."""
+    if truncated is not None:
+        rec.fail(TRUNCATED, truncated, end)
+    elif not times:
+        rec.fail(NO_TOKEN, "complete stream without a token-bearing chunk", end)
+    else:
+        rec.end_time = end
+        rec.first_token_time = times[0]
+
+
+CLIENTS = {"aiohttp": AiohttpClient, "openai": OpenAIClient}
+
+
+def make_client(name: str, base_url: str, endpoint: str, request_timeout_s: float) -> LoadClient:
+    try:
+        cls = CLIENTS[name]
+    except KeyError:
+        raise ValueError(f"unknown client {name!r}; choose one of {', '.join(CLIENTS)}") from None
+    return cls(base_url, endpoint, request_timeout_s)

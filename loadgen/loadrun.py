@@ -1,0 +1,451 @@
+"""One load run against a running OpenAI-compatible server: build, warm up, measure, score inputs.
+
+Order: discover the model (`GET /v1/models`), load its tokenizer, build the workload's requests
+(chat prompts checked against the server's `/tokenize`, realigned there if the local count
+disagrees), send the warmup requests (excluded), scrape `/metrics`, run the arrival schedule
+with a gauge sampler alongside, scrape again, compute the metrics.
+
+Client hygiene during the measured window: everything is prepared beforehand (JSON bodies,
+due times, records), the garbage collector's existing objects are frozen (`gc.freeze`, as
+`vllm bench serve`), and nothing heavier than a /metrics fetch per second shares the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.arrivals import open_loop_offsets
+from loadgen.client import make_client
+from loadgen.dispatch import run_closed_loop, run_open_loop
+from loadgen.interrupts import handled_between_callbacks
+from loadgen.abort import Abort, AbortCheck
+from loadgen.pinning import off_engine_cpus
+from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
+from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
+from loadgen.prompts import Request, build_requests, plan_requests, realize_async
+from loadgen.records import RequestRecord
+from loadgen.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
+                                       diagnose, fetch_metrics_text)
+from loadgen.stall import ProgressWatch, traced
+from loadgen.tokenizer import PromptTokenizer, TokenizerError
+from loadgen.workload import WorkloadSpec
+
+CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
+ALIGN_CONCURRENCY = 16
+CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
+DEFAULT_WARMUP_CONCURRENCY = 16
+MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
+ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
+
+
+class LoadRunError(RuntimeError):
+    pass
+
+
+@dataclass
+class LoadResult:
+    base_url: str
+    model: str
+    client: str
+    spec: WorkloadSpec
+    records: list[RequestRecord]  # measured requests that were sent
+    warmup_records: list[RequestRecord]
+    metrics: RunMetrics
+    server: ServerDiagnostics | None
+    start: float  # perf_counter at the start of the arrival schedule
+    end: float  # ... when the last response ended
+    notes: list[str] = field(default_factory=list)
+    client_cpu_s: float = math.nan  # this process's CPU time over the measured window
+    abort: Abort | None = None  # why the run stopped sending early (its outcome was certain)
+    planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
+    requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
+    client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
+
+    @property
+    def client_cpu_share(self) -> float:
+        """Client CPU over the run, in cores: near 1.0, the client itself was the bottleneck."""
+        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else math.nan
+
+    @property
+    def aborted(self) -> str | None:
+        return self.abort.reason if self.abort is not None else None
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def target_rate(self) -> float | None:
+        return self.spec.arrival.mean_rate()
+
+    @property
+    def achieved_send_rate(self) -> float:
+        """Requests sent per second over the sending window (first to last send)."""
+        sends = sorted(r.send_time for r in self.records)
+        if len(sends) < 2 or sends[-1] <= sends[0]:
+            return math.nan
+        return (len(sends) - 1) / (sends[-1] - sends[0])
+
+    def flat(self) -> dict[str, float]:
+        return self.metrics.flat()
+
+    flat_metrics = flat
+
+    def server_diagnostics(self) -> dict[str, float]:
+        """The server's view (deltas, gauge peaks); empty if /metrics was not scraped."""
+        return asdict(self.server) if self.server is not None else {}
+
+    def to_json(self, include_records: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "base_url": self.base_url, "model": self.model, "client": self.client,
+            "workload": self.spec.model_dump(mode="json"),
+            "target_rate": self.target_rate, "achieved_send_rate": self.achieved_send_rate,
+            "metrics": self.flat(), "error_kinds": self.metrics.error_kinds,
+            "total_input_tokens": self.metrics.total_input_tokens,
+            "total_output_tokens": self.metrics.total_output_tokens, "notes": self.notes,
+            "client_cpu_s": self.client_cpu_s, "client_cpu_share": self.client_cpu_share,
+            "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
+            "aborted": self.aborted, "planned_s": self.planned_s,
+            # perf_counter is CLOCK_MONOTONIC on Linux: comparable with other processes' clocks.
+            "start_perf": self.start, "end_perf": self.end,
+            "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
+            "abort_margin": self.abort.margin if self.abort is not None else None,
+        }
+        if include_records:
+            out["records"] = [r.to_dict(self.start) for r in self.records]
+        return out
+
+
+async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[RequestRecord],
+                   offsets: list[float], sampler: "GaugeSampler | None") -> tuple[float, float, Abort | None]:
+    """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
+    already certain; if so, stop it (and the requests in flight). (start, end, why stopped)."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({dispatch}, timeout=ABORT_CHECK_PERIOD_S)
+            if done:
+                start, end = dispatch.result()
+                return start, end, None
+            verdict = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
+            if verdict is not None:
+                dispatch.cancel()
+                await asyncio.gather(dispatch, return_exceptions=True)
+                start = records[0].scheduled_time - offsets[0]
+                return start, time.perf_counter(), verdict
+    finally:
+        if not dispatch.done():
+            dispatch.cancel()
+
+
+def _new_record(req: Request, warmup: bool) -> RequestRecord:
+    return RequestRecord(req.index, req.class_name, math.nan, req.prompt_tokens,
+                         req.output_tokens, warmup=warmup)
+
+
+async def discover_model(session, base_url: str, model: str | None = None) -> tuple[str, str | None]:
+    """(served model id, its `root`: usually the path the server loaded) from GET /v1/models.
+
+    Without `model`, the first served model; with it, that model's root (None if not listed).
+    """
+    import aiohttp
+
+    try:
+        async with session.get(base_url + "/v1/models") as resp:
+            if resp.status != 200:
+                raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
+            data = (await resp.json())["data"]
+    except (aiohttp.ClientError, OSError) as e:  # nothing listens there, or not an OpenAI server
+        raise LoadRunError(f"cannot reach {base_url}: GET /v1/models failed ({e})") from None
+    if not data:
+        raise LoadRunError(f"{base_url} serves no model")
+    if model is None:
+        return data[0]["id"], data[0].get("root")
+    return model, next((d.get("root") for d in data if d["id"] == model), None)
+
+
+def _tokenizer_for(tokenizer_path: str | Path | None, model: str, root: str | None) -> PromptTokenizer:
+    for candidate in (tokenizer_path, root, model):
+        if candidate and Path(candidate).expanduser().is_dir():
+            return PromptTokenizer.load(candidate)
+    raise TokenizerError(
+        f"no local tokenizer for model {model!r} (root {root!r}); pass tokenizer_path "
+        "(a directory with tokenizer.json or tokenizer files)")
+
+
+class _ServerCounter:
+    """Counts chat prompt tokens with the server's `/tokenize` (template applied by the server)."""
+
+    def __init__(self, session, base_url: str, model: str):
+        self.session, self.url, self.model = session, base_url + "/tokenize", model
+        self.semaphore = asyncio.Semaphore(ALIGN_CONCURRENCY)
+
+    async def __call__(self, messages) -> int:
+        async with self.semaphore:
+            async with self.session.post(self.url, json={"model": self.model, "messages": messages}) as r:
+                if r.status != 200:
+                    raise LoadRunError(f"POST /tokenize -> HTTP {r.status}: {(await r.text())[:300]}")
+                return int((await r.json())["count"])
+
+
+_BUILD_CACHE: dict[tuple, list[Request]] = {}
+_BUILD_CACHE_SIZE = 4
+
+
+def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
+               server_checked: bool) -> tuple:
+    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
+    shape = spec.model_dump_json(include={"endpoint", "classes", "seed"})
+    return shape, tokenizer.fingerprint, n, warmup, server_checked
+
+
+async def _build(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
+                 counter: "_ServerCounter | None", notes: list[str]) -> list[Request]:
+    """Built once per (workload shape, tokenizer, n) in this process; deterministic, so cached."""
+    key = _cache_key(spec, tokenizer, n, warmup, counter is not None)
+    if key not in _BUILD_CACHE:
+        if len(_BUILD_CACHE) >= _BUILD_CACHE_SIZE:
+            _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
+        _BUILD_CACHE[key] = await _build_uncached(spec, tokenizer, n, warmup, counter, notes)
+    return _BUILD_CACHE[key]
+
+
+async def _build_uncached(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
+                          counter: "_ServerCounter | None", notes: list[str]) -> list[Request]:
+    if spec.endpoint == "completions" or n == 0:
+        return build_requests(spec, tokenizer, n, warmup=warmup)
+    if tokenizer.can_render_chat:
+        requests = build_requests(spec, tokenizer, n, warmup=warmup)
+        if counter is None:
+            return requests
+        probe = requests[:CHAT_PROBE_REQUESTS]
+        try:
+            server_counts = await asyncio.gather(*(counter([dict(m) for m in r.messages]) for r in probe))
+        except Exception as e:  # noqa: BLE001 - no /tokenize (not vLLM): local counts stand
+            notes.append(f"chat prompt lengths counted locally only (/tokenize failed: {e})")
+            return requests
+        if all(r.prompt_tokens == c for r, c in zip(probe, server_counts)):
+            return requests
+        notes.append("local chat template count differs from the server's: prompts aligned "
+                     "with /tokenize")
+    elif counter is None:
+        raise LoadRunError("chat prompts need the tokenizer's chat template or the server's /tokenize")
+    plans = plan_requests(spec, tokenizer, n, warmup=warmup)
+    return list(await asyncio.gather(*(realize_async(p, tokenizer, counter) for p in plans)))
+
+
+class _LazyTokenizer:
+    """Loaded on first use: a study passing prebuilt requests never needs it."""
+
+    def __init__(self, path, model, root):
+        self.args = (path, model, root)
+        self._tok: PromptTokenizer | None = None
+
+    def get(self) -> PromptTokenizer:
+        if self._tok is None:
+            self._tok = _tokenizer_for(*self.args)
+        return self._tok
+
+
+class _Pool:
+    """Prepared bodies and records; a duration-bounded closed loop extends it on demand."""
+
+    def __init__(self, spec, tokenizer: _LazyTokenizer, client, model, requests: list[Request],
+                 warmup: bool):
+        self.spec, self.tokenizer, self.client, self.model, self.warmup = spec, tokenizer, client, model, warmup
+        self.prepared: list[Any] = []
+        self.records: list[RequestRecord] = []
+        self.extended = 0
+        self._add(requests)
+
+    def _add(self, requests: list[Request]) -> None:
+        for r in requests:
+            self.prepared.append(self.client.prepare(r, self.model, self.spec.temperature))
+            self.records.append(_new_record(r, self.warmup))
+
+    def get(self, i: int) -> tuple[Any, RequestRecord]:
+        while i >= len(self.records):  # local chat counts here: no awaiting in the middle of a run
+            self._add(build_requests(self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH,
+                                     warmup=self.warmup, start=len(self.records)))
+            self.extended += 1
+        return self.prepared[i], self.records[i]
+
+
+def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
+    """Connections the run will need at once: the users of a closed loop; for an open loop,
+    rate x request latency (from the warmup, else a guess of 1 s) with 50 % headroom."""
+    if spec.arrival.mode == "closed":
+        return spec.arrival.concurrency
+    done = [r.end_time - r.send_time for r in warm if r.ok]
+    latency = sum(done) / len(done) if done else 1.0
+    rate = spec.arrival.mean_rate()
+    if spec.arrival.mode == "burst":
+        rate = spec.arrival.rate * spec.arrival.peak_multiplier
+    return max(1, min(MAX_PRECONNECT, math.ceil(1.5 * rate * latency) + 8))
+
+
+async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, client: str = "aiohttp",
+                   tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
+                   goodput: GoodputSLO | None = None, lag_limit_ms: float | None = None,
+                   requests: list[Request] | None = None,
+                   sample_period_s: float = 1.0, abort: AbortCheck | None = None,
+                   avoid_engine_cpus: bool | None = None, watch: ProgressWatch | None = None) -> LoadResult:
+    """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
+
+    `avoid_engine_cpus`: while the client runs, keep its thread off the CPUs that a local vLLM
+    engine's workers are pinned to (`engine_pinned_cpus`), where it would wait behind them.
+    Default: on, unless the environment sets AUTOTUNE_AVOID_ENGINE_CPUS=0.
+
+    `abort` (open loops only): called twice a second with the records so far; an `Abort` returned
+    stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics.
+
+    `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
+    between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
+
+    `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
+    every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
+    so a watcher can tell a hung server (`loadgen.stall`) while the run is in progress.
+
+    Latency statistics count a failed request at the workload's `request_timeout_s`
+    (`compute_metrics(failed_latency_s=...)`): a run never looks faster for losing requests.
+    """
+    import aiohttp
+
+    spec.arrival.require_resolved()
+    if lag_limit_ms is None:
+        lag_limit_ms = default_lag_limit_ms(spec.arrival.mean_rate())
+    base_url = base_url.rstrip("/")
+    notes: list[str] = []
+    closed = spec.arrival.mode == "closed"
+    offsets = None
+    if not closed:
+        offsets = open_loop_offsets(spec.arrival, spec.num_requests, spec.duration_s, spec.seed).tolist()
+        if not offsets:
+            raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120),
+                                     trace_configs=traced(watch)) as control:
+        model, root = await discover_model(control, base_url, model)
+        counter = _ServerCounter(control, base_url, model) if spec.endpoint == "chat" else None
+        tokenizer = _LazyTokenizer(tokenizer_path, model, root)
+        needed = len(offsets) if offsets is not None else (spec.num_requests or CLOSED_LOOP_BATCH)
+        if requests is None or len(requests) < needed:
+            requests = await _build(spec, tokenizer.get(), needed, False, counter, notes)
+        warm = (await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
+                if spec.warmup_requests else [])
+
+        with off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
+            async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
+                warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
+                if watch is not None:
+                    watch.track(warm_pool.records)
+                if warm:
+                    width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
+                    await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
+                pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+                if watch is not None:
+                    watch.track(pool.records)
+                if hasattr(lc, "preconnect"):
+                    ask = watch.ask("GET /health", time.perf_counter()) if watch is not None else None
+                    opened = await lc.preconnect(_expected_concurrency(spec, warm_pool.records))
+                    if ask is not None:  # pings that all timed out got no answer
+                        ask.end(opened > 0, time.perf_counter())
+
+                before = None
+                sampler = None
+                if scrape_metrics:
+                    text = await fetch_metrics_text(control, base_url)
+                    if text is None:
+                        notes.append("no /metrics from the server: server_* metrics are NaN")
+                    else:
+                        before = MetricsSnapshot.parse(text)
+                        sampler = GaugeSampler(control, base_url, sample_period_s)
+                        sampler.start()
+
+                gc.collect()
+                gc.freeze()
+                cpu0 = time.process_time()
+                aborted = None
+                try:
+                    if closed:
+                        start, end, sent = await run_closed_loop(
+                            lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s)
+                    elif abort is None:
+                        start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
+                    else:
+                        dispatch = asyncio.ensure_future(
+                            run_open_loop(lc.send, pool.prepared, pool.records, offsets))
+                        start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler)
+                finally:
+                    client_cpu = time.process_time() - cpu0
+                    gc.unfreeze()
+                    samples = await sampler.stop() if sampler is not None else []
+                after = None
+                if before is not None:
+                    text = await fetch_metrics_text(control, base_url)
+                    after = MetricsSnapshot.parse(text) if text is not None else None
+
+    records = [r for r in pool.records if not math.isnan(r.send_time)]
+    server = diagnose(before, after, samples) if before is not None and after is not None else None
+    if pool.extended:
+        notes.append(f"closed loop built {pool.extended * CLOSED_LOOP_BATCH} extra requests during "
+                     "the run (duration-bounded); their chat lengths were counted locally")
+    mismatched = sum(1 for r in records if r.prompt_tokens is not None
+                     and r.prompt_tokens != r.expected_prompt_tokens)
+    if mismatched:
+        notes.append(f"{mismatched} requests: the server counted a different prompt length than built")
+    short = sum(1 for r in records if r.ok and r.completion_tokens is not None
+                and r.completion_tokens != r.expected_output_tokens)
+    if short:
+        notes.append(f"{short} requests got a different output length than max_tokens "
+                     "(prompt + output > max_model_len truncates silently)")
+    metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
+                              lag_limit_ms=lag_limit_ms, server=server,
+                              failed_latency_s=spec.request_timeout_s)
+    result = LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
+                        start, end, notes, client_cpu, aborted, offsets[-1] if offsets else math.nan,
+                        len(offsets) if offsets else len(records), client_cpus)
+    if metrics.client_behind:
+        share = result.client_cpu_share
+        why = ("the client itself is the bottleneck" if share > 0.8
+               else "it was starved of CPU by other processes, or paused")
+        notes.append(f"client fell behind: p99 schedule lag {metrics.schedule_lag_p99_ms:.1f} ms > "
+                     f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
+                     f"{share:.0%} of a core: {why})")
+    return result
+
+
+def default_loop() -> str:
+    """uvloop where installed (about 10 % less client CPU per request, see docs/measurement.md)."""
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
+def run_async(coro, loop: str = "auto"):
+    """Run a coroutine on a fresh event loop: "uvloop", "asyncio", or "auto" (uvloop if installed).
+
+    An interrupt while it runs reaches the caller as the signal's handler raised it, after every
+    task of the loop was cancelled and awaited (`interrupts`)."""
+    if loop == "auto":
+        loop = default_loop()
+    if loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    elif loop == "asyncio":
+        factory = None
+    else:
+        raise ValueError(f"loop must be auto, asyncio or uvloop, not {loop!r}")
+    with asyncio.Runner(loop_factory=factory) as runner, handled_between_callbacks(runner.get_loop()):
+        return runner.run(coro)
+
+
+def run_load_sync(base_url: str, model: str | None, spec: WorkloadSpec, *, loop: str = "auto",
+                  **kwargs) -> LoadResult:
+    """`run_load` for synchronous callers (the study): its own event loop, closed afterwards."""
+    return run_async(run_load(base_url, model, spec, **kwargs), loop)

@@ -1,0 +1,331 @@
+"""The deterministic request builder: same workload and seed => the same requests, byte for byte.
+
+Request i draws everything (class, lengths, token ids, prefix) from its own generator seeded
+with (seed, stream, i), so it does not depend on how many requests are built, on the process,
+or on hash randomization; warmup requests use another stream.
+
+Completions prompts are token ids: exact lengths, no template. Chat prompts are text decoded
+from random token ids, trimmed or extended until the templated prompt has exactly the target
+count; the counting function is local (the tokenizer's chat template) or the server's
+`/tokenize` (see `align_chat_requests`). As `vllm bench serve` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Generator
+
+import numpy as np
+
+from loadgen.tokenizer import PromptTokenizer
+from loadgen.workload import (SHAREGPT_MAX_PROMPT_TOKENS, SHAREGPT_MAX_TOTAL_TOKENS,
+                                 SHAREGPT_MIN_TOKENS, RequestClass, WorkloadSpec)
+
+MEASURED_STREAM = 0
+WARMUP_STREAM = 1
+_PREFIX_STREAM = 2
+_SHAREGPT_STREAM = 3
+MAX_ALIGN_STEPS = 6
+_POOL_EXTRA = 128  # spare ids beyond the target, for chat prompts that re-encode shorter
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Request:
+    index: int
+    class_name: str
+    prompt_tokens: int  # as the server will count it (checked against usage.prompt_tokens)
+    output_tokens: int  # exact: ignore_eos + max_tokens
+    target_prompt_tokens: int  # what the workload asked for (differs only if it could not be met)
+    prompt_ids: tuple[int, ...] | None = None  # completions
+    messages: tuple[dict[str, str], ...] | None = None  # chat
+    prefix_id: int | None = None
+
+    def body(self, model: str, temperature: float | None) -> dict[str, Any]:
+        """The JSON body, as `vllm bench serve` sends it (streaming, usage, exact output)."""
+        if self.prompt_ids is not None:
+            body: dict[str, Any] = {"model": model, "prompt": list(self.prompt_ids),
+                                    "max_tokens": self.output_tokens}
+        else:
+            body = {"model": model, "messages": [dict(m) for m in self.messages],
+                    "max_completion_tokens": self.output_tokens}
+        body.update({"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
+        if temperature is not None:
+            body["temperature"] = temperature
+        return body
+
+    def encoded_body(self, model: str, temperature: float | None) -> bytes:
+        return json.dumps(self.body(model, temperature), separators=(",", ":"),
+                          ensure_ascii=False).encode()
+
+
+@dataclass
+class _Plan:
+    """Everything a request draws from its generator, before chat alignment."""
+
+    index: int
+    class_name: str
+    endpoint: str
+    target_prompt: int | None  # None: natural length (ShareGPT)
+    output_tokens: int
+    prefix_id: int | None
+    prefix_ids: np.ndarray | None
+    pool: np.ndarray | None = None  # random ids: the body of a synthetic prompt
+    text: str | None = None  # ShareGPT prompt
+    text_ids: list[int] | None = field(default=None, repr=False)
+
+
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.default_rng([int(k) for k in key])
+
+
+def _prefix_ids(spec: WorkloadSpec, cls_index: int, prefix_id: int, tokens: int,
+                tokenizer: PromptTokenizer) -> np.ndarray:
+    rng = _rng(spec.seed, _PREFIX_STREAM, cls_index, prefix_id)
+    ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
+    return rng.choice(ids, size=tokens)
+
+
+# -- ShareGPT ---------------------------------------------------------------------------------
+
+def _first_exchange(entry: dict) -> tuple[str, str] | None:
+    turns = entry.get("conversations") or entry.get("conversation") or entry.get("messages") or []
+    if len(turns) < 2:
+        return None
+
+    def role(t: dict) -> str:
+        return str(t.get("from") or t.get("role") or "").lower()
+
+    def text(t: dict) -> str:
+        return str(t.get("value") if "value" in t else t.get("content", ""))
+
+    if role(turns[0]) not in ("human", "user") or role(turns[1]) not in ("gpt", "assistant", "chatgpt"):
+        return None
+    return text(turns[0]), text(turns[1])
+
+
+@lru_cache(maxsize=8)
+def _sharegpt_pairs(path: str) -> tuple[tuple[str, str], ...]:
+    raw = Path(path).read_text()
+    stripped = raw.lstrip()
+    if stripped.startswith("["):
+        entries = json.loads(raw)
+    else:
+        entries = [json.loads(line) for line in raw.splitlines() if line.strip()]
+    pairs = tuple(p for p in (_first_exchange(e) for e in entries if isinstance(e, dict)) if p)
+    if not pairs:
+        raise ValueError(f"{path}: no conversation with a human turn followed by an answer")
+    return pairs
+
+
+class _ShareGPTSource:
+    """The file's valid exchanges in a seeded order, tokenized on demand, cycling when used up."""
+
+    def __init__(self, path: Path, seed: int, stream: int, cls_index: int,
+                 tokenizer: PromptTokenizer, need_output: bool):
+        self.pairs = _sharegpt_pairs(str(path))
+        self.order = _rng(seed, _SHAREGPT_STREAM, stream, cls_index).permutation(len(self.pairs))
+        self.tokenizer = tokenizer
+        self.need_output = need_output
+        self.valid: list[tuple[str, list[int], int]] = []
+        self._next = 0
+        self.path = path
+
+    def get(self, k: int) -> tuple[str, list[int], int]:
+        while len(self.valid) <= k and self._next < len(self.order):
+            prompt, answer = self.pairs[self.order[self._next]]
+            self._next += 1
+            ids = self.tokenizer.encode(prompt)
+            out = len(self.tokenizer.encode(answer)) if self.need_output else SHAREGPT_MIN_TOKENS
+            if (SHAREGPT_MIN_TOKENS <= len(ids) <= SHAREGPT_MAX_PROMPT_TOKENS
+                    and out >= SHAREGPT_MIN_TOKENS
+                    and (not self.need_output or len(ids) + out <= SHAREGPT_MAX_TOTAL_TOKENS)):
+                self.valid.append((prompt, ids, out))
+        if not self.valid:
+            raise ValueError(f"{self.path}: no exchange passes the ShareGPT length filters "
+                             f"(prompt and answer >= {SHAREGPT_MIN_TOKENS} tokens, prompt <= "
+                             f"{SHAREGPT_MAX_PROMPT_TOKENS}, both <= {SHAREGPT_MAX_TOTAL_TOKENS})")
+        if len(self.valid) <= k:  # the file is used up: cycle
+            return self.valid[k % len(self.valid)]
+        return self.valid[k]
+
+
+# -- planning (all random draws) --------------------------------------------------------------
+
+def _class_index(rng: np.random.Generator, weights: np.ndarray) -> int:
+    if len(weights) == 1:
+        return 0
+    return int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right"))
+
+
+def plan_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *,
+                  warmup: bool = False, start: int = 0) -> list[_Plan]:
+    stream = WARMUP_STREAM if warmup else MEASURED_STREAM
+    weights = np.array([c.weight for c in spec.classes], dtype=float)
+    sources: dict[int, _ShareGPTSource] = {}
+    prefix_cache: dict[tuple[int, int], np.ndarray] = {}
+    plans = []
+    for index in range(start, start + n):
+        rng = _rng(spec.seed, stream, index)
+        ci = _class_index(rng, weights)
+        cls: RequestClass = spec.classes[ci]
+        prefix_id = prefix = None
+        if cls.shared_prefix is not None and rng.random() < cls.shared_prefix.fraction:
+            prefix_id = int(rng.integers(cls.shared_prefix.count))
+            key = (ci, prefix_id)
+            if key not in prefix_cache:
+                prefix_cache[key] = _prefix_ids(spec, ci, prefix_id, cls.shared_prefix.tokens, tokenizer)
+            prefix = prefix_cache[key]
+        output = int(cls.output_tokens.sample(rng)[0]) if cls.output_tokens is not None else None
+        if cls.sharegpt is not None:
+            if ci not in sources:
+                sources[ci] = _ShareGPTSource(cls.sharegpt, spec.seed, stream, ci, tokenizer,
+                                              need_output=cls.output_tokens is None)
+            # Request i takes the i-th valid exchange of the seeded order (some go unused when
+            # classes mix): independent of where the build starts.
+            text, text_ids, ref_out = sources[ci].get(index)
+            plans.append(_Plan(index, cls.name, spec.endpoint, None,
+                               output if output is not None else ref_out, prefix_id, prefix,
+                               text=text, text_ids=text_ids))
+            continue
+        target = int(cls.prompt_tokens.sample(rng)[0])
+        body_len = target - (len(prefix) if prefix is not None else 0)
+        ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
+        pool = rng.choice(ids, size=body_len + _POOL_EXTRA)
+        plans.append(_Plan(index, cls.name, spec.endpoint, target, output, prefix_id, prefix,
+                           pool=pool))
+    return plans
+
+
+# -- realizing a plan (chat alignment) --------------------------------------------------------
+
+def _chat_messages(plan: _Plan, tokenizer: PromptTokenizer, user_text: str) -> Messages:
+    msgs: Messages = []
+    if plan.prefix_ids is not None:
+        msgs.append({"role": "system", "content": tokenizer.decode(plan.prefix_ids)})
+    msgs.append({"role": "user", "content": user_text})
+    return msgs
+
+
+def _align_steps(plan: _Plan, tokenizer: PromptTokenizer) -> Generator[Messages, int, tuple[Messages, int]]:
+    """Yields candidate messages, receives their token count; returns the best (messages, count).
+
+    Written as a generator so one algorithm serves a local (sync) and a server (async) counter.
+    The body length k is corrected by the count error; merges make counts jump, so if that
+    does not land exactly, a body just below the target is topped up with a filler word that
+    adds exactly one token per repetition.
+    """
+    if plan.text is not None:
+        msgs = _chat_messages(plan, tokenizer, plan.text)
+        n = yield msgs
+        return msgs, n
+    target, pool = plan.target_prompt, plan.pool
+    prefix = len(plan.prefix_ids) if plan.prefix_ids is not None else 0
+    counts: dict[int, int] = {}
+    best: tuple[int, Messages, int] | None = None
+
+    def consider(msgs: Messages, n: int) -> bool:
+        nonlocal best
+        if best is None or abs(target - n) < best[0]:
+            best = (abs(target - n), msgs, n)
+        return n == target
+
+    k = max(1, min(len(pool), target - prefix))
+    for _ in range(MAX_ALIGN_STEPS):
+        msgs = _chat_messages(plan, tokenizer, tokenizer.decode(pool[:k]))
+        n = counts[k] = yield msgs
+        if consider(msgs, n):
+            return msgs, n
+        nxt = max(1, min(len(pool), k + target - n))
+        if nxt in counts:
+            break
+        k = nxt
+    filler = tokenizer.filler
+    if filler is not None:
+        below = [kk for kk, n in counts.items() if n < target]
+        k = max(below) if below else min(counts)
+        while counts[k] >= target and k > 1:  # step down until the body is short enough
+            k = max(1, k - (counts[k] - target) - 1)
+            msgs = _chat_messages(plan, tokenizer, tokenizer.decode(pool[:k]))
+            counts[k] = yield msgs
+            if consider(msgs, counts[k]):
+                return msgs, counts[k]
+        text = tokenizer.decode(pool[:k])
+        fill = target - counts[k]
+        for _ in range(4):
+            if fill <= 0:
+                break
+            msgs = _chat_messages(plan, tokenizer, text + filler * fill)
+            n = yield msgs
+            if consider(msgs, n):
+                return msgs, n
+            fill += target - n
+    return best[1], best[2]
+
+
+def _finish(plan: _Plan, msgs: Messages | None, count: int | None) -> Request:
+    if plan.endpoint == "completions":
+        head = [int(i) for i in plan.prefix_ids] if plan.prefix_ids is not None else []
+        body = plan.text_ids if plan.text is not None else [int(i) for i in plan.pool[:plan.target_prompt - len(head)]]
+        ids = tuple(head + list(body))
+        return Request(plan.index, plan.class_name, len(ids), plan.output_tokens,
+                       plan.target_prompt or len(ids), prompt_ids=ids, prefix_id=plan.prefix_id)
+    return Request(plan.index, plan.class_name, count, plan.output_tokens,
+                   plan.target_prompt or count, messages=tuple(msgs), prefix_id=plan.prefix_id)
+
+
+def realize(plan: _Plan, tokenizer: PromptTokenizer,
+            count: Callable[[Messages], int] | None = None) -> Request:
+    if plan.endpoint == "completions":
+        return _finish(plan, None, None)
+    count = count or tokenizer.count_chat
+    steps = _align_steps(plan, tokenizer)
+    msgs = next(steps)
+    try:
+        while True:
+            msgs = steps.send(count(msgs))
+    except StopIteration as done:
+        return _finish(plan, *done.value)
+
+
+async def realize_async(plan: _Plan, tokenizer: PromptTokenizer,
+                        count: Callable[[Messages], Awaitable[int]]) -> Request:
+    if plan.endpoint == "completions":
+        return _finish(plan, None, None)
+    steps = _align_steps(plan, tokenizer)
+    msgs = next(steps)
+    try:
+        while True:
+            msgs = steps.send(await count(msgs))
+    except StopIteration as done:
+        return _finish(plan, *done.value)
+
+
+def build_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int | None = None, *,
+                   warmup: bool = False, start: int = 0,
+                   count: Callable[[Messages], int] | None = None) -> list[Request]:
+    """n requests (default: num_requests, or warmup_requests with warmup=True), counted locally."""
+    if n is None:
+        n = spec.warmup_requests if warmup else spec.num_requests
+        if n is None:
+            raise ValueError("duration-bounded workload: say how many requests to build (n)")
+    if spec.endpoint == "chat" and count is None and not tokenizer.can_render_chat:
+        raise ValueError("chat prompts of exact length need the tokenizer's chat template or the "
+                         "server's /tokenize (build them with loadrun, which asks the server)")
+    return [realize(p, tokenizer, count) for p in plan_requests(spec, tokenizer, n, warmup=warmup, start=start)]
+
+
+def requests_digest(requests: list[Request], model: str = "m", temperature: float | None = 0.0) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for r in requests:
+        h.update(r.class_name.encode())
+        h.update(r.encoded_body(model, temperature))
+    return h.hexdigest()
+
+

@@ -1,0 +1,116 @@
+"""The calibration measured on a real server, as a trial is: the vLLM-defaults baseline's server
+started, each request class alone one request at a time (the unloaded medians), then the whole
+mix in a saturating closed loop (the capacity), `repeats` rounds, the server watched throughout.
+
+What the result means and how a scenario's relative numbers resolve against it is pure and
+lives in `search.calibration`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from loadgen import (LATENCY_FAMILIES, MetricName, ProgressWatch, WorkloadSpec, class_key, run_async,
+                             run_load, stall_bound_s, timed_tpot_median_ms)
+from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
+from search.calibration import MIN_TIMED_SHARE, CalibrationResult, closed_workload, saturation_workload
+from search.scenario import Calibration, Scenario
+from serving import FailurePhase, LaunchContext, ServerArgs
+from serving.process import ServerFailed, launch, while_serving
+
+
+class CalibrationFailed(RuntimeError):
+    """The calibration server failed, or the load generator did, before a reference was measured."""
+
+
+def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
+              on_phase=lambda _: None, *, launcher=None) -> CalibrationResult:
+    """Measure the reference on a server of `baseline`'s flags, watched as a trial's is: its
+    death, or the load generator's error, raises CalibrationFailed naming the cause. `launcher`:
+    as the executor's `launch` (None: `launch`; a benchmark's servers started side by side)."""
+    on_phase("starting the vLLM-defaults server")
+    server = (launcher or launch)(ctx, baseline, run_dir / "calibration" / "server.log",
+                    startup_timeout_s=scenario.server.startup_timeout_s, env=RESET_ENDPOINT_ENV)
+    try:
+        with server:
+            try:
+                return _calibrate_on(server, scenario, ctx, on_phase)
+            except ServerFailed:
+                raise
+            except Exception as e:  # the load generator's; but a server that died under it is the cause
+                died = server.poll_failure(phase=FailurePhase.CALIBRATION)
+                if died is not None:
+                    raise ServerFailed(died) from e
+                raise CalibrationFailed(f"the load generator failed: {type(e).__name__}: {e}") from e
+    except ServerFailed as e:
+        raise CalibrationFailed(f"the vLLM-defaults server failed: {e.failure.summary()} "
+                                f"(log: {e.failure.log_path or server.spec.log_path})") from e
+
+
+def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> CalibrationResult:
+    t0 = time.monotonic()
+    cal = scenario.calibration
+    wl = scenario.workload
+    model = str(ctx.model.path)
+    rounds: list[dict[str, Any]] = []
+    saturations: list[dict[str, float]] = []
+
+    def watched(load):
+        """`load(watch)`: a coroutine whose progress `watch` sees; a server that dies or hangs under
+        it fails the calibration as it fails a trial."""
+        watch = ProgressWatch(stall_bound_s())  # no unloaded TTFT yet: the floor
+        return run_async(while_serving(server, load(watch), phase=FailurePhase.CALIBRATION, watch=watch))
+
+    for i in range(cal.repeats):
+        tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
+        # Every round replays the same requests: without a reset, a later round's prompts hit
+        # the prefix cache the earlier rounds filled (measured on mixed: the long class's
+        # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
+        # rose from 1.73 to 4.24 req/s).
+        reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
+        unloaded, timed = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
+                             on_phase=lambda text: on_phase(text + tag))
+        on_phase(f"saturation throughput{tag}")
+        spec = saturation_workload(wl, cal)
+        saturation = watched(lambda watch: run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path,
+                                                    watch=watch)).flat_metrics()
+        saturations.append(saturation)
+        rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
+                       "decode_timed_share": timed, "prefix_cache_reset": reset})
+    return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
+
+
+def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool,
+              watched, on_phase) -> tuple[dict[str, float | None], dict[str, float]]:
+    """Each request class alone, one request at a time: its latency medians (and the overall
+    medians, weighted by class share), and the share of each class's streams whose decode the
+    client could time.
+
+    The TPOT median is read from those timed streams only, and is None for a class whose streams
+    mostly arrived in one read: on a fast CPU (bf16, 2026-11-25) short requests' deltas reached
+    the client coalesced, their TPOT read 0.0 ms, and the weighted median of 1.2 ms made a 25x
+    TPOT bound of 30 ms that vLLM's defaults missed at 40% of their capacity."""
+    unloaded: dict[str, float | None] = {}
+    timed_share: dict[str, float] = {}
+    for i, cls in enumerate(wl.classes):
+        on_phase(f"unloaded latency, class {cls.name}")
+        spec = closed_workload(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
+                               warmup=2 if warmup and i == 0 else 0)
+        result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
+        flat = result.flat_metrics()
+        tpot, timed_share[cls.name] = timed_tpot_median_ms(result.records)
+        flat["tpot_median_ms"] = tpot if timed_share[cls.name] >= MIN_TIMED_SHARE else None
+        for key, value in flat.items():
+            if MetricName.parse(key).cls is None:
+                unloaded[class_key(key, cls.name)] = value
+                if len(wl.classes) == 1:
+                    unloaded[key] = value
+    if len(wl.classes) > 1:
+        for fam in LATENCY_FAMILIES:
+            known = [(unloaded[class_key(f"{fam}_median_ms", c.name)], c.weight) for c in wl.classes]
+            known = [(v, w) for v, w in known if v is not None]
+            total = sum(w for _, w in known)
+            unloaded[f"{fam}_median_ms"] = sum(v * w / total for v, w in known) if known else None
+    return unloaded, timed_share

