@@ -36,15 +36,25 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from objectives.scoring import score  # noqa: E402
-from search import calibration as calibration_mod, pareto, scenario as scenario_mod  # noqa: E402
-from search.prepare import StudyOptions, prepare  # noqa: E402
-from search.cli import reported  # noqa: E402
-from search.replay import (CAPACITY, Landscape, LandscapeError, Surrogate, cross_validated, replay_calibration,  # noqa: E402
-                           replay_context, replay_factory)
-from search.samplers import SAMPLERS, scenario_default  # noqa: E402
-from search.study import StudyRunner  # noqa: E402
-from storage import queries  # noqa: E402
+from objectives.scoring import score
+from search import calibration as calibration_mod
+from search import pareto
+from search import scenario as scenario_mod
+from search.cli import reported
+from search.prepare import StudyOptions, prepare
+from search.replay import (
+    CAPACITY,
+    Landscape,
+    LandscapeError,
+    Surrogate,
+    cross_validated,
+    replay_calibration,
+    replay_context,
+    replay_factory,
+)
+from search.samplers import SAMPLERS, scenario_default
+from search.study import StudyRunner
+from storage import queries
 
 CPU_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json"  # recorded: benchmarks/landscape.py
 SYNTHETIC_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json"  # invented, for unit tests
@@ -91,7 +101,10 @@ def _scenario_path(landscape: Landscape) -> Path:
     except scenario_mod.ScenarioError:
         if not landscape.scenario_source:
             raise
-    path = Path(tempfile.gettempdir()) / f"autotune-{landscape.scenario}-{scenario_mod.digest(landscape.scenario_source)}.yaml"
+    path = (
+        Path(tempfile.gettempdir())
+        / f"autotune-{landscape.scenario}-{scenario_mod.digest(landscape.scenario_source)}.yaml"
+    )
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(landscape.scenario_source)
@@ -114,8 +127,7 @@ def world(landscape_path: str) -> World:
     judged = [(c, *partial.truth(c)) for c in configs]
     feasible = [(c, v) for c, v, ok in judged if ok]
     values = [v for _, v in feasible]
-    ref = tuple(max(v[i] for v in values) * 1.1 if d == "minimize" else 0.0
-                for i, d in enumerate(sc.directions))
+    ref = tuple(max(v[i] for v in values) * 1.1 if d == "minimize" else 0.0 for i, d in enumerate(sc.directions))
     hv = pareto.hypervolume(values, sc.directions, ref)
     order = pareto.rank(values, sc.directions, sc.objective_names, sc.selection)
     best_config, best_values = feasible[order[0]]
@@ -131,16 +143,30 @@ WARM = "+warm"  # a row's suffix: the sampler warm-started from an earlier study
 PRIOR_BUDGET = 10
 
 
-def _study(w: World, d: str, sampler: str, seed: int, budget: int, name: str,
-           warm_start: str | None = None) -> StudyRunner:
-    opts = StudyOptions(scenario=str(w.scenario_path), trials=budget, storage=f"sqlite:///{d}/bench.db",
-                        study_name=name, runs_dir=Path(d), seed=seed, sampler=sampler, warm_start=warm_start)
-    return StudyRunner(prepare(opts, ctx=replay_context(w.landscape)), opts,
-                       executor=replay_factory(w.surrogate, seed), calibrate=replay_calibration(w.landscape))
+def _study(
+    w: World, d: str, sampler: str, seed: int, budget: int, name: str, warm_start: str | None = None
+) -> StudyRunner:
+    opts = StudyOptions(
+        scenario=str(w.scenario_path),
+        trials=budget,
+        storage=f"sqlite:///{d}/bench.db",
+        study_name=name,
+        runs_dir=Path(d),
+        seed=seed,
+        sampler=sampler,
+        warm_start=warm_start,
+    )
+    return StudyRunner(
+        prepare(opts, ctx=replay_context(w.landscape)),
+        opts,
+        executor=replay_factory(w.surrogate, seed),
+        calibrate=replay_calibration(w.landscape),
+    )
 
 
-def run_study(landscape_path: str, sampler: str, seed: int, budget: int,
-              warm_from: str | None = None) -> dict[str, Any]:
+def run_study(
+    landscape_path: str, sampler: str, seed: int, budget: int, warm_from: str | None = None
+) -> dict[str, Any]:
     """One study on the replay executor; what it measured and deployed, judged on the means.
     `sampler` + WARM: first an earlier study of the same sampler (PRIOR_BUDGET trials, its
     confirmation, other noise), then this one with `--warm-start` from it: what a user re-tuning
@@ -148,6 +174,7 @@ def run_study(landscape_path: str, sampler: str, seed: int, budget: int,
     `warm_from` where given (another landscape: another load, say), else on this one."""
     w = world(landscape_path)
     import optuna
+
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     name = sampler.removesuffix(WARM)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
@@ -169,17 +196,28 @@ def run_study(landscape_path: str, sampler: str, seed: int, budget: int,
         if ok:
             front.append(values)
         curve.append(pareto.hypervolume(front, w.scenario.directions, w.reference_point) / w.reference_hv)
-    out = {"sampler": sampler, "seed": seed, "budget": budget, "seconds": seconds, "cpu_s": cpu_s, "curve": curve,
-           "hv": curve[-1] if curve else 0.0, "deployed": None}
+    out = {
+        "sampler": sampler,
+        "seed": seed,
+        "budget": budget,
+        "seconds": seconds,
+        "cpu_s": cpu_s,
+        "curve": curve,
+        "hv": curve[-1] if curve else 0.0,
+        "deployed": None,
+    }
     if deployed is not None:
         values, ok = w.truth(deployed[0])
         k = _capacity_index(w)
         best_cap = w.best[CAPACITY]
         baselines_best = max((w.truth(c)[0][k] for _, c, b in measured if b and w.truth(c)[1]), default=0.0)
-        out["deployed"] = {"baseline": deployed[1], "feasible": ok,
-                           **{n: v for n, v in zip(w.scenario.objective_names, values)},
-                           "regret": 1 - values[k] / best_cap if ok else 1.0,
-                           "better_existed": best_cap > 1.1 * baselines_best}
+        out["deployed"] = {
+            "baseline": deployed[1],
+            "feasible": ok,
+            **{n: v for n, v in zip(w.scenario.objective_names, values)},
+            "regret": 1 - values[k] / best_cap if ok else 1.0,
+            "better_existed": best_cap > 1.1 * baselines_best,
+        }
     return out
 
 
@@ -201,9 +239,10 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
         mine = [r for r in runs if r["sampler"] == name]
         largest = max(r["budget"] for r in mine)  # a slow sampler's may be capped (MAX_BUDGET)
         longest = [r for r in mine if r["budget"] == largest]
-        entry: dict[str, Any] = {f"trials_to_{round(s * 100)}": float(np.median([reach(r["curve"], s, largest + 1)
-                                                                                  for r in longest]))
-                                 for s in SHARES}
+        entry: dict[str, Any] = {
+            f"trials_to_{round(s * 100)}": float(np.median([reach(r["curve"], s, largest + 1) for r in longest]))
+            for s in SHARES
+        }
         entry["reached_95"] = sum(reach(r["curve"], 0.95, largest + 1) <= largest for r in longest) / len(longest)
         entry["largest_budget"] = largest
         entry["budgets"] = {}
@@ -212,24 +251,36 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
             dep = [r["deployed"] for r in at]
             ok = [d for d in dep if d and d["feasible"]]
             entry["budgets"][str(b)] = {
-                "seeds": len(at), "hv": _quartiles([r["hv"] for r in at]),
+                "seeds": len(at),
+                "hv": _quartiles([r["hv"] for r in at]),
                 "deployed_capacity": _quartiles([d[CAPACITY] for d in ok]),
                 "deployed_ttft": _quartiles([d[w.scenario.objective_names[0]] for d in ok]),
                 "regret": _quartiles([d["regret"] for d in dep if d]),
                 "within_10pct": sum(1 for d in ok if d["regret"] <= 0.1) / len(at),
                 "deployed_infeasible": sum(1 for d in dep if d and not d["feasible"]) / len(at),
                 "nothing_deployed": sum(1 for d in dep if d is None) / len(at),
-                "baseline_kept_when_better": sum(1 for d in dep if d and d["baseline"] and d["better_existed"]) / len(at),
+                "baseline_kept_when_better": sum(1 for d in dep if d and d["baseline"] and d["better_existed"])
+                / len(at),
                 "search_wall_min": (cal_s + b * trial_s) / 60,
                 "bench_s": float(np.mean([r["seconds"] for r in at])),
                 "bench_cpu_s": float(np.mean([r.get("cpu_s", math.nan) for r in at])),
             }
         samplers[name] = entry
-    return {"default": scenario_default(w.scenario), "landscape": str(w.landscape.provenance.get("command", "")),
-            "synthetic": w.landscape.synthetic, "budgets": list(budgets), "largest_budget": max(budgets),
-            "reference": {"hypervolume": w.reference_hv, "point": list(w.reference_point), "best": {
-                k: v for k, v in w.best.items() if k != "config"}, "best_config": w.best["config"]},
-            "typical_trial_s": trial_s, "samplers": samplers}
+    return {
+        "default": scenario_default(w.scenario),
+        "landscape": str(w.landscape.provenance.get("command", "")),
+        "synthetic": w.landscape.synthetic,
+        "budgets": list(budgets),
+        "largest_budget": max(budgets),
+        "reference": {
+            "hypervolume": w.reference_hv,
+            "point": list(w.reference_point),
+            "best": {k: v for k, v in w.best.items() if k != "config"},
+            "best_config": w.best["config"],
+        },
+        "typical_trial_s": trial_s,
+        "samplers": samplers,
+    }
 
 
 # Optuna's GP sampler fits a GP per objective and per SLO constraint at every proposal: 11, 33
@@ -238,14 +289,31 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
 MAX_BUDGET = {"gp": 20}
 
 
-def bench(landscape_path: Path, samplers: list[str], seeds: int, budgets: tuple[int, ...],
-          jobs: int, all_budgets: bool = False, warm_from: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def bench(
+    landscape_path: Path,
+    samplers: list[str],
+    seeds: int,
+    budgets: tuple[int, ...],
+    jobs: int,
+    all_budgets: bool = False,
+    warm_from: Path | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every run, spread over `jobs` processes (largest budgets first), and their summary."""
+
     def runs_to(s: str, b: int) -> bool:
         return all_budgets or b <= MAX_BUDGET.get(s.removesuffix(WARM), b)
+
     prior = str(warm_from) if warm_from else None
-    tasks = sorted(((str(landscape_path), s, seed, b, prior) for s in samplers for seed in range(seeds) for b in budgets
-                    if runs_to(s, b)), key=lambda t: -t[3])
+    tasks = sorted(
+        (
+            (str(landscape_path), s, seed, b, prior)
+            for s in samplers
+            for seed in range(seeds)
+            for b in budgets
+            if runs_to(s, b)
+        ),
+        key=lambda t: -t[3],
+    )
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             runs = list(pool.map(run_study, *zip(*tasks), chunksize=1))
@@ -254,8 +322,19 @@ def bench(landscape_path: Path, samplers: list[str], seeds: int, budgets: tuple[
     return summarize(runs, world(str(landscape_path)), budgets), runs
 
 
-COLUMNS = ("sampler", "budget", "HV median [IQR]", "to 90%", "to 95%", "deployed cap", "regret",
-           "within 10%", "infeasible", "baseline kept", "wall min")
+COLUMNS = (
+    "sampler",
+    "budget",
+    "HV median [IQR]",
+    "to 90%",
+    "to 95%",
+    "deployed cap",
+    "regret",
+    "within 10%",
+    "infeasible",
+    "baseline kept",
+    "wall min",
+)
 
 
 def rows(summary: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -270,17 +349,29 @@ def rows(summary: dict[str, Any]) -> list[tuple[str, ...]]:
             def trials(k):
                 v = s[k]
                 return ((f">{largest}" if v > largest else f"{v:g}") + capped) if first else ""
+
             hv = e["hv"]
-            out.append((name + (" (default)" if name == summary["default"] else "") if first else "", b,
-                        f"{hv['median']:.2f} [{hv['q1']:.2f}-{hv['q3']:.2f}]", trials("trials_to_90"),
-                        trials("trials_to_95"), f"{e['deployed_capacity']['median']:.2f}", f"{e['regret']['median']:.0%}",
-                        f"{e['within_10pct']:.0%}", f"{e['deployed_infeasible']:.0%}",
-                        f"{e['baseline_kept_when_better']:.0%}", f"{e['search_wall_min']:.0f}"))
+            out.append(
+                (
+                    name + (" (default)" if name == summary["default"] else "") if first else "",
+                    b,
+                    f"{hv['median']:.2f} [{hv['q1']:.2f}-{hv['q3']:.2f}]",
+                    trials("trials_to_90"),
+                    trials("trials_to_95"),
+                    f"{e['deployed_capacity']['median']:.2f}",
+                    f"{e['regret']['median']:.0%}",
+                    f"{e['within_10pct']:.0%}",
+                    f"{e['deployed_infeasible']:.0%}",
+                    f"{e['baseline_kept_when_better']:.0%}",
+                    f"{e['search_wall_min']:.0f}",
+                )
+            )
     return out
 
 
 def table(summary: dict[str, Any]):
     from rich.table import Table
+
     t = Table(title="bench-search" + (" (SYNTHETIC landscape)" if summary["synthetic"] else ""))
     for col in COLUMNS:
         t.add_column(col, justify="right")
@@ -297,30 +388,47 @@ def markdown(summary: dict[str, Any]) -> str:
 def accuracy_table(landscape: Landscape):
     """The surrogate's held-out accuracy (grouped 5-fold cross-validation), as the docs quote it."""
     from rich.table import Table
+
     accuracy, classifier = cross_validated(landscape)
     t = Table(title="surrogate, configs held out" + (" (SYNTHETIC landscape)" if landscape.synthetic else ""))
     for col in ("metric", "Spearman", "median rel. error", "repeat noise", "configs"):
         t.add_column(col, justify="right")
     for a in accuracy:
         t.add_row(a.metric, f"{a.spearman:.2f}", f"{a.median_rel_error:.0%}", f"{a.noise_rel:.0%}", str(a.configs))
-    t.caption = (f"serves-or-not classifier: {classifier:.0%} of held-out configs right" if classifier is not None
-                 else "every config served: no classifier")
+    t.caption = (
+        f"serves-or-not classifier: {classifier:.0%} of held-out configs right"
+        if classifier is not None
+        else "every config served: no classifier"
+    )
     return t, {"metrics": [a.__dict__ for a in accuracy], "classifier": classifier}
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
     import plotly.graph_objects as go
+
     fig = go.Figure()
     for name, s in summary["samplers"].items():
         b = list(s["budgets"])
-        fig.add_trace(go.Scatter(
-            x=[int(x) for x in b], y=[s["budgets"][x]["hv"]["median"] for x in b], name=name, mode="lines+markers",
-            error_y={"type": "data", "symmetric": False,
-                     "array": [s["budgets"][x]["hv"]["q3"] - s["budgets"][x]["hv"]["median"] for x in b],
-                     "arrayminus": [s["budgets"][x]["hv"]["median"] - s["budgets"][x]["hv"]["q1"] for x in b]}))
+        fig.add_trace(
+            go.Scatter(
+                x=[int(x) for x in b],
+                y=[s["budgets"][x]["hv"]["median"] for x in b],
+                name=name,
+                mode="lines+markers",
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [s["budgets"][x]["hv"]["q3"] - s["budgets"][x]["hv"]["median"] for x in b],
+                    "arrayminus": [s["budgets"][x]["hv"]["median"] - s["budgets"][x]["hv"]["q1"] for x in b],
+                },
+            )
+        )
     title = "Share of the reference hypervolume found, median and IQR over seeds"
-    fig.update_layout(title=title + (" (synthetic landscape)" if summary["synthetic"] else ""),
-                      xaxis={"title": "trials (budget)", "type": "log"}, yaxis={"title": "hypervolume share"})
+    fig.update_layout(
+        title=title + (" (synthetic landscape)" if summary["synthetic"] else ""),
+        xaxis={"title": "trials (budget)", "type": "log"},
+        yaxis={"title": "hypervolume share"},
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(path, include_plotlyjs="cdn")
 
@@ -328,28 +436,39 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--landscape", type=Path, default=CPU_LANDSCAPE)
-    ap.add_argument("--samplers", nargs="+", default=None,
-                    choices=list(SAMPLERS) + [s + WARM for s in SAMPLERS],
-                    help=f"'NAME{WARM}': NAME warm-started from an earlier {PRIOR_BUDGET}-trial study of its own "
-                         f"(default: every sampler, and the scenario's default warm-started)")
+    ap.add_argument(
+        "--samplers",
+        nargs="+",
+        default=None,
+        choices=list(SAMPLERS) + [s + WARM for s in SAMPLERS],
+        help=f"'NAME{WARM}': NAME warm-started from an earlier {PRIOR_BUDGET}-trial study of its own "
+        f"(default: every sampler, and the scenario's default warm-started)",
+    )
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench-search")
     ap.add_argument("--all-budgets", action="store_true", help=f"no cap on slow samplers' budgets ({MAX_BUDGET})")
-    ap.add_argument("--warm-from", type=Path, default=None, metavar="LANDSCAPE",
-                    help=f"the '{WARM}' rows' earlier study runs on this landscape (another load of the same "
-                         f"space, say) instead of the bench's own")
+    ap.add_argument(
+        "--warm-from",
+        type=Path,
+        default=None,
+        metavar="LANDSCAPE",
+        help=f"the '{WARM}' rows' earlier study runs on this landscape (another load of the same "
+        f"space, say) instead of the bench's own",
+    )
     args = ap.parse_args(argv)
     return reported("bench_search.py", lambda: _run(args), also=(LandscapeError,))
 
 
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
+
     t0 = time.monotonic()
     samplers = args.samplers or [*SAMPLERS, scenario_default(world(str(args.landscape)).scenario) + WARM]
-    summary, runs = bench(args.landscape, samplers, args.seeds, tuple(sorted(args.budgets)), args.jobs,
-                          args.all_budgets, args.warm_from)
+    summary, runs = bench(
+        args.landscape, samplers, args.seeds, tuple(sorted(args.budgets)), args.jobs, args.all_budgets, args.warm_from
+    )
     summary["warm_from"] = str(args.warm_from) if args.warm_from else None
     summary["wall_s"] = time.monotonic() - t0
     summary["jobs"] = args.jobs
@@ -361,8 +480,10 @@ def _run(args: argparse.Namespace) -> int:
     (args.out / "table.md").write_text(markdown(summary))
     console.print(acc_table)
     console.print(table(summary))
-    console.print(f"{len(runs)} studies in {summary['wall_s']:.0f} s on {args.jobs} processes; "
-                  f"{args.out / 'summary.json'}, {args.out / 'table.md'}, {args.out / 'hypervolume.html'}")
+    console.print(
+        f"{len(runs)} studies in {summary['wall_s']:.0f} s on {args.jobs} processes; "
+        f"{args.out / 'summary.json'}, {args.out / 'table.md'}, {args.out / 'hypervolume.html'}"
+    )
     return 0
 
 

@@ -31,8 +31,9 @@ from rich.table import Table
 from loadgen.loadrun import run_async
 from objectives.stages import run_stages
 from search import calibration
-from search.executor import STAGED_SERVER_ENV, calibrate, plan as plan_trial
 from search.cli import reported
+from search.executor import STAGED_SERVER_ENV, calibrate
+from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
 
@@ -50,10 +51,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="mixed")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--config", action="append", default=None,
-                    help="NAME=key:value,... (default: starved=max_num_seqs:2)")
-    ap.add_argument("--no-defaults", action="store_true",
-                    help="leave vLLM's defaults out of the repeats (calibration still runs on them)")
+    ap.add_argument(
+        "--config", action="append", default=None, help="NAME=key:value,... (default: starved=max_num_seqs:2)"
+    )
+    ap.add_argument(
+        "--no-defaults",
+        action="store_true",
+        help="leave vLLM's defaults out of the repeats (calibration still runs on them)",
+    )
     ap.add_argument("--run-dir", type=Path, default=Path("runs/capacity_repeats"))
     ap.add_argument("--json", type=Path, default=Path("runs/capacity_repeats.json"))
     args = ap.parse_args()
@@ -76,30 +81,51 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"calibrating {sc.name} on vLLM's defaults ...")
     cal = calibrate(sc, prep.ctx, base_args, args.run_dir)
     workload, slos, goodput = calibration.resolve(sc, cal)
-    console.print(f"capacity (closed loop) {cal.capacity_rps:.2f} req/s; target {workload.arrival.mean_rate():.2f} "
-                  f"req/s; SLOs: {', '.join(f'{s.metric}<={s.max:.4g}' if s.max is not None else s.metric for s in slos)}")
+    console.print(
+        f"capacity (closed loop) {cal.capacity_rps:.2f} req/s; target {workload.arrival.mean_rate():.2f} "
+        f"req/s; SLOs: {', '.join(f'{s.metric}<={s.max:.4g}' if s.max is not None else s.metric for s in slos)}"
+    )
     runs = []
     for repeat in range(args.repeats):
         for name, config in configs.items():
             server_args = plan_trial(-1, name, {}, config, prep.ctx, longest, prep.shown).server_args
             log = args.run_dir / f"{name}-{repeat}" / "server.log"
-            server = launch(prep.ctx, server_args, log, startup_timeout_s=sc.server.startup_timeout_s,
-                            env=STAGED_SERVER_ENV)
+            server = launch(
+                prep.ctx, server_args, log, startup_timeout_s=sc.server.startup_timeout_s, env=STAGED_SERVER_ENV
+            )
             t0 = time.monotonic()
             with server:
                 start_s = server.ready_s
-                staged = run_async(run_stages(server.base_url, str(prep.ctx.model.path), workload, slos,
-                                              sc.capacity, tokenizer_path=prep.ctx.model.path, goodput=goodput,
-                                              on_stage=lambda s: console.print(f"  {name} #{repeat}: {s}")))
+                staged = run_async(
+                    run_stages(
+                        server.base_url,
+                        str(prep.ctx.model.path),
+                        workload,
+                        slos,
+                        sc.capacity,
+                        tokenizer_path=prep.ctx.model.path,
+                        goodput=goodput,
+                        on_stage=lambda s: console.print(f"  {name} #{repeat}: {s}"),
+                    )
+                )
             total = time.monotonic() - t0
             stage_time = sum(s.elapsed_s for s in staged.stages)
-            run = {"config": name, "repeat": repeat, "capacity": staged.capacity.as_dict(),
-                   "start_s": start_s, "total_s": total, "stage_s": stage_time,
-                   "stages": [{k: v for k, v in s.as_row().items() if k not in ("metrics", "server_diagnostics")}
-                              for s in staged.stages]}
+            run = {
+                "config": name,
+                "repeat": repeat,
+                "capacity": staged.capacity.as_dict(),
+                "start_s": start_s,
+                "total_s": total,
+                "stage_s": stage_time,
+                "stages": [
+                    {k: v for k, v in s.as_row().items() if k not in ("metrics", "server_diagnostics")}
+                    for s in staged.stages
+                ],
+            }
             runs.append(run)
-            console.print(f"  {name} #{repeat}: {staged.capacity.summary}; "
-                          + "; ".join(s.describe() for s in staged.stages))
+            console.print(
+                f"  {name} #{repeat}: {staged.capacity.summary}; " + "; ".join(s.describe() for s in staged.stages)
+            )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"calibration": cal.as_dict(), "runs": runs}, indent=1, default=str))
 
@@ -108,16 +134,26 @@ def _run(args: argparse.Namespace) -> int:
         table.add_column(col)
     for r in runs:
         c = r["capacity"]
-        table.add_row(r["config"], str(r["repeat"]), f"{c['rps']:.3f}", f"{c['low']} - {c['high']}",
-                      str(c["stages"]), str(sum(1 for s in r["stages"] if s["aborted"])),
-                      f"{r['start_s']:.1f}", f"{r['stage_s']:.1f}", f"{r['total_s']:.1f}")
+        table.add_row(
+            r["config"],
+            str(r["repeat"]),
+            f"{c['rps']:.3f}",
+            f"{c['low']} - {c['high']}",
+            str(c["stages"]),
+            str(sum(1 for s in r["stages"] if s["aborted"])),
+            f"{r['start_s']:.1f}",
+            f"{r['stage_s']:.1f}",
+            f"{r['total_s']:.1f}",
+        )
     console.print(table)
     for name in configs:
         values = [r["capacity"]["rps"] for r in runs if r["config"] == name]
         med = statistics.median(values)
         spread = (max(values) - min(values)) / med if med > 0 else float("nan")
-        console.print(f"{name}: median {med:.3f} req/s over {len(values)} starts, range "
-                      f"{min(values):.3f}-{max(values):.3f} (spread {spread:.0%})")
+        console.print(
+            f"{name}: median {med:.3f} req/s over {len(values)} starts, range "
+            f"{min(values):.3f}-{max(values):.3f} (spread {spread:.0%})"
+        )
     return 0
 
 

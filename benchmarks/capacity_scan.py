@@ -21,13 +21,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from capacity_repeats import parse_config
 from rich.console import Console
 from rich.table import Table
 
-from capacity_repeats import parse_config
 from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
 from search import calibration
-from search.executor import STAGED_SERVER_ENV, plan as plan_trial
+from search.executor import STAGED_SERVER_ENV
+from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
 
@@ -35,8 +36,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def autotune_load(scenario: str, url: str, rate: float, duration: float, out: Path, warmup: int = 0) -> dict:
-    cmd = [str(Path(sys.executable).parent / "autotune"), "load", scenario, "--url", url, "--rate", f"{rate:g}",
-           "--duration", f"{duration:g}", "--warmup", str(warmup), "--json", str(out), "--quiet"]
+    cmd = [
+        str(Path(sys.executable).parent / "autotune"),
+        "load",
+        scenario,
+        "--url",
+        url,
+        "--rate",
+        f"{rate:g}",
+        "--duration",
+        f"{duration:g}",
+        "--warmup",
+        str(warmup),
+        "--json",
+        str(out),
+        "--quiet",
+    ]
     subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -58,8 +73,9 @@ def main() -> None:
     config = prep.baselines.get("vllm_defaults", prep.fixed)
     if args.config:
         config = {**prep.fixed, **parse_config(args.config)[1]}
-    server_args = plan_trial(-1, "scan", {}, config, prep.ctx, prep.scenario.workload.longest_request_tokens(),
-                             prep.shown).server_args
+    server_args = plan_trial(
+        -1, "scan", {}, config, prep.ctx, prep.scenario.workload.longest_request_tokens(), prep.shown
+    ).server_args
     args.run_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     with launch(prep.ctx, server_args, args.run_dir / "server.log", env=STAGED_SERVER_ENV) as server:
@@ -76,8 +92,12 @@ def main() -> None:
     for col in ("rate req/s", "verdict", "worst margin", *(s.metric for s in held)):
         table.add_column(col)
     for rate, worst, violated, m in rows:
-        table.add_row(f"{rate:g}", "met" if worst <= 0 else "violated: " + ", ".join(violated), f"{worst:+.2f}",
-                      *(f"{m.get(s.metric, float('nan')):.4g}" for s in held))
+        table.add_row(
+            f"{rate:g}",
+            "met" if worst <= 0 else "violated: " + ", ".join(violated),
+            f"{worst:+.2f}",
+            *(f"{m.get(s.metric, float('nan')):.4g}" for s in held),
+        )
     console.print(table)
     console.print("SLOs: " + ", ".join(f"{s.metric} <= {s.max:.4g}" for s in held if s.max is not None))
 

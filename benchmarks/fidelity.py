@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 
 from search import pareto
 from search.cli import reported
-from search.study.verdict import stored_verdict
 from search.outputs import fmt_value, load_study
+from search.study.verdict import stored_verdict
 from storage import queries
 
 
@@ -40,12 +40,19 @@ def study_rows(session: Session, storage: str, name: str):
     for cand in verdict.candidates:
         trial = ls.trials[cand.trial_number]
         full_s = [r.timings.get("total_s") for r in runs if r.trial_number == cand.trial_number and r.timings]
-        out.append({
-            "label": cand.label, "trial": trial, "cand": cand,
-            "screened": [trial.metrics.get(m, math.nan) if trial.status == "ok" else math.nan for m in sc.objective_names],
-            "confirmed": [cand.metrics[m] for m in sc.objective_names],
-            "screened_s": (trial.timings or {}).get("total_s"), "full_s": float(np.median(full_s)) if full_s else None,
-        })
+        out.append(
+            {
+                "label": cand.label,
+                "trial": trial,
+                "cand": cand,
+                "screened": [
+                    trial.metrics.get(m, math.nan) if trial.status == "ok" else math.nan for m in sc.objective_names
+                ],
+                "confirmed": [cand.metrics[m] for m in sc.objective_names],
+                "screened_s": (trial.timings or {}).get("total_s"),
+                "full_s": float(np.median(full_s)) if full_s else None,
+            }
+        )
     return ls, verdict, out
 
 
@@ -53,8 +60,7 @@ def report(console: Console, storage: str, name: str) -> None:
     with Session(queries.open_db(storage)) as session:
         ls, verdict, rows = study_rows(session, storage, name)
     sc = ls.scenario
-    table = Table(title=f"study {name}: screened ({sc.screening}) against confirmed (full, "
-                        f"{verdict.runs_done} runs)")
+    table = Table(title=f"study {name}: screened ({sc.screening}) against confirmed (full, {verdict.runs_done} runs)")
     table.add_column("candidate")
     for m in sc.objective_names:
         table.add_column(f"{m}\nscreened", justify="right")
@@ -73,22 +79,30 @@ def report(console: Console, storage: str, name: str) -> None:
     names, directions = sc.objective_names, sc.directions
     feasible = [r for r in rows if r["cand"].feasible]
     screened_rank = pareto.rank([r["screened"] for r in feasible], directions, names, sc.selection)
-    confirmed_rank = pareto.rank([[iv.value for iv in r["confirmed"]] for r in feasible], directions, names,
-                                 sc.selection)
+    confirmed_rank = pareto.rank(
+        [[iv.value for iv in r["confirmed"]] for r in feasible], directions, names, sc.selection
+    )
     if len(feasible) >= 2:
-        tau = stats.kendalltau([screened_rank.index(i) for i in range(len(feasible))],
-                               [confirmed_rank.index(i) for i in range(len(feasible))]).statistic
-        console.print(f"Kendall tau, screened vs confirmed order of the {len(feasible)} confirmed-feasible "
-                      f"candidates: {tau:+.2f}")
+        tau = stats.kendalltau(
+            [screened_rank.index(i) for i in range(len(feasible))],
+            [confirmed_rank.index(i) for i in range(len(feasible))],
+        ).statistic
+        console.print(
+            f"Kendall tau, screened vs confirmed order of the {len(feasible)} confirmed-feasible candidates: {tau:+.2f}"
+        )
     if feasible:
-        console.print(f"first by the rule: screened {feasible[screened_rank[0]]['label']}, confirmed "
-                      f"{feasible[confirmed_rank[0]]['label']}; verdict: {verdict.outcome.value}"
-                      + (f" {verdict.recommended.label}" if verdict.recommended else ""))
+        console.print(
+            f"first by the rule: screened {feasible[screened_rank[0]]['label']}, confirmed "
+            f"{feasible[confirmed_rank[0]]['label']}; verdict: {verdict.outcome.value}"
+            + (f" {verdict.recommended.label}" if verdict.recommended else "")
+        )
     pairs = [(r["screened_s"], r["full_s"]) for r in rows if r["screened_s"] and r["full_s"]]
     if pairs:
         share = sum(s for s, _ in pairs) / sum(f for _, f in pairs)
-        console.print(f"screened trials took {share:.0%} of the time of full runs of the same configs "
-                      f"(medians of the full runs, summed over {len(pairs)} candidates; an early abort shortens either)")
+        console.print(
+            f"screened trials took {share:.0%} of the time of full runs of the same configs "
+            f"(medians of the full runs, summed over {len(pairs)} candidates; an early abort shortens either)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             queries.existing_study_check(args.storage, name, "run `make search` first")
             report(console, args.storage, name)
         return 0
+
     return reported("fidelity.py", run)
 
 

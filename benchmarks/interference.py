@@ -25,8 +25,8 @@ from pathlib import Path
 from loadgen.loadrun import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
-from serving.process import launch
 from search.workers import available_cpus, slots
+from serving.process import launch
 
 METRICS = ("output_throughput", "ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "e2el_median_ms")
 NEIGHBOUR = """
@@ -67,17 +67,39 @@ def main() -> None:
     flag, ready = args.run_dir / "neighbour-busy", args.run_dir / "neighbour-up"
     flag.unlink(missing_ok=True)
     ready.unlink(missing_ok=True)
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, other.arg, args.scenario, str(args.requests),
-                                  str(flag), str(ready), str(args.run_dir / "neighbour.log")])
+    neighbour = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            NEIGHBOUR,
+            other.arg,
+            args.scenario,
+            str(args.requests),
+            str(flag),
+            str(ready),
+            str(args.run_dir / "neighbour.log"),
+        ]
+    )
     try:
         mine.apply()
         prep = prepare(StudyOptions(args.scenario))
-        server_args = plan_trial(-1, "vllm_defaults", {}, prep.baselines.get("vllm_defaults", prep.fixed), prep.ctx,
-                                 prep.scenario.workload.longest_request_tokens(), prep.shown).server_args
+        server_args = plan_trial(
+            -1,
+            "vllm_defaults",
+            {},
+            prep.baselines.get("vllm_defaults", prep.fixed),
+            prep.ctx,
+            prep.scenario.workload.longest_request_tokens(),
+            prep.shown,
+        ).server_args
         spec = prep.scenario.workload.model_copy(update={"num_requests": args.requests})
         runs = []
-        with launch(prep.ctx, server_args, args.run_dir / "measured.log",
-                    startup_timeout_s=prep.scenario.server.startup_timeout_s) as server:
+        with launch(
+            prep.ctx,
+            server_args,
+            args.run_dir / "measured.log",
+            startup_timeout_s=prep.scenario.server.startup_timeout_s,
+        ) as server:
             while not ready.exists():
                 assert neighbour.poll() is None, "the neighbour server did not start"
                 time.sleep(0.5)
@@ -87,12 +109,17 @@ def main() -> None:
                     if beside:
                         flag.write_text("busy")
                         time.sleep(3)  # the neighbour's load under way
-                    flat = run_load_sync(server.base_url, str(prep.ctx.model.path), spec,
-                                         tokenizer_path=prep.ctx.model.path).flat()
+                    flat = run_load_sync(
+                        server.base_url, str(prep.ctx.model.path), spec, tokenizer_path=prep.ctx.model.path
+                    ).flat()
                     flag.unlink(missing_ok=True)
                     time.sleep(2 if beside else 0)  # its last requests drain
-                    run = {"round": r, "beside": beside, **{m: flat.get(m) for m in METRICS},
-                           "failed": flat.get("failed")}
+                    run = {
+                        "round": r,
+                        "beside": beside,
+                        **{m: flat.get(m) for m in METRICS},
+                        "failed": flat.get("failed"),
+                    }
                     runs.append(run)
                     print(json.dumps(run), flush=True)
     finally:

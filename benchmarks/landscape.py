@@ -23,7 +23,7 @@ import argparse
 import functools
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,35 +31,48 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sqlalchemy.orm import Session  # noqa: E402
+from sqlalchemy.orm import Session
 
-from search import scenario as scenario_mod  # noqa: E402
-from search.calibration import CalibrationResult  # noqa: E402
-from search.prepare import StudyOptions, prepare  # noqa: E402
-from search.cli import reported  # noqa: E402
-from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat_rounds, space_filling  # noqa: E402
-from serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch  # noqa: E402
-from search.study import StudyRunner  # noqa: E402
-from storage import queries  # noqa: E402
+from search import scenario as scenario_mod
+from search.calibration import CalibrationResult
+from search.cli import reported
+from search.prepare import StudyOptions, prepare
+from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat_rounds, space_filling
+from search.study import StudyRunner
+from serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch
+from storage import queries
 
 DEFAULT_STORAGE = f"sqlite:///{REPO / 'runs' / 'landscape.db'}"
 
 
-def _opts(scenario: str, storage: str, study: str, trials: int, seed: int, runs_dir: Path,
-          model: str | None = None) -> StudyOptions:
-    return StudyOptions(scenario=scenario, trials=trials, storage=storage, study_name=study, seed=seed,
-                        runs_dir=runs_dir, confirm_runs=0, sampler="random", model=model)
+def _opts(
+    scenario: str, storage: str, study: str, trials: int, seed: int, runs_dir: Path, model: str | None = None
+) -> StudyOptions:
+    return StudyOptions(
+        scenario=scenario,
+        trials=trials,
+        storage=storage,
+        study_name=study,
+        seed=seed,
+        runs_dir=runs_dir,
+        confirm_runs=0,
+        sampler="random",
+        model=model,
+    )
 
 
 def _side_by_side(prep, design: list[dict[str, Any]], size: int):
     """An executor whose servers start `size` at a time (`side_by_side`), and that pool."""
     from benchmarks.side_by_side import SideBySide
     from search.executor import VllmExecutor
+
     # In the order the study asks: the calibration's server, the design (queued first), the baselines.
     calibration = prep.baselines.get("vllm_defaults", prep.fixed)
     upcoming = [dict(calibration)] + [{**prep.fixed, **p} for p in design] + [dict(c) for c in prep.baselines.values()]
     pool = SideBySide(upcoming, size, prep.scenario.workload.longest_request_tokens(), prep.run_dir / "side-by-side")
-    return (lambda ctx, m: VllmExecutor(ctx, m, prep.run_dir, prep.scenario.server.startup_timeout_s, launch=pool)), pool
+    return (
+        lambda ctx, m: VllmExecutor(ctx, m, prep.run_dir, prep.scenario.server.startup_timeout_s, launch=pool)
+    ), pool
 
 
 def _enqueue_missing(runner: StudyRunner, points: list[dict[str, Any]]) -> None:
@@ -72,9 +85,22 @@ def _enqueue_missing(runner: StudyRunner, points: list[dict[str, Any]]) -> None:
             runner.study.enqueue_trial(p)
 
 
-def record(scenario: str = "mixed", *, n: int = 48, repeats: int = 12, runs: int = 3, seed: int = 0,
-           storage: str = DEFAULT_STORAGE, study: str | None = None, runs_dir: Path = REPO / "runs",
-           model: str | None = None, side_by_side: int = 1, ctx=None, executor=None, calibrate=None) -> str:
+def record(
+    scenario: str = "mixed",
+    *,
+    n: int = 48,
+    repeats: int = 12,
+    runs: int = 3,
+    seed: int = 0,
+    storage: str = DEFAULT_STORAGE,
+    study: str | None = None,
+    runs_dir: Path = REPO / "runs",
+    model: str | None = None,
+    side_by_side: int = 1,
+    ctx=None,
+    executor=None,
+    calibrate=None,
+) -> str:
     """Measure the design (resumes where a previous call stopped); returns the study's name.
     `ctx`, `executor` and `calibrate` default to the real ones (tests pass replayed ones);
     `side_by_side` > 1 starts that many servers at a time on the one GPU (`benchmarks.side_by_side`)."""
@@ -87,6 +113,7 @@ def record(scenario: str = "mixed", *, n: int = 48, repeats: int = 12, runs: int
         executor, pool = _side_by_side(prep, design, side_by_side)
         if calibrate is None:  # its server starts in the first wave
             from search.executor import calibrate as measure_calibration
+
             calibrate = functools.partial(measure_calibration, launcher=pool)
     first_opts = _opts(scenario, storage, study, n + len(prep.baselines), seed, runs_dir, model)
     first = StudyRunner(prep, first_opts, executor=executor, calibrate=calibrate)
@@ -100,8 +127,9 @@ def record(scenario: str = "mixed", *, n: int = 48, repeats: int = 12, runs: int
     stored = _stored_calibration(storage, study)
     for r, order in enumerate(repeat_rounds(n, repeats, runs, seed), start=2):
         round_opts = _opts(scenario, storage, f"{study}-r{r}", repeats, seed, runs_dir, model)
-        runner = StudyRunner(prepare(round_opts, ctx=prep.ctx), round_opts, executor=executor,
-                             calibrate=lambda *a, **k: stored)
+        runner = StudyRunner(
+            prepare(round_opts, ctx=prep.ctx), round_opts, executor=executor, calibrate=lambda *a, **k: stored
+        )
         runner.open()
         _enqueue_missing(runner, [design[i] for i in order])
         runner.run()
@@ -117,16 +145,29 @@ def _stored_calibration(storage: str, study: str) -> CalibrationResult | None:
 def _measurement(row, run: int) -> ScreenedRun:
     cap = row.capacity or {}
     served = row.failure_class is None or row.failure_phase not in ("startup", "precheck")
-    return ScreenedRun(run=run, served=served and row.status == "ok", failure_class=row.failure_class,
-                       values=row.values, metrics={k: v for k, v in (row.metrics or {}).items()},
-                       constraints=dict(row.constraints or {}), feasible=bool(row.feasible),
-                       capacity_low=cap.get("low"), capacity_high=cap.get("high"),
-                       trial_s=(row.timings or {}).get("total_s"), start_s=(row.timings or {}).get("start_s"),
-                       started_at=row.started_at.isoformat() if row.started_at else None)
+    return ScreenedRun(
+        run=run,
+        served=served and row.status == "ok",
+        failure_class=row.failure_class,
+        values=row.values,
+        metrics={k: v for k, v in (row.metrics or {}).items()},
+        constraints=dict(row.constraints or {}),
+        feasible=bool(row.feasible),
+        capacity_low=cap.get("low"),
+        capacity_high=cap.get("high"),
+        trial_s=(row.timings or {}).get("total_s"),
+        start_s=(row.timings or {}).get("start_s"),
+        started_at=row.started_at.isoformat() if row.started_at else None,
+    )
 
 
-def export(storage: str = DEFAULT_STORAGE, study: str = "landscape-mixed", *, commands: list[str] = (),
-           keep_metrics: tuple[str, ...] | None = None) -> Landscape:
+def export(
+    storage: str = DEFAULT_STORAGE,
+    study: str = "landscape-mixed",
+    *,
+    commands: list[str] = (),
+    keep_metrics: tuple[str, ...] | None = None,
+) -> Landscape:
     """The stored studies as a landscape: per config its params and every measurement (first
     pass, then the repeat rounds), with the provenance."""
     with Session(queries.open_db(storage), expire_on_commit=False) as s:
@@ -136,7 +177,7 @@ def export(storage: str = DEFAULT_STORAGE, study: str = "landscape-mixed", *, co
     sc = scenario_mod.parse(rec.scenario_source, study, scenario_mod.CONFIG_DIR)
     wanted = keep_metrics or tuple(dict.fromkeys(sc.objective_names + [x.metric for x in sc.slos]))
     configs: dict[str, Config] = {}
-    for run, round_rows in enumerate(rows, start=1):
+    for round_rows in rows:
         for row in round_rows:
             c = configs.setdefault(row.fingerprint, Config(dict(row.params), dict(row.config), row.baseline))
             m = _measurement(row, len(c.measurements) + 1)
@@ -146,19 +187,37 @@ def export(storage: str = DEFAULT_STORAGE, study: str = "landscape-mixed", *, co
     ends = [r.finished_at for rr in rows for r in rr if r.finished_at]
     tokens, seqs = default_batch(Hardware.from_dict(rec.hardware))
     space = {k: d.model_dump(exclude_none=True, exclude_defaults=True) for k, d in sc.search_space.items()}
-    defaults = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "memory_utilization": DEFAULT_MEMORY_UTILIZATION,
-                "scheduler_delay_factor": 0.0, "long_prefill_token_threshold": 0, "enable_prefix_caching": True}
+    defaults = {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": tokens,
+        "memory_utilization": DEFAULT_MEMORY_UTILIZATION,
+        "scheduler_delay_factor": 0.0,
+        "long_prefill_token_threshold": 0,
+        "enable_prefix_caching": True,
+    }
     return Landscape(
-        scenario=sc.name, scenario_source=rec.scenario_source, objectives=[o.model_dump() for o in sc.objectives], slos=[x.metric for x in sc.slos],
-        space=space, defaults={k: v for k, v in defaults.items() if k in space}, calibration=rec.calibration or {},
+        scenario=sc.name,
+        scenario_source=rec.scenario_source,
+        objectives=[o.model_dump() for o in sc.objectives],
+        slos=[x.metric for x in sc.slos],
+        space=space,
+        defaults={k: v for k, v in defaults.items() if k in space},
+        calibration=rec.calibration or {},
         configs=list(configs.values()),
-        provenance={"vllm_version": rec.vllm_version, "hardware": rec.hardware, "model": rec.model_path,
-                    "model_revision": rec.model_revision, "scenario_digest": rec.scenario_digest,
-                    "studies": [r.study_name for r in rounds], "commands": list(commands),
-                    "date": datetime.now(timezone.utc).date().isoformat(),
-                    "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
-                    "server_starts": sum(len(rr) for rr in rows) + 1,  # the calibration's included
-                    "calibration_s": (rec.calibration or {}).get("seconds")})
+        provenance={
+            "vllm_version": rec.vllm_version,
+            "hardware": rec.hardware,
+            "model": rec.model_path,
+            "model_revision": rec.model_revision,
+            "scenario_digest": rec.scenario_digest,
+            "studies": [r.study_name for r in rounds],
+            "commands": list(commands),
+            "date": datetime.now(UTC).date().isoformat(),
+            "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
+            "server_starts": sum(len(rr) for rr in rows) + 1,  # the calibration's included
+            "calibration_s": (rec.calibration or {}).get("seconds"),
+        },
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,15 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--seed", type=int, default=0)
     rec.add_argument("--storage", default=DEFAULT_STORAGE)
     rec.add_argument("--model", default=None, help="as for autotune search (default: the built-in model)")
-    rec.add_argument("--side-by-side", type=int, default=1, metavar="K",
-                     help="start K servers at a time, each measured alone; on a GPU the scenario's "
-                          "server.fixed and baselines pin kv_cache_memory_bytes (benchmarks/gpu/landscape_8b.sh)")
+    rec.add_argument(
+        "--side-by-side",
+        type=int,
+        default=1,
+        metavar="K",
+        help="start K servers at a time, each measured alone; on a GPU the scenario's "
+        "server.fixed and baselines pin kv_cache_memory_bytes (benchmarks/gpu/landscape_8b.sh)",
+    )
     exp = sub.add_parser("export")
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", default="landscape-mixed")
     exp.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json")
-    exp.add_argument("--recorded-with", default="flock /tmp/vllm.lock python benchmarks/landscape.py record",
-                     help="the record command, as run (kept in the provenance)")
+    exp.add_argument(
+        "--recorded-with",
+        default="flock /tmp/vllm.lock python benchmarks/landscape.py record",
+        help="the record command, as run (kept in the provenance)",
+    )
     syn = sub.add_parser("synthetic")
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json")
@@ -192,24 +259,49 @@ def _run(args: argparse.Namespace) -> int:
     if args.cmd == "record":
         t0 = time.monotonic()
         try:
-            name = record(args.scenario, n=args.n, repeats=args.repeats, runs=args.runs, seed=args.seed,
-                          storage=args.storage, model=args.model, side_by_side=args.side_by_side)
+            name = record(
+                args.scenario,
+                n=args.n,
+                repeats=args.repeats,
+                runs=args.runs,
+                seed=args.seed,
+                storage=args.storage,
+                model=args.model,
+                side_by_side=args.side_by_side,
+            )
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (the GPU recipe's)
-            print(f"interrupted after {time.monotonic() - t0:.0f} s: no server is left running; the same "
-                  "command continues where the landscape stopped")
+            print(
+                f"interrupted after {time.monotonic() - t0:.0f} s: no server is left running; the same "
+                "command continues where the landscape stopped"
+            )
             return 130
-        print(f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
-              f"export: python benchmarks/landscape.py export --study {name}")
+        print(
+            f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
+            f"export: python benchmarks/landscape.py export --study {name}"
+        )
     elif args.cmd == "export":
         queries.existing_study_check(args.storage, args.study, "record it first (landscape.py record)")
-        landscape = export(args.storage, args.study,
-                           commands=[args.recorded_with, "python " + " ".join([Path(sys.argv[0]).relative_to(REPO).as_posix()
-                                                                                if Path(sys.argv[0]).is_absolute() else sys.argv[0],
-                                                                                *sys.argv[1:]])])
+        landscape = export(
+            args.storage,
+            args.study,
+            commands=[
+                args.recorded_with,
+                "python "
+                + " ".join(
+                    [
+                        Path(sys.argv[0]).relative_to(REPO).as_posix()
+                        if Path(sys.argv[0]).is_absolute()
+                        else sys.argv[0],
+                        *sys.argv[1:],
+                    ]
+                ),
+            ],
+        )
         landscape.save(args.out)
         print(f"{args.out}: {len(landscape.configs)} configs, {len(landscape.measurements())} measurements")
     else:
         from search.replay import synthetic
+
         sc, _, _ = scenario_mod.load("mixed")
         landscape = synthetic.landscape(sc, {k: dict(v) for k, v in sc.baselines.items()}, seed=args.seed)
         landscape.save(args.out)

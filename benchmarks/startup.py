@@ -36,17 +36,23 @@ from serving.process.launcher import launch_spec
 from serving.process.server import VllmServer
 
 # The short fixed load after each start of --compare: the same requests every time (one seed).
-FIXED_LOAD = {"endpoint": "completions", "prompt_tokens": 200, "output_tokens": 32,
-              "arrival": {"mode": "poisson", "rate": 2.0}, "num_requests": 60, "warmup_requests": 4,
-              "seed": 7, "request_timeout_s": 120}
+FIXED_LOAD = {
+    "endpoint": "completions",
+    "prompt_tokens": 200,
+    "output_tokens": 32,
+    "arrival": {"mode": "poisson", "rate": 2.0},
+    "num_requests": 60,
+    "warmup_requests": 4,
+    "seed": 7,
+    "request_timeout_s": 120,
+}
 SERVED = ("ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "tpot_p95_ms")
 
 INIT = re.compile(r"init engine .* took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
 
 
 def one_start(ctx, eager: bool, cache_dir: Path, log: Path) -> tuple[float, float | None, float]:
-    values = {"dtype": ctx.dtype, "enforce_eager": eager, "max_model_len": 2048,
-              "memory_utilization": 0.25}
+    values = {"dtype": ctx.dtype, "enforce_eager": eager, "max_model_len": 2048, "memory_utilization": 0.25}
     args = resolve_server_args(values, ctx)
     env = {"VLLM_CACHE_ROOT": str(cache_dir), "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
     server = launch(ctx, args, log, env=env)
@@ -58,8 +64,12 @@ def one_start(ctx, eager: bool, cache_dir: Path, log: Path) -> tuple[float, floa
 
 
 # (lean_children, warm_children, zygote)
-ENTRIES = {"module": (False, False, False), "lean": (True, False, False), "warm": (True, True, False),
-           "zygote": (True, True, True)}
+ENTRIES = {
+    "module": (False, False, False),
+    "lean": (True, False, False),
+    "warm": (True, True, False),
+    "zygote": (True, True, True),
+}
 
 
 def served_start(ctx, entry: str, log: Path) -> dict:
@@ -72,16 +82,22 @@ def served_start(ctx, entry: str, log: Path) -> dict:
     healthy_at = time.perf_counter()
     try:
         model, watch = str(ctx.model.path), FirstTokenWatch(60.0)
-        result = run_async(while_serving(server, run_load(
-            server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch),
-            "load", watch))
+        result = run_async(
+            while_serving(
+                server,
+                run_load(
+                    server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch
+                ),
+                "load",
+                watch,
+            )
+        )
     finally:
         report = server.stop()
     metrics = result.flat_metrics()
     first = watch.first_token_at()  # perf_counter, like `healthy_at`
     anatomy = report.start_anatomy.with_first_token(first - healthy_at if first is not None else None)
-    return {"start_s": server.ready_s, "anatomy": anatomy.phases,
-            **{k: metrics[k] for k in SERVED}}
+    return {"start_s": server.ready_s, "anatomy": anatomy.phases, **{k: metrics[k] for k in SERVED}}
 
 
 def compare(ctx, n: int, work: Path, entries: list[str]) -> None:
@@ -92,22 +108,33 @@ def compare(ctx, n: int, work: Path, entries: list[str]) -> None:
             r = served_start(ctx, mode, work / f"compare-{i}-{k}.log")
             runs[mode].append(r)
             phases = " + ".join(f"{p} {s:.1f}" for p, s in r["anatomy"].items() if s is not None)
-            print(f"run {i + 1}/{n} {mode}: /health after {r['start_s']:.1f} s ({phases}); "
-                  + ", ".join(f"{k} {r[k]:.1f}" for k in SERVED), flush=True)
-    table = Table(title=f"{' vs '.join(modes)} start, interleaved, n={n} each, {ctx.installed.label()}, "
-                        f"{ctx.hardware.describe()}; the fixed load: {FIXED_LOAD['num_requests']} requests "
-                        f"at {FIXED_LOAD['arrival']['rate']} rps")
+            print(
+                f"run {i + 1}/{n} {mode}: /health after {r['start_s']:.1f} s ({phases}); "
+                + ", ".join(f"{k} {r[k]:.1f}" for k in SERVED),
+                flush=True,
+            )
+    table = Table(
+        title=f"{' vs '.join(modes)} start, interleaved, n={n} each, {ctx.installed.label()}, "
+        f"{ctx.hardware.describe()}; the fixed load: {FIXED_LOAD['num_requests']} requests "
+        f"at {FIXED_LOAD['arrival']['rate']} rps"
+    )
     table.add_column("")
     for mode in modes:
         table.add_column(mode, justify="right")
 
     def spread(xs: list[float]) -> str:
         return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+
     table.add_row("start to /health, s", *(spread([r["start_s"] for r in runs[m]]) for m in modes))
     phases = list(next(iter(runs.values()))[0]["anatomy"])
     for p in phases:
-        table.add_row(f"  {p}, s", *(spread([r["anatomy"][p] for r in runs[m] if r["anatomy"].get(p) is not None]
-                                            or [float("nan")]) for m in modes))
+        table.add_row(
+            f"  {p}, s",
+            *(
+                spread([r["anatomy"][p] for r in runs[m] if r["anatomy"].get(p) is not None] or [float("nan")])
+                for m in modes
+            ),
+        )
     for key in SERVED:
         table.add_row(key, *(spread([r[key] for r in runs[m]]) for m in modes))
     Console().print(table)
@@ -118,7 +145,9 @@ def compare(ctx, n: int, work: Path, entries: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--compare", action="store_true", help="starts by two or more entries, each under the same short load")
+    ap.add_argument(
+        "--compare", action="store_true", help="starts by two or more entries, each under the same short load"
+    )
     ap.add_argument("--entries", default="lean,warm", help=f"--compare: comma-separated, of {', '.join(ENTRIES)}")
     args = ap.parse_args()
     n = args.repeats
@@ -149,11 +178,15 @@ def main() -> None:
         table.add_column(col)
     for mode, xs in modes.items():
         ys = [x for x in inits[mode] if x is not None]
-        table.add_row(mode, f"{statistics.median(xs):.1f}", f"{min(xs):.1f}", f"{max(xs):.1f}",
-                      f"{statistics.median(ys):.2f}" if ys else "-")
+        table.add_row(
+            mode,
+            f"{statistics.median(xs):.1f}",
+            f"{min(xs):.1f}",
+            f"{max(xs):.1f}",
+            f"{statistics.median(ys):.2f}" if ys else "-",
+        )
     Console().print(table)
-    print(f"stop (TERM -> group gone, port free): median {statistics.median(stops):.2f} s, "
-          f"max {max(stops):.2f} s")
+    print(f"stop (TERM -> group gone, port free): median {statistics.median(stops):.2f} s, max {max(stops):.2f} s")
 
 
 if __name__ == "__main__":

@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from objectives.early_abort import (CERTAIN, LIKELY, abort_check, over_saturated, replay,
-                                    waiting_proxy)
 from loadgen import AbortCheck, RequestRecord, records_from_samples
+from objectives.early_abort import CERTAIN, LIKELY, abort_check, over_saturated, replay, waiting_proxy
 from objectives.scoring import SLOSpec
 from objectives.stages import CAPACITY, stage_slos
 from search.calibration import CalibrationResult, resolve
@@ -58,18 +58,26 @@ class StoredStage:
     samples: dict[str, list]
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> "StoredStage | None":
+    def of(cls, row: dict[str, Any]) -> StoredStage | None:
         """None for a stage without samples or cut short by an abort (its full verdict is unknown)."""
         if not row.get("samples") or row.get("aborted"):
             return None
-        return cls(row["kind"], row["rate"], row["elapsed_s"], row.get("requests_planned") or 0,
-                   bool(row["passed"]), row["samples"])
+        return cls(
+            row["kind"],
+            row["rate"],
+            row["elapsed_s"],
+            row.get("requests_planned") or 0,
+            bool(row["passed"]),
+            row["samples"],
+        )
 
     def records(self) -> list[RequestRecord]:
         """Every planned request: those sent, rebuilt from the samples, and any never sent."""
         sent = records_from_samples(self.samples, self.elapsed_s)
-        unsent = [RequestRecord(len(sent) + i, sent[-1].class_name if sent else "", math.nan, 0, 1)
-                  for i in range(max(0, self.requests_planned - len(sent)))]
+        unsent = [
+            RequestRecord(len(sent) + i, sent[-1].class_name if sent else "", math.nan, 0, 1)
+            for i in range(max(0, self.requests_planned - len(sent)))
+        ]
         return sent + unsent
 
 
@@ -103,8 +111,9 @@ class Tally:
         return self.wrong / self.stopped if self.stopped else math.nan
 
 
-def replay_stages(stages: Iterable[StoredStage], slos: Sequence[SLOSpec],
-                  rules: dict[str, RuleFactory] = RULES) -> dict[str, Tally]:
+def replay_stages(
+    stages: Iterable[StoredStage], slos: Sequence[SLOSpec], rules: dict[str, RuleFactory] = RULES
+) -> dict[str, Tally]:
     """Per rule, what it would have done on these stages against these (stage) SLOs."""
     tallies = {name: Tally() for name in rules}
     for stage in stages:
@@ -135,9 +144,11 @@ def study_slos(study: StudyRecord) -> list[SLOSpec]:
 
 
 def stored_stages(study: StudyRecord) -> list[StoredStage]:
-    rows: list[dict[str, Any]] = [{c: getattr(s, c) for c in ("kind", "rate", "elapsed_s", "requests_planned",
-                                                             "passed", "samples", "aborted")}
-                                  for t in study.trials for s in t.stages]
+    rows: list[dict[str, Any]] = [
+        {c: getattr(s, c) for c in ("kind", "rate", "elapsed_s", "requests_planned", "passed", "samples", "aborted")}
+        for t in study.trials
+        for s in t.stages
+    ]
     rows += [s for run in study.confirmations for s in (run.stages or [])]
     return [s for s in (StoredStage.of(r) for r in rows) if s is not None]
 
@@ -148,13 +159,20 @@ def storage_url(text: str) -> str:
 
 def report(tallies: dict[str, Tally], console: Console, title: str) -> None:
     table = Table(title=title)
-    for col in ("rule", "stages", "stopped", "as miss", "as pass", "wrong", "wrong share", "saved (s)",
-                "saved share"):
+    for col in ("rule", "stages", "stopped", "as miss", "as pass", "wrong", "wrong share", "saved (s)", "saved share"):
         table.add_column(col, justify="left" if col == "rule" else "right")
     for name, t in tallies.items():
-        table.add_row(name, str(t.stages), str(t.stopped), str(t.stopped_missing), str(t.stopped_passing),
-                      str(t.wrong), f"{t.wrong_share:.1%}" if t.stopped else "-", f"{t.saved_s:.1f}",
-                      f"{t.saved_s / t.elapsed_s:.1%}" if t.elapsed_s else "-")
+        table.add_row(
+            name,
+            str(t.stages),
+            str(t.stopped),
+            str(t.stopped_missing),
+            str(t.stopped_passing),
+            str(t.wrong),
+            f"{t.wrong_share:.1%}" if t.stopped else "-",
+            f"{t.saved_s:.1f}",
+            f"{t.saved_s / t.elapsed_s:.1%}" if t.elapsed_s else "-",
+        )
     console.print(table)
 
 
@@ -175,8 +193,11 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     url = storage_url(args.storage)
     with Session(queries.open_db(url)) as session:
-        studies = [queries.require_study(session, n) for n in args.study] if args.study else \
-            list(session.scalars(select(StudyRecord).order_by(StudyRecord.id)))
+        studies = (
+            [queries.require_study(session, n) for n in args.study]
+            if args.study
+            else list(session.scalars(select(StudyRecord).order_by(StudyRecord.id)))
+        )
         everything: dict[str, Tally] = {name: Tally() for name in RULES}
         for study in studies:
             try:

@@ -30,8 +30,7 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from search.outputs import fmt_value
-from serving import START_PHASES
-from serving import describe_kv_check
+from serving import START_PHASES, describe_kv_check
 from storage import queries
 from storage.tables import TrialRecord
 
@@ -77,8 +76,19 @@ def trial_time(row: TrialRecord) -> TrialTime | None:
     stop = t.get("stop_s", 0.0)
     start = t.get("start_s", 0.0 if stages else t["total_s"] - stop)  # none: it failed to start
     label = f"{row.trial_number}" + (f" ({row.baseline})" if row.baseline else "")
-    return TrialTime(row.trial_number, label, start, stages, aborted, saved, idle, stop, t["total_s"],
-                     describe_kv_check(row.server_diagnostics or {}), (t.get("start_anatomy") or {}).get("phases"))
+    return TrialTime(
+        row.trial_number,
+        label,
+        start,
+        stages,
+        aborted,
+        saved,
+        idle,
+        stop,
+        t["total_s"],
+        describe_kv_check(row.server_diagnostics or {}),
+        (t.get("start_anatomy") or {}).get("phases"),
+    )
 
 
 def _s(x: float) -> str:
@@ -95,28 +105,47 @@ def trials_table(times: list[TrialTime], title: str) -> Table:
     table.add_column("KV cache tokens")
     for tt in times:
         stages = " + ".join(_s(x) + ("a" if a else "") for x, a in zip(tt.stages_s, tt.aborted)) or "-"
-        table.add_row(tt.label, _s(tt.start_s), stages, str(sum(tt.aborted)), _s(tt.saved_s), _s(tt.idle_s),
-                      _s(tt.stop_s), _s(tt.other_s), _s(tt.total_s), f"{tt.outside_share:.0%}", tt.kv_check or "-")
+        table.add_row(
+            tt.label,
+            _s(tt.start_s),
+            stages,
+            str(sum(tt.aborted)),
+            _s(tt.saved_s),
+            _s(tt.idle_s),
+            _s(tt.stop_s),
+            _s(tt.other_s),
+            _s(tt.total_s),
+            f"{tt.outside_share:.0%}",
+            tt.kv_check or "-",
+        )
     return table
 
 
 def study_table(times: list[TrialTime]) -> Table:
     total = sum(tt.total_s for tt in times)
-    parts = {"server start": sum(tt.start_s for tt in times),
-             "load stages": sum(sum(tt.stages_s) for tt in times),
-             "idle waits between stages": sum(tt.idle_s for tt in times),
-             "server stop": sum(tt.stop_s for tt in times),
-             "other (warm-up, request building, ...)": sum(tt.other_s for tt in times)}
+    parts = {
+        "server start": sum(tt.start_s for tt in times),
+        "load stages": sum(sum(tt.stages_s) for tt in times),
+        "idle waits between stages": sum(tt.idle_s for tt in times),
+        "server stop": sum(tt.stop_s for tt in times),
+        "other (warm-up, request building, ...)": sum(tt.other_s for tt in times),
+    }
     table = Table(title=f"study-wide: {len(times)} trials, {total / 60:.1f} min of trial time")
     table.add_column("part")
     table.add_column("s", justify="right")
     table.add_column("share", justify="right")
     for name, seconds in parts.items():
         table.add_row(name, _s(seconds), f"{seconds / total:.0%}" if total else "n/a")
-    table.add_row("[bold]outside load stages[/]", _s(total - parts["load stages"]),
-                  f"{1 - parts['load stages'] / total:.0%}" if total else "n/a")
-    table.add_row("saved by early aborts (not spent)", _s(sum(tt.saved_s for tt in times)),
-                  f"{sum(tt.saved_s for tt in times) / total:.0%} of the time spent" if total else "n/a")
+    table.add_row(
+        "[bold]outside load stages[/]",
+        _s(total - parts["load stages"]),
+        f"{1 - parts['load stages'] / total:.0%}" if total else "n/a",
+    )
+    table.add_row(
+        "saved by early aborts (not spent)",
+        _s(sum(tt.saved_s for tt in times)),
+        f"{sum(tt.saved_s for tt in times) / total:.0%} of the time spent" if total else "n/a",
+    )
     return table
 
 
@@ -125,9 +154,11 @@ def start_table(times: list[TrialTime]) -> Table | None:
     started = [tt for tt in times if tt.start_phases]
     if not started:
         return None
-    table = Table(title="where each start's seconds went (vLLM's log lines, to about a second)",
-                  caption="import: to the API server's first line; health: to /health 200; "
-                          "first token: of the first request sent")
+    table = Table(
+        title="where each start's seconds went (vLLM's log lines, to about a second)",
+        caption="import: to the API server's first line; health: to /health 200; "
+        "first token: of the first request sent",
+    )
     table.add_column("trial")
     for name in START_PHASES:
         table.add_column(name, justify="right")
@@ -135,6 +166,7 @@ def start_table(times: list[TrialTime]) -> Table | None:
 
     def cell(x: float | None) -> str:
         return "-" if x is None else f"{x:.1f}"
+
     for tt in started:
         table.add_row(tt.label, *(cell(tt.start_phases.get(p)) for p in START_PHASES), _s(tt.start_s))
     medians = []

@@ -35,10 +35,15 @@ def main() -> int:
         n = args.num_prompts
         if n > len(entries):
             raise SystemExit(f"{path} holds {len(entries)} requests, {n} asked for")
-        return [SampleRequest(prompt=e["prompt"], prompt_len=e["prompt_len"],
-                              expected_output_len=e["output_len"],
-                              chat_messages=e.get("chat_messages"))
-                for e in entries[:n]]
+        return [
+            SampleRequest(
+                prompt=e["prompt"],
+                prompt_len=e["prompt_len"],
+                expected_output_len=e["output_len"],
+                chat_messages=e.get("chat_messages"),
+            )
+            for e in entries[:n]
+        ]
 
     serve.get_samples = get_samples
     from vllm.entrypoints.cli.main import main as vllm_main

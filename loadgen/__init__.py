@@ -13,8 +13,16 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.loadrun import LoadResult, LoadRunError, run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
-from loadgen.metrics import (BASE_KEYS, DEFAULT_LAG_LIMIT_MS, PER_CLASS_KEYS, Bound, GoodputSLO,
-                                     compute_metrics, json_safe, timed_tpot_median_ms)
+from loadgen.metrics import (
+    BASE_KEYS,
+    DEFAULT_LAG_LIMIT_MS,
+    PER_CLASS_KEYS,
+    Bound,
+    GoodputSLO,
+    compute_metrics,
+    json_safe,
+    timed_tpot_median_ms,
+)
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
@@ -22,9 +30,38 @@ from loadgen.tokenizer import TokenizerError
 from loadgen.workload import ArrivalSpec, WorkloadSpec
 
 __all__ = [
-    "BASE_KEYS", "CLASS_SEPARATOR", "DEFAULT_LAG_LIMIT_MS", "LATENCY_FAMILIES", "MetricName", "class_key", "PER_CLASS_KEYS", "SERVER_KEYS", "Abort", "AbortCheck", "ArrivalSpec", "Bound",
-    "GaugeSample", "GoodputSLO", "LoadResult", "LoadRunError", "ProgressWatch", "RequestRecord", "SAMPLE_KEYS", "Stall",
-    "TokenizerError", "WorkloadSpec", "compute_metrics", "timed_tpot_median_ms", "fetch_metrics_text", "json_safe", "run_async", "run_load", "run_load_sync",
-    "records_from_samples", "request_samples",
-    "scan_gauges", "stall_bound_s", "traced",
+    "BASE_KEYS",
+    "CLASS_SEPARATOR",
+    "DEFAULT_LAG_LIMIT_MS",
+    "LATENCY_FAMILIES",
+    "PER_CLASS_KEYS",
+    "SAMPLE_KEYS",
+    "SERVER_KEYS",
+    "Abort",
+    "AbortCheck",
+    "ArrivalSpec",
+    "Bound",
+    "GaugeSample",
+    "GoodputSLO",
+    "LoadResult",
+    "LoadRunError",
+    "MetricName",
+    "ProgressWatch",
+    "RequestRecord",
+    "Stall",
+    "TokenizerError",
+    "WorkloadSpec",
+    "class_key",
+    "compute_metrics",
+    "fetch_metrics_text",
+    "json_safe",
+    "records_from_samples",
+    "request_samples",
+    "run_async",
+    "run_load",
+    "run_load_sync",
+    "scan_gauges",
+    "stall_bound_s",
+    "timed_tpot_median_ms",
+    "traced",
 ]

@@ -6,8 +6,8 @@ The rules that decide it live in `objectives.early_abort`; the load run knows on
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from loadgen.records import RequestRecord
 from loadgen.server_metrics import GaugeSample

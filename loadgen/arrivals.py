@@ -45,8 +45,7 @@ def constant_offsets(n: int, rate: float) -> np.ndarray:
     return np.arange(1, n + 1, dtype=float) / rate
 
 
-def burst_offsets(n: int, rate: float, peak_multiplier: float, period_s: float, duty: float,
-                  seed: int) -> np.ndarray:
+def burst_offsets(n: int, rate: float, peak_multiplier: float, period_s: float, duty: float, seed: int) -> np.ndarray:
     """Poisson with a periodic rate: `peak_multiplier * rate` for the first `duty` of each period.
 
     Time-rescaling: unit-rate exponential arrivals mapped through the inverse of the cumulative
@@ -63,8 +62,7 @@ def burst_offsets(n: int, rate: float, peak_multiplier: float, period_s: float, 
     return periods * period_s + within
 
 
-def open_loop_offsets(arrival: ArrivalSpec, n: int | None, duration_s: float | None,
-                      seed: int) -> np.ndarray:
+def open_loop_offsets(arrival: ArrivalSpec, n: int | None, duration_s: float | None, seed: int) -> np.ndarray:
     """Due times (s from the start) of an open-loop run, bounded by n and/or duration_s."""
     if arrival.mode == "closed":
         raise ValueError("a closed loop has no precomputed schedule")
@@ -81,8 +79,7 @@ def open_loop_offsets(arrival: ArrivalSpec, n: int | None, duration_s: float | N
     elif arrival.mode == "constant":
         offsets = constant_offsets(count, rate)
     else:
-        offsets = burst_offsets(count, rate, arrival.peak_multiplier, arrival.period_s,
-                                arrival.duty, seed)
+        offsets = burst_offsets(count, rate, arrival.peak_multiplier, arrival.period_s, arrival.duty, seed)
     if duration_s is not None:
         offsets = offsets[offsets <= duration_s]
     return offsets

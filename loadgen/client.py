@@ -21,8 +21,17 @@ import time
 from typing import Any, Protocol
 
 from loadgen.prompts import Request
-from loadgen.records import (ABORTED, CLIENT_ERROR, CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR,
-                                TIMEOUT, TRUNCATED, RequestRecord)
+from loadgen.records import (
+    ABORTED,
+    CLIENT_ERROR,
+    CONNECTION,
+    HTTP_ERROR,
+    NO_TOKEN,
+    STREAM_ERROR,
+    TIMEOUT,
+    TRUNCATED,
+    RequestRecord,
+)
 
 READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams (vLLM #39963)
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -34,7 +43,7 @@ _USAGE_FIELD = re.compile(rb'"(prompt|completion)_tokens":\s*(\d+)')
 class LoadClient(Protocol):
     name: str
 
-    async def __aenter__(self) -> "LoadClient": ...
+    async def __aenter__(self) -> LoadClient: ...
 
     async def __aexit__(self, *exc) -> None: ...
 
@@ -77,7 +86,7 @@ class AiohttpClient:
         self._expired: set[asyncio.Task] = set()
         self._watchdog: asyncio.Task | None = None
 
-    async def __aenter__(self) -> "AiohttpClient":
+    async def __aenter__(self) -> AiohttpClient:
         import aiohttp
         import yarl
 
@@ -86,11 +95,14 @@ class AiohttpClient:
         # limit=0: no client-side connection cap (aiohttp's default of 100 silently caps concurrency).
         # keepalive 4 s: below uvicorn's 5 s (vLLM), so an idle connection is dropped here before
         # the server closes it under a request.
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=4,
-                                         ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=4, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(
-            connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=None))
+            connector=connector,
+            read_bufsize=READ_BUFSIZE,
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
         self._watchdog = asyncio.ensure_future(self._expire_overdue())
         return self
 
@@ -105,13 +117,15 @@ class AiohttpClient:
     async def preconnect(self, n: int) -> int:
         """Open up to n keep-alive connections now (n concurrent GET /health), so the run's first
         requests do not pay TCP setup, in their TTFT and in a burst of client CPU."""
+
         async def ping() -> bool:
             try:
-                async with self.session.get(self.base_url + "/health",
-                                            timeout=self._aiohttp.ClientTimeout(total=10)) as r:
+                async with self.session.get(
+                    self.base_url + "/health", timeout=self._aiohttp.ClientTimeout(total=10)
+                ) as r:
                     await r.read()
                     return True
-            except (self._aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, self._aiohttp.ClientError, OSError):
                 return False
 
         return sum(await asyncio.gather(*(ping() for _ in range(n))))
@@ -198,22 +212,20 @@ class AiohttpClient:
                             cut = msg.find(b"\ndata:")
                             if cut < 0:
                                 continue
-                            payload = msg[cut + 6:]
+                            payload = msg[cut + 6 :]
                         payload = payload.strip()
                         if payload[:1] != b"{":
                             if payload == b"[DONE]":
                                 done = True
                             continue
-                        if b'"choices":[]' in payload or b'"choices": []' in payload \
-                                or b'"choices"' not in payload:
+                        if b'"choices":[]' in payload or b'"choices": []' in payload or b'"choices"' not in payload:
                             self._control(payload, rec)
                             continue
                         if chat:
                             if b'"role"' in payload:
                                 if self._role_only(payload):
                                     continue
-                            elif b'"content":' not in payload and not any(
-                                    k in payload for k in _OTHER_DELTA_KEYS):
+                            elif b'"content":' not in payload and not any(k in payload for k in _OTHER_DELTA_KEYS):
                                 continue  # e.g. an empty closing delta: no token
                         times.append(now)
                         if b'"usage":{' in payload or b'"usage": {' in payload:
@@ -233,7 +245,7 @@ class AiohttpClient:
         except (aiohttp.ClientConnectionError, OSError) as e:
             rec.fail(CONNECTION if rec.status is None else TRUNCATED, repr(e), perf())
             return
-        except Exception as e:  # noqa: BLE001 - a record, never a crashed run
+        except Exception as e:
             rec.fail(CLIENT_ERROR, repr(e), perf())
             return
         finally:
@@ -241,8 +253,9 @@ class AiohttpClient:
         if rec.error_kind is not None:  # an error event inside the stream
             rec.end_time = end
         else:
-            _close_stream(rec, times, end, None if done else
-                          f"stream ended before [DONE] after {len(times)} token chunks")
+            _close_stream(
+                rec, times, end, None if done else f"stream ended before [DONE] after {len(times)} token chunks"
+            )
 
 
 class OpenAIClient:
@@ -256,17 +269,22 @@ class OpenAIClient:
         self.request_timeout_s = request_timeout_s
         self.client = None
 
-    async def __aenter__(self) -> "OpenAIClient":
+    async def __aenter__(self) -> OpenAIClient:
         import httpx
         import openai
 
         self._openai, self._httpx = openai, httpx
         http_client = openai.DefaultAsyncHttpxClient(
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            timeout=httpx.Timeout(self.request_timeout_s))
+            timeout=httpx.Timeout(self.request_timeout_s),
+        )
         self.client = openai.AsyncOpenAI(
-            base_url=self.base_url + "/v1", api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"),
-            max_retries=0, timeout=self.request_timeout_s, http_client=http_client)
+            base_url=self.base_url + "/v1",
+            api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"),
+            max_retries=0,
+            timeout=self.request_timeout_s,
+            http_client=http_client,
+        )
         # The SDK's first request pays for lazy setup (~100 ms); pay it here, not in a TTFT.
         await self.client.models.list()
         self._create = self.client.chat.completions.create if self.chat else self.client.completions.create
@@ -300,8 +318,9 @@ class OpenAIClient:
                         if self.chat:
                             delta = chunk.choices[0].delta
                             if delta is None or not (
-                                    any(getattr(delta, k, None) for k in _TOKEN_DELTA_KEYS)
-                                    or (delta.content == "" and not delta.role)):
+                                any(getattr(delta, k, None) for k in _TOKEN_DELTA_KEYS)
+                                or (delta.content == "" and not delta.role)
+                            ):
                                 continue
                         times.append(now)
                     if chunk.usage is not None:
@@ -311,7 +330,7 @@ class OpenAIClient:
         except asyncio.CancelledError:
             rec.fail(ABORTED, "stopped by the load generator", perf())
             raise
-        except (asyncio.TimeoutError, openai.APITimeoutError, httpx.TimeoutException):
+        except (TimeoutError, openai.APITimeoutError, httpx.TimeoutException):
             rec.fail(TIMEOUT, f"no complete response within {self.request_timeout_s:g} s", perf())
             return
         except openai.APIStatusError as e:
@@ -324,12 +343,13 @@ class OpenAIClient:
         except openai.APIError as e:  # an error event inside the stream
             rec.fail(STREAM_ERROR, str(e), perf())
             return
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             rec.fail(CLIENT_ERROR, repr(e), perf())
             return
         # The SDK swallows [DONE]; the usage chunk (requested) is the end-of-stream evidence.
-        _close_stream(rec, times, end, None if got_usage else
-                      f"stream ended without usage after {len(times)} token chunks")
+        _close_stream(
+            rec, times, end, None if got_usage else f"stream ended without usage after {len(times)} token chunks"
+        )
 
 
 def _close_stream(rec, times: list[float], end: float, truncated: str | None) -> None:

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from loadgen.records import RequestRecord
 
 Send = Callable[[Any, RequestRecord], "asyncio.Future"]
 
 
-async def run_open_loop(send: Send, prepared: Sequence[Any], records: Sequence[RequestRecord],
-                        offsets: Sequence[float]) -> tuple[float, float]:
+async def run_open_loop(
+    send: Send, prepared: Sequence[Any], records: Sequence[RequestRecord], offsets: Sequence[float]
+) -> tuple[float, float]:
     """Send request i at start + offsets[i]; wait for all. Returns (start, end) perf_counter times.
 
     Cancelled (an early abort), it cancels the requests in flight before it re-raises."""
@@ -47,9 +49,13 @@ async def run_open_loop(send: Send, prepared: Sequence[Any], records: Sequence[R
     return start, perf()
 
 
-async def run_closed_loop(send: Send, get: Callable[[int], tuple[Any, RequestRecord]],
-                          concurrency: int, max_requests: int | None,
-                          duration_s: float | None) -> tuple[float, float, int]:
+async def run_closed_loop(
+    send: Send,
+    get: Callable[[int], tuple[Any, RequestRecord]],
+    concurrency: int,
+    max_requests: int | None,
+    duration_s: float | None,
+) -> tuple[float, float, int]:
     """`concurrency` users, each sending its next request when its last one finished.
 
     Stops handing out requests after max_requests or duration_s (requests in flight finish).

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 

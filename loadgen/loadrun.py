@@ -20,18 +20,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.abort import Abort, AbortCheck
 from loadgen.arrivals import open_loop_offsets
 from loadgen.client import make_client
 from loadgen.dispatch import run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
-from loadgen.abort import Abort, AbortCheck
-from loadgen.pinning import off_engine_cpus
 from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
+from loadgen.pinning import off_engine_cpus
 from loadgen.prompts import Request, build_requests, plan_requests, realize_async
 from loadgen.records import RequestRecord
-from loadgen.server_metrics import (GaugeSampler, MetricsSnapshot, ServerDiagnostics,
-                                       diagnose, fetch_metrics_text)
+from loadgen.server_metrics import GaugeSampler, MetricsSnapshot, ServerDiagnostics, diagnose, fetch_metrics_text
 from loadgen.stall import ProgressWatch, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.workload import WorkloadSpec
@@ -103,17 +102,25 @@ class LoadResult:
 
     def to_json(self, include_records: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "base_url": self.base_url, "model": self.model, "client": self.client,
+            "base_url": self.base_url,
+            "model": self.model,
+            "client": self.client,
             "workload": self.spec.model_dump(mode="json"),
-            "target_rate": self.target_rate, "achieved_send_rate": self.achieved_send_rate,
-            "metrics": self.flat(), "error_kinds": self.metrics.error_kinds,
+            "target_rate": self.target_rate,
+            "achieved_send_rate": self.achieved_send_rate,
+            "metrics": self.flat(),
+            "error_kinds": self.metrics.error_kinds,
             "total_input_tokens": self.metrics.total_input_tokens,
-            "total_output_tokens": self.metrics.total_output_tokens, "notes": self.notes,
-            "client_cpu_s": self.client_cpu_s, "client_cpu_share": self.client_cpu_share,
+            "total_output_tokens": self.metrics.total_output_tokens,
+            "notes": self.notes,
+            "client_cpu_s": self.client_cpu_s,
+            "client_cpu_share": self.client_cpu_share,
             "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
-            "aborted": self.aborted, "planned_s": self.planned_s,
+            "aborted": self.aborted,
+            "planned_s": self.planned_s,
             # perf_counter is CLOCK_MONOTONIC on Linux: comparable with other processes' clocks.
-            "start_perf": self.start, "end_perf": self.end,
+            "start_perf": self.start,
+            "end_perf": self.end,
             "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
             "abort_margin": self.abort.margin if self.abort is not None else None,
         }
@@ -122,8 +129,13 @@ class LoadResult:
         return out
 
 
-async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[RequestRecord],
-                   offsets: list[float], sampler: "GaugeSampler | None") -> tuple[float, float, Abort | None]:
+async def _watched(
+    dispatch: asyncio.Future,
+    check: AbortCheck,
+    records: list[RequestRecord],
+    offsets: list[float],
+    sampler: GaugeSampler | None,
+) -> tuple[float, float, Abort | None]:
     """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
     already certain; if so, stop it (and the requests in flight). (start, end, why stopped)."""
     try:
@@ -144,8 +156,7 @@ async def _watched(dispatch: "asyncio.Future", check: AbortCheck, records: list[
 
 
 def _new_record(req: Request, warmup: bool) -> RequestRecord:
-    return RequestRecord(req.index, req.class_name, math.nan, req.prompt_tokens,
-                         req.output_tokens, warmup=warmup)
+    return RequestRecord(req.index, req.class_name, math.nan, req.prompt_tokens, req.output_tokens, warmup=warmup)
 
 
 async def discover_model(session, base_url: str, model: str | None = None) -> tuple[str, str | None]:
@@ -175,7 +186,8 @@ def _tokenizer_for(tokenizer_path: str | Path | None, model: str, root: str | No
             return PromptTokenizer.load(candidate)
     raise TokenizerError(
         f"no local tokenizer for model {model!r} (root {root!r}); pass tokenizer_path "
-        "(a directory with tokenizer.json or tokenizer files)")
+        "(a directory with tokenizer.json or tokenizer files)"
+    )
 
 
 class _ServerCounter:
@@ -197,15 +209,20 @@ _BUILD_CACHE: dict[tuple, list[Request]] = {}
 _BUILD_CACHE_SIZE = 4
 
 
-def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
-               server_checked: bool) -> tuple:
+def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool, server_checked: bool) -> tuple:
     # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
     shape = spec.model_dump_json(include={"endpoint", "classes", "seed"})
     return shape, tokenizer.fingerprint, n, warmup, server_checked
 
 
-async def _build(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
-                 counter: "_ServerCounter | None", notes: list[str]) -> list[Request]:
+async def _build(
+    spec: WorkloadSpec,
+    tokenizer: PromptTokenizer,
+    n: int,
+    warmup: bool,
+    counter: _ServerCounter | None,
+    notes: list[str],
+) -> list[Request]:
     """Built once per (workload shape, tokenizer, n) in this process; deterministic, so cached."""
     key = _cache_key(spec, tokenizer, n, warmup, counter is not None)
     if key not in _BUILD_CACHE:
@@ -215,8 +232,14 @@ async def _build(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup:
     return _BUILD_CACHE[key]
 
 
-async def _build_uncached(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool,
-                          counter: "_ServerCounter | None", notes: list[str]) -> list[Request]:
+async def _build_uncached(
+    spec: WorkloadSpec,
+    tokenizer: PromptTokenizer,
+    n: int,
+    warmup: bool,
+    counter: _ServerCounter | None,
+    notes: list[str],
+) -> list[Request]:
     if spec.endpoint == "completions" or n == 0:
         return build_requests(spec, tokenizer, n, warmup=warmup)
     if tokenizer.can_render_chat:
@@ -226,13 +249,12 @@ async def _build_uncached(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int
         probe = requests[:CHAT_PROBE_REQUESTS]
         try:
             server_counts = await asyncio.gather(*(counter([dict(m) for m in r.messages]) for r in probe))
-        except Exception as e:  # noqa: BLE001 - no /tokenize (not vLLM): local counts stand
+        except Exception as e:
             notes.append(f"chat prompt lengths counted locally only (/tokenize failed: {e})")
             return requests
         if all(r.prompt_tokens == c for r, c in zip(probe, server_counts)):
             return requests
-        notes.append("local chat template count differs from the server's: prompts aligned "
-                     "with /tokenize")
+        notes.append("local chat template count differs from the server's: prompts aligned with /tokenize")
     elif counter is None:
         raise LoadRunError("chat prompts need the tokenizer's chat template or the server's /tokenize")
     plans = plan_requests(spec, tokenizer, n, warmup=warmup)
@@ -255,8 +277,7 @@ class _LazyTokenizer:
 class _Pool:
     """Prepared bodies and records; a duration-bounded closed loop extends it on demand."""
 
-    def __init__(self, spec, tokenizer: _LazyTokenizer, client, model, requests: list[Request],
-                 warmup: bool):
+    def __init__(self, spec, tokenizer: _LazyTokenizer, client, model, requests: list[Request], warmup: bool):
         self.spec, self.tokenizer, self.client, self.model, self.warmup = spec, tokenizer, client, model, warmup
         self.prepared: list[Any] = []
         self.records: list[RequestRecord] = []
@@ -270,8 +291,11 @@ class _Pool:
 
     def get(self, i: int) -> tuple[Any, RequestRecord]:
         while i >= len(self.records):  # local chat counts here: no awaiting in the middle of a run
-            self._add(build_requests(self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH,
-                                     warmup=self.warmup, start=len(self.records)))
+            self._add(
+                build_requests(
+                    self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH, warmup=self.warmup, start=len(self.records)
+                )
+            )
             self.extended += 1
         return self.prepared[i], self.records[i]
 
@@ -289,12 +313,22 @@ def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
     return max(1, min(MAX_PRECONNECT, math.ceil(1.5 * rate * latency) + 8))
 
 
-async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, client: str = "aiohttp",
-                   tokenizer_path: str | Path | None = None, scrape_metrics: bool = True,
-                   goodput: GoodputSLO | None = None, lag_limit_ms: float | None = None,
-                   requests: list[Request] | None = None,
-                   sample_period_s: float = 1.0, abort: AbortCheck | None = None,
-                   avoid_engine_cpus: bool | None = None, watch: ProgressWatch | None = None) -> LoadResult:
+async def run_load(
+    base_url: str,
+    model: str | None,
+    spec: WorkloadSpec,
+    *,
+    client: str = "aiohttp",
+    tokenizer_path: str | Path | None = None,
+    scrape_metrics: bool = True,
+    goodput: GoodputSLO | None = None,
+    lag_limit_ms: float | None = None,
+    requests: list[Request] | None = None,
+    sample_period_s: float = 1.0,
+    abort: AbortCheck | None = None,
+    avoid_engine_cpus: bool | None = None,
+    watch: ProgressWatch | None = None,
+) -> LoadResult:
     """One measured run. `requests`: prebuilt measured requests (a study reuses them across trials).
 
     `avoid_engine_cpus`: while the client runs, keep its thread off the CPUs that a local vLLM
@@ -327,16 +361,18 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
         offsets = open_loop_offsets(spec.arrival, spec.num_requests, spec.duration_s, spec.seed).tolist()
         if not offsets:
             raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120),
-                                     trace_configs=traced(watch)) as control:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), trace_configs=traced(watch)) as control:
         model, root = await discover_model(control, base_url, model)
         counter = _ServerCounter(control, base_url, model) if spec.endpoint == "chat" else None
         tokenizer = _LazyTokenizer(tokenizer_path, model, root)
         needed = len(offsets) if offsets is not None else (spec.num_requests or CLOSED_LOOP_BATCH)
         if requests is None or len(requests) < needed:
             requests = await _build(spec, tokenizer.get(), needed, False, counter, notes)
-        warm = (await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
-                if spec.warmup_requests else [])
+        warm = (
+            await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
+            if spec.warmup_requests
+            else []
+        )
 
         with off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
             async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
@@ -372,13 +408,13 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
                 aborted = None
                 try:
                     if closed:
-                        start, end, sent = await run_closed_loop(
-                            lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s)
+                        start, end, _sent = await run_closed_loop(
+                            lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s
+                        )
                     elif abort is None:
                         start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
                     else:
-                        dispatch = asyncio.ensure_future(
-                            run_open_loop(lc.send, pool.prepared, pool.records, offsets))
+                        dispatch = asyncio.ensure_future(run_open_loop(lc.send, pool.prepared, pool.records, offsets))
                         start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler)
                 finally:
                     client_cpu = time.process_time() - cpu0
@@ -392,30 +428,62 @@ async def run_load(base_url: str, model: str | None, spec: WorkloadSpec, *, clie
     records = [r for r in pool.records if not math.isnan(r.send_time)]
     server = diagnose(before, after, samples) if before is not None and after is not None else None
     if pool.extended:
-        notes.append(f"closed loop built {pool.extended * CLOSED_LOOP_BATCH} extra requests during "
-                     "the run (duration-bounded); their chat lengths were counted locally")
-    mismatched = sum(1 for r in records if r.prompt_tokens is not None
-                     and r.prompt_tokens != r.expected_prompt_tokens)
+        notes.append(
+            f"closed loop built {pool.extended * CLOSED_LOOP_BATCH} extra requests during "
+            "the run (duration-bounded); their chat lengths were counted locally"
+        )
+    mismatched = sum(1 for r in records if r.prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens)
     if mismatched:
         notes.append(f"{mismatched} requests: the server counted a different prompt length than built")
-    short = sum(1 for r in records if r.ok and r.completion_tokens is not None
-                and r.completion_tokens != r.expected_output_tokens)
+    short = sum(
+        1
+        for r in records
+        if r.ok and r.completion_tokens is not None and r.completion_tokens != r.expected_output_tokens
+    )
     if short:
-        notes.append(f"{short} requests got a different output length than max_tokens "
-                     "(prompt + output > max_model_len truncates silently)")
-    metrics = compute_metrics(records, end - start, goodput, class_names=spec.class_names,
-                              lag_limit_ms=lag_limit_ms, server=server,
-                              failed_latency_s=spec.request_timeout_s)
-    result = LoadResult(base_url, model, client, spec, records, warm_pool.records, metrics, server,
-                        start, end, notes, client_cpu, aborted, offsets[-1] if offsets else math.nan,
-                        len(offsets) if offsets else len(records), client_cpus)
+        notes.append(
+            f"{short} requests got a different output length than max_tokens "
+            "(prompt + output > max_model_len truncates silently)"
+        )
+    metrics = compute_metrics(
+        records,
+        end - start,
+        goodput,
+        class_names=spec.class_names,
+        lag_limit_ms=lag_limit_ms,
+        server=server,
+        failed_latency_s=spec.request_timeout_s,
+    )
+    result = LoadResult(
+        base_url,
+        model,
+        client,
+        spec,
+        records,
+        warm_pool.records,
+        metrics,
+        server,
+        start,
+        end,
+        notes,
+        client_cpu,
+        aborted,
+        offsets[-1] if offsets else math.nan,
+        len(offsets) if offsets else len(records),
+        client_cpus,
+    )
     if metrics.client_behind:
         share = result.client_cpu_share
-        why = ("the client itself is the bottleneck" if share > 0.8
-               else "it was starved of CPU by other processes, or paused")
-        notes.append(f"client fell behind: p99 schedule lag {metrics.schedule_lag_p99_ms:.1f} ms > "
-                     f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
-                     f"{share:.0%} of a core: {why})")
+        why = (
+            "the client itself is the bottleneck"
+            if share > 0.8
+            else "it was starved of CPU by other processes, or paused"
+        )
+        notes.append(
+            f"client fell behind: p99 schedule lag {metrics.schedule_lag_p99_ms:.1f} ms > "
+            f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
+            f"{share:.0%} of a core: {why})"
+        )
     return result
 
 
@@ -445,7 +513,6 @@ def run_async(coro, loop: str = "auto"):
         return runner.run(coro)
 
 
-def run_load_sync(base_url: str, model: str | None, spec: WorkloadSpec, *, loop: str = "auto",
-                  **kwargs) -> LoadResult:
+def run_load_sync(base_url: str, model: str | None, spec: WorkloadSpec, *, loop: str = "auto", **kwargs) -> LoadResult:
     """`run_load` for synchronous callers (the study): its own event loop, closed afterwards."""
     return run_async(run_load(base_url, model, spec, **kwargs), loop)

@@ -47,7 +47,7 @@ class MetricName:
         """`mean`, `median`, `std`, `p95`, ... for a latency name; None otherwise."""
         if self.family not in LATENCY_FAMILIES or self.unit != "ms":
             return None
-        middle = self.base[len(self.family) + 1:-len("_ms")]
+        middle = self.base[len(self.family) + 1 : -len("_ms")]
         return middle if _STAT.match(middle) else None
 
     @property

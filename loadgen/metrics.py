@@ -29,8 +29,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import TypeVar  # PEP 696 defaults (typing has them from 3.13)
 
-from loadgen.records import RequestRecord
 from loadgen.metric_name import class_key
+from loadgen.records import RequestRecord
 from loadgen.server_metrics import SERVER_KEYS, ServerDiagnostics
 
 NAN = float("nan")
@@ -61,9 +61,21 @@ def json_safe(value: Any) -> Any:
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p95", "p99")
-_RUN_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "goodput",
-             "goodput_ratio", "completed", "failed", "error_rate", "duration_s",
-             "schedule_lag_p50_ms", "schedule_lag_p99_ms", "schedule_lag_max_ms", "client_behind")
+_RUN_KEYS = (
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "goodput",
+    "goodput_ratio",
+    "completed",
+    "failed",
+    "error_rate",
+    "duration_s",
+    "schedule_lag_p50_ms",
+    "schedule_lag_p99_ms",
+    "schedule_lag_max_ms",
+    "client_behind",
+)
 BASE_KEYS: tuple[str, ...] = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STATS) + _RUN_KEYS
 # Run-level facts are not repeated per class.
 PER_CLASS_KEYS: tuple[str, ...] = tuple(k for k in BASE_KEYS if k not in ("duration_s", "client_behind"))
@@ -98,7 +110,7 @@ class LatencyStats:
     p99: float = NAN
 
     @classmethod
-    def of_seconds(cls, values) -> "LatencyStats":
+    def of_seconds(cls, values) -> LatencyStats:
         arr = np.asarray(values, dtype=float)
         if arr.size == 0:
             return cls()
@@ -129,7 +141,7 @@ class RunMetrics:
     total_input_tokens: int = 0
     total_output_tokens: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
-    per_class: dict[str, "RunMetrics"] = field(default_factory=dict)
+    per_class: dict[str, RunMetrics] = field(default_factory=dict)
     server: ServerDiagnostics | None = None
 
     def _base(self) -> dict[str, float]:
@@ -160,17 +172,24 @@ def _is_good(r: RequestRecord, slo: GoodputSLO | None) -> bool:
     ttft = r.ttft * 1000
     e2el = r.e2el * 1000
     tpot = r.tpot * 1000
-    return ((slo.ttft_ms is None or ttft <= slo.ttft_ms)
-            and (slo.tpot_ms is None or tpot <= slo.tpot_ms)
-            and (slo.e2el_ms is None or e2el <= slo.e2el_ms))
+    return (
+        (slo.ttft_ms is None or ttft <= slo.ttft_ms)
+        and (slo.tpot_ms is None or tpot <= slo.tpot_ms)
+        and (slo.e2el_ms is None or e2el <= slo.e2el_ms)
+    )
 
 
 def _per(value: float, duration_s: float) -> float:
     return value / duration_s if duration_s > 0 else NAN
 
 
-def _compute(records: list[RequestRecord], duration_s: float, goodput: GoodputSLO | None,
-             lag_limit_ms: float, failed_latency_s: float | None = None) -> RunMetrics:
+def _compute(
+    records: list[RequestRecord],
+    duration_s: float,
+    goodput: GoodputSLO | None,
+    lag_limit_ms: float,
+    failed_latency_s: float | None = None,
+) -> RunMetrics:
     sent = [r for r in records if not math.isnan(r.send_time)]
     ok = [r for r in sent if r.ok]
     failed = [r for r in sent if not r.ok] if failed_latency_s is not None else []
@@ -193,19 +212,25 @@ def _compute(records: list[RequestRecord], duration_s: float, goodput: GoodputSL
         lag50 = lag99 = lagmax = NAN
     n_sent = len(sent)
     return RunMetrics(
-        ttft=LatencyStats.of_seconds(ttfts), tpot=LatencyStats.of_seconds(tpots),
-        itl=LatencyStats.of_seconds(itls), e2el=LatencyStats.of_seconds(e2els),
+        ttft=LatencyStats.of_seconds(ttfts),
+        tpot=LatencyStats.of_seconds(tpots),
+        itl=LatencyStats.of_seconds(itls),
+        e2el=LatencyStats.of_seconds(e2els),
         request_throughput=_per(len(ok), duration_s),
         output_throughput=_per(out_tokens, duration_s),
         total_token_throughput=_per(in_tokens + out_tokens, duration_s),
         goodput=_per(good, duration_s),
         goodput_ratio=good / n_sent if n_sent else NAN,
-        completed=len(ok), failed=n_sent - len(ok),
+        completed=len(ok),
+        failed=n_sent - len(ok),
         error_rate=(n_sent - len(ok)) / n_sent if n_sent else NAN,
         duration_s=float(duration_s),
-        schedule_lag_p50_ms=lag50, schedule_lag_p99_ms=lag99, schedule_lag_max_ms=lagmax,
+        schedule_lag_p50_ms=lag50,
+        schedule_lag_p99_ms=lag99,
+        schedule_lag_max_ms=lagmax,
         client_behind=bool(lag99 > lag_limit_ms),
-        total_input_tokens=int(in_tokens), total_output_tokens=int(out_tokens),
+        total_input_tokens=int(in_tokens),
+        total_output_tokens=int(out_tokens),
         error_kinds=dict(Counter(r.error_kind for r in sent if not r.ok and r.error_kind)),
     )
 
@@ -219,11 +244,16 @@ def timed_tpot_median_ms(records: list[RequestRecord]) -> tuple[float | None, fl
     return (float(np.median(timed)) * 1000.0 if timed else None), share
 
 
-def compute_metrics(records: list[RequestRecord], duration_s: float,
-                    goodput: GoodputSLO | None = None, *, class_names: list[str] | None = None,
-                    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
-                    server: ServerDiagnostics | None = None,
-                    failed_latency_s: float | None = None) -> RunMetrics:
+def compute_metrics(
+    records: list[RequestRecord],
+    duration_s: float,
+    goodput: GoodputSLO | None = None,
+    *,
+    class_names: list[str] | None = None,
+    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
+    server: ServerDiagnostics | None = None,
+    failed_latency_s: float | None = None,
+) -> RunMetrics:
     """Metrics of the measured (non-warmup, sent, not cut short by us) records, overall and per class.
 
     `class_names`: the workload's classes, so a class that got no request still has (NaN) keys.
@@ -237,8 +267,9 @@ def compute_metrics(records: list[RequestRecord], duration_s: float,
         if r.class_name not in names:
             names.append(r.class_name)
     for name in names:
-        metrics.per_class[name] = _compute([r for r in measured if r.class_name == name],
-                                           duration_s, goodput, lag_limit_ms, failed_latency_s)
+        metrics.per_class[name] = _compute(
+            [r for r in measured if r.class_name == name], duration_s, goodput, lag_limit_ms, failed_latency_s
+        )
     metrics.server = server
     return metrics
 

@@ -75,8 +75,9 @@ def off_engine_cpus(enabled: bool | None, notes: list[str]):
         yield None
         return
     os.sched_setaffinity(0, allowed)
-    notes.append(f"client kept on CPU {_cpu_text(allowed)}, off CPU {_cpu_text(pinned & before)} "
-                 "(pinned vLLM engine threads)")
+    notes.append(
+        f"client kept on CPU {_cpu_text(allowed)}, off CPU {_cpu_text(pinned & before)} (pinned vLLM engine threads)"
+    )
     try:
         yield tuple(sorted(allowed))
     finally:
@@ -85,5 +86,3 @@ def off_engine_cpus(enabled: bool | None, notes: list[str]):
 
 def _cpu_text(cpus: set[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
-
-

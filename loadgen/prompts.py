@@ -13,16 +13,22 @@ count; the counting function is local (the tokenizer's chat template) or the ser
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Generator
+from typing import Any
 
 import numpy as np
 
 from loadgen.tokenizer import PromptTokenizer
-from loadgen.workload import (SHAREGPT_MAX_PROMPT_TOKENS, SHAREGPT_MAX_TOTAL_TOKENS,
-                                 SHAREGPT_MIN_TOKENS, RequestClass, WorkloadSpec)
+from loadgen.workload import (
+    SHAREGPT_MAX_PROMPT_TOKENS,
+    SHAREGPT_MAX_TOTAL_TOKENS,
+    SHAREGPT_MIN_TOKENS,
+    RequestClass,
+    WorkloadSpec,
+)
 
 MEASURED_STREAM = 0
 WARMUP_STREAM = 1
@@ -48,19 +54,20 @@ class Request:
     def body(self, model: str, temperature: float | None) -> dict[str, Any]:
         """The JSON body, as `vllm bench serve` sends it (streaming, usage, exact output)."""
         if self.prompt_ids is not None:
-            body: dict[str, Any] = {"model": model, "prompt": list(self.prompt_ids),
-                                    "max_tokens": self.output_tokens}
+            body: dict[str, Any] = {"model": model, "prompt": list(self.prompt_ids), "max_tokens": self.output_tokens}
         else:
-            body = {"model": model, "messages": [dict(m) for m in self.messages],
-                    "max_completion_tokens": self.output_tokens}
+            body = {
+                "model": model,
+                "messages": [dict(m) for m in self.messages],
+                "max_completion_tokens": self.output_tokens,
+            }
         body.update({"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
         if temperature is not None:
             body["temperature"] = temperature
         return body
 
     def encoded_body(self, model: str, temperature: float | None) -> bytes:
-        return json.dumps(self.body(model, temperature), separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        return json.dumps(self.body(model, temperature), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass
@@ -83,14 +90,16 @@ def _rng(*key: int) -> np.random.Generator:
     return np.random.default_rng([int(k) for k in key])
 
 
-def _prefix_ids(spec: WorkloadSpec, cls_index: int, prefix_id: int, tokens: int,
-                tokenizer: PromptTokenizer) -> np.ndarray:
+def _prefix_ids(
+    spec: WorkloadSpec, cls_index: int, prefix_id: int, tokens: int, tokenizer: PromptTokenizer
+) -> np.ndarray:
     rng = _rng(spec.seed, _PREFIX_STREAM, cls_index, prefix_id)
     ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
     return rng.choice(ids, size=tokens)
 
 
 # -- ShareGPT ---------------------------------------------------------------------------------
+
 
 def _first_exchange(entry: dict) -> tuple[str, str] | None:
     turns = entry.get("conversations") or entry.get("conversation") or entry.get("messages") or []
@@ -125,8 +134,9 @@ def _sharegpt_pairs(path: str) -> tuple[tuple[str, str], ...]:
 class _ShareGPTSource:
     """The file's valid exchanges in a seeded order, tokenized on demand, cycling when used up."""
 
-    def __init__(self, path: Path, seed: int, stream: int, cls_index: int,
-                 tokenizer: PromptTokenizer, need_output: bool):
+    def __init__(
+        self, path: Path, seed: int, stream: int, cls_index: int, tokenizer: PromptTokenizer, need_output: bool
+    ):
         self.pairs = _sharegpt_pairs(str(path))
         self.order = _rng(seed, _SHAREGPT_STREAM, stream, cls_index).permutation(len(self.pairs))
         self.tokenizer = tokenizer
@@ -141,14 +151,18 @@ class _ShareGPTSource:
             self._next += 1
             ids = self.tokenizer.encode(prompt)
             out = len(self.tokenizer.encode(answer)) if self.need_output else SHAREGPT_MIN_TOKENS
-            if (SHAREGPT_MIN_TOKENS <= len(ids) <= SHAREGPT_MAX_PROMPT_TOKENS
-                    and out >= SHAREGPT_MIN_TOKENS
-                    and (not self.need_output or len(ids) + out <= SHAREGPT_MAX_TOTAL_TOKENS)):
+            if (
+                SHAREGPT_MIN_TOKENS <= len(ids) <= SHAREGPT_MAX_PROMPT_TOKENS
+                and out >= SHAREGPT_MIN_TOKENS
+                and (not self.need_output or len(ids) + out <= SHAREGPT_MAX_TOTAL_TOKENS)
+            ):
                 self.valid.append((prompt, ids, out))
         if not self.valid:
-            raise ValueError(f"{self.path}: no exchange passes the ShareGPT length filters "
-                             f"(prompt and answer >= {SHAREGPT_MIN_TOKENS} tokens, prompt <= "
-                             f"{SHAREGPT_MAX_PROMPT_TOKENS}, both <= {SHAREGPT_MAX_TOTAL_TOKENS})")
+            raise ValueError(
+                f"{self.path}: no exchange passes the ShareGPT length filters "
+                f"(prompt and answer >= {SHAREGPT_MIN_TOKENS} tokens, prompt <= "
+                f"{SHAREGPT_MAX_PROMPT_TOKENS}, both <= {SHAREGPT_MAX_TOTAL_TOKENS})"
+            )
         if len(self.valid) <= k:  # the file is used up: cycle
             return self.valid[k % len(self.valid)]
         return self.valid[k]
@@ -156,14 +170,16 @@ class _ShareGPTSource:
 
 # -- planning (all random draws) --------------------------------------------------------------
 
+
 def _class_index(rng: np.random.Generator, weights: np.ndarray) -> int:
     if len(weights) == 1:
         return 0
     return int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right"))
 
 
-def plan_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *,
-                  warmup: bool = False, start: int = 0) -> list[_Plan]:
+def plan_requests(
+    spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *, warmup: bool = False, start: int = 0
+) -> list[_Plan]:
     stream = WARMUP_STREAM if warmup else MEASURED_STREAM
     weights = np.array([c.weight for c in spec.classes], dtype=float)
     sources: dict[int, _ShareGPTSource] = {}
@@ -183,25 +199,36 @@ def plan_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *,
         output = int(cls.output_tokens.sample(rng)[0]) if cls.output_tokens is not None else None
         if cls.sharegpt is not None:
             if ci not in sources:
-                sources[ci] = _ShareGPTSource(cls.sharegpt, spec.seed, stream, ci, tokenizer,
-                                              need_output=cls.output_tokens is None)
+                sources[ci] = _ShareGPTSource(
+                    cls.sharegpt, spec.seed, stream, ci, tokenizer, need_output=cls.output_tokens is None
+                )
             # Request i takes the i-th valid exchange of the seeded order (some go unused when
             # classes mix): independent of where the build starts.
             text, text_ids, ref_out = sources[ci].get(index)
-            plans.append(_Plan(index, cls.name, spec.endpoint, None,
-                               output if output is not None else ref_out, prefix_id, prefix,
-                               text=text, text_ids=text_ids))
+            plans.append(
+                _Plan(
+                    index,
+                    cls.name,
+                    spec.endpoint,
+                    None,
+                    output if output is not None else ref_out,
+                    prefix_id,
+                    prefix,
+                    text=text,
+                    text_ids=text_ids,
+                )
+            )
             continue
         target = int(cls.prompt_tokens.sample(rng)[0])
         body_len = target - (len(prefix) if prefix is not None else 0)
         ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
         pool = rng.choice(ids, size=body_len + _POOL_EXTRA)
-        plans.append(_Plan(index, cls.name, spec.endpoint, target, output, prefix_id, prefix,
-                           pool=pool))
+        plans.append(_Plan(index, cls.name, spec.endpoint, target, output, prefix_id, prefix, pool=pool))
     return plans
 
 
 # -- realizing a plan (chat alignment) --------------------------------------------------------
+
 
 def _chat_messages(plan: _Plan, tokenizer: PromptTokenizer, user_text: str) -> Messages:
     msgs: Messages = []
@@ -270,16 +297,29 @@ def _align_steps(plan: _Plan, tokenizer: PromptTokenizer) -> Generator[Messages,
 def _finish(plan: _Plan, msgs: Messages | None, count: int | None) -> Request:
     if plan.endpoint == "completions":
         head = [int(i) for i in plan.prefix_ids] if plan.prefix_ids is not None else []
-        body = plan.text_ids if plan.text is not None else [int(i) for i in plan.pool[:plan.target_prompt - len(head)]]
+        body = plan.text_ids if plan.text is not None else [int(i) for i in plan.pool[: plan.target_prompt - len(head)]]
         ids = tuple(head + list(body))
-        return Request(plan.index, plan.class_name, len(ids), plan.output_tokens,
-                       plan.target_prompt or len(ids), prompt_ids=ids, prefix_id=plan.prefix_id)
-    return Request(plan.index, plan.class_name, count, plan.output_tokens,
-                   plan.target_prompt or count, messages=tuple(msgs), prefix_id=plan.prefix_id)
+        return Request(
+            plan.index,
+            plan.class_name,
+            len(ids),
+            plan.output_tokens,
+            plan.target_prompt or len(ids),
+            prompt_ids=ids,
+            prefix_id=plan.prefix_id,
+        )
+    return Request(
+        plan.index,
+        plan.class_name,
+        count,
+        plan.output_tokens,
+        plan.target_prompt or count,
+        messages=tuple(msgs),
+        prefix_id=plan.prefix_id,
+    )
 
 
-def realize(plan: _Plan, tokenizer: PromptTokenizer,
-            count: Callable[[Messages], int] | None = None) -> Request:
+def realize(plan: _Plan, tokenizer: PromptTokenizer, count: Callable[[Messages], int] | None = None) -> Request:
     if plan.endpoint == "completions":
         return _finish(plan, None, None)
     count = count or tokenizer.count_chat
@@ -292,8 +332,9 @@ def realize(plan: _Plan, tokenizer: PromptTokenizer,
         return _finish(plan, *done.value)
 
 
-async def realize_async(plan: _Plan, tokenizer: PromptTokenizer,
-                        count: Callable[[Messages], Awaitable[int]]) -> Request:
+async def realize_async(
+    plan: _Plan, tokenizer: PromptTokenizer, count: Callable[[Messages], Awaitable[int]]
+) -> Request:
     if plan.endpoint == "completions":
         return _finish(plan, None, None)
     steps = _align_steps(plan, tokenizer)
@@ -305,17 +346,25 @@ async def realize_async(plan: _Plan, tokenizer: PromptTokenizer,
         return _finish(plan, *done.value)
 
 
-def build_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int | None = None, *,
-                   warmup: bool = False, start: int = 0,
-                   count: Callable[[Messages], int] | None = None) -> list[Request]:
+def build_requests(
+    spec: WorkloadSpec,
+    tokenizer: PromptTokenizer,
+    n: int | None = None,
+    *,
+    warmup: bool = False,
+    start: int = 0,
+    count: Callable[[Messages], int] | None = None,
+) -> list[Request]:
     """n requests (default: num_requests, or warmup_requests with warmup=True), counted locally."""
     if n is None:
         n = spec.warmup_requests if warmup else spec.num_requests
         if n is None:
             raise ValueError("duration-bounded workload: say how many requests to build (n)")
     if spec.endpoint == "chat" and count is None and not tokenizer.can_render_chat:
-        raise ValueError("chat prompts of exact length need the tokenizer's chat template or the "
-                         "server's /tokenize (build them with loadrun, which asks the server)")
+        raise ValueError(
+            "chat prompts of exact length need the tokenizer's chat template or the "
+            "server's /tokenize (build them with loadrun, which asks the server)"
+        )
     return [realize(p, tokenizer, count) for p in plan_requests(spec, tokenizer, n, warmup=warmup, start=start)]
 
 
@@ -327,5 +376,3 @@ def requests_digest(requests: list[Request], model: str = "m", temperature: floa
         h.update(r.class_name.encode())
         h.update(r.encoded_body(model, temperature))
     return h.hexdigest()
-
-

@@ -88,18 +88,26 @@ class RequestRecord:
 
     def to_dict(self, t0: float = 0.0) -> dict[str, Any]:
         """JSON-friendly, times in seconds relative to t0 (the run's start)."""
+
         def rel(t: float | None) -> float | None:
             return None if t is None or t != t else round(t - t0, 6)
 
         return {
-            "index": self.index, "class": self.class_name, "warmup": self.warmup,
-            "scheduled": rel(self.scheduled_time), "sent": rel(self.send_time),
-            "first_token": rel(self.first_token_time), "end": rel(self.end_time),
+            "index": self.index,
+            "class": self.class_name,
+            "warmup": self.warmup,
+            "scheduled": rel(self.scheduled_time),
+            "sent": rel(self.send_time),
+            "first_token": rel(self.first_token_time),
+            "end": rel(self.end_time),
             "chunks": [round(t - t0, 6) for t in self.chunk_times],
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
             "expected_prompt_tokens": self.expected_prompt_tokens,
             "expected_output_tokens": self.expected_output_tokens,
-            "status": self.status, "error_kind": self.error_kind, "error_text": self.error_text,
+            "status": self.status,
+            "error_kind": self.error_kind,
+            "error_text": self.error_text,
         }
 
 

@@ -41,7 +41,7 @@ class MetricsSnapshot:
     taken_at: float = 0.0
 
     @classmethod
-    def parse(cls, text: str, taken_at: float | None = None) -> "MetricsSnapshot":
+    def parse(cls, text: str, taken_at: float | None = None) -> MetricsSnapshot:
         from prometheus_client.parser import text_string_to_metric_families
 
         samples: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -130,12 +130,11 @@ async def fetch_metrics_text(session, base_url: str, timeout_s: float = 10.0) ->
     import aiohttp
 
     try:
-        async with session.get(base_url + "/metrics",
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.get(base_url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             if resp.status != 200:
                 return None
             return await resp.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return None
 
 
@@ -222,8 +221,9 @@ def _histogram_delta(before, after, name):
     return ha[0], np.maximum(ha[1] - hb[1], 0), ha[2] - hb[2], ha[3] - hb[3]
 
 
-def diagnose(before: MetricsSnapshot | None, after: MetricsSnapshot | None,
-             samples: list[GaugeSample] = ()) -> ServerDiagnostics:
+def diagnose(
+    before: MetricsSnapshot | None, after: MetricsSnapshot | None, samples: list[GaugeSample] = ()
+) -> ServerDiagnostics:
     d = ServerDiagnostics()
     d.preemptions = _delta(before, after, PREEMPTIONS)
     d.prefix_cache_queries = _delta(before, after, PREFIX_QUERIES)
@@ -246,8 +246,11 @@ def diagnose(before: MetricsSnapshot | None, after: MetricsSnapshot | None,
     for snap in (before, after):
         if snap is not None and snap.total(RUNNING) is not None:
             kv = snap.samples.get(KV_USAGE)
-            points.append(GaugeSample(snap.taken_at, snap.total(RUNNING), snap.total(WAITING) or 0.0,
-                                      max(v for _, v in kv) if kv else NAN))
+            points.append(
+                GaugeSample(
+                    snap.taken_at, snap.total(RUNNING), snap.total(WAITING) or 0.0, max(v for _, v in kv) if kv else NAN
+                )
+            )
     d.samples = len(samples)
     for attr, key in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "kv_usage")):
         values = np.array([getattr(p, key) for p in points], dtype=float)

@@ -36,8 +36,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from loadgen.records import ABORTED, TIMEOUT, RequestRecord
 
@@ -67,17 +67,20 @@ class Requests:
     cut_off_since: float = _INF  # the oldest one's send
     cut_off_until: float = -_INF  # the latest one's end
 
-    def then(self, later: "Requests") -> "Requests":
+    def then(self, later: Requests) -> Requests:
         """These requests (all ended), followed by `later`'s: progress there answers the ones
         cut off here."""
         answered = later.progress > self.cut_off_until
         return Requests(
-            max(self.progress, later.progress), later.in_flight, later.in_flight_since,
+            max(self.progress, later.progress),
+            later.in_flight,
+            later.in_flight_since,
             later.cut_off + (0 if answered else self.cut_off),
             min(later.cut_off_since, _INF if answered else self.cut_off_since),
-            max(later.cut_off_until, -_INF if answered else self.cut_off_until))
+            max(later.cut_off_until, -_INF if answered else self.cut_off_until),
+        )
 
-    def answered_at(self, t: float) -> "Requests":
+    def answered_at(self, t: float) -> Requests:
         """With the server's progress at `t` (its gauges moved): it answers what was cut off before."""
         if t <= self.cut_off_until:
             return replace(self, progress=max(self.progress, t))
@@ -141,8 +144,10 @@ class Stall:
         if self.unanswered:
             head = f"no answer to {', '.join(self.unanswered)} for {self.quiet_s:.0f} s"
         else:
-            head = (f"no token and no finished request for {self.quiet_s:.0f} s with {self.in_flight} "
-                    f"request{'s' if self.in_flight != 1 else ''} in flight")
+            head = (
+                f"no token and no finished request for {self.quiet_s:.0f} s with {self.in_flight} "
+                f"request{'s' if self.in_flight != 1 else ''} in flight"
+            )
             if self.cut_off:
                 head += f" and {self.cut_off} cut off unanswered"
         return f"{head} (bound {self.bound_s:.0f} s)"
@@ -162,8 +167,7 @@ def silence(requests: Requests, asks: Sequence[Ask], now: float, bound_s: float)
     return Stall(quiet, requests.in_flight, bound_s, requests.cut_off, unanswered)
 
 
-def stalled(records: Sequence[RequestRecord], now: float, bound_s: float,
-            asks: Sequence[Ask] = ()) -> Stall | None:
+def stalled(records: Sequence[RequestRecord], now: float, bound_s: float, asks: Sequence[Ask] = ()) -> Stall | None:
     """One list of load records (and the tuner's asks): silent for `bound_s`, or None."""
     return silence(survey(records), asks, now, bound_s)
 

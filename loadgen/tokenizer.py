@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,9 +50,16 @@ def _special_token_strings(path: Path) -> dict[str, str | None]:
 class PromptTokenizer:
     """encode/decode without special tokens, the ids safe to sample, and chat-prompt counting."""
 
-    def __init__(self, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
-                 vocab_size: int, special_ids: set[int], chat_template: str | None = None,
-                 special_strings: dict[str, str | None] | None = None, fingerprint: str = ""):
+    def __init__(
+        self,
+        encode: Callable[[str], list[int]],
+        decode: Callable[[list[int]], str],
+        vocab_size: int,
+        special_ids: set[int],
+        chat_template: str | None = None,
+        special_strings: dict[str, str | None] | None = None,
+        fingerprint: str = "",
+    ):
         self._encode = encode
         self._decode = decode
         self.vocab_size = vocab_size
@@ -61,7 +69,7 @@ class PromptTokenizer:
         self.fingerprint = fingerprint
 
     @classmethod
-    def load(cls, path: str | Path) -> "PromptTokenizer":
+    def load(cls, path: str | Path) -> PromptTokenizer:
         path = Path(path).expanduser()
         if not path.is_dir():
             raise TokenizerError(f"tokenizer: {path} is not a local model directory")
@@ -74,8 +82,7 @@ class PromptTokenizer:
 
             tok = Tokenizer.from_file(str(tok_file))
             digest.update(tok_file.read_bytes())
-            specials = {t["id"] for t in json.loads(tok_file.read_text()).get("added_tokens", [])
-                        if t.get("special")}
+            specials = {t["id"] for t in json.loads(tok_file.read_text()).get("added_tokens", []) if t.get("special")}
             encode = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
             decode = lambda ids: tok.decode(list(ids), skip_special_tokens=False)  # noqa: E731
             vocab = tok.get_vocab_size(with_added_tokens=True)
@@ -84,7 +91,7 @@ class PromptTokenizer:
                 from transformers import AutoTokenizer
 
                 hf = AutoTokenizer.from_pretrained(str(path))
-            except Exception as e:  # noqa: BLE001 - any load failure means: no tokenizer
+            except Exception as e:
                 raise TokenizerError(f"tokenizer: cannot load one from {path}: {e}") from e
             specials = set(hf.all_special_ids)
             encode = lambda text: hf.encode(text, add_special_tokens=False)  # noqa: E731
@@ -116,6 +123,7 @@ class PromptTokenizer:
         Chat prompts are text: ids that decode to U+FFFD re-encode unpredictably, which makes
         exact lengths hard to hit.
         """
+
         def texty(t: str) -> bool:
             return bool(t) and "\ufffd" not in t and all(c.isprintable() or c in " \n" for c in t)
 
@@ -134,8 +142,9 @@ class PromptTokenizer:
         word = re.compile(r"^ [A-Za-z]{2,}$")
         for i in self.allowed_ids.tolist():
             text = self._decode([i])
-            if word.match(text) and all(len(self._encode("x." + text * r)) - len(self._encode("x."))
-                                        == r for r in (1, 2, 5)):
+            if word.match(text) and all(
+                len(self._encode("x." + text * r)) - len(self._encode("x.")) == r for r in (1, 2, 5)
+            ):
                 return text
         return None
 
@@ -149,8 +158,9 @@ class PromptTokenizer:
         def raise_exception(message: str) -> None:
             raise TemplateError(message)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
         env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
         env.globals["raise_exception"] = raise_exception
         return env.from_string(self.chat_template)
@@ -162,8 +172,9 @@ class PromptTokenizer:
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
         if self._template is None:
             raise TokenizerError("this tokenizer has no chat template")
-        return self._template.render(messages=messages, add_generation_prompt=True,
-                                     **{k: v for k, v in self.special_strings.items() if v})
+        return self._template.render(
+            messages=messages, add_generation_prompt=True, **{k: v for k, v in self.special_strings.items() if v}
+        )
 
     def count_chat(self, messages: list[dict[str, Any]]) -> int:
         """Prompt tokens of a chat request as vLLM counts them (template, no extra specials)."""

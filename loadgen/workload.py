@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 DistName = Literal["fixed", "uniform", "normal", "lognormal", "empirical"]
 ArrivalMode = Literal["poisson", "gamma", "constant", "burst", "closed"]
@@ -113,15 +112,14 @@ class LengthDist(BaseModel):
         return _resolve_path(v, info)
 
     @model_validator(mode="after")
-    def _check(self) -> "LengthDist":
+    def _check(self) -> LengthDist:
         needed = _DIST_PARAMS[self.dist]
         missing = [f for f in needed if getattr(self, f) is None]
         if missing:
             raise ValueError(f"dist={self.dist} needs {', '.join(needed)}; missing: {', '.join(missing)}")
         unused = [f for f in _ALL_PARAMS if f not in needed and getattr(self, f) is not None]
         if unused:
-            raise ValueError(f"dist={self.dist} takes {', '.join(needed)} (+ min, max); "
-                             f"not used: {', '.join(unused)}")
+            raise ValueError(f"dist={self.dist} takes {', '.join(needed)} (+ min, max); not used: {', '.join(unused)}")
         if self.dist == "uniform" and self.low > self.high:
             raise ValueError(f"uniform: low ({self.low}) > high ({self.high})")
         if self.max is not None and self.max < self.min:
@@ -146,12 +144,10 @@ class LengthDist(BaseModel):
         if self.dist == "uniform":
             return self.low, self.high
         if self.dist == "normal":
-            return (math.floor(self.mean - DEFAULT_SIGMAS * self.std),
-                    math.ceil(self.mean + DEFAULT_SIGMAS * self.std))
+            return (math.floor(self.mean - DEFAULT_SIGMAS * self.std), math.ceil(self.mean + DEFAULT_SIGMAS * self.std))
         if self.dist == "lognormal":
             mu, sigma = self._lognormal_params()
-            return (math.floor(math.exp(mu - DEFAULT_SIGMAS * sigma)),
-                    math.ceil(math.exp(mu + DEFAULT_SIGMAS * sigma)))
+            return (math.floor(math.exp(mu - DEFAULT_SIGMAS * sigma)), math.ceil(math.exp(mu + DEFAULT_SIGMAS * sigma)))
         values = self._values
         return int(values.min()), int(values.max())
 
@@ -199,8 +195,11 @@ class RequestClass(BaseModel):
     prompt_tokens: LengthDist | None = None
     output_tokens: LengthDist | None = None
     shared_prefix: SharedPrefix | None = None
-    sharegpt: Path | None = Field(None, description="ShareGPT JSON/JSONL file: prompts (and, "
-                                  "without output_tokens, output lengths) from its first two turns")
+    sharegpt: Path | None = Field(
+        None,
+        description="ShareGPT JSON/JSONL file: prompts (and, "
+        "without output_tokens, output lengths) from its first two turns",
+    )
 
     @field_validator("sharegpt", mode="before")
     @classmethod
@@ -208,25 +207,28 @@ class RequestClass(BaseModel):
         return _resolve_path(v, info)
 
     @model_validator(mode="after")
-    def _check(self) -> "RequestClass":
+    def _check(self) -> RequestClass:
         if self.sharegpt is not None:
             if self.prompt_tokens is not None:
-                raise ValueError(f"class {self.name}: with sharegpt the prompts come from the file; "
-                                 "remove prompt_tokens")
+                raise ValueError(
+                    f"class {self.name}: with sharegpt the prompts come from the file; remove prompt_tokens"
+                )
             if not self.sharegpt.is_file():
                 raise ValueError(f"class {self.name}: sharegpt file not found: {self.sharegpt}")
         else:
             missing = [f for f in ("prompt_tokens", "output_tokens") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"class {self.name}: needs {' and '.join(missing)} "
-                                 "(or a sharegpt file as the prompt source)")
+                raise ValueError(
+                    f"class {self.name}: needs {' and '.join(missing)} (or a sharegpt file as the prompt source)"
+                )
         if self.shared_prefix is not None and self.prompt_tokens is not None:
             lo = self.prompt_tokens.lower_bound()
             if lo <= self.shared_prefix.tokens:
                 raise ValueError(
                     f"class {self.name}: prompt_tokens counts the whole prompt, so its smallest "
                     f"value ({lo}) must exceed shared_prefix.tokens ({self.shared_prefix.tokens}); "
-                    "raise prompt_tokens.min")
+                    "raise prompt_tokens.min"
+                )
         return self
 
     def longest_prompt_tokens(self, endpoint: str) -> int:
@@ -273,7 +275,7 @@ class ArrivalSpec(BaseModel):
     concurrency: int | None = Field(None, ge=1, description="closed: number of users")
 
     @model_validator(mode="after")
-    def _check(self) -> "ArrivalSpec":
+    def _check(self) -> ArrivalSpec:
         if self.mode == "closed":
             if self.concurrency is None:
                 raise ValueError("mode=closed needs concurrency")
@@ -289,8 +291,7 @@ class ArrivalSpec(BaseModel):
         defaults = type(self).model_fields
         if self.burstiness != defaults["burstiness"].default and self.mode != "gamma":
             raise ValueError(f"burstiness applies to mode=gamma only (mode={self.mode})")
-        burst_fields = [f for f in ("peak_multiplier", "period_s", "duty")
-                        if getattr(self, f) != defaults[f].default]
+        burst_fields = [f for f in ("peak_multiplier", "period_s", "duty") if getattr(self, f) != defaults[f].default]
         if burst_fields and self.mode != "burst":
             raise ValueError(f"{', '.join(burst_fields)} apply to mode=burst only (mode={self.mode})")
         return self
@@ -299,7 +300,7 @@ class ArrivalSpec(BaseModel):
     def is_resolved(self) -> bool:
         return self.mode == "closed" or self.rate is not None
 
-    def resolve(self, capacity_rps: float) -> "ArrivalSpec":
+    def resolve(self, capacity_rps: float) -> ArrivalSpec:
         """This spec with `capacity_fraction` turned into `rate` (unchanged if already a rate)."""
         if self.capacity_fraction is None:
             return self.model_copy()
@@ -315,7 +316,8 @@ class ArrivalSpec(BaseModel):
             raise UnresolvedRateError(
                 f"arrival rate is capacity_fraction={self.capacity_fraction} of a capacity that "
                 "was not measured; call ArrivalSpec.resolve(capacity_rps) (the study does) or "
-                "give rate in requests/s")
+                "give rate in requests/s"
+            )
 
     def mean_rate(self) -> float | None:
         """Long-run requests/s of an open loop (None for closed loop or unresolved)."""
@@ -353,13 +355,12 @@ class WorkloadSpec(BaseModel):
         if not short:
             return data
         if "classes" in data:
-            raise ValueError(f"give either classes or the single-class shorthand "
-                             f"({', '.join(short)}), not both")
+            raise ValueError(f"give either classes or the single-class shorthand ({', '.join(short)}), not both")
         rest = {k: v for k, v in data.items() if k not in short}
         return {**rest, "classes": [{"name": "default", **short}]}
 
     @model_validator(mode="after")
-    def _check(self) -> "WorkloadSpec":
+    def _check(self) -> WorkloadSpec:
         names = [c.name for c in self.classes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -369,7 +370,7 @@ class WorkloadSpec(BaseModel):
         return self
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "WorkloadSpec":
+    def from_yaml(cls, path: str | Path) -> WorkloadSpec:
         import yaml
 
         path = Path(path)

@@ -16,13 +16,17 @@ margin against load for the same reason).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 # Metrics a capacity search adds to a trial's target-stage metrics (usable in objectives, SLOs
 # and selection): the capacity, and what the server delivers at that rate.
-CAPACITY_KEYS = ("slo_capacity_rps", "slo_capacity_output_throughput",
-                 "slo_capacity_total_token_throughput", "slo_capacity_goodput")
+CAPACITY_KEYS = (
+    "slo_capacity_rps",
+    "slo_capacity_output_throughput",
+    "slo_capacity_total_token_throughput",
+    "slo_capacity_goodput",
+)
 # 1.0 when the target stage was cut short because it had certainly missed an SLO.
 TARGET_ABORTED = "target_aborted"
 
@@ -96,7 +100,7 @@ def signal_factor(margin: float, settings: SearchSettings) -> float:
         return settings.step
     headroom = 1.0 / (1.0 + margin) if margin > -1 else math.inf
     aimed = math.sqrt(headroom) / (1.0 + settings.precision)
-    return min(settings.step ** 2, max(math.sqrt(settings.step), aimed))
+    return min(settings.step**2, max(math.sqrt(settings.step), aimed))
 
 
 def signal_factor_down(margin: float, settings: SearchSettings) -> float:
@@ -178,23 +182,32 @@ def estimate(probes: Sequence[Probe], floor: float | None = None) -> CapacityEst
         lowest = min(p.rate for p in probes) if probes else math.nan
         at_floor = floor is not None and floor > 0 and lowest <= floor * (1 + 1e-9)
         where = "the floor of the search: 0 within the SLO at the floor" if at_floor else "the lowest rate tried"
-        return CapacityEstimate(0.0, None, high.rate if high else None, n,
-                                f"misses the SLO even at {lowest:.3g} req/s, {where}")
+        return CapacityEstimate(
+            0.0, None, high.rate if high else None, n, f"misses the SLO even at {lowest:.3g} req/s, {where}"
+        )
     if high is None:
-        return CapacityEstimate(low.rate, low.rate, None, n,
-                                f"at least {low.rate:.3g} req/s (met the SLO at every rate tried)")
+        return CapacityEstimate(
+            low.rate, low.rate, None, n, f"at least {low.rate:.3g} req/s (met the SLO at every rate tried)"
+        )
     rps = interpolate(low, high)
-    return CapacityEstimate(rps, low.rate, high.rate, n,
-                            f"{rps:.3g} req/s (met at {low.rate:.3g}, violated at {high.rate:.3g})")
+    return CapacityEstimate(
+        rps, low.rate, high.rate, n, f"{rps:.3g} req/s (met at {low.rate:.3g}, violated at {high.rate:.3g})"
+    )
 
 
 def below_target(target_rate: float) -> CapacityEstimate:
     """A screened trial that missed an SLO at the target load: not searched below it (the
     confirmation does), so its capacity is only known to lie below the target rate. 0 for the
     sampler, as a capacity below every passing config's."""
-    return CapacityEstimate(0.0, None, target_rate, 1,
-                            f"below the target rate {target_rate:.3g} req/s (screen: not searched below "
-                            "the target; the confirmation searches down)", stop_reason="target missed (screen)")
+    return CapacityEstimate(
+        0.0,
+        None,
+        target_rate,
+        1,
+        f"below the target rate {target_rate:.3g} req/s (screen: not searched below "
+        "the target; the confirmation searches down)",
+        stop_reason="target missed (screen)",
+    )
 
 
 @dataclass(frozen=True)
@@ -212,8 +225,10 @@ class Front:
         if any(not math.isfinite(best.get(m, math.nan)) for m in self.directions):
             return None
         for point in self.points:
-            if all(point.get(m, math.nan) <= best[m] if d == "minimize" else point.get(m, math.nan) >= best[m]
-                   for m, d in self.directions.items()):
+            if all(
+                point.get(m, math.nan) <= best[m] if d == "minimize" else point.get(m, math.nan) >= best[m]
+                for m, d in self.directions.items()
+            ):
                 return point
         return None
 

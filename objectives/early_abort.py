@@ -57,17 +57,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 from scipy import stats
 
-from loadgen import Abort, AbortCheck
-from loadgen import RequestRecord
+from loadgen import Abort, AbortCheck, GaugeSample, MetricName, RequestRecord
 from objectives.scoring import SLOSpec
-from loadgen import GaugeSample
-from loadgen import MetricName
 
 QUEUE_WINDOW_S = 15.0
 QUEUE_GROWTH_SHARE = 0.25
@@ -97,7 +95,7 @@ class AbortRule(Protocol):
         """Whether the stage has certainly violated this SLO by `now`."""
         ...
 
-    def chances(self, records: Sequence[RequestRecord], now: float) -> "Chances":
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         """This SLO's miss and pass as probabilities at `now` (the likely rule)."""
         ...
 
@@ -138,8 +136,7 @@ class Chances:
     passing: float  # P(at most the count that certainly meets it)
 
     @classmethod
-    def of(cls, metric: str, event: str, planned: int, over: int, under: int, miss_at: int,
-           pass_max: int) -> "Chances":
+    def of(cls, metric: str, event: str, planned: int, over: int, under: int, miss_at: int, pass_max: int) -> Chances:
         unknown = max(0, planned - over - under)
         a, b = PRIOR[0] + over, PRIOR[1] + under
         miss = _at_least(miss_at - over, unknown, a, b)
@@ -152,19 +149,20 @@ class Chances:
 
 
 class ChanceRule(Protocol):
-    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
-        ...
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances: ...
 
 
-def likely_verdict(rules: Sequence[ChanceRule], records: Sequence[RequestRecord], now: float,
-                   may_pass: bool) -> Abort | None:
+def likely_verdict(
+    rules: Sequence[ChanceRule], records: Sequence[RequestRecord], now: float, may_pass: bool
+) -> Abort | None:
     """A likely miss of any rule's SLO, or (with `may_pass`) a likely pass of every one of them
     (see the module docstring)."""
     chances = [rule.chances(records, now) for rule in rules]
     for c in chances:
         if c.miss >= LIKELY_P:
-            return Abort(f"likely miss: {c.event} = {c.miss:.2f} after {c.known} of {c.planned} requests",
-                         math.nan, None)
+            return Abort(
+                f"likely miss: {c.event} = {c.miss:.2f} after {c.known} of {c.planned} requests", math.nan, None
+            )
     if not may_pass or not chances:
         return None
     if any(c.known < PASS_MIN_KNOWN * c.planned for c in chances):
@@ -172,8 +170,12 @@ def likely_verdict(rules: Sequence[ChanceRule], records: Sequence[RequestRecord]
     any_miss = min(1.0, sum(1.0 - c.passing for c in chances))
     if any_miss <= 1.0 - LIKELY_P:
         known = min(chances, key=lambda c: c.known)
-        return Abort(f"likely pass: P(every SLO met) = {1.0 - any_miss:.2f} after {known.known} of "
-                     f"{known.planned} requests", math.nan, None, passed=True)
+        return Abort(
+            f"likely pass: P(every SLO met) = {1.0 - any_miss:.2f} after {known.known} of {known.planned} requests",
+            math.nan,
+            None,
+            passed=True,
+        )
     return None
 
 
@@ -220,9 +222,13 @@ class PercentileRule:
             return None
         # At least `need` final values are >= the need-th largest lower bound: so is the quantile.
         least = sorted(over, reverse=True)[need - 1] * 1000.0
-        return Abort(f"{self.metric} > {self.bound_ms:.4g} ms is certain: {len(over)} of "
-                     f"{self.planned} planned requests already over it",
-                     (least - self.bound_ms) / self.bound_ms, self.metric, least)
+        return Abort(
+            f"{self.metric} > {self.bound_ms:.4g} ms is certain: {len(over)} of "
+            f"{self.planned} planned requests already over it",
+            (least - self.bound_ms) / self.bound_ms,
+            self.metric,
+            least,
+        )
 
     def known(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
         """(requests certainly over the bound, requests final and within it) at `now`."""
@@ -240,13 +246,14 @@ class PercentileRule:
                 under += 1
         return over, under
 
-    def chances(self, records: Sequence[RequestRecord], now: float) -> "Chances":
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         over, under = self.known(records, now)
         need = violators_needed(self.planned, self.q)
         # (N - 1) q between two ranks: need - 1 values over may or may not exceed the bound
         pass_max = need - 1 if ((self.planned - 1) * self.q).is_integer() else need - 2
-        return Chances.of(self.metric, f"P({self.metric} > {self.bound_ms:.4g} ms)", self.planned,
-                          over, under, need, pass_max)
+        return Chances.of(
+            self.metric, f"P({self.metric} > {self.bound_ms:.4g} ms)", self.planned, over, under, need, pass_max
+        )
 
 
 @dataclass(frozen=True)
@@ -260,15 +267,20 @@ class ErrorRateRule:
         if failed <= allowed:
             return None
         margin = (failed / self.planned - self.bound) / self.bound if self.bound > 0 else math.nan
-        return Abort(f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned "
-                     "requests failed", margin, "error_rate", failed / self.planned)
+        return Abort(
+            f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned requests failed",
+            margin,
+            "error_rate",
+            failed / self.planned,
+        )
 
-    def chances(self, records: Sequence[RequestRecord], now: float) -> "Chances":
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
         succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
         allowed = math.floor(self.bound * self.planned)
-        return Chances.of("error_rate", f"P(error_rate > {self.bound:g})", self.planned, failed, succeeded,
-                          allowed + 1, allowed)
+        return Chances.of(
+            "error_rate", f"P(error_rate > {self.bound:g})", self.planned, failed, succeeded, allowed + 1, allowed
+        )
 
 
 def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[AbortRule]:
@@ -313,8 +325,10 @@ def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Ab
     # steady climb and a queue deeper than half the window's arrivals.
     depth = max(QUEUE_MIN_DEPTH, 0.5 * rate * QUEUE_WINDOW_S)
     if slope >= QUEUE_GROWTH_SHARE * rate and waiting[-1] >= depth:
-        return Abort(f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
-                     f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)")
+        return Abort(
+            f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
+            f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)"
+        )
     return None
 
 
@@ -344,9 +358,10 @@ def over_saturated(samples: Sequence[GaugeSample], records: Sequence[RequestReco
     queued = _climbing(*queue)
     if queued is None or queued[1] - queued[0] < QUEUE_MIN_DEPTH / 2:
         return None
-    sent = sorted((r for r in records if max(now - QUEUE_WINDOW_S, settled) <= r.send_time <= now
-                   and r.error_kind is None),
-                  key=lambda r: r.send_time)
+    sent = sorted(
+        (r for r in records if max(now - QUEUE_WINDOW_S, settled) <= r.send_time <= now and r.error_kind is None),
+        key=lambda r: r.send_time,
+    )
     points: list[tuple[float, float]] = []
     last_ttft = math.inf
     for r in sent:
@@ -361,9 +376,11 @@ def over_saturated(samples: Sequence[GaugeSample], records: Sequence[RequestReco
     ttft = _climbing(x, y)
     if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
         return None
-    return Abort(f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
-                 f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
-                 f"{QUEUE_WINDOW_S:.0f} s)")
+    return Abort(
+        f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
+        f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
+        f"{QUEUE_WINDOW_S:.0f} s)"
+    )
 
 
 def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_pass: bool = False) -> AbortCheck:
@@ -389,22 +406,24 @@ def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_p
         if verdict is not None or rule == CERTAIN:
             return verdict
         # a likely pass only where every SLO the stage is held to has a rule that can tell
-        return (over_saturated(samples, records, now)
-                or likely_verdict(rules, records, now, may_pass and len(rules) == len(slos)))
+        return over_saturated(samples, records, now) or likely_verdict(
+            rules, records, now, may_pass and len(rules) == len(slos)
+        )
 
     return check
 
 
-
 # -- replaying a recorded stage -----------------------------------------------------------------
+
 
 def seen_at(records: Sequence[RequestRecord], now: float) -> list[RequestRecord]:
     """The records as the load run saw them at `now`: not yet sent, in flight with the chunks
     received so far, or finished (times are the records' own, compared with `now`)."""
     out = []
     for r in records:
-        v = RequestRecord(r.index, r.class_name, r.scheduled_time, r.expected_prompt_tokens,
-                          r.expected_output_tokens, warmup=r.warmup)
+        v = RequestRecord(
+            r.index, r.class_name, r.scheduled_time, r.expected_prompt_tokens, r.expected_output_tokens, warmup=r.warmup
+        )
         if r.send_time <= now:
             v.send_time = r.send_time
             v.chunk_times = [t for t in r.chunk_times if t <= now]
@@ -423,15 +442,23 @@ def waiting_proxy(records: Sequence[RequestRecord], end: float, period_s: float 
     out = []
     t = period_s
     while t <= end:
-        waiting = sum(1 for r in records if r.send_time <= t and not (r.chunk_times and r.chunk_times[0] <= t)
-                      and not r.end_time <= t)
+        waiting = sum(
+            1
+            for r in records
+            if r.send_time <= t and not (r.chunk_times and r.chunk_times[0] <= t) and not r.end_time <= t
+        )
         out.append(GaugeSample(t, math.nan, float(waiting), math.nan))
         t += period_s
     return out
 
 
-def replay(check: AbortCheck, records: Sequence[RequestRecord], end: float,
-           gauges: Sequence[GaugeSample] = (), period_s: float = 0.5) -> tuple[float, Abort] | None:
+def replay(
+    check: AbortCheck,
+    records: Sequence[RequestRecord],
+    end: float,
+    gauges: Sequence[GaugeSample] = (),
+    period_s: float = 0.5,
+) -> tuple[float, Abort] | None:
     """(when, why) `check` would have stopped a stage with these (final) records, asked every
     `period_s` as the load run asks it, or None if it ran to `end`. `records`: every planned
     request, times from the stage's start; a request is known as far as it had come by then."""

@@ -62,19 +62,25 @@ _ADVICE: dict[FailureClass, list[str]] = {
         "a smaller or quantized model (seed 000 tree: smaller model / more quantization)",
     ],
     FailureClass.INVALID_CONFIG: ["fix the combination the line names; narrow the search space so it is never sampled"],
-    FailureClass.INVALID_FLAG: ["the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"],
+    FailureClass.INVALID_FLAG: [
+        "the installed vLLM lacks this flag: drop it from the scenario (see `autotune params`)"
+    ],
     FailureClass.START_TIMEOUT: ["raise server.startup_timeout_s; keep enforce_eager on CPU (no compile at start)"],
     FailureClass.PORT_BUSY: [
-        "transient: the trial was retried on a new port; if every start lost the race, run the study again"],
+        "transient: the trial was retried on a new port; if every start lost the race, run the study again"
+    ],
     FailureClass.KILLED: [
         "transient: something outside killed the server (SIGKILL, no error of its own); the trial was "
-        "retried on the same flags. If it recurs, check the kernel log (dmesg) for the OOM killer"],
+        "retried on the same flags. If it recurs, check the kernel log (dmesg) for the OOM killer"
+    ],
     FailureClass.LOAD_ERROR: [
         "the load generator failed, not the server: fix what the line names (URL, model, tokenizer, "
-        "workload) and run the study again; the same flags are then measured again"],
+        "workload) and run the study again; the same flags are then measured again"
+    ],
     FailureClass.HANG: [
         "the server stopped producing tokens under load (stopped, deadlocked or swapped out): "
-        "read its log up to the failure line's time, and check the machine's memory and swap"],
+        "read its log up to the failure line's time, and check the machine's memory and swap"
+    ],
     FailureClass.OTHER: ["read the trial's server log for the root cause"],
 }
 assert set(_ADVICE) == set(FailureClass), "every failure class carries its advice"
@@ -94,7 +100,7 @@ class Failure:
         object.__setattr__(self, "phase", FailurePhase(self.phase))
 
     @classmethod
-    def stored(cls, failure_class: str | None, phase: str | None, line: str | None) -> "Failure | None":
+    def stored(cls, failure_class: str | None, phase: str | None, line: str | None) -> Failure | None:
         """The failure a stored row records (None: none); a class this version does not know (a
         newer worker stored it) reads as OTHER, a row without a phase as failed to start."""
         if not failure_class:

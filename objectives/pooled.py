@@ -17,13 +17,14 @@ marked `at_least` (its value is a lower bound on the true one).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from loadgen import MetricName
-from objectives.statistics import CONFIDENCE, N_RESAMPLES, SEED, Difference, Interval, NAN_DIFFERENCE
+from objectives.statistics import CONFIDENCE, N_RESAMPLES, NAN_DIFFERENCE, SEED, Difference, Interval
 
 # A value larger than any latency in ms: what a censored request could be, to see whether it moves a percentile.
 _UNBOUNDED = 1e18
@@ -44,8 +45,12 @@ class RunRequests:
 def pooled_metric(metric: str) -> bool:
     """Whether `metric` is a latency percentile that pooled requests can give (`ttft_p95_ms@short`)."""
     name = MetricName.parse(metric)
-    return (name.family in POOLED_FAMILIES and name.statistic not in (None, "mean", "median")
-            and name.quantile is not None and name.unit == "ms")
+    return (
+        name.family in POOLED_FAMILIES
+        and name.statistic not in (None, "mean", "median")
+        and name.quantile is not None
+        and name.unit == "ms"
+    )
 
 
 def run_requests(samples: dict[str, list[Any]], metric: str, elapsed_s: float | None = None) -> RunRequests:
@@ -89,7 +94,7 @@ def _padded(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.array([len(r) for r in runs])
     table = np.full((len(runs), max(1, sizes.max())), np.nan)
     for i, r in enumerate(runs):
-        table[i, :len(r)] = r
+        table[i, : len(r)] = r
     return table, sizes
 
 
@@ -99,7 +104,7 @@ def resampled_percentiles(runs: Sequence[np.ndarray], q: float, picks: np.ndarra
     (`floor(u * size of that run)`; slots past the run's size unused: `u` may be wider than
     these runs, as when one set of draws serves two sides of a comparison)."""
     table, sizes = _padded(runs)
-    u = u[..., :table.shape[1]]
+    u = u[..., : table.shape[1]]
     drawn = sizes[picks]  # (B, R)
     idx = np.minimum((u * drawn[..., None]).astype(int), np.maximum(drawn[..., None] - 1, 0))
     values = table[picks[..., None], idx]  # (B, R, M)
@@ -122,8 +127,9 @@ def _lifted(run: RunRequests) -> np.ndarray:
     return np.where(run.censored, _UNBOUNDED, run.values)
 
 
-def pooled_percentile(runs: Sequence[RunRequests], q: float, *, n_resamples: int = N_RESAMPLES,
-                      seed: int = SEED) -> Interval:
+def pooled_percentile(
+    runs: Sequence[RunRequests], q: float, *, n_resamples: int = N_RESAMPLES, seed: int = SEED
+) -> Interval:
     """The q-quantile of every run's requests pooled, its two-level bootstrap 95% interval, and
     whether it is only a lower bound (censored requests decide it). `n` is the number of runs."""
     runs = [r for r in runs if len(r)]
@@ -139,8 +145,14 @@ def pooled_percentile(runs: Sequence[RunRequests], q: float, *, n_resamples: int
     return Interval(point, low, high, len(runs), at_least)
 
 
-def pooled_difference(candidate: Sequence[RunRequests | None], reference: Sequence[RunRequests | None], q: float,
-                      *, n_resamples: int = N_RESAMPLES, seed: int = SEED) -> Difference:
+def pooled_difference(
+    candidate: Sequence[RunRequests | None],
+    reference: Sequence[RunRequests | None],
+    q: float,
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> Difference:
     """The candidate's pooled q-quantile against the reference's, round by round (`candidate[i]`
     and `reference[i]` ran in round i; a round where either failed, None or empty, is left
     out): relative where the reference's pooled value is positive, absolute otherwise. The

@@ -13,10 +13,8 @@ from typing import Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from loadgen import BASE_KEYS, PER_CLASS_KEYS, SERVER_KEYS, Bound, MetricName, class_key
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
-from loadgen import BASE_KEYS, PER_CLASS_KEYS, Bound
-from loadgen import SERVER_KEYS
-from loadgen import MetricName, class_key
 
 NAN_VIOLATION = 1.0
 # Every trial's first constraint: the server started and served the load.
@@ -45,12 +43,11 @@ class SLOSpec(BaseModel, Generic[Bound]):
     min: Bound | None = None
 
     @model_validator(mode="after")
-    def _one_bound(self) -> "SLOSpec":
+    def _one_bound(self) -> SLOSpec:
         if (self.max is None) == (self.min is None):
             raise ValueError(f"SLO on {self.metric}: give exactly one of max, min")
         if self.bound == 0:
-            raise ValueError(f"SLO on {self.metric}: the bound must be non-zero "
-                             "(constraints are normalized by it)")
+            raise ValueError(f"SLO on {self.metric}: the bound must be non-zero (constraints are normalized by it)")
         return self
 
     @property
@@ -91,9 +88,15 @@ def penalty_values(objectives: list[ObjectiveSpec], request_timeout_s: float) ->
     return out
 
 
-def score(flat_metrics: dict[str, float], objectives: list[ObjectiveSpec],
-          slos: list[SLOSpec] = (), request_timeout_s: float = 300.0, *, served: bool = True,
-          staged: bool = False) -> Score:
+def score(
+    flat_metrics: dict[str, float],
+    objectives: list[ObjectiveSpec],
+    slos: list[SLOSpec] = (),
+    request_timeout_s: float = 300.0,
+    *,
+    served: bool = True,
+    staged: bool = False,
+) -> Score:
     """The objective vector (NaN or missing -> the penalty value) and the SLO constraints.
 
     A server that never served scores as if nothing was measured: penalties, every SLO violated,
@@ -113,8 +116,12 @@ def score(flat_metrics: dict[str, float], objectives: list[ObjectiveSpec],
 
 
 def known_metric_names(class_names: list[str] = ()) -> list[str]:
-    return (list(BASE_KEYS) + [class_key(k, c) for c in class_names for k in PER_CLASS_KEYS]
-            + list(SERVER_KEYS) + list(CAPACITY_KEYS))
+    return (
+        list(BASE_KEYS)
+        + [class_key(k, c) for c in class_names for k in PER_CLASS_KEYS]
+        + list(SERVER_KEYS)
+        + list(CAPACITY_KEYS)
+    )
 
 
 def validate_metric_names(names: list[str], class_names: list[str] = ()) -> None:
@@ -123,10 +130,14 @@ def validate_metric_names(names: list[str], class_names: list[str] = ()) -> None
     unknown = [n for n in names if n not in known]
     if not unknown:
         return
-    per_class = (f"; per class: <metric>@<class> with class in {', '.join(class_names)}"
-                 if class_names else "; per-class metrics need the workload's class names")
+    per_class = (
+        f"; per class: <metric>@<class> with class in {', '.join(class_names)}"
+        if class_names
+        else "; per-class metrics need the workload's class names"
+    )
     raise ValueError(
         f"unknown metric name(s): {', '.join(unknown)}. Allowed: {', '.join(BASE_KEYS)}; "
         f"server-side: {', '.join(SERVER_KEYS)}; with a capacity section: "
         f"{', '.join(CAPACITY_KEYS)}{per_class} (per-class metrics: "
-        f"{', '.join(PER_CLASS_KEYS)})")
+        f"{', '.join(PER_CLASS_KEYS)})"
+    )

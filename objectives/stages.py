@@ -34,21 +34,28 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from loadgen import (
+    GoodputSLO,
+    LoadResult,
+    ProgressWatch,
+    WorkloadSpec,
+    fetch_metrics_text,
+    request_samples,
+    run_load,
+    scan_gauges,
+    traced,
+)
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
 from objectives.early_abort import CERTAIN, OFF, abort_check
-from loadgen import LoadResult, request_samples, run_load
-from loadgen import GoodputSLO
 from objectives.scoring import SLOSpec, slo_key
-from loadgen import fetch_metrics_text, scan_gauges
-from loadgen import ProgressWatch, traced
-from loadgen import WorkloadSpec
 
 TARGET, CAPACITY = "target", "capacity"
 # Below this many requests a stage measures nothing worth bisecting on: no floor goes below the
@@ -68,18 +75,34 @@ class CapacitySpec(BaseModel):
     precision: float = Field(0.1, gt=0, lt=1, description="stop when high / low - 1 is at most this")
     step: float = Field(2.0, gt=1, description="bracketing factor from the target rate")
     early_abort: Literal["likely", "certain", "off"] = Field(
-        "likely", description="stop a stage once its SLO verdict is 95% likely (likely), certain (certain), "
-                              "or never (off)")
+        "likely",
+        description="stop a stage once its SLO verdict is 95% likely (likely), certain (certain), or never (off)",
+    )
     idle_timeout_s: float = Field(60.0, gt=0, description="longest wait for the server to drain")
-    floor_fraction: float = Field(0.25, gt=0, lt=1, description=(
-        "the lowest rate searched, as a fraction of the target rate: a config that misses the SLO "
-        "there has capacity 0"))
-    max_stage_s: float | None = Field(None, gt=0, description=(
-        "the longest a stage below the target rate is lengthened to (s); default stage_s / floor_fraction, "
-        "so every stage down to the floor holds as many requests as one at the target rate"))
-    signal_steps: bool = Field(True, description=(
-        "step up from a passing stage by what its SLO margin says (objectives.capacity.signal_factor) "
-        "instead of by `step`"))
+    floor_fraction: float = Field(
+        0.25,
+        gt=0,
+        lt=1,
+        description=(
+            "the lowest rate searched, as a fraction of the target rate: a config that misses the SLO "
+            "there has capacity 0"
+        ),
+    )
+    max_stage_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "the longest a stage below the target rate is lengthened to (s); default stage_s / floor_fraction, "
+            "so every stage down to the floor holds as many requests as one at the target rate"
+        ),
+    )
+    signal_steps: bool = Field(
+        True,
+        description=(
+            "step up from a passing stage by what its SLO margin says (objectives.capacity.signal_factor) "
+            "instead of by `step`"
+        ),
+    )
 
     @field_validator("early_abort", mode="before")
     @classmethod
@@ -93,7 +116,7 @@ class CapacitySpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _longest_stage(self) -> "CapacitySpec":
+    def _longest_stage(self) -> CapacitySpec:
         if self.max_stage_s is not None and self.max_stage_s < self.stage_s:
             raise ValueError(f"max_stage_s ({self.max_stage_s:g}) must be at least stage_s ({self.stage_s:g})")
         return self
@@ -117,8 +140,13 @@ class CapacitySpec(BaseModel):
         return max(self.floor_fraction * target_rate, MIN_STAGE_REQUESTS / self.longest_stage_s)
 
     def search_settings(self, target_rate: float | None = None) -> cap.SearchSettings:
-        return cap.SearchSettings(step=self.step, precision=self.precision, max_stages=self.max_stages,
-                                  min_rate=self.floor(target_rate), signal_steps=self.signal_steps)
+        return cap.SearchSettings(
+            step=self.step,
+            precision=self.precision,
+            max_stages=self.max_stages,
+            min_rate=self.floor(target_rate),
+            signal_steps=self.signal_steps,
+        )
 
 
 def stage_slos(slos: Sequence[SLOSpec]) -> list[SLOSpec]:
@@ -207,9 +235,11 @@ class StagedRun:
 def capacity_metrics(estimate: cap.CapacityEstimate, stages: Sequence[StageResult]) -> dict[str, float]:
     low = next((s for s in stages if s.passed and s.rate == estimate.low), None)
     out = {"slo_capacity_rps": estimate.rps}
-    for key, source in (("slo_capacity_output_throughput", "output_throughput"),
-                        ("slo_capacity_total_token_throughput", "total_token_throughput"),
-                        ("slo_capacity_goodput", "goodput")):
+    for key, source in (
+        ("slo_capacity_output_throughput", "output_throughput"),
+        ("slo_capacity_total_token_throughput", "total_token_throughput"),
+        ("slo_capacity_goodput", "goodput"),
+    ):
         value = low.metrics.get(source, math.nan) if low is not None else 0.0
         out[key] = cap.at_capacity(estimate.low, value, estimate.rps)
     return out
@@ -219,12 +249,12 @@ def at_rate(workload: WorkloadSpec, rate: float, duration_s: float) -> WorkloadS
     """The workload's arrival process at another mean rate, for `duration_s`, without warm-up."""
     arrival = workload.arrival
     scaled = arrival.model_copy(update={"rate": arrival.rate * rate / arrival.mean_rate()})
-    return workload.model_copy(update={"arrival": scaled, "duration_s": duration_s, "num_requests": None,
-                                       "warmup_requests": 0})
+    return workload.model_copy(
+        update={"arrival": scaled, "duration_s": duration_s, "num_requests": None, "warmup_requests": 0}
+    )
 
 
-async def wait_idle(base_url: str, timeout_s: float,
-                    watch: ProgressWatch | None = None) -> tuple[float, str | None]:
+async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None = None) -> tuple[float, str | None]:
     """Wait until the server runs and queues nothing. (seconds waited, a note if it never did).
 
     `watch` sees the polls, and the engine's progress they show: gauges that moved (requests
@@ -251,8 +281,10 @@ async def wait_idle(base_url: str, timeout_s: float,
             seen = state
             waited = time.perf_counter() - t0
             if waited > timeout_s:
-                return waited, (f"server still busy after {timeout_s:g} s ({g.running:.0f} running, "
-                                f"{g.waiting:.0f} waiting): the next stage starts anyway")
+                return waited, (
+                    f"server still busy after {timeout_s:g} s ({g.running:.0f} running, "
+                    f"{g.waiting:.0f} waiting): the next stage starts anyway"
+                )
             await asyncio.sleep(IDLE_POLL_S)
 
 
@@ -268,15 +300,16 @@ async def reset_prefix_cache(base_url: str, watch: ProgressWatch | None = None) 
     async with aiohttp.ClientSession(trace_configs=traced(watch)) as session:
         for _ in range(RESET_ATTEMPTS):
             try:
-                async with session.post(base_url + "/reset_prefix_cache",
-                                        timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                async with session.post(
+                    base_url + "/reset_prefix_cache", timeout=aiohttp.ClientTimeout(total=10)
+                ) as resp:
                     if resp.status == 200:
                         body = await resp.read()  # older vLLM answers 200 with no body
                         if not body.strip() or json.loads(body).get("success"):
                             return True
                     elif resp.status != 409:  # 409: refused while blocks are held, retry
                         return None
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+            except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
                 return None
             await asyncio.sleep(IDLE_POLL_S)
     return False
@@ -295,8 +328,14 @@ def optimistic_metrics(stages: Sequence[StageResult], probes: Sequence[cap.Probe
     return {**stages[0].metrics, **capacity_metrics(best, stages)}
 
 
-def search_step(stages: Sequence[StageResult], settings: cap.SearchSettings, *, hint: Sequence[float] = (),
-                screen: bool = False, front: cap.Front | None = None) -> tuple[float | None, str | None]:
+def search_step(
+    stages: Sequence[StageResult],
+    settings: cap.SearchSettings,
+    *,
+    hint: Sequence[float] = (),
+    screen: bool = False,
+    front: cap.Front | None = None,
+) -> tuple[float | None, str | None]:
     """(the next stage's rate, None when the search is done; why it stopped before its precision
     or budget, if it did). In the search phase (`screen`) a trial that cannot matter stops: a
     missed target, or a bracket that can no longer reach `front`."""
@@ -317,8 +356,9 @@ def best_text(best: dict[str, float], front: cap.Front) -> str:
     return ", ".join(f"{m} {best[m]:.4g}" for m in front.directions)
 
 
-def final_estimate(stages: Sequence[StageResult], settings: cap.SearchSettings,
-                   stop_reason: str | None) -> cap.CapacityEstimate:
+def final_estimate(
+    stages: Sequence[StageResult], settings: cap.SearchSettings, stop_reason: str | None
+) -> cap.CapacityEstimate:
     """The capacity the stages say; a screened target miss is "below the target rate"."""
     if stop_reason == "target missed (screen)":
         return cap.below_target(stages[0].rate)
@@ -328,14 +368,22 @@ def final_estimate(stages: Sequence[StageResult], settings: cap.SearchSettings,
     return replace(estimate, summary=f"{estimate.summary}; stopped: {stop_reason}", stop_reason=stop_reason)
 
 
-async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, slos: Sequence[SLOSpec],
-                     spec: CapacitySpec, *, tokenizer_path: str | Path | None = None,
-                     goodput: GoodputSLO | None = None,
-                     on_stage: StageCallback = lambda _: None,
-                     watch: ProgressWatch | None = None,
-                     capacity_hint: Sequence[float] = (),
-                     screen: bool = False, front: cap.Front | None = None,
-                     full_target: bool = False) -> StagedRun:
+async def run_stages(
+    base_url: str,
+    model: str | None,
+    workload: WorkloadSpec,
+    slos: Sequence[SLOSpec],
+    spec: CapacitySpec,
+    *,
+    tokenizer_path: str | Path | None = None,
+    goodput: GoodputSLO | None = None,
+    on_stage: StageCallback = lambda _: None,
+    watch: ProgressWatch | None = None,
+    capacity_hint: Sequence[float] = (),
+    screen: bool = False,
+    front: cap.Front | None = None,
+    full_target: bool = False,
+) -> StagedRun:
     """The target stage, then capacity stages until the search is done (see the module docstring;
     `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`;
     `screen`, `front`: the search phase's stops, `search_step`). `watch` sees every request of
@@ -366,8 +414,9 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
         # the verdict's pooled percentiles and a stage cut short reads its early, less loaded part.
         stoppable = spec.early_abort != OFF and (kind == CAPACITY or not full_target)
         check = abort_check(held, rate, spec.early_abort, may_pass=kind == CAPACITY) if stoppable else None
-        result = await run_load(base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput,
-                                abort=check, watch=watch)
+        result = await run_load(
+            base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput, abort=check, watch=watch
+        )
         flat = result.flat_metrics()
         abort = result.abort
         stopped_passing = abort is not None and abort.passed
@@ -382,14 +431,28 @@ async def run_stages(base_url: str, model: str | None, workload: WorkloadSpec, s
         if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
             known = [m for m in (worst, result.abort.margin) if math.isfinite(m) and m > 0]
             worst = max(known) if known else math.nan
-        stages.append(StageResult(
-            index=index, kind=kind, rate=rate, planned_s=result.planned_s, elapsed_s=result.duration_s,
-            margin=worst, violations=violated, metrics=flat, server_diagnostics=result.server_diagnostics(),
-            aborted=result.aborted, idle_wait_s=idle_s, prefix_cache_reset=reset,
-            requests_planned=result.requests_planned,
-            requests_sent=len(result.records), notes=notes + result.notes,
-            samples=request_samples(result.records, result.start) if result.records else None,
-            stopped_passing=stopped_passing, raised=raised))
+        stages.append(
+            StageResult(
+                index=index,
+                kind=kind,
+                rate=rate,
+                planned_s=result.planned_s,
+                elapsed_s=result.duration_s,
+                margin=worst,
+                violations=violated,
+                metrics=flat,
+                server_diagnostics=result.server_diagnostics(),
+                aborted=result.aborted,
+                idle_wait_s=idle_s,
+                prefix_cache_reset=reset,
+                requests_planned=result.requests_planned,
+                requests_sent=len(result.records),
+                notes=notes + result.notes,
+                samples=request_samples(result.records, result.start) if result.records else None,
+                stopped_passing=stopped_passing,
+                raised=raised,
+            )
+        )
         if index == 0:
             target = result
         rate, stop_reason = search_step(stages, settings, hint=capacity_hint, screen=screen, front=front)

@@ -13,11 +13,13 @@ narrow as their agreement, which can be chance.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from scipy import stats
+
 from loadgen import MetricName
 
 CONFIDENCE = 0.95
@@ -49,7 +51,7 @@ class Interval:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Interval":
+    def from_dict(cls, d: dict) -> Interval:
         return cls(**d)
 
 
@@ -77,8 +79,16 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic, paired: bool) -> tuple[f
     if all(len(np.unique(d)) == 1 for d in data):  # no spread: the interval is the point
         v = float(statistic(*data, axis=-1))
         return v, v
-    res = stats.bootstrap(data, statistic, paired=paired, vectorized=True, confidence_level=CONFIDENCE,
-                          n_resamples=N_RESAMPLES, method="percentile", rng=np.random.default_rng(SEED))
+    res = stats.bootstrap(
+        data,
+        statistic,
+        paired=paired,
+        vectorized=True,
+        confidence_level=CONFIDENCE,
+        n_resamples=N_RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(SEED),
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -108,16 +118,18 @@ def _ratio_of_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarra
         return np.median(a, axis=axis) / np.median(b, axis=axis) - 1.0
 
 
-def relative_difference(candidate: Sequence[float], reference: Sequence[float], *,
-                        paired: bool = False) -> Interval:
+def relative_difference(candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False) -> Interval:
     """median(candidate) / median(reference) - 1, with a bootstrap 95% interval.
 
     `paired`: run i of both was taken in the same round (interleaved), so rounds are resampled
     together; runs that failed on either side leave their round out. Unpaired (or lengths that
     differ): each side is resampled on its own."""
     if paired and len(candidate) == len(reference):
-        both = [(a, b) for a, b in zip(candidate, reference)
-                if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+        both = [
+            (a, b)
+            for a, b in zip(candidate, reference)
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+        ]
         a, b = (np.asarray(x, dtype=float) for x in zip(*both)) if both else (np.array([]), np.array([]))
     else:
         paired = False
@@ -141,13 +153,17 @@ def _difference_of_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.n
 
 def paired_rounds(candidate: Sequence[float], reference: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """The rounds where both sides have a finite value (a failed run leaves its round out)."""
-    both = [(a, b) for a, b in zip(candidate, reference)
-            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    both = [
+        (a, b)
+        for a, b in zip(candidate, reference)
+        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+    ]
     return tuple(np.asarray(x, dtype=float) for x in zip(*both)) if both else (np.array([]), np.array([]))
 
 
-def difference(candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False,
-               kind: Kind | None = None) -> Difference:
+def difference(
+    candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False, kind: Kind | None = None
+) -> Difference:
     """The candidate's median against the reference's, with a bootstrap 95% interval: relative
     where every reference run is positive (so every resample's reference median is), absolute
     otherwise; the `kind` says which (or, given, is used). `paired` as in `relative_difference`."""
@@ -176,13 +192,18 @@ def difference(candidate: Sequence[float], reference: Sequence[float], *, paired
     return Difference(point, low, high, n, kind="absolute")
 
 
-def bracketed_difference(candidate: Sequence[tuple[float, float, float]],
-                         reference: Sequence[tuple[float, float, float]], *, paired: bool = False) -> Difference:
+def bracketed_difference(
+    candidate: Sequence[tuple[float, float, float]],
+    reference: Sequence[tuple[float, float, float]],
+    *,
+    paired: bool = False,
+) -> Difference:
     """Two sides whose runs each bracket their true value: (estimate, low, high) per run, the
     true value somewhere in [low, high] (a capacity: met at low, violated at high). The point
     compares the estimates; the interval runs from the candidate's low ends against the
     reference's high ends to its high ends against the reference's low ends, so no interval is
     narrower than the brackets allow. Relative where every reference low end is positive."""
+
     def column(side, i):
         return [r[i] for r in side]
 
@@ -193,8 +214,13 @@ def bracketed_difference(candidate: Sequence[tuple[float, float, float]],
     best = difference(column(candidate, 2), column(reference, 1), paired=paired, kind=kind)
     if not math.isfinite(point.value):
         return point
-    return Difference(point.value, float(np.nanmin([worst.low, point.low])), float(np.nanmax([best.high, point.high])),
-                      point.n, kind=kind)
+    return Difference(
+        point.value,
+        float(np.nanmin([worst.low, point.low])),
+        float(np.nanmax([best.high, point.high])),
+        point.n,
+        kind=kind,
+    )
 
 
 def ratio(diff: Difference) -> Interval | None:
@@ -207,9 +233,11 @@ def ratio(diff: Difference) -> Interval | None:
 
 def _ratio_to_fixed(a: np.ndarray, b: np.ndarray):
     """`_ratio_of_medians` of the side with several runs, the other side's single run fixed."""
+
     def statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.median(x, axis=axis) / b[0] - 1.0 if len(b) == 1 else a[0] / np.median(x, axis=axis) - 1.0
+
     return statistic
 
 
@@ -247,7 +275,6 @@ def beyond_noise(relative: float, cv: float, runs_each: int = 1) -> bool:
     return abs(relative) > 1.96 * math.sqrt(2.0 / runs_each) * cv
 
 
-
 def percentile_of(metric: str) -> float | None:
     """The quantile a metric name states (`ttft_p95_ms@short` -> 0.95), None for others
     (medians are decided by half the requests)."""
@@ -271,8 +298,10 @@ def thin_percentile(metric: str, n: float, over: str = "per run") -> str | None:
         return None
     slowest = "the single slowest request" if k <= 1 else f"its {k} slowest requests"
     needed = math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))
-    return (f"{metric} over ~{int(n)} requests {over} is decided by {slowest}; "
-            f"{needed}+ requests would put {MIN_TAIL_REQUESTS} above it (pool repeats or lengthen the run)")
+    return (
+        f"{metric} over ~{int(n)} requests {over} is decided by {slowest}; "
+        f"{needed}+ requests would put {MIN_TAIL_REQUESTS} above it (pool repeats or lengthen the run)"
+    )
 
 
 def screening_note(metric: str, n: float) -> str | None:
@@ -281,6 +310,8 @@ def screening_note(metric: str, n: float) -> str | None:
     q = percentile_of(metric)
     if q is None or not math.isfinite(n) or tail_requests(q, int(n)) >= MIN_TAIL_REQUESTS:
         return None
-    return (f"{metric}: the search phase reads it from ~{int(n)} requests per trial, a screen that "
-            f"filters configurations; the confirmation decides, from the requests of all its runs pooled "
-            f"(at least {math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))})")
+    return (
+        f"{metric}: the search phase reads it from ~{int(n)} requests per trial, a screen that "
+        f"filters configurations; the confirmation decides, from the requests of all its runs pooled "
+        f"(at least {math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))})"
+    )

@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from objectives import statistics as st
 from loadgen import ArrivalSpec, GoodputSLO, MetricName, WorkloadSpec
+from objectives import statistics as st
 from objectives.scoring import SLOSpec
 from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
-
 
 # A class's TPOT reference needs at least this share of its streams timed (`decode_timed`).
 MIN_TIMED_SHARE = 0.5
@@ -47,25 +46,33 @@ class CalibrationResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CalibrationResult":
+    def from_dict(cls, d: dict[str, Any]) -> CalibrationResult:
         return cls(**d)
 
     @classmethod
-    def from_rounds(cls, rounds: list[dict[str, Any]], saturations: list[dict[str, float]],
-                    seconds: float) -> "CalibrationResult":
+    def from_rounds(
+        cls, rounds: list[dict[str, Any]], saturations: list[dict[str, float]], seconds: float
+    ) -> CalibrationResult:
         """The reference from repeated rounds: each metric's median, and the saturation run of
         the round whose capacity is the median (an odd count: one of the rounds)."""
         capacities = [r["capacity_rps"] for r in rounds]
         median_round = sorted(range(len(rounds)), key=lambda i: capacities[i])[len(rounds) // 2]
         keys = rounds[0]["unloaded"].keys()
-        return cls(unloaded={k: _median_of_known([r["unloaded"].get(k) for r in rounds]) for k in keys},
-                   saturation=saturations[median_round], capacity_rps=float(np.median(capacities)),
-                   seconds=seconds, rounds=rounds)
+        return cls(
+            unloaded={k: _median_of_known([r["unloaded"].get(k) for r in rounds]) for k in keys},
+            saturation=saturations[median_round],
+            capacity_rps=float(np.median(capacities)),
+            seconds=seconds,
+            rounds=rounds,
+        )
 
     def slowest_unloaded_ttft_ms(self) -> float | None:
         """The largest unloaded TTFT median over the request classes (the stall bound's unit)."""
-        values = [v for k, v in self.unloaded.items()
-                  if MetricName.parse(k).base == "ttft_median_ms" and v is not None and math.isfinite(v)]
+        values = [
+            v
+            for k, v in self.unloaded.items()
+            if MetricName.parse(k).base == "ttft_median_ms" and v is not None and math.isfinite(v)
+        ]
         return max(values) if values else None
 
     def spread(self, key: str = "capacity_rps") -> st.Interval | None:
@@ -96,11 +103,15 @@ def _median_of_known(values: list[float | None]) -> float | None:
 
 def closed_workload(workload: WorkloadSpec, concurrency: int, requests: int, classes=None, warmup=0) -> WorkloadSpec:
     """`workload` as a closed loop of `concurrency` users sending `requests` (of `classes`, when given)."""
-    return workload.model_copy(update={
-        "arrival": ArrivalSpec(mode="closed", concurrency=concurrency),
-        "num_requests": requests, "duration_s": None, "warmup_requests": warmup,
-        **({"classes": classes} if classes is not None else {}),
-    })
+    return workload.model_copy(
+        update={
+            "arrival": ArrivalSpec(mode="closed", concurrency=concurrency),
+            "num_requests": requests,
+            "duration_s": None,
+            "warmup_requests": warmup,
+            **({"classes": classes} if classes is not None else {}),
+        }
+    )
 
 
 def saturation_workload(workload: WorkloadSpec, settings: Calibration | None = None) -> WorkloadSpec:
@@ -119,8 +130,11 @@ def references(scenario: Scenario) -> set[str]:
     """The unloaded medians the scenario's relative bounds multiply."""
     refs = {unloaded_reference(s.metric) for s in scenario.slos if isinstance(s.bound, RelativeThreshold)}
     if scenario.goodput is not None:
-        refs |= {_goodput_reference(f) for f in ("ttft_ms", "tpot_ms", "e2el_ms")
-                 if isinstance(getattr(scenario.goodput, f), RelativeThreshold)}
+        refs |= {
+            _goodput_reference(f)
+            for f in ("ttft_ms", "tpot_ms", "e2el_ms")
+            if isinstance(getattr(scenario.goodput, f), RelativeThreshold)
+        }
     return refs
 
 
@@ -134,16 +148,20 @@ def problems(scenario: Scenario, cal: CalibrationResult) -> list[str]:
     found = []
     if not _positive(cal.capacity_rps):
         sat = cal.saturation
-        found.append(f"capacity {cal.capacity_rps} req/s (the saturation run completed "
-                     f"{sat.get('completed', 0):.0f} requests, {sat.get('failed', 0):.0f} failed)")
+        found.append(
+            f"capacity {cal.capacity_rps} req/s (the saturation run completed "
+            f"{sat.get('completed', 0):.0f} requests, {sat.get('failed', 0):.0f} failed)"
+        )
     for ref in sorted(references(scenario)):
         value = cal.unloaded.get(ref)
         if _positive(value):
             continue
         if MetricName.parse(ref).base in ("tpot_median_ms", "itl_median_ms") and (value == 0 or value is None):
-            found.append(f"unloaded {ref} is {value}: the client could not time the decode (each "
-                         f"stream's tokens arrived in one read); give the {ref.split('_')[0].upper()} "
-                         f"bounds an absolute value in ms instead of x_unloaded")
+            found.append(
+                f"unloaded {ref} is {value}: the client could not time the decode (each "
+                f"stream's tokens arrived in one read); give the {ref.split('_')[0].upper()} "
+                f"bounds an absolute value in ms instead of x_unloaded"
+            )
         else:
             found.append(f"unloaded {ref} is {value} (no request of that kind completed)")
     return found
@@ -169,7 +187,11 @@ def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[Workload
         slos.append(SLOSpec(metric=slo.metric, **{side: resolve_threshold(slo.metric, slo.bound, cal)}))
     goodput = None
     if scenario.goodput is not None:
-        goodput = GoodputSLO(**{
-            f: resolve_threshold(_goodput_reference(f), getattr(scenario.goodput, f), cal)
-            for f in ("ttft_ms", "tpot_ms", "e2el_ms") if getattr(scenario.goodput, f) is not None})
+        goodput = GoodputSLO(
+            **{
+                f: resolve_threshold(_goodput_reference(f), getattr(scenario.goodput, f), cal)
+                for f in ("ttft_ms", "tpot_ms", "e2el_ms")
+                if getattr(scenario.goodput, f) is not None
+            }
+        )
     return workload, slos, goodput

@@ -87,7 +87,7 @@ def write_atomic(path: Path | str, text: str) -> Path:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -153,15 +153,19 @@ class Room:
         return max(0, (self.free - outputs_bytes(self.done)) // per)
 
     def full_line(self) -> str:
-        return (f"{human(self.free)} free in {self.directory}, less than one more trial needs (about "
-                f"{human(self.next_start)}: its server log and rows, {human(SERVER_START_BYTES)}, and the outputs "
-                f"written after it, {human(outputs_bytes(self.done + 1))})")
+        return (
+            f"{human(self.free)} free in {self.directory}, less than one more trial needs (about "
+            f"{human(self.next_start)}: its server log and rows, {human(SERVER_START_BYTES)}, and the outputs "
+            f"written after it, {human(outputs_bytes(self.done + 1))})"
+        )
 
     def short_line(self) -> str:
-        return (f"{human(self.free)} free in {self.directory} holds about {self.holds()} of the {self.left} "
-                f"server starts left (trials and confirmation runs, {human(SERVER_START_BYTES)} each) and the "
-                f"outputs ({human(outputs_bytes(self.done + self.left))}); the study stops before a trial it has "
-                f"no room for")
+        return (
+            f"{human(self.free)} free in {self.directory} holds about {self.holds()} of the {self.left} "
+            f"server starts left (trials and confirmation runs, {human(SERVER_START_BYTES)} each) and the "
+            f"outputs ({human(outputs_bytes(self.done + self.left))}); the study stops before a trial it has "
+            f"no room for"
+        )
 
 
 def room(directory: Path, *, done: int, left: int) -> Room:

@@ -19,8 +19,12 @@ from search.disk import write_atomic
 from search.outputs import fmt_value
 
 DEFAULT_WORKLOAD: dict[str, Any] = {
-    "endpoint": "completions", "prompt_tokens": 256, "output_tokens": 64,
-    "arrival": {"mode": "closed", "concurrency": 8}, "num_requests": 100, "warmup_requests": 4,
+    "endpoint": "completions",
+    "prompt_tokens": 256,
+    "output_tokens": 64,
+    "arrival": {"mode": "closed", "concurrency": 8},
+    "num_requests": 100,
+    "warmup_requests": 4,
 }
 
 
@@ -30,10 +34,17 @@ class LoadCliError(ValueError):
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "load", help="one load run against a running server; prints the metrics table",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", nargs="?", default=None,
-                   help="scenario name (configs/<name>.yaml) or path; its workload section is used")
+        "load",
+        help="one load run against a running server; prints the metrics table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        help="scenario name (configs/<name>.yaml) or path; its workload section is used",
+    )
     p.add_argument("--url", required=True, type=http_url, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--workload", type=Path, help="a WorkloadSpec YAML file")
     p.add_argument("--model", help="served model name (default: the first from /v1/models)")
@@ -41,17 +52,29 @@ def register(subparsers) -> None:
     g = p.add_argument_group("workload overrides")
     g.add_argument("--endpoint", choices=("chat", "completions"))
     g.add_argument("--rate", type=positive_float, help="open loop at this many requests/s")
-    g.add_argument("--arrival", choices=("poisson", "gamma", "constant", "burst"),
-                   help="open-loop process for --rate (default: the workload's, else poisson)")
+    g.add_argument(
+        "--arrival",
+        choices=("poisson", "gamma", "constant", "burst"),
+        help="open-loop process for --rate (default: the workload's, else poisson)",
+    )
     g.add_argument("--burstiness", type=positive_float, help="gamma shape (implies --arrival gamma)")
     g.add_argument("--concurrency", type=positive_int, help="closed loop with this many users")
-    g.add_argument("--capacity", type=positive_float, metavar="RPS",
-                   help="capacity that a capacity_fraction rate refers to (default: measured "
-                   "with a short closed-loop probe)")
-    g.add_argument("--num-requests", type=positive_int, help="measured requests (drops the duration bound "
-                   "unless --duration is given too)")
-    g.add_argument("--duration", type=positive_float, help="seconds of sending (drops the request-count "
-                   "bound unless --num-requests is given too)")
+    g.add_argument(
+        "--capacity",
+        type=positive_float,
+        metavar="RPS",
+        help="capacity that a capacity_fraction rate refers to (default: measured with a short closed-loop probe)",
+    )
+    g.add_argument(
+        "--num-requests",
+        type=positive_int,
+        help="measured requests (drops the duration bound unless --duration is given too)",
+    )
+    g.add_argument(
+        "--duration",
+        type=positive_float,
+        help="seconds of sending (drops the request-count bound unless --num-requests is given too)",
+    )
     g.add_argument("--warmup", type=non_negative_int, help="warmup requests (excluded)")
     g.add_argument("--prompt-tokens", type=positive_int, help="fixed prompt length (single class)")
     g.add_argument("--output-tokens", type=positive_int, help="fixed output length (single class)")
@@ -59,10 +82,12 @@ def register(subparsers) -> None:
     g.add_argument("--timeout", type=positive_float, help="per-request timeout, s")
     m = p.add_argument_group("measurement")
     m.add_argument("--client", choices=("aiohttp", "openai"), default="aiohttp")
-    m.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto",
-                   help="event loop (auto: uvloop if installed)")
-    m.add_argument("--goodput", nargs="+", metavar="KEY:MS",
-                   help="per-request SLOs for goodput: ttft:500 tpot:50 e2el:2000")
+    m.add_argument(
+        "--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="event loop (auto: uvloop if installed)"
+    )
+    m.add_argument(
+        "--goodput", nargs="+", metavar="KEY:MS", help="per-request SLOs for goodput: ttft:500 tpot:50 e2el:2000"
+    )
     m.add_argument("--no-server-metrics", action="store_true", help="do not scrape /metrics")
     m.add_argument("--json", type=Path, help="write metrics (and, with --records, every request) here")
     m.add_argument("--records", action="store_true", help="include per-request records in --json")
@@ -107,8 +132,9 @@ def build_workload(args: argparse.Namespace):
     if args.prompt_tokens or args.output_tokens:
         classes = data.pop("classes", None)
         single = dict(classes[0]) if classes else {}
-        single.update({k: data.pop(k) for k in ("prompt_tokens", "output_tokens", "shared_prefix",
-                                                 "sharegpt") if k in data})
+        single.update(
+            {k: data.pop(k) for k in ("prompt_tokens", "output_tokens", "shared_prefix", "sharegpt") if k in data}
+        )
         single.pop("name", None), single.pop("weight", None)
         if args.prompt_tokens:
             single.pop("sharegpt", None)
@@ -116,17 +142,24 @@ def build_workload(args: argparse.Namespace):
         if args.output_tokens:
             single["output_tokens"] = args.output_tokens
         if classes and len(classes) > 1:
-            raise LoadCliError("--prompt-tokens/--output-tokens replace a single class; this "
-                               f"workload has {len(classes)}")
+            raise LoadCliError(
+                f"--prompt-tokens/--output-tokens replace a single class; this workload has {len(classes)}"
+            )
         data.update(single)
     arrival = dict(data.get("arrival") or {})
     if args.concurrency is not None:
         arrival = {"mode": "closed", "concurrency": args.concurrency}
     elif args.rate is not None or args.arrival or args.burstiness is not None:
-        mode = args.arrival or ("gamma" if args.burstiness is not None else None) \
+        mode = (
+            args.arrival
+            or ("gamma" if args.burstiness is not None else None)
             or (arrival.get("mode") if arrival.get("mode") not in (None, "closed") else "poisson")
-        keep = {k: v for k, v in arrival.items() if k in ("burstiness", "peak_multiplier", "period_s", "duty")
-                and (k == "burstiness") == (mode == "gamma")}
+        )
+        keep = {
+            k: v
+            for k, v in arrival.items()
+            if k in ("burstiness", "peak_multiplier", "period_s", "duty") and (k == "burstiness") == (mode == "gamma")
+        }
         rate = args.rate if args.rate is not None else arrival.get("rate")
         arrival = {"mode": mode, **keep, "rate": rate}
         if args.burstiness is not None:
@@ -156,11 +189,20 @@ def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
     from search.calibration import saturation_workload
 
     probe = saturation_workload(spec, sc.calibration if sc is not None else None)
-    console.print(f"capacity_fraction={spec.arrival.capacity_fraction}: measuring capacity first "
-                  f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
-                  "--capacity RPS or --rate skips this)")
-    result = run_load_sync(args.url, args.model, probe, client=args.client, loop=args.loop,
-                           tokenizer_path=args.tokenizer, scrape_metrics=False)
+    console.print(
+        f"capacity_fraction={spec.arrival.capacity_fraction}: measuring capacity first "
+        f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
+        "--capacity RPS or --rate skips this)"
+    )
+    result = run_load_sync(
+        args.url,
+        args.model,
+        probe,
+        client=args.client,
+        loop=args.loop,
+        tokenizer_path=args.tokenizer,
+        scrape_metrics=False,
+    )
     capacity = result.metrics.request_throughput
     if not capacity > 0:
         raise LoadCliError("the capacity probe completed no request; give --rate or --concurrency")
@@ -201,10 +243,13 @@ def print_result(result, console=None) -> None:
     f = result.flat()
     spec = result.spec
     a = spec.arrival
-    load = (f"closed loop, {a.concurrency} users" if a.mode == "closed"
-            else f"{a.mode} at {_cell(a.rate)} req/s" + (f" (burstiness {_cell(a.burstiness)})" if a.mode == "gamma" else ""))
-    console.print(f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, "
-                  f"client {result.client}")
+    load = (
+        f"closed loop, {a.concurrency} users"
+        if a.mode == "closed"
+        else f"{a.mode} at {_cell(a.rate)} req/s"
+        + (f" (burstiness {_cell(a.burstiness)})" if a.mode == "gamma" else "")
+    )
+    console.print(f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, client {result.client}")
 
     lat = Table(title="Latency (ms)")
     lat.add_column("metric")
@@ -217,20 +262,26 @@ def print_result(result, console=None) -> None:
     run = Table(title="Throughput and outcome")
     run.add_column("metric")
     run.add_column("value", justify="right")
-    rows = [("requests completed / failed", f"{int(f['completed'])} / {int(f['failed'])}"),
-            ("error rate", _cell(f["error_rate"])),
-            ("duration (s, drain included)", _cell(f["duration_s"])),
-            ("request throughput (req/s)", _cell(f["request_throughput"])),
-            ("output throughput (tok/s)", _cell(f["output_throughput"])),
-            ("total token throughput (tok/s)", _cell(f["total_token_throughput"])),
-            ("goodput (req/s)", _cell(f["goodput"])),
-            ("goodput ratio", _cell(f["goodput_ratio"])),
-            ("target rate / achieved send rate (req/s)",
-             f"{_cell(result.target_rate or None)} / {_cell(result.achieved_send_rate)}"),
-            ("schedule lag p50 / p99 / max (ms)",
-             f"{_cell(f['schedule_lag_p50_ms'])} / {_cell(f['schedule_lag_p99_ms'])} / {_cell(f['schedule_lag_max_ms'])}"),
-            ("client CPU (cores, of the run)", _cell(result.client_cpu_share)),
-            ("client behind", "[red]YES[/]" if f["client_behind"] else "no")]
+    rows = [
+        ("requests completed / failed", f"{int(f['completed'])} / {int(f['failed'])}"),
+        ("error rate", _cell(f["error_rate"])),
+        ("duration (s, drain included)", _cell(f["duration_s"])),
+        ("request throughput (req/s)", _cell(f["request_throughput"])),
+        ("output throughput (tok/s)", _cell(f["output_throughput"])),
+        ("total token throughput (tok/s)", _cell(f["total_token_throughput"])),
+        ("goodput (req/s)", _cell(f["goodput"])),
+        ("goodput ratio", _cell(f["goodput_ratio"])),
+        (
+            "target rate / achieved send rate (req/s)",
+            f"{_cell(result.target_rate or None)} / {_cell(result.achieved_send_rate)}",
+        ),
+        (
+            "schedule lag p50 / p99 / max (ms)",
+            f"{_cell(f['schedule_lag_p50_ms'])} / {_cell(f['schedule_lag_p99_ms'])} / {_cell(f['schedule_lag_max_ms'])}",
+        ),
+        ("client CPU (cores, of the run)", _cell(result.client_cpu_share)),
+        ("client behind", "[red]YES[/]" if f["client_behind"] else "no"),
+    ]
     for k, v in rows:
         run.add_row(k, v)
     console.print(run)
@@ -249,8 +300,17 @@ def print_result(result, console=None) -> None:
         names = list(result.metrics.per_class)
         for name in names:
             cls.add_column(name, justify="right")
-        for c in ("completed", "failed", "ttft_median_ms", "ttft_p99_ms", "tpot_median_ms",
-                  "tpot_p99_ms", "e2el_p99_ms", "output_throughput", "goodput"):
+        for c in (
+            "completed",
+            "failed",
+            "ttft_median_ms",
+            "ttft_p99_ms",
+            "tpot_median_ms",
+            "tpot_p99_ms",
+            "e2el_p99_ms",
+            "output_throughput",
+            "goodput",
+        ):
             cls.add_row(c, *[_cell(f[class_key(c, name)]) for name in names])
         console.print(cls)
     if result.metrics.error_kinds:
@@ -288,9 +348,16 @@ def _cmd_load(args: argparse.Namespace) -> int:
     except server_faults as e:
         return said(e, 1)
     try:
-        result = run_load_sync(args.url, args.model, spec, client=args.client, loop=args.loop,
-                               tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics,
-                               goodput=goodput)
+        result = run_load_sync(
+            args.url,
+            args.model,
+            spec,
+            client=args.client,
+            loop=args.loop,
+            tokenizer_path=args.tokenizer,
+            scrape_metrics=not args.no_server_metrics,
+            goodput=goodput,
+        )
     except server_faults as e:
         return said(e, 1)
     if not args.quiet:

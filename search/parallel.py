@@ -34,8 +34,15 @@ class WorkersStopped(RuntimeError):
         self.interrupted = interrupted
 
 
-def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: str = "local",
-                      ray_address: str | None = None, db_outage_s: float = DEFAULT_BOUND_S) -> Prepared:
+def search_on_workers(
+    opts: StudyOptions,
+    n: int,
+    console: Console,
+    *,
+    backend: str = "local",
+    ray_address: str | None = None,
+    db_outage_s: float = DEFAULT_BOUND_S,
+) -> Prepared:
     """The search on `n` workers, then the confirmation phase; returns the prepared study (where
     its outputs go). Refused (SlotError) before anything starts without a shared database, or
     when the devices or ray are not there; WorkersStopped when a worker stopped early."""
@@ -46,13 +53,15 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
         raise workers.SlotError(
             f"--workers {n} needs a database server the workers share; SQLite "
             f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "
-            f"(autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE=<URL>")
+            f"(autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE=<URL>"
+        )
     if backend == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise workers.SlotError("--backend ray needs ray, which is not installed: "
-                                    "pip install -e '.[ray]'") from None
+            raise workers.SlotError(
+                "--backend ray needs ray, which is not installed: pip install -e '.[ray]'"
+            ) from None
     prep = prepare(opts)  # every check before any server starts
     hw = prep.ctx.hardware
     slots = workers.slots(n, len(hw.gpus) if hw.is_gpu else 0, workers.available_cpus())
@@ -62,13 +71,30 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     coordination = Coordination(db_outage_s=db_outage_s)
     runner = StudyRunner(prep, opts, coordination=coordination)
     runner.open()  # the schema and the study, once, before the workers join it
-    console.print(f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-                  f"{hw.describe()}; storage {redacted(prep.storage_url)}; {n} workers on "
-                  f"{', '.join(s.label for s in slots)}")
-    commands = [(f"[w{i} {slot.label}]", workers.worker_argv(
-        storage=prep.storage_url, study=prep.study_name, runs_dir=str(opts.runs_dir), slot=slot, seed=opts.seed + i,
-        trials=runner.budget, sampler=prep.sampler, scenario=opts.scenario, model=opts.model,
-        timeout_min=opts.timeout_min, db_outage_s=db_outage_s)) for i, slot in enumerate(slots)]
+    console.print(
+        f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
+        f"{hw.describe()}; storage {redacted(prep.storage_url)}; {n} workers on "
+        f"{', '.join(s.label for s in slots)}"
+    )
+    commands = [
+        (
+            f"[w{i} {slot.label}]",
+            workers.worker_argv(
+                storage=prep.storage_url,
+                study=prep.study_name,
+                runs_dir=str(opts.runs_dir),
+                slot=slot,
+                seed=opts.seed + i,
+                trials=runner.budget,
+                sampler=prep.sampler,
+                scenario=opts.scenario,
+                model=opts.model,
+                timeout_min=opts.timeout_min,
+                db_outage_s=db_outage_s,
+            ),
+        )
+        for i, slot in enumerate(slots)
+    ]
     if backend == "ray":
         codes = workers.run_all_on_ray(commands, slots, ray_address)
     else:
@@ -82,24 +108,49 @@ def search_on_workers(opts: StudyOptions, n: int, console: Console, *, backend: 
     return prep
 
 
-def run_worker(storage: str, study: str, runs_dir: Path, console: Console, *, slot: workers.Slot | None = None,
-               scenario: str | None = None, model: str | None = None, trials: int | None = None,
-               timeout_min: float | None = None, sampler: str | None = None, seed: int | None = None,
-               db_outage_s: float = DEFAULT_BOUND_S) -> StudyResult:
+def run_worker(
+    storage: str,
+    study: str,
+    runs_dir: Path,
+    console: Console,
+    *,
+    slot: workers.Slot | None = None,
+    scenario: str | None = None,
+    model: str | None = None,
+    trials: int | None = None,
+    timeout_min: float | None = None,
+    sampler: str | None = None,
+    seed: int | None = None,
+    db_outage_s: float = DEFAULT_BOUND_S,
+) -> StudyResult:
     """One more worker on an existing study: the scenario, model and budget are the study's own
     unless given; on `slot`'s devices (held while it runs) when given; the seed, unless given,
     its process id."""
     joined = workers.joined_study(storage, study, runs_dir)
     opts = StudyOptions(
-        scenario=scenario or joined.scenario, trials=trials or joined.budget, timeout_min=timeout_min,
-        model=model or joined.model, storage=storage, study_name=study, sampler=sampler,
-        seed=seed if seed is not None else os.getpid(), runs_dir=runs_dir, confirm_runs=0)
+        scenario=scenario or joined.scenario,
+        trials=trials or joined.budget,
+        timeout_min=timeout_min,
+        model=model or joined.model,
+        storage=storage,
+        study_name=study,
+        sampler=sampler,
+        seed=seed if seed is not None else os.getpid(),
+        runs_dir=runs_dir,
+        confirm_runs=0,
+    )
     if slot is not None:
         held = workers.hold(slot, study)  # noqa: F841 - held until this worker ends
         slot.apply()  # before anything starts: every server and the load client inherit it
     prep = prepare(opts)
-    console.print(f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
-                  f"[bold]{prep.study_name}[/] ({redacted(prep.storage_url)})")
-    runner = StudyRunner(prep, opts, observers=[StudyProgress(console), DashboardPublisher()],
-                         coordination=Coordination(slot=slot.label if slot else None, db_outage_s=db_outage_s))
+    console.print(
+        f"worker {os.getpid()} on {slot.label if slot else 'this machine'} joins study "
+        f"[bold]{prep.study_name}[/] ({redacted(prep.storage_url)})"
+    )
+    runner = StudyRunner(
+        prep,
+        opts,
+        observers=[StudyProgress(console), DashboardPublisher()],
+        coordination=Coordination(slot=slot.label if slot else None, db_outage_s=db_outage_s),
+    )
     return runner.run()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import optuna
@@ -56,8 +56,7 @@ def reference_point(values: Sequence[float], directions: Sequence[str]) -> list[
     return [2.0 * v if d == "minimize" else 0.0 for v, d in zip(values, directions)]
 
 
-def hypervolume(points: Sequence[Sequence[float]], directions: Sequence[str],
-                reference: Sequence[float]) -> float:
+def hypervolume(points: Sequence[Sequence[float]], directions: Sequence[str], reference: Sequence[float]) -> float:
     if not points:
         return 0.0
     # Private in Optuna 5 (no public hypervolume API); isolated here so one place changes if it moves.
@@ -71,8 +70,9 @@ def hypervolume(points: Sequence[Sequence[float]], directions: Sequence[str],
     return float(compute_hypervolume(loss, ref))
 
 
-def rank(values: Sequence[Sequence[float]], directions: Sequence[str], names: Sequence[str],
-         rule: Selection) -> list[int]:
+def rank(
+    values: Sequence[Sequence[float]], directions: Sequence[str], names: Sequence[str], rule: Selection
+) -> list[int]:
     """Indices of `values` (objective vectors) from best to worst by the selection rule.
 
     best_of: those within `tolerance` of the best `metric`, by `then` (ties: by `metric`), then
@@ -98,8 +98,9 @@ def rank(values: Sequence[Sequence[float]], directions: Sequence[str], names: Se
     return inside + outside
 
 
-def select(members: Sequence[FrozenTrial], directions: Sequence[str], names: Sequence[str],
-           rule: Selection) -> FrozenTrial | None:
+def select(
+    members: Sequence[FrozenTrial], directions: Sequence[str], names: Sequence[str], rule: Selection
+) -> FrozenTrial | None:
     order = rank([t.values for t in members], directions, names, rule)
     return members[order[0]] if order else None
 

@@ -17,8 +17,8 @@ from search.executor import plan as plan_trial
 from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
 from serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
-from storage.tables import StudyRecord
 from storage.queries import check_url, check_writable_dir, existing_engine
+from storage.tables import StudyRecord
 from storage.url import redacted
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -37,7 +37,9 @@ class StudyOptions:
     runs_dir: Path = DEFAULT_RUNS_DIR
     confirm_runs: int | None = None  # None: the scenario's confirmation.runs; 0: no confirmation phase
     recalibrate: bool = False  # measure the calibration again (a study without trials only)
-    warm_start: str | None = None  # an earlier study of the same storage: prior and a candidate (search.study.warm_start)
+    warm_start: str | None = (
+        None  # an earlier study of the same storage: prior and a candidate (search.study.warm_start)
+    )
 
 
 @dataclass
@@ -86,8 +88,9 @@ def check_stored_scenario(storage_url: str, study_name: str, base_dir: Path) -> 
     must not get a flag past them that a file could not carry."""
     source = stored_scenario_source(storage_url, study_name)
     if source is not None:
-        scenario_mod.parse(source, f"the scenario stored with study {study_name!r} in {redacted(storage_url)}",
-                           base_dir)
+        scenario_mod.parse(
+            source, f"the scenario stored with study {study_name!r} in {redacted(storage_url)}", base_dir
+        )
 
 
 def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any]:
@@ -118,8 +121,9 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     scenario, source, shown = scenario_mod.load(opts.scenario)
     sampler = opts.sampler or scenario_default(scenario)
     if sampler not in SAMPLERS:
-        raise scenario_mod.ScenarioError(f"{shown}: default_sampler: {sampler!r} is not a sampler; "
-                                         f"choose one of {', '.join(SAMPLERS)}")
+        raise scenario_mod.ScenarioError(
+            f"{shown}: default_sampler: {sampler!r} is not a sampler; choose one of {', '.join(SAMPLERS)}"
+        )
     check_writable_dir(opts.runs_dir, "--runs-dir")
     storage_url = default_storage(opts.runs_dir) if opts.storage is None else opts.storage  # "" is refused
     check_url(storage_url)
@@ -142,5 +146,18 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
             baseline_notes.append(f"baseline {name} cannot run here and will be recorded as failed: {problem}")
     # A fixed value vLLM would reject fails every trial: say it now.
     plan_trial(-1, None, {}, fixed, ctx, longest, where=f"{shown}: server.fixed")
-    return Prepared(scenario, source, shown, ctx, dists, notes, fixed, baselines, baseline_notes,
-                    study_name, storage_url, opts.runs_dir / study_name, sampler)
+    return Prepared(
+        scenario,
+        source,
+        shown,
+        ctx,
+        dists,
+        notes,
+        fixed,
+        baselines,
+        baseline_notes,
+        study_name,
+        storage_url,
+        opts.runs_dir / study_name,
+        sampler,
+    )

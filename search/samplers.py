@@ -12,7 +12,8 @@ it runs at (`search.space.effective_params`), so baselines are ordinary points f
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Container
+from collections.abc import Callable, Container
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -36,7 +37,7 @@ def _grid(dists: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
             grid[k] = list(d.choices)
             continue
         mid = math.sqrt(d.low * d.high) if d.log else (d.low + d.high) / 2
-        mid = int(round(mid)) if isinstance(d, IntDistribution) else mid
+        mid = round(mid) if isinstance(d, IntDistribution) else mid
         grid[k] = sorted({d.low, mid, d.high})
     return grid
 
@@ -55,8 +56,9 @@ class _TrialsWithEveryParameter:
     def _fits(self, t: FrozenTrial) -> bool:
         return not t.state.is_finished() or all(t.distributions.get(k) == d for k, d in self._dists.items())
 
-    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
-                    use_cache: bool = False) -> list[FrozenTrial]:
+    def _get_trials(
+        self, deepcopy: bool = True, states: Container[TrialState] | None = None, use_cache: bool = False
+    ) -> list[FrozenTrial]:
         trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
         return [t for t in trials if self._fits(t)]
 
@@ -81,8 +83,9 @@ class _WholeSpace:
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return {k: d for k, d in self.dists.items() if not d.single()}
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         return super().sample_relative(_TrialsWithEveryParameter(study, self.dists), trial, search_space)
 
 
@@ -102,20 +105,23 @@ def models_jointly(sampler: optuna.samplers.BaseSampler) -> bool:
 
 def _sobol_tpe(seed: int, dists: dict[str, BaseDistribution], budget: int) -> SpaceFillingStart:
     """TPE after a Sobol design as large as its startup (search/proposals/initial_design.py)."""
-    return SpaceFillingStart(optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists,
-                             _startup(budget), seed)
+    return SpaceFillingStart(
+        optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists, _startup(budget), seed
+    )
 
 
 SAMPLERS: dict[str, SamplerFactory] = {
     "tpe": lambda seed, dists, budget: optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)),
     "nsga2": lambda seed, dists, budget: NSGAIISampler(
-        seed=seed, population_size=max(4, min(50, budget // 3)), dists=dists),
+        seed=seed, population_size=max(4, min(50, budget // 3)), dists=dists
+    ),
     "gp": lambda seed, dists, budget: GPSampler(seed=seed, n_startup_trials=_startup(budget), dists=dists),
     "random": lambda seed, dists, budget: optuna.samplers.RandomSampler(seed=seed),
     "grid": lambda seed, dists, budget: optuna.samplers.GridSampler(_grid(dists), seed=seed),
     "sobol-tpe": _sobol_tpe,
     "diagnosis-tpe": lambda seed, dists, budget: DiagnosisProposer(  # search/proposals: every other trial
-        optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists),
+        optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists
+    ),
     "diagnosis-sobol-tpe": lambda seed, dists, budget: DiagnosisProposer(_sobol_tpe(seed, dists, budget), dists),
 }
 

@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from loadgen import GoodputSLO
+from loadgen import GoodputSLO, MetricName, WorkloadSpec
 from objectives.capacity import CAPACITY_KEYS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
-from loadgen import WorkloadSpec
 from serving import DEFAULT_STARTUP_TIMEOUT_S, REGISTRY, scenario_flag_problem
-from loadgen import MetricName
 
 # The shipped scenarios: configs/ in a checkout, where search/scenarios links to it; in an installed
 # package (pip install without -e, a container image), the copy that the link became.
@@ -66,8 +63,9 @@ def unloaded_reference(metric: str) -> str | None:
 
 def _relative_only_on_latency(slo: SLOSpec[Threshold]) -> SLOSpec[Threshold]:
     if isinstance(slo.bound, RelativeThreshold) and unloaded_reference(slo.metric) is None:
-        raise ValueError(f"{slo.metric}: x_unloaded applies to latency metrics "
-                         "(ttft/tpot/itl/e2el_<stat>_ms) only; give a number")
+        raise ValueError(
+            f"{slo.metric}: x_unloaded applies to latency metrics (ttft/tpot/itl/e2el_<stat>_ms) only; give a number"
+        )
     return slo
 
 
@@ -96,15 +94,16 @@ class Selection(Strict):
         `metric`, and `then` picks among the configurations inside it (without `then` the
         tolerance changes nothing)."""
         if self.rule == "knee":
-            return ("the knee of the front: the configuration closest to the ideal point, each "
-                    "objective scaled to the front's range")
+            return (
+                "the knee of the front: the configuration closest to the ideal point, each "
+                "objective scaled to the front's range"
+            )
         metric = self.metric or "the first objective"
         if self.then is None:
             return f"the best {metric}"
         if self.tolerance == 0:
             return f"the best {metric}, ties broken by the best {self.then}"
-        return (f"the best {self.then} among the configurations within {self.tolerance * 100:g}% "
-                f"of the best {metric}")
+        return f"the best {self.then} among the configurations within {self.tolerance * 100:g}% of the best {metric}"
 
 
 class Domain(Strict):
@@ -117,7 +116,7 @@ class Domain(Strict):
     choices: list[Any] | None = None
 
     @model_validator(mode="after")
-    def _shape(self) -> "Domain":
+    def _shape(self) -> Domain:
         if self.choices is not None:
             if self.low is not None or self.high is not None:
                 raise ValueError("give either choices or low/high, not both")
@@ -216,12 +215,14 @@ class Scenario(Strict):
     def _registry_params(cls, space: Any) -> Any:
         unknown = [k for k in space if k not in REGISTRY] if isinstance(space, dict) else []
         if unknown:
-            raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; tunable parameters: "
-                             f"{', '.join(REGISTRY)} (`autotune params` shows them on the installed vLLM)")
+            raise ValueError(
+                f"unknown parameter(s) {', '.join(unknown)}; tunable parameters: "
+                f"{', '.join(REGISTRY)} (`autotune params` shows them on the installed vLLM)"
+            )
         return space
 
     @model_validator(mode="after")
-    def _metric_names(self) -> "Scenario":
+    def _metric_names(self) -> Scenario:
         fields = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(self.objectives)]
         fields += [(f"slos.{i}.metric", s.metric) for i, s in enumerate(self.slos)]
         for where, metric in fields:
@@ -232,7 +233,7 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _error_rate_bound(self) -> "Scenario":
+    def _error_rate_bound(self) -> Scenario:
         # Failed requests must never pay off (their latencies are missing, not slow): a scenario
         # without a bound of its own on error_rate holds the built-in scenarios' one.
         if not any(s.metric == "error_rate" for s in self.slos):
@@ -240,48 +241,59 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _capacity(self) -> "Scenario":
+    def _capacity(self) -> Scenario:
         used = [o.metric for o in self.objectives] + [s.metric for s in self.slos]
         if self.capacity is None:
             wanted = sorted({m for m in used if m in CAPACITY_KEYS})
             if wanted:
-                raise ValueError(f"{', '.join(wanted)}: capacity metrics need a capacity: section "
-                                 "(the per-trial search for the highest rate meeting the SLOs)")
+                raise ValueError(
+                    f"{', '.join(wanted)}: capacity metrics need a capacity: section "
+                    "(the per-trial search for the highest rate meeting the SLOs)"
+                )
             return self
         if self.workload.arrival.mode == "closed":
-            raise ValueError("capacity: needs an open-loop arrival (poisson, gamma, constant, burst); "
-                             "a closed loop has no request rate to search")
+            raise ValueError(
+                "capacity: needs an open-loop arrival (poisson, gamma, constant, burst); "
+                "a closed loop has no request rate to search"
+            )
         if not stage_slos(self.slos):
-            raise ValueError("capacity: needs at least one SLO on a load metric (latency, error_rate, "
-                             "...): capacity is the highest rate that meets them")
+            raise ValueError(
+                "capacity: needs at least one SLO on a load metric (latency, error_rate, "
+                "...): capacity is the highest rate that meets them"
+            )
         return self
 
     @model_validator(mode="after")
-    def _screening(self) -> "Scenario":
+    def _screening(self) -> Scenario:
         s, wl = self.screening, self.workload
         if s is None:
             return self
         for name in ("duration_s", "num_requests"):
             short, full = getattr(s, name), getattr(wl, name)
             if short is not None and (full is None or short > full):
-                raise ValueError(f"screening.{name}: {short:g} must be at most workload.{name} "
-                                 f"({'unset' if full is None else f'{full:g}'}): screening is the cheaper measurement")
+                raise ValueError(
+                    f"screening.{name}: {short:g} must be at most workload.{name} "
+                    f"({'unset' if full is None else f'{full:g}'}): screening is the cheaper measurement"
+                )
         if s.max_stages is not None:
             if self.capacity is None:
                 raise ValueError("screening.max_stages: the scenario has no capacity: section")
             if s.max_stages > self.capacity.max_stages:
-                raise ValueError(f"screening.max_stages: {s.max_stages} must be at most capacity.max_stages "
-                                 f"({self.capacity.max_stages})")
+                raise ValueError(
+                    f"screening.max_stages: {s.max_stages} must be at most capacity.max_stages "
+                    f"({self.capacity.max_stages})"
+                )
         return self
 
     @model_validator(mode="after")
-    def _selection_metrics(self) -> "Scenario":
+    def _selection_metrics(self) -> Scenario:
         names = [o.metric for o in self.objectives]
         for field_name in ("metric", "then"):
             value = getattr(self.selection, field_name)
             if value is not None and value not in names:
-                raise ValueError(f"selection.{field_name}: {value!r} is not an objective; "
-                                 f"objectives: {', '.join(names)}")
+                raise ValueError(
+                    f"selection.{field_name}: {value!r} is not an objective; objectives: {', '.join(names)}"
+                )
         if self.selection.rule == "best_of" and self.selection.metric is None:
             self.selection.metric = names[0]
         return self
@@ -301,16 +313,19 @@ class Scenario(Strict):
         return [t for t in found if t is not None]
 
     def needs_calibration(self) -> bool:
-        return (self.workload.arrival.capacity_fraction is not None
-                or any(isinstance(t, RelativeThreshold) for t in self.thresholds()))
+        return self.workload.arrival.capacity_fraction is not None or any(
+            isinstance(t, RelativeThreshold) for t in self.thresholds()
+        )
 
 
 # Throughput metrics and what measures each where an open loop's cannot: below saturation an open
 # loop's throughput is its offered load, whatever the config.
-OPEN_LOOP_THROUGHPUT = {"request_throughput": "slo_capacity_rps",
-                        "output_throughput": "slo_capacity_output_throughput",
-                        "total_token_throughput": "slo_capacity_total_token_throughput",
-                        "goodput": "slo_capacity_goodput"}
+OPEN_LOOP_THROUGHPUT = {
+    "request_throughput": "slo_capacity_rps",
+    "output_throughput": "slo_capacity_output_throughput",
+    "total_token_throughput": "slo_capacity_total_token_throughput",
+    "goodput": "slo_capacity_goodput",
+}
 
 
 def flat_objective_warnings(sc: Scenario) -> list[str]:
@@ -326,10 +341,12 @@ def flat_objective_warnings(sc: Scenario) -> list[str]:
         if instead is None:
             continue
         how = "" if sc.capacity is not None else " with a capacity: section"
-        out.append(f"objectives.{i}: {o.metric} at a fixed open-loop rate ({sc.workload.arrival.mode} arrivals) "
-                   f"reads the offered load, whatever the config, until the server saturates: it cannot tell "
-                   f"configs apart. {instead}{how} measures it (the highest rate within the SLOs), "
-                   f"or a closed loop (arrival mode: closed)")
+        out.append(
+            f"objectives.{i}: {o.metric} at a fixed open-loop rate ({sc.workload.arrival.mode} arrivals) "
+            f"reads the offered load, whatever the config, until the server saturates: it cannot tell "
+            f"configs apart. {instead}{how} measures it (the highest rate within the SLOs), "
+            f"or a closed loop (arrival mode: closed)"
+        )
     return out
 
 
@@ -355,8 +372,10 @@ def resolve_path(name_or_path: str | Path) -> Path:
     candidate = CONFIG_DIR / f"{name_or_path}.yaml"
     if not candidate.exists():
         known = sorted(f.stem for f in CONFIG_DIR.glob("*.yaml"))
-        raise ScenarioError(f"unknown scenario {name_or_path!r}; built-in scenarios: "
-                            f"{', '.join(known)} (or pass a path to your own YAML file)")
+        raise ScenarioError(
+            f"unknown scenario {name_or_path!r}; built-in scenarios: "
+            f"{', '.join(known)} (or pass a path to your own YAML file)"
+        )
     return candidate
 
 
@@ -376,7 +395,9 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     if mark is None or problem is None:
         return " ".join(str(e).split())
     context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
-    context = (f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1}" if at else "") + ")") if context else ""
+    context = (
+        (f" ({context}" + (f" at line {at.line + 1}, column {at.column + 1}" if at else "") + ")") if context else ""
+    )
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}{context}"
 
 

@@ -11,11 +11,10 @@ import math
 from typing import Any
 
 import optuna
-from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
-                                  IntDistribution)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
 from search.scenario import Domain
+from serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
 
 
 class SpaceError(ValueError):
@@ -43,8 +42,9 @@ def _check_in_valid_range(name: str, dist: BaseDistribution, ctx: LaunchContext,
         resolve_server_args({name: value}, ctx, where=f"{where}: search_space")
 
 
-def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str
-                 ) -> tuple[dict[str, BaseDistribution], list[str]]:
+def active_space(
+    space: dict[str, Domain], ctx: LaunchContext, where: str
+) -> tuple[dict[str, BaseDistribution], list[str]]:
     dists: dict[str, BaseDistribution] = {}
     notes: list[str] = []
     for name, domain in space.items():
@@ -75,14 +75,18 @@ def representable(value: Any, dist: BaseDistribution) -> bool:
         if not dist.low <= value <= dist.high:
             return False
         step = getattr(dist, "step", None)
-        return step is None or math.isclose(((value - dist.low) / step) % 1, 0, abs_tol=1e-9) \
+        return (
+            step is None
+            or math.isclose(((value - dist.low) / step) % 1, 0, abs_tol=1e-9)
             or math.isclose(((value - dist.low) / step) % 1, 1, abs_tol=1e-9)
+        )
     except TypeError:
         return False
 
 
-def effective_params(config: dict[str, Any], dists: dict[str, BaseDistribution], ctx: LaunchContext,
-                     where: str) -> dict[str, Any]:
+def effective_params(
+    config: dict[str, Any], dists: dict[str, BaseDistribution], ctx: LaunchContext, where: str
+) -> dict[str, Any]:
     """The point of the space a configuration (a baseline) runs at: on each searched dimension its
     own value as applied, else what vLLM runs with when the flag is unset. A dimension whose value
     lies outside the searched range (or is not known) is left out: that trial then lacks it, and
@@ -96,8 +100,9 @@ def effective_params(config: dict[str, Any], dists: dict[str, BaseDistribution],
     return point
 
 
-def suggest(trial: optuna.Trial, dists: dict[str, BaseDistribution],
-            only: dict[str, Any] | None = None) -> dict[str, Any]:
+def suggest(
+    trial: optuna.Trial, dists: dict[str, BaseDistribution], only: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Sample every dimension, or (for a baseline: `effective_params`) only those in `only`."""
     params = {}
     for name, dist in dists.items():

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Sequence
+from typing import IO
 
 GPU, CPU = "gpu", "cpu"
 DEVICE_LOCK_DIR_ENV = "AUTOTUNE_DEVICE_LOCK_DIR"  # default: the system's temporary directory
@@ -56,7 +57,7 @@ class Slot:
         return f"{self.kind}:{_ids_text(self.devices)}"
 
     @classmethod
-    def parse(cls, text: str) -> "Slot":
+    def parse(cls, text: str) -> Slot:
         """'cpu:0-3' or 'gpu:2,3'."""
         kind, _, ids = text.partition(":")
         try:
@@ -103,9 +104,11 @@ def hold(slot: Slot, study: str) -> list[IO[str]]:
             handle.close()
             for h in held:
                 h.close()
-            raise SlotError(f"{slot.kind} {device} is in use by {holder}: trials side by side on the same "
-                            f"devices would skew each other's measurements; wait for it to finish, or give "
-                            f"this one other devices") from None
+            raise SlotError(
+                f"{slot.kind} {device} is in use by {holder}: trials side by side on the same "
+                f"devices would skew each other's measurements; wait for it to finish, or give "
+                f"this one other devices"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} (study {study})")
@@ -120,16 +123,20 @@ def slots(n: int, gpus: int, cpus: Sequence[int]) -> list[Slot]:
         raise SlotError(f"--workers {n}: must be 1 or more")
     if gpus:
         if n > gpus:
-            raise SlotError(f"--workers {n}: this machine has {gpus} GPU(s) and each worker needs one of "
-                            f"its own; use --workers {gpus} or fewer")
+            raise SlotError(
+                f"--workers {n}: this machine has {gpus} GPU(s) and each worker needs one of "
+                f"its own; use --workers {gpus} or fewer"
+            )
         width = gpus // n
         return [Slot(GPU, tuple(range(i * width, (i + 1) * width))) for i in range(n)]
     cores = sorted(cpus)
     if n > len(cores):
-        raise SlotError(f"--workers {n}: {len(cores)} CPU core(s) available here and each worker needs one "
-                        f"of its own; use --workers {len(cores)} or fewer")
+        raise SlotError(
+            f"--workers {n}: {len(cores)} CPU core(s) available here and each worker needs one "
+            f"of its own; use --workers {len(cores)} or fewer"
+        )
     width = len(cores) // n
-    return [Slot(CPU, tuple(cores[i * width:(i + 1) * width])) for i in range(n)]
+    return [Slot(CPU, tuple(cores[i * width : (i + 1) * width])) for i in range(n)]
 
 
 def available_cpus() -> list[int]:
@@ -141,8 +148,10 @@ def run_all(commands: Sequence[tuple[str, list[str]]], show: Callable[[str], Non
     returns their exit codes. Ctrl-C reaches the workers through the terminal's process group;
     a SIGTERM to this parent is passed on to them. Either way this waits for them to stop
     their servers."""
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-             for _, argv in commands]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        for _, argv in commands
+    ]
     lock = threading.Lock()
 
     def pump(prefix: str, proc: subprocess.Popen) -> None:
@@ -150,8 +159,7 @@ def run_all(commands: Sequence[tuple[str, list[str]]], show: Callable[[str], Non
             with lock:
                 show(f"{prefix} {line.rstrip()}")
 
-    readers = [threading.Thread(target=pump, args=(prefix, p), daemon=True)
-               for (prefix, _), p in zip(commands, procs)]
+    readers = [threading.Thread(target=pump, args=(prefix, p), daemon=True) for (prefix, _), p in zip(commands, procs)]
     for t in readers:
         t.start()
 
@@ -190,13 +198,14 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     import optuna
     from sqlalchemy.orm import Session
 
-    from serving import pinned_model
     from search.study import BUDGET_ATTR
+    from serving import pinned_model
     from storage.queries import check_url, existing_study_check, find_study, open_db
 
     check_url(storage)  # one line for an empty, malformed or unreachable URL, before anything starts
-    existing_study_check(storage, study, "start it with `autotune search SCENARIO --storage URL --study NAME`, "
-                                         "then add workers")
+    existing_study_check(
+        storage, study, "start it with `autotune search SCENARIO --storage URL --study NAME`, then add workers"
+    )
     with Session(open_db(storage)) as session:
         rec = find_study(session, study)
         source, model = rec.scenario_source, pinned_model(rec.model_path, rec.model_revision)
@@ -208,12 +217,40 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     return JoinedStudy(str(path), model, budget)
 
 
-def worker_argv(*, storage: str, study: str, runs_dir: str, slot: Slot, seed: int, trials: int,
-                sampler: str, scenario: str | None, model: str | None, timeout_min: float | None,
-                db_outage_s: int | None = None) -> list[str]:
-    argv = [sys.executable, "-m", "search.cli", "worker", "--storage", storage, "--study", study,
-            "--runs-dir", runs_dir, "--slot", slot.arg, "--seed", str(seed), "--trials", str(trials),
-            "--sampler", sampler]
+def worker_argv(
+    *,
+    storage: str,
+    study: str,
+    runs_dir: str,
+    slot: Slot,
+    seed: int,
+    trials: int,
+    sampler: str,
+    scenario: str | None,
+    model: str | None,
+    timeout_min: float | None,
+    db_outage_s: int | None = None,
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "search.cli",
+        "worker",
+        "--storage",
+        storage,
+        "--study",
+        study,
+        "--runs-dir",
+        runs_dir,
+        "--slot",
+        slot.arg,
+        "--seed",
+        str(seed),
+        "--trials",
+        str(trials),
+        "--sampler",
+        sampler,
+    ]
     if db_outage_s is not None:
         argv += ["--db-outage-s", str(db_outage_s)]
     if scenario:
@@ -247,9 +284,13 @@ def run_all_on_ray(commands: Sequence[tuple[str, list[str]]], slots: Sequence[Sl
 
     ray.init(address=address, include_dashboard=False, log_to_driver=True)
     try:
-        refs = [work.options(num_gpus=len(slot.devices) if slot.kind == GPU else 0,
-                             num_cpus=0 if slot.kind == GPU else len(slot.devices)).remote(prefix, argv)
-                for (prefix, argv), slot in zip(commands, slots)]
+        refs = [
+            work.options(
+                num_gpus=len(slot.devices) if slot.kind == GPU else 0,
+                num_cpus=0 if slot.kind == GPU else len(slot.devices),
+            ).remote(prefix, argv)
+            for (prefix, argv), slot in zip(commands, slots)
+        ]
         return list(ray.get(refs))
     finally:
         ray.shutdown()

@@ -12,37 +12,98 @@ process group with a guard and watching a measurement against it is the second f
 """
 
 from objectives.failure import Failure, FailureClass, FailurePhase
+from serving.checks import check_combination, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
 from serving.diagnosis_facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
 from serving.failures import classify
 from serving.hardware import Gpu, Hardware
+from serving.kv_log import describe_kv_check, kv_cache_check_at_start
 from serving.model.hub import pinned as pinned_model
 from serving.model.hub import study_label as model_study_label
-from serving.kv_log import describe_kv_check, kv_cache_check_at_start
+from serving.model.info import ModelError, ModelInfo
 from serving.model.local import build as build_default_model
 from serving.model.local import build_dummy_architecture
 from serving.model.memory import KvBudget, ModelShape
-from serving.model.info import ModelError, ModelInfo
-from serving.checks import check_combination, memory_budget
-from serving.registry import (PARAMS, PASS_THROUGH, REGISTRY, TUNER_OWNED, Adjustment, ConfigError, CpuRule,
-                                     LaunchContext, ParamSpec, ServerArgs, scenario_flag_problem)
+from serving.registry import (
+    PARAMS,
+    PASS_THROUGH,
+    REGISTRY,
+    TUNER_OWNED,
+    Adjustment,
+    ConfigError,
+    CpuRule,
+    LaunchContext,
+    ParamSpec,
+    ServerArgs,
+    scenario_flag_problem,
+)
 from serving.resolve import Support, support, unsupported_reason
 from serving.resolve import resolve as resolve_server_args
-from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 from serving.start_anatomy import PHASES as START_PHASES
 from serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
+from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, unset_value
-from serving.vllm_flags import FlagInfo, InstalledVllm, VllmNotInstalled, parse_version
-from serving.vllm_flags import OLDEST_SUPPORTED_VLLM, VllmTooOld
+from serving.vllm_flags import (
+    OLDEST_SUPPORTED_VLLM,
+    FlagInfo,
+    InstalledVllm,
+    VllmNotInstalled,
+    VllmTooOld,
+    parse_version,
+)
 
 __all__ = [
-    "DEFAULT_MEMORY_UTILIZATION", "DEFAULT_STARTUP_TIMEOUT_S", "OLDEST_SUPPORTED_VLLM", "PARAMS", "PASS_THROUGH", "START_PHASES",
-    "REGISTRY", "TUNER_OWNED", "Adjustment", "ConfigError", "CpuRule", "Failure", "FlagInfo", "FailureClass", "FailurePhase", "Gpu",
-    "Hardware", "InstalledVllm", "KvBudget", "StartAnatomy", "LaunchContext", "ModelError", "ModelInfo", "ModelShape", "ParamSpec",
-    "ServerArgs", "Support", "VllmNotInstalled", "VllmTooOld", "build_default_model", "build_dummy_architecture",
-    "check_combination", "classify", "default_batch", "describe_kv_check", "facts_for_launch",
-    "kv_cache_check_at_start", "launch_context", "memory_budget", "model_study_label", "parse_version",
-    "pinned_model", "read_model_info", "recorded_cpu_kv_budget", "resolve_server_args", "scenario_flag_problem",
-    "serving_facts", "start_anatomy", "describe_start_anatomy", "support", "unset_value", "unsupported_reason",
+    "DEFAULT_MEMORY_UTILIZATION",
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "OLDEST_SUPPORTED_VLLM",
+    "PARAMS",
+    "PASS_THROUGH",
+    "REGISTRY",
+    "START_PHASES",
+    "TUNER_OWNED",
+    "Adjustment",
+    "ConfigError",
+    "CpuRule",
+    "Failure",
+    "FailureClass",
+    "FailurePhase",
+    "FlagInfo",
+    "Gpu",
+    "Hardware",
+    "InstalledVllm",
+    "KvBudget",
+    "LaunchContext",
+    "ModelError",
+    "ModelInfo",
+    "ModelShape",
+    "ParamSpec",
+    "ServerArgs",
+    "StartAnatomy",
+    "Support",
+    "VllmNotInstalled",
+    "VllmTooOld",
+    "build_default_model",
+    "build_dummy_architecture",
+    "check_combination",
+    "classify",
+    "default_batch",
+    "describe_kv_check",
+    "describe_start_anatomy",
+    "facts_for_launch",
+    "kv_cache_check_at_start",
+    "launch_context",
+    "memory_budget",
+    "model_study_label",
+    "parse_version",
+    "pinned_model",
+    "read_model_info",
+    "recorded_cpu_kv_budget",
+    "resolve_server_args",
+    "scenario_flag_problem",
+    "serving_facts",
+    "start_anatomy",
+    "support",
+    "unset_value",
+    "unsupported_reason",
 ]

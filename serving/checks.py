@@ -10,8 +10,9 @@ from typing import Any
 
 from serving.model import memory
 from serving.model.memory import GIB, KvBudget
-from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 from serving.registry import LaunchContext
+from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
+
 
 def _batch(values: dict[str, Any], ctx: LaunchContext, max_model_len: int) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM will run them: set, or its defaults for this
@@ -24,8 +25,11 @@ def _batch(values: dict[str, Any], ctx: LaunchContext, max_model_len: int) -> tu
     mns = values.get("max_num_seqs")
     effective_mns = mns if mns is not None else min(default_mns, mnbt or default_mnbt)
     if mnbt is None:
-        mnbt = default_mnbt if values.get("enable_chunked_prefill", True) is not False else max(max_model_len,
-                                                                                               default_mnbt)
+        mnbt = (
+            default_mnbt
+            if values.get("enable_chunked_prefill", True) is not False
+            else max(max_model_len, default_mnbt)
+        )
     return mnbt, effective_mns
 
 
@@ -47,15 +51,23 @@ def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None
         return None
     tp = values.get("tensor_parallel_size") or 1
     if (fixed := values.get("kv_cache_memory_bytes")) is not None:  # per GPU, as given, unprofiled
-        return memory.bytes_budget(int(fixed), memory.kv_bytes_per_token(
-            m.num_layers, m.num_kv_heads, m.head_dim, element, tp), block)
+        return memory.bytes_budget(
+            int(fixed), memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim, element, tp), block
+        )
     mnbt, mns = _batch(values, ctx, values.get("max_model_len") or ctx.model.max_position_embeddings)
     return memory.gpu_budget(
-        ctx.shape, device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),
-        utilization=values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION), dtype=dtype, element_bytes=element,
-        block_size=block, batched_tokens=mnbt, seqs=mns, tp=tp,
+        ctx.shape,
+        device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),
+        utilization=values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION),
+        dtype=dtype,
+        element_bytes=element,
+        block_size=block,
+        batched_tokens=mnbt,
+        seqs=mns,
+        tp=tp,
         cuda_graphs=not values.get("enforce_eager") and values.get("optimization_level") != 0,
-        quantization=values.get("quantization"))
+        quantization=values.get("quantization"),
+    )
 
 
 # Methods vLLM lets take over another method's checkpoint (its `override_quantization_method`),
@@ -72,38 +84,55 @@ def device_problems(values: dict[str, Any], ctx: LaunchContext) -> list[str]:
     tp = values.get("tensor_parallel_size") or 1
     if tp > 1:
         if tp > len(hw.gpus):
-            problems.append(f"tensor_parallel_size {tp} needs {tp} GPUs; {len(hw.gpus)} visible ({hw.describe()}; "
-                            f"CUDA_VISIBLE_DEVICES decides which)")
+            problems.append(
+                f"tensor_parallel_size {tp} needs {tp} GPUs; {len(hw.gpus)} visible ({hw.describe()}; "
+                f"CUDA_VISIBLE_DEVICES decides which)"
+            )
         if shape is not None and shape.heads % tp:
             problems.append(f"tensor_parallel_size {tp} does not divide the model's {shape.heads} attention heads")
         kv = shape.kv_heads if shape is not None else ctx.model.num_kv_heads
         if (kv % tp) if kv >= tp else (tp % kv):
-            problems.append(f"tensor_parallel_size {tp} must divide the model's {kv} KV heads, or be a multiple "
-                            f"of them (each head then replicated)")
+            problems.append(
+                f"tensor_parallel_size {tp} must divide the model's {kv} KV heads, or be a multiple "
+                f"of them (each head then replicated)"
+            )
         if shape is not None and shape.intermediate % tp:
             problems.append(f"tensor_parallel_size {tp} does not divide the model's MLP width ({shape.intermediate})")
     kv_dtype = values.get("kv_cache_dtype") or "auto"
     if kv_dtype.startswith("fp8") and not hw.is_gpu:
         if not {"avx512f", "amx_tile"} & hw.cpu_flags:
-            problems.append(f"kv_cache_dtype {kv_dtype} on the CPU build needs AVX-512 or AMX; this CPU "
-                            f"({hw.cpu_model}) has neither")
+            problems.append(
+                f"kv_cache_dtype {kv_dtype} on the CPU build needs AVX-512 or AMX; this CPU "
+                f"({hw.cpu_model}) has neither"
+            )
         if ctx.model.head_dim % 32:
-            problems.append(f"kv_cache_dtype {kv_dtype} on the CPU build needs a head size divisible by 32; "
-                            f"the model's is {ctx.model.head_dim}")
+            problems.append(
+                f"kv_cache_dtype {kv_dtype} on the CPU build needs a head size divisible by 32; "
+                f"the model's is {ctx.model.head_dim}"
+            )
     method = values.get("quantization")
     own = shape.quantization if shape is not None else None
-    if method and own is not None and own.method and method != own.method and own.method not in method \
-            and method not in _TAKES_OVER:
-        problems.append(f"quantization {method} contradicts the checkpoint's quantization_config ({own.method}): "
-                        f"vLLM refuses the pair")
+    if (
+        method
+        and own is not None
+        and own.method
+        and method != own.method
+        and own.method not in method
+        and method not in _TAKES_OVER
+    ):
+        problems.append(
+            f"quantization {method} contradicts the checkpoint's quantization_config ({own.method}): "
+            f"vLLM refuses the pair"
+        )
     if method and shape is not None and own is None and method in memory.NEEDS_QUANTIZED_CHECKPOINT:
-        problems.append(f"quantization {method} loads only a checkpoint quantized with it; the model's config.json "
-                        f"has no quantization_config")
+        problems.append(
+            f"quantization {method} loads only a checkpoint quantized with it; the model's config.json "
+            f"has no quantization_config"
+        )
     return problems
 
 
-def check_combination(values: dict[str, Any], ctx: LaunchContext,
-                      longest_request: int | None = None) -> list[str]:
+def check_combination(values: dict[str, Any], ctx: LaunchContext, longest_request: int | None = None) -> list[str]:
     """Known-invalid combinations (vLLM's own startup checks, run here in milliseconds)."""
     problems: list[str] = []
     model_max = ctx.model.max_position_embeddings
@@ -112,30 +141,32 @@ def check_combination(values: dict[str, Any], ctx: LaunchContext,
     mns = values.get("max_num_seqs")
     chunked = values.get("enable_chunked_prefill", True) is not False
     if mml > model_max:
-        problems.append(f"max_model_len ({mml}) is greater than the model's max_position_embeddings "
-                        f"({model_max})")
+        problems.append(f"max_model_len ({mml}) is greater than the model's max_position_embeddings ({model_max})")
     if mnbt is not None and mns is not None and mnbt < mns:
         problems.append(f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns})")
     if not chunked and mnbt is not None and mnbt < mml:
-        problems.append(f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}) "
-                        "with chunked prefill off: longer prompts could never be scheduled")
+        problems.append(
+            f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}) "
+            "with chunked prefill off: longer prompts could never be scheduled"
+        )
     effective_mns = _batch(values, ctx, mml)[1]
     active = values.get("max_num_active_seqs")
     if active is not None and active > effective_mns:
-        problems.append(f"max_num_active_seqs ({active}) cannot be greater than max_num_seqs "
-                        f"({effective_mns})")
+        problems.append(f"max_num_active_seqs ({active}) cannot be greater than max_num_seqs ({effective_mns})")
     lpt = values.get("long_prefill_token_threshold")
     if lpt is not None and lpt > mml:
-        problems.append(f"long_prefill_token_threshold ({lpt}) cannot be greater than "
-                        f"max_model_len ({mml})")
+        problems.append(f"long_prefill_token_threshold ({lpt}) cannot be greater than max_model_len ({mml})")
     if longest_request is not None and longest_request > mml:
-        problems.append(f"the workload's longest request ({longest_request} tokens, prompt + output) "
-                        f"does not fit max_model_len ({mml}); vLLM would reject or truncate it")
+        problems.append(
+            f"the workload's longest request ({longest_request} tokens, prompt + output) "
+            f"does not fit max_model_len ({mml}); vLLM would reject or truncate it"
+        )
     problems += device_problems(values, ctx)
     budget = memory_budget(values, ctx)
     if budget is not None and not budget.holds(mml):
         util = values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION)
         held = f"a KV cache of {budget.tokens:,} tokens" if budget.kv_bytes > 0 else "no memory for the KV cache"
-        problems.append(f"memory_utilization {util:.2f} leaves {held}, less than one {mml}-token request needs "
-                        f"({budget.explain()})")
+        problems.append(
+            f"memory_utilization {util:.2f} leaves {held}, less than one {mml}-token request needs ({budget.explain()})"
+        )
     return problems

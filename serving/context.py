@@ -9,31 +9,19 @@ from pathlib import Path
 
 import psutil
 
-
 from serving import hardware
-
-
-from serving.model import hub
-
-
-from serving.model import local as local_model
-
-
-from serving.model import memory
-
-
+from serving.model import hub, memory
 from serving.model import info as model_info
+from serving.model import local as local_model
 from serving.registry import LaunchContext
-from serving.vllm_flags import InstalledVllm, load_installed
-from serving.vllm_flags import check_supported
+from serving.vllm_flags import InstalledVllm, check_supported, load_installed
 
 # What memory_utilization = 1.0 means on the CPU build (see README, "Memory on the CPU build").
 DEFAULT_CPU_KV_BUDGET_GIB = 1.0
 
 
 def cpu_kv_budget_bytes(gib: float | None = None) -> int:
-    gib = gib if gib is not None else float(os.environ.get("AUTOTUNE_CPU_KV_BUDGET_GIB",
-                                                           DEFAULT_CPU_KV_BUDGET_GIB))
+    gib = gib if gib is not None else float(os.environ.get("AUTOTUNE_CPU_KV_BUDGET_GIB", DEFAULT_CPU_KV_BUDGET_GIB))
     # Never promise more than half of what is free now: the client and the OS need the rest.
     available = psutil.virtual_memory().available
     return int(min(gib * 2**30, available / 2))

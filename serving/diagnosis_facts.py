@@ -9,7 +9,8 @@ a stored study recorded (the report and the dashboard).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from objectives.diagnosis import ServingFacts
 from serving.hardware import Hardware
@@ -19,9 +20,15 @@ from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
 from serving.vllm_flags import InstalledVllm, parse_version
 
 
-def serving_facts(hardware: Hardware | None = None, *, installed: InstalledVllm | None = None,
-                  vllm_label: str | None = None, model: ModelInfo | None = None, dtype: str | None = None,
-                  cpu_kv_budget_bytes: int | None = None) -> ServingFacts:
+def serving_facts(
+    hardware: Hardware | None = None,
+    *,
+    installed: InstalledVllm | None = None,
+    vllm_label: str | None = None,
+    model: ModelInfo | None = None,
+    dtype: str | None = None,
+    cpu_kv_budget_bytes: int | None = None,
+) -> ServingFacts:
     """What diagnosis may take as known (None where not).
 
     `installed`: a live install, whose own parser says which flags it takes. Without it,
@@ -38,14 +45,23 @@ def serving_facts(hardware: Hardware | None = None, *, installed: InstalledVllm 
         known.update(is_gpu=hardware.is_gpu, default_max_num_seqs=default_batch(hardware)[1])
     if model is not None:
         known.update(model_max_len=model.max_position_embeddings, kv_bytes_per_token=model.kv_bytes_per_token(dtype))
-    return ServingFacts(**known, cpu_kv_budget_bytes=cpu_kv_budget_bytes,
-                        default_memory_utilization=DEFAULT_MEMORY_UTILIZATION, removed_in=removed_in())
+    return ServingFacts(
+        **known,
+        cpu_kv_budget_bytes=cpu_kv_budget_bytes,
+        default_memory_utilization=DEFAULT_MEMORY_UTILIZATION,
+        removed_in=removed_in(),
+    )
 
 
 def facts_for_launch(ctx: LaunchContext) -> ServingFacts:
     """The facts of a study's launch context: the installed vLLM, this machine, the model."""
-    return serving_facts(ctx.hardware, installed=ctx.installed, model=ctx.model, dtype=ctx.dtype,
-                         cpu_kv_budget_bytes=ctx.cpu_kv_budget_bytes)
+    return serving_facts(
+        ctx.hardware,
+        installed=ctx.installed,
+        model=ctx.model,
+        dtype=ctx.dtype,
+        cpu_kv_budget_bytes=ctx.cpu_kv_budget_bytes,
+    )
 
 
 def removed_in() -> dict[str, str]:
@@ -60,8 +76,11 @@ def recorded_cpu_kv_budget(applied: Iterable[tuple[Mapping[str, Any], Mapping[st
     budget) (`resolve.resolve`); the trial with the largest value loses least to that int().
     None where no trial carries both (a GPU study, or one whose trials never got flags).
     """
-    pairs = [(config["memory_utilization"], flags["kv-cache-memory-bytes"]) for config, flags in applied
-             if config.get("memory_utilization") and flags.get("kv-cache-memory-bytes")]
+    pairs = [
+        (config["memory_utilization"], flags["kv-cache-memory-bytes"])
+        for config, flags in applied
+        if config.get("memory_utilization") and flags.get("kv-cache-memory-bytes")
+    ]
     if not pairs:
         return None
     utilization, kv_bytes = max(pairs)
@@ -73,6 +92,7 @@ def _accepted_by_parser(installed: InstalledVllm) -> Callable[[str], bool]:
         spec = REGISTRY.get(param)
         flag = spec.flag if spec is not None else "--" + param.replace("_", "-")
         return flag is None or installed.accepts(flag)  # flag None: rendered per device, always taken
+
     return accepts
 
 
@@ -82,4 +102,5 @@ def _accepted_by_release(version: tuple[int, ...]) -> Callable[[str], bool]:
         if spec is None or spec.removed_in is None or not version:
             return True
         return version < parse_version(spec.removed_in)
+
     return accepts

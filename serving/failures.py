@@ -9,29 +9,43 @@ line so a failed trial says *why* in one line. The patterns are vLLM's own messa
 from __future__ import annotations
 
 import re
-from objectives.failure import FailureClass
 
+from objectives.failure import FailureClass
 
 _RULES: list[tuple[FailureClass, re.Pattern]] = [
     (FailureClass.INVALID_FLAG, re.compile(r"error: (unrecognized arguments|argument --\S+: )")),
-    (FailureClass.KV_INSUFFICIENT, re.compile(
-        r"No available memory for the cache blocks|To serve at least one request")),
-    (FailureClass.MEM_BUDGET_UNAVAILABLE, re.compile(
-        r"Free memory on device .* is less than desired"
-        r"|less than desired (GPU|CPU) memory utilization"
-        r"|Available memory on node \d+ .* is less than"
-        r"|The worker already uses .* more than the")),
-    (FailureClass.OOM, re.compile(
-        r"CUDA out of memory|OutOfMemoryError|Cannot allocate memory|std::bad_alloc"
-        r"|Failed to load model - not enough GPU memory")),
+    (
+        FailureClass.KV_INSUFFICIENT,
+        re.compile(r"No available memory for the cache blocks|To serve at least one request"),
+    ),
+    (
+        FailureClass.MEM_BUDGET_UNAVAILABLE,
+        re.compile(
+            r"Free memory on device .* is less than desired"
+            r"|less than desired (GPU|CPU) memory utilization"
+            r"|Available memory on node \d+ .* is less than"
+            r"|The worker already uses .* more than the"
+        ),
+    ),
+    (
+        FailureClass.OOM,
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|Cannot allocate memory|std::bad_alloc"
+            r"|Failed to load model - not enough GPU memory"
+        ),
+    ),
     (FailureClass.PORT_BUSY, re.compile(r"Address already in use")),
-    (FailureClass.INVALID_CONFIG, re.compile(
-        r"validation error for \w*Config"
-        r"|max_num_batched_tokens \(\d+\) (is smaller than|must be greater)"
-        r"|max_num_active_seqs \(\d+\) cannot be greater"
-        r"|long_prefill_token_threshold \(\d+\) cannot be greater"
-        r"|User-specified max_model_len \(\d+\) is greater than the derived"
-        r"|are mutually exclusive|is only supported with")),
+    (
+        FailureClass.INVALID_CONFIG,
+        re.compile(
+            r"validation error for \w*Config"
+            r"|max_num_batched_tokens \(\d+\) (is smaller than|must be greater)"
+            r"|max_num_active_seqs \(\d+\) cannot be greater"
+            r"|long_prefill_token_threshold \(\d+\) cannot be greater"
+            r"|User-specified max_model_len \(\d+\) is greater than the derived"
+            r"|are mutually exclusive|is only supported with"
+        ),
+    ),
 ]
 
 # uvicorn's access log: `INFO:     127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 500 Internal
@@ -54,7 +68,7 @@ def clean(line: str) -> str:
 
 def _decisive(lines: list[str], index: int, cls: FailureClass) -> str:
     if cls is FailureClass.INVALID_CONFIG and "validation error" in lines[index]:
-        for follow in lines[index + 1:index + 6]:
+        for follow in lines[index + 1 : index + 6]:
             m = _VALUE_ERROR.match(clean(follow))
             if m:
                 return m.group(2).split(" [type=")[0]
@@ -82,12 +96,13 @@ def killed_line(what: str, oom_kill: str | None) -> str:
         return f"{what} killed by the kernel's OOM killer: {oom_kill}"
     if oom_kill == "":
         return f"{what} killed by SIGKILL from outside (the kernel log records no OOM kill)"
-    return f"{what} killed by SIGKILL without an error message (the kernel's OOM killer or a kill " \
-           f"from outside; the kernel log is not readable)"
+    return (
+        f"{what} killed by SIGKILL without an error message (the kernel's OOM killer or a kill "
+        f"from outside; the kernel log is not readable)"
+    )
 
 
-def classify(log_text: str, returncode: int | None = None,
-             oom_kill: str | None = None) -> tuple[FailureClass, str]:
+def classify(log_text: str, returncode: int | None = None, oom_kill: str | None = None) -> tuple[FailureClass, str]:
     """The failure class and decisive line of a server that exited or misbehaved: one run's log
     (the server writes a fresh file per start). `oom_kill`: the kernel log's OOM-kill line for
     one of the server's processes, "" when the kernel log shows none, None when unreadable."""
@@ -99,8 +114,9 @@ def classify(log_text: str, returncode: int | None = None,
     engine_dead = [i for i, x in enumerate(lines) if _ENGINE_DEAD.search(x)]
     if engine_dead:
         # An engine that raised says so in its own (prefixed) lines before the API server notices.
-        engine_errors = [clean(x) for x in lines[:engine_dead[0]]
-                         if x.startswith("(EngineCore") and _ERRORISH.search(x)]
+        engine_errors = [
+            clean(x) for x in lines[: engine_dead[0]] if x.startswith("(EngineCore") and _ERRORISH.search(x)
+        ]
         if engine_errors:
             return FailureClass.OTHER, f"EngineDeadError after {engine_errors[-1]}"
         if oom_kill:

@@ -51,12 +51,17 @@ class Hardware:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "Hardware":
+    def from_dict(cls, d: dict | None) -> Hardware:
         """The machine a study recorded (`as_dict`), for what reads it back."""
         d = dict(d or {})
-        return cls(device=d.get("device", "cpu"), cpu_model=d.get("cpu_model", ""), cpu_cores=d.get("cpu_cores", 0),
-                   ram_gib=d.get("ram_gib", 0.0), cpu_flags=frozenset(d.get("cpu_flags", ())),
-                   gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", ())))
+        return cls(
+            device=d.get("device", "cpu"),
+            cpu_model=d.get("cpu_model", ""),
+            cpu_cores=d.get("cpu_cores", 0),
+            ram_gib=d.get("ram_gib", 0.0),
+            cpu_flags=frozenset(d.get("cpu_flags", ())),
+            gpus=tuple(Gpu(g["name"], g["memory_gib"]) for g in d.get("gpus", ())),
+        )
 
 
 def _cpu_info() -> tuple[str, frozenset[str]]:
@@ -83,8 +88,11 @@ def visible(listed: list[tuple[str, str, Gpu]], cuda_visible_devices: str | None
         return tuple(gpu for _, _, gpu in listed)
     seen: list[Gpu] = []
     for entry in (x.strip() for x in cuda_visible_devices.split(",")):
-        found = [gpu for index, uuid, gpu in listed
-                 if entry and (entry == index or (entry.startswith("GPU-") and uuid.startswith(entry)))]
+        found = [
+            gpu
+            for index, uuid, gpu in listed
+            if entry and (entry == index or (entry.startswith("GPU-") and uuid.startswith(entry)))
+        ]
         if len(found) != 1:
             break
         seen.append(found[0])
@@ -97,7 +105,10 @@ def _nvidia_gpus() -> tuple[Gpu, ...]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return ()
@@ -116,7 +127,10 @@ def gpu_memory_used_mib() -> list[float]:
     """Per-GPU used memory, for waiting until a stopped server has released it."""
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=20, check=True,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
     ).stdout
     return [float(x) for x in out.split()]
 

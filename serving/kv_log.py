@@ -14,8 +14,9 @@ start that happens.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from serving.checks import memory_budget
 from serving.registry import LaunchContext
@@ -65,7 +66,9 @@ def kv_cache_check_at_start(values: Mapping[str, Any], ctx: LaunchContext, log_p
 def describe_kv_check(diagnostics: Mapping[str, Any]) -> str:
     """One line for a trial's KV check: '65,536 predicted, 65,536 by vLLM (+0.0%)' ('' if none)."""
     predicted, logged, error = diagnostics.get(PREDICTED), diagnostics.get(LOGGED), diagnostics.get(ERROR)
-    parts = [f"{predicted:,.0f} predicted" if predicted is not None else "",
-             f"{logged:,.0f} by vLLM" if logged is not None else ""]
+    parts = [
+        f"{predicted:,.0f} predicted" if predicted is not None else "",
+        f"{logged:,.0f} by vLLM" if logged is not None else "",
+    ]
     text = ", ".join(p for p in parts if p)
     return f"{text} ({error:+.1%})" if error is not None else text

@@ -8,11 +8,20 @@ its pass-through allow list.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from serving.registry import (REGISTRY, Adjustment, ConfigError, LaunchContext, ParamSpec, ServerArgs,
-                                     scenario_flag_problem)
+from serving.registry import (
+    REGISTRY,
+    Adjustment,
+    ConfigError,
+    LaunchContext,
+    ParamSpec,
+    ServerArgs,
+    scenario_flag_problem,
+)
+
 
 def _version_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
     label = ctx.installed.label()
@@ -69,8 +78,9 @@ def support(spec: ParamSpec, ctx: LaunchContext, given: Iterable[str]) -> Suppor
     if reason is None or nearest is None:
         return Support(spec, reason)
     if (nearest_reason := unsupported_reason(nearest, ctx)) is not None:
-        return Support(spec, reason, why_no_successor=f"; its nearest knob {nearest.flag} is no substitute "
-                                                      f"here ({nearest_reason})")
+        return Support(
+            spec, reason, why_no_successor=f"; its nearest knob {nearest.flag} is no substitute here ({nearest_reason})"
+        )
     if nearest.name in given:
         return Support(spec, reason, why_no_successor=f"; {nearest.flag} is set explicitly")
     return Support(spec, reason, successor=nearest)
@@ -126,12 +136,14 @@ def _check_pass_through(name: str, value: Any, ctx: LaunchContext, where: str) -
     (`enforce_eager: --tool-parser-plugin=...` would become a flag of its own after a switch)."""
     flag = "--" + name.replace("_", "-")
     if not ctx.installed.accepts(flag):
-        raise ConfigError(f"{where}: {name!r} is on the allow list, but the installed "
-                          f"{ctx.installed.label()} has no {flag}")
+        raise ConfigError(
+            f"{where}: {name!r} is on the allow list, but the installed {ctx.installed.label()} has no {flag}"
+        )
     if isinstance(value, (bool, int, float)) or (isinstance(value, str) and value and not value.startswith("-")):
         return
-    raise ConfigError(f"{where}: {name}={value!r} is not allowed; allowed: true or false, a number, or a "
-                      f"word not starting with '-'")
+    raise ConfigError(
+        f"{where}: {name}={value!r} is not allowed; allowed: true or false, a number, or a word not starting with '-'"
+    )
 
 
 def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -> ServerArgs:
@@ -144,8 +156,10 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
     if (problem := scenario_flag_problem(values)) is not None:
         raise ConfigError(f"{where}: {problem}")
     if not ctx.hardware.is_gpu and values.get("kv_cache_memory_bytes") is not None:
-        raise ConfigError(f"{where}: kv_cache_memory_bytes is for GPUs; on the CPU build memory_utilization sets "
-                          f"--kv-cache-memory-bytes (a share of the tuner's KV budget): set that instead")
+        raise ConfigError(
+            f"{where}: kv_cache_memory_bytes is for GPUs; on the CPU build memory_utilization sets "
+            f"--kv-cache-memory-bytes (a share of the tuner's KV budget): set that instead"
+        )
     applied: dict[str, Any] = {}
     adjustments: list[Adjustment] = []
     for name, value in values.items():
@@ -163,13 +177,17 @@ def resolve(values: dict[str, Any], ctx: LaunchContext, where: str = "config") -
         elif found.forced:
             applied[name] = spec.cpu.value
             if value != spec.cpu.value:
-                adjustments.append(Adjustment(name, "forced", f"{found.reason}; passed as {spec.cpu.value!r}",
-                                              (name, spec.cpu.value)))
+                adjustments.append(
+                    Adjustment(name, "forced", f"{found.reason}; passed as {spec.cpu.value!r}", (name, spec.cpu.value))
+                )
         elif (sub := found.successor) is not None:
             new_value = found.carry(value)
             applied[sub.name] = new_value
-            adjustments.append(Adjustment(name, "substituted", found.substituted(f"using {sub.flag} {new_value}"),
-                                          (sub.name, new_value)))
+            adjustments.append(
+                Adjustment(
+                    name, "substituted", found.substituted(f"using {sub.flag} {new_value}"), (sub.name, new_value)
+                )
+            )
         else:
             adjustments.append(Adjustment(name, "dropped", found.dropped("not passed")))
     flags: dict[str, Any] = {}

@@ -32,8 +32,10 @@ from datetime import datetime
 from typing import Any
 
 # Optional process prefix since 0.10 ("(APIServer pid=1) "), then level and the local time.
-_STAMP = re.compile(r"^(?:\((?P<proc>[\w-]+) pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-                    r"(?P<month>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d) ")
+_STAMP = re.compile(
+    r"^(?:\((?P<proc>[\w-]+) pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<month>\d\d)-(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d) "
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,13 @@ MILESTONES: tuple[Milestone, ...] = (
     Milestone("API server", re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on ")),
 )
 HEALTH, FIRST_TOKEN = "health", "first token"
-PHASES = tuple(m.phase for m in MILESTONES) + (HEALTH, FIRST_TOKEN)
+PHASES = (*tuple(m.phase for m in MILESTONES), HEALTH, FIRST_TOKEN)
 
 # vLLM's own durations, in seconds, where it logs them.
 _REPORTED = {
-    "weights_s": re.compile(r"Loading weights took ([\d.]+) s|Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) s"),
+    "weights_s": re.compile(
+        r"Loading weights took ([\d.]+) s|Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) s"
+    ),
     "torch_compile_s": re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total|\(compilation: ([\d.]+) s"),
     "cuda_graphs_s": re.compile(r"Graph capturing finished in ([\d.]+) sec"),
     "engine_init_s": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
@@ -72,7 +76,7 @@ class StartAnatomy:
     def missing(self) -> list[str]:
         return [name for name, s in self.phases.items() if s is None]
 
-    def with_first_token(self, after_health_s: float | None) -> "StartAnatomy":
+    def with_first_token(self, after_health_s: float | None) -> StartAnatomy:
         """With the first token served `after_health_s` after /health answered (None: none was)."""
         if after_health_s is None:
             return self
@@ -80,8 +84,10 @@ class StartAnatomy:
 
     def as_dict(self) -> dict[str, Any]:
         """What a trial stores under `timings["start_anatomy"]`."""
-        return {"phases": {k: None if v is None else round(v, 2) for k, v in self.phases.items()},
-                "vllm_reported": self.reported}
+        return {
+            "phases": {k: None if v is None else round(v, 2) for k, v in self.phases.items()},
+            "vllm_reported": self.reported,
+        }
 
 
 def _stamp_s(line: str, spawned_at: datetime) -> float | None:
@@ -119,8 +125,9 @@ def vllm_reported(log_text: str) -> dict[str, float]:
     return out
 
 
-def start_anatomy(log_text: str, spawned_at: datetime, healthy_s: float,
-                  first_token_s: float | None = None) -> StartAnatomy:
+def start_anatomy(
+    log_text: str, spawned_at: datetime, healthy_s: float, first_token_s: float | None = None
+) -> StartAnatomy:
     """The phases of one start. `spawned_at`: the local wall time of the spawn (vLLM stamps its
     lines in local time); `healthy_s`, `first_token_s`: seconds from the spawn to /health's 200
     and to the first token served, by the tuner's clock (None: nothing was served yet)."""

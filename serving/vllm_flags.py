@@ -110,8 +110,12 @@ def _from_dump(dist: str, version: str, dump: dict) -> InstalledVllm:
     flags: dict[str, FlagInfo] = {}
     for a in dump["actions"]:
         info = FlagInfo(
-            options=tuple(a["options"]), dest=a["dest"], type=a["type"], default=a["default"],
-            choices=tuple(a["choices"]) if a["choices"] else None, boolean=a["boolean"],
+            options=tuple(a["options"]),
+            dest=a["dest"],
+            type=a["type"],
+            default=a["default"],
+            choices=tuple(a["choices"]) if a["choices"] else None,
+            boolean=a["boolean"],
         )
         for opt in info.options:
             flags[opt] = info
@@ -132,12 +136,12 @@ def load_installed(python: str | None = None, refresh: bool = False) -> Installe
         return _from_dump(dist, version, json.loads(cache.read_text()))
     proc = subprocess.run(
         [python or sys.executable, "-c", _DUMP_SCRIPT],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if proc.returncode != 0:
-        raise VllmNotInstalled(
-            f"could not read vLLM's arguments from {dist} {version}:\n{proc.stderr[-2000:]}"
-        )
+        raise VllmNotInstalled(f"could not read vLLM's arguments from {dist} {version}:\n{proc.stderr[-2000:]}")
     dump = json.loads(proc.stdout)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(dump))
@@ -161,4 +165,5 @@ def check_supported(dist: str, version: str) -> None:
     if parse_version(version) < parse_version(OLDEST_SUPPORTED_VLLM):
         raise VllmTooOld(
             f"the installed {dist} {version} is older than {OLDEST_SUPPORTED_VLLM}, the oldest vLLM this tuner "
-            f"supports: upgrade it (pip install '{dist}>={OLDEST_SUPPORTED_VLLM}'), or use an image with a newer one")
+            f"supports: upgrade it (pip install '{dist}>={OLDEST_SUPPORTED_VLLM}'), or use an image with a newer one"
+        )

@@ -8,8 +8,9 @@ SQLite has no row locks (and takes one worker per study): there the block runs u
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine

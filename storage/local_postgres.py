@@ -43,8 +43,10 @@ def bindir() -> Path:
     on_path = shutil.which("initdb")
     if on_path:
         return Path(on_path).resolve().parent
-    raise PostgresError("PostgreSQL's server binaries (initdb, pg_ctl) are not installed: run "
-                        "`bash scripts/setup_postgres.sh` (Debian's postgresql package) or set AUTOTUNE_PG_BINDIR")
+    raise PostgresError(
+        "PostgreSQL's server binaries (initdb, pg_ctl) are not installed: run "
+        "`bash scripts/setup_postgres.sh` (Debian's postgresql package) or set AUTOTUNE_PG_BINDIR"
+    )
 
 
 def _closed_to(user: pwd.struct_passwd, directory: Path) -> Path | None:
@@ -53,7 +55,7 @@ def _closed_to(user: pwd.struct_passwd, directory: Path) -> Path | None:
     groups = {user.pw_gid, *(g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem)}
     for step in [*reversed(directory.parents), directory]:
         st = step.stat()
-        bit = (stat.S_IXUSR if st.st_uid == user.pw_uid else stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH)
+        bit = stat.S_IXUSR if st.st_uid == user.pw_uid else stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH
         if not st.st_mode & bit:
             return step
     return None
@@ -114,17 +116,21 @@ class LocalPostgres:
         try:
             pwd.getpwnam(SYSTEM_USER)
         except KeyError:
-            raise PostgresError(f"running as root, and PostgreSQL will not; no {SYSTEM_USER!r} user to run it "
-                                f"as: install Debian's postgresql package (scripts/setup_postgres.sh)") from None
+            raise PostgresError(
+                f"running as root, and PostgreSQL will not; no {SYSTEM_USER!r} user to run it "
+                f"as: install Debian's postgresql package (scripts/setup_postgres.sh)"
+            ) from None
         return ["runuser", "-u", SYSTEM_USER, "--"]
 
     def _tool(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([*self._as_server_user(), str(bindir() / name), *args],
-                              capture_output=True, text=True, cwd="/")
+        proc = subprocess.run(
+            [*self._as_server_user(), str(bindir() / name), *args], capture_output=True, text=True, cwd="/"
+        )
         if check and proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise PostgresError(f"{name} failed in {self.root}: {detail[-1] if detail else proc.returncode}"
-                                f" (log: {self.log})")
+            raise PostgresError(
+                f"{name} failed in {self.root}: {detail[-1] if detail else proc.returncode} (log: {self.log})"
+            )
         return proc
 
     def _hand_over(self) -> None:
@@ -132,9 +138,11 @@ class LocalPostgres:
             entry = pwd.getpwnam(SYSTEM_USER)
             closed = _closed_to(entry, self.root.parent)
             if closed is not None:  # initdb would only say "Permission denied" on the password file
-                raise PostgresError(f"the {SYSTEM_USER!r} user, who runs PostgreSQL for root, cannot enter {closed}, "
-                                    f"so cannot reach {self.root}: run `autotune db start --runs-dir DIR` with a DIR "
-                                    f"it can reach, or open the way (chmod o+x {closed})")
+                raise PostgresError(
+                    f"the {SYSTEM_USER!r} user, who runs PostgreSQL for root, cannot enter {closed}, "
+                    f"so cannot reach {self.root}: run `autotune db start --runs-dir DIR` with a DIR "
+                    f"it can reach, or open the way (chmod o+x {closed})"
+                )
             for path in [self.root, *self.root.rglob("*")]:
                 os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
@@ -147,11 +155,23 @@ class LocalPostgres:
         os.chmod(self._password_file, 0o600)
         self._port_file.write_text(f"{_free_port()}\n")
         self._hand_over()
-        self._tool("initdb", "-D", str(self.data), "-U", USER, f"--pwfile={self._password_file}",
-                   "--auth=scram-sha-256", "-E", "UTF8", "--no-instructions")
+        self._tool(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            f"--pwfile={self._password_file}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        )
         with open(self.data / "postgresql.conf", "a") as conf:
-            conf.write(f"\n# vllm-autotune: local only\nlisten_addresses = '{HOST}'\nport = {self.port}\n"
-                       f"unix_socket_directories = '{self.root}'\n")
+            conf.write(
+                f"\n# vllm-autotune: local only\nlisten_addresses = '{HOST}'\nport = {self.port}\n"
+                f"unix_socket_directories = '{self.root}'\n"
+            )
 
     def running(self) -> bool:
         return self.initialized and self._tool("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
@@ -161,8 +181,19 @@ class LocalPostgres:
         if not self.initialized:
             self._init()
         if not self.running():
-            self._tool("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(START_TIMEOUT_S),
-                       "-o", f"-p {self.port}", "start")
+            self._tool(
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "-o",
+                f"-p {self.port}",
+                "start",
+            )
         self._create_database()
         return self.url()
 
@@ -174,7 +205,8 @@ class LocalPostgres:
         import psycopg
 
         password = self._password_file.read_text().strip()
-        with psycopg.connect(host=HOST, port=self.port, user=USER, password=password, dbname="postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            host=HOST, port=self.port, user=USER, password=password, dbname="postgres", autocommit=True
+        ) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
                 conn.execute(f'CREATE DATABASE "{DATABASE}"')

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
-from storage.tables import (Base, ConfirmationRun, ParetoMember, ParetoSnapshot, StageRecord, StudyRecord,
-                            TrialRecord, TrialStatus)
+from storage.tables import (
+    Base,
+    ConfirmationRun,
+    ParetoMember,
+    ParetoSnapshot,
+    StageRecord,
+    StudyRecord,
+    TrialRecord,
+    TrialStatus,
+)
 from storage.url import redacted, single_writer
 
 SQLITE_TIMEOUT_S = 30  # the dashboard reads while the study writes
@@ -43,8 +52,9 @@ def check_writable_dir(path: Path, what: str) -> None:
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise StorageError(f"{what} {path} cannot be created: {existing} is not a directory; "
-                           f"choose a directory you can write to")
+        raise StorageError(
+            f"{what} {path} cannot be created: {existing} is not a directory; choose a directory you can write to"
+        )
     try:
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as e:
@@ -57,24 +67,32 @@ def check_url(url: str) -> None:
     driver installed, and a SQLite file that is a database (or absent) in a writable directory,
     or a database server that answers. Creates nothing."""
     if not url.strip():  # more likely an unset variable (STORAGE=$URL) than a wish for the default
-        raise StorageError("--storage is empty (an unset variable?); pass a database URL: the one `make db` "
-                           "prints, or sqlite:///PATH/autotune.db")
+        raise StorageError(
+            "--storage is empty (an unset variable?); pass a database URL: the one `make db` "
+            "prints, or sqlite:///PATH/autotune.db"
+        )
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
-        raise StorageError(f"--storage {redacted(url)!r} is not a database URL; use sqlite:///PATH/autotune.db or "
-                           f"DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE") from None
+        raise StorageError(
+            f"--storage {redacted(url)!r} is not a database URL; use sqlite:///PATH/autotune.db or "
+            f"DIALECT+DRIVER://USER:PASSWORD@HOST/DATABASE"
+        ) from None
     shown = redacted(url)
     sqlite = single_writer(url)
     connect_args = {} if sqlite else {"connect_timeout": CONNECT_TIMEOUT_S}
     try:
         engine = create_engine(parsed, connect_args=connect_args)  # loads the dialect, imports the driver
     except NoSuchModuleError:
-        raise StorageError(f"--storage {shown}: SQLAlchemy has no database kind {parsed.drivername!r}; "
-                           f"use sqlite:///PATH or e.g. postgresql+psycopg://...") from None
+        raise StorageError(
+            f"--storage {shown}: SQLAlchemy has no database kind {parsed.drivername!r}; "
+            f"use sqlite:///PATH or e.g. postgresql+psycopg://..."
+        ) from None
     except ImportError as e:
-        raise StorageError(f"--storage {shown}: its driver {e.name or parsed.drivername!r} is not installed; "
-                           f"install it (.venv/bin/pip install {e.name}) or use sqlite:///PATH") from None
+        raise StorageError(
+            f"--storage {shown}: its driver {e.name or parsed.drivername!r} is not installed; "
+            f"install it (.venv/bin/pip install {e.name}) or use sqlite:///PATH"
+        ) from None
     try:
         if sqlite:
             _check_sqlite(shown, parsed)
@@ -84,8 +102,10 @@ def check_url(url: str) -> None:
                 pass
         except SQLAlchemyError as e:
             reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
-            raise StorageError(f"--storage {shown}: the database does not answer ({reason}); start it, or "
-                               f"check the host, port and credentials") from None
+            raise StorageError(
+                f"--storage {shown}: the database does not answer ({reason}); start it, or "
+                f"check the host, port and credentials"
+            ) from None
     finally:
         engine.dispose()
 
@@ -95,18 +115,23 @@ def _check_sqlite(shown: str, parsed: URL) -> None:
         return
     path = Path(parsed.database).expanduser()
     if path.is_dir():
-        raise StorageError(f"--storage {shown}: {path} is a directory; name a file, e.g. "
-                           f"sqlite:///{path.absolute() / 'autotune.db'}")
+        raise StorageError(
+            f"--storage {shown}: {path} is a directory; name a file, e.g. sqlite:///{path.absolute() / 'autotune.db'}"
+        )
     if path.exists():
         try:
             with open(path, "r+b") as f:  # read and write, as the study will
                 header = f.read(len(SQLITE_HEADER))
         except OSError as e:
-            raise StorageError(f"--storage {shown}: cannot open {path} for writing ({e.strerror}); "
-                               f"make it writable or name another file") from None
+            raise StorageError(
+                f"--storage {shown}: cannot open {path} for writing ({e.strerror}); "
+                f"make it writable or name another file"
+            ) from None
         if header and header != SQLITE_HEADER:  # an empty file is a new database to SQLite
-            raise StorageError(f"--storage {shown}: {path} is not a SQLite database; name another file "
-                               f"(it is created) or move this one away")
+            raise StorageError(
+                f"--storage {shown}: {path} is not a SQLite database; name another file "
+                f"(it is created) or move this one away"
+            )
     # SQLite writes its journal beside the file, so the directory must be writable too.
     check_writable_dir(path.parent, f"--storage {shown}: the directory")
 
@@ -118,9 +143,11 @@ def open_db(url: str) -> Engine:
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, **engine_kwargs(url))
     if single_writer(url):
+
         @event.listens_for(engine, "connect")
         def _fk_on(dbapi_conn, _):  # pragma: no cover - trivial
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
     Base.metadata.create_all(engine)
     _add_new_columns(engine)
     return engine
@@ -181,17 +208,20 @@ def require_study(session: Session, study_name: str) -> StudyRecord:
     study = find_study(session, study_name)
     if study is None:
         names = session.scalars(select(StudyRecord.study_name)).all()
-        raise LookupError(f"no study named {study_name!r} in this database; studies here: "
-                          f"{', '.join(names) or '(none)'}")
+        raise LookupError(
+            f"no study named {study_name!r} in this database; studies here: {', '.join(names) or '(none)'}"
+        )
     return study
 
 
-def save_trial(session: Session, study: StudyRecord, trial_number: int, *,
-               stages: Iterable[dict[str, Any]] = (), **fields: Any) -> TrialRecord:
+def save_trial(
+    session: Session, study: StudyRecord, trial_number: int, *, stages: Iterable[dict[str, Any]] = (), **fields: Any
+) -> TrialRecord:
     """Insert or replace the record of one trial (a re-run after an interruption replaces it),
     with a row per load stage (`StageRecord` fields)."""
-    row = session.scalar(select(TrialRecord).where(
-        TrialRecord.study_id == study.id, TrialRecord.trial_number == trial_number))
+    row = session.scalar(
+        select(TrialRecord).where(TrialRecord.study_id == study.id, TrialRecord.trial_number == trial_number)
+    )
     if row is None:
         row = TrialRecord(study_id=study.id, trial_number=trial_number)
         session.add(row)
@@ -203,24 +233,49 @@ def save_trial(session: Session, study: StudyRecord, trial_number: int, *,
 
 
 # What a repeat of an earlier trial's flags takes from it: the measurement and how it ended.
-REUSED_FIELDS = ("metrics", "server_diagnostics", "values", "constraints", "feasible", "client_behind", "log_path",
-                 "command", "capacity", "failure_class", "failure_phase", "failure_line")
+REUSED_FIELDS = (
+    "metrics",
+    "server_diagnostics",
+    "values",
+    "constraints",
+    "feasible",
+    "client_behind",
+    "log_path",
+    "command",
+    "capacity",
+    "failure_class",
+    "failure_phase",
+    "failure_line",
+)
 
 
-def save_duplicate(session: Session, study: StudyRecord, trial_number: int, earlier: TrialRecord,
-                   **fields: Any) -> TrialRecord:
+def save_duplicate(
+    session: Session, study: StudyRecord, trial_number: int, earlier: TrialRecord, **fields: Any
+) -> TrialRecord:
     """The record of a trial whose flags `earlier` ran: its measurement and failure copied from
     that row (`REUSED_FIELDS`), no stages, timings or retried starts of its own (it started
     nothing); `fields` are the trial's own (params, config, flags, diagnosis, ...)."""
-    return save_trial(session, study, trial_number, status=TrialStatus.DUPLICATE, duplicate_of=earlier.trial_number,
-                      timings={}, retried=[], **{k: getattr(earlier, k) for k in REUSED_FIELDS}, **fields)
+    return save_trial(
+        session,
+        study,
+        trial_number,
+        status=TrialStatus.DUPLICATE,
+        duplicate_of=earlier.trial_number,
+        timings={},
+        retried=[],
+        **{k: getattr(earlier, k) for k in REUSED_FIELDS},
+        **fields,
+    )
 
 
 def earlier_run_of(session: Session, study: StudyRecord, fingerprint: str) -> TrialRecord | None:
     """The first trial with the same effective server configuration that may stand for a repeat
     of it (`TrialRecord.reusable`)."""
-    same = session.scalars(select(TrialRecord).where(
-        TrialRecord.study_id == study.id, TrialRecord.fingerprint == fingerprint).order_by(TrialRecord.trial_number))
+    same = session.scalars(
+        select(TrialRecord)
+        .where(TrialRecord.study_id == study.id, TrialRecord.fingerprint == fingerprint)
+        .order_by(TrialRecord.trial_number)
+    )
     return next((row for row in same if row.reusable), None)
 
 
@@ -230,16 +285,22 @@ def server_starts(session: Session, study: StudyRecord) -> int:
 
 
 def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:
-    return list(session.scalars(
-        select(TrialRecord).where(TrialRecord.study_id == study.id).order_by(TrialRecord.trial_number)))
+    return list(
+        session.scalars(select(TrialRecord).where(TrialRecord.study_id == study.id).order_by(TrialRecord.trial_number))
+    )
 
 
-def save_confirmation_run(session: Session, study: StudyRecord, trial_number: int, round_: int,
-                          **fields: Any) -> ConfirmationRun:
+def save_confirmation_run(
+    session: Session, study: StudyRecord, trial_number: int, round_: int, **fields: Any
+) -> ConfirmationRun:
     """Insert or replace one confirmation run (a run redone after an interruption replaces it)."""
-    row = session.scalar(select(ConfirmationRun).where(
-        ConfirmationRun.study_id == study.id, ConfirmationRun.trial_number == trial_number,
-        ConfirmationRun.round == round_))
+    row = session.scalar(
+        select(ConfirmationRun).where(
+            ConfirmationRun.study_id == study.id,
+            ConfirmationRun.trial_number == trial_number,
+            ConfirmationRun.round == round_,
+        )
+    )
     if row is None:
         row = ConfirmationRun(study_id=study.id, trial_number=trial_number, round=round_)
         session.add(row)
@@ -250,21 +311,39 @@ def save_confirmation_run(session: Session, study: StudyRecord, trial_number: in
 
 
 def confirmation_runs(session: Session, study: StudyRecord) -> list[ConfirmationRun]:
-    return list(session.scalars(
-        select(ConfirmationRun).where(ConfirmationRun.study_id == study.id)
-        .order_by(ConfirmationRun.sequence, ConfirmationRun.round)))
+    return list(
+        session.scalars(
+            select(ConfirmationRun)
+            .where(ConfirmationRun.study_id == study.id)
+            .order_by(ConfirmationRun.sequence, ConfirmationRun.round)
+        )
+    )
 
 
-def save_snapshot(session: Session, study: StudyRecord, after_trial_number: int,
-                  members: Iterable[dict[str, Any]], hypervolume: float | None,
-                  n_finished: int, n_feasible: int) -> ParetoSnapshot:
-    old = session.scalar(select(ParetoSnapshot).where(
-        ParetoSnapshot.study_id == study.id, ParetoSnapshot.after_trial_number == after_trial_number))
+def save_snapshot(
+    session: Session,
+    study: StudyRecord,
+    after_trial_number: int,
+    members: Iterable[dict[str, Any]],
+    hypervolume: float | None,
+    n_finished: int,
+    n_feasible: int,
+) -> ParetoSnapshot:
+    old = session.scalar(
+        select(ParetoSnapshot).where(
+            ParetoSnapshot.study_id == study.id, ParetoSnapshot.after_trial_number == after_trial_number
+        )
+    )
     if old is not None:
         session.delete(old)
         session.flush()
-    snap = ParetoSnapshot(study_id=study.id, after_trial_number=after_trial_number,
-                          n_finished=n_finished, n_feasible=n_feasible, hypervolume=hypervolume)
+    snap = ParetoSnapshot(
+        study_id=study.id,
+        after_trial_number=after_trial_number,
+        n_finished=n_finished,
+        n_feasible=n_feasible,
+        hypervolume=hypervolume,
+    )
     snap.members = [ParetoMember(**m) for m in members]
     session.add(snap)
     session.flush()
@@ -272,7 +351,11 @@ def save_snapshot(session: Session, study: StudyRecord, after_trial_number: int,
 
 
 def front_history(session: Session, study: StudyRecord) -> list[ParetoSnapshot]:
-    return list(session.scalars(
-        select(ParetoSnapshot).where(ParetoSnapshot.study_id == study.id)
-        .options(selectinload(ParetoSnapshot.members))
-        .order_by(ParetoSnapshot.after_trial_number)))
+    return list(
+        session.scalars(
+            select(ParetoSnapshot)
+            .where(ParetoSnapshot.study_id == study.id)
+            .options(selectinload(ParetoSnapshot.members))
+            .order_by(ParetoSnapshot.after_trial_number)
+        )
+    )

@@ -8,16 +8,16 @@ every finished trial so the front's history can be queried and plotted.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 # The two failure values storage must recognise, as stored: objectives.failure defines them
@@ -42,7 +42,7 @@ class TrialStatus(StrEnum):
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class StudyRecord(Base):
@@ -73,11 +73,13 @@ class StudyRecord(Base):
     hv_reference: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
-    trials: Mapped[list["TrialRecord"]] = relationship(back_populates="study", order_by="TrialRecord.trial_number")
-    snapshots: Mapped[list["ParetoSnapshot"]] = relationship(
-        back_populates="study", order_by="ParetoSnapshot.after_trial_number")
-    confirmations: Mapped[list["ConfirmationRun"]] = relationship(
-        back_populates="study", order_by="ConfirmationRun.sequence")
+    trials: Mapped[list[TrialRecord]] = relationship(back_populates="study", order_by="TrialRecord.trial_number")
+    snapshots: Mapped[list[ParetoSnapshot]] = relationship(
+        back_populates="study", order_by="ParetoSnapshot.after_trial_number"
+    )
+    confirmations: Mapped[list[ConfirmationRun]] = relationship(
+        back_populates="study", order_by="ConfirmationRun.sequence"
+    )
 
 
 class TrialRecord(Base):
@@ -120,8 +122,9 @@ class TrialRecord(Base):
     worker: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     study: Mapped[StudyRecord] = relationship(back_populates="trials")
-    stages: Mapped[list["StageRecord"]] = relationship(
-        back_populates="trial", cascade="all, delete-orphan", order_by="StageRecord.stage_index")
+    stages: Mapped[list[StageRecord]] = relationship(
+        back_populates="trial", cascade="all, delete-orphan", order_by="StageRecord.stage_index"
+    )
 
     @property
     def counts_against_budget(self) -> bool:
@@ -216,8 +219,9 @@ class ParetoSnapshot(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     study: Mapped[StudyRecord] = relationship(back_populates="snapshots")
-    members: Mapped[list["ParetoMember"]] = relationship(
-        back_populates="snapshot", cascade="all, delete-orphan", order_by="ParetoMember.trial_number")
+    members: Mapped[list[ParetoMember]] = relationship(
+        back_populates="snapshot", cascade="all, delete-orphan", order_by="ParetoMember.trial_number"
+    )
 
 
 class ParetoMember(Base):

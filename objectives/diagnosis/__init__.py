@@ -28,11 +28,23 @@ together, as the study stores them).
 
 from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
-from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.readings import violated_metrics
+from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
 from objectives.diagnosis.tree import diagnose
 from objectives.diagnosis.trial_diagnosis import diagnose_trial
 
-__all__ = ["BOTTLENECKS", "ITL_STALL_RATIO", "KV_FULL", "Bottleneck", "Diagnosis", "Finding", "ServingFacts", "antipatterns", "diagnose",
-           "diagnose_trial", "summarize", "violated_metrics"]
+__all__ = [
+    "BOTTLENECKS",
+    "ITL_STALL_RATIO",
+    "KV_FULL",
+    "Bottleneck",
+    "Diagnosis",
+    "Finding",
+    "ServingFacts",
+    "antipatterns",
+    "diagnose",
+    "diagnose_trial",
+    "summarize",
+    "violated_metrics",
+]

@@ -9,19 +9,26 @@ findings come out in table order. Rules that share a topic (memory_utilization h
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
-from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
-from objectives.diagnosis.results import Finding, Severity
-from objectives.diagnosis.readings import (has_shared_prefix, known, longest_prompt_tokens, mean_request_tokens,
-                                           num)
-from objectives.diagnosis.thresholds import (CONCURRENCY_HEADROOM, DELAY_FACTOR_RANGE,
-                                             GPU_MEMORY_UTILIZATION_HEADROOM, GPU_MEMORY_UTILIZATION_HIGH,
-                                             GPU_MEMORY_UTILIZATION_LOW, MAX_MODEL_LEN_SLACK, MAX_NUM_SEQS_HIGH,
-                                             PREFILL_STEPS_MAX, SWAP_SPACE_MIN_GIB)
 from loadgen import WorkloadSpec
+from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
+from objectives.diagnosis.readings import has_shared_prefix, known, longest_prompt_tokens, mean_request_tokens, num
+from objectives.diagnosis.results import Finding, Severity
+from objectives.diagnosis.thresholds import (
+    CONCURRENCY_HEADROOM,
+    DELAY_FACTOR_RANGE,
+    GPU_MEMORY_UTILIZATION_HEADROOM,
+    GPU_MEMORY_UTILIZATION_HIGH,
+    GPU_MEMORY_UTILIZATION_LOW,
+    MAX_MODEL_LEN_SLACK,
+    MAX_NUM_SEQS_HIGH,
+    PREFILL_STEPS_MAX,
+    SWAP_SPACE_MIN_GIB,
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,13 @@ class Subject:
     def cpu_kv_cache(self) -> tuple[float, float | None, int | None] | None:
         """(KV cache tokens, mean request tokens, batch width) on the CPU build; None where unknown."""
         f, util = self.facts, self.memory_utilization
-        if util is None or f.is_gpu is not False or not f.cpu_kv_budget_bytes or not f.kv_bytes_per_token \
-                or self.workload is None:
+        if (
+            util is None
+            or f.is_gpu is not False
+            or not f.cpu_kv_budget_bytes
+            or not f.kv_bytes_per_token
+            or self.workload is None
+        ):
             return None
         width = effective_max_num_seqs(self.config, f)
         if self.workload.arrival.mode == "closed" and width:
@@ -104,6 +116,7 @@ class AntipatternRule:
 
 # --- what the table calls, where a lambda would be too long ---------------------------------------
 
+
 def _max_model_len_oversized(s: Subject) -> bool:
     longest, mml = s.longest_request, s.max_model_len
     return bool(longest and mml) and longest <= mml and mml > MAX_MODEL_LEN_SLACK * longest
@@ -111,9 +124,11 @@ def _max_model_len_oversized(s: Subject) -> bool:
 
 def _max_model_len_oversized_message(s: Subject) -> str:
     longest, mml = s.longest_request, s.max_model_len
-    return (f"max_model_len {mml}{' (the model default)' if not s.config.get('max_model_len') else ''} "
-            f"is {mml / longest:.0f}x the workload's longest request ({longest} tokens); "
-            f"set it near {longest} (seed 000: 4096 for chat, 16384 for RAG)")
+    return (
+        f"max_model_len {mml}{' (the model default)' if not s.config.get('max_model_len') else ''} "
+        f"is {mml / longest:.0f}x the workload's longest request ({longest} tokens); "
+        f"set it near {longest} (seed 000: 4096 for chat, 16384 for RAG)"
+    )
 
 
 def _max_num_seqs_excessive(s: Subject) -> bool:
@@ -127,12 +142,18 @@ def _max_num_seqs_excessive(s: Subject) -> bool:
 def _max_num_seqs_excessive_message(s: Subject) -> str:
     need, how = s.concurrency
     default = s.facts.default_max_num_seqs
-    default_note = (f"; note vLLM's own default is {default} on this hardware"
-                    if default and default >= MAX_NUM_SEQS_HIGH else "")
-    return (f"max_num_seqs {s.max_num_seqs}"
-            + (f" for at most {need:.0f} concurrent requests ({how})" if need else
-               " without evidence of that much concurrency")
-            + f"; set it to 1.5-2x the real concurrency, usually 64-256{default_note}")
+    default_note = (
+        f"; note vLLM's own default is {default} on this hardware" if default and default >= MAX_NUM_SEQS_HIGH else ""
+    )
+    return (
+        f"max_num_seqs {s.max_num_seqs}"
+        + (
+            f" for at most {need:.0f} concurrent requests ({how})"
+            if need
+            else " without evidence of that much concurrency"
+        )
+        + f"; set it to 1.5-2x the real concurrency, usually 64-256{default_note}"
+    )
 
 
 def _on_gpu(s: Subject) -> bool:
@@ -149,9 +170,11 @@ def _kv_cache_small(s: Subject) -> bool:
 
 def _kv_cache_small_message(s: Subject) -> str:
     kv_tokens, mean_req, width = s.cpu_kv_cache
-    return (f"memory_utilization {s.memory_utilization:g} gives a KV cache of ~{kv_tokens:.0f} tokens, "
-            f"~{kv_tokens / mean_req:.1f} average requests ({mean_req:.0f} tokens) for up to {width} "
-            "concurrent: expect preemption")
+    return (
+        f"memory_utilization {s.memory_utilization:g} gives a KV cache of ~{kv_tokens:.0f} tokens, "
+        f"~{kv_tokens / mean_req:.1f} average requests ({mean_req:.0f} tokens) for up to {width} "
+        "concurrent: expect preemption"
+    )
 
 
 def _batched_tokens_below_prompt(s: Subject) -> bool:
@@ -161,8 +184,12 @@ def _batched_tokens_below_prompt(s: Subject) -> bool:
 
 def _batched_tokens_tiny(s: Subject) -> bool:
     mnbt = s.max_num_batched_tokens
-    return (mnbt is not None and s.workload is not None and s.chunked_prefill
-            and mnbt * PREFILL_STEPS_MAX < s.longest_prompt)
+    return (
+        mnbt is not None
+        and s.workload is not None
+        and s.chunked_prefill
+        and mnbt * PREFILL_STEPS_MAX < s.longest_prompt
+    )
 
 
 def _still_has(s: Subject, param: str) -> bool:
@@ -177,102 +204,198 @@ def _no_longer_has(s: Subject, param: str) -> bool:
 
 def _no_headroom_message(s: Subject) -> str:
     default = s.facts.default_memory_utilization
-    return (f"memory_utilization {s.memory_utilization:g} leaves less than the 10% headroom seed 001 asks for"
-            + (f" (vLLM's own default is {default:g})" if default is not None else ""))
+    return f"memory_utilization {s.memory_utilization:g} leaves less than the 10% headroom seed 001 asks for" + (
+        f" (vLLM's own default is {default:g})" if default is not None else ""
+    )
 
 
 RULES: tuple[AntipatternRule, ...] = (
-    AntipatternRule("max_model_len_too_small", "error", "reference/vllm.md section 7",
-         lambda s: bool(s.longest_request and s.max_model_len) and s.longest_request > s.max_model_len,
-         lambda s: (f"max_model_len {s.max_model_len} is below the workload's longest request "
-                    f"({s.longest_request} tokens): vLLM rejects such prompts or silently truncates the output"),
-         "applies on every engine"),
-    AntipatternRule("max_model_len_oversized", "warning", "seed 000 anti-pattern table; seed 001 pitfalls",
-         _max_model_len_oversized, _max_model_len_oversized_message,
-         "partly: V1 allocates KV blocks on demand, so no KV is reserved per request any more, "
-         "but the cache must still fit one max_model_len request at start (else kv_insufficient) "
-         "and a runaway request may grow until it preempts the rest"),
-    AntipatternRule("delay_factor_zero", "warning", "seed 000 anti-pattern table",
-         lambda s: _still_has(s, "scheduler_delay_factor") and s.config["scheduler_delay_factor"] == 0,
-         lambda s: ("scheduler_delay_factor 0 schedules every iteration immediately, with small batches; "
-                    f"use {DELAY_FACTOR_RANGE[0]}-{DELAY_FACTOR_RANGE[1]}"),
-         lambda s: f"applies: {s.facts.vllm_label} runs the V0 scheduler"),
-    AntipatternRule("delay_factor_obsolete", "info", "seed 000 anti-pattern table",
-         lambda s: _no_longer_has(s, "scheduler_delay_factor"),
-         lambda s: (f"scheduler_delay_factor {s.config['scheduler_delay_factor']} has no effect: "
-                    f"{s.facts.vllm_label} has no such flag ({s.facts.removed('scheduler_delay_factor')} "
-                    "with the V0 scheduler)"),
-         "obsolete: V1 admits new prefills every step (as delay 0 did); the nearest knob, "
-         "prefill_schedule_interval, acts on all engines only from 0.33"),
-    AntipatternRule("max_num_seqs_excessive", "warning", "seed 000 anti-pattern table; seed 002 max-num-seqs",
-         _max_num_seqs_excessive, _max_num_seqs_excessive_message,
-         "applies when the batch really gets that wide (every sequence gets less of each step); "
-         "unused slots cost little on V1 beyond warmup and CUDA-graph memory"),
-    AntipatternRule("swap_space_low", "warning", "seed 000 anti-pattern table",
-         lambda s: _still_has(s, "swap_space")
-         and s.config["swap_space"] is not None and s.config["swap_space"] < SWAP_SPACE_MIN_GIB,
-         lambda s: (f"swap_space {s.config['swap_space']} GiB: preempted sequences cannot be swapped; "
-                    f"use at least {SWAP_SPACE_MIN_GIB:g} GiB"),
-         lambda s: f"applies only where swapping exists ({s.facts.vllm_label} still takes --swap-space)"),
-    AntipatternRule("swap_space_obsolete", "info", "seed 000 anti-pattern table",
-         lambda s: _no_longer_has(s, "swap_space"),
-         lambda s: (f"swap_space {s.config['swap_space']} has no effect: {s.facts.vllm_label} has no such "
-                    f"flag ({s.facts.removed('swap_space')})"),
-         "obsolete: V1 recomputes preempted requests instead of swapping them; against preemption "
-         "give the KV cache more memory or run fewer sequences"),
-    AntipatternRule("memory_utilization_high", "warning", "seed 001 --gpu-memory-utilization; seed 002",
-         lambda s: _on_gpu(s) and s.memory_utilization > GPU_MEMORY_UTILIZATION_HIGH,
-         lambda s: (f"memory_utilization {s.memory_utilization:g} > {GPU_MEMORY_UTILIZATION_HIGH}: no headroom "
-                    "for traffic spikes or other processes (OOM); keep 10-15% free"),
-         "applies"),
-    AntipatternRule("memory_utilization_no_headroom", "info", "seed 001",
-         lambda s: _on_gpu(s)
-         and GPU_MEMORY_UTILIZATION_HEADROOM < s.memory_utilization <= GPU_MEMORY_UTILIZATION_HIGH,
-         _no_headroom_message,
-         "applies"),
-    AntipatternRule("memory_utilization_low", "warning", "seed 002",
-         lambda s: _on_gpu(s) and s.memory_utilization < GPU_MEMORY_UTILIZATION_LOW,
-         lambda s: (f"memory_utilization {s.memory_utilization:g} < {GPU_MEMORY_UTILIZATION_LOW}: device memory "
-                    "left idle that could hold KV cache for more concurrent requests"),
-         "applies"),
-    AntipatternRule("kv_cache_small", "warning", "seed 002 (too low wastes memory and lowers concurrency)",
-         _kv_cache_small, _kv_cache_small_message,
-         "applies (on the CPU build memory_utilization is a share of the tuner's KV budget, "
-         "not of RAM, so only 'too low' applies)"),
-    AntipatternRule("batched_tokens_below_max_num_seqs", "error", "reference/vllm.md section 6",
-         lambda s: s.max_num_batched_tokens is not None and bool(s.max_num_seqs)
-         and s.max_num_batched_tokens < s.max_num_seqs,
-         lambda s: (f"max_num_batched_tokens {s.max_num_batched_tokens} < max_num_seqs {s.max_num_seqs}: "
-                    "vLLM refuses to start"),
-         "applies"),
-    AntipatternRule("batched_tokens_below_prompt", "error", "seed 002 max-num-batched-tokens / chunked prefill",
-         _batched_tokens_below_prompt,
-         lambda s: (f"max_num_batched_tokens {s.max_num_batched_tokens} < the longest prompt "
-                    f"({s.longest_prompt} tokens) with chunked prefill off: such a prompt can never be scheduled"),
-         "applies; V1 even refuses to start when it is below max_model_len"),
-    AntipatternRule("batched_tokens_tiny", "info", "seed 002 max-num-batched-tokens",
-         _batched_tokens_tiny,
-         lambda s: (f"max_num_batched_tokens {s.max_num_batched_tokens}: the longest prompt ({s.longest_prompt} "
-                    f"tokens) takes {math.ceil(s.longest_prompt / s.max_num_batched_tokens)} steps to prefill, "
-                    "raising its TTFT"),
-         "applies"),
-    AntipatternRule("prefix_caching_off", "warning",
-         "seed 001 (prefix caching is free performance); seed 000 mixed_workload",
-         lambda s: s.config.get("enable_prefix_caching") is False and has_shared_prefix(s.workload),
-         lambda s: ("enable_prefix_caching is off, but the workload shares prompt prefixes: every shared "
-                    "prefix is recomputed"),
-         "applies (on by default in V1)"),
-    AntipatternRule("log_stats_off", "warning", "reference/vllm.md section 2",
-         lambda s: bool(s.config.get("disable_log_stats")),
-         lambda s: ("disable_log_stats removes every vllm:* metric from /metrics: queueing, KV use and "
-                    "preemptions cannot be diagnosed"),
-         "applies"),
+    AntipatternRule(
+        "max_model_len_too_small",
+        "error",
+        "reference/vllm.md section 7",
+        lambda s: bool(s.longest_request and s.max_model_len) and s.longest_request > s.max_model_len,
+        lambda s: (
+            f"max_model_len {s.max_model_len} is below the workload's longest request "
+            f"({s.longest_request} tokens): vLLM rejects such prompts or silently truncates the output"
+        ),
+        "applies on every engine",
+    ),
+    AntipatternRule(
+        "max_model_len_oversized",
+        "warning",
+        "seed 000 anti-pattern table; seed 001 pitfalls",
+        _max_model_len_oversized,
+        _max_model_len_oversized_message,
+        "partly: V1 allocates KV blocks on demand, so no KV is reserved per request any more, "
+        "but the cache must still fit one max_model_len request at start (else kv_insufficient) "
+        "and a runaway request may grow until it preempts the rest",
+    ),
+    AntipatternRule(
+        "delay_factor_zero",
+        "warning",
+        "seed 000 anti-pattern table",
+        lambda s: _still_has(s, "scheduler_delay_factor") and s.config["scheduler_delay_factor"] == 0,
+        lambda s: (
+            "scheduler_delay_factor 0 schedules every iteration immediately, with small batches; "
+            f"use {DELAY_FACTOR_RANGE[0]}-{DELAY_FACTOR_RANGE[1]}"
+        ),
+        lambda s: f"applies: {s.facts.vllm_label} runs the V0 scheduler",
+    ),
+    AntipatternRule(
+        "delay_factor_obsolete",
+        "info",
+        "seed 000 anti-pattern table",
+        lambda s: _no_longer_has(s, "scheduler_delay_factor"),
+        lambda s: (
+            f"scheduler_delay_factor {s.config['scheduler_delay_factor']} has no effect: "
+            f"{s.facts.vllm_label} has no such flag ({s.facts.removed('scheduler_delay_factor')} "
+            "with the V0 scheduler)"
+        ),
+        "obsolete: V1 admits new prefills every step (as delay 0 did); the nearest knob, "
+        "prefill_schedule_interval, acts on all engines only from 0.33",
+    ),
+    AntipatternRule(
+        "max_num_seqs_excessive",
+        "warning",
+        "seed 000 anti-pattern table; seed 002 max-num-seqs",
+        _max_num_seqs_excessive,
+        _max_num_seqs_excessive_message,
+        "applies when the batch really gets that wide (every sequence gets less of each step); "
+        "unused slots cost little on V1 beyond warmup and CUDA-graph memory",
+    ),
+    AntipatternRule(
+        "swap_space_low",
+        "warning",
+        "seed 000 anti-pattern table",
+        lambda s: (
+            _still_has(s, "swap_space")
+            and s.config["swap_space"] is not None
+            and s.config["swap_space"] < SWAP_SPACE_MIN_GIB
+        ),
+        lambda s: (
+            f"swap_space {s.config['swap_space']} GiB: preempted sequences cannot be swapped; "
+            f"use at least {SWAP_SPACE_MIN_GIB:g} GiB"
+        ),
+        lambda s: f"applies only where swapping exists ({s.facts.vllm_label} still takes --swap-space)",
+    ),
+    AntipatternRule(
+        "swap_space_obsolete",
+        "info",
+        "seed 000 anti-pattern table",
+        lambda s: _no_longer_has(s, "swap_space"),
+        lambda s: (
+            f"swap_space {s.config['swap_space']} has no effect: {s.facts.vllm_label} has no such "
+            f"flag ({s.facts.removed('swap_space')})"
+        ),
+        "obsolete: V1 recomputes preempted requests instead of swapping them; against preemption "
+        "give the KV cache more memory or run fewer sequences",
+    ),
+    AntipatternRule(
+        "memory_utilization_high",
+        "warning",
+        "seed 001 --gpu-memory-utilization; seed 002",
+        lambda s: _on_gpu(s) and s.memory_utilization > GPU_MEMORY_UTILIZATION_HIGH,
+        lambda s: (
+            f"memory_utilization {s.memory_utilization:g} > {GPU_MEMORY_UTILIZATION_HIGH}: no headroom "
+            "for traffic spikes or other processes (OOM); keep 10-15% free"
+        ),
+        "applies",
+    ),
+    AntipatternRule(
+        "memory_utilization_no_headroom",
+        "info",
+        "seed 001",
+        lambda s: _on_gpu(s) and GPU_MEMORY_UTILIZATION_HEADROOM < s.memory_utilization <= GPU_MEMORY_UTILIZATION_HIGH,
+        _no_headroom_message,
+        "applies",
+    ),
+    AntipatternRule(
+        "memory_utilization_low",
+        "warning",
+        "seed 002",
+        lambda s: _on_gpu(s) and s.memory_utilization < GPU_MEMORY_UTILIZATION_LOW,
+        lambda s: (
+            f"memory_utilization {s.memory_utilization:g} < {GPU_MEMORY_UTILIZATION_LOW}: device memory "
+            "left idle that could hold KV cache for more concurrent requests"
+        ),
+        "applies",
+    ),
+    AntipatternRule(
+        "kv_cache_small",
+        "warning",
+        "seed 002 (too low wastes memory and lowers concurrency)",
+        _kv_cache_small,
+        _kv_cache_small_message,
+        "applies (on the CPU build memory_utilization is a share of the tuner's KV budget, "
+        "not of RAM, so only 'too low' applies)",
+    ),
+    AntipatternRule(
+        "batched_tokens_below_max_num_seqs",
+        "error",
+        "reference/vllm.md section 6",
+        lambda s: (
+            s.max_num_batched_tokens is not None and bool(s.max_num_seqs) and s.max_num_batched_tokens < s.max_num_seqs
+        ),
+        lambda s: (
+            f"max_num_batched_tokens {s.max_num_batched_tokens} < max_num_seqs {s.max_num_seqs}: vLLM refuses to start"
+        ),
+        "applies",
+    ),
+    AntipatternRule(
+        "batched_tokens_below_prompt",
+        "error",
+        "seed 002 max-num-batched-tokens / chunked prefill",
+        _batched_tokens_below_prompt,
+        lambda s: (
+            f"max_num_batched_tokens {s.max_num_batched_tokens} < the longest prompt "
+            f"({s.longest_prompt} tokens) with chunked prefill off: such a prompt can never be scheduled"
+        ),
+        "applies; V1 even refuses to start when it is below max_model_len",
+    ),
+    AntipatternRule(
+        "batched_tokens_tiny",
+        "info",
+        "seed 002 max-num-batched-tokens",
+        _batched_tokens_tiny,
+        lambda s: (
+            f"max_num_batched_tokens {s.max_num_batched_tokens}: the longest prompt ({s.longest_prompt} "
+            f"tokens) takes {math.ceil(s.longest_prompt / s.max_num_batched_tokens)} steps to prefill, "
+            "raising its TTFT"
+        ),
+        "applies",
+    ),
+    AntipatternRule(
+        "prefix_caching_off",
+        "warning",
+        "seed 001 (prefix caching is free performance); seed 000 mixed_workload",
+        lambda s: s.config.get("enable_prefix_caching") is False and has_shared_prefix(s.workload),
+        lambda s: (
+            "enable_prefix_caching is off, but the workload shares prompt prefixes: every shared prefix is recomputed"
+        ),
+        "applies (on by default in V1)",
+    ),
+    AntipatternRule(
+        "log_stats_off",
+        "warning",
+        "reference/vllm.md section 2",
+        lambda s: bool(s.config.get("disable_log_stats")),
+        lambda s: (
+            "disable_log_stats removes every vllm:* metric from /metrics: queueing, KV use and "
+            "preemptions cannot be diagnosed"
+        ),
+        "applies",
+    ),
 )
 
 
-def antipatterns(config: dict[str, Any], workload: WorkloadSpec | None = None, *,
-                 facts: ServingFacts = ServingFacts(),
-                 metrics: dict[str, Any] | None = None) -> list[Finding]:
+def antipatterns(
+    config: dict[str, Any],
+    workload: WorkloadSpec | None = None,
+    *,
+    facts: ServingFacts = ServingFacts(),
+    metrics: dict[str, Any] | None = None,
+) -> list[Finding]:
     """The seeds' anti-patterns in a configuration (canonical parameter names, as in scenarios).
 
     `workload` makes length and concurrency checks possible; `metrics` (a measured trial) lets

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -56,4 +57,3 @@ def effective_max_num_seqs(config: dict[str, Any], facts: ServingFacts) -> int |
     if mns and active:
         return min(int(mns), int(active))
     return int(mns) if mns else (int(active) if active else None)
-

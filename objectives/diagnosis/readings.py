@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen import WorkloadSpec
-from loadgen import MetricName
+from loadgen import MetricName, WorkloadSpec
 
 
 def num(metrics: dict[str, Any], key: str) -> float:
@@ -60,4 +59,3 @@ def longest_prompt_tokens(workload: WorkloadSpec) -> int:
 
 def has_shared_prefix(workload: WorkloadSpec | None) -> bool:
     return workload is not None and any(c.shared_prefix is not None for c in workload.classes)
-

@@ -3,13 +3,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
-Bottleneck = Literal["startup_failure", "server_errors", "client_bound", "preemption", "queueing",
-                     "prefill_bound", "decode_bound", "healthy"]
-BOTTLENECKS: tuple[str, ...] = ("startup_failure", "server_errors", "client_bound", "preemption",
-                                "queueing", "prefill_bound", "decode_bound", "healthy")
+Bottleneck = Literal[
+    "startup_failure",
+    "server_errors",
+    "client_bound",
+    "preemption",
+    "queueing",
+    "prefill_bound",
+    "decode_bound",
+    "healthy",
+]
+BOTTLENECKS: tuple[str, ...] = (
+    "startup_failure",
+    "server_errors",
+    "client_bound",
+    "preemption",
+    "queueing",
+    "prefill_bound",
+    "decode_bound",
+    "healthy",
+)
 Severity = Literal["error", "warning", "info"]
 
 
@@ -43,14 +60,13 @@ class Diagnosis:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Diagnosis":
+    def from_dict(cls, d: dict[str, Any]) -> Diagnosis:
         return cls(**{**d, "findings": [Finding(**f) for f in d.get("findings", [])]})
 
     def markdown(self) -> str:
         """For optuna-dashboard notes and the report."""
         lines = [f"**Bottleneck: {self.bottleneck.replace('_', ' ')}**. {self.headline}", ""]
-        for title, items in (("Evidence", self.evidence), ("Try next", self.next_steps),
-                             ("Also seen", self.also)):
+        for title, items in (("Evidence", self.evidence), ("Try next", self.next_steps), ("Also seen", self.also)):
             if items:
                 lines.append(f"*{title}:*")
                 lines += [f"- {x}" for x in items]
@@ -59,7 +75,6 @@ class Diagnosis:
             lines.append("*Configuration anti-patterns:*")
             lines += [f"- [{f.severity}] {f.message} ({f.applies_to_v1})" for f in self.findings]
         return "\n".join(lines).rstrip() + "\n"
-
 
 
 def summarize(diagnoses: Iterable[dict[str, Any]]) -> dict[str, int]:

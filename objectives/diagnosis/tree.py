@@ -9,17 +9,32 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from loadgen import WorkloadSpec, class_key
 from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
+from objectives.diagnosis.readings import (
+    fmt_ms,
+    has_shared_prefix,
+    known,
+    longest_prompt_tokens,
+    metric_family,
+    num,
+    violated_metrics,
+)
 from objectives.diagnosis.results import Diagnosis
-from objectives.diagnosis.readings import (fmt_ms, has_shared_prefix, known, longest_prompt_tokens, metric_family,
-                                           num, violated_metrics)
-from objectives.diagnosis.thresholds import (BATCH_HALF, CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE_OF_TTFT,
-                                             ERROR_RATE_MAX, ITL_STALL_RATIO, KV_FULL, LATENCY_X_UNLOADED,
-                                             PREEMPTIONS_PER_REQUEST, QUEUE_SHARE_OF_TTFT, QUEUE_TIME_FLOOR_MS,
-                                             TTFT_HIGH_MS)
+from objectives.diagnosis.thresholds import (
+    BATCH_HALF,
+    CLIENT_LAG_FLOOR_MS,
+    CLIENT_LAG_SHARE_OF_TTFT,
+    ERROR_RATE_MAX,
+    ITL_STALL_RATIO,
+    KV_FULL,
+    LATENCY_X_UNLOADED,
+    PREEMPTIONS_PER_REQUEST,
+    QUEUE_SHARE_OF_TTFT,
+    QUEUE_TIME_FLOOR_MS,
+    TTFT_HIGH_MS,
+)
 from objectives.failure import Failure, FailureClass, FailurePhase
-from loadgen import WorkloadSpec
-from loadgen import class_key
 
 # --- startup failures ----------------------------------------------------------------------
 
@@ -32,17 +47,26 @@ def _startup_failure(failure: Failure) -> Diagnosis:
     where = _NEVER_STARTED.get(failure.phase, "failed")
     who = "The load generator" if failure.cls == FailureClass.LOAD_ERROR else "The server"
     return Diagnosis(
-        "startup_failure", f"{who} {where} ({cls}); nothing was measured.",
+        "startup_failure",
+        f"{who} {where} ({cls}); nothing was measured.",
         evidence=[f"{cls} at {failure.phase.value}" + (f": {failure.line}" if failure.line else "")],
-        next_steps=failure.cls.advice)
+        next_steps=failure.cls.advice,
+    )
 
 
 # --- the decision tree ---------------------------------------------------------------------
 
-def diagnose(metrics: dict[str, Any], config: dict[str, Any], workload: WorkloadSpec | None = None, *,
-             constraints: dict[str, float] | None = None, failure: Failure | None = None,
-             unloaded: dict[str, float] | None = None,
-             facts: ServingFacts = ServingFacts()) -> Diagnosis:
+
+def diagnose(
+    metrics: dict[str, Any],
+    config: dict[str, Any],
+    workload: WorkloadSpec | None = None,
+    *,
+    constraints: dict[str, float] | None = None,
+    failure: Failure | None = None,
+    unloaded: dict[str, float] | None = None,
+    facts: ServingFacts = ServingFacts(),
+) -> Diagnosis:
     """Name the trial's bottleneck from its metrics (client side and server `/metrics` deltas).
 
     `constraints`: the study's SLO constraint values (key `metric<=bound`, > 0 violated);
@@ -86,8 +110,7 @@ def diagnose(metrics: dict[str, Any], config: dict[str, Any], workload: Workload
     result.also += _side_notes(m, config, workload)
     result.slo_met = slo_met
     if slo_met is not None:
-        result.headline += (" Meets every SLO." if slo_met else
-                            f" Violates: {', '.join(dict.fromkeys(violated))}.")
+        result.headline += " Meets every SLO." if slo_met else f" Violates: {', '.join(dict.fromkeys(violated))}."
     return result
 
 
@@ -96,17 +119,26 @@ def _server_errors(m, config, failure: Failure | None, err) -> Diagnosis:
     if failure:
         evidence.append(f"the server died under load ({failure.cls.value}: {failure.line or 'see its log'})")
     if known(err):
-        evidence.append(f"error rate {err:.1%} ({num(m, 'failed'):.0f} of "
-                        f"{num(m, 'failed') + num(m, 'completed'):.0f} requests) > {ERROR_RATE_MAX:.0%}")
-    steps = ["read the trial's server log and the client's error kinds: 400s mean prompt + max_tokens "
-             "exceeds max_model_len, timeouts mean the queue (see waiting) outgrew request_timeout_s"]
+        evidence.append(
+            f"error rate {err:.1%} ({num(m, 'failed'):.0f} of "
+            f"{num(m, 'failed') + num(m, 'completed'):.0f} requests) > {ERROR_RATE_MAX:.0%}"
+        )
+    steps = [
+        "read the trial's server log and the client's error kinds: 400s mean prompt + max_tokens "
+        "exceeds max_model_len, timeouts mean the queue (see waiting) outgrew request_timeout_s"
+    ]
     if failure and failure.cls == FailureClass.OOM:
-        steps.append("out of memory under load (seed 000 tree: really out of memory?): lower memory_utilization or "
-                     "max_num_seqs, or a quantized model")
-    steps.append("limit max_tokens per request at the gateway so one request cannot hog the KV cache "
-                 "(seed 001)")
-    return Diagnosis("server_errors", "Requests failed: the other metrics describe the survivors only.",
-                     evidence=evidence, next_steps=steps)
+        steps.append(
+            "out of memory under load (seed 000 tree: really out of memory?): lower memory_utilization or "
+            "max_num_seqs, or a quantized model"
+        )
+    steps.append("limit max_tokens per request at the gateway so one request cannot hog the KV cache (seed 001)")
+    return Diagnosis(
+        "server_errors",
+        "Requests failed: the other metrics describe the survivors only.",
+        evidence=evidence,
+        next_steps=steps,
+    )
 
 
 def _client_bound(m) -> Diagnosis | None:
@@ -117,21 +149,27 @@ def _client_bound(m) -> Diagnosis | None:
     if known(ttft50) and lag99 < CLIENT_LAG_SHARE_OF_TTFT * ttft50:
         return None
     lag50, lagmax = num(m, "schedule_lag_p50_ms"), num(m, "schedule_lag_max_ms")
-    evidence = [f"the client sent requests late: schedule lag p99 {fmt_ms(lag99)} (median {fmt_ms(lag50)}, "
-                f"max {fmt_ms(lagmax)})"
-                + (f", more than the median TTFT of {fmt_ms(ttft50)}" if known(ttft50) else "")]
+    evidence = [
+        f"the client sent requests late: schedule lag p99 {fmt_ms(lag99)} (median {fmt_ms(lag50)}, "
+        f"max {fmt_ms(lagmax)})" + (f", more than the median TTFT of {fmt_ms(ttft50)}" if known(ttft50) else "")
+    ]
     client_ttft, server_ttft = num(m, "ttft_mean_ms"), num(m, "server_ttft_mean_ms")
     if known(client_ttft) and known(server_ttft) and client_ttft > server_ttft:
-        evidence.append(f"it also read responses late: its TTFT mean {fmt_ms(client_ttft)} against the "
-                        f"server's own {fmt_ms(server_ttft)}")
+        evidence.append(
+            f"it also read responses late: its TTFT mean {fmt_ms(client_ttft)} against the "
+            f"server's own {fmt_ms(server_ttft)}"
+        )
     return Diagnosis(
         "client_bound",
         "The load generator could not keep to its schedule: requests went out late and its timings "
         "include its own delays, so this trial measured the client as much as the server.",
         evidence=evidence,
-        next_steps=["give the client its own CPU core (taskset) and never share it with the vLLM worker",
-                    "use the uvloop event loop / the lighter client for high request rates",
-                    "or lower the request rate, and re-measure before trusting this trial"])
+        next_steps=[
+            "give the client its own CPU core (taskset) and never share it with the vLLM worker",
+            "use the uvloop event loop / the lighter client for high request rates",
+            "or lower the request rate, and re-measure before trusting this trial",
+        ],
+    )
 
 
 def _preemption(m, config, facts: ServingFacts, workload) -> Diagnosis | None:
@@ -143,24 +181,34 @@ def _preemption(m, config, facts: ServingFacts, workload) -> Diagnosis | None:
     if per_req < PREEMPTIONS_PER_REQUEST:
         return None
     kv = num(m, "server_kv_cache_usage_peak")
-    evidence = [f"{pre:.0f} preemptions for {done:.0f} completed requests ({per_req:.2f} per request)"
-                + (f"; KV cache usage peaked at {kv:.0%}" if known(kv) else "")]
+    evidence = [
+        f"{pre:.0f} preemptions for {done:.0f} completed requests ({per_req:.2f} per request)"
+        + (f"; KV cache usage peaked at {kv:.0%}" if known(kv) else "")
+    ]
     steps = []
     if facts.still_has("swap_space"):
         steps.append("raise swap_space (seed 000 tree: frequent preemption -> larger swap-space, at least 4 GB)")
     else:
-        steps.append(f"the seeds say raise swap-space; V1 has none ({facts.removed('swap_space', product=False)}: "
-                     "a preempted request is recomputed), so give the KV cache more room instead:")
+        steps.append(
+            f"the seeds say raise swap-space; V1 has none ({facts.removed('swap_space', product=False)}: "
+            "a preempted request is recomputed), so give the KV cache more room instead:"
+        )
     util = config.get("memory_utilization")
     steps.append(f"raise memory_utilization{f' (now {util:g})' if util is not None else ''}: more KV blocks")
     mns = effective_max_num_seqs(config, facts)
-    steps.append(f"lower max_num_seqs{f' (now {mns})' if mns else ''} or cap max_num_active_seqs, so "
-                 "fewer sequences grow in the cache at once")
+    steps.append(
+        f"lower max_num_seqs{f' (now {mns})' if mns else ''} or cap max_num_active_seqs, so "
+        "fewer sequences grow in the cache at once"
+    )
     steps.append("raise watermark (e.g. 0.05-0.1) to keep blocks free at admission for running requests")
     if facts.is_gpu:
         steps.append("an fp8 kv_cache_dtype halves KV per token (seed 001: KV quantization)")
-    return Diagnosis("preemption", "The KV cache ran full and running requests were preempted "
-                     "(recomputed from scratch).", evidence=evidence, next_steps=steps)
+    return Diagnosis(
+        "preemption",
+        "The KV cache ran full and running requests were preempted (recomputed from scratch).",
+        evidence=evidence,
+        next_steps=steps,
+    )
 
 
 def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
@@ -178,33 +226,48 @@ def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
         share = math.nan
     else:
         return None
-    evidence = [f"requests waited {fmt_ms(queue)} on average before being scheduled"
-                + (f", {share:.0%} of the server's mean TTFT ({fmt_ms(sttft)})" if known(share) else "")
-                + (f"; up to {waiting_peak:.0f} waiting (mean {waiting_mean:.1f})" if known(waiting_peak) else "")]
+    evidence = [
+        f"requests waited {fmt_ms(queue)} on average before being scheduled"
+        + (f", {share:.0%} of the server's mean TTFT ({fmt_ms(sttft)})" if known(share) else "")
+        + (f"; up to {waiting_peak:.0f} waiting (mean {waiting_mean:.1f})" if known(waiting_peak) else "")
+    ]
     running = num(m, "server_running_peak")
     mns = effective_max_num_seqs(config, facts)
     kv = num(m, "server_kv_cache_usage_peak")
     steps = []
     if known(running) and mns and running >= mns:
         evidence.append(f"the batch was full: {running:.0f} running = max_num_seqs {mns}")
-        steps.append(f"raise max_num_seqs above {mns} (seed 000 tree: waiting queue backlog -> more max-num-seqs; or max_num_active_seqs "
-                     "on vLLM >= 0.29, which needs no recompile)")
+        steps.append(
+            f"raise max_num_seqs above {mns} (seed 000 tree: waiting queue backlog -> more max-num-seqs; or max_num_active_seqs "
+            "on vLLM >= 0.29, which needs no recompile)"
+        )
     elif known(kv) and kv >= KV_FULL:
         evidence.append(f"admission was held back by the KV cache ({kv:.0%} used), not by max_num_seqs")
         steps.append("raise memory_utilization: V1 admits a request only when its prompt fits in the KV cache")
     else:
         if known(running):
-            evidence.append(f"the batch was not full ({running:.0f} running"
-                            + (f" of max_num_seqs {mns}" if mns else "") + "): the engine itself is saturated")
-        steps.append("the offered load exceeds this server's capacity: scale out (seed 000 tree: consider more capacity) "
-                     "or lower the request rate")
+            evidence.append(
+                f"the batch was not full ({running:.0f} running"
+                + (f" of max_num_seqs {mns}" if mns else "")
+                + "): the engine itself is saturated"
+            )
+        steps.append(
+            "the offered load exceeds this server's capacity: scale out (seed 000 tree: consider more capacity) "
+            "or lower the request rate"
+        )
         steps.append("raise max_num_batched_tokens for throughput (seed 002: low throughput)")
     if config.get("scheduler_delay_factor"):
-        steps.append("scheduler_delay_factor does nothing on V1 "
-                     f"({facts.removed('scheduler_delay_factor', product=False)}; new requests are admitted "
-                     "every step); the seeds' 'lower the delay factor' is already the V1 behaviour")
-    return Diagnosis("queueing", "Requests spent most of their time to first token waiting in the "
-                     "server's queue.", evidence=evidence, next_steps=steps)
+        steps.append(
+            "scheduler_delay_factor does nothing on V1 "
+            f"({facts.removed('scheduler_delay_factor', product=False)}; new requests are admitted "
+            "every step); the seeds' 'lower the delay factor' is already the V1 behaviour"
+        )
+    return Diagnosis(
+        "queueing",
+        "Requests spent most of their time to first token waiting in the server's queue.",
+        evidence=evidence,
+        next_steps=steps,
+    )
 
 
 def _ttft_high(m, violated, unloaded, key="ttft_p95_ms") -> tuple[bool, str]:
@@ -232,10 +295,17 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
     if known(queue) and known(sttft):
         evidence.append(f"little of it was queueing: {fmt_ms(queue)} of a {fmt_ms(sttft)} server TTFT")
     if workload is not None and len(workload.classes) > 1:
-        per = sorted(((c.longest_prompt_tokens(workload.endpoint), c.name,
-                       num(m, class_key("ttft_p95_ms", c.name))) for c in workload.classes), reverse=True)
-        evidence.append("TTFT p95 by class (longest prompt first): " + ", ".join(
-            f"{name} {fmt_ms(t)} (prompts <= {n} tokens)" for n, name, t in per if known(t)))
+        per = sorted(
+            (
+                (c.longest_prompt_tokens(workload.endpoint), c.name, num(m, class_key("ttft_p95_ms", c.name)))
+                for c in workload.classes
+            ),
+            reverse=True,
+        )
+        evidence.append(
+            "TTFT p95 by class (longest prompt first): "
+            + ", ".join(f"{name} {fmt_ms(t)} (prompts <= {n} tokens)" for n, name, t in per if known(t))
+        )
     chunked = config.get("enable_chunked_prefill", True) is not False
     mnbt = config.get("max_num_batched_tokens")
     steps = []
@@ -244,21 +314,32 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
     if workload is not None:
         longest = longest_prompt_tokens(workload)
         if mnbt and chunked and longest > mnbt:
-            steps.append(f"raise max_num_batched_tokens (now {mnbt}): the longest prompt ({longest} tokens) "
-                         f"needs {math.ceil(longest / mnbt)} steps to prefill")
+            steps.append(
+                f"raise max_num_batched_tokens (now {mnbt}): the longest prompt ({longest} tokens) "
+                f"needs {math.ceil(longest / mnbt)} steps to prefill"
+            )
     lpt = config.get("long_prefill_token_threshold") or 0
     if lpt > 0:
-        steps.append(f"lower long_prefill_token_threshold (now {lpt}) so long prompts take less of each "
-                     "step and short requests get their first token sooner")
+        steps.append(
+            f"lower long_prefill_token_threshold (now {lpt}) so long prompts take less of each "
+            "step and short requests get their first token sooner"
+        )
     else:
-        steps.append("set long_prefill_token_threshold (e.g. 256-1024) so a long prompt cannot take a "
-                     "whole step and short requests get their first token sooner")
+        steps.append(
+            "set long_prefill_token_threshold (e.g. 256-1024) so a long prompt cannot take a "
+            "whole step and short requests get their first token sooner"
+        )
     if has_shared_prefix(workload) and config.get("enable_prefix_caching") is False:
         steps.append("enable_prefix_caching: the workload shares prompt prefixes (seed 001: free performance)")
-    steps.append("the seeds' first answer, lower scheduler_delay_factor, has no V1 knob: V1 already "
-                 "admits prefills every step")
-    return Diagnosis("prefill_bound", "Time to first token is high and it is spent computing prompts, "
-                     "not waiting for a slot.", evidence=evidence, next_steps=steps)
+    steps.append(
+        "the seeds' first answer, lower scheduler_delay_factor, has no V1 knob: V1 already admits prefills every step"
+    )
+    return Diagnosis(
+        "prefill_bound",
+        "Time to first token is high and it is spent computing prompts, not waiting for a slot.",
+        evidence=evidence,
+        next_steps=steps,
+    )
 
 
 def _decode_bound(m, config, violated, unloaded, facts: ServingFacts) -> Diagnosis | None:
@@ -279,20 +360,31 @@ def _decode_bound(m, config, violated, unloaded, facts: ServingFacts) -> Diagnos
     itl50, itl99 = num(m, "itl_median_ms"), num(m, "itl_p99_ms")
     stalled = known(itl50) and known(itl99) and itl50 > 0 and itl99 >= ITL_STALL_RATIO * itl50
     if stalled:
-        evidence.append(f"inter-token gaps p99 {fmt_ms(itl99)} vs median {fmt_ms(itl50)}: decode steps "
-                        "stall behind prefill chunks")
+        evidence.append(
+            f"inter-token gaps p99 {fmt_ms(itl99)} vs median {fmt_ms(itl50)}: decode steps stall behind prefill chunks"
+        )
     mns = effective_max_num_seqs(config, facts)
-    steps = [f"lower max_num_seqs{f' (now {mns})' if mns else ''} or max_num_active_seqs: fewer "
-             "sequences per step, each step faster (seed 002: high latency -> smaller max-num-seqs)"]
+    steps = [
+        f"lower max_num_seqs{f' (now {mns})' if mns else ''} or max_num_active_seqs: fewer "
+        "sequences per step, each step faster (seed 002: high latency -> smaller max-num-seqs)"
+    ]
     if stalled:
-        steps.append("lower max_num_batched_tokens or set long_prefill_token_threshold, so prefill "
-                     "chunks take less of each decode step")
+        steps.append(
+            "lower max_num_batched_tokens or set long_prefill_token_threshold, so prefill "
+            "chunks take less of each decode step"
+        )
     ref = unloaded.get("tpot_median_ms")
     if ref:
-        steps.append(f"if even the idle TPOT ({fmt_ms(ref)}) is too slow, it is the model or its precision, "
-                     "not scheduling (seed 000 tree: a model/quantization problem, not scheduling)")
-    return Diagnosis("decode_bound", "Generating each token is slow: decode steps carry too many "
-                     "sequences or too much prefill.", evidence=evidence, next_steps=steps)
+        steps.append(
+            f"if even the idle TPOT ({fmt_ms(ref)}) is too slow, it is the model or its precision, "
+            "not scheduling (seed 000 tree: a model/quantization problem, not scheduling)"
+        )
+    return Diagnosis(
+        "decode_bound",
+        "Generating each token is slow: decode steps carry too many sequences or too much prefill.",
+        evidence=evidence,
+        next_steps=steps,
+    )
 
 
 def _healthy(m, config, facts: ServingFacts, violated) -> Diagnosis:
@@ -309,15 +401,15 @@ def _healthy(m, config, facts: ServingFacts, violated) -> Diagnosis:
     running, kv = num(m, "server_running_peak"), num(m, "server_kv_cache_usage_peak")
     mns = effective_max_num_seqs(config, facts)
     if known(running) and mns and running < BATCH_HALF * mns:
-        steps.append(f"the batch never got half full ({running:.0f} of {mns}): this config has headroom "
-                     "for more load; max_num_seqs is not what limits it")
+        steps.append(
+            f"the batch never got half full ({running:.0f} of {mns}): this config has headroom "
+            "for more load; max_num_seqs is not what limits it"
+        )
     if known(kv) and kv < BATCH_HALF:
-        steps.append(f"the KV cache peaked at {kv:.0%}: memory_utilization could be lower without cost "
-                     "at this load")
+        steps.append(f"the KV cache peaked at {kv:.0%}: memory_utilization could be lower without cost at this load")
     if violated:
         steps.append("an SLO is violated without a dominant server symptom: compare per-class metrics")
-    headline = ("No bottleneck crossed its threshold." if not violated else
-                "No single bottleneck crossed its threshold.")
+    headline = "No bottleneck crossed its threshold." if not violated else "No single bottleneck crossed its threshold."
     return Diagnosis("healthy", headline, evidence=evidence, next_steps=steps)
 
 
@@ -325,14 +417,17 @@ def _side_notes(m, config, workload) -> list[str]:
     notes = []
     if has_shared_prefix(workload):
         if config.get("enable_prefix_caching") is False:
-            notes.append("prefix caching is off although the workload shares prompt prefixes "
-                         "(seed 001: free performance)")
+            notes.append(
+                "prefix caching is off although the workload shares prompt prefixes (seed 001: free performance)"
+            )
         else:
             hit = num(m, "server_prefix_cache_hit_rate")
             if known(hit):
                 notes.append(f"prefix cache hit rate {hit:.0%} of prompt tokens")
     lag = num(m, "schedule_lag_p99_ms")
     if num(m, "client_behind") >= 1 and not (known(lag) and lag > CLIENT_LAG_SHARE_OF_TTFT * num(m, "ttft_median_ms")):
-        notes.append(f"the load generator flagged schedule lag (p99 {fmt_ms(lag)}), small next to the "
-                     "latencies measured: the results stand")
+        notes.append(
+            f"the load generator flagged schedule lag (p99 {fmt_ms(lag)}), small next to the "
+            "latencies measured: the results stand"
+        )
     return notes

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen import WorkloadSpec
 from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
 from objectives.diagnosis.results import Diagnosis
 from objectives.diagnosis.tree import diagnose
 from objectives.failure import Failure
-from loadgen import WorkloadSpec
 
 
-def diagnose_trial(metrics: dict[str, Any], config: dict[str, Any], workload: WorkloadSpec | None,
-                   failure: Failure | None = None, *, constraints: dict[str, float] | None = None,
-                   unloaded: dict[str, float] | None = None, facts: ServingFacts = ServingFacts()) -> Diagnosis:
+def diagnose_trial(
+    metrics: dict[str, Any],
+    config: dict[str, Any],
+    workload: WorkloadSpec | None,
+    failure: Failure | None = None,
+    *,
+    constraints: dict[str, float] | None = None,
+    unloaded: dict[str, float] | None = None,
+    facts: ServingFacts = ServingFacts(),
+) -> Diagnosis:
     """Diagnosis and anti-patterns of one trial (stored as `as_dict()` in `autotune_trials.diagnosis`).
 
     `facts`: which parameters the installed vLLM takes, CPU or GPU, the KV budget, vLLM's defaults
@@ -22,6 +29,7 @@ def diagnose_trial(metrics: dict[str, Any], config: dict[str, Any], workload: Wo
     V1 vLLM and skip hardware-specific ones.
     """
     d = diagnose(metrics, config, workload, constraints=constraints, failure=failure, unloaded=unloaded, facts=facts)
-    d.findings = antipatterns(config, workload, facts=facts,
-                              metrics=metrics if d.bottleneck != "startup_failure" else None)
+    d.findings = antipatterns(
+        config, workload, facts=facts, metrics=metrics if d.bottleneck != "startup_failure" else None
+    )
     return d

@@ -10,5 +10,18 @@ from search.executor.calibration_run import CalibrationFailed, calibrate
 from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialOutcome, TrialPlan, plan
 from search.executor.vllm import MAX_STARTS, STAGED_SERVER_ENV, VllmExecutor, load_failure, measured_before
 
-__all__ = ["MAX_STARTS", "STAGED_SERVER_ENV", "CalibrationFailed", "Measurement", "PhaseCallback", "TrialExecutor",
-           "TrialOutcome", "TrialPlan", "VllmExecutor", "calibrate", "load_failure", "measured_before", "plan"]
+__all__ = [
+    "MAX_STARTS",
+    "STAGED_SERVER_ENV",
+    "CalibrationFailed",
+    "Measurement",
+    "PhaseCallback",
+    "TrialExecutor",
+    "TrialOutcome",
+    "TrialPlan",
+    "VllmExecutor",
+    "calibrate",
+    "load_failure",
+    "measured_before",
+    "plan",
+]

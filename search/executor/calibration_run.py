@@ -12,8 +12,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadgen import (LATENCY_FAMILIES, MetricName, ProgressWatch, WorkloadSpec, class_key, run_async,
-                             run_load, stall_bound_s, timed_tpot_median_ms)
+from loadgen import (
+    LATENCY_FAMILIES,
+    MetricName,
+    ProgressWatch,
+    WorkloadSpec,
+    class_key,
+    run_async,
+    run_load,
+    stall_bound_s,
+    timed_tpot_median_ms,
+)
 from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
 from search.calibration import MIN_TIMED_SHARE, CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
@@ -25,14 +34,26 @@ class CalibrationFailed(RuntimeError):
     """The calibration server failed, or the load generator did, before a reference was measured."""
 
 
-def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_dir: Path,
-              on_phase=lambda _: None, *, launcher=None) -> CalibrationResult:
+def calibrate(
+    scenario: Scenario,
+    ctx: LaunchContext,
+    baseline: ServerArgs,
+    run_dir: Path,
+    on_phase=lambda _: None,
+    *,
+    launcher=None,
+) -> CalibrationResult:
     """Measure the reference on a server of `baseline`'s flags, watched as a trial's is: its
     death, or the load generator's error, raises CalibrationFailed naming the cause. `launcher`:
     as the executor's `launch` (None: `launch`; a benchmark's servers started side by side)."""
     on_phase("starting the vLLM-defaults server")
-    server = (launcher or launch)(ctx, baseline, run_dir / "calibration" / "server.log",
-                    startup_timeout_s=scenario.server.startup_timeout_s, env=RESET_ENDPOINT_ENV)
+    server = (launcher or launch)(
+        ctx,
+        baseline,
+        run_dir / "calibration" / "server.log",
+        startup_timeout_s=scenario.server.startup_timeout_s,
+        env=RESET_ENDPOINT_ENV,
+    )
     try:
         with server:
             try:
@@ -45,8 +66,10 @@ def calibrate(scenario: Scenario, ctx: LaunchContext, baseline: ServerArgs, run_
                     raise ServerFailed(died) from e
                 raise CalibrationFailed(f"the load generator failed: {type(e).__name__}: {e}") from e
     except ServerFailed as e:
-        raise CalibrationFailed(f"the vLLM-defaults server failed: {e.failure.summary()} "
-                                f"(log: {e.failure.log_path or server.spec.log_path})") from e
+        raise CalibrationFailed(
+            f"the vLLM-defaults server failed: {e.failure.summary()} "
+            f"(log: {e.failure.log_path or server.spec.log_path})"
+        ) from e
 
 
 def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> CalibrationResult:
@@ -70,20 +93,36 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
         # rose from 1.73 to 4.24 req/s).
         reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
-        unloaded, timed = _unloaded(server.base_url, model, ctx, wl, cal, warmup=i == 0, watched=watched,
-                             on_phase=lambda text: on_phase(text + tag))
+        unloaded, timed = _unloaded(
+            server.base_url,
+            model,
+            ctx,
+            wl,
+            cal,
+            warmup=i == 0,
+            watched=watched,
+            on_phase=lambda text: on_phase(text + tag),
+        )
         on_phase(f"saturation throughput{tag}")
         spec = saturation_workload(wl, cal)
-        saturation = watched(lambda watch: run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path,
-                                                    watch=watch)).flat_metrics()
+        saturation = watched(
+            lambda watch: run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path, watch=watch)
+        ).flat_metrics()
         saturations.append(saturation)
-        rounds.append({"capacity_rps": saturation["request_throughput"], "unloaded": unloaded,
-                       "decode_timed_share": timed, "prefix_cache_reset": reset})
+        rounds.append(
+            {
+                "capacity_rps": saturation["request_throughput"],
+                "unloaded": unloaded,
+                "decode_timed_share": timed,
+                "prefix_cache_reset": reset,
+            }
+        )
     return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
 
 
-def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool,
-              watched, on_phase) -> tuple[dict[str, float | None], dict[str, float]]:
+def _unloaded(
+    url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool, watched, on_phase
+) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each request class alone, one request at a time: its latency medians (and the overall
     medians, weighted by class share), and the share of each class's streams whose decode the
     client could time.
@@ -96,8 +135,13 @@ def _unloaded(url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: C
     timed_share: dict[str, float] = {}
     for i, cls in enumerate(wl.classes):
         on_phase(f"unloaded latency, class {cls.name}")
-        spec = closed_workload(wl, 1, cal.unloaded_requests, classes=[cls.model_copy(update={"weight": 1.0})],
-                               warmup=2 if warmup and i == 0 else 0)
+        spec = closed_workload(
+            wl,
+            1,
+            cal.unloaded_requests,
+            classes=[cls.model_copy(update={"weight": 1.0})],
+            warmup=2 if warmup and i == 0 else 0,
+        )
         result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
         flat = result.flat_metrics()
         tpot, timed_share[cls.name] = timed_tpot_median_ms(result.records)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
-from objectives.scoring import SLOSpec
 from objectives.capacity import Front
+from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
 from search.scenario import Screening
 from serving import Failure, LaunchContext, ServerArgs, check_combination, resolve_server_args
@@ -63,13 +64,17 @@ class Measurement:
     def stall_bound_s(self) -> float:
         return stall_bound_s(self.slowest_unloaded_ttft_ms)
 
-    def screened(self, screening: Screening | None) -> "Measurement":
+    def screened(self, screening: Screening | None) -> Measurement:
         """The cheaper measurement of the search phase (`screening:`); confirmation runs self."""
         if screening is None:
             return replace(self, screen=True)
-        workload = self.workload.model_copy(update={
-            k: v for k, v in (("duration_s", screening.duration_s), ("num_requests", screening.num_requests))
-            if v is not None})
+        workload = self.workload.model_copy(
+            update={
+                k: v
+                for k, v in (("duration_s", screening.duration_s), ("num_requests", screening.num_requests))
+                if v is not None
+            }
+        )
         capacity = self.capacity
         if capacity is not None and screening.max_stages is not None:
             capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
@@ -80,8 +85,9 @@ class Measurement:
         capacity stage (None for a workload sized in requests)."""
         if self.workload.duration_s is None:
             return None
-        return self.workload.duration_s + (self.capacity.max_stages * self.capacity.longest_stage_s
-                                           if self.capacity else 0.0)
+        return self.workload.duration_s + (
+            self.capacity.max_stages * self.capacity.longest_stage_s if self.capacity else 0.0
+        )
 
 
 @dataclass
@@ -92,7 +98,7 @@ class TrialOutcome:
     server_diagnostics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     log_path: Path | None = None
-    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc).replace(tzinfo=None))
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
     command: str = ""
     stages: list[dict[str, Any]] = field(default_factory=list)  # StageRecord fields, in order
     capacity: dict[str, Any] | None = None  # the capacity estimate, when a search ran
@@ -110,8 +116,15 @@ class TrialExecutor(Protocol):
         ...
 
 
-def plan(number: int, baseline: str | None, params: dict[str, Any], config: dict[str, Any],
-         ctx: LaunchContext, longest_request: int, where: str) -> TrialPlan:
+def plan(
+    number: int,
+    baseline: str | None,
+    params: dict[str, Any],
+    config: dict[str, Any],
+    ctx: LaunchContext,
+    longest_request: int,
+    where: str,
+) -> TrialPlan:
     server_args = resolve_server_args(config, ctx, where=where)
     problems = check_combination(server_args.values, ctx, longest_request=longest_request)
     return TrialPlan(number, baseline, params, config, server_args, problems)

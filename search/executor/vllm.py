@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from loadgen import (LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe,
-                             run_async, run_load)
+from loadgen import LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe, run_async, run_load
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
-from serving import (DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, LaunchContext,
-                            kv_cache_check_at_start)
-from serving.process import (FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside,
-                                    while_serving)
+from serving import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    Failure,
+    FailureClass,
+    FailurePhase,
+    LaunchContext,
+    kv_cache_check_at_start,
+)
+from serving.process import FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
 from storage.tables import TrialStatus
-
 
 # How long a load error waits for the server to exit before it is taken for the load generator's
 # own. Measured on vLLM 0.26 on an H100: with its EngineCore SIGKILLed, the API server answered the
@@ -51,8 +54,9 @@ def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dic
         return {}
     start = min(r.send_time for r in done)
     end = max(r.end_time for r in done)
-    return compute_metrics(done, end - start, class_names=workload.class_names,
-                           failed_latency_s=workload.request_timeout_s).flat()
+    return compute_metrics(
+        done, end - start, class_names=workload.class_names, failed_latency_s=workload.request_timeout_s
+    ).flat()
 
 
 # How a trial gets its server (not yet started): `serving.process.launch`'s signature.
@@ -78,25 +82,61 @@ class VllmExecutor:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     launch: Launch | None = None  # None: `launch`; a benchmark's own where it starts servers ahead, side by side
 
-    def _measure(self, server: VllmServer, outcome: TrialOutcome, on_phase: PhaseCallback,
-                 plan: TrialPlan, watch: FirstTokenWatch | None = None) -> None:
+    def _measure(
+        self,
+        server: VllmServer,
+        outcome: TrialOutcome,
+        on_phase: PhaseCallback,
+        plan: TrialPlan,
+        watch: FirstTokenWatch | None = None,
+    ) -> None:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
         watch = watch or FirstTokenWatch(m.stall_bound_s)
         try:
             if m.capacity is None:
                 on_phase("load")
-                result = run_async(while_serving(server, run_load(
-                    server.base_url, str(model), m.workload, tokenizer_path=model, goodput=m.goodput,
-                    watch=watch), "load", watch))
+                result = run_async(
+                    while_serving(
+                        server,
+                        run_load(
+                            server.base_url,
+                            str(model),
+                            m.workload,
+                            tokenizer_path=model,
+                            goodput=m.goodput,
+                            watch=watch,
+                        ),
+                        "load",
+                        watch,
+                    )
+                )
                 outcome.timings["load_s"] = time.monotonic() - t0
                 outcome.metrics = result.flat_metrics()
                 outcome.server_diagnostics = result.server_diagnostics()
                 return
-            staged = run_async(while_serving(server, run_stages(
-                server.base_url, str(model), m.workload, m.slos, m.capacity, tokenizer_path=model,
-                goodput=m.goodput, on_stage=on_phase, watch=watch, capacity_hint=plan.capacity_hint,
-                screen=m.screen, front=plan.front, full_target=m.full_target), "load", watch))
+            staged = run_async(
+                while_serving(
+                    server,
+                    run_stages(
+                        server.base_url,
+                        str(model),
+                        m.workload,
+                        m.slos,
+                        m.capacity,
+                        tokenizer_path=model,
+                        goodput=m.goodput,
+                        on_stage=on_phase,
+                        watch=watch,
+                        capacity_hint=plan.capacity_hint,
+                        screen=m.screen,
+                        front=plan.front,
+                        full_target=m.full_target,
+                    ),
+                    "load",
+                    watch,
+                )
+            )
         except ServerFailed:
             outcome.timings["load_s"] = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)
@@ -117,12 +157,23 @@ class VllmExecutor:
             outcome = self._run_once(plan, log_path, on_phase)
             started_at = started_at or outcome.started_at
             failure = outcome.failure
-            if failure is None or failure.phase == FailurePhase.PRECHECK or not failure.cls.transient or start == MAX_STARTS:
+            if (
+                failure is None
+                or failure.phase == FailurePhase.PRECHECK
+                or not failure.cls.transient
+                or start == MAX_STARTS
+            ):
                 break
             kept = set_aside(log_path)
-            retried.append({"cls": failure.cls.value, "phase": failure.phase, "line": failure.line,
-                            "seconds": round(outcome.timings.get("total_s", 0.0), 1),
-                            "log_path": str(kept) if kept else None})
+            retried.append(
+                {
+                    "cls": failure.cls.value,
+                    "phase": failure.phase,
+                    "line": failure.line,
+                    "seconds": round(outcome.timings.get("total_s", 0.0), 1),
+                    "log_path": str(kept) if kept else None,
+                }
+            )
         outcome.retried, outcome.started_at = retried, started_at
         if retried:
             outcome.timings["total_s"] = time.monotonic() - t0
@@ -130,14 +181,19 @@ class VllmExecutor:
 
     def _run_once(self, plan: TrialPlan, log_path: Path, on_phase: PhaseCallback) -> TrialOutcome:
         ctx = self.ctx
-        outcome = TrialOutcome(status=TrialStatus.FAILED, log_path=log_path,
-                               command=command_line(ctx, plan.server_args))
+        outcome = TrialOutcome(
+            status=TrialStatus.FAILED, log_path=log_path, command=command_line(ctx, plan.server_args)
+        )
         if plan.problems:
-            outcome.failure = Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase=FailurePhase.PRECHECK)
+            outcome.failure = Failure(
+                FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase=FailurePhase.PRECHECK
+            )
             return outcome
         on_phase("starting")
         env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
-        server = (self.launch or launch)(ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env)
+        server = (self.launch or launch)(
+            ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env
+        )
         t0, kv_check = time.monotonic(), {}
         watch, healthy_at = FirstTokenWatch(self.measurement.stall_bound_s), None  # the first token served
         try:
@@ -161,7 +217,8 @@ class VllmExecutor:
                 if report.start_anatomy is not None:
                     first = watch.first_token_at()
                     outcome.timings["start_anatomy"] = report.start_anatomy.with_first_token(
-                        first - healthy_at if first is not None and healthy_at is not None else None).as_dict()
+                        first - healthy_at if first is not None and healthy_at is not None else None
+                    ).as_dict()
             outcome.timings["total_s"] = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)
         return outcome

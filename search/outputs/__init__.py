@@ -19,5 +19,18 @@ from search.outputs.read_model import LoadedStudy, load_study
 from search.outputs.report import REPORT_NAME, write_report
 from search.outputs.summary import confirmation_table, finish, summary_table, verdict_lines
 
-__all__ = ["REPORT_NAME", "DashboardPublisher", "LoadedStudy", "StudyProgress", "confirmation_table", "export_study",
-           "finish", "fmt_value", "load_study", "publish_and_serve", "summary_table", "verdict_lines", "write_report"]
+__all__ = [
+    "REPORT_NAME",
+    "DashboardPublisher",
+    "LoadedStudy",
+    "StudyProgress",
+    "confirmation_table",
+    "export_study",
+    "finish",
+    "fmt_value",
+    "load_study",
+    "publish_and_serve",
+    "summary_table",
+    "verdict_lines",
+    "write_report",
+]

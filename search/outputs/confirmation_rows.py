@@ -50,14 +50,29 @@ def confirmation_rows(ls: LoadedStudy) -> ConfirmationRows | None:
         for b in v.baselines:
             cmp = None if c.baseline else v.comparison(c.trial_number, b.trial_number)
             calls.append(None if cmp is None else dict(cmp.calls))
-        rows.append(CandidateRow(
-            trial_number=c.trial_number, label=c.label, baseline=bool(c.baseline), deployed=c.trial_number == deployed,
-            runs_ok=f"{c.rounds - len(c.failures)}/{runs}",
-            medians=[(_median_text(c, n), c.metrics[n].value) for n in names],
-            feasible=c.feasible, slo=verdict_text.slo_margin(c), calls=calls))
-    return ConfirmationRows(runs=runs, runs_done=v.runs_done, runs_planned=v.runs_planned, objectives=list(names),
-                            directions=ls.scenario.directions,
-                            baselines=[b.baseline for b in v.baselines], rows=rows, deployed=deployed)
+        rows.append(
+            CandidateRow(
+                trial_number=c.trial_number,
+                label=c.label,
+                baseline=bool(c.baseline),
+                deployed=c.trial_number == deployed,
+                runs_ok=f"{c.rounds - len(c.failures)}/{runs}",
+                medians=[(_median_text(c, n), c.metrics[n].value) for n in names],
+                feasible=c.feasible,
+                slo=verdict_text.slo_margin(c),
+                calls=calls,
+            )
+        )
+    return ConfirmationRows(
+        runs=runs,
+        runs_done=v.runs_done,
+        runs_planned=v.runs_planned,
+        objectives=list(names),
+        directions=ls.scenario.directions,
+        baselines=[b.baseline for b in v.baselines],
+        rows=rows,
+        deployed=deployed,
+    )
 
 
 def _median_text(c, name: str) -> str:

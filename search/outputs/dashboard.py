@@ -34,16 +34,24 @@ from sqlalchemy.orm import Session
 
 from loadgen import MetricName, json_safe
 from objectives.diagnosis import Diagnosis, summarize
-from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.outputs import figures, verdict_text
 from search.outputs.format import fmt_value
-from search.proposals import origin
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
 from search.outputs.recommendation import verdict
 from search.outputs.report import searched_params
-from search.outputs.trial_views import (FAILED, FEASIBLE, INFEASIBLE, STAGE_COLUMNS, TrialView, stage_rows,
-                                        stages_summary, view_of)
+from search.outputs.trial_views import (
+    FAILED,
+    FEASIBLE,
+    INFEASIBLE,
+    STAGE_COLUMNS,
+    TrialView,
+    stage_rows,
+    stages_summary,
+    view_of,
+)
+from search.proposals import origin
 from search.scenario import Scenario
+from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from storage import queries
 from storage.tables import TrialRecord
 from storage.url import redacted
@@ -62,15 +70,21 @@ def trial_user_attrs(diagnosis: dict[str, Any] | None) -> dict[str, Any]:
     """User attributes for the dashboard's trial table (filterable, sortable); set before `tell`."""
     if not diagnosis:
         return {}
-    return {"bottleneck": diagnosis["bottleneck"], "diagnosis": diagnosis["headline"],
-            "next_step": (diagnosis.get("next_steps") or [""])[0],
-            "antipatterns": [f["code"] for f in diagnosis.get("findings", [])]}
+    return {
+        "bottleneck": diagnosis["bottleneck"],
+        "diagnosis": diagnosis["headline"],
+        "next_step": (diagnosis.get("next_steps") or [""])[0],
+        "antipatterns": [f["code"] for f in diagnosis.get("findings", [])],
+    }
 
 
 def trial_note(v: TrialView, scenario: Scenario) -> str:
     """Markdown for the trial's note: what a serving engineer asks of one trial."""
-    mark = {FEASIBLE: "FEASIBLE (meets every SLO)", INFEASIBLE: "INFEASIBLE (violates an SLO)",
-            FAILED: "FAILED (never served)"}[v.category]
+    mark = {
+        FEASIBLE: "FEASIBLE (meets every SLO)",
+        INFEASIBLE: "INFEASIBLE (violates an SLO)",
+        FAILED: "FAILED (never served)",
+    }[v.category]
     lines = [f"## {v.label}: {mark}", ""]
     if v.chosen:
         lines += ["**Chosen configuration** of the study.", ""]
@@ -81,8 +95,10 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
         lines += [f"| {n} | {fmt_value(x)} |" for n, x in zip(scenario.objective_names, v.values)]
         lines.append("")
     if v.violated:
-        lines.append("**Violated SLOs** (by how much of the bound): "
-                     + ", ".join(f"`{k}` +{x:.0%}" for k, x in v.violated.items()))
+        lines.append(
+            "**Violated SLOs** (by how much of the bound): "
+            + ", ".join(f"`{k}` +{x:.0%}" for k, x in v.violated.items())
+        )
         lines.append("")
     if v.failure:
         lines += [f"**Failure**: `{v.failure[:400]}`", ""]
@@ -112,26 +128,36 @@ def stages_markdown(v: TrialView) -> list[str]:
     lines = [f"**Capacity under the SLO**: {v.capacity['summary']}", ""] if v.capacity else []
     if not v.stages:
         return lines
-    lines += [f"### Load stages ({stages_summary(v.stages)})", "",
-              "| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
+    lines += [
+        f"### Load stages ({stages_summary(v.stages)})",
+        "",
+        "| " + " | ".join(STAGE_COLUMNS) + " |",
+        "|" + "---|" * len(STAGE_COLUMNS),
+    ]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in stage_rows(v.stages)]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def study_note(ls: LoadedStudy, views: list[TrialView], report_path: str | None) -> str:
-    chosen, lines = verdict(ls, views)
+    _chosen, lines = verdict(ls, views)
     front = [v for v in views if v.on_front]
     counts = summarize(v.diagnosis.as_dict() for v in views)
     out = [f"# {ls.record.study_name}: {ls.scenario.title}", ""]
     out += [f"  - {x.strip()}" if x.startswith(" ") else f"- {x}" for x in lines]  # indented: one objective
     out += ["", *confirmation_markdown(ls)]
     out += ["", "## Feasible Pareto front (SLOs honoured)", ""]
-    out.append(", ".join(f"trial {v.number}" + (f" ({v.baseline})" if v.baseline else "") for v in front)
-               or "none: no trial met every SLO")
-    out += ["", "**Caveat**: optuna-dashboard 0.21 computes its own *Best Trials* and highlights its "
-            "Pareto front without constraints, so it may list infeasible trials there. Trust the "
-            "figure *Pareto front (feasible, SLOs honoured)* on the study page, the `feasible` "
-            "user attribute, and this list.", ""]
+    out.append(
+        ", ".join(f"trial {v.number}" + (f" ({v.baseline})" if v.baseline else "") for v in front)
+        or "none: no trial met every SLO"
+    )
+    out += [
+        "",
+        "**Caveat**: optuna-dashboard 0.21 computes its own *Best Trials* and highlights its "
+        "Pareto front without constraints, so it may list infeasible trials there. Trust the "
+        "figure *Pareto front (feasible, SLOs honoured)* on the study page, the `feasible` "
+        "user attribute, and this list.",
+        "",
+    ]
     out += ["## What limited the trials", ""]
     out += [f"- {k}: {n}" for k, n in counts.items()]
     if report_path:
@@ -150,7 +176,7 @@ def confirmation_markdown(ls: LoadedStudy) -> list[str]:
         nested = "  - "  # a comparison block's lines, under its title
         lines += [f"- **{text.headline}**"] + [x if x.startswith(nested) else f"- {x}" for x in text.lines(nested)[1:]]
     lines += [f"- {x}" for x in verdict_text.calibration_lines(ls.scenario, ls.calibration())]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _note_body(study_or_trial) -> str:
@@ -158,7 +184,7 @@ def _note_body(study_or_trial) -> str:
 
     try:
         return get_note(study_or_trial)
-    except Exception:  # noqa: BLE001 - no note yet
+    except Exception:
         return ""
 
 
@@ -171,13 +197,15 @@ def _save_note_if_changed(study_or_trial, body: str) -> bool:
     return True
 
 
-def publish_trial(trial: optuna.Trial, row: TrialRecord, scenario: Scenario,
-                  on_front: bool = False, chosen: bool = False) -> None:
+def publish_trial(
+    trial: optuna.Trial, row: TrialRecord, scenario: Scenario, on_front: bool = False, chosen: bool = False
+) -> None:
     """The trial's note, right after it is told (needs `row.diagnosis`)."""
     if not row.diagnosis:
         return
-    _save_note_if_changed(trial, trial_note(view_of(row, Diagnosis.from_dict(row.diagnosis),
-                                                    on_front, chosen), scenario))
+    _save_note_if_changed(
+        trial, trial_note(view_of(row, Diagnosis.from_dict(row.diagnosis), on_front, chosen), scenario)
+    )
 
 
 class DashboardPublisher(StudyObserver):
@@ -202,21 +230,24 @@ class DashboardPublisher(StudyObserver):
             event.trial.set_user_attr(key, json_safe(value))
 
     def trial_recorded(self, event: TrialRecorded) -> None:
-        view = view_of(event.row, self.scored.diagnosis, on_front=False, chosen=False,
-                       origin=origin(self.scored.trial.user_attrs))
+        view = view_of(
+            event.row, self.scored.diagnosis, on_front=False, chosen=False, origin=origin(self.scored.trial.user_attrs)
+        )
         _save_note_if_changed(self.scored.trial, trial_note(view, self.scenario))
 
     @staticmethod
     def study_attrs(event: StudyStarted) -> dict[str, Any]:
-        return {"scenario": event.scenario.name, "vllm": event.vllm, "hardware": event.hardware,
-                "notes": event.notes}
+        return {"scenario": event.scenario.name, "vllm": event.vllm, "hardware": event.hardware, "notes": event.notes}
 
     @staticmethod
     def trial_attrs(event: TrialScored) -> dict[str, Any]:
         row = event.row
-        attrs = {"status": row.status, "feasible": row.feasible,
-                 "violated": [k for k, v in row.constraints.items() if v > 0],
-                 "adjustments": [a["detail"] for a in row.adjustments]}
+        attrs = {
+            "status": row.status,
+            "feasible": row.feasible,
+            "violated": [k for k, v in row.constraints.items() if v > 0],
+            "adjustments": [a["detail"] for a in row.adjustments],
+        }
         if event.failure:
             attrs["failure"] = event.failure.summary()
         if row.capacity is not None:
@@ -232,7 +263,9 @@ def build_figures(ls: LoadedStudy, views: list[TrialView], snapshots) -> dict[st
     names, directions = sc.objective_names, sc.directions
     out: dict[str, Any] = {}
     pareto = figures.pareto_figure(views, names, directions)
-    pareto.update_layout(title=(pareto.layout.title.text or "").replace("Pareto front", "Pareto front (feasible, SLOs honoured)", 1))
+    pareto.update_layout(
+        title=(pareto.layout.title.text or "").replace("Pareto front", "Pareto front (feasible, SLOs honoured)", 1)
+    )
     out["feasible-pareto-front"] = pareto
     if len(names) in (2, 3):
         measured = figures.measured_study(ls.study, views)
@@ -263,8 +296,7 @@ def build_figures(ls: LoadedStudy, views: list[TrialView], snapshots) -> dict[st
     out["bottlenecks"] = figures.bottleneck_figure(views)
     out["all-trials"] = figures.trials_table_figure(views, names)
     for fig in out.values():  # the dashboard draws each in a 450 px high, half-width card
-        fig.update_layout(height=DASHBOARD_CARD_HEIGHT, width=None, autosize=True,
-                          margin=dict(l=60, r=20, t=50, b=40))
+        fig.update_layout(height=DASHBOARD_CARD_HEIGHT, width=None, autosize=True, margin=dict(l=60, r=20, t=50, b=40))
     return out
 
 
@@ -292,8 +324,12 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
     """optuna-dashboard in this process (blocks). SQLite: a long busy timeout, as the study writes."""
     from optuna_dashboard import run_server
 
-    storage = optuna.storages.RDBStorage(storage_url, engine_kwargs=queries.engine_kwargs(storage_url),
-                                         skip_compatibility_check=True, skip_table_creation=True)
+    storage = optuna.storages.RDBStorage(
+        storage_url,
+        engine_kwargs=queries.engine_kwargs(storage_url),
+        skip_compatibility_check=True,
+        skip_table_creation=True,
+    )
     print(f"optuna-dashboard on http://{host}:{port} ({redacted(storage_url)}); Ctrl-C stops it", flush=True)
     run_server(storage, host=host, port=port)
 
@@ -311,13 +347,19 @@ def _port_taken(host: str, port: int) -> str | None:
 def publish_and_serve(storage_url: str, study_name: str, port: int = 8080) -> int:
     """`autotune dashboard`: publish the study (if it is there), then serve every study of the DB."""
     if (why := _port_taken("127.0.0.1", port)) is not None:
-        print(f"autotune: error: --port {port}: cannot serve on 127.0.0.1:{port} ({why}); pass a free "
-              f"port with --port (make dashboard PORT=)", file=sys.stderr)
+        print(
+            f"autotune: error: --port {port}: cannot serve on 127.0.0.1:{port} ({why}); pass a free "
+            f"port with --port (make dashboard PORT=)",
+            file=sys.stderr,
+        )
         return 2
     try:
         done = publish(storage_url, study_name)
-        print(f"published study {study_name!r}: {len(done.figures)} figures on the study page, a study "
-              f"note, {done.trial_notes} trial notes written or updated", flush=True)
+        print(
+            f"published study {study_name!r}: {len(done.figures)} figures on the study page, a study "
+            f"note, {done.trial_notes} trial notes written or updated",
+            flush=True,
+        )
     except LookupError as e:
         print(f"note: {e}; serving the database as it is", file=sys.stderr)
     try:

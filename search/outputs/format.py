@@ -112,6 +112,7 @@ def fmt_ratio(diff: Difference) -> str | None:
     r = ratio(diff) if isinstance(diff, Difference) else None
     if r is None:
         return None
+
     def x(v: float) -> str:
         return f"{v:.1f}" if v >= 0.1 else f"{v:.2g}"
 
@@ -124,12 +125,15 @@ def fmt_ratio(diff: Difference) -> str | None:
 CALL_WORDS = {"win": "better beyond the noise", "loss": "worse beyond the noise", "tie": "within the noise"}
 
 
-def comparison_line(metric: str, candidate: Interval, reference_name: str, reference: Interval,
-                    diff: Interval, call: str | None = None) -> str:
+def comparison_line(
+    metric: str, candidate: Interval, reference_name: str, reference: Interval, diff: Interval, call: str | None = None
+) -> str:
     """One objective of a candidate against a reference, confirmed: `ttft_p95_ms@short 412 ms
     [398, 431] vs vllm_defaults 1,310 ms [1,270, 1,365]: -69% [-71, -66], 3+3 runs` (`call`, a
     `objectives.statistics.Call`, adds what the interval says: `; better beyond the noise`)."""
     unit = unit_of(metric)
-    line = (f"{metric} {fmt_interval(candidate, unit=unit)} vs {reference_name} "
-            f"{fmt_interval(reference, unit=unit)}: {fmt_difference(diff, unit)}, {candidate.n}+{reference.n} runs")
+    line = (
+        f"{metric} {fmt_interval(candidate, unit=unit)} vs {reference_name} "
+        f"{fmt_interval(reference, unit=unit)}: {fmt_difference(diff, unit)}, {candidate.n}+{reference.n} runs"
+    )
     return line + (f"; {CALL_WORDS[call]}" if call else "")

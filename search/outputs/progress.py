@@ -15,16 +15,25 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted, ConfirmationStarted,
-                           StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialStarted)
 from search.outputs.format import fmt_value
 from search.outputs.verdict_text import gain_headline, headline
 from search.scenario import Scenario
+from search.study.events import (
+    ConfirmationFinished,
+    ConfirmationRunRecorded,
+    ConfirmationRunStarted,
+    ConfirmationStarted,
+    StudyFinished,
+    StudyObserver,
+    StudyStarted,
+    TrialRecorded,
+    TrialStarted,
+)
 from storage.tables import ConfirmationRun, TrialRecord, TrialStatus
 
 
 def retried_text(retried: list | None) -> str:
-    """"; after 1 retried start (killed, 41 s)": starts lost to a transient failure, if any."""
+    """ "; after 1 retried start (killed, 41 s)": starts lost to a transient failure, if any."""
     if not retried:
         return ""
     lost = ", ".join(f"{r['cls']}, {fmt_value(r['seconds'], digits=2)} s" for r in retried)
@@ -53,8 +62,7 @@ class StudyProgress(StudyObserver):
         self.scenario = event.scenario
         self.objective_names = event.scenario.objective_names
         if self.console.is_terminal:
-            self._live = Live(self._render(), console=self.console, refresh_per_second=2,
-                              get_renderable=self._render)
+            self._live = Live(self._render(), console=self.console, refresh_per_second=2, get_renderable=self._render)
             self._live.start(refresh=True)
         for note in event.notes:
             self.note(f"[yellow]note[/]: {note}")
@@ -121,8 +129,11 @@ class StudyProgress(StudyObserver):
     def trial_recorded(self, event: TrialRecorded) -> None:
         self.done += 1
         self.last = self.trial_summary(event.row)
-        self.best = (f"trial {event.best.number}: {self.objectives_text(event.best.values)}"
-                     if event.best else "no feasible trial yet")
+        self.best = (
+            f"trial {event.best.number}: {self.objectives_text(event.best.values)}"
+            if event.best
+            else "no feasible trial yet"
+        )
         self.console.print(f"{'' if self._live else '  '}{self.trial}: {self.last}")
 
     # -- the confirmation phase ----------------------------------------------------------------
@@ -130,9 +141,11 @@ class StudyProgress(StudyObserver):
     def confirmation_started(self, event: ConfirmationStarted) -> None:
         self.confirming = (0, event.remaining)
         when = f", about {event.estimate_s / 60:.0f} min" if event.estimate_s is not None else ""
-        self.note(f"confirmation: {event.remaining} run{'s' if event.remaining != 1 else ''} to go "
-                  f"({len(event.labels)} candidates x {event.runs} runs on fresh servers, interleaved{when}): "
-                  + escape(", ".join(event.labels)))
+        self.note(
+            f"confirmation: {event.remaining} run{'s' if event.remaining != 1 else ''} to go "
+            f"({len(event.labels)} candidates x {event.runs} runs on fresh servers, interleaved{when}): "
+            + escape(", ".join(event.labels))
+        )
         for note in event.notes:
             self.note(f"[yellow]note[/]: {escape(note)}")
 
@@ -148,8 +161,7 @@ class StudyProgress(StudyObserver):
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
         values = [row.metrics.get(n) for n in self.objective_names]
         violated = [k for k, v in (row.constraints or {}).items() if v is not None and v > 0]
-        text = f"{self.objectives_text(values)}; " + ("feasible" if not violated
-                                                      else "violates " + ", ".join(violated))
+        text = f"{self.objectives_text(values)}; " + ("feasible" if not violated else "violates " + ", ".join(violated))
         if row.capacity:
             text += f"; capacity {row.capacity['summary']}"
         return text

@@ -15,18 +15,18 @@ import optuna
 import yaml
 from sqlalchemy.orm import Session
 
+from loadgen import WorkloadSpec
 from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
 from objectives.failure import Failure
-from loadgen import WorkloadSpec
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
-from search.proposals import origin
 from search.outputs import verdict_text
 from search.outputs.trial_views import TrialView, view_of
+from search.proposals import origin
 from search.scenario import Scenario, unloaded_reference
-from serving import Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
 from search.study.verdict import Outcome, Verdict, stored_verdict
+from serving import Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
@@ -76,8 +76,9 @@ class LoadedStudy:
         if self.verdict is None:
             return None
         served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
-        return verdict_text.describe(self.verdict, self.scenario, served,
-                                     (self.record.confirmation or {}).get("notes", []))
+        return verdict_text.describe(
+            self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", [])
+        )
 
     def calibration(self) -> CalibrationResult | None:
         return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
@@ -112,11 +113,14 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     are read on first use), so the result outlives the session."""
     rec = queries.require_study(session, study_name)
     scenario = Scenario.model_validate(yaml.safe_load(rec.scenario_source))
-    study = optuna.load_study(study_name=study_name, storage=optuna.storages.RDBStorage(
-        storage_url, engine_kwargs=queries.engine_kwargs(storage_url)))
+    study = optuna.load_study(
+        study_name=study_name,
+        storage=optuna.storages.RDBStorage(storage_url, engine_kwargs=queries.engine_kwargs(storage_url)),
+    )
     trials = {r.trial_number: r for r in queries.trial_records(session, rec)}
-    ls = LoadedStudy(rec, scenario, study, trials, stored_verdict(session, rec, scenario),
-                     queries.confirmation_runs(session, rec))
+    ls = LoadedStudy(
+        rec, scenario, study, trials, stored_verdict(session, rec, scenario), queries.confirmation_runs(session, rec)
+    )
     ls.views = trial_views(ls)
     return ls
 
@@ -129,13 +133,16 @@ def facts_for(ls: LoadedStudy) -> ServingFacts:
     try:
         model = read_model_info(rec.model_path)
         dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
-    except Exception:  # noqa: BLE001 - the model may live on another machine: skip those checks
+    except Exception:
         pass
     # Stored with the study; a study begun before it was has it in its trials' flags (kv-cache-memory-bytes).
-    budget = None if hardware.is_gpu else rec.cpu_kv_budget_bytes or recorded_cpu_kv_budget(
-        (r.config or {}, r.flags or {}) for r in ls.trials.values())
-    return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype,
-                         cpu_kv_budget_bytes=budget)
+    budget = (
+        None
+        if hardware.is_gpu
+        else rec.cpu_kv_budget_bytes
+        or recorded_cpu_kv_budget((r.config or {}, r.flags or {}) for r in ls.trials.values())
+    )
+    return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype, cpu_kv_budget_bytes=budget)
 
 
 def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
@@ -170,9 +177,22 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
             diag = Diagnosis.from_dict(row.diagnosis)
         else:
             facts = facts or facts_for(ls)
-            diag = diagnose_trial(row.metrics or {}, row.config or {}, workload,
-                                  Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
-                                  constraints=row.constraints, unloaded=unloaded, facts=facts)
-        views.append(view_of(row, diag, on_front=row.trial_number in front,
-                             chosen=row.trial_number == deployed, origin=origin(attrs.get(row.trial_number, {}))))
+            diag = diagnose_trial(
+                row.metrics or {},
+                row.config or {},
+                workload,
+                Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
+                constraints=row.constraints,
+                unloaded=unloaded,
+                facts=facts,
+            )
+        views.append(
+            view_of(
+                row,
+                diag,
+                on_front=row.trial_number in front,
+                chosen=row.trial_number == deployed,
+                origin=origin(attrs.get(row.trial_number, {})),
+            )
+        )
     return views

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from objectives.statistics import beyond_noise
 from search.outputs import verdict_text
 from search.outputs.confirmation_rows import confirmation_rows
-from search.outputs.format import fmt_value
 from search.outputs.export import export
+from search.outputs.format import fmt_value
 from search.outputs.read_model import LoadedStudy, load_study
 from search.outputs.report import REPORT_NAME, write_report
 from search.outputs.trial_views import FAILED, TrialView, baseline_views
@@ -37,9 +37,9 @@ def within_noise(ls: LoadedStudy, view: TrialView, metric: str, baselines: dict[
         return False
     for base in baselines.values():
         ref = base.metrics.get(metric)
-        if base.category != FAILED and isinstance(ref, (int, float)) and ref and math.isfinite(ref):
-            if not beyond_noise(value / ref - 1.0, cv):
-                return True
+        usable = base.category != FAILED and isinstance(ref, (int, float)) and ref and math.isfinite(ref)
+        if usable and not beyond_noise(value / ref - 1.0, cv):
+            return True
     return False
 
 
@@ -52,8 +52,10 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     deployment = ls.deployment()
     views = ls.views
     baselines = baseline_views(views)
-    table = Table(title=f"study {ls.record.study_name}: scenario {sc.name}, {ls.record.vllm_version}, "
-                        f"{ls.record.hardware.get('description')}: the search (one run per trial)")
+    table = Table(
+        title=f"study {ls.record.study_name}: scenario {sc.name}, {ls.record.vllm_version}, "
+        f"{ls.record.hardware.get('description')}: the search (one run per trial)"
+    )
     table.add_column("trial", justify="right")
     table.add_column("kind", no_wrap=True)
     for name, direction in zip(sc.objective_names, sc.directions):
@@ -66,8 +68,11 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
             values = ["-"] * len(sc.objective_names)
             slo = f"[red]failed: {v.failure_class}[/]"
         else:
-            values = [fmt_value(v.metrics.get(n), digits=4)
-                      + (f" {WITHIN_NOISE}" if within_noise(ls, v, n, baselines) else "") for n in sc.objective_names]
+            values = [
+                fmt_value(v.metrics.get(n), digits=4)
+                + (f" {WITHIN_NOISE}" if within_noise(ls, v, n, baselines) else "")
+                for n in sc.objective_names
+            ]
             slo = "[green]met[/]" if not v.violated else "[yellow]violated: " + ", ".join(v.violated) + "[/]"
             if v.client_behind:
                 slo += " [red](client behind)[/]"
@@ -76,8 +81,9 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     chosen = "deployed (confirmed)" if deployment.confirmed else "chosen (on single measurements)"
     caption = (f"* {chosen}   " if deployment.trial_number is not None else "") + "p on the feasible Pareto front"
     if ls.record.noise:
-        caption += (f"   {WITHIN_NOISE} within the run-to-run noise of a baseline's value (noise from the "
-                    "confirmation runs)")
+        caption += (
+            f"   {WITHIN_NOISE} within the run-to-run noise of a baseline's value (noise from the confirmation runs)"
+        )
     table.caption = caption
     return table
 
@@ -94,8 +100,10 @@ def confirmation_table(ls: LoadedStudy) -> Table | None:
     t = confirmation_rows(ls)
     if t is None:
         return None
-    table = Table(title=f"confirmation: {t.runs} runs per candidate on fresh servers, interleaved "
-                        f"({t.runs_done} of {t.runs_planned} done); medians [95% interval]")
+    table = Table(
+        title=f"confirmation: {t.runs} runs per candidate on fresh servers, interleaved "
+        f"({t.runs_done} of {t.runs_planned} done); medians [95% interval]"
+    )
     table.add_column("candidate", no_wrap=True)
     table.add_column("runs ok", justify="right")
     for name, direction in zip(t.objectives, t.directions):
@@ -106,10 +114,12 @@ def confirmation_table(ls: LoadedStudy) -> Table | None:
     for row in t.rows:
         slo = f"[green]{escape(row.slo)}[/]" if row.feasible else f"[yellow]{escape(row.slo)}[/]"
         calls = ["" if row.baseline else _calls(c) for c in row.calls]
-        table.add_row(f"{row.label}{' *' if row.deployed else ''}", row.runs_ok, *(text for text, _ in row.medians),
-                      slo, *calls)
-    table.caption = (("* deployed   " if t.deployed is not None else "")
-                     + "win/loss: beyond the noise (95% interval of the difference excludes 0)")
+        table.add_row(
+            f"{row.label}{' *' if row.deployed else ''}", row.runs_ok, *(text for text, _ in row.medians), slo, *calls
+        )
+    table.caption = (
+        "* deployed   " if t.deployed is not None else ""
+    ) + "win/loss: beyond the noise (95% interval of the difference excludes 0)"
     return table
 
 
@@ -117,8 +127,11 @@ def verdict_lines(ls: LoadedStudy) -> list[str]:
     """The verdict in full (every comparison, the noise, warnings), or what single measurements
     are worth; then the calibration reference with its spread."""
     text, note = ls.verdict_text(), ls.unconfirmed_note()
-    return ((text.lines() if text is not None else []) + ([note] if note else [])
-            + verdict_text.calibration_lines(ls.scenario, ls.calibration()))
+    return (
+        (text.lines() if text is not None else [])
+        + ([note] if note else [])
+        + verdict_text.calibration_lines(ls.scenario, ls.calibration())
+    )
 
 
 def finish(console: Console, storage_url: str, study_name: str, out_dir: Path) -> None:
@@ -138,7 +151,9 @@ def finish(console: Console, storage_url: str, study_name: str, out_dir: Path) -
         console.print(f"[red]no best.yaml written[/]: {escape(done.why_none)}{stale}")
     else:
         how = "confirmed" if done.deployment.confirmed else "on single, unconfirmed measurements"
-        console.print(f"deploy: trial {done.deployment.trial_number} ({how}); config for `vllm serve --config`: "
-                      f"[bold]{done.best}[/]")
+        console.print(
+            f"deploy: trial {done.deployment.trial_number} ({how}); config for `vllm serve --config`: "
+            f"[bold]{done.best}[/]"
+        )
     console.print(f"feasible Pareto set: {done.pareto}")
     console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")

@@ -45,16 +45,34 @@ STAGE_COLUMNS = ("stage", "kind", "rate (req/s)", "outcome", "elapsed (s)", "sav
 
 
 def stage_view(row: StageRecord) -> StageView:
-    return StageView(index=row.stage_index, kind=row.kind, rate=row.rate, elapsed_s=row.elapsed_s,
-                     saved_s=row.saved_s or 0.0, idle_wait_s=row.idle_wait_s or 0.0, passed=row.passed,
-                     aborted=row.aborted, violations=dict(row.violations or {}), metrics=dict(row.metrics or {}))
+    return StageView(
+        index=row.stage_index,
+        kind=row.kind,
+        rate=row.rate,
+        elapsed_s=row.elapsed_s,
+        saved_s=row.saved_s or 0.0,
+        idle_wait_s=row.idle_wait_s or 0.0,
+        passed=row.passed,
+        aborted=row.aborted,
+        violations=dict(row.violations or {}),
+        metrics=dict(row.metrics or {}),
+    )
 
 
 def stage_rows(stages: list[StageView]) -> list[tuple[str, ...]]:
     """The stage table (`STAGE_COLUMNS`), one home for the report's and the dashboard's."""
-    return [(str(s.index + 1), s.kind, fmt_value(s.rate), s.outcome, fmt_value(s.elapsed_s),
-             fmt_value(s.saved_s) if s.saved_s else "", fmt_value(s.idle_wait_s) if s.idle_wait_s else "")
-            for s in stages]
+    return [
+        (
+            str(s.index + 1),
+            s.kind,
+            fmt_value(s.rate),
+            s.outcome,
+            fmt_value(s.elapsed_s),
+            fmt_value(s.saved_s) if s.saved_s else "",
+            fmt_value(s.idle_wait_s) if s.idle_wait_s else "",
+        )
+        for s in stages
+    ]
 
 
 def stages_summary(stages: list[StageView]) -> str:
@@ -99,8 +117,10 @@ class TrialView:
         """'cpu 1, beside trial 3 (cpu 0)': the slot and the other workers' trials at its start."""
         if not self.worker:
             return ""
-        beside = ", ".join(f"trial {n['trial']}" + (f" ({n['slot']})" if n.get("slot") else "")
-                           for n in self.worker.get("neighbours", []))
+        beside = ", ".join(
+            f"trial {n['trial']}" + (f" ({n['slot']})" if n.get("slot") else "")
+            for n in self.worker.get("neighbours", [])
+        )
         return (self.worker.get("slot") or self.worker.get("host") or "") + (f", beside {beside}" if beside else "")
 
     @property
@@ -115,23 +135,40 @@ def category_of(row: TrialRecord) -> str:
     return FEASIBLE if row.feasible else INFEASIBLE
 
 
-def view_of(row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False,
-            chosen: bool = False, origin: str | None = None) -> TrialView:
+def view_of(
+    row: TrialRecord, diagnosis: Diagnosis, on_front: bool = False, chosen: bool = False, origin: str | None = None
+) -> TrialView:
     category = category_of(row)
-    failure = (f"{row.failure_class} ({row.failure_phase}): {row.failure_line or ''}".strip()
-               if row.failure_class else None)
-    violated = {k: float(v) for k, v in (row.constraints or {}).items()
-                if v is not None and v > 0 and k != SERVER_OK}
+    failure = (
+        f"{row.failure_class} ({row.failure_phase}): {row.failure_line or ''}".strip() if row.failure_class else None
+    )
+    violated = {k: float(v) for k, v in (row.constraints or {}).items() if v is not None and v > 0 and k != SERVER_OK}
     kind = row.baseline or ("duplicate" if row.status == TrialStatus.DUPLICATE else "search")
     return TrialView(
-        number=row.trial_number, kind=kind, status=row.status, category=category,
+        number=row.trial_number,
+        kind=kind,
+        status=row.status,
+        category=category,
         values=[float(v) for v in row.values] if category != FAILED and row.values else None,
-        params=dict(row.params or {}), config=dict(row.config or {}), flags=dict(row.flags or {}),
-        metrics=dict(row.metrics or {}), violated=violated, failure=failure, diagnosis=diagnosis,
-        on_front=on_front, chosen=chosen, baseline=row.baseline, duplicate_of=row.duplicate_of,
+        params=dict(row.params or {}),
+        config=dict(row.config or {}),
+        flags=dict(row.flags or {}),
+        metrics=dict(row.metrics or {}),
+        violated=violated,
+        failure=failure,
+        diagnosis=diagnosis,
+        on_front=on_front,
+        chosen=chosen,
+        baseline=row.baseline,
+        duplicate_of=row.duplicate_of,
         adjustments=[a.get("detail", "") for a in (row.adjustments or [])],
-        stages=[stage_view(s) for s in row.stages], capacity=row.capacity, worker=row.worker,
-        failure_class=row.failure_class, client_behind=bool(row.client_behind), origin=origin)
+        stages=[stage_view(s) for s in row.stages],
+        capacity=row.capacity,
+        worker=row.worker,
+        failure_class=row.failure_class,
+        client_behind=bool(row.client_behind),
+        origin=origin,
+    )
 
 
 def baseline_views(views: list[TrialView]) -> dict[str, TrialView]:

@@ -8,24 +8,34 @@ lines out; the calibration's reference and how far it could move, from the store
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from loadgen import MetricName, class_key
 from objectives import statistics as st
-from search.calibration import CalibrationResult
 from objectives.capacity import CAPACITY_KEYS
-from search.outputs.format import (comparison_line, fmt_bracket, fmt_difference, fmt_interval, fmt_percent,
-                                   fmt_ratio, fmt_value, unit_of)
+from search.calibration import CalibrationResult
+from search.outputs.format import (
+    comparison_line,
+    fmt_bracket,
+    fmt_difference,
+    fmt_interval,
+    fmt_percent,
+    fmt_ratio,
+    fmt_value,
+    unit_of,
+)
 from search.scenario import RelativeThreshold, Scenario, unloaded_reference
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
-
-SUSPECT = ("its load client fell behind its schedule, so the server got less load than planned and its "
-           "numbers are suspect (the client waited for a CPU: other processes, or on a machine with few "
-           "cores the server itself; rerun with less else running, or on more cores)")
+SUSPECT = (
+    "its load client fell behind its schedule, so the server got less load than planned and its "
+    "numbers are suspect (the client waited for a CPU: other processes, or on a machine with few "
+    "cores the server itself; rerun with less else running, or on more cores)"
+)
 
 
 def chosen_behind(label: str) -> str:
@@ -45,8 +55,10 @@ def behind_lines(v: Verdict) -> list[str]:
 
 def unconfirmed(scenario: Scenario) -> str:
     """What single measurements are worth, said wherever they are quoted without a verdict."""
-    return (f"single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, or the study "
-            f"predates it); `autotune confirm {scenario.name}` re-measures the front's best and the baselines")
+    return (
+        f"single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, or the study "
+        f"predates it); `autotune confirm {scenario.name}` re-measures the front's best and the baselines"
+    )
 
 
 @dataclass
@@ -71,15 +83,25 @@ class VerdictText:
 
     def summary_lines(self, indent: str = "  ") -> list[str]:
         """The headline, the ties and the comparisons that decided: the top of every output."""
-        return [self.headline, *([self.gain] if self.gain else []), *([self.ties] if self.ties else []),
-                *_flat(self.key, indent)]
+        return [
+            self.headline,
+            *([self.gain] if self.gain else []),
+            *([self.ties] if self.ties else []),
+            *_flat(self.key, indent),
+        ]
 
     def lines(self, indent: str = "  ") -> list[str]:
         """Everything: headline, ties, every comparison, infeasible candidates, noise, warnings."""
-        return [self.headline, *([self.gain] if self.gain else []), *([self.ties] if self.ties else []),
-                *_flat(self.comparisons, indent),
-                *self.infeasible, *([self.noise] if self.noise else []),
-                *(f"warning: {w}" for w in self.warnings), *(f"note: {n}" for n in self.notes)]
+        return [
+            self.headline,
+            *([self.gain] if self.gain else []),
+            *([self.ties] if self.ties else []),
+            *_flat(self.comparisons, indent),
+            *self.infeasible,
+            *([self.noise] if self.noise else []),
+            *(f"warning: {w}" for w in self.warnings),
+            *(f"note: {n}" for n in self.notes),
+        ]
 
 
 def _flat(blocks: Sequence[Block], indent: str) -> list[str]:
@@ -144,15 +166,19 @@ def headline(v: Verdict, scenario: Scenario) -> str:
 
 def _headline(v: Verdict, scenario: Scenario) -> str:
     if v.outcome == Outcome.INCOMPLETE:
-        return (f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
-                f"`autotune confirm {scenario.name}` to finish")
+        return (
+            f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
+            f"`autotune confirm {scenario.name}` to finish"
+        )
     if v.outcome == Outcome.NONE_FEASIBLE:
         return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
     rec = v.recommended
     if v.outcome == Outcome.RECOMMEND:
         if not v.baselines:
-            return (f"deploy {rec.label}: first by the rule on its confirmed medians; no baseline was "
-                    "confirmed to compare it with")
+            return (
+                f"deploy {rec.label}: first by the rule on its confirmed medians; no baseline was "
+                "confirmed to compare it with"
+            )
         return f"deploy {rec.label}: " + "; ".join(_against(v, rec, b) for b in v.baselines)
     challenger = _challenger(v)
     if challenger is None:
@@ -182,14 +208,17 @@ def _capacity_objective(scenario: Scenario) -> str | None:
     return "slo_capacity_rps" if "slo_capacity_rps" in names else next((m for m in names if m in CAPACITY_KEYS), None)
 
 
-def _gain_part(v: Verdict, metric: str, candidate: CandidateResult, reference: CandidateResult, what: str,
-               as_ratio: bool) -> str:
+def _gain_part(
+    v: Verdict, metric: str, candidate: CandidateResult, reference: CandidateResult, what: str, as_ratio: bool
+) -> str:
     unit = unit_of(metric)
     cmp = v.comparison(candidate.trial_number, reference.trial_number)
     diff = cmp.diffs.get(metric) if cmp is not None else None
     name = BASELINE_NAMES.get(reference.baseline, reference.baseline)
-    text = f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)} vs {name} " \
-           f"{fmt_interval(reference.metrics[metric])}"
+    text = (
+        f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)} vs {name} "
+        f"{fmt_interval(reference.metrics[metric])}"
+    )
     if diff is not None:
         text += ": " + ((fmt_ratio(diff) if as_ratio else None) or fmt_difference(diff, unit))
     return text
@@ -225,19 +254,24 @@ def bound_notes(v: Verdict, scenario: Scenario) -> list[str]:
         for m in measured_metrics(scenario):
             rounds = c.aborted_rounds(m)
             if rounds and m not in CAPACITY_KEYS:
-                lines.append(f"{c.label}: {m} in round {', '.join(map(str, rounds))} is only a lower bound (the "
-                             f"target stage was aborted once its miss was certain): at least the value shown, "
-                             f"entered as that bound" + ("; the median is a bound too" if c.metrics[m].at_least
-                                                         else ""))
+                lines.append(
+                    f"{c.label}: {m} in round {', '.join(map(str, rounds))} is only a lower bound (the "
+                    f"target stage was aborted once its miss was certain): at least the value shown, "
+                    f"entered as that bound" + ("; the median is a bound too" if c.metrics[m].at_least else "")
+                )
         for m, brackets in c.brackets.items():
             if m == "slo_capacity_rps" and brackets:
                 runs = ", ".join(fmt_bracket(lo, hi) if math.isfinite(est) else "failed" for est, lo, hi in brackets)
-                lines.append(f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "
-                             f"the high); its interval spans the runs' brackets")
+                lines.append(
+                    f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "
+                    f"the high); its interval spans the runs' brackets"
+                )
         if c.unpooled:
-            lines.append(f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs, not from their "
-                         f"pooled requests (its runs stored no per-request samples: stored before they were "
-                         f"kept, or measured without a `capacity:` section, whose single load run stores none)")
+            lines.append(
+                f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs, not from their "
+                f"pooled requests (its runs stored no per-request samples: stored before they were "
+                f"kept, or measured without a `capacity:` section, whose single load run stores none)"
+            )
     return lines
 
 
@@ -262,19 +296,22 @@ def ties_sentence(v: Verdict, scenario: Scenario) -> str | None:
     labels = [c.label for c in v.ties]
     names = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
     verb = "is" if len(labels) == 1 else "are"
-    text = (f"{names} {verb} within the noise of {v.top.label} on every objective; {v.top.label} picked by "
-            f"the tie-break: {scenario.selection.describe()}, on the confirmed medians")
+    text = (
+        f"{names} {verb} within the noise of {v.top.label} on every objective; {v.top.label} picked by "
+        f"the tie-break: {scenario.selection.describe()}, on the confirmed medians"
+    )
     if v.recommended is not None and v.recommended.trial_number != v.top.trial_number:
         text += f", but it does not beat {v.recommended.label} beyond the noise"
     return text
 
 
-def comparison_block(v: Verdict, candidate: CandidateResult, baseline: CandidateResult,
-                     scenario: Scenario) -> Block:
+def comparison_block(v: Verdict, candidate: CandidateResult, baseline: CandidateResult, scenario: Scenario) -> Block:
     cmp = v.comparison(candidate.trial_number, baseline.trial_number)
     title = f"{candidate.label} against {baseline.label}" + ("" if baseline.feasible else " (misses the SLOs)")
-    lines = [comparison_line(m, candidate.metrics[m], baseline.baseline, baseline.metrics[m], cmp.diffs[m],
-                             cmp.calls[m]) for m in scenario.objective_names]
+    lines = [
+        comparison_line(m, candidate.metrics[m], baseline.baseline, baseline.metrics[m], cmp.diffs[m], cmp.calls[m])
+        for m in scenario.objective_names
+    ]
     return Block(title, lines)
 
 
@@ -286,8 +323,11 @@ def medians_block(c: CandidateResult, scenario: Scenario) -> Block:
 def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
     if v.outcome == Outcome.RECOMMEND:
         rec = v.recommended
-        return ([comparison_block(v, rec, b, scenario) for b in v.baselines] if v.baselines
-                else [medians_block(rec, scenario)])
+        return (
+            [comparison_block(v, rec, b, scenario) for b in v.baselines]
+            if v.baselines
+            else [medians_block(rec, scenario)]
+        )
     if v.outcome == Outcome.KEEP_BASELINE:
         challenger = _challenger(v)
         if challenger is not None:
@@ -300,8 +340,9 @@ def noise_line(v: Verdict) -> str | None:
     if not noise:
         return None
     runs = max((c.rounds for c in v.candidates), default=0)
-    return (f"run-to-run noise (CV over {runs} runs each): "
-            + ", ".join(f"{m} {fmt_percent(cv)}" for m, cv in noise.items()))
+    return f"run-to-run noise (CV over {runs} runs each): " + ", ".join(
+        f"{m} {fmt_percent(cv)}" for m, cv in noise.items()
+    )
 
 
 def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
@@ -311,13 +352,18 @@ def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
     return float(np.median(counts)) if counts else math.nan
 
 
-def thin_percentiles(metrics: Sequence[str], runs: Sequence[dict[str, Any]],
-                     pooled_runs: dict[str, int] | None = None) -> list[str]:
+def thin_percentiles(
+    metrics: Sequence[str], runs: Sequence[dict[str, Any]], pooled_runs: dict[str, int] | None = None
+) -> list[str]:
     """Warnings for the percentiles that the runs' requests (`runs`: their flat metrics) cannot pin
     down: per run, or over the requests of `pooled_runs[metric]` runs pooled."""
     pooled_runs = pooled_runs or {}
-    found = (st.thin_percentile(m, requests_of(m, runs) * pooled_runs[m], f"pooled from {pooled_runs[m]} runs")
-             if m in pooled_runs else st.thin_percentile(m, requests_of(m, runs)) for m in metrics)
+    found = (
+        st.thin_percentile(m, requests_of(m, runs) * pooled_runs[m], f"pooled from {pooled_runs[m]} runs")
+        if m in pooled_runs
+        else st.thin_percentile(m, requests_of(m, runs))
+        for m in metrics
+    )
     return [w for w in found if w]
 
 
@@ -330,40 +376,55 @@ def _pooled_runs(v: Verdict) -> dict[str, int]:
     return out
 
 
-def describe(v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any]] = (),
-             notes: Sequence[str] = ()) -> VerdictText:
+def describe(
+    v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any]] = (), notes: Sequence[str] = ()
+) -> VerdictText:
     """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
     served (for the thin-percentile warnings); `notes`: the phase's own."""
     blocks = []
     for c in v.candidates:
         if c.baseline:
             continue
-        blocks += ([comparison_block(v, c, b, scenario) for b in v.baselines] if v.baselines
-                   else [medians_block(c, scenario)])
-    infeasible = [f"{c.label}: {slo_margin(c)} on its confirmed medians" if not c.failures
-                  else f"{c.label}: {slo_margin(c)} ({'; '.join(c.failures)})"
-                  for c in v.candidates if not c.feasible]
-    return VerdictText(headline=headline(v, scenario), ties=ties_sentence(v, scenario),
-                       gain=gain_headline(v, scenario), key=_key_blocks(v, scenario),
-                       comparisons=blocks, infeasible=infeasible, noise=noise_line(v),
-                       warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics,
-                                                                   _pooled_runs(v)),
-                       notes=list(notes) + bound_notes(v, scenario))
+        blocks += (
+            [comparison_block(v, c, b, scenario) for b in v.baselines] if v.baselines else [medians_block(c, scenario)]
+        )
+    infeasible = [
+        f"{c.label}: {slo_margin(c)} on its confirmed medians"
+        if not c.failures
+        else f"{c.label}: {slo_margin(c)} ({'; '.join(c.failures)})"
+        for c in v.candidates
+        if not c.feasible
+    ]
+    return VerdictText(
+        headline=headline(v, scenario),
+        ties=ties_sentence(v, scenario),
+        gain=gain_headline(v, scenario),
+        key=_key_blocks(v, scenario),
+        comparisons=blocks,
+        infeasible=infeasible,
+        noise=noise_line(v),
+        warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, _pooled_runs(v)),
+        notes=list(notes) + bound_notes(v, scenario),
+    )
 
 
 # --- the calibration: the reference that relative loads and bounds scale -------------------
+
 
 def _moves(spread: st.Interval) -> str:
     lo, hi = spread.low / spread.value - 1, spread.high / spread.value - 1
     return f"the reference could move {fmt_percent(lo, signed=True)} to {fmt_percent(hi, signed=True)}"
 
 
-def _reference_line(what: str, spread: st.Interval | None, value: float, unit: str, rounds: int, cv: float,
-                    depends: str) -> str:
+def _reference_line(
+    what: str, spread: st.Interval | None, value: float, unit: str, rounds: int, cv: float, depends: str
+) -> str:
     if spread is None:
         return f"calibration: {what} {fmt_value(value)} {unit} from one round (no spread measured); {depends}"
-    return (f"calibration: {what} {fmt_interval(spread, unit=unit)} over {rounds} rounds (CV {fmt_percent(cv)}; "
-            f"{_moves(spread)}); {depends}")
+    return (
+        f"calibration: {what} {fmt_interval(spread, unit=unit)} over {rounds} rounds (CV {fmt_percent(cv)}; "
+        f"{_moves(spread)}); {depends}"
+    )
 
 
 def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list[str]:
@@ -373,28 +434,39 @@ def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list
         return []
     rounds = len(cal.rounds)
     fraction = scenario.workload.arrival.capacity_fraction
-    depends = (f"the target load ({fmt_percent(fraction)} of it) moves with it" if fraction is not None
-               else "no load of this scenario is relative to it")
+    depends = (
+        f"the target load ({fmt_percent(fraction)} of it) moves with it"
+        if fraction is not None
+        else "no load of this scenario is relative to it"
+    )
     lines = [_reference_line("capacity", cal.spread(), cal.capacity_rps, "req/s", rounds, cal.cv(), depends)]
     bounds: dict[str, list[str]] = {}
     for slo in scenario.slos:
         if isinstance(slo.bound, RelativeThreshold):
             bounds.setdefault(unloaded_reference(slo.metric), []).append(
-                f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x")
+                f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x"
+            )
     if scenario.goodput is not None:
         for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
             bound = getattr(scenario.goodput, name)
             if isinstance(bound, RelativeThreshold):
                 bounds.setdefault(f"{name.split('_')[0]}_median_ms", []).append(
-                    f"goodput {name} <= {fmt_value(bound.x_unloaded)}x")
+                    f"goodput {name} <= {fmt_value(bound.x_unloaded)}x"
+                )
     untimed = cal.untimed_classes()
     for ref, what in bounds.items():
         if cal.unloaded.get(ref) is not None:
-            depends = (f"the bound{'s' if len(what) > 1 else ''} {', '.join(what)} "
-                       f"move{'' if len(what) > 1 else 's'} with it")
+            depends = (
+                f"the bound{'s' if len(what) > 1 else ''} {', '.join(what)} move{'' if len(what) > 1 else 's'} with it"
+            )
             if ref == "tpot_median_ms" and untimed:
-                depends += (f"; read without the {', '.join(untimed)} class{'es' if len(untimed) > 1 else ''}, "
-                            f"whose tokens reached the client in one read (a TPOT of 0 that times nothing)")
-            lines.append(_reference_line(f"unloaded {ref}", cal.spread(ref), cal.unloaded[ref], "ms", rounds,
-                                         cal.cv(ref), depends))
+                depends += (
+                    f"; read without the {', '.join(untimed)} class{'es' if len(untimed) > 1 else ''}, "
+                    f"whose tokens reached the client in one read (a TPOT of 0 that times nothing)"
+                )
+            lines.append(
+                _reference_line(
+                    f"unloaded {ref}", cal.spread(ref), cal.unloaded[ref], "ms", rounds, cal.cv(ref), depends
+                )
+            )
     return lines

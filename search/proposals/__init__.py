@@ -10,10 +10,40 @@ Sobol start before the model-based sampler), `delegating` (what the three wrappe
 from search.proposals.delegating import DelegatingSampler
 from search.proposals.initial_design import SpaceFillingStart, sobol_points
 from search.proposals.prior import PriorSampler, prior_trials, takes_prior, with_prior
-from search.proposals.proposer import (MOVE_ATTR, PROPOSAL_ATTR, WARM_START_ATTR, DiagnosisProposer, Proposal,
-                                       follows_diagnoses, moved, origin, propose, proposal_reason)
+from search.proposals.proposer import (
+    MOVE_ATTR,
+    PROPOSAL_ATTR,
+    WARM_START_ATTR,
+    DiagnosisProposer,
+    Proposal,
+    follows_diagnoses,
+    moved,
+    origin,
+    proposal_reason,
+    propose,
+)
 from search.proposals.rules import RULES, Move, Step, move_for
 
-__all__ = ["MOVE_ATTR", "PROPOSAL_ATTR", "RULES", "WARM_START_ATTR", "DelegatingSampler", "DiagnosisProposer", "Move", "PriorSampler", "Proposal", "SpaceFillingStart", "Step",
-           "follows_diagnoses", "move_for", "moved", "origin", "prior_trials", "propose", "proposal_reason", "sobol_points", "takes_prior",
-           "with_prior"]
+__all__ = [
+    "MOVE_ATTR",
+    "PROPOSAL_ATTR",
+    "RULES",
+    "WARM_START_ATTR",
+    "DelegatingSampler",
+    "DiagnosisProposer",
+    "Move",
+    "PriorSampler",
+    "Proposal",
+    "SpaceFillingStart",
+    "Step",
+    "follows_diagnoses",
+    "move_for",
+    "moved",
+    "origin",
+    "prior_trials",
+    "proposal_reason",
+    "propose",
+    "sobol_points",
+    "takes_prior",
+    "with_prior",
+]

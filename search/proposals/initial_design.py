@@ -24,16 +24,18 @@ from search.proposals.delegating import DelegatingSampler
 from search.proposals.proposer import FIXED_PARAMS
 
 
-def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int, *,
-                 first_at_random: bool = False) -> list[dict[str, Any]]:
+def sobol_points(
+    dists: dict[str, BaseDistribution], n: int, seed: int, *, first_at_random: bool = False
+) -> list[dict[str, Any]]:
     """The first `n` points of a scrambled Sobol sequence over `dists` (Optuna's QMC sampler and
     its mapping of log, stepped and categorical dimensions). `first_at_random`: a random point,
     then `n - 1` Sobol points, as Optuna's QMC sampler draws on an empty study (the landscape's
     design was drawn so: a recorded landscape resumes on the same points)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
-                                             warn_independent_sampling=False, warn_asynchronous_seeding=False)
+        sampler = optuna.samplers.QMCSampler(
+            qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False, warn_asynchronous_seeding=False
+        )
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -43,8 +45,9 @@ def sobol_points(dists: dict[str, BaseDistribution], n: int, seed: int, *,
     # The QMC sampler takes its space from the first completed trial and draws that trial at
     # random: a placeholder trial gives it the space, so every point asked is a Sobol point.
     if not first_at_random:
-        study.add_trial(create_trial(params={k: _any(d) for k, d in dists.items()},
-                                     distributions=dict(dists), value=0.0))
+        study.add_trial(
+            create_trial(params={k: _any(d) for k, d in dists.items()}, distributions=dict(dists), value=0.0)
+        )
     points = []
     for _ in range(n):
         trial = study.ask(dists)
@@ -87,15 +90,17 @@ class SpaceFillingStart(DelegatingSampler):
             return {k: d for k, d in self.dists.items() if not d.single()}
         return self.base.infer_relative_search_space(study, trial)
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         p = self.point(study, trial)
         if p is None:
             return self.base.sample_relative(study, trial, search_space)
         return {k: v for k, v in p.items() if k in search_space}
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         p = self.point(study, trial)
         if p is not None and param_name in p:
             return p[param_name]

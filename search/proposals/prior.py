@@ -14,7 +14,8 @@ those the warm start enqueues the earlier winner and adds no prior (`takes_prior
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -33,11 +34,18 @@ def prior_trials(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistributio
     value outside the current range, or without a searched knob, a baseline's, is left out)."""
     kept = []
     for t in trials:
-        if t.state != TrialState.COMPLETE or not all(k in t.params and representable(t.params[k], d)
-                                                     for k, d in dists.items()):
+        if t.state != TrialState.COMPLETE or not all(
+            k in t.params and representable(t.params[k], d) for k, d in dists.items()
+        ):
             continue
-        kept.append(create_trial(params={k: t.params[k] for k in dists}, distributions=dict(dists),
-                                 values=t.values, constraints=t.constraints))
+        kept.append(
+            create_trial(
+                params={k: t.params[k] for k in dists},
+                distributions=dict(dists),
+                values=t.values,
+                constraints=t.constraints,
+            )
+        )
     return kept
 
 
@@ -62,12 +70,14 @@ class PriorSampler(DelegatingSampler):
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self.base.infer_relative_search_space(self._union(study), trial)
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         return self.base.sample_relative(self._union(study), trial, search_space)
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         return self.base.sample_independent(self._union(study), trial, param_name, param_distribution)
 
 

@@ -13,8 +13,9 @@ proposal's reason with its trial (`PROPOSAL_ATTR`) and shows it in the trial's l
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -44,7 +45,7 @@ def _snap(value: float, dist: BaseDistribution) -> float | int:
     step = getattr(dist, "step", None)
     if step:
         value = dist.low + round((value - dist.low) / step) * step
-    return int(round(value)) if isinstance(dist, IntDistribution) else value
+    return round(value) if isinstance(dist, IntDistribution) else value
 
 
 def moved(value: Any, dist: BaseDistribution, direction: str) -> Any | None:
@@ -81,8 +82,9 @@ def moved(value: Any, dist: BaseDistribution, direction: str) -> Any | None:
 
 
 def _reason(source: int, move: Move, step: Step, old: Any, new: Any) -> str:
-    return (f"trial {source} {move.bottleneck.replace('_', ' ')} ({step.why}): "
-            f"{step.direction} {step.param} {old} -> {new}")
+    return (
+        f"trial {source} {move.bottleneck.replace('_', ' ')} ({step.why}): {step.direction} {step.param} {old} -> {new}"
+    )
 
 
 def propose(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistribution]) -> Proposal | None:
@@ -134,8 +136,9 @@ class DiagnosisProposer(DelegatingSampler):
         if (p := propose(trials, self.dists)) is not None:
             self._proposals[trial.number] = p
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         p = self._proposals.get(trial.number)
         if p is None:
             return self.base.sample_relative(study, trial, search_space)
@@ -143,8 +146,9 @@ class DiagnosisProposer(DelegatingSampler):
         values = self.base.sample_relative(study, trial, rest) if rest else {}
         return {**values, **{k: v for k, v in p.params.items() if k in search_space}}
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         p = self._proposals.get(trial.number)
         if p is not None and param_name in p.params:
             return p.params[param_name]

@@ -48,7 +48,7 @@ class Move:
         return {"bottleneck": self.bottleneck, "steps": [asdict(s) for s in self.steps], "at": self.at}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Move":
+    def from_dict(cls, d: dict[str, Any]) -> Move:
         return cls(d["bottleneck"], tuple(Step(**s) for s in d["steps"]), dict(d.get("at") or {}))
 
 
@@ -63,8 +63,10 @@ def _queueing(config: dict[str, Any], m: dict[str, Any]) -> tuple[Step, ...]:
         return (Step("max_num_seqs", "raise", f"queue growing, batch full ({running:.0f} running = max_num_seqs)"),)
     if kv >= KV_FULL:
         return (Step("memory_utilization", "raise", f"queue growing, KV cache {kv:.0%} full holds admission back"),)
-    return (Step("max_num_batched_tokens", "raise", "queue growing, batch not full: the engine is saturated"),
-            Step("max_num_seqs", "raise", "queue growing"))
+    return (
+        Step("max_num_batched_tokens", "raise", "queue growing, batch not full: the engine is saturated"),
+        Step("max_num_seqs", "raise", "queue growing"),
+    )
 
 
 def _preemption(config: dict[str, Any], m: dict[str, Any]) -> tuple[Step, ...]:
@@ -74,8 +76,11 @@ def _preemption(config: dict[str, Any], m: dict[str, Any]) -> tuple[Step, ...]:
 
 def _prefill_bound(config: dict[str, Any], m: dict[str, Any]) -> tuple[Step, ...]:
     why = "long prefills stall first tokens"
-    threshold = (Step("long_prefill_token_threshold", "lower", why) if config.get("long_prefill_token_threshold")
-                 else Step("long_prefill_token_threshold", "enable", why))
+    threshold = (
+        Step("long_prefill_token_threshold", "lower", why)
+        if config.get("long_prefill_token_threshold")
+        else Step("long_prefill_token_threshold", "enable", why)
+    )
     return threshold, Step("max_num_batched_tokens", "lower", why)
 
 
@@ -83,17 +88,29 @@ def _decode_bound(config: dict[str, Any], m: dict[str, Any]) -> tuple[Step, ...]
     itl50, itl99 = _num(m, "itl_median_ms"), _num(m, "itl_p99_ms")
     if itl50 > 0 and itl99 >= ITL_STALL_RATIO * itl50:
         why = f"decode steps stall behind prefill chunks (ITL p99 {itl99 / itl50:.0f}x the median)"
-        return (Step("max_num_batched_tokens", "lower", why), *_prefill_bound(config, m)[:1],
-                Step("max_num_seqs", "lower", why))
+        return (
+            Step("max_num_batched_tokens", "lower", why),
+            *_prefill_bound(config, m)[:1],
+            Step("max_num_seqs", "lower", why),
+        )
     return (Step("max_num_seqs", "lower", "slow decode steps: too many sequences per step"),)
 
 
-RULES = {"queueing": _queueing, "preemption": _preemption, "prefill_bound": _prefill_bound,
-         "decode_bound": _decode_bound}
+RULES = {
+    "queueing": _queueing,
+    "preemption": _preemption,
+    "prefill_bound": _prefill_bound,
+    "decode_bound": _decode_bound,
+}
 
 
-def move_for(diagnosis: dict[str, Any] | None, config: dict[str, Any], metrics: dict[str, Any],
-             searched: tuple[str, ...] | list[str] = (), unset: dict[str, Any] | None = None) -> Move | None:
+def move_for(
+    diagnosis: dict[str, Any] | None,
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+    searched: tuple[str, ...] | list[str] = (),
+    unset: dict[str, Any] | None = None,
+) -> Move | None:
     """The move a trial's diagnosis calls for; None when its bottleneck has no rule. `searched`:
     the knobs of the search space, whose values the move starts from (`Move.at`); `unset`: what
     the server runs a searched knob with when the configuration leaves it unset (a baseline's),

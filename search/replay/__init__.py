@@ -11,6 +11,21 @@ from search.replay.executor import ReplayExecutor, replay_calibration, replay_co
 from search.replay.landscape import CAPACITY, Config, Landscape, LandscapeError, ScreenedRun
 from search.replay.surrogate import Accuracy, Surrogate, cross_validated, encode
 
-__all__ = ["CAPACITY", "Accuracy", "Config", "Landscape", "LandscapeError", "ScreenedRun", "ReplayExecutor", "Surrogate", "cross_validated",
-           "encode", "repeat_rounds", "replay_calibration", "replay_context", "replay_factory", "rng_for",
-           "space_filling"]
+__all__ = [
+    "CAPACITY",
+    "Accuracy",
+    "Config",
+    "Landscape",
+    "LandscapeError",
+    "ReplayExecutor",
+    "ScreenedRun",
+    "Surrogate",
+    "cross_validated",
+    "encode",
+    "repeat_rounds",
+    "replay_calibration",
+    "replay_context",
+    "replay_factory",
+    "rng_for",
+    "space_filling",
+]

@@ -11,26 +11,43 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from objectives.capacity import TARGET_ABORTED
 from loadgen import json_safe
+from objectives.capacity import TARGET_ABORTED
 from search.calibration import CalibrationResult
 from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
 from search.replay.landscape import CAPACITY, Landscape
 from search.replay.surrogate import Surrogate
-from serving import (REGISTRY, Failure, FailureClass, FailurePhase, FlagInfo, Hardware, InstalledVllm,
-                            LaunchContext, ModelInfo)
+from serving import (
+    REGISTRY,
+    Failure,
+    FailureClass,
+    FailurePhase,
+    FlagInfo,
+    Hardware,
+    InstalledVllm,
+    LaunchContext,
+    ModelInfo,
+)
 from storage.tables import TrialStatus
 
 # The built-in CPU model's shape: what the pre-start checks do their memory arithmetic on.
-REPLAY_MODEL = ModelInfo(path=Path("/replay/model"), architecture="LlamaForCausalLM", max_position_embeddings=8192,
-                         num_layers=4, num_kv_heads=4, head_dim=64, config_dtype="float32",
-                         has_weights=True, built_here=True)
+REPLAY_MODEL = ModelInfo(
+    path=Path("/replay/model"),
+    architecture="LlamaForCausalLM",
+    max_position_embeddings=8192,
+    num_layers=4,
+    num_kv_heads=4,
+    head_dim=64,
+    config_dtype="float32",
+    has_weights=True,
+    built_here=True,
+)
 
 
 def rng_for(seed: int, plan: TrialPlan) -> np.random.Generator:
@@ -47,21 +64,32 @@ class ReplayExecutor:
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
         command = f"replay {json_safe(plan.server_args.flags)}"
         if plan.problems:
-            return TrialOutcome(TrialStatus.FAILED, Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems),
-                                                            phase=FailurePhase.PRECHECK), command=command)
+            return TrialOutcome(
+                TrialStatus.FAILED,
+                Failure(FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase=FailurePhase.PRECHECK),
+                command=command,
+            )
         on_phase("starting")
         timings = self._timings()
         if not self.surrogate.serves(plan.config):
             cls = FailureClass(self.surrogate.failure_class or FailureClass.OTHER.value)
-            return TrialOutcome(TrialStatus.FAILED, Failure(cls, "replayed: this config did not serve in the landscape",
-                                                            phase=FailurePhase.STARTUP),
-                                timings={"start_s": timings["start_s"], "total_s": timings["start_s"]}, command=command)
+            return TrialOutcome(
+                TrialStatus.FAILED,
+                Failure(cls, "replayed: this config did not serve in the landscape", phase=FailurePhase.STARTUP),
+                timings={"start_s": timings["start_s"], "total_s": timings["start_s"]},
+                command=command,
+            )
         on_phase("load")
         metrics = self.surrogate.draw(plan.config, rng_for(self.seed, plan))
         metrics.update({TARGET_ABORTED: 0.0, "completed": 1.0, "failed": 0.0, "client_behind": 0.0})
         on_phase("stopping")
-        return TrialOutcome(TrialStatus.OK, metrics=metrics, timings=timings, command=command,
-                            capacity=self._capacity(metrics.get(CAPACITY)))
+        return TrialOutcome(
+            TrialStatus.OK,
+            metrics=metrics,
+            timings=timings,
+            command=command,
+            capacity=self._capacity(metrics.get(CAPACITY)),
+        )
 
     def _capacity(self, rps: float | None) -> dict | None:
         """The drawn capacity inside a bracket as wide as the landscape's typical one."""
@@ -70,8 +98,14 @@ class ReplayExecutor:
         half = math.sqrt(self.surrogate.bracket_ratio)
         low, high = rps / half, rps * half
         capacity = self.measurement.capacity if self.measurement is not None else None
-        return {"rps": rps, "low": low, "high": high, "stages": capacity.max_stages if capacity else None,
-                "summary": f"{rps:.3g} req/s (replayed: met at {low:.3g}, violated at {high:.3g})", "censored": False}
+        return {
+            "rps": rps,
+            "low": low,
+            "high": high,
+            "stages": capacity.max_stages if capacity else None,
+            "summary": f"{rps:.3g} req/s (replayed: met at {low:.3g}, violated at {high:.3g})",
+            "censored": False,
+        }
 
     def _timings(self) -> dict[str, float]:
         total, start = self.surrogate.landscape.typical_trial_s()
@@ -85,9 +119,11 @@ def replay_factory(surrogate: Surrogate, seed: int) -> Callable[[LaunchContext, 
 
 def replay_calibration(landscape: Landscape):
     """What `StudyRunner(calibrate=...)` takes: the landscape's recorded calibration, measured on nothing."""
+
     def calibrate(scenario, ctx, baseline, run_dir, on_phase=lambda _: None) -> CalibrationResult:
         on_phase("replayed calibration")
         return CalibrationResult.from_dict(landscape.calibration)
+
     return calibrate
 
 
@@ -108,5 +144,6 @@ def replay_context(landscape: Landscape) -> LaunchContext:
     version = str(landscape.provenance.get("vllm_version", "0.32.0")).split()[-1]
     recorded = Hardware.from_dict(landscape.provenance.get("hardware"))
     hardware = recorded if recorded.gpus else Hardware(device="cpu", cpu_model="replay", cpu_cores=2, ram_gib=24)
-    return LaunchContext(installed=_installed(version), hardware=hardware, model=REPLAY_MODEL,
-                         cpu_kv_budget_bytes=2**30, dtype="float32")
+    return LaunchContext(
+        installed=_installed(version), hardware=hardware, model=REPLAY_MODEL, cpu_kv_budget_bytes=2**30, dtype="float32"
+    )

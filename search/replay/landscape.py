@@ -91,8 +91,10 @@ class Landscape:
         served = [m for _, m in self.measurements() if m.served and m.trial_s is not None]
         if not served:
             return 0.0, 0.0
-        return (float(statistics.median(m.trial_s for m in served)),
-                float(statistics.median(m.start_s or 0.0 for m in served)))
+        return (
+            float(statistics.median(m.trial_s for m in served)),
+            float(statistics.median(m.start_s or 0.0 for m in served)),
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=False, default=str)
@@ -102,15 +104,17 @@ class Landscape:
         path.write_text(self.to_json() + "\n")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Landscape":
+    def from_dict(cls, d: dict[str, Any]) -> Landscape:
         if d.get("schema") != SCHEMA:
             raise LandscapeError(f"not a landscape file: schema {d.get('schema')!r}, expected {SCHEMA}")
-        configs = [Config(c["params"], c["config"], c.get("baseline"),
-                          [ScreenedRun(**m) for m in c["measurements"]]) for c in d["configs"]]
+        configs = [
+            Config(c["params"], c["config"], c.get("baseline"), [ScreenedRun(**m) for m in c["measurements"]])
+            for c in d["configs"]
+        ]
         return cls(**{**d, "configs": configs})
 
     @classmethod
-    def load(cls, path: Path) -> "Landscape":
+    def load(cls, path: Path) -> Landscape:
         try:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except LandscapeError as e:

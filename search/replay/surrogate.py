@@ -10,8 +10,9 @@ middle with the repeats' spread, its bracket as wide as the landscape's typical 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -101,8 +102,11 @@ def fit_metric(landscape: Landscape, metric: str, seed: int = 0) -> MetricModel:
 
 
 def _bracket_ratio(landscape: Landscape) -> float:
-    ratios = [m.capacity_high / m.capacity_low for _, m in landscape.measurements()
-              if m.served and m.capacity_low and m.capacity_high]
+    ratios = [
+        m.capacity_high / m.capacity_low
+        for _, m in landscape.measurements()
+        if m.served and m.capacity_low and m.capacity_high
+    ]
     return float(np.median(ratios)) if ratios else 1.0
 
 
@@ -116,7 +120,7 @@ class Surrogate:
     _cache: dict[tuple, tuple[dict[str, float], bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def fit(cls, landscape: Landscape, seed: int = 0) -> "Surrogate":
+    def fit(cls, landscape: Landscape, seed: int = 0) -> Surrogate:
         names = list(dict.fromkeys(landscape.metric_names + landscape.slos))
         models = {n: fit_metric(landscape, n, seed) for n in names}
         pairs = landscape.measurements()
@@ -208,8 +212,11 @@ def cross_validated(landscape: Landscape, seed: int = 0) -> tuple[list[Accuracy]
             rel = np.abs(back(predicted) - back(measured)) / np.abs(back(measured))
         rho = spearmanr(predicted, measured).statistic
         noise = _pooled_sd([list(scaled[g == i]) for i in configs])
-        out.append(Accuracy(metric, float(rho), float(np.nanmedian(rel)),
-                            float(np.expm1(noise)) if log else noise, len(configs)))
+        out.append(
+            Accuracy(
+                metric, float(rho), float(np.nanmedian(rel)), float(np.expm1(noise)) if log else noise, len(configs)
+            )
+        )
     return out, _classifier_accuracy(landscape, seed)
 
 

@@ -13,5 +13,14 @@ from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.loop import MAX_CONSECUTIVE_LOAD_ERRORS, StudyResult, StudyRunner, vllm_executor
 from search.study.opening import BUDGET_ATTR, setup_changes
 
-__all__ = ["BUDGET_ATTR", "MAX_CONSECUTIVE_LOAD_ERRORS", "StudyBusy", "StudyMismatch", "StudyResult", "StudyRunner",
-           "StudyStopped", "setup_changes", "vllm_executor"]
+__all__ = [
+    "BUDGET_ATTR",
+    "MAX_CONSECUTIVE_LOAD_ERRORS",
+    "StudyBusy",
+    "StudyMismatch",
+    "StudyResult",
+    "StudyRunner",
+    "StudyStopped",
+    "setup_changes",
+    "vllm_executor",
+]

@@ -11,26 +11,33 @@ then read from the stored runs.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import optuna
 from sqlalchemy.orm import Session
 
-from objectives import pooled
 from loadgen import MetricName, json_safe
-from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
+from objectives import pooled
 from objectives.scoring import Score
+from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
 from search import pareto
-from search.study import verdict as verdict_mod
-from search.study.events import (ConfirmationFinished, ConfirmationRunRecorded, ConfirmationRunStarted,
-                           ConfirmationStarted, StudyObserver)
-from search.executor import Measurement, TrialExecutor, plan as plan_trial
+from search.executor import Measurement, TrialExecutor
+from search.executor import plan as plan_trial
 from search.prepare import Prepared
-from serving import LaunchContext
+from search.study import verdict as verdict_mod
+from search.study.events import (
+    ConfirmationFinished,
+    ConfirmationRunRecorded,
+    ConfirmationRunStarted,
+    ConfirmationStarted,
+    StudyObserver,
+)
 from search.study.recording import failure_columns
+from serving import LaunchContext
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
@@ -63,8 +70,9 @@ class Candidate:
         return f"{self.baseline} (trial {self.trial_number})" if self.baseline else f"trial {self.trial_number}"
 
 
-def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared,
-               front_size: int) -> tuple[list[Candidate], list[str]]:
+def candidates(
+    study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared, front_size: int
+) -> tuple[list[Candidate], list[str]]:
     """The first `front_size` feasible configurations by the selection rule (front members
     first, baselines aside, one trial per set of flags), then each baseline that served; and
     notes on baselines left out. A baseline that dominates every sampled trial leaves the front
@@ -84,8 +92,9 @@ def candidates(study: optuna.Study, rows: dict[int, TrialRecord], prep: Prepared
         if row is None:
             notes.append(f"baseline {name}: not measured in the search; not confirmed")
         elif row.status != TrialStatus.OK:
-            notes.append(f"baseline {name} (trial {row.trial_number}) failed in the search "
-                         f"({row.failure_class}); not confirmed")
+            notes.append(
+                f"baseline {name} (trial {row.trial_number}) failed in the search ({row.failure_class}); not confirmed"
+            )
         elif row.fingerprint in seen:
             notes.append(f"baseline {name}: same flags as a front member; confirmed once")
         else:
@@ -108,22 +117,32 @@ def _first_distinct(ranked: Sequence[TrialRecord], n: int) -> tuple[list[Candida
     return picked, seen
 
 
-def _near_misses(study: optuna.Study, rows: dict[int, TrialRecord],
-                 front_size: int) -> tuple[list[Candidate], set[str], str | None]:
+def _near_misses(
+    study: optuna.Study, rows: dict[int, TrialRecord], front_size: int
+) -> tuple[list[Candidate], set[str], str | None]:
     """With no sampled configuration feasible in the search, the closest ones whose worst SLO miss
     is within NEAR_MISS of its bound: a miss the search's single screen does not settle (the real
     study of 2026-11-25: two configs missed the short-TTFT bound by 0.9%, and the same configs had
     read 418-450 ms against 513 in the study before). Confirmed, each gets its capacity searched
     below the target, so the verdict still says how much load each config carries."""
-    near = sorted((t for t in pareto.finished(study) if not rows[t.number].baseline
-                   and 0 < pareto.slo_miss(t) <= NEAR_MISS), key=pareto.slo_miss)
+    near = sorted(
+        (t for t in pareto.finished(study) if not rows[t.number].baseline and 0 < pareto.slo_miss(t) <= NEAR_MISS),
+        key=pareto.slo_miss,
+    )
     picked, seen = _first_distinct([rows[t.number] for t in near], front_size)
     if not picked:
         return [], seen, None
-    closest = ", ".join(f"trial {c.trial_number} (missed by {pareto.slo_miss(study.trials[c.trial_number]):.1%})"
-                        for c in picked)
-    return picked, seen, (f"no sampled configuration met the SLOs in the search; confirming the closest, "
-                          f"within {NEAR_MISS:.0%} of a bound (a miss one screen does not settle): {closest}")
+    closest = ", ".join(
+        f"trial {c.trial_number} (missed by {pareto.slo_miss(study.trials[c.trial_number]):.1%})" for c in picked
+    )
+    return (
+        picked,
+        seen,
+        (
+            f"no sampled configuration met the SLOs in the search; confirming the closest, "
+            f"within {NEAR_MISS:.0%} of a bound (a miss one screen does not settle): {closest}"
+        ),
+    )
 
 
 def _bracket(row: TrialRecord | ConfirmationRun) -> tuple[float, ...]:
@@ -157,8 +176,9 @@ class PooledPlan:
     lines: list[str]
 
 
-def pooled_plan(metrics: Sequence[str], full: Measurement, runs: int, run_s: float | None = None,
-                n_candidates: int = 1) -> PooledPlan:
+def pooled_plan(
+    metrics: Sequence[str], full: Measurement, runs: int, run_s: float | None = None, n_candidates: int = 1
+) -> PooledPlan:
     """Lengthen the target stage (up to `MAX_STAGE_STRETCH` times), then add runs (up to
     `MAX_POOLED_RUNS`), until the runs' pooled requests put at least `MIN_TAIL_REQUESTS` above
     each percentile among `metrics`. A longer stage is the cheaper way to more requests: a run
@@ -174,26 +194,37 @@ def pooled_plan(metrics: Sequence[str], full: Measurement, runs: int, run_s: flo
         need = pooled.requests_for_tail(name.quantile, MIN_TAIL_REQUESTS)
         if per_run * runs >= need:
             continue
-        pool = (f"{metric}: ~{per_run:.0f} requests per run, so {runs} runs pool {per_run * runs:.0f} with "
-                f"{tail_requests(name.quantile, int(per_run * runs))} above the percentile")
+        pool = (
+            f"{metric}: ~{per_run:.0f} requests per run, so {runs} runs pool {per_run * runs:.0f} with "
+            f"{tail_requests(name.quantile, int(per_run * runs))} above the percentile"
+        )
         s = min(MAX_STAGE_STRETCH, need / (per_run * runs))
         n = min(MAX_POOLED_RUNS, max(runs, math.ceil(round(need / (per_run * s), 9))))
         if per_run * s * n < need:
-            lines.append(f"{pool}; even {n} runs of a {MAX_STAGE_STRETCH:g}x longer target stage leave fewer "
-                         f"than {MIN_TAIL_REQUESTS} above it: lengthen the target stage (workload.duration_s)")
+            lines.append(
+                f"{pool}; even {n} runs of a {MAX_STAGE_STRETCH:g}x longer target stage leave fewer "
+                f"than {MIN_TAIL_REQUESTS} above it: lengthen the target stage (workload.duration_s)"
+            )
         else:
-            lines.append(f"{pool}; {n} runs of a {s:.2f}x longer target stage put "
-                         f"{tail_requests(name.quantile, int(per_run * s * n))} above it")
+            lines.append(
+                f"{pool}; {n} runs of a {s:.2f}x longer target stage put "
+                f"{tail_requests(name.quantile, int(per_run * s * n))} above it"
+            )
         stretch, planned = max(stretch, s), max(planned, n)
     if stretch > 1.0:
-        update = {k: math.ceil(getattr(workload, k) * stretch) for k in ("duration_s", "num_requests")
-                  if getattr(workload, k) is not None}
+        update = {
+            k: math.ceil(getattr(workload, k) * stretch)
+            for k in ("duration_s", "num_requests")
+            if getattr(workload, k) is not None
+        }
         workload = workload.model_copy(update=update)
         what = ", ".join(f"{k} {v:g} instead of {getattr(full.workload, k):g}" for k, v in update.items())
         extra_s = (workload.duration_s or 0) - (full.workload.duration_s or 0)
         cost = f" (+{extra_s:.0f} s of load a run)" if extra_s else ""
-        lines.append(f"the confirmation's target stage runs {what}{cost} so that every percentile is read from "
-                     f"enough pooled requests")
+        lines.append(
+            f"the confirmation's target stage runs {what}{cost} so that every percentile is read from "
+            f"enough pooled requests"
+        )
     if planned > runs:
         extra = (planned - runs) * n_candidates
         cost = f", about {extra * run_s / 60:.0f} min more" if run_s else ""
@@ -206,8 +237,9 @@ def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate
     return [(r, c) for r in range(runs) for c in cands]
 
 
-def estimate_s(cands: Sequence[Candidate], rows: dict[int, TrialRecord], full: Measurement,
-               screened: Measurement) -> float | None:
+def estimate_s(
+    cands: Sequence[Candidate], rows: dict[int, TrialRecord], full: Measurement, screened: Measurement
+) -> float | None:
     """One run of each candidate, from its search trial's time: its load part scaled from the
     screening measurement to the full one (stages cut short by an early abort stay short)."""
     if not cands:
@@ -238,15 +270,31 @@ class ConfirmationPhase:
     then read from the stored runs (`stored_verdict`). Each read and write of the database goes
     through `ride` (`Recording.ride`: again, while the database is away)."""
 
-    def __init__(self, prep: Prepared, ctx: LaunchContext, executor: TrialExecutor, events: StudyObserver,
-                 score: Callable[[dict[str, float], bool], Score], runs: int,
-                 ride: Callable[[Callable[[], T]], T] = lambda action: action(), pool_lines: Sequence[str] = ()):
-        self.prep, self.ctx, self.executor, self.events, self.score, self.runs = prep, ctx, executor, events, score, runs
+    def __init__(
+        self,
+        prep: Prepared,
+        ctx: LaunchContext,
+        executor: TrialExecutor,
+        events: StudyObserver,
+        score: Callable[[dict[str, float], bool], Score],
+        runs: int,
+        ride: Callable[[Callable[[], T]], T] = lambda action: action(),
+        pool_lines: Sequence[str] = (),
+    ):
+        self.prep, self.ctx, self.executor, self.events, self.score, self.runs = (
+            prep,
+            ctx,
+            executor,
+            events,
+            score,
+            runs,
+        )
         self.ride = ride
         self.pool_lines = list(pool_lines)  # what `pooled_plan` lengthened or added, and its cost
 
-    def run(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str],
-            estimate: float | None) -> verdict_mod.Verdict:
+    def run(
+        self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str], estimate: float | None
+    ) -> verdict_mod.Verdict:
         per_run = estimate / len(cands) if estimate is not None and cands else None
         notes = [*notes, *self.pool_lines]
 
@@ -258,9 +306,15 @@ class ConfirmationPhase:
         done = self.ride(begin)
         plan = schedule(cands, self.runs)
         todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
-        self.events.confirmation_started(ConfirmationStarted(
-            [c.label for c in cands], self.runs, len(todo), per_run * len(todo) if per_run is not None else None,
-            notes))
+        self.events.confirmation_started(
+            ConfirmationStarted(
+                [c.label for c in cands],
+                self.runs,
+                len(todo),
+                per_run * len(todo) if per_run is not None else None,
+                notes,
+            )
+        )
         for i, round_, cand in todo:
             label = f"confirm {i + 1}/{len(plan)} (round {round_ + 1}): {cand.label}"
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
@@ -279,8 +333,15 @@ class ConfirmationPhase:
 
     def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
         p = self.prep
-        plan = plan_trial(cand.trial_number, cand.baseline, cand.params, cand.config, self.ctx,
-                          p.scenario.workload.longest_request_tokens(), p.shown)
+        plan = plan_trial(
+            cand.trial_number,
+            cand.baseline,
+            cand.params,
+            cand.config,
+            self.ctx,
+            p.scenario.workload.longest_request_tokens(),
+            p.shown,
+        )
         plan.run_name = f"confirm-r{round_ + 1}-trial-{cand.trial_number:04d}"
         plan.capacity_hint = self.ride(lambda: rerun_hint(cand, queries.confirmation_runs(session, rec)))
         outcome = self.executor.run(plan, self.events.phase)
@@ -290,11 +351,24 @@ class ConfirmationPhase:
 
         def store() -> ConfirmationRun:
             row = queries.save_confirmation_run(
-                session, rec, cand.trial_number, round_, baseline=cand.baseline, sequence=sequence,
-                status=outcome.status, metrics=json_safe(outcome.metrics), constraints=s.constraints,
-                capacity=outcome.capacity, stages=outcome.stages, timings=outcome.timings, command=outcome.command,
-                log_path=str(outcome.log_path) if outcome.log_path else None, started_at=outcome.started_at,
-                retried=outcome.retried, **failure_columns(outcome.failure))
+                session,
+                rec,
+                cand.trial_number,
+                round_,
+                baseline=cand.baseline,
+                sequence=sequence,
+                status=outcome.status,
+                metrics=json_safe(outcome.metrics),
+                constraints=s.constraints,
+                capacity=outcome.capacity,
+                stages=outcome.stages,
+                timings=outcome.timings,
+                command=outcome.command,
+                log_path=str(outcome.log_path) if outcome.log_path else None,
+                started_at=outcome.started_at,
+                retried=outcome.retried,
+                **failure_columns(outcome.failure),
+            )
             session.commit()
             return row
 

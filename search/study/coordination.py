@@ -19,10 +19,11 @@ import socket
 import threading
 import uuid
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterator
+from typing import Any
 
 import optuna
 import psutil
@@ -62,7 +63,7 @@ class WorkerId:
     slot: str | None = None
 
     @classmethod
-    def this(cls, slot: str | None) -> "WorkerId":
+    def this(cls, slot: str | None) -> WorkerId:
         return cls(socket.gethostname(), os.getpid(), psutil.Process().create_time(), uuid.uuid4().hex[:12], slot)
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,10 +109,13 @@ def storage(url: str, coordination: Coordination, engine_kwargs: dict) -> RDBSto
     trial again with the same params (and user attrs: a baseline stays a baseline)."""
     with warnings.catch_warnings():  # heartbeat_interval is "experimental" since 2.9
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=coordination.heartbeat_interval_s,
-                          grace_period=coordination.grace_period_s,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
-                              max_retry=coordination.max_retry))
+        return RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=coordination.heartbeat_interval_s,
+            grace_period=coordination.grace_period_s,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=coordination.max_retry),
+        )
 
 
 def ask(study: optuna.Study) -> optuna.Trial:
@@ -140,8 +144,12 @@ def _mark(study: optuna.Study, store: RDBStorage, worker: WorkerId, trial: optun
 
 def placement(worker: WorkerId, trial: optuna.Trial) -> dict[str, Any]:
     """Who ran `trial` where, as its record keeps it: host, pid, slot and the neighbours' trials."""
-    return {"host": worker.host, "pid": worker.pid, "slot": worker.slot,
-            "neighbours": trial.user_attrs.get(NEIGHBOURS_ATTR, [])}
+    return {
+        "host": worker.host,
+        "pid": worker.pid,
+        "slot": worker.slot,
+        "neighbours": trial.user_attrs.get(NEIGHBOURS_ATTR, []),
+    }
 
 
 class Heartbeat:
@@ -160,13 +168,13 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             try:
                 self.store.record_heartbeat(self.trial_id)
-            except Exception as e:  # noqa: BLE001 - the next beat tries again; silence is what counts
+            except Exception as e:
                 if (reason := connection_lost(e)) is not None:
                     self.watch.lost(reason)
             else:
                 self.watch.reachable()
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         # before anything: a trial with none is never stale
         self.watch.ride(lambda: self.store.record_heartbeat(self.trial_id))
         self._thread.start()
@@ -183,8 +191,9 @@ class Dead:
     why: str
 
 
-def dead_trials(study: optuna.Study, store: RDBStorage, coordination: Coordination,
-                watch: DatabaseWatch | None = None) -> list[Dead]:
+def dead_trials(
+    study: optuna.Study, store: RDBStorage, coordination: Coordination, watch: DatabaseWatch | None = None
+) -> list[Dead]:
     """RUNNING trials whose worker is certainly gone (see the module's docstring). A trial with no
     worker recorded (asked by an older version, or killed between ask and its first heartbeat)
     counts as gone once it has run longer than the grace period with no heartbeat. Neither test

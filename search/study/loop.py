@@ -13,30 +13,51 @@ from __future__ import annotations
 import signal
 import time
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import optuna
 
+from loadgen import json_safe
 from objectives.failure import FailureClass
-from search import pareto, space as space_mod
-from search.executor import Measurement, TrialExecutor, VllmExecutor, calibrate as measure_calibration, plan as plan_trial
+from search import pareto
+from search import space as space_mod
+from search.executor import (
+    Measurement,
+    TrialExecutor,
+    VllmExecutor,
+)
+from search.executor import (
+    calibrate as measure_calibration,
+)
+from search.executor import (
+    plan as plan_trial,
+)
 from search.prepare import Prepared, StudyOptions
-from search.proposals import (MOVE_ATTR, PROPOSAL_ATTR, follows_diagnoses, move_for, origin, proposal_reason, takes_prior,
-                              with_prior)
+from search.proposals import (
+    MOVE_ATTR,
+    PROPOSAL_ATTR,
+    follows_diagnoses,
+    move_for,
+    origin,
+    proposal_reason,
+    takes_prior,
+    with_prior,
+)
 from search.samplers import make_sampler
-from serving import Hardware, LaunchContext, unset_value
-from search.study import confirmation as confirmation_mod, coordination as coord, verdict as verdict_mod
+from search.study import confirmation as confirmation_mod
+from search.study import coordination as coord
+from search.study import verdict as verdict_mod
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
-from loadgen import json_safe
+from serving import Hardware, LaunchContext, unset_value
 from storage import queries
 from storage.tables import TrialRecord
 from storage.url import redacted
@@ -63,8 +84,7 @@ class StudyResult:
 
 def vllm_executor(prep: Prepared) -> ExecutorFactory:
     """The real executor: a vLLM server per trial, on this machine."""
-    return lambda ctx, measurement: VllmExecutor(ctx, measurement, prep.run_dir,
-                                                 prep.scenario.server.startup_timeout_s)
+    return lambda ctx, measurement: VllmExecutor(ctx, measurement, prep.run_dir, prep.scenario.server.startup_timeout_s)
 
 
 class _MovesRecorded(StudyObserver):
@@ -90,9 +110,16 @@ class StudyRunner:
     calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. What
     happens is told to `observers` (`search.study.events`); the loop itself prints and publishes nothing."""
 
-    def __init__(self, prep: Prepared, opts: StudyOptions, *, observers: Iterable[StudyObserver] = (),
-                 executor: ExecutorFactory | None = None, calibrate: Calibrate | None = None,
-                 coordination: coord.Coordination | None = None):
+    def __init__(
+        self,
+        prep: Prepared,
+        opts: StudyOptions,
+        *,
+        observers: Iterable[StudyObserver] = (),
+        executor: ExecutorFactory | None = None,
+        calibrate: Calibrate | None = None,
+        coordination: coord.Coordination | None = None,
+    ):
         self.prep = prep
         self.opts = opts
         self.sc = prep.scenario
@@ -115,19 +142,33 @@ class StudyRunner:
         if follows_diagnoses(sampler):
             self.events.observers.append(_MovesRecorded(list(prep.dists), prep.ctx.hardware))
         self.study = optuna.create_study(
-            storage=self.storage, study_name=prep.study_name, directions=self.sc.directions,
-            sampler=sampler, load_if_exists=True)
+            storage=self.storage,
+            study_name=prep.study_name,
+            directions=self.sc.directions,
+            sampler=sampler,
+            load_if_exists=True,
+        )
         with warnings.catch_warnings():  # "experimental since 3.2": noise on every run
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
-        self.opening = Opening(prep, opts, self.engine, self.study, self.events,
-                               calibrate or measure_calibration, self.budget, self.watch)
+        self.opening = Opening(
+            prep, opts, self.engine, self.study, self.events, calibrate or measure_calibration, self.budget, self.watch
+        )
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
 
     def _recording(self) -> Recording:
-        return Recording(self.engine, self.study, self.storage, self.sc, self.events, self.coordination,
-                         self.watch, self.worker, self.prep.run_dir)
+        return Recording(
+            self.engine,
+            self.study,
+            self.storage,
+            self.sc,
+            self.events,
+            self.coordination,
+            self.watch,
+            self.worker,
+            self.prep.run_dir,
+        )
 
     def open(self) -> None:
         """The study's record, created if new (and checked if not): what a parent does before
@@ -172,23 +213,40 @@ class StudyRunner:
         else:
             chosen = self.watch.ride(self.chosen)
             best = chosen.number if chosen else None
-        return StudyResult(self.prep.study_name, self.prep.storage_url, self.prep.run_dir,
-                           len(self.watch.ride(lambda: pareto.finished(self.study))), best, verdict)
+        return StudyResult(
+            self.prep.study_name,
+            self.prep.storage_url,
+            self.prep.run_dir,
+            len(self.watch.ride(lambda: pareto.finished(self.study))),
+            best,
+            verdict,
+        )
 
     def _warm_start_notes(self) -> tuple[str, ...]:
         if self.warm is None:
             return ()
         if self.warm.prior and not takes_prior(self.study.sampler):
-            return self.warm.notes + (f"warm start: the {self.prep.sampler} sampler takes no prior (only TPE "
-                                      f"does): the earlier trials do not inform it",)
+            return (
+                *self.warm.notes,
+                f"warm start: the {self.prep.sampler} sampler takes no prior (only TPE "
+                f"does): the earlier trials do not inform it",
+            )
         return self.warm.notes
 
     @contextmanager
     def _announced(self, ctx: LaunchContext) -> Iterator[None]:
         """study_started, then study_finished however the loop ends (subscribers clean up there)."""
-        self.events.study_started(StudyStarted(self.prep.study_name, self.budget, self.study, self.sc,
-                                               ctx.installed.label(), ctx.hardware.describe(),
-                                               self.prep.space_notes + self.prep.baseline_notes))
+        self.events.study_started(
+            StudyStarted(
+                self.prep.study_name,
+                self.budget,
+                self.study,
+                self.sc,
+                ctx.installed.label(),
+                ctx.hardware.describe(),
+                self.prep.space_notes + self.prep.baseline_notes,
+            )
+        )
         completed = False
         try:
             yield
@@ -219,8 +277,9 @@ class StudyRunner:
         trials = max(self.budget - spent, 0) if search else 0
         return trials + (self.sc.confirmation.front + len(self.prep.baselines)) * self.confirm_runs
 
-    def _next_step(self, recording: Recording, opened: OpenedStudy, deadline: float | None,
-                   asked_cap: int) -> tuple[str, int]:
+    def _next_step(
+        self, recording: Recording, opened: OpenedStudy, deadline: float | None, asked_cap: int
+    ) -> tuple[str, int]:
         """Between trials: "run" one more, "wait" for the others' running trials, or "stop"; and
         the server starts the study has spent."""
         recording.recover(opened.record)
@@ -231,8 +290,10 @@ class StudyRunner:
             self.events.note("wall-time budget reached")
             return "stop", spent
         if len(pareto.finished(self.study)) >= asked_cap:
-            self.events.note(f"stopped after {asked_cap} proposals: the sampler keeps "
-                             "proposing configurations that never start; narrow the space")
+            self.events.note(
+                f"stopped after {asked_cap} proposals: the sampler keeps "
+                "proposing configurations that never start; narrow the space"
+            )
             return "stop", spent
         if spent + len(coord.neighbours(self.study, self.worker)) >= self.budget:
             return "wait", spent
@@ -243,8 +304,9 @@ class StudyRunner:
         with coord.Heartbeat(self.storage, trial, self.coordination.heartbeat_interval_s, self.watch):
             return self._run_claimed(recording, opened, executor, trial)
 
-    def _run_claimed(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor,
-                     trial: optuna.Trial) -> TrialRecord:
+    def _run_claimed(
+        self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor, trial: optuna.Trial
+    ) -> TrialRecord:
         baseline = trial.user_attrs.get("baseline")
         proposed = proposal_reason(self.study.sampler, trial.number)
         if proposed:
@@ -260,8 +322,15 @@ class StudyRunner:
         else:
             params = self.watch.ride(lambda: space_mod.suggest(trial, self.prep.dists))
             config = {**self.prep.fixed, **params}
-        plan = plan_trial(trial.number, baseline, params, config, opened.ctx,
-                          opened.workload.longest_request_tokens(), self.prep.shown)
+        plan = plan_trial(
+            trial.number,
+            baseline,
+            params,
+            config,
+            opened.ctx,
+            opened.workload.longest_request_tokens(),
+            self.prep.shown,
+        )
         plan.front = self.watch.ride(lambda: pareto.search_front(self.study, self.sc))
         where = coord.placement(self.worker, trial)
         earlier = recording.earlier_run(opened.record, plan.fingerprint)
@@ -284,7 +353,8 @@ class StudyRunner:
             f"the load generator failed in {len(self._load_errors)} trials in a row "
             f"({'each time' if same else 'last'}: {row.failure_line}); the fault is on the client side, not in "
             f"the configurations, so every further trial would fail too. The trials stay recorded; fix the "
-            f"cause and run the same command to go on (flags proposed again are measured again).")
+            f"cause and run the same command to go on (flags proposed again are measured again)."
+        )
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
         return pareto.chosen(self.study, self.sc)
@@ -299,24 +369,44 @@ class StudyRunner:
         full = Measurement(self.sc.workload, capacity=self.sc.capacity)
         most = confirmation_mod.upfront_estimate_s(n, self.confirm_runs, full)
         when = f", about {most / 60:.0f} min at most" if most else ""
-        screening = (" (the search screens with a shorter measurement; confirmation runs the full one)"
-                     if self.sc.screening else "")
-        return (f"after the search: confirmation of up to {n} candidates x {self.confirm_runs} runs on fresh "
-                f"servers, interleaved{when}{screening}; --confirm-runs 0 skips it")
+        screening = (
+            " (the search screens with a shorter measurement; confirmation runs the full one)"
+            if self.sc.screening
+            else ""
+        )
+        return (
+            f"after the search: confirmation of up to {n} candidates x {self.confirm_runs} runs on fresh "
+            f"servers, interleaved{when}{screening}; --confirm-runs 0 skips it"
+        )
 
     def _confirm(self, recording: Recording, opened: OpenedStudy) -> verdict_mod.Verdict | None:
         rows = recording.ride(lambda: recording.rows(opened.record))
         cands, notes = recording.ride(
-            lambda: confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front))
+            lambda: confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front)
+        )
         if not any(c.baseline is None for c in cands):
-            self.events.note("confirmation skipped: no sampled configuration met the SLOs in the search, "
-                             f"nor came within {confirmation_mod.NEAR_MISS:.0%} of them")
+            self.events.note(
+                "confirmation skipped: no sampled configuration met the SLOs in the search, "
+                f"nor came within {confirmation_mod.NEAR_MISS:.0%} of them"
+            )
             return None
         per_run = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
-        pool = confirmation_mod.pooled_plan(verdict_mod.measured_metrics(self.sc), opened.full, self.confirm_runs,
-                                            per_run / len(cands) if per_run is not None else None, len(cands))
+        pool = confirmation_mod.pooled_plan(
+            verdict_mod.measured_metrics(self.sc),
+            opened.full,
+            self.confirm_runs,
+            per_run / len(cands) if per_run is not None else None,
+            len(cands),
+        )
         phase = confirmation_mod.ConfirmationPhase(
-            self.prep, opened.ctx, self._make_executor(opened.ctx, pool.measurement), self.events,
-            partial(recording.score, opened), pool.runs, recording.ride, pool.lines)
+            self.prep,
+            opened.ctx,
+            self._make_executor(opened.ctx, pool.measurement),
+            self.events,
+            partial(recording.score, opened),
+            pool.runs,
+            recording.ride,
+            pool.lines,
+        )
         estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, pool.measurement, opened.screened))
         return phase.run(recording.session, opened.record, cands, notes, estimate)

@@ -20,27 +20,32 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import optuna
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from loadgen import GoodputSLO, MetricName, WorkloadSpec, json_safe
 from objectives import statistics as st
 from objectives.diagnosis import ServingFacts
-from loadgen import GoodputSLO, MetricName, WorkloadSpec, json_safe
 from objectives.scoring import SLOSpec
-from search import calibration as calibration_mod, disk, scenario as scenario_mod, space as space_mod
-from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan as plan_trial
+from search import calibration as calibration_mod
+from search import disk
+from search import scenario as scenario_mod
+from search import space as space_mod
+from search.executor import CalibrationFailed, Measurement, PhaseCallback
+from search.executor import plan as plan_trial
 from search.prepare import Prepared, StudyOptions
 from search.samplers import models_jointly
 from search.scenario import Scenario
-from serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
+from serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from storage import claims, queries
 from storage.tables import StudyRecord
 from storage.url import single_writer
@@ -53,10 +58,18 @@ Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback],
 
 def setup_changes(rec: StudyRecord, ctx: LaunchContext) -> list[str]:
     """What differs between the study's stored vLLM build, model and machine and this run's."""
-    then = {"vLLM": rec.vllm_version, "model": rec.model_path, "model revision": rec.model_revision,
-            "hardware": (rec.hardware or {}).get("description")}
-    now = {"vLLM": ctx.installed.label(), "model": ctx.model.reference, "model revision": ctx.model.revision,
-           "hardware": ctx.hardware.describe()}
+    then = {
+        "vLLM": rec.vllm_version,
+        "model": rec.model_path,
+        "model revision": rec.model_revision,
+        "hardware": (rec.hardware or {}).get("description"),
+    }
+    now = {
+        "vLLM": ctx.installed.label(),
+        "model": ctx.model.reference,
+        "model revision": ctx.model.revision,
+        "hardware": ctx.hardware.describe(),
+    }
     return [f"{k} was {then[k]}, now {now[k]}" for k in then if then[k] is not None and then[k] != now[k]]
 
 
@@ -92,8 +105,17 @@ class OpenedStudy:
 class Opening:
     """Opens the study `prep` names for one run of `StudyRunner`."""
 
-    def __init__(self, prep: Prepared, opts: StudyOptions, engine, study: optuna.Study, events: StudyObserver,
-                 calibrate: Calibrate, budget: int, watch: DatabaseWatch):
+    def __init__(
+        self,
+        prep: Prepared,
+        opts: StudyOptions,
+        engine,
+        study: optuna.Study,
+        events: StudyObserver,
+        calibrate: Calibrate,
+        budget: int,
+        watch: DatabaseWatch,
+    ):
         self.prep, self.opts, self.engine, self.study, self.events = prep, opts, engine, study, events
         self.calibrate, self.budget, self.sc, self.watch = calibrate, budget, prep.scenario, watch
         self._warned_short = False
@@ -109,9 +131,11 @@ class Opening:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            raise StudyBusy(f"study {self.prep.study_name!r} is being run by another process "
-                            f"(pid {handle.read().strip() or '?'}); to run several workers on one study, "
-                            f"put it on PostgreSQL: `make db`, then STORAGE=<the URL it prints>") from None
+            raise StudyBusy(
+                f"study {self.prep.study_name!r} is being run by another process "
+                f"(pid {handle.read().strip() or '?'}); to run several workers on one study, "
+                f"put it on PostgreSQL: `make db`, then STORAGE=<the URL it prints>"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(str(os.getpid()))
@@ -127,11 +151,18 @@ class Opening:
         rec = queries.find_study(session, p.study_name)
         if rec is None:
             rec = StudyRecord(
-                study_name=p.study_name, scenario_name=self.sc.name, scenario_source=p.source,
-                scenario_digest=scenario_mod.digest(p.source), model_path=p.ctx.model.reference, model_revision=p.ctx.model.revision,
-                vllm_version=p.ctx.installed.label(), hardware=p.ctx.hardware.as_dict(),
+                study_name=p.study_name,
+                scenario_name=self.sc.name,
+                scenario_source=p.source,
+                scenario_digest=scenario_mod.digest(p.source),
+                model_path=p.ctx.model.reference,
+                model_revision=p.ctx.model.revision,
+                vllm_version=p.ctx.installed.label(),
+                hardware=p.ctx.hardware.as_dict(),
                 cpu_kv_budget_bytes=None if p.ctx.hardware.is_gpu else p.ctx.cpu_kv_budget_bytes,
-                directions=self.sc.directions, objective_names=self.sc.objective_names)
+                directions=self.sc.directions,
+                objective_names=self.sc.objective_names,
+            )
             session.add(rec)
             try:
                 session.commit()  # before Optuna writes: one SQLite file, one writer at a time
@@ -151,12 +182,14 @@ class Opening:
         if rec.scenario_digest != scenario_mod.digest(p.source):
             raise scenario_mod.ScenarioError(
                 f"{p.shown} changed since study {p.study_name!r} began; a study must replay one "
-                f"scenario. Pass --study NEW_NAME to start another, or restore the file.")
+                f"scenario. Pass --study NEW_NAME to start another, or restore the file."
+            )
         if changes := setup_changes(rec, p.ctx):
             raise StudyMismatch(
                 f"study {p.study_name!r} was measured elsewhere ({'; '.join(changes)}): its trials would "
                 f"not compare with new ones. Pass --study NEW_NAME to start another, or resume it "
-                f"where it began.")
+                f"where it began."
+            )
 
     def _kept_kv_budget(self, session: Session, rec: StudyRecord) -> OpenedRecord:
         """A resume runs on the CPU KV budget the study began with, not on this run's.
@@ -169,17 +202,23 @@ class Opening:
         if ctx.hardware.is_gpu:
             return OpenedRecord(rec, ctx)
         if rec.cpu_kv_budget_bytes is None:  # begun before the budget was stored: its trials' flags say it
-            rec.cpu_kv_budget_bytes = recorded_cpu_kv_budget(
-                (r.config, r.flags) for r in queries.trial_records(session, rec)) or ctx.cpu_kv_budget_bytes
+            rec.cpu_kv_budget_bytes = (
+                recorded_cpu_kv_budget((r.config, r.flags) for r in queries.trial_records(session, rec))
+                or ctx.cpu_kv_budget_bytes
+            )
             session.commit()
         kept, now = rec.cpu_kv_budget_bytes, ctx.cpu_kv_budget_bytes
         if kept == now:
             return OpenedRecord(rec, ctx)
-        said = (f"CPU KV budget: {kept / 2**30:.2f} GiB, as when study {self.prep.study_name!r} began (this run "
-                f"alone would use {now / 2**30:.2f} GiB); pass --study NEW_NAME to start a study on the new one")
+        said = (
+            f"CPU KV budget: {kept / 2**30:.2f} GiB, as when study {self.prep.study_name!r} began (this run "
+            f"alone would use {now / 2**30:.2f} GiB); pass --study NEW_NAME to start a study on the new one"
+        )
         if kept > now:
-            said = (f"warning: {said}. It is more than this run allows (AUTOTUNE_CPU_KV_BUDGET_GIB, or half "
-                    f"the RAM free now): a server may run short of memory")
+            said = (
+                f"warning: {said}. It is more than this run allows (AUTOTUNE_CPU_KV_BUDGET_GIB, or half "
+                f"the RAM free now): a server may run short of memory"
+            )
         return OpenedRecord(rec, replace(ctx, cpu_kv_budget_bytes=kept), (said,))
 
     def _refuse_recalibration_with_trials(self, session: Session, rec: StudyRecord) -> None:
@@ -189,7 +228,8 @@ class Opening:
             raise StudyMismatch(
                 f"study {self.prep.study_name!r} has {measured} trial{'s' * (measured != 1)} measured at its "
                 f"calibration; a new one would make them incomparable with the next. Pass --study NEW_NAME "
-                f"with --recalibrate to start a new study on a new calibration.")
+                f"with --recalibrate to start a new study on a new calibration."
+            )
 
     # -- calibration ---------------------------------------------------------------------------
 
@@ -208,27 +248,32 @@ class Opening:
                 self.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
                     f"(closed loop, {sc.calibration.saturation_concurrency} users; median of rounds "
-                    f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms")
+                    f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms"
+                )
             else:
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
                 if bad := calibration_mod.problems(sc, cal):  # stored by an older version unchecked
                     raise StudyStopped(
                         f"the stored calibration of study {self.prep.study_name!r} cannot scale the scenario: "
                         f"{'; '.join(bad)}. Run again with --recalibrate if the study has no trials yet, else "
-                        f"pass --study NEW_NAME to start another.")
+                        f"pass --study NEW_NAME to start another."
+                    )
         workload, slos, goodput = calibration_mod.resolve(sc, cal)
-        full = Measurement(workload, goodput, tuple(slos), sc.capacity,
-                           cal.slowest_unloaded_ttft_ms() if cal is not None else None)
+        full = Measurement(
+            workload, goodput, tuple(slos), sc.capacity, cal.slowest_unloaded_ttft_ms() if cal is not None else None
+        )
         screened = full.screened(sc.screening)
         if workload.arrival.rate is not None:
             self.events.note(f"load: {workload.arrival.mode} arrivals at {workload.arrival.rate:.2f} req/s")
         for text in self._thin_percentiles(screened):
             self.events.note(f"note: {text}")
-        return OpenedStudy(rec, opened.ctx, facts_for_launch(opened.ctx), cal, workload, tuple(slos), goodput,
-                           full, screened)
+        return OpenedStudy(
+            rec, opened.ctx, facts_for_launch(opened.ctx), cal, workload, tuple(slos), goodput, full, screened
+        )
 
-    def _calibrate_once(self, rec: StudyRecord, ctx: LaunchContext,
-                        again: bool = False) -> calibration_mod.CalibrationResult | None:
+    def _calibrate_once(
+        self, rec: StudyRecord, ctx: LaunchContext, again: bool = False
+    ) -> calibration_mod.CalibrationResult | None:
         """Calibrate (`again`: even if stored), unless another worker of the study did it meanwhile
         (it holds the study's claim while it measures; this one waits there and reuses its result:
         None). Only a checked calibration is stored. A database that went away while it measured
@@ -251,8 +296,9 @@ class Opening:
     def _measure_calibration(self, ctx: LaunchContext) -> calibration_mod.CalibrationResult:
         """A new calibration, checked: one that failed or cannot scale the scenario raises StudyStopped."""
         base = self.prep.baselines.get("vllm_defaults", self.prep.fixed)
-        args = plan_trial(-1, "calibration", {}, base, ctx, self.sc.workload.longest_request_tokens(),
-                          self.prep.shown).server_args
+        args = plan_trial(
+            -1, "calibration", {}, base, ctx, self.sc.workload.longest_request_tokens(), self.prep.shown
+        ).server_args
         self.events.calibration_started()
         again = "nothing was stored; run the same command to calibrate again"
         try:
@@ -260,9 +306,11 @@ class Opening:
         except CalibrationFailed as e:
             raise StudyStopped(f"calibration of study {self.prep.study_name!r} failed: {e}; {again}") from e
         if bad := calibration_mod.problems(self.sc, cal):
-            raise StudyStopped(f"calibration of study {self.prep.study_name!r} measured nothing usable: "
-                               f"{'; '.join(bad)} (log: {self.prep.run_dir / 'calibration' / 'server.log'}); "
-                               f"{again}")
+            raise StudyStopped(
+                f"calibration of study {self.prep.study_name!r} measured nothing usable: "
+                f"{'; '.join(bad)} (log: {self.prep.run_dir / 'calibration' / 'server.log'}); "
+                f"{again}"
+            )
         return cal
 
     def _thin_percentiles(self, screened: Measurement) -> list[str]:
@@ -285,9 +333,12 @@ class Opening:
         each knob apart) the values it sets, as before."""
         config = self.prep.baselines[name]
         if models_jointly(self.study.sampler):
-            return space_mod.effective_params(config, self.prep.dists, ctx, where=f"{self.prep.shown}: baselines.{name}")
-        return {k: v for k, v in config.items()
-                if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])}
+            return space_mod.effective_params(
+                config, self.prep.dists, ctx, where=f"{self.prep.shown}: baselines.{name}"
+            )
+        return {
+            k: v for k, v in config.items() if k in self.prep.dists and space_mod.representable(v, self.prep.dists[k])
+        }
 
     def enqueue_baselines(self, rec: StudyRecord, ctx: LaunchContext) -> None:
         """Each baseline queued once per study: under the study's claim, so of several workers
@@ -306,8 +357,10 @@ class Opening:
         trial and the outputs after it; a warning, once a run, when it cannot hold all `left`."""
         room = disk.room(self.prep.run_dir, done=done, left=left)
         if room.full:
-            raise StudyStopped(f"{room.full_line()}; {done} trial{'s' * (done != 1)} stored, no new "
-                               f"server started; make room, then run the same command to go on")
+            raise StudyStopped(
+                f"{room.full_line()}; {done} trial{'s' * (done != 1)} stored, no new "
+                f"server started; make room, then run the same command to go on"
+            )
         if room.short and not self._warned_short:
             self._warned_short = True
             self.events.note(f"warning: {room.short_line()}")

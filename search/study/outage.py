@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from search.study.errors import DatabaseUnreachable
 from storage.connection import connection_lost
@@ -33,8 +34,15 @@ class DatabaseWatch:
     """What this worker has seen of its database (`shown`: its URL, password hidden). `note`
     says the two lines; it may be called from the heartbeat thread."""
 
-    def __init__(self, shown: str, bound_s: float, note: Callable[[str], None], *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None):
+    def __init__(
+        self,
+        shown: str,
+        bound_s: float,
+        note: Callable[[str], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+    ):
         self.shown, self.bound_s, self.note, self.clock = shown, bound_s, note, clock
         self._lock = threading.Lock()
         self._came_back = threading.Event()  # a wait ends early when the heartbeat finds it back
@@ -49,8 +57,10 @@ class DatabaseWatch:
             if self.away_since is None:
                 self.away_since = now
                 self._came_back.clear()
-                self.note(f"database unreachable ({reason}); waiting up to {self.bound_s:.0f} s for it to come "
-                          f"back (--db-outage-s); what is measured meanwhile is kept")
+                self.note(
+                    f"database unreachable ({reason}); waiting up to {self.bound_s:.0f} s for it to come "
+                    f"back (--db-outage-s); what is measured meanwhile is kept"
+                )
             return now - self.away_since
 
     def reachable(self) -> None:
@@ -69,8 +79,13 @@ class DatabaseWatch:
         with self._lock:
             return self.away_since is None and (self.back_at is None or self.clock() - self.back_at >= grace_s)
 
-    def ride(self, action: Callable[[], T], *, on_failure: Callable[[], None] | None = None,
-             kept: Callable[[], str] | None = None) -> T:
+    def ride(
+        self,
+        action: Callable[[], T],
+        *,
+        on_failure: Callable[[], None] | None = None,
+        kept: Callable[[], str] | None = None,
+    ) -> T:
         """`action()`, again with backoff while the database is away. `on_failure` runs after
         each failed attempt, before the wait (a rollback; the spool, before the first retry);
         `kept` says what the spool holds, for the line that ends the study past the bound."""
@@ -89,7 +104,8 @@ class DatabaseWatch:
                     raise DatabaseUnreachable(
                         f"the database ({self.shown}) has been unreachable for {away:.0f} s ({reason}); "
                         f"nothing measured is lost{kept() if kept else ''}. Once it is back, run the same "
-                        f"command to go on (--db-outage-s sets how long a study waits)") from e
+                        f"command to go on (--db-outage-s sets how long a study waits)"
+                    ) from e
                 self.sleep(min(wait, self.bound_s - away))
                 wait = min(2 * wait, LONGEST_RETRY_S)
                 continue

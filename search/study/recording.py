@@ -16,8 +16,9 @@ earlier process asked (`recover`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import optuna
 from optuna.storages import RDBStorage
@@ -26,14 +27,15 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from loadgen import json_safe
 from objectives.diagnosis import Diagnosis, diagnose_trial
 from objectives.failure import Failure
-from loadgen import json_safe
 from objectives.scoring import Score, score
 from search import pareto
 from search.executor import TrialOutcome, TrialPlan
 from search.scenario import Scenario
-from search.study import coordination as coord, spool
+from search.study import coordination as coord
+from search.study import spool
 from search.study.events import StudyObserver, TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
 from search.study.outage import DatabaseWatch
@@ -68,15 +70,24 @@ class Recording:
     under `run_dir`), on one database session (closed with the block: `with Recording(...) as
     recording`)."""
 
-    def __init__(self, engine: Engine, study: optuna.Study, storage: RDBStorage, scenario: Scenario,
-                 events: StudyObserver, coordination: coord.Coordination, watch: DatabaseWatch,
-                 worker: coord.WorkerId, run_dir: Path):
+    def __init__(
+        self,
+        engine: Engine,
+        study: optuna.Study,
+        storage: RDBStorage,
+        scenario: Scenario,
+        events: StudyObserver,
+        coordination: coord.Coordination,
+        watch: DatabaseWatch,
+        worker: coord.WorkerId,
+        run_dir: Path,
+    ):
         self.engine, self.study, self.storage, self.sc = engine, study, storage, scenario
         self.events, self.coordination, self.watch = events, coordination, watch
         self.worker, self.run_dir = worker, run_dir
         self.session = Session(engine, expire_on_commit=False)
 
-    def __enter__(self) -> "Recording":
+    def __enter__(self) -> Recording:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -87,16 +98,18 @@ class Recording:
         each failed attempt (so the next starts clean). It ends committed: a read leaves a
         transaction open, whose connection a restart would kill while a trial measures (and
         `pool_pre_ping` tests a connection only as it leaves the pool)."""
+
         def step() -> T:
             result = action()
             self.session.commit()
             return result
+
         return self.watch.ride(step, on_failure=self._rollback, kept=kept)
 
     def _rollback(self) -> None:
         try:
             self.session.rollback()
-        except Exception:  # noqa: BLE001 - a connection already gone has nothing to roll back
+        except Exception:
             pass
 
     # -- what is stored ------------------------------------------------------------------------
@@ -119,8 +132,10 @@ class Recording:
                 continue
             self.ride(lambda: self._commit_row(rec, kept.trial_number, kept.fields))
             spool.drop(kept.path)
-            self.events.note(f"trial {kept.trial_number}: its measurement, kept in {kept.path} while the "
-                             "database was away, is stored")
+            self.events.note(
+                f"trial {kept.trial_number}: its measurement, kept in {kept.path} while the "
+                "database was away, is stored"
+            )
 
     def _commit_row(self, rec: StudyRecord, number: int, fields: dict[str, Any]) -> TrialRecord:
         row = queries.save_trial(self.session, rec, number, **fields)
@@ -139,9 +154,13 @@ class Recording:
             if not kept:
                 kept.append(spool.keep(self.run_dir, self.study.study_name, number, fields, self.worker.as_dict()))
 
-        row = self.watch.ride(lambda: self._commit_row(rec, number, fields), on_failure=keep,
-                              kept=lambda: f": trial {number}'s measurement is kept in {kept[0]} and stored by "
-                                           "the next run before anything else")
+        row = self.watch.ride(
+            lambda: self._commit_row(rec, number, fields),
+            on_failure=keep,
+            kept=lambda: (
+                f": trial {number}'s measurement is kept in {kept[0]} and stored by the next run before anything else"
+            ),
+        )
         for path in kept:
             spool.drop(path)
         return row
@@ -149,30 +168,70 @@ class Recording:
     # -- one trial -----------------------------------------------------------------------------
 
     def score(self, opened: OpenedStudy, metrics: dict[str, float], served: bool) -> Score:
-        return score(metrics, self.sc.objectives, list(opened.slos), request_timeout_s=opened.workload.request_timeout_s,
-                     served=served, staged=self.sc.capacity is not None)
+        return score(
+            metrics,
+            self.sc.objectives,
+            list(opened.slos),
+            request_timeout_s=opened.workload.request_timeout_s,
+            served=served,
+            staged=self.sc.capacity is not None,
+        )
 
-    def measured(self, opened: OpenedStudy, trial: optuna.Trial, plan: TrialPlan, outcome: TrialOutcome,
-                 label: str, worker: dict[str, Any]) -> TrialRecord:
+    def measured(
+        self,
+        opened: OpenedStudy,
+        trial: optuna.Trial,
+        plan: TrialPlan,
+        outcome: TrialOutcome,
+        label: str,
+        worker: dict[str, Any],
+    ) -> TrialRecord:
         """A trial the executor ran: scored, diagnosed, stored, told, snapshot."""
         self.events.phase("scoring")
         served, metrics, failure = outcome.status == TrialStatus.OK, outcome.metrics, outcome.failure
         s = self.score(opened, metrics, served)
         diagnosis = self._diagnose(opened, metrics, plan.config, failure, s.constraints)
-        row = self._store(opened.record, trial.number, dict(
-            baseline=plan.baseline, status=outcome.status,
-            fingerprint=plan.fingerprint, duplicate_of=None, params=plan.params, config=json_safe(plan.config),
-            flags=plan.server_args.flags, adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-            metrics=json_safe(metrics), server_diagnostics=json_safe(outcome.server_diagnostics), values=s.values,
-            constraints=s.constraints, feasible=s.feasible, client_behind=bool(metrics.get("client_behind", 0)),
-            timings=outcome.timings, log_path=str(outcome.log_path) if outcome.log_path else None,
-            started_at=outcome.started_at, command=outcome.command, diagnosis=json_safe(diagnosis.as_dict()),
-            capacity=outcome.capacity, stages=outcome.stages, retried=outcome.retried, worker=worker,
-            **failure_columns(failure)))
+        row = self._store(
+            opened.record,
+            trial.number,
+            dict(
+                baseline=plan.baseline,
+                status=outcome.status,
+                fingerprint=plan.fingerprint,
+                duplicate_of=None,
+                params=plan.params,
+                config=json_safe(plan.config),
+                flags=plan.server_args.flags,
+                adjustments=[a.as_dict() for a in plan.server_args.adjustments],
+                metrics=json_safe(metrics),
+                server_diagnostics=json_safe(outcome.server_diagnostics),
+                values=s.values,
+                constraints=s.constraints,
+                feasible=s.feasible,
+                client_behind=bool(metrics.get("client_behind", 0)),
+                timings=outcome.timings,
+                log_path=str(outcome.log_path) if outcome.log_path else None,
+                started_at=outcome.started_at,
+                command=outcome.command,
+                diagnosis=json_safe(diagnosis.as_dict()),
+                capacity=outcome.capacity,
+                stages=outcome.stages,
+                retried=outcome.retried,
+                worker=worker,
+                **failure_columns(failure),
+            ),
+        )
         return self._told(opened, TrialScored(trial, row, diagnosis, failure, metrics), served, label)
 
-    def duplicate(self, opened: OpenedStudy, trial: optuna.Trial, plan: TrialPlan, earlier: TrialRecord,
-                  label: str, worker: dict[str, Any]) -> TrialRecord:
+    def duplicate(
+        self,
+        opened: OpenedStudy,
+        trial: optuna.Trial,
+        plan: TrialPlan,
+        earlier: TrialRecord,
+        label: str,
+        worker: dict[str, Any],
+    ) -> TrialRecord:
         """A trial whose flags `earlier` ran: its row built from that one (no server started),
         diagnosed on this trial's configuration, then told and snapshot like any other."""
         self.events.phase("scoring")
@@ -182,10 +241,20 @@ class Recording:
 
         def save() -> TrialRecord:  # nothing measured: nothing to spool
             row = queries.save_duplicate(
-                self.session, opened.record, trial.number, earlier, baseline=plan.baseline,
-                fingerprint=plan.fingerprint, params=plan.params, config=json_safe(plan.config),
-                flags=plan.server_args.flags, adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-                started_at=started_at, diagnosis=json_safe(diagnosis.as_dict()), worker=worker)
+                self.session,
+                opened.record,
+                trial.number,
+                earlier,
+                baseline=plan.baseline,
+                fingerprint=plan.fingerprint,
+                params=plan.params,
+                config=json_safe(plan.config),
+                flags=plan.server_args.flags,
+                adjustments=[a.as_dict() for a in plan.server_args.adjustments],
+                started_at=started_at,
+                diagnosis=json_safe(diagnosis.as_dict()),
+                worker=worker,
+            )
             self.session.commit()
             return row
 
@@ -193,10 +262,23 @@ class Recording:
         served = earlier.status == TrialStatus.OK
         return self._told(opened, TrialScored(trial, row, diagnosis, failure, earlier.metrics), served, label)
 
-    def _diagnose(self, opened: OpenedStudy, metrics: dict[str, Any], config: dict[str, Any],
-                  failure: Failure | None, constraints: dict[str, float]) -> Diagnosis:
-        return diagnose_trial(metrics, config, opened.workload, failure, constraints=constraints,
-                              unloaded=opened.unloaded, facts=opened.facts)
+    def _diagnose(
+        self,
+        opened: OpenedStudy,
+        metrics: dict[str, Any],
+        config: dict[str, Any],
+        failure: Failure | None,
+        constraints: dict[str, float],
+    ) -> Diagnosis:
+        return diagnose_trial(
+            metrics,
+            config,
+            opened.workload,
+            failure,
+            constraints=constraints,
+            unloaded=opened.unloaded,
+            facts=opened.facts,
+        )
 
     def _told(self, opened: OpenedStudy, scored: TrialScored, served: bool, label: str) -> TrialRecord:
         """With the scored row committed: tell Optuna and snapshot the front. Each step may be
@@ -212,8 +294,9 @@ class Recording:
             if self.ride(lambda: self.storage.get_trial(trial._trial_id).state) != TrialState.COMPLETE:
                 # Taken for dead (no heartbeat written for the grace period) and run again elsewhere;
                 # the measurement is stored with its trial number all the same.
-                self.events.note(f"{label}: another worker took this trial for dead meanwhile; "
-                                 "its measurement is stored, not told")
+                self.events.note(
+                    f"{label}: another worker took this trial for dead meanwhile; its measurement is stored, not told"
+                )
                 return row
             # told already: by a tell whose answer the database lost, or from the stored row
         self.ride(lambda: self.snapshot(rec, trial.number))
@@ -247,10 +330,22 @@ class Recording:
         if rec.hv_reference is not None:
             hv = pareto.hypervolume([m.values for m in members], self.sc.directions, rec.hv_reference)
         queries.save_snapshot(
-            self.session, rec, after,
-            [{"trial_number": m.number, "values": list(m.values), "params": m.params,
-              "config": rows[m.number].config if m.number in rows else {}} for m in members],
-            hypervolume=hv, n_finished=len(finished), n_feasible=sum(pareto.feasible(t) for t in finished))
+            self.session,
+            rec,
+            after,
+            [
+                {
+                    "trial_number": m.number,
+                    "values": list(m.values),
+                    "params": m.params,
+                    "config": rows[m.number].config if m.number in rows else {},
+                }
+                for m in members
+            ],
+            hypervolume=hv,
+            n_finished=len(finished),
+            n_feasible=sum(pareto.feasible(t) for t in finished),
+        )
         try:
             self.session.commit()
         except IntegrityError:  # (study, after_trial_number) is unique: another worker saved this one
@@ -288,5 +383,7 @@ class Recording:
                 self.events.note(f"trial {t.number} was interrupted; it will run again")
                 self.events.note(f"trial {t.number}: {dead.why}")
             else:
-                self.events.note(f"trial {t.number} was interrupted ({dead.why}); run "
-                                 f"{self.coordination.max_retry} times again already, left failed")
+                self.events.note(
+                    f"trial {t.number} was interrupted ({dead.why}); run "
+                    f"{self.coordination.max_retry} times again already, left failed"
+                )

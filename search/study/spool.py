@@ -37,14 +37,20 @@ def spool_dir(run_dir: Path) -> Path:
     return run_dir / SPOOL_DIR
 
 
-def keep(run_dir: Path, study_name: str, trial_number: int, fields: dict[str, Any],
-         writer: dict[str, Any]) -> Path:
+def keep(run_dir: Path, study_name: str, trial_number: int, fields: dict[str, Any], writer: dict[str, Any]) -> Path:
     """The trial's record, on disk (atomically: a reader sees all of it or none)."""
     folder = spool_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"trial-{trial_number:04d}.json"
-    text = json.dumps({"study": study_name, "trial_number": trial_number, "writer": writer,
-                       "fields": {k: _encoded(v) for k, v in fields.items()}}, default=str)
+    text = json.dumps(
+        {
+            "study": study_name,
+            "trial_number": trial_number,
+            "writer": writer,
+            "fields": {k: _encoded(v) for k, v in fields.items()},
+        },
+        default=str,
+    )
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:

@@ -14,21 +14,21 @@ behind its schedule in a run is ranked only when every feasible candidate's did.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+from sqlalchemy.orm import Session
 
+from loadgen import MetricName
 from objectives import pooled
 from objectives import statistics as st
 from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search import pareto
 from search.scenario import Scenario
-from sqlalchemy.orm import Session
-
-from loadgen import MetricName
 from storage import queries
 from storage.tables import StudyRecord, TrialStatus
 
@@ -192,8 +192,9 @@ def _samples(run: RunView) -> tuple[dict[str, Any] | None, float | None]:
 def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequence[str]) -> CandidateResult:
     runs = sorted(runs, key=lambda r: r.round)
     ok = [r.status == TrialStatus.OK for r in runs]
-    by_metric = {m: [float(r.metrics.get(m, math.nan)) if good else math.nan for r, good in zip(runs, ok)]
-                 for m in metrics}
+    by_metric = {
+        m: [float(r.metrics.get(m, math.nan)) if good else math.nan for r, good in zip(runs, ok)] for m in metrics
+    }
     raised = [raised_metric(r) if good else None for r, good in zip(runs, ok)]
     censored = {m: [name == m for name in raised] for m in metrics}
     brackets = {}
@@ -212,28 +213,44 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
     intervals = {}
     for m, values in by_metric.items():
         if m in requests:
-            intervals[m] = pooled.pooled_percentile([r for r in requests[m] if r is not None],
-                                                    MetricName.parse(m).quantile)
+            intervals[m] = pooled.pooled_percentile(
+                [r for r in requests[m] if r is not None], MetricName.parse(m).quantile
+            )
         elif m in brackets:
             intervals[m] = bracketed_median(brackets[m], censored[m])
         else:
             intervals[m] = st.median_interval(values, censored[m])
     keys = {k for r in runs for k in r.constraints}
     # A bound's violation is linear in its metric, so the median violation is the median's.
-    constraints = {k: float(np.median([float(r.constraints[k]) for r in runs if k in r.constraints]))
-                   for k in sorted(keys)}
+    constraints = {
+        k: float(np.median([float(r.constraints[k]) for r in runs if k in r.constraints])) for k in sorted(keys)
+    }
     constraints.update(pooled_constraints(constraints, intervals, requests))
-    failures = [f"round {r.round + 1}: {r.failure_class}: {(r.failure_line or '')[:160]}"
-                for r, good in zip(runs, ok) if not good]
+    failures = [
+        f"round {r.round + 1}: {r.failure_class}: {(r.failure_line or '')[:160]}"
+        for r, good in zip(runs, ok)
+        if not good
+    ]
     behind = [r.round + 1 for r, good in zip(runs, ok) if good and r.metrics.get("client_behind")]
-    return CandidateResult(trial_number=trial_number, baseline=runs[0].baseline if runs else None,
-                           rounds=len(runs), metrics=intervals, runs=by_metric, constraints=constraints,
-                           failures=failures, behind=behind, censored=censored, brackets=brackets,
-                           requests=requests, unpooled=unpooled)
+    return CandidateResult(
+        trial_number=trial_number,
+        baseline=runs[0].baseline if runs else None,
+        rounds=len(runs),
+        metrics=intervals,
+        runs=by_metric,
+        constraints=constraints,
+        failures=failures,
+        behind=behind,
+        censored=censored,
+        brackets=brackets,
+        requests=requests,
+        unpooled=unpooled,
+    )
 
 
-def pooled_constraints(constraints: dict[str, float], intervals: dict[str, st.Interval],
-                       requests: dict[str, Any]) -> dict[str, float]:
+def pooled_constraints(
+    constraints: dict[str, float], intervals: dict[str, st.Interval], requests: dict[str, Any]
+) -> dict[str, float]:
     """The SLO constraints on percentiles read from pooled requests, held to the pooled value
     (the key states the bound as resolved: `ttft_p95_ms@short<=1101`; `SLOSpec.violation`)."""
     out = {}
@@ -267,8 +284,9 @@ def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Sc
     diffs, calls = {}, {}
     for name, direction in zip(scenario.objective_names, scenario.directions):
         if name in candidate.requests and name in reference.requests:
-            diff = pooled.pooled_difference(candidate.requests[name], reference.requests[name],
-                                            MetricName.parse(name).quantile)
+            diff = pooled.pooled_difference(
+                candidate.requests[name], reference.requests[name], MetricName.parse(name).quantile
+            )
         elif name in candidate.brackets and name in reference.brackets:
             diff = st.bracketed_difference(candidate.brackets[name], reference.brackets[name])
         else:
@@ -307,8 +325,7 @@ def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], ru
     if not feasible:
         verdict.outcome = Outcome.NONE_FEASIBLE
         served = [c for c in candidates if not c.failures] or candidates
-        verdict.closest = min(served, key=lambda c: c.worst_slo[1] if c.worst_slo else math.inf,
-                              default=None)
+        verdict.closest = min(served, key=lambda c: c.worst_slo[1] if c.worst_slo else math.inf, default=None)
         return verdict
     # A run whose load client fell behind offered the server less load than planned, so its
     # medians flatter it: such a candidate is ranked only when every feasible one had such a run.
@@ -320,8 +337,7 @@ def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], ru
     top = ordered[0]
     verdict.top = top
     verdict.reference = next((c for c in ordered if c.baseline), None)
-    verdict.ties = [c for c in ordered[1:]
-                    if all(call == "tie" for call in compare(c, top, scenario).calls.values())]
+    verdict.ties = [c for c in ordered[1:] if all(call == "tie" for call in compare(c, top, scenario).calls.values())]
     if top.baseline or verdict.reference is None:
         verdict.outcome = Outcome.KEEP_BASELINE if top.baseline else Outcome.RECOMMEND
         verdict.recommended = top

@@ -25,7 +25,9 @@ from optuna.trial import FrozenTrial
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from search import pareto, scenario as scenario_mod, space as space_mod
+from search import pareto
+from search import scenario as scenario_mod
+from search import space as space_mod
 from search.prepare import Prepared
 from search.proposals import WARM_START_ATTR, prior_trials
 from search.study.errors import StudyMismatch
@@ -34,6 +36,7 @@ from search.study.verdict import Outcome, stored_verdict
 from storage import claims, queries
 from storage.tables import StudyRecord
 from storage.url import redacted
+
 
 @dataclass(frozen=True)
 class WarmStart:
@@ -45,8 +48,10 @@ class WarmStart:
 
 
 def _refusal(name: str, why: str) -> StudyMismatch:
-    return StudyMismatch(f"--warm-start {name}: {why}; warm-start from a study of the same model, vLLM build and "
-                         f"machine, or run without --warm-start")
+    return StudyMismatch(
+        f"--warm-start {name}: {why}; warm-start from a study of the same model, vLLM build and "
+        f"machine, or run without --warm-start"
+    )
 
 
 def require_stored(prep: Prepared, name: str) -> None:
@@ -70,7 +75,9 @@ def _winner(session: Session, rec: StudyRecord, earlier: optuna.Study, prep: Pre
     if verdict is not None and verdict.outcome == Outcome.NONE_FEASIBLE:
         return None, "nothing (its confirmation found no configuration that met the SLOs)"
     chosen = pareto.chosen(earlier, sc)
-    return (chosen.number, "the best feasible trial (not confirmed)") if chosen else (None, "nothing (no feasible trial)")
+    return (
+        (chosen.number, "the best feasible trial (not confirmed)") if chosen else (None, "nothing (no feasible trial)")
+    )
 
 
 def open_warm_start(prep: Prepared, engine: Engine, name: str) -> WarmStart:
@@ -85,30 +92,41 @@ def open_warm_start(prep: Prepared, engine: Engine, name: str) -> WarmStart:
             raise _refusal(name, f"it was measured elsewhere ({'; '.join(changes)})")
         sc = prep.scenario
         if list(rec.objective_names) != sc.objective_names or list(rec.directions) != list(sc.directions):
-            raise _refusal(name, f"it scored other objectives ({', '.join(rec.objective_names)}, "
-                                 f"{'/'.join(rec.directions)}; this scenario: {', '.join(sc.objective_names)}, "
-                                 f"{'/'.join(sc.directions)})")
+            raise _refusal(
+                name,
+                f"it scored other objectives ({', '.join(rec.objective_names)}, "
+                f"{'/'.join(rec.directions)}; this scenario: {', '.join(sc.objective_names)}, "
+                f"{'/'.join(sc.directions)})",
+            )
         earlier = optuna.load_study(study_name=name, storage=prep.storage_url)
         number, which = _winner(session, rec, earlier, prep)
         rows = {r.trial_number: r for r in queries.trial_records(session, rec)}
         same_scenario = rec.scenario_digest == scenario_mod.digest(prep.source)
-    notes = [] if same_scenario else [
-        f"warm start: study {name!r} ran another version of the scenario (load, SLOs or space may differ): "
-        f"only the knobs searched here, within this space's ranges, carry over"]
+    notes = (
+        []
+        if same_scenario
+        else [
+            f"warm start: study {name!r} ran another version of the scenario (load, SLOs or space may differ): "
+            f"only the knobs searched here, within this space's ranges, carry over"
+        ]
+    )
     label = f"{which} of study {name!r}" + (f" (trial {number})" if number is not None else "")
     winner = None
     row = rows.get(number) if number is not None else None
     if row is not None and row.baseline:
         notes.append(f"warm start: {label} is its baseline {row.baseline}, measured here as a baseline again")
     elif row is not None:
-        winner = {k: v for k, v in row.params.items()
-                  if k in prep.dists and space_mod.representable(v, prep.dists[k])}
+        winner = {k: v for k, v in row.params.items() if k in prep.dists and space_mod.representable(v, prep.dists[k])}
         if lost := sorted(set(row.params) - set(winner)):
             notes.append(f"warm start: {label} set {', '.join(lost)} outside this space: sampled here instead")
     prior = prior_trials(earlier.get_trials(deepcopy=False), prep.dists)
-    notes.insert(0, f"warm start from study {name!r}: {label}" + (" enqueued" if winner is not None else "")
-                 + f"; {len(prior)} of its trials inform the sampler (their values are not copied: every "
-                 f"configuration is measured here)")
+    notes.insert(
+        0,
+        f"warm start from study {name!r}: {label}"
+        + (" enqueued" if winner is not None else "")
+        + f"; {len(prior)} of its trials inform the sampler (their values are not copied: every "
+        f"configuration is measured here)",
+    )
     return WarmStart(name, prior, winner, label, tuple(notes))
 
 

@@ -89,17 +89,22 @@ def snapshot(model: HubModel, *, allow_download: bool, cache: Path | None = None
         path = snapshot_download(model.repo_id, revision=model.revision, cache_dir=cache, local_files_only=True)
     except LocalEntryNotFoundError:
         if not allow_download:
-            raise ModelError(f"model {model}: no such local directory, and not (completely) in the Hugging Face "
-                             f"cache at {cache}; downloads are off (HF_HUB_OFFLINE=1): fetch it with "
-                             f"`{_fetch_command(model)}`, or pass a local model directory") from None
+            raise ModelError(
+                f"model {model}: no such local directory, and not (completely) in the Hugging Face "
+                f"cache at {cache}; downloads are off (HF_HUB_OFFLINE=1): fetch it with "
+                f"`{_fetch_command(model)}`, or pass a local model directory"
+            ) from None
         try:
-            path = snapshot_download(model.repo_id, revision=model.revision, cache_dir=cache,
-                                     ignore_patterns=_NOT_SERVED)
+            path = snapshot_download(
+                model.repo_id, revision=model.revision, cache_dir=cache, ignore_patterns=_NOT_SERVED
+            )
         except OSError as e:  # every hub error: not found, gated, no network
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ModelError(f"model {model}: no such local directory, not in the Hugging Face cache at {cache}, "
-                             f"and downloading it failed ({reason}); fetch it with `{_fetch_command(model)}`, "
-                             f"or pass a local model directory") from None
+            raise ModelError(
+                f"model {model}: no such local directory, not in the Hugging Face cache at {cache}, "
+                f"and downloading it failed ({reason}); fetch it with `{_fetch_command(model)}`, "
+                f"or pass a local model directory"
+            ) from None
     return HubSnapshot(model, Path(path), _commit_of(model, Path(path), cache))
 
 

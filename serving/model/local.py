@@ -91,9 +91,7 @@ def _train_tokenizer(spec: TinyLlamaSpec, out: Path):
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(rng), trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
     return fast
@@ -136,8 +134,7 @@ def build(spec: TinyLlamaSpec = DEFAULT_SPEC, dest: Path | None = None, force: b
         tokenizer = _train_tokenizer(spec, tmp)
         write_config_and_weights(spec, tokenizer, tmp)
         (tmp / SPEC_FILE).write_text(
-            json.dumps({"builder_version": BUILDER_VERSION, "spec": asdict(spec),
-                        "digest": spec.digest()}, indent=2)
+            json.dumps({"builder_version": BUILDER_VERSION, "spec": asdict(spec), "digest": spec.digest()}, indent=2)
         )
         if dest.exists():
             shutil.rmtree(dest)
@@ -158,11 +155,14 @@ def build_dummy_architecture(config_json: Path, dest: Path, spec: TinyLlamaSpec 
     tokenizer = _train_tokenizer(spec, dest)
     cfg = json.loads(Path(config_json).read_text())
     if cfg.get("vocab_size", 0) < len(tokenizer):
-        raise ValueError(f"{config_json}: vocab_size {cfg.get('vocab_size')} is smaller than the "
-                         f"local tokenizer ({len(tokenizer)} tokens)")
+        raise ValueError(
+            f"{config_json}: vocab_size {cfg.get('vocab_size')} is smaller than the "
+            f"local tokenizer ({len(tokenizer)} tokens)"
+        )
     cfg.setdefault("torch_dtype", "bfloat16")
     # Special tokens must be the local tokenizer's, whatever the original model used.
-    cfg.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-               pad_token_id=tokenizer.pad_token_id)
+    cfg.update(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     (dest / "config.json").write_text(json.dumps(cfg, indent=2))
     return dest

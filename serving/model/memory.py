@@ -49,16 +49,31 @@ GPU_TOLERANCE = 0.05
 # (bitsandbytes: 4-bit blocks of 64 weights with a float32 absmax each).
 ON_THE_FLY_BITS = {"fp8": 8.0, "ptpc_fp8": 8.0, "bitsandbytes": 4.5}
 # Methods that load only a checkpoint quantized beforehand (a quantization_config says how).
-NEEDS_QUANTIZED_CHECKPOINT = frozenset({
-    "awq", "awq_marlin", "gptq", "gptq_marlin", "gptq_bitblas", "marlin", "compressed-tensors",
-    "modelopt", "modelopt_fp4", "gguf"})
+NEEDS_QUANTIZED_CHECKPOINT = frozenset(
+    {
+        "awq",
+        "awq_marlin",
+        "gptq",
+        "gptq_marlin",
+        "gptq_bitblas",
+        "marlin",
+        "compressed-tensors",
+        "modelopt",
+        "modelopt_fp4",
+        "gguf",
+    }
+)
 # Where a checkpoint's quantization is written when config.json does not hold it, and the method
 # a file without `quant_method` means (AutoGPTQ's quantize_config.json, AutoAWQ's quant_config.json).
 QUANT_CONFIG_FILES = {"quantize_config.json": "gptq", "quant_config.json": "awq", "hf_quant_config.json": "modelopt"}
 # Config keys of architectures whose weights or KV cache this arithmetic does not model.
-_UNMODELLED = {"num_local_experts": "mixture-of-experts layers", "num_experts": "mixture-of-experts layers",
-               "n_routed_experts": "mixture-of-experts layers", "kv_lora_rank": "latent (MLA) attention",
-               "vision_config": "a vision encoder"}
+_UNMODELLED = {
+    "num_local_experts": "mixture-of-experts layers",
+    "num_experts": "mixture-of-experts layers",
+    "n_routed_experts": "mixture-of-experts layers",
+    "kv_lora_rank": "latent (MLA) attention",
+    "vision_config": "a vision encoder",
+}
 
 
 class ShapeUnknown(ValueError):
@@ -85,7 +100,9 @@ def quantization_from_config(q: dict[str, Any], method: str | None = None) -> Qu
         return Quantization(method, 4.5 if q.get("load_in_4bit") else 8.0)
     if method == "modelopt":
         algo = str((q.get("quantization") or q).get("quant_algo", "")).upper()
-        return Quantization(method, 8.0 if algo == "FP8" else 4.5 if algo == "NVFP4" else None)  # NVFP4: fp8 scale per 16
+        return Quantization(
+            method, 8.0 if algo == "FP8" else 4.5 if algo == "NVFP4" else None
+        )  # NVFP4: fp8 scale per 16
     if method == "mxfp4":
         return Quantization(method, 4.25)  # an 8-bit scale per 32 weights
     if method == "compressed-tensors":
@@ -118,7 +135,7 @@ class ModelShape:
     unmodelled: str = ""  # what the arithmetic leaves out (experts, MLA, a vision encoder): no weights estimate
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], quant: Quantization | None = None) -> "ModelShape":
+    def from_config(cls, cfg: dict[str, Any], quant: Quantization | None = None) -> ModelShape:
         text = cfg.get("text_config", cfg)
         need = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
         missing = [k for k in need if not text.get(k)]
@@ -128,10 +145,13 @@ class ModelShape:
         hidden = int(text["hidden_size"])
         q = cfg.get("quantization_config") or text.get("quantization_config")
         return cls(
-            layers=int(text["num_hidden_layers"]), hidden=hidden, heads=heads,
+            layers=int(text["num_hidden_layers"]),
+            hidden=hidden,
+            heads=heads,
             kv_heads=int(text.get("num_key_value_heads") or heads),
             head_dim=int(text.get("head_dim") or hidden // heads),
-            intermediate=int(text["intermediate_size"]), vocab=int(text["vocab_size"]),
+            intermediate=int(text["intermediate_size"]),
+            vocab=int(text["vocab_size"]),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
             # Qwen2 has q/k/v biases without a config key saying so.
             qkv_bias=bool(text.get("attention_bias")) or text.get("model_type") == "qwen2",
@@ -244,13 +264,20 @@ class KvBudget:
     def explain(self) -> str:
         per_token = f"{self.bytes_per_token:,} bytes per token"
         if not self.device_bytes:
-            return (f"--kv-cache-memory-bytes {self.kv_bytes:,} ({self.kv_bytes / MIB:.0f} MiB) at {per_token} "
-                    f"= {self.tokens:,} tokens")
+            return (
+                f"--kv-cache-memory-bytes {self.kv_bytes:,} ({self.kv_bytes / MIB:.0f} MiB) at {per_token} "
+                f"= {self.tokens:,} tokens"
+            )
         taken = ", ".join(f"{what} {size / GIB:.2f} GiB" for what, size in self.taken)
-        left = (f"{self.kv_bytes / GIB:.2f} GiB of KV cache at {per_token} = {self.tokens:,} tokens"
-                if self.kv_bytes > 0 else f"{-self.kv_bytes / GIB:.2f} GiB short, no KV cache")
-        return (f"{self.utilization:.2f} x {self.device_bytes / GIB:.1f} GiB = "
-                f"{self.device_bytes * self.utilization / GIB:.2f} GiB per GPU, less {taken}: {left}")
+        left = (
+            f"{self.kv_bytes / GIB:.2f} GiB of KV cache at {per_token} = {self.tokens:,} tokens"
+            if self.kv_bytes > 0
+            else f"{-self.kv_bytes / GIB:.2f} GiB short, no KV cache"
+        )
+        return (
+            f"{self.utilization:.2f} x {self.device_bytes / GIB:.1f} GiB = "
+            f"{self.device_bytes * self.utilization / GIB:.2f} GiB per GPU, less {taken}: {left}"
+        )
 
 
 def whole_blocks(kv_bytes: int, bytes_per_token: int, block_size: int) -> int:
@@ -264,20 +291,35 @@ def bytes_budget(kv_bytes: int, bytes_per_token: int, block_size: int) -> KvBudg
     return KvBudget(whole_blocks(kv_bytes, bytes_per_token, block_size), kv_bytes, bytes_per_token)
 
 
-def gpu_budget(shape: ModelShape, *, device_bytes: int, utilization: float, dtype: str, element_bytes: int,
-               block_size: int, batched_tokens: int, seqs: int, cuda_graphs: bool, tp: int = 1,
-               quantization: str | None = None) -> KvBudget | None:
+def gpu_budget(
+    shape: ModelShape,
+    *,
+    device_bytes: int,
+    utilization: float,
+    dtype: str,
+    element_bytes: int,
+    block_size: int,
+    batched_tokens: int,
+    seqs: int,
+    cuda_graphs: bool,
+    tp: int = 1,
+    quantization: str | None = None,
+) -> KvBudget | None:
     """One GPU's KV cache as vLLM's profiling will size it (None: weights this arithmetic cannot
     size). Each of the TP GPUs holds 1/TP of the weights and of the KV heads."""
     weights = shape.weight_bytes(dtype, quantization)
     if weights is None:
         return None
     requested = int(device_bytes * utilization)
-    taken = (("weights", weights // tp), ("outside torch", OUTSIDE_TORCH_BYTES),
-             ("activations", activation_bytes(shape, batched_tokens, seqs, dtype, tp)),
-             ("CUDA graphs", GRAPH_BYTES_PER_LAYER * shape.layers if cuda_graphs else 0))
+    taken = (
+        ("weights", weights // tp),
+        ("outside torch", OUTSIDE_TORCH_BYTES),
+        ("activations", activation_bytes(shape, batched_tokens, seqs, dtype, tp)),
+        ("CUDA graphs", GRAPH_BYTES_PER_LAYER * shape.layers if cuda_graphs else 0),
+    )
     taken = tuple((what, size) for what, size in taken if size)
     kv = requested - sum(size for _, size in taken)
     per_token = kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, element_bytes, tp)
-    return KvBudget(whole_blocks(kv, per_token, block_size), kv, per_token, taken, device_bytes, utilization,
-                    GPU_TOLERANCE)
+    return KvBudget(
+        whole_blocks(kv, per_token, block_size), kv, per_token, taken, device_bytes, utilization, GPU_TOLERANCE
+    )

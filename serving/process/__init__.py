@@ -11,5 +11,14 @@ from serving.process.launcher import command_line, launch, launch_spec
 from serving.process.server import ServerFailed, StopReport, VllmServer, set_aside
 from serving.process.watch import FirstTokenWatch, while_serving
 
-__all__ = ["FirstTokenWatch", "ServerFailed", "StopReport", "VllmServer", "command_line", "launch", "launch_spec", "set_aside",
-           "while_serving"]
+__all__ = [
+    "FirstTokenWatch",
+    "ServerFailed",
+    "StopReport",
+    "VllmServer",
+    "command_line",
+    "launch",
+    "launch_spec",
+    "set_aside",
+    "while_serving",
+]

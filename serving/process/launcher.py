@@ -7,19 +7,37 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from serving.registry import LaunchContext, ServerArgs
 from serving.process.server import LaunchSpec, VllmServer
+from serving.registry import LaunchContext, ServerArgs
 from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 
 
-def launch_spec(ctx: LaunchContext, args: ServerArgs, log_path: Path, *,
-                startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S, env: dict[str, str] | None = None) -> LaunchSpec:
-    return LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=log_path,
-                      env=dict(env or {}), startup_timeout_s=startup_timeout_s, gpu=ctx.hardware.is_gpu)
+def launch_spec(
+    ctx: LaunchContext,
+    args: ServerArgs,
+    log_path: Path,
+    *,
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> LaunchSpec:
+    return LaunchSpec(
+        model=ctx.model.path,
+        args=args.cli(ctx.installed),
+        log_path=log_path,
+        env=dict(env or {}),
+        startup_timeout_s=startup_timeout_s,
+        gpu=ctx.hardware.is_gpu,
+    )
 
 
-def launch(ctx: LaunchContext, args: ServerArgs, log_path: Path, *,
-           startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S, env: dict[str, str] | None = None) -> VllmServer:
+def launch(
+    ctx: LaunchContext,
+    args: ServerArgs,
+    log_path: Path,
+    *,
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> VllmServer:
     """A server not yet started: `with launch(...) as server:` or `.start()` / `.stop()`."""
     return VllmServer(launch_spec(ctx, args, log_path, startup_timeout_s=startup_timeout_s, env=env))
 

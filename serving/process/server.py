@@ -48,8 +48,10 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
 # LEAN_ENTRY with the EngineCore and its worker forked from a forkserver that imported vLLM beside
 # the API server, instead of spawned afresh (entry/autotune_vllm_entry.py says how and why).
-WARM_ENTRY = (f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
-              f"autotune_vllm_entry.main({API_MODULE!r})")
+WARM_ENTRY = (
+    f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
+    f"autotune_vllm_entry.main({API_MODULE!r})"
+)
 POLL_S = 0.25
 # The server's CPU priority below the tuner's (`server_guard.lower_priority` says why); 0 leaves it.
 SERVER_NICE_ENV = "AUTOTUNE_SERVER_NICE"
@@ -187,7 +189,7 @@ def group_members(pgid: int) -> list[psutil.Process]:
     return alive
 
 
-_LIVE: set["VllmServer"] = set()
+_LIVE: set[VllmServer] = set()
 
 
 def stop_all() -> None:
@@ -224,7 +226,7 @@ class VllmServer:
     def pgid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         self.start()
         return self
 
@@ -262,10 +264,22 @@ class VllmServer:
             self.proc = self._fork_from_zygote(env, read_fd) if self.spec.forked_by_zygote else None
             if self.proc is None:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "serving.process.entry.server_guard", str(read_fd),
-                     "--nice", str(server_nice()), "--", *command],
-                    stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env, start_new_session=True, pass_fds=(read_fd,),
+                    [
+                        sys.executable,
+                        "-m",
+                        "serving.process.entry.server_guard",
+                        str(read_fd),
+                        "--nice",
+                        str(server_nice()),
+                        "--",
+                        *command,
+                    ],
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                    pass_fds=(read_fd,),
                 )
             _LIVE.add(self)
             self._wait_healthy()
@@ -287,16 +301,30 @@ class VllmServer:
         self._log.flush()
         try:
             forked = zygote.fork_server(
-                self.spec.python, env, API_MODULE, argv, self.spec.log_path, pipe_fd, server_nice(),
-                title=shlex.join(["python", "-m", API_MODULE, *argv]), timeout_s=self.spec.startup_timeout_s)
+                self.spec.python,
+                env,
+                API_MODULE,
+                argv,
+                self.spec.log_path,
+                pipe_fd,
+                server_nice(),
+                title=shlex.join(["python", "-m", API_MODULE, *argv]),
+                timeout_s=self.spec.startup_timeout_s,
+            )
             if forked.note:
                 self._log.write(f"autotune: {forked.note}\n".encode())  # appended: the log is opened "ab"
                 self._log.flush()
             return forked
         except zygote.ZygoteTimeout as e:
-            raise ServerFailed(Failure(
-                FailureClass.START_TIMEOUT, f"not forked after {self.spec.startup_timeout_s:.0f} s: {e}",
-                phase=FailurePhase.STARTUP, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path))) from None
+            raise ServerFailed(
+                Failure(
+                    FailureClass.START_TIMEOUT,
+                    f"not forked after {self.spec.startup_timeout_s:.0f} s: {e}",
+                    phase=FailurePhase.STARTUP,
+                    elapsed_s=self.elapsed(),
+                    log_path=str(self.spec.log_path),
+                )
+            ) from None
         except zygote.ZygoteGone as e:
             self._log.write(f"autotune: not forked: {e}; this server is exec'd\n".encode())
             self._log.flush()
@@ -313,11 +341,16 @@ class VllmServer:
                 return
             if time.monotonic() > deadline:
                 lines = [x for x in self.log_text().splitlines() if x.strip()]
-                raise ServerFailed(Failure(
-                    FailureClass.START_TIMEOUT,
-                    f"not healthy after {self.spec.startup_timeout_s:.0f} s; last log line: "
-                    f"{lines[-1][:300] if lines else '(empty)'}",
-                    phase=FailurePhase.STARTUP, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path)))
+                raise ServerFailed(
+                    Failure(
+                        FailureClass.START_TIMEOUT,
+                        f"not healthy after {self.spec.startup_timeout_s:.0f} s; last log line: "
+                        f"{lines[-1][:300] if lines else '(empty)'}",
+                        phase=FailurePhase.STARTUP,
+                        elapsed_s=self.elapsed(),
+                        log_path=str(self.spec.log_path),
+                    )
+                )
             time.sleep(POLL_S)
 
     def healthy(self, timeout: float = 2.0) -> bool:
@@ -357,8 +390,9 @@ class VllmServer:
         # The kernel log's timestamps count from boot, like CLOCK_MONOTONIC (time.monotonic).
         oom_kill = kernel_oom_kill(self.pids, self.started_at - 1.0) if silent_kill else None
         cls, line = classify(text, rc, oom_kill)
-        return Failure(cls, line, phase=phase, returncode=rc, elapsed_s=self.elapsed(),
-                       log_path=str(self.spec.log_path))
+        return Failure(
+            cls, line, phase=phase, returncode=rc, elapsed_s=self.elapsed(), log_path=str(self.spec.log_path)
+        )
 
     # -- stop --------------------------------------------------------------------------------
 
@@ -396,8 +430,7 @@ class VllmServer:
         gpu_released = None
         if self.spec.gpu and self._gpu_baseline is not None and self.alone_on_gpu:
             base = self._gpu_baseline
-            gpu_released = self._wait(
-                lambda: all(u <= b + 512 for u, b in zip(gpu_memory_used_mib(), base)), 60)
+            gpu_released = self._wait(lambda: all(u <= b + 512 for u, b in zip(gpu_memory_used_mib(), base)), 60)
         self._release()
         self.proc = None
         return StopReport(time.monotonic() - t0, killed, port_freed, gpu_released, anatomy)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from loadgen import ProgressWatch, RequestRecord, Stall
 from objectives.failure import Failure, FailureClass, FailurePhase
@@ -38,12 +39,18 @@ class FirstTokenWatch(ProgressWatch):
 def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
     """A server that stopped making progress, with what was seen (and whether /health answers)."""
     health = "/health answered 200" if server.healthy(timeout=2.0) else "/health did not answer"
-    return Failure(FailureClass.HANG, f"{stall.describe()}; {health}", phase=phase,
-                   elapsed_s=server.elapsed(), log_path=str(server.spec.log_path))
+    return Failure(
+        FailureClass.HANG,
+        f"{stall.describe()}; {health}",
+        phase=phase,
+        elapsed_s=server.elapsed(),
+        log_path=str(server.spec.log_path),
+    )
 
 
-async def while_serving(server: VllmServer, measure: Awaitable[T], phase: FailurePhase,
-                        watch: ProgressWatch | None = None) -> T:
+async def while_serving(
+    server: VllmServer, measure: Awaitable[T], phase: FailurePhase, watch: ProgressWatch | None = None
+) -> T:
     """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
     `watch` the load generator reports to, stops making progress (`loadgen.stall`): then the
     measurement is cancelled at once and ServerFailed names why, with `phase`."""

@@ -20,8 +20,9 @@ from pathlib import Path
 import psutil
 
 ENTRY_DIR = Path(__file__).resolve().parent / "entry"
-ZYGOTE_ENTRY = (f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import autotune_vllm_zygote as z; "
-                f"z.main(sys.argv[1:])")
+ZYGOTE_ENTRY = (
+    f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import autotune_vllm_zygote as z; z.main(sys.argv[1:])"
+)
 MAX_MESSAGE = 1 << 20
 UNKNOWN_EXIT = 1  # a guard whose zygote died before it could say how the guard ended
 
@@ -39,7 +40,7 @@ class ForkedServer:
     """`subprocess.Popen`'s interface (pid, poll, wait, returncode) for a server group's guard
     forked by the zygote: not the tuner's child, so its exit code comes from the zygote."""
 
-    def __init__(self, zygote: "Zygote", pid: int):
+    def __init__(self, zygote: Zygote, pid: int):
         self.zygote, self.pid, self.returncode = zygote, pid, None
         self.note: str | None = None  # why this server needed a new zygote, for its log
 
@@ -75,22 +76,34 @@ class Zygote:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
                     [python, "-c", ZYGOTE_ENTRY, "boot", str(theirs.fileno()), api_module],
-                    env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True)
+                    env=env,
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         except OSError as e:  # no such python, not executable, no room for the log
             self.gone, self._start_error = True, f"{type(e).__name__}: {e}"
         finally:
             theirs.close()
 
-    def fork(self, argv: list[str], log_path: Path, pipe_fd: int, nice: int, title: str,
-             timeout_s: float) -> ForkedServer:
+    def fork(
+        self, argv: list[str], log_path: Path, pipe_fd: int, nice: int, title: str, timeout_s: float
+    ) -> ForkedServer:
         """A server group forked with `argv`, its streams appended to `log_path`, its guard
         watching `pipe_fd`. Waits for the zygote's imports on its first call (at most
         `timeout_s`); raises ZygoteGone when it cannot."""
         with self._lock:
             self._requests += 1
-            request = {"id": self._requests, "argv": argv, "log": str(log_path), "cwd": os.getcwd(),
-                       "nice": nice, "title": title}
+            request = {
+                "id": self._requests,
+                "argv": argv,
+                "log": str(log_path),
+                "cwd": os.getcwd(),
+                "nice": nice,
+                "title": title,
+            }
             if self.gone:
                 raise ZygoteGone(self._why())
             try:
@@ -186,8 +199,17 @@ _failed: set[tuple] = set()  # keys whose zygote never forked a server: exec'd f
 _pool_lock = threading.Lock()
 
 
-def fork_server(python: str, env: dict[str, str], api_module: str, argv: list[str], log_path: Path,
-                pipe_fd: int, nice: int, title: str, timeout_s: float) -> ForkedServer:
+def fork_server(
+    python: str,
+    env: dict[str, str],
+    api_module: str,
+    argv: list[str],
+    log_path: Path,
+    pipe_fd: int,
+    nice: int,
+    title: str,
+    timeout_s: float,
+) -> ForkedServer:
     """A server forked by the zygote for (`python`, `env`), started here if need be (one at a
     time: a zygote for another environment replaces it). Raises ZygoteGone (exec it instead) or
     ZygoteTimeout."""

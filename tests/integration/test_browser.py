@@ -28,10 +28,20 @@ from tests.support.paths import E2E_SCENARIO, REPO
 pytestmark = [pytest.mark.browser, pytest.mark.vllm]  # the finished study starts real servers
 
 CHROMIUM = os.environ.get("AUTOTUNE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-LEGEND = {"feasible": "feasible (meets every SLO)", "infeasible": "infeasible (violates an SLO)",
-          "failed": "failed (never served; drawn at the worst edge)"}
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LEGEND = {
+    "feasible": "feasible (meets every SLO)",
+    "infeasible": "infeasible (violates an SLO)",
+    "failed": "failed (never served; drawn at the worst edge)",
+}
 
 
 def _unavailable(reason: str):
@@ -55,8 +65,12 @@ def browser():
         _unavailable(f"no Chromium at {CHROMIUM}: run scripts/setup_browser.sh (make test does)")
     with tempfile.TemporaryDirectory(prefix="autotune-chromium-") as profile, sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1500, "height": 1000})
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1500, "height": 1000},
+        )
         try:
             yield ctx
         finally:
@@ -66,8 +80,7 @@ def browser():
 def expected_categories(finished_study) -> dict[int, str]:
     with Session(queries.open_db(finished_study["storage"])) as s:
         rec = queries.require_study(s, finished_study["study"])
-        return {r.trial_number: category_of(r) for r in queries.trial_records(s, rec)
-                if r.status != "interrupted"}
+        return {r.trial_number: category_of(r) for r in queries.trial_records(s, rec) if r.status != "interrupted"}
 
 
 def test_report_shows_figures_and_feasibility_offline(browser, finished_study, artifacts_dir):
@@ -85,8 +98,9 @@ def test_report_shows_figures_and_feasibility_offline(browser, finished_study, a
     page.on("request", lambda r: requests.append(r.url))
     page.goto(out.as_uri())
     page.wait_for_selector("#fig-pareto-0-1 .main-svg", timeout=30_000)
-    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), \
+    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), (
         f"the report must work offline, it fetched: {[u for u in requests if not u.startswith('file:')]}"
+    )
     assert page.evaluate("typeof window.Plotly") == "object"  # inlined, not from a CDN
 
     for div in ("pareto-0-1", "hypervolume", "objective-vs-parameter", "bottlenecks"):
@@ -98,8 +112,10 @@ def test_report_shows_figures_and_feasibility_offline(browser, finished_study, a
     assert any(t.startswith("baselines") for t in legend)
 
     rows = page.locator("#trials-table tbody tr")
-    shown = {int(rows.nth(i).get_attribute("data-trial")): rows.nth(i).get_attribute("data-category")
-             for i in range(rows.count())}
+    shown = {
+        int(rows.nth(i).get_attribute("data-trial")): rows.nth(i).get_attribute("data-category")
+        for i in range(rows.count())
+    }
     assert shown == expected
     for number, cat in expected.items():
         mark = page.locator(f'#trials-table tr[data-trial="{number}"] .mark-{cat}')
@@ -140,9 +156,23 @@ def dashboard(finished_study, artifacts_dir):
     port = free_port()
     log = open(artifacts_dir / "dashboard.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "dashboard", "--study", finished_study["study"],
-         "--storage", finished_study["storage"], "--port", str(port)],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "search.cli",
+            "dashboard",
+            "--study",
+            finished_study["study"],
+            "--storage",
+            finished_study["storage"],
+            "--port",
+            str(port),
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -167,18 +197,29 @@ def dashboard(finished_study, artifacts_dir):
 
 
 def test_dashboard_tells_feasibility_metrics_and_diagnosis(browser, finished_study, dashboard, artifacts_dir):
-    base, port, proc = dashboard
-    listening = [c.laddr.ip for c in psutil.net_connections("tcp")
-                 if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN]
+    base, port, _proc = dashboard
+    listening = [
+        c.laddr.ip
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+    ]
     assert listening == ["127.0.0.1"]
     expected = expected_categories(finished_study)
 
-    study_id = next(s["study_id"] for s in get_json(base + "/api/studies")["study_summaries"]
-                    if s["study_name"] == finished_study["study"])
+    study_id = next(
+        s["study_id"]
+        for s in get_json(base + "/api/studies")["study_summaries"]
+        if s["study_name"] == finished_study["study"]
+    )
     detail = get_json(f"{base}/api/studies/{study_id}")
     figures = {g["id"] for g in detail["plotly_graph_objects"]}
-    assert {"feasible-pareto-front", "optuna-pareto-front-constraints", "hypervolume-history",
-            "bottlenecks", "all-trials"} <= figures
+    assert {
+        "feasible-pareto-front",
+        "optuna-pareto-front-constraints",
+        "hypervolume-history",
+        "bottlenecks",
+        "all-trials",
+    } <= figures
     assert "Feasible Pareto front" in detail["note"]["body"]
     marks = {"feasible": "FEASIBLE", "infeasible": "INFEASIBLE", "failed": "FAILED"}
     for t in detail["trials"]:

@@ -9,11 +9,23 @@ from tests.support.servers import quick_server_values
 pytestmark = pytest.mark.vllm
 
 SCENARIO = {
-    "name": "calibration_rounds", "title": "calibration rounds on a real server",
-    "workload": {"endpoint": "completions", "seed": 5, "duration_s": 10, "request_timeout_s": 60,
-                 "arrival": {"mode": "poisson", "capacity_fraction": 0.5},
-                 "classes": [{"name": "long", "weight": 1.0, "prompt_tokens": {"dist": "uniform", "low": 1200, "high": 1400},
-                              "output_tokens": 4}]},
+    "name": "calibration_rounds",
+    "title": "calibration rounds on a real server",
+    "workload": {
+        "endpoint": "completions",
+        "seed": 5,
+        "duration_s": 10,
+        "request_timeout_s": 60,
+        "arrival": {"mode": "poisson", "capacity_fraction": 0.5},
+        "classes": [
+            {
+                "name": "long",
+                "weight": 1.0,
+                "prompt_tokens": {"dist": "uniform", "low": 1200, "high": 1400},
+                "output_tokens": 4,
+            }
+        ],
+    },
     "objectives": [{"metric": "ttft_p95_ms", "direction": "minimize"}],
     "slos": [{"metric": "ttft_p95_ms", "max": {"x_unloaded": 10}}],
     "search_space": {"max_num_seqs": {"low": 2, "high": 8}},

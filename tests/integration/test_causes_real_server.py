@@ -20,12 +20,14 @@ pytestmark = pytest.mark.vllm
 
 
 def _chat_forever(base_url: str, model: str, stop: threading.Event) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello " * 50}],
-                       "max_tokens": 64, "ignore_eos": True}).encode()
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "hello " * 50}], "max_tokens": 64, "ignore_eos": True}
+    ).encode()
     while not stop.is_set():
         try:
-            req = urllib.request.Request(base_url + "/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                base_url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            )
             urllib.request.urlopen(req, timeout=30).read()
         except OSError:
             time.sleep(0.1)
@@ -53,8 +55,9 @@ def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(l
     try:
         pgid = server.pgid
         for _ in range(3):
-            threading.Thread(target=_chat_forever, args=(server.base_url, str(launch_ctx.model.path), stop),
-                             daemon=True).start()
+            threading.Thread(
+                target=_chat_forever, args=(server.base_url, str(launch_ctx.model.path), stop), daemon=True
+            ).start()
         time.sleep(3)  # under load
         engine = _member(pgid, "EngineCore")
         assert engine is not None, [p.name() for p in group_members(pgid)]
@@ -79,14 +82,23 @@ def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(l
     assert server_groups(os.getpid()) == set()
 
 
-def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same_flags(launch_ctx, tmp_path,
-                                                                                        artifacts_dir):
+def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same_flags(
+    launch_ctx, tmp_path, artifacts_dir
+):
     from loadgen.workload import WorkloadSpec
     from search.executor import Measurement, VllmExecutor, plan
 
-    workload = WorkloadSpec.model_validate({
-        "endpoint": "chat", "prompt_tokens": {"dist": "uniform", "low": 50, "high": 80}, "output_tokens": 6,
-        "arrival": {"mode": "poisson", "rate": 2.0}, "num_requests": 4, "warmup_requests": 1, "seed": 3})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "chat",
+            "prompt_tokens": {"dist": "uniform", "low": 50, "high": 80},
+            "output_tokens": 6,
+            "arrival": {"mode": "poisson", "rate": 2.0},
+            "num_requests": 4,
+            "warmup_requests": 1,
+            "seed": 3,
+        }
+    )
     trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 200, where="test")
     killed: list[str] = []
 

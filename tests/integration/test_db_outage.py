@@ -47,20 +47,25 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def _outages(notes: list[str]) -> tuple[list[str], list[str]]:
-    return ([n for n in notes if n.startswith("database unreachable (")],
-            [n for n in notes if n.startswith("database reachable again after")])
+    return (
+        [n for n in notes if n.startswith("database unreachable (")],
+        [n for n in notes if n.startswith("database reachable again after")],
+    )
 
 
 def _stop_while_measuring(server, number: int):
     """A `before` for the scripted executor: the database stops while trial `number` measures."""
+
     def before(plan) -> None:
         if plan.number == number:
             server.stop()
+
     return before
 
 
 def test_a_database_restart_during_a_trial_is_ridden_out_and_its_measurement_stored_once(
-        tmp_path, postgres_url, server):
+    tmp_path, postgres_url, server
+):
     spooled: list[list[str]] = []
 
     def restart_once_spooled() -> None:  # the trial's record on disk before the database is back
@@ -71,8 +76,14 @@ def test_a_database_restart_during_a_trial_is_ridden_out_and_its_measurement_sto
 
     threading.Thread(target=restart_once_spooled, daemon=True).start()
     executor, events = ScriptedExecutor(before=_stop_while_measuring(server, 1)), Recorder()
-    r = runner(tmp_path, executor, trials=3, storage=postgres_url, observers=[events],
-               coordination=Coordination(heartbeat_interval_s=1, grace_period_s=3, db_outage_s=120))
+    r = runner(
+        tmp_path,
+        executor,
+        trials=3,
+        storage=postgres_url,
+        observers=[events],
+        coordination=Coordination(heartbeat_interval_s=1, grace_period_s=3, db_outage_s=120),
+    )
     r.run()
 
     lost, back = _outages(events.notes)
@@ -90,10 +101,16 @@ def test_a_database_restart_during_a_trial_is_ridden_out_and_its_measurement_sto
 
 
 def test_past_the_bound_the_study_stops_with_one_line_and_the_same_command_resumes(
-        tmp_path, postgres_url, server, monkeypatch, capsys):
+    tmp_path, postgres_url, server, monkeypatch, capsys
+):
     first = ScriptedExecutor(before=_stop_while_measuring(server, 1))
-    r = runner(tmp_path, first, trials=3, storage=postgres_url,
-               coordination=Coordination(heartbeat_interval_s=1, grace_period_s=3, db_outage_s=3))
+    r = runner(
+        tmp_path,
+        first,
+        trials=3,
+        storage=postgres_url,
+        coordination=Coordination(heartbeat_interval_s=1, grace_period_s=3, db_outage_s=3),
+    )
     monkeypatch.setattr(search.cli, "_cmd_search", lambda args: r.run() and 0)
     assert search.cli.main(["search", "loop", "--db-outage-s", "3"]) == 1  # the CLI's own mapping
     err = capsys.readouterr().err
@@ -106,8 +123,9 @@ def test_past_the_bound_the_study_stops_with_one_line_and_the_same_command_resum
     again, events = ScriptedExecutor(), Recorder()
     resumed = runner(tmp_path, again, trials=3, storage=postgres_url, observers=[events])
     resumed.run()
-    assert events.notes.index(f"trial 1: its measurement, kept in {kept} while the database was away, is stored") \
-        < events.notes.index("trial 1: finished from its stored record")
+    assert events.notes.index(
+        f"trial 1: its measurement, kept in {kept} while the database was away, is stored"
+    ) < events.notes.index("trial 1: finished from its stored record")
     assert not kept.exists()
     trial_1 = next(p for p in first.plans if p.number == 1)
     assert trial_1.fingerprint not in {p.fingerprint for p in again.plans}  # not run again
@@ -121,9 +139,25 @@ def test_a_tuner_killed_while_the_database_is_away_finds_its_spool_on_the_next_r
     """A worker process whose slow trial ends while the database is stopped: killed (SIGKILL)
     once its measurement is spooled; the next run stores it before anything else."""
     out = tmp_path / "worker.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.study_worker", postgres_url, str(tmp_path), "3",
-                             "cpu 0", "--slow-trial-s", "2", "--grace", "3"],
-                            cwd=REPO, stdout=out.open("w"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.study_worker",
+            postgres_url,
+            str(tmp_path),
+            "3",
+            "cpu 0",
+            "--slow-trial-s",
+            "2",
+            "--grace",
+            "3",
+        ],
+        cwd=REPO,
+        stdout=out.open("w"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(lambda: '"event": "slow"' in out.read_text(), 120, "slow trial")
         server.stop()
@@ -140,16 +174,22 @@ def test_a_tuner_killed_while_the_database_is_away_finds_its_spool_on_the_next_r
     server.start()
     notes = Recorder()
     again = ScriptedExecutor()
-    r = runner(tmp_path, again, scenario=CALIBRATED, trials=3, storage=postgres_url, observers=[notes],
-               calibrate=ScriptedCalibration())
+    r = runner(
+        tmp_path,
+        again,
+        scenario=CALIBRATED,
+        trials=3,
+        storage=postgres_url,
+        observers=[notes],
+        calibrate=ScriptedCalibration(),
+    )
     r.run()
     assert notes.notes[0].startswith(f"trial {slow}: its measurement, kept in ")
     assert f"trial {slow}: finished from its stored record" in notes.notes
     assert slow not in [p.number for p in again.plans]
     ran = [e["params"] for e in events if e["event"] == "ran"] + again.params
     assert all(ran.count(p) == 1 for p in ran)  # nothing measured twice
-    assert {t.state for t in optuna.load_study(study_name="loop", storage=postgres_url).trials} \
-        == {TrialState.COMPLETE}
+    assert {t.state for t in optuna.load_study(study_name="loop", storage=postgres_url).trials} == {TrialState.COMPLETE}
 
 
 def test_two_workers_ride_out_a_restart_and_neither_takes_the_others_trial(tmp_path, postgres_url, server):
@@ -160,9 +200,26 @@ def test_two_workers_ride_out_a_restart_and_neither_takes_the_others_trial(tmp_p
     procs, outs = [], []
     for slot, extra in (("cpu 0", ["--slow-trial-s", "20"]), ("cpu 1", [])):
         outs.append(tmp_path / f"worker-{slot[-1]}.jsonl")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.support.study_worker", postgres_url, str(tmp_path), "5", slot,
-             "--grace", "3", *extra], cwd=REPO, stdout=outs[-1].open("w"), stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.study_worker",
+                    postgres_url,
+                    str(tmp_path),
+                    "5",
+                    slot,
+                    "--grace",
+                    "3",
+                    *extra,
+                ],
+                cwd=REPO,
+                stdout=outs[-1].open("w"),
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         _wait_for(lambda: '"event": "slow"' in outs[0].read_text(), 120, "slow trial")
         time.sleep(2)

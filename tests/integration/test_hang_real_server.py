@@ -60,10 +60,18 @@ def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(laun
     from serving import FailureClass
     from storage.tables import TrialStatus
 
-    workload = WorkloadSpec.model_validate({
-        "endpoint": "completions", "prompt_tokens": 64, "output_tokens": 16,
-        "arrival": {"mode": "constant", "rate": 2}, "duration_s": 45, "request_timeout_s": 60,
-        "warmup_requests": 2, "seed": 5})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 64,
+            "output_tokens": 16,
+            "arrival": {"mode": "constant", "rate": 2},
+            "duration_s": 45,
+            "request_timeout_s": 60,
+            "warmup_requests": 2,
+            "seed": 5,
+        }
+    )
     measurement = Measurement(workload)
     bound = measurement.stall_bound_s
     executor = VllmExecutor(launch_ctx, measurement, tmp_path)
@@ -77,12 +85,15 @@ def test_a_stopped_server_fails_as_hang_in_bounded_time_and_nothing_is_left(laun
         (artifacts_dir / "hang-real-server.txt").write_text(
             f"bound {bound:.1f} s; SIGSTOP -> failed trial {failed_s:.1f} s; -> no process left "
             f"{gone_s:.1f} s; stop {outcome.timings.get('stop_s', float('nan')):.2f} s\n"
-            f"{outcome.failure and outcome.failure.summary()}\n")
+            f"{outcome.failure and outcome.failure.summary()}\n"
+        )
         assert outcome.status == TrialStatus.FAILED
         assert outcome.failure.cls is FailureClass.HANG and outcome.failure.phase == "load"
-        assert re.fullmatch(rf"no token and no finished request for \d+ s with \d+ requests? in flight "
-                            rf"\(bound {bound:.0f} s\); /health did not answer", outcome.failure.line), \
-            outcome.failure.line
+        assert re.fullmatch(
+            rf"no token and no finished request for \d+ s with \d+ requests? in flight "
+            rf"\(bound {bound:.0f} s\); /health did not answer",
+            outcome.failure.line,
+        ), outcome.failure.line
         assert bound <= failed_s <= bound + SLACK_S, failed_s
         assert outcome.timings["stop_s"] < 5.0  # KILL at once, not TERM and a 15 s grace
         assert outcome.metrics["completed"] > 0  # the requests served before the stop are kept
@@ -113,12 +124,21 @@ def test_a_server_stopped_in_a_stage_fails_as_hang_in_bounded_time(launch_ctx, t
     from serving import FailureClass
     from storage.tables import TrialStatus
 
-    workload = WorkloadSpec.model_validate({
-        "endpoint": "completions", "prompt_tokens": 64, "output_tokens": 16,
-        "arrival": {"mode": "constant", "rate": 2}, "duration_s": 20, "request_timeout_s": 120,
-        "warmup_requests": 2, "seed": 5})
-    measurement = Measurement(workload, slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),),
-                              capacity=CapacitySpec(stage_s=15, max_stages=2))
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 64,
+            "output_tokens": 16,
+            "arrival": {"mode": "constant", "rate": 2},
+            "duration_s": 20,
+            "request_timeout_s": 120,
+            "warmup_requests": 2,
+            "seed": 5,
+        }
+    )
+    measurement = Measurement(
+        workload, slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),), capacity=CapacitySpec(stage_s=15, max_stages=2)
+    )
     bound = measurement.stall_bound_s
     executor = VllmExecutor(launch_ctx, measurement, tmp_path)
     trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 80, "test")
@@ -130,16 +150,20 @@ def test_a_server_stopped_in_a_stage_fails_as_hang_in_bounded_time(launch_ctx, t
         failed_s = phases["stopping"] - stopped["at"]
         gone_s = gone_at - stopped["at"]
         with (artifacts_dir / "hang-real-server-staged.txt").open("a") as out:
-            out.write(f"{stage} stage: bound {bound:.1f} s; SIGSTOP -> failed trial {failed_s:.1f} s; -> no "
-                      f"process left {gone_s:.1f} s; stop {outcome.timings.get('stop_s', float('nan')):.2f} s; "
-                      f"stages begun {[p for p in phases if p.startswith('stage ')]}\n"
-                      f"  {outcome.failure and outcome.failure.summary()}\n")
+            out.write(
+                f"{stage} stage: bound {bound:.1f} s; SIGSTOP -> failed trial {failed_s:.1f} s; -> no "
+                f"process left {gone_s:.1f} s; stop {outcome.timings.get('stop_s', float('nan')):.2f} s; "
+                f"stages begun {[p for p in phases if p.startswith('stage ')]}\n"
+                f"  {outcome.failure and outcome.failure.summary()}\n"
+            )
         assert outcome.status == TrialStatus.FAILED
         assert outcome.failure.cls is FailureClass.HANG and outcome.failure.phase == "load", outcome.failure
-        assert re.fullmatch(rf"(no token and no finished request for \d+ s with \d+ requests? in flight"
-                            rf"( and \d+ cut off unanswered)?|no answer to [A-Z]+ /\S+(, [A-Z]+ /\S+)* for \d+ s) "
-                            rf"\(bound {bound:.0f} s\); /health did not answer", outcome.failure.line), \
-            outcome.failure.line
+        assert re.fullmatch(
+            rf"(no token and no finished request for \d+ s with \d+ requests? in flight"
+            rf"( and \d+ cut off unanswered)?|no answer to [A-Z]+ /\S+(, [A-Z]+ /\S+)* for \d+ s) "
+            rf"\(bound {bound:.0f} s\); /health did not answer",
+            outcome.failure.line,
+        ), outcome.failure.line
         assert bound <= failed_s <= bound + SLACK_S, failed_s
         assert outcome.timings["stop_s"] < 5.0
         assert leftovers(groups) == []

@@ -49,8 +49,18 @@ def test_pip_install_beside_an_installed_vllm_keeps_it_and_autotune_runs_outside
             shutil.copy2(REPO / name, src / name)
     bin_dir = _venv_seeing_this_environment(tmp_path / "env")
 
-    pip = _run(bin_dir / "python", "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-cache-dir",
-               "--disable-pip-version-check", src, cwd=tmp_path)
+    pip = _run(
+        bin_dir / "python",
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--no-build-isolation",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        src,
+        cwd=tmp_path,
+    )
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
     [installing] = [line for line in pip.stdout.splitlines() if line.startswith("Installing collected packages")]
     assert installing == "Installing collected packages: vllm-autotune"  # every dependency was already there
@@ -62,9 +72,14 @@ def test_pip_install_beside_an_installed_vllm_keeps_it_and_autotune_runs_outside
     assert params.returncode == 0, params.stderr[-3000:]
     assert f"Tunable parameters on {before[0]} {before[1]}" in params.stdout
 
-    probe = _run(bin_dir / "python", "-c", "import search.scenario as s; from serving.hardware import "
-                 "installed_vllm; print(s.__file__); print(*sorted(f.stem for f in s.CONFIG_DIR.glob('*.yaml'))); "
-                 "print(s.load('mixed')[0].name); print(*installed_vllm())", cwd=elsewhere)
+    probe = _run(
+        bin_dir / "python",
+        "-c",
+        "import search.scenario as s; from serving.hardware import "
+        "installed_vllm; print(s.__file__); print(*sorted(f.stem for f in s.CONFIG_DIR.glob('*.yaml'))); "
+        "print(s.load('mixed')[0].name); print(*installed_vllm())",
+        cwd=elsewhere,
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     module, shipped, loaded, vllm = probe.stdout.splitlines()
     assert Path(module).is_relative_to(tmp_path / "env")  # the installed copy, not the checkout

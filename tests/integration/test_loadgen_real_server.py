@@ -20,19 +20,26 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
     from serving.process import launch
 
     args = resolve_mod.resolve(quick_server_values(launch_ctx), launch_ctx)
-    spec = WorkloadSpec.model_validate({
-        "endpoint": "chat", "prompt_tokens": {"dist": "uniform", "low": 320, "high": 480},
-        "output_tokens": {"dist": "uniform", "low": 4, "high": 12},
-        "shared_prefix": {"fraction": 1.0, "tokens": 300}, "arrival": {"mode": "closed", "concurrency": 4},
-        "num_requests": 12, "warmup_requests": 2, "seed": 5})
+    spec = WorkloadSpec.model_validate(
+        {
+            "endpoint": "chat",
+            "prompt_tokens": {"dist": "uniform", "low": 320, "high": 480},
+            "output_tokens": {"dist": "uniform", "low": 4, "high": 12},
+            "shared_prefix": {"fraction": 1.0, "tokens": 300},
+            "arrival": {"mode": "closed", "concurrency": 4},
+            "num_requests": 12,
+            "warmup_requests": 2,
+            "seed": 5,
+        }
+    )
     with launch(launch_ctx, args, artifacts_dir / "objectives-real-server.log") as server:
-        r = run_load_sync(server.base_url, None, spec, tokenizer_path=launch_ctx.model.path,
-                          sample_period_s=0.2)
+        r = run_load_sync(server.base_url, None, spec, tokenizer_path=launch_ctx.model.path, sample_period_s=0.2)
     f = r.flat()
     assert f["completed"] == 12 and f["failed"] == 0
-    assert all(x.prompt_tokens == x.expected_prompt_tokens == x_target
-               for x, x_target in zip(r.records, [q.target_prompt_tokens for q in
-                                                  build_requests(spec, _tok(launch_ctx))]))
+    assert all(
+        x.prompt_tokens == x.expected_prompt_tokens == x_target
+        for x, x_target in zip(r.records, [q.target_prompt_tokens for q in build_requests(spec, _tok(launch_ctx))])
+    )
     assert all(x.completion_tokens == x.expected_output_tokens for x in r.records)
     assert f["server_generation_tokens"] == sum(x.completion_tokens for x in r.records)
     assert f["server_prompt_tokens"] == sum(x.prompt_tokens for x in r.records)

@@ -43,12 +43,14 @@ def test_db_start_serves_a_password_protected_database_on_loopback_only(postgres
     assert parsed.drivername == "postgresql+psycopg" and parsed.host == "127.0.0.1"
     assert stat.S_IMODE((server.root / "password").stat().st_mode) == 0o600
     assert server.start() == url  # idempotent: the running server, the same URL
-    with psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password,
-                         dbname=parsed.database) as conn:
+    with psycopg.connect(
+        host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password, dbname=parsed.database
+    ) as conn:
         assert conn.execute("SHOW listen_addresses").fetchone()[0] == "127.0.0.1"
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-        psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password="wrong",
-                        dbname=parsed.database)
+        psycopg.connect(
+            host=parsed.host, port=parsed.port, user=parsed.username, password="wrong", dbname=parsed.database
+        )
 
 
 def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path, postgres_url):
@@ -76,7 +78,10 @@ def _start_and_stop_through_the_cli(base: Path) -> None:
     cli = [sys.executable, "-m", "search.cli", "db"]
     missing = subprocess.run([*cli, "url", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    assert missing.stderr.strip() == f"autotune: error: no database in {base / 'postgres'}: run `make db` (autotune db start) first"
+    assert (
+        missing.stderr.strip()
+        == f"autotune: error: no database in {base / 'postgres'}: run `make db` (autotune db start) first"
+    )
     started = subprocess.run([*cli, "start", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
     assert started.returncode == 0, started.stderr
     assert started.stdout.startswith("postgresql+psycopg://autotune:")
@@ -93,8 +98,10 @@ def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
         data = clone / "runs" / "postgres" / "data"
         # The clone's code, not the one the venv was installed from; and make as a user runs it from
         # a shell: under `make test`, MAKELEVEL would have the inner make print "Entering directory".
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))},
-               "PYTHONPATH": str(clone)}
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))},
+            "PYTHONPATH": str(clone),
+        }
 
         def make(target: str) -> subprocess.CompletedProcess:
             return subprocess.run(["make", target], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
@@ -103,8 +110,14 @@ def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
             started = make("db")
             assert started.returncode == 0, started.stderr
             url = make_url(started.stdout.strip())  # the one line printed: the URL to pass as STORAGE=
-            connect = dict(host=url.host, port=url.port, user=url.username, password=url.password,
-                           dbname=url.database, connect_timeout=5)
+            connect = dict(
+                host=url.host,
+                port=url.port,
+                user=url.username,
+                password=url.password,
+                dbname=url.database,
+                connect_timeout=5,
+            )
             with psycopg.connect(**connect) as conn:
                 assert conn.execute("SELECT current_database()").fetchone() == ("autotune",)
             assert _postmasters(data)
@@ -139,8 +152,10 @@ def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_
     monkeypatch.setattr(optuna_dashboard, "run_server", lambda *args, **kw: None)
     runs = tmp_path / "runs"
     where = ["--storage", postgres_url, "--runs-dir", str(runs)]
-    assert main(["search", str(LOOP_SCENARIO), "--study", "unconfirmed", "--trials", "2", "--confirm-runs", "0",
-                 *where]) == 0
+    assert (
+        main(["search", str(LOOP_SCENARIO), "--study", "unconfirmed", "--trials", "2", "--confirm-runs", "0", *where])
+        == 0
+    )
     assert main(["search", str(LOOP_SCENARIO), "--trials", "3", "--confirm-runs", "2", *where]) == 0
     assert main(["worker", "--study", "loop", "--trials", "4", *where]) == 0
     assert main(["search", str(LOOP_SCENARIO), "--workers", "2", "--trials", "4", "--confirm-runs", "2", *where]) == 0
@@ -159,6 +174,7 @@ def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_
     tables = MetaData()
     tables.reflect(engine)
     with engine.connect() as conn:
-        assert [t.name for t in tables.sorted_tables
-                if any(password in str(row) for row in conn.execute(select(t)))] == []
+        assert [
+            t.name for t in tables.sorted_tables if any(password in str(row) for row in conn.execute(select(t)))
+        ] == []
     engine.dispose()

@@ -11,9 +11,8 @@ import urllib.request
 
 import pytest
 
-
-from serving import resolve as resolve_mod
 from objectives.failure import FailureClass
+from serving import resolve as resolve_mod
 from serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
 from tests.support.servers import alive, quick_server_values, server_groups, zygotes
 
@@ -22,11 +21,18 @@ pytestmark = pytest.mark.vllm
 
 def stream_completion(base_url: str, model: str, max_tokens: int) -> tuple[int, int]:
     """(content chunks, usage.completion_tokens) of one streamed completion."""
-    body = {"model": model, "prompt": [11, 12, 13, 14, 15], "max_tokens": max_tokens,
-            "ignore_eos": True, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    req = urllib.request.Request(base_url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": model,
+        "prompt": [11, 12, 13, 14, 15],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        base_url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     chunks, usage = 0, None
     with urllib.request.urlopen(req, timeout=60) as resp:
         for raw in resp:
@@ -71,8 +77,7 @@ def test_invalid_combination_past_the_precheck_is_classified_quickly(launch_ctx,
         VllmServer(spec).start()
     elapsed = time.monotonic() - t0
     assert err.value.failure.cls is FailureClass.INVALID_CONFIG
-    assert "max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128)" \
-        in err.value.failure.line
+    assert "max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128)" in err.value.failure.line
     assert elapsed < 20, f"an early exit must be noticed at once, took {elapsed:.1f} s"
     assert server_groups(os.getpid()) == set()
 
@@ -101,8 +106,12 @@ def test_sigkill_of_the_tuner_takes_its_vllm_server_down(launch_ctx, tmp_path):
         print(s.pgid, s.port, flush=True)
         time.sleep(600)
     """)
-    tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                             cwd=os.path.dirname(os.path.dirname(__file__)))
+    tuner = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
     try:
         pgid, port = map(int, tuner.stdout.readline().split())
         assert port_listening(port) and group_members(pgid)

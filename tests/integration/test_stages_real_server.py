@@ -26,10 +26,18 @@ def staged_server(launch_ctx, artifacts_dir):
 def _workload(rate: float):
     from loadgen.workload import WorkloadSpec
 
-    return WorkloadSpec.model_validate({
-        "endpoint": "chat", "prompt_tokens": {"dist": "uniform", "low": 200, "high": 300},
-        "output_tokens": 6, "shared_prefix": {"fraction": 1.0, "tokens": 150},
-        "arrival": {"mode": "poisson", "rate": rate}, "duration_s": 4, "warmup_requests": 2, "seed": 3})
+    return WorkloadSpec.model_validate(
+        {
+            "endpoint": "chat",
+            "prompt_tokens": {"dist": "uniform", "low": 200, "high": 300},
+            "output_tokens": 6,
+            "shared_prefix": {"fraction": 1.0, "tokens": 150},
+            "arrival": {"mode": "poisson", "rate": rate},
+            "duration_s": 4,
+            "warmup_requests": 2,
+            "seed": 3,
+        }
+    )
 
 
 def _run(server, ctx, rate, slos, screen=False, **capacity):
@@ -38,14 +46,29 @@ def _run(server, ctx, rate, slos, screen=False, **capacity):
     from objectives.stages import CapacitySpec, run_stages
 
     spec = CapacitySpec(stage_s=4, **capacity)
-    return run_async(run_stages(server.base_url, None, _workload(rate), [SLOSpec(**s) for s in slos], spec,
-                                tokenizer_path=ctx.model.path, screen=screen))
+    return run_async(
+        run_stages(
+            server.base_url,
+            None,
+            _workload(rate),
+            [SLOSpec(**s) for s in slos],
+            spec,
+            tokenizer_path=ctx.model.path,
+            screen=screen,
+        )
+    )
 
 
 def test_stages_step_up_while_the_slo_holds_with_a_drained_reset_server(staged_server, launch_ctx):
-    run = _run(staged_server, launch_ctx, 1.0, [{"metric": "ttft_p95_ms", "max": 60000},
-                                                {"metric": "error_rate", "max": 0.2}], max_stages=2,
-               signal_steps=False, early_abort="certain")
+    run = _run(
+        staged_server,
+        launch_ctx,
+        1.0,
+        [{"metric": "ttft_p95_ms", "max": 60000}, {"metric": "error_rate", "max": 0.2}],
+        max_stages=2,
+        signal_steps=False,
+        early_abort="certain",
+    )
     rates = [round(s.rate, 3) for s in run.stages]
     assert rates == [1.0, 2.0, 4.0]  # passing: the rate doubles, up to max_stages
     assert all(s.passed and not s.aborted for s in run.stages)

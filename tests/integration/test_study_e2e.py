@@ -36,14 +36,20 @@ def measured_and_feasible(rows, scenario) -> tuple[dict[int, list[float]], set[i
     """Recomputed from the stored metrics and the scenario file alone (not from the constraints,
     `feasible` or Optuna): each measured trial's objective vector as a loss, and which met every SLO."""
     sc = yaml.safe_load(scenario.read_text())
-    measured = {r.trial_number: [r.metrics[o["metric"]] * (1 if o["direction"] == "minimize" else -1)
-                                 for o in sc["objectives"]]
-                for r in rows if r.status in ("ok", "duplicate") and not r.failure_class}
+    measured = {
+        r.trial_number: [r.metrics[o["metric"]] * (1 if o["direction"] == "minimize" else -1) for o in sc["objectives"]]
+        for r in rows
+        if r.status in ("ok", "duplicate") and not r.failure_class
+    }
 
     def meets(metrics):
-        return all(metrics.get(s["metric"]) is not None
-                   and metrics[s["metric"]] <= s.get("max", math.inf) and metrics[s["metric"]] >= s.get("min", -math.inf)
-                   for s in sc["slos"])
+        return all(
+            metrics.get(s["metric"]) is not None
+            and metrics[s["metric"]] <= s.get("max", math.inf)
+            and metrics[s["metric"]] >= s.get("min", -math.inf)
+            for s in sc["slos"]
+        )
+
     return measured, {r.trial_number for r in rows if r.trial_number in measured and meets(r.metrics)}
 
 
@@ -53,6 +59,7 @@ def feasible_front(rows, scenario) -> set[int]:
 
     def dominates(a, b):
         return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
     return {n for n in feasible if not any(dominates(measured[m], measured[n]) for m in feasible if m != n)}
 
 
@@ -68,8 +75,9 @@ def test_short_study_stores_every_trial_and_a_front_per_trial(finished_study):
     assert not broken.feasible
     assert by_kind["search"].status == "ok"  # the study went on after the failure
     # the delay factor is gone from vLLM 0.11 on: said once, never sampled, never passed
-    assert "scheduler_delay_factor: --scheduler-delay-factor is removed in vLLM 0.11.0" in \
-        " ".join(finished_study["stdout"].split())
+    assert "scheduler_delay_factor: --scheduler-delay-factor is removed in vLLM 0.11.0" in " ".join(
+        finished_study["stdout"].split()
+    )
     assert "scheduler_delay_factor" not in by_kind["search"].params
     assert "--scheduler-delay-factor" not in by_kind["search"].command
     # one Pareto snapshot after every finished trial, members feasible only
@@ -105,8 +113,11 @@ def test_exported_yaml_starts_a_real_server_through_config(finished_study, tmp_p
     with VllmServer(spec) as server:
         pgid = server.pgid
         body = {"model": flags["model"], "prompt": [5, 6, 7], "max_tokens": 8, "ignore_eos": True}
-        req = urllib.request.Request(server.base_url + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            server.base_url + "/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=60) as resp:
             assert json.load(resp)["usage"]["completion_tokens"] == 8
     assert leftovers({pgid}) == []
@@ -128,8 +139,19 @@ def queueing_scenario(tmp_path):
 def test_resume_after_sigkill_mid_trial(tmp_path):
     storage = f"sqlite:///{tmp_path / 'resume.db'}"
     scenario = queueing_scenario(tmp_path)
-    args = [sys.executable, "-m", "search.cli", "search", str(scenario), "--trials", "3",
-            "--storage", storage, "--runs-dir", str(tmp_path)]
+    args = [
+        sys.executable,
+        "-m",
+        "search.cli",
+        "search",
+        str(scenario),
+        "--trials",
+        "3",
+        "--storage",
+        storage,
+        "--runs-dir",
+        str(tmp_path),
+    ]
     log = open(tmp_path / "tuner.log", "w")
     tuner = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -146,8 +168,9 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
             groups, its_zygote = server_groups(tuner.pid), zygotes(tuner.pid)
             if first is not None and len(rows) >= 2 and groups:
                 break
-            assert tuner.poll() is None, "the tuner ended before it could be interrupted:\n" + \
-                (tmp_path / "tuner.log").read_text()[-3000:]
+            assert tuner.poll() is None, (
+                "the tuner ended before it could be interrupted:\n" + (tmp_path / "tuner.log").read_text()[-3000:]
+            )
             time.sleep(1)
         else:
             pytest.fail("the study never reached its third trial")
@@ -163,8 +186,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     assert alive(its_zygote) == set(), "the tuner's zygote outlived it"
     interrupted_number = len(records(storage)[0])
 
-    proc = autotune("search", scenario, "--trials", 3, "--storage", storage, "--runs-dir", tmp_path,
-                    timeout=900)
+    proc = autotune("search", scenario, "--trials", 3, "--storage", storage, "--runs-dir", tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"trial {interrupted_number} was interrupted; it will run again" in proc.stdout
     rows, history = records(storage)
@@ -181,8 +203,12 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     # The front holds the feasible baseline only; the measured retry that missed the queue SLO is left out.
     measured, feasible = measured_and_feasible(rows, scenario)
     assert retry[0].number in measured.keys() - feasible
-    assert {t.number for t in study.best_trials} == {m.trial_number for m in history[-1].members} \
-        == feasible_front(rows, scenario) == {rows[0].trial_number}
+    assert (
+        {t.number for t in study.best_trials}
+        == {m.trial_number for m in history[-1].members}
+        == feasible_front(rows, scenario)
+        == {rows[0].trial_number}
+    )
     assert "confirmation skipped: no sampled configuration met the SLOs in the search" in " ".join(proc.stdout.split())
 
 

@@ -49,9 +49,23 @@ class Worker:
         self.slot = slot
         self.out = runs_dir / f"worker-{slot}.jsonl"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.study_worker", url, str(runs_dir), str(trials), slot,
-             "--grace", str(GRACE_S), *extra],
-            cwd=REPO, stdout=self.out.open("w"), stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.support.study_worker",
+                url,
+                str(runs_dir),
+                str(trials),
+                slot,
+                "--grace",
+                str(GRACE_S),
+                *extra,
+            ],
+            cwd=REPO,
+            stdout=self.out.open("w"),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         _STARTED.append(self.proc)
 
     def events(self) -> list[dict]:
@@ -126,6 +140,7 @@ def test_two_workers_share_one_study_without_running_anything_twice(postgres_url
     other = beside.worker["neighbours"][0]
     assert other["slot"] != beside.worker["slot"]
     from search.outputs import write_report
+
     html = write_report(url, STUDY, tmp_path / "report.html").read_text()
     assert "<th>worker slot</th>" in html
     assert f"{beside.worker['slot']}, beside trial {other['trial']} ({other['slot']})" in html
@@ -163,7 +178,9 @@ def test_a_killed_workers_trial_is_run_again_by_the_other(postgres_url, tmp_path
     assert retry.number in _ran(events)
     [note] = [e for e in events if e.get("text") == f"trial {killed} was interrupted; it will run again"]
     requeued_after = note["t"] - died
-    print(f"\nworker killed -> trial {killed} re-queued in {requeued_after:.2f} s ({'other host' if elsewhere else 'same host'})")
+    print(
+        f"\nworker killed -> trial {killed} re-queued in {requeued_after:.2f} s ({'other host' if elsewhere else 'same host'})"
+    )
     if elsewhere:  # only the heartbeat tells: the grace period, plus at most a trial and a poll
         assert GRACE_S - 1 <= requeued_after <= GRACE_S + 4
     else:  # its process is gone: at the other's next look, within a trial
@@ -180,9 +197,32 @@ def test_two_ray_workers_share_one_study(postgres_url, tmp_path, capfd):
     url = postgres_url
     _create(url, tmp_path)
     slots = [Slot.parse("cpu:0"), Slot.parse("cpu:1")]
-    commands = [(f"[w{i}]", ["sh", "-c", f"cd {shlex.quote(str(REPO))} && exec " + shlex.join(
-        [sys.executable, "-m", "tests.support.study_worker", url, str(tmp_path), "6", slot.label,
-         "--grace", str(GRACE_S), "--seed", str(i)])]) for i, slot in enumerate(slots)]
+    commands = [
+        (
+            f"[w{i}]",
+            [
+                "sh",
+                "-c",
+                f"cd {shlex.quote(str(REPO))} && exec "
+                + shlex.join(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.support.study_worker",
+                        url,
+                        str(tmp_path),
+                        "6",
+                        slot.label,
+                        "--grace",
+                        str(GRACE_S),
+                        "--seed",
+                        str(i),
+                    ]
+                ),
+            ],
+        )
+        for i, slot in enumerate(slots)
+    ]
     assert run_all_on_ray(commands, slots, None) == [0, 0]
     assert not ray.is_initialized()
 

@@ -22,8 +22,11 @@ from storage import queries
 from tests.support.paths import FIXTURES, REPO
 from tests.support.postgres import REQUIRES_POSTGRES
 
-pytestmark = [pytest.mark.vllm, *REQUIRES_POSTGRES,
-              pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two cores")]
+pytestmark = [
+    pytest.mark.vllm,
+    *REQUIRES_POSTGRES,
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers need two cores"),
+]
 
 SCENARIO = FIXTURES / "scenarios" / "workers.yaml"
 
@@ -43,9 +46,29 @@ def _vllm_servers() -> list[psutil.Process]:
 def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
     url = postgres_url
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "search", str(SCENARIO), "--workers", "2", "--storage", url,
-         "--trials", "6", "--confirm-runs", "0", "--runs-dir", str(tmp_path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        [
+            sys.executable,
+            "-m",
+            "search.cli",
+            "search",
+            str(SCENARIO),
+            "--workers",
+            "2",
+            "--storage",
+            url,
+            "--trials",
+            "6",
+            "--confirm-runs",
+            "0",
+            "--runs-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
     lines, killed_at, victim = [], None, None
     try:
         requeued_at = None
@@ -54,8 +77,11 @@ def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
             if requeued_at is None and "was interrupted; it will run again" in line:
                 requeued_at = time.time()
             if victim is None and re.match(r"\[w0 cpu \d+\] +\[ *\d+ s\] trial \d+.*: load$", line.rstrip()):
-                [victim] = [c for c in psutil.Process(proc.pid).children()
-                            if c.cmdline()[c.cmdline().index("--slot") + 1] == "cpu:0"]
+                [victim] = [
+                    c
+                    for c in psutil.Process(proc.pid).children()
+                    if c.cmdline()[c.cmdline().index("--slot") + 1] == "cpu:0"
+                ]
                 victim.send_signal(signal.SIGKILL)
                 killed_at = time.time()
         proc.wait(timeout=600)

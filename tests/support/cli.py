@@ -7,5 +7,6 @@ from tests.support.paths import REPO
 
 
 def autotune(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "search.cli", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "search.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kw
+    )

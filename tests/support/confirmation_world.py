@@ -25,8 +25,12 @@ def confirmation_round(plan) -> int | None:
     return int(plan.run_name.split("-")[1][1:]) - 1
 
 
-def world(true_ttft: dict, search_ttft: dict | None = None, fail: tuple[int | None, int] | None = None,
-          search_throughput: dict | None = None):
+def world(
+    true_ttft: dict,
+    search_ttft: dict | None = None,
+    fail: tuple[int | None, int] | None = None,
+    search_throughput: dict | None = None,
+):
     """The script. `fail`: (max_num_seqs, round) of a confirmation run whose server dies."""
     search_ttft = search_ttft or {}
     search_throughput = {**SEARCH_THROUGHPUT, **(search_throughput or {})}
@@ -35,15 +39,28 @@ def world(true_ttft: dict, search_ttft: dict | None = None, fail: tuple[int | No
         seqs, round_ = plan.config.get("max_num_seqs"), confirmation_round(plan)
         if round_ is not None:
             if fail == (seqs, round_):
-                return TrialOutcome(status=TrialStatus.FAILED, command="scripted",
-                                    failure=Failure(FailureClass.OOM, "scripted: killed by the OOM killer"))
+                return TrialOutcome(
+                    status=TrialStatus.FAILED,
+                    command="scripted",
+                    failure=Failure(FailureClass.OOM, "scripted: killed by the OOM killer"),
+                )
             drift = 1 + ROUND_DRIFT[round_]
             ttft, tput = true_ttft[seqs] * drift, 100.0 * drift
         else:
             ttft, tput = search_ttft.get(seqs, true_ttft[seqs]), search_throughput[seqs]
-        return TrialOutcome(status=TrialStatus.OK, command=f"scripted {plan.server_args.flags}", metrics={
-            "ttft_p95_ms": ttft, "output_throughput": tput, "error_rate": 0.0, "completed": 8.0,
-            "failed": 0.0, "client_behind": 0.0})
+        return TrialOutcome(
+            status=TrialStatus.OK,
+            command=f"scripted {plan.server_args.flags}",
+            metrics={
+                "ttft_p95_ms": ttft,
+                "output_throughput": tput,
+                "error_rate": 0.0,
+                "completed": 8.0,
+                "failed": 0.0,
+                "client_behind": 0.0,
+            },
+        )
+
     return script
 
 

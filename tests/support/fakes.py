@@ -8,17 +8,36 @@ from serving.registry import LaunchContext
 from serving.vllm_flags import FlagInfo, InstalledVllm
 
 CPU = Hardware(device="cpu", cpu_model="test", cpu_cores=2, ram_gib=24)
-H100 = Hardware(device="cuda", cpu_model="test", cpu_cores=16, ram_gib=128,
-                gpus=(Gpu("NVIDIA H100 80GB HBM3", 79.6),))
-MODEL = ModelInfo(path=Path("/m"), architecture="LlamaForCausalLM", max_position_embeddings=8192,
-                  num_layers=4, num_kv_heads=4, head_dim=64, config_dtype="float32",
-                  has_weights=True, built_here=True)
+H100 = Hardware(device="cuda", cpu_model="test", cpu_cores=16, ram_gib=128, gpus=(Gpu("NVIDIA H100 80GB HBM3", 79.6),))
+MODEL = ModelInfo(
+    path=Path("/m"),
+    architecture="LlamaForCausalLM",
+    max_position_embeddings=8192,
+    num_layers=4,
+    num_kv_heads=4,
+    head_dim=64,
+    config_dtype="float32",
+    has_weights=True,
+    built_here=True,
+)
 
-COMMON = ["--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--block-size",
-          "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enable-prefix-caching",
-          "--no-enable-prefix-caching", "--long-prefill-token-threshold", "--gpu-memory-utilization",
-          "--kv-cache-memory-bytes", "--dtype", "--enforce-eager", "--watermark",
-          "--prefill-schedule-interval"]
+COMMON = [
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--max-model-len",
+    "--block-size",
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--long-prefill-token-threshold",
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--dtype",
+    "--enforce-eager",
+    "--watermark",
+    "--prefill-schedule-interval",
+]
 
 
 def installed(version: str, extra=(), missing=()) -> InstalledVllm:
@@ -30,5 +49,6 @@ def installed(version: str, extra=(), missing=()) -> InstalledVllm:
 
 
 def ctx(version="0.32.0", hw=CPU, budget=2**30, **kw) -> LaunchContext:
-    return LaunchContext(installed=installed(version, **kw), hardware=hw, model=MODEL,
-                         cpu_kv_budget_bytes=budget, dtype="float32")
+    return LaunchContext(
+        installed=installed(version, **kw), hardware=hw, model=MODEL, cpu_kv_budget_bytes=budget, dtype="float32"
+    )

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 import pytest
@@ -32,8 +32,10 @@ def _have_postgres() -> bool:
 
 
 # pytestmark of every module that starts one
-REQUIRES_POSTGRES = [pytest.mark.postgres, pytest.mark.skipif(
-    not _have_postgres(), reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)")]
+REQUIRES_POSTGRES = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not _have_postgres(), reason="no PostgreSQL server binaries (scripts/setup_postgres.sh)"),
+]
 
 
 @contextmanager
@@ -62,8 +64,14 @@ def fresh_database(server_url: str) -> str:
     """A new, empty database on the server at `server_url`: its URL."""
     parsed = make_url(server_url)
     name = f"t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password,
-                         dbname=parsed.database, autocommit=True) as conn:
+    with psycopg.connect(
+        host=parsed.host,
+        port=parsed.port,
+        user=parsed.username,
+        password=parsed.password,
+        dbname=parsed.database,
+        autocommit=True,
+    ) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return parsed.set(database=name).render_as_string(hide_password=False)
 

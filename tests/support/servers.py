@@ -9,8 +9,7 @@ from serving.process.server import group_members
 
 def quick_server_values(ctx, **overrides):
     """A fast-starting server on the default model: eager, small KV cache."""
-    values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048,
-              "memory_utilization": 0.25}
+    values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048, "memory_utilization": 0.25}
     values.update(overrides)
     return {k: v for k, v in values.items() if v is not None}
 
@@ -41,11 +40,13 @@ def zygotes(root_pid: int) -> set[int]:
 
 def alive(pids: set[int]) -> set[int]:
     """Those of `pids` still running (not zombies)."""
+
     def running(pid: int) -> bool:
         try:
             return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
+
     return {p for p in pids if running(p)}
 
 

@@ -81,18 +81,28 @@ class StubConfig:
     freeze_after_s: float | None = None
 
 
-_COMPLETION = (b'data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":"%s",'
-               b'"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":%s,'
-               b'"stop_reason":null}]}\n\n')
-_CHAT_ROLE = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,'
-              b'"model":"%s","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
-              b'"logprobs":null,"finish_reason":null}]}\n\n')
-_CHAT = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,"model":"%s",'
-         b'"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":%s}]}\n\n')
-_CHAT_EMPTY = (b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,'
-               b'"model":"%s","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]}\n\n')
-_USAGE = ('data: {{"id":"stub","object":"{obj}","created":0,"model":"{model}","choices":[],'
-          '"usage":{{"prompt_tokens":{p},"total_tokens":{t},"completion_tokens":{c}}}}}\n\n')
+_COMPLETION = (
+    b'data: {"id":"cmpl-stub","object":"text_completion","created":0,"model":"%s",'
+    b'"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":%s,'
+    b'"stop_reason":null}]}\n\n'
+)
+_CHAT_ROLE = (
+    b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,'
+    b'"model":"%s","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+    b'"logprobs":null,"finish_reason":null}]}\n\n'
+)
+_CHAT = (
+    b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,"model":"%s",'
+    b'"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":%s}]}\n\n'
+)
+_CHAT_EMPTY = (
+    b'data: {"id":"chatcmpl-stub","object":"chat.completion.chunk","created":0,'
+    b'"model":"%s","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]}\n\n'
+)
+_USAGE = (
+    'data: {{"id":"stub","object":"{obj}","created":0,"model":"{model}","choices":[],'
+    '"usage":{{"prompt_tokens":{p},"total_tokens":{t},"completion_tokens":{c}}}}}\n\n'
+)
 _DONE = b"data: [DONE]\n\n"
 _ERROR_EVENT = b'data: {"error":{"message":"stub: injected engine error","type":"InternalServerError","code":500}}\n\n'
 
@@ -131,8 +141,11 @@ class StubApp:
 
     def frozen(self) -> bool:
         c = self.config
-        return (c.freeze_after_s is not None and self.first_request is not None
-                and time.perf_counter() >= self.first_request + c.freeze_after_s)
+        return (
+            c.freeze_after_s is not None
+            and self.first_request is not None
+            and time.perf_counter() >= self.first_request + c.freeze_after_s
+        )
 
     @property
     def frozen_at(self) -> float | None:
@@ -196,9 +209,19 @@ class StubApp:
 
     async def models(self, request: web.Request) -> web.Response:
         await self._hang_if_frozen()
-        return web.json_response({"object": "list", "data": [
-            {"id": self.config.model, "object": "model", "root": self.config.root or self.config.model,
-             "max_model_len": 4096}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.model,
+                        "object": "model",
+                        "root": self.config.root or self.config.model,
+                        "max_model_len": 4096,
+                    }
+                ],
+            }
+        )
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -243,8 +266,10 @@ class StubApp:
         ]
         for le in ("0.001", "0.01", "0.1", "1.0", "+Inf"):
             lines.append(f'vllm:request_queue_time_seconds_bucket{{{labels},le="{le}"}} {float(s.completed)}')
-        lines += [f"vllm:request_queue_time_seconds_count{{{labels}}} {float(s.completed)}",
-                  f"vllm:request_queue_time_seconds_sum{{{labels}}} {s.completed * 0.0005}"]
+        lines += [
+            f"vllm:request_queue_time_seconds_count{{{labels}}} {float(s.completed)}",
+            f"vllm:request_queue_time_seconds_sum{{{labels}}} {s.completed * 0.0005}",
+        ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _write(self, resp: web.StreamResponse, data: bytes) -> None:
@@ -299,8 +324,9 @@ class StubApp:
         if fault is not None:
             kind, _, arg = fault.partition(":")
             if kind == "http":
-                return web.json_response({"error": {"message": f"stub: injected HTTP {arg}",
-                                                    "code": int(arg)}}, status=int(arg))
+                return web.json_response(
+                    {"error": {"message": f"stub: injected HTTP {arg}", "code": int(arg)}}, status=int(arg)
+                )
             if kind == "drop":
                 request.transport.close()
                 await asyncio.sleep(3600)
@@ -334,17 +360,24 @@ class StubApp:
             ttft, itl = self.config.ttft_ms / 1000, self.config.itl_ms / 1000
             chunk, last = (self._chat, self._chat_last) if chat else (self._completion, self._completion_last)
             c = self.config
-            if (itl == 0 or n < c.burst_below_tokens) and fault is None and not (c.role_at_arrival or c.comments or c.split_chunks
-                                                   or c.crlf or c.empty_final_delta):
+            if (
+                (itl == 0 or n < c.burst_below_tokens)
+                and fault is None
+                and not (c.role_at_arrival or c.comments or c.split_chunks or c.crlf or c.empty_final_delta)
+            ):
                 # Burst: the whole stream in one write once the first token is due (separate SSE
                 # messages, one socket write): the cheapest stream a client can get.
                 delay = t_arrival + ttft - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                usage = _USAGE.format(obj="chat.completion.chunk" if chat else "text_completion",
-                                      model=c.model, p=prompt_tokens, t=prompt_tokens + n, c=n)
-                await resp.write((self._chat_role if chat else b"") + chunk * (n - 1) + last
-                                 + usage.encode() + _DONE)
+                usage = _USAGE.format(
+                    obj="chat.completion.chunk" if chat else "text_completion",
+                    model=c.model,
+                    p=prompt_tokens,
+                    t=prompt_tokens + n,
+                    c=n,
+                )
+                await resp.write((self._chat_role if chat else b"") + chunk * (n - 1) + last + usage.encode() + _DONE)
                 await resp.write_eof()
                 s.completed += 1
                 s.prompt_tokens += prompt_tokens
@@ -371,9 +404,13 @@ class StubApp:
             if fault == "error_event":
                 await self._write(resp, _ERROR_EVENT)
             produced = 0 if fault in ("no_token", "error_event") else n
-            usage = _USAGE.format(obj="chat.completion.chunk" if chat else "text_completion",
-                                  model=self.config.model, p=prompt_tokens, t=prompt_tokens + produced,
-                                  c=produced)
+            usage = _USAGE.format(
+                obj="chat.completion.chunk" if chat else "text_completion",
+                model=self.config.model,
+                p=prompt_tokens,
+                t=prompt_tokens + produced,
+                c=produced,
+            )
             await self._write(resp, usage.encode())
             await self._write(resp, _DONE)
             await resp.write_eof()
@@ -407,13 +444,17 @@ class StubServer:
     def stats(self) -> Stats:
         return self.stub.stats
 
-    def __enter__(self) -> "StubServer":
+    def __enter__(self) -> StubServer:
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
 
         async def start() -> None:
-            self._runner = web.AppRunner(self.stub.app(), access_log=None, shutdown_timeout=0.1,
-                                         handler_cancellation=self.stub.config.cancel_on_disconnect)
+            self._runner = web.AppRunner(
+                self.stub.app(),
+                access_log=None,
+                shutdown_timeout=0.1,
+                handler_cancellation=self.stub.config.cancel_on_disconnect,
+            )
             await self._runner.setup()
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
@@ -440,7 +481,7 @@ class StubServer:
         fut = asyncio.run_coroutine_threadsafe(stop(), self._loop)
         try:
             fut.result(10)
-        except Exception:  # noqa: BLE001 - stalled handlers may be cancelled noisily
+        except Exception:
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
@@ -461,8 +502,10 @@ def main(argv: list[str] | None = None) -> int:
         from loadgen.tokenizer import PromptTokenizer
 
         tokenizer = PromptTokenizer.load(args.tokenizer)
-    stub = StubApp(StubConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks,
-                              model=args.model, root=args.tokenizer), tokenizer)
+    stub = StubApp(
+        StubConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks, model=args.model, root=args.tokenizer),
+        tokenizer,
+    )
 
     async def serve() -> None:
         runner = web.AppRunner(stub.app(), access_log=None)

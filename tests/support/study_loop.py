@@ -7,9 +7,9 @@ from pathlib import Path
 import optuna
 from sqlalchemy.orm import Session
 
-from search.study.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialScored, TrialStarted
 from search.prepare import StudyOptions, prepare
 from search.study import StudyRunner
+from search.study.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialScored, TrialStarted
 from storage import queries
 from storage.tables import TrialRecord
 from tests.support.fakes import ctx
@@ -73,19 +73,45 @@ class Recorder(StudyObserver):
         return [text for name, text in self.events if name == "note"]
 
 
-def runner(tmp_path: Path, executor: ScriptedExecutor, *, scenario: Path = LOOP_SCENARIO,
-           trials: int | None = None, timeout_min: float | None = None, observers=(),
-           calibrate=None, confirm_runs: int | None = 0, sampler: str | None = None,
-           launch_ctx=None, storage: str | None = None, recalibrate: bool = False, coordination=None,
-           seed: int = 0) -> StudyRunner:
+def runner(
+    tmp_path: Path,
+    executor: ScriptedExecutor,
+    *,
+    scenario: Path = LOOP_SCENARIO,
+    trials: int | None = None,
+    timeout_min: float | None = None,
+    observers=(),
+    calibrate=None,
+    confirm_runs: int | None = 0,
+    sampler: str | None = None,
+    launch_ctx=None,
+    storage: str | None = None,
+    recalibrate: bool = False,
+    coordination=None,
+    seed: int = 0,
+) -> StudyRunner:
     """A runner on `tmp_path/loop.db` (or `storage`): the same arguments reopen (resume) the same
     study. No confirmation phase unless `confirm_runs` says so (None: the scenario's)."""
-    opts = StudyOptions(scenario=str(scenario), trials=trials, timeout_min=timeout_min,
-                        storage=storage or f"sqlite:///{tmp_path / 'loop.db'}", study_name="loop", runs_dir=tmp_path,
-                        confirm_runs=confirm_runs, recalibrate=recalibrate, seed=seed,
-                        **({"sampler": sampler} if sampler else {}))
-    return StudyRunner(prepare(opts, ctx=launch_ctx or ctx()), opts, observers=observers, executor=executor.factory,
-                       calibrate=calibrate, coordination=coordination)
+    opts = StudyOptions(
+        scenario=str(scenario),
+        trials=trials,
+        timeout_min=timeout_min,
+        storage=storage or f"sqlite:///{tmp_path / 'loop.db'}",
+        study_name="loop",
+        runs_dir=tmp_path,
+        confirm_runs=confirm_runs,
+        recalibrate=recalibrate,
+        seed=seed,
+        **({"sampler": sampler} if sampler else {}),
+    )
+    return StudyRunner(
+        prepare(opts, ctx=launch_ctx or ctx()),
+        opts,
+        observers=observers,
+        executor=executor.factory,
+        calibrate=calibrate,
+        coordination=coordination,
+    )
 
 
 def rows(r: StudyRunner) -> list[TrialRecord]:

@@ -71,10 +71,17 @@ def main() -> int:
         time.sleep(1.0)  # long enough for the other worker to arrive meanwhile
         return calibration(*a)
 
-    r = runner(Path(args.runs_dir), ScriptedExecutor(before=take_time), scenario=CALIBRATED,
-               trials=args.trials, observers=[Printer()], calibrate=calibrate, storage=args.url,
-               coordination=Coordination(heartbeat_interval_s=1, grace_period_s=args.grace, poll_s=0.2,
-                                         slot=args.slot), seed=args.seed)
+    r = runner(
+        Path(args.runs_dir),
+        ScriptedExecutor(before=take_time),
+        scenario=CALIBRATED,
+        trials=args.trials,
+        observers=[Printer()],
+        calibrate=calibrate,
+        storage=args.url,
+        coordination=Coordination(heartbeat_interval_s=1, grace_period_s=args.grace, poll_s=0.2, slot=args.slot),
+        seed=args.seed,
+    )
     r.run()
     emit(event="done")
     return 0

@@ -20,8 +20,15 @@ def test_make_bench_search_from_a_fresh_clone_prints_the_table_and_writes_the_su
     clone = fresh_clone(tmp_path / "clone")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}, "PYTHONPATH": str(clone)}
     # its own process group, so that a run past the timeout takes the bench's worker processes with it
-    proc = subprocess.Popen(["make", "bench-search", "SAMPLERS=random sobol-tpe", "SEEDS=2", "BUDGETS=5"], cwd=clone,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "bench-search", "SAMPLERS=random sobol-tpe", "SEEDS=2", "BUDGETS=5"],
+        cwd=clone,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:

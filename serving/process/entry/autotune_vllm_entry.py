@@ -80,6 +80,7 @@ def _bind_to_one_cpu(value: str) -> None:
 
 def _set_thread_count(value: str) -> None:
     import torch  # imported by the forkserver already
+
     torch.set_num_threads(int(value))  # libgomp's nthreads-var (and MKL's), as OMP_NUM_THREADS at load
 
 
@@ -117,6 +118,7 @@ class EnvForkServerProcess(multiprocessing.context.ForkServerProcess):
         if self._forked:
             try:  # before the environment changes: setproctitle finds its memory from the original one
                 import setproctitle  # (vLLM titles its processes; the client's CPU pinning reads them)
+
                 setproctitle.getproctitle()
             except ImportError:
                 pass
@@ -163,8 +165,11 @@ def vllm_ld_preload(current: str) -> str:
     value = current
     torch_dir, vllm_dir = _package_dir("torch"), _package_dir("vllm")
     if torch_dir and not any(lib in value for lib in ("libomp", "libgomp", "libiomp")):
-        found = [so for d in (os.path.join(os.path.dirname(torch_dir), "torch.libs"), os.path.join(torch_dir, "lib"))
-                 for so in glob.glob(os.path.join(d, "libgomp*.so*"))]
+        found = [
+            so
+            for d in (os.path.join(os.path.dirname(torch_dir), "torch.libs"), os.path.join(torch_dir, "lib"))
+            for so in glob.glob(os.path.join(d, "libgomp*.so*"))
+        ]
         if found:
             value = f"{value}:{found[0]}" if value else found[0]
     if vllm_dir and "libtcmalloc" not in value:

@@ -49,6 +49,7 @@ MAX_MESSAGE = 1 << 20
 def _set_title(title: str) -> None:
     try:
         import setproctitle  # vLLM's own dependency: it titles its processes too
+
         setproctitle.setproctitle(title)
     except ImportError:
         pass
@@ -183,6 +184,7 @@ def main(argv: list[str]) -> None:
         boot(ctl_fd, api_module)
     try:  # before the environment changes: setproctitle finds its memory from the original one
         import setproctitle
+
         setproctitle.getproctitle()
     except ImportError:
         pass

@@ -72,8 +72,8 @@ def watch(fd: int, child_exit_code) -> int:
 
 def main(argv: list[str]) -> int:
     fd = int(argv[0])
-    cmd = argv[argv.index("--") + 1:]
-    if "--nice" in argv[:argv.index("--")]:
+    cmd = argv[argv.index("--") + 1 :]
+    if "--nice" in argv[: argv.index("--")]:
         lower_priority(int(argv[argv.index("--nice") + 1]))
     child = subprocess.Popen(cmd)
     return watch(fd, child.poll)

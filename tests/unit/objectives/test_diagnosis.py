@@ -5,10 +5,18 @@ import json
 
 import pytest
 
-from objectives.diagnosis import (BOTTLENECKS, Diagnosis, ServingFacts, antipatterns, diagnose,
-                                  diagnose_trial, summarize, violated_metrics)
-from objectives.failure import Failure, FailureClass, FailurePhase
 from loadgen.workload import WorkloadSpec
+from objectives.diagnosis import (
+    BOTTLENECKS,
+    Diagnosis,
+    ServingFacts,
+    antipatterns,
+    diagnose,
+    diagnose_trial,
+    summarize,
+    violated_metrics,
+)
+from objectives.failure import Failure, FailureClass, FailurePhase
 from serving import facts_for_launch, serving_facts
 from serving.failures import classify
 from tests.support.paths import FIXTURES
@@ -33,6 +41,7 @@ def diagnosed(name: str, **kw) -> Diagnosis:
 
 
 # --- real runs ---------------------------------------------------------------------------
+
 
 def test_recorded_runs_are_real_vllm_runs():
     for name in ("preemption", "queue_bound", "client_bound", "client_control"):
@@ -114,16 +123,21 @@ def test_slo_results_decide_prefill_and_decode_bound():
 def test_calibration_makes_latency_high_relative_to_this_machine():
     doc = run("client_control")
     m = doc["metrics"]
-    slow = diagnose(m, doc["config"], workload(doc), facts=V1,
-                    unloaded={"tpot_median_ms": m["tpot_p95_ms"] / 5})
+    slow = diagnose(m, doc["config"], workload(doc), facts=V1, unloaded={"tpot_median_ms": m["tpot_p95_ms"] / 5})
     assert slow.bottleneck == "decode_bound"
     assert "the idle server's median" in slow.evidence[0]
 
 
 def test_diagnose_trial_returns_json_with_findings(launch_ctx):
     doc = run("preemption")
-    out = diagnose_trial(doc["metrics"], doc["config"], workload(doc), None, facts=facts_for_launch(launch_ctx),
-                         constraints={"ttft_p95_ms<=500": 7.3}).as_dict()
+    out = diagnose_trial(
+        doc["metrics"],
+        doc["config"],
+        workload(doc),
+        None,
+        facts=facts_for_launch(launch_ctx),
+        constraints={"ttft_p95_ms<=500": 7.3},
+    ).as_dict()
     json.dumps(out)  # stored as-is in autotune_trials.diagnosis
     assert out["bottleneck"] == "preemption"
     assert out["slo_met"] is False
@@ -134,18 +148,30 @@ def test_diagnose_trial_returns_json_with_findings(launch_ctx):
 
 
 def test_violated_metrics_parse_constraint_keys():
-    assert violated_metrics({"ttft_p95_ms@short<=455.9": 0.3, "goodput>=2": 0.1, "error_rate<=0.01": -1}) \
-        == ["ttft_p95_ms@short", "goodput"]
+    assert violated_metrics({"ttft_p95_ms@short<=455.9": 0.3, "goodput>=2": 0.1, "error_rate<=0.01": -1}) == [
+        "ttft_p95_ms@short",
+        "goodput",
+    ]
     assert set(BOTTLENECKS) >= {"queueing", "preemption", "client_bound", "startup_failure", "healthy"}
 
 
 # --- anti-patterns -----------------------------------------------------------------------
 
-CHAT = WorkloadSpec.model_validate({
-    "endpoint": "completions", "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2},
-    "classes": [{"name": "chat", "prompt_tokens": {"dist": "uniform", "low": 200, "high": 400},
-                 "output_tokens": {"dist": "uniform", "low": 50, "high": 200},
-                 "shared_prefix": {"fraction": 0.5, "tokens": 100}}]})
+CHAT = WorkloadSpec.model_validate(
+    {
+        "endpoint": "completions",
+        "duration_s": 10,
+        "arrival": {"mode": "poisson", "rate": 2},
+        "classes": [
+            {
+                "name": "chat",
+                "prompt_tokens": {"dist": "uniform", "low": 200, "high": 400},
+                "output_tokens": {"dist": "uniform", "low": 50, "high": 200},
+                "shared_prefix": {"fraction": 0.5, "tokens": 100},
+            }
+        ],
+    }
+)
 
 
 def codes(findings) -> set[str]:
@@ -183,9 +209,13 @@ def test_the_installed_vllm_decides_what_is_obsolete(launch_ctx):
 def test_max_num_seqs_1024_without_the_load_for_it():
     assert "max_num_seqs_excessive" in codes(antipatterns({"max_num_seqs": 1024}, CHAT, facts=V1))
     assert "max_num_seqs_excessive" not in codes(antipatterns({"max_num_seqs": 256}, CHAT, facts=V1))
-    busy = WorkloadSpec.model_validate({**CHAT.model_dump(exclude={"arrival", "duration_s"}),
-                                        "num_requests": 700,
-                                        "arrival": {"mode": "closed", "concurrency": 700}})
+    busy = WorkloadSpec.model_validate(
+        {
+            **CHAT.model_dump(exclude={"arrival", "duration_s"}),
+            "num_requests": 700,
+            "arrival": {"mode": "closed", "concurrency": 700},
+        }
+    )
     assert "max_num_seqs_excessive" not in codes(antipatterns({"max_num_seqs": 1024}, busy, facts=V1))
     measured = {"server_running_peak": 12.0, "server_waiting_peak": 0.0}
     f = antipatterns({"max_num_seqs": 1024}, busy, facts=V1, metrics=measured)
@@ -197,9 +227,12 @@ def test_memory_utilization_bounds_apply_to_gpus_and_kv_size_to_the_cpu_build():
     assert "memory_utilization_high" in codes(antipatterns({"memory_utilization": 0.98}, CHAT, facts=gpu))
     assert "memory_utilization_low" in codes(antipatterns({"memory_utilization": 0.5}, CHAT, facts=gpu))
     assert not codes(antipatterns({"memory_utilization": 0.85}, CHAT, facts=gpu)) & {
-        "memory_utilization_high", "memory_utilization_low"}
-    cpu = ServingFacts(accepts=V1.accepts, is_gpu=False, cpu_kv_budget_bytes=2**30,
-                       kv_bytes_per_token=8192, default_max_num_seqs=128)
+        "memory_utilization_high",
+        "memory_utilization_low",
+    }
+    cpu = ServingFacts(
+        accepts=V1.accepts, is_gpu=False, cpu_kv_budget_bytes=2**30, kv_bytes_per_token=8192, default_max_num_seqs=128
+    )
     assert "kv_cache_small" in codes(antipatterns({"memory_utilization": 0.02}, CHAT, facts=cpu))
     assert "kv_cache_small" not in codes(antipatterns({"memory_utilization": 0.9}, CHAT, facts=cpu))
     assert "memory_utilization_high" not in codes(antipatterns({"memory_utilization": 0.99}, CHAT, facts=cpu))
@@ -231,22 +264,30 @@ def test_the_trial_diagnosis_takes_the_failure_and_returns_a_diagnosis(launch_ct
     d = diagnose_trial(doc["metrics"], doc["config"], workload(doc), facts=facts_for_launch(launch_ctx))
     assert isinstance(d, Diagnosis) and d.bottleneck == "preemption"
     assert "kv_cache_small" in {f.code for f in d.findings}
-    rejected = diagnose_trial({}, doc["config"], workload(doc),
-                              Failure(FailureClass.INVALID_CONFIG, "no such pair", FailurePhase.PRECHECK))
+    rejected = diagnose_trial(
+        {}, doc["config"], workload(doc), Failure(FailureClass.INVALID_CONFIG, "no such pair", FailurePhase.PRECHECK)
+    )
     assert rejected.headline == "The server was rejected before starting (invalid_config); nothing was measured."
     assert rejected.evidence == ["invalid_config at precheck: no such pair"]
     assert rejected.next_steps == FailureClass.INVALID_CONFIG.advice
-    died = diagnose_trial(doc["metrics"], doc["config"], workload(doc),
-                          Failure(FailureClass.OOM, "killed", FailurePhase.LOAD))
+    died = diagnose_trial(
+        doc["metrics"], doc["config"], workload(doc), Failure(FailureClass.OOM, "killed", FailurePhase.LOAD)
+    )
     assert died.bottleneck == "server_errors" and died.evidence[0] == "the server died under load (oom: killed)"
     assert any(s.startswith("out of memory under load") for s in died.next_steps)
 
 
-@pytest.mark.parametrize("stored, expected", [
-    ((None, None, None), None),
-    (("load_error", "load", "serves no model"), Failure(FailureClass.LOAD_ERROR, "serves no model", FailurePhase.LOAD)),
-    (("oom", None, None), Failure(FailureClass.OOM, "", FailurePhase.STARTUP)),  # stored before phases were
-    (("a_class_from_a_newer_worker", "load", "x"), Failure(FailureClass.OTHER, "x", FailurePhase.LOAD)),
-])
+@pytest.mark.parametrize(
+    "stored, expected",
+    [
+        ((None, None, None), None),
+        (
+            ("load_error", "load", "serves no model"),
+            Failure(FailureClass.LOAD_ERROR, "serves no model", FailurePhase.LOAD),
+        ),
+        (("oom", None, None), Failure(FailureClass.OOM, "", FailurePhase.STARTUP)),  # stored before phases were
+        (("a_class_from_a_newer_worker", "load", "x"), Failure(FailureClass.OTHER, "x", FailurePhase.LOAD)),
+    ],
+)
 def test_a_stored_rows_failure_reads_back_in_the_failure_vocabulary(stored, expected):
     assert Failure.stored(*stored) == expected

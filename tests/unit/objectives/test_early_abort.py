@@ -6,25 +6,35 @@ hand-made RequestRecords (times in perf_counter seconds; in flight: end_time NaN
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from objectives.early_abort import (QUEUE_MIN_DEPTH, QUEUE_MIN_SAMPLES, QUEUE_WINDOW_S, Abort,
-                                    ErrorRateRule,
-                                    PercentileRule, abort_check, queue_runaway, rules_for,
-                                    violators_needed)
 from loadgen.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
-from objectives.scoring import SLOSpec
 from loadgen.server_metrics import GaugeSample
+from objectives.early_abort import (
+    QUEUE_MIN_DEPTH,
+    QUEUE_MIN_SAMPLES,
+    QUEUE_WINDOW_S,
+    Abort,
+    ErrorRateRule,
+    PercentileRule,
+    abort_check,
+    queue_runaway,
+    rules_for,
+    violators_needed,
+)
+from objectives.scoring import SLOSpec
 
 NAN = math.nan
 QS = (0.5, 0.9, 0.95, 0.99)
-SIZES = list(range(1, 41)) + [50, 64, 99, 100, 101, 150, 199, 200, 201, 333, 1000, 1001]
+SIZES = [*list(range(1, 41)), 50, 64, 99, 100, 101, 150, 199, 200, 201, 333, 1000, 1001]
 
 
 # -- records ------------------------------------------------------------------------------------
+
 
 def done(send: float, ttft: float, tokens: int = 4, itl: float = 0.01, cls: str = "a") -> RequestRecord:
     """A completed request: first token `ttft` after `send`, then one token every `itl`."""
@@ -64,6 +74,7 @@ def rule(family: str, q: float, bound_ms: float, planned: int, cls: str | None =
 
 # -- violators_needed against numpy -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("q", QS)
 def test_violators_needed_make_the_percentile_exceed_the_bound(q):
     """Exactly `violators_needed` values just above the bound: numpy's linear percentile exceeds
@@ -102,18 +113,19 @@ def test_violators_needed_examples():
 def test_fewer_successes_than_planned_never_need_more_violators(q):
     """Counting against the planned N is safe: fewer values never need more violators."""
     needed = [violators_needed(n, q) for n in range(1, 400)]
-    assert all(a <= b for a, b in zip(needed, needed[1:]))
+    assert all(a <= b for a, b in itertools.pairwise(needed))
 
 
 # -- PercentileRule: TTFT -------------------------------------------------------------------------
+
 
 def test_ttft_completed_requests_over_the_bound():
     r = rule("ttft", 0.9, 100.0, planned=10)  # needs 10 - floor(9 * 0.9) = 2
     assert violators_needed(10, 0.9) == 2
     ok = [done(1.0, 0.05), done(2.0, 0.08)]
-    one = ok + [done(3.0, 0.3)]
+    one = [*ok, done(3.0, 0.3)]
     assert r.lost(one + [unsent()] * 7, now=10.0) is None
-    two = one + [done(4.0, 0.15)]
+    two = [*one, done(4.0, 0.15)]
     verdict = r.lost(two + [unsent()] * 6, now=10.0)
     assert isinstance(verdict, Abort)
     assert "ttft_p90_ms" in verdict.reason and "2 of 10" in verdict.reason
@@ -145,6 +157,7 @@ def test_failed_and_unsent_requests_are_not_latencies():
 
 # -- PercentileRule: E2EL -------------------------------------------------------------------------
 
+
 def test_e2el_completed_and_in_flight():
     r = rule("e2el", 0.5, 500.0, planned=3)  # needs 3 - floor(2 * 0.5) = 2
     fast = done(0.0, 0.1, tokens=5, itl=0.05)  # e2el 300 ms
@@ -164,6 +177,7 @@ def test_e2el_in_flight_without_a_token_counts_too():
 
 
 # -- PercentileRule: TPOT -------------------------------------------------------------------------
+
 
 def test_tpot_completed_uses_the_output_tokens():
     r = rule("tpot", 0.5, 40.0, planned=1)
@@ -196,6 +210,7 @@ def test_in_flight_request_with_all_its_tokens_is_bounded_by_its_last_token(fami
 
 # -- per class ----------------------------------------------------------------------------------
 
+
 def test_per_class_rule_counts_its_class_against_its_own_plan():
     (rule_,) = rules_for([SLOSpec(metric="ttft_p90_ms@short", max=100.0)], {"short": 10, "long": 30})
     assert isinstance(rule_, PercentileRule)
@@ -210,6 +225,7 @@ def test_per_class_rule_counts_its_class_against_its_own_plan():
 
 # -- Abort.margin is a lower bound ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", ["ttft", "e2el"])
 @pytest.mark.parametrize("q", QS)
 def test_abort_margin_bounds_the_final_violation_from_below(family, q):
@@ -221,8 +237,7 @@ def test_abort_margin_bounds_the_final_violation_from_below(family, q):
     for trial in range(30):
         now = 100.0
         n_done = rng.integers(0, need + 1)
-        finished = [done(10.0 + i, float(rng.uniform(0.0, 0.6)), tokens=3, itl=0.01)
-                    for i in range(n_done)]
+        finished = [done(10.0 + i, float(rng.uniform(0.0, 0.6)), tokens=3, itl=0.01) for i in range(n_done)]
         flying = [in_flight(now - float(rng.uniform(0.0, 0.6))) for _ in range(need + 2)]
         verdict = rule(family, q, bound_ms, planned).lost(finished + flying, now)
         if verdict is None:
@@ -240,11 +255,12 @@ def test_abort_margin_bounds_the_final_violation_from_below(family, q):
 
 # -- ErrorRateRule ------------------------------------------------------------------------------
 
+
 def test_error_rate_rule_counts_failures_against_the_plan():
     r = ErrorRateRule(0.1, 20)  # allows 2 of 20
     base = [done(float(i), 0.05) for i in range(5)]
-    assert r.lost(base + [failed(1.0), failed(2.0, TIMEOUT)], now=10.0) is None
-    verdict = r.lost(base + [failed(1.0), failed(2.0, TIMEOUT), failed(3.0)], now=10.0)
+    assert r.lost([*base, failed(1.0), failed(2.0, TIMEOUT)], now=10.0) is None
+    verdict = r.lost([*base, failed(1.0), failed(2.0, TIMEOUT), failed(3.0)], now=10.0)
     assert verdict is not None and "3 of 20" in verdict.reason
     assert verdict.margin == pytest.approx((3 / 20 - 0.1) / 0.1)
 
@@ -326,6 +342,7 @@ def test_only_the_last_window_counts():
 
 # -- rules_for ----------------------------------------------------------------------------------
 
+
 def test_rules_for_keeps_max_bounds_on_percentiles_and_error_rate():
     slos = [
         SLOSpec(metric="ttft_p99_ms", max=500.0),
@@ -344,17 +361,21 @@ def test_rules_for_keeps_max_bounds_on_percentiles_and_error_rate():
         SLOSpec(metric="slo_capacity_rps", min=1.0),
     ]
     rules = rules_for(slos, {"short": 30, "long": 10})
-    percentiles = [(r.metric, r.family, r.q, r.class_name, r.bound_ms, r.planned)
-                   for r in rules if isinstance(r, PercentileRule)]
-    assert percentiles == [("ttft_p99_ms", "ttft", 0.99, None, 500.0, 40),
-                           ("tpot_median_ms", "tpot", 0.5, None, 50.0, 40),
-                           ("e2el_p90_ms@short", "e2el", 0.9, "short", 2000.0, 30)]
+    percentiles = [
+        (r.metric, r.family, r.q, r.class_name, r.bound_ms, r.planned) for r in rules if isinstance(r, PercentileRule)
+    ]
+    assert percentiles == [
+        ("ttft_p99_ms", "ttft", 0.99, None, 500.0, 40),
+        ("tpot_median_ms", "tpot", 0.5, None, 50.0, 40),
+        ("e2el_p90_ms@short", "e2el", 0.9, "short", 2000.0, 30),
+    ]
     errors = [r for r in rules if isinstance(r, ErrorRateRule)]
     assert errors == [ErrorRateRule(0.01, 40)]
     assert len(rules) == 4
 
 
 # -- abort_check --------------------------------------------------------------------------------
+
 
 def test_abort_check_reads_the_plan_per_class_from_the_records():
     """10 short + 30 long planned: the short class's p90 is lost with 2 short requests over it
@@ -381,8 +402,7 @@ def test_abort_check_overall_percentile_counts_every_planned_request():
 
 def test_abort_check_falls_back_to_the_queue():
     ts = window()
-    check = abort_check([SLOSpec(metric="ttft_p90_ms", max=100.0), SLOSpec(metric="ttft_mean_ms", max=1.0)],
-                        rate=RATE)
+    check = abort_check([SLOSpec(metric="ttft_p90_ms", max=100.0), SLOSpec(metric="ttft_mean_ms", max=1.0)], rate=RATE)
     plan = [done(float(i), 0.01) for i in range(5)] + [unsent() for _ in range(15)]
     assert check(plan, W, samples(ts, 0.5 * DEPTH * ts / W)) is None  # shallow: not a runaway
     verdict = check(plan, W, samples(ts, 1.5 * DEPTH * ts / W))

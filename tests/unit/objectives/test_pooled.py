@@ -46,13 +46,26 @@ def test_the_pooled_percentile_is_read_from_every_runs_requests_and_its_interval
 
 def _samples(cls, ttft, e2e, tokens, ok, aborted, sent=None):
     n = len(cls)
-    return {"class": cls, "sent_s": sent or [0.0] * n, "ttft_s": ttft, "e2e_s": e2e, "output_tokens": tokens,
-            "ok": ok, "aborted": aborted}
+    return {
+        "class": cls,
+        "sent_s": sent or [0.0] * n,
+        "ttft_s": ttft,
+        "e2e_s": e2e,
+        "output_tokens": tokens,
+        "ok": ok,
+        "aborted": aborted,
+    }
 
 
 def test_a_runs_requests_for_a_metric_by_class_and_family():
-    s = _samples(["short", "long", "short", "short"], [0.1, 0.5, None, 0.2], [1.1, 3.0, None, 0.2],
-                 [11, 50, 0, 1], [True, True, False, True], [False, False, False, False])
+    s = _samples(
+        ["short", "long", "short", "short"],
+        [0.1, 0.5, None, 0.2],
+        [1.1, 3.0, None, 0.2],
+        [11, 50, 0, 1],
+        [True, True, False, True],
+        [False, False, False, False],
+    )
     assert list(pooled.run_requests(s, "ttft_p95_ms@short").values) == pytest.approx([100.0, 200.0])
     assert list(pooled.run_requests(s, "tpot_p95_ms").values) == pytest.approx([100.0, 2500 / 49])  # tokens > 1
     assert list(pooled.run_requests(s, "e2el_p99_ms@long").values) == pytest.approx([3000.0])
@@ -61,8 +74,15 @@ def test_a_runs_requests_for_a_metric_by_class_and_family():
 
 
 def test_requests_cut_short_by_an_abort_enter_as_their_lower_bound_and_mark_the_percentile():
-    s = _samples(["a"] * 4, [0.1, 0.2, 0.3, None], [1.0] * 3 + [None], [5] * 4, [True] * 3 + [False],
-                 [False] * 3 + [True], sent=[0.0, 1.0, 2.0, 3.0])
+    s = _samples(
+        ["a"] * 4,
+        [0.1, 0.2, 0.3, None],
+        [1.0] * 3 + [None],
+        [5] * 4,
+        [True] * 3 + [False],
+        [False] * 3 + [True],
+        sent=[0.0, 1.0, 2.0, 3.0],
+    )
     run = pooled.run_requests(s, "ttft_p95_ms", elapsed_s=4.5)
     assert list(run.values) == pytest.approx([100.0, 200.0, 300.0, 1500.0]) and list(run.censored) == [0, 0, 0, 1]
     iv = pooled.pooled_percentile([run, run], 0.95, n_resamples=100)

@@ -7,11 +7,20 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from objectives.scoring import (LARGE_PENALTY, SERVER_OK, ObjectiveSpec, SLOSpec, penalty_values, score,
-                                validate_metric_names)
+from objectives.scoring import (
+    LARGE_PENALTY,
+    SERVER_OK,
+    ObjectiveSpec,
+    SLOSpec,
+    penalty_values,
+    score,
+    validate_metric_names,
+)
 
-OBJ = [ObjectiveSpec(metric="ttft_p95_ms", direction="minimize"),
-       ObjectiveSpec(metric="output_throughput", direction="maximize")]
+OBJ = [
+    ObjectiveSpec(metric="ttft_p95_ms", direction="minimize"),
+    ObjectiveSpec(metric="output_throughput", direction="maximize"),
+]
 
 
 def test_objective_vector_in_order():
@@ -20,12 +29,18 @@ def test_objective_vector_in_order():
 
 
 def test_constraints_are_normalized_and_positive_when_violated():
-    slos = [SLOSpec(metric="ttft_p95_ms", max=100.0), SLOSpec(metric="output_throughput", min=400.0),
-            SLOSpec(metric="error_rate", max=0.01)]
+    slos = [
+        SLOSpec(metric="ttft_p95_ms", max=100.0),
+        SLOSpec(metric="output_throughput", min=400.0),
+        SLOSpec(metric="error_rate", max=0.01),
+    ]
     s = score({"ttft_p95_ms": 150.0, "output_throughput": 500.0, "error_rate": 0.0}, OBJ, slos)
-    assert s.constraints == {"ttft_p95_ms<=100": pytest.approx(0.5),
-                             "output_throughput>=400": pytest.approx(-0.25),
-                             "error_rate<=0.01": pytest.approx(-1.0), SERVER_OK: -1.0}
+    assert s.constraints == {
+        "ttft_p95_ms<=100": pytest.approx(0.5),
+        "output_throughput>=400": pytest.approx(-0.25),
+        "error_rate<=0.01": pytest.approx(-1.0),
+        SERVER_OK: -1.0,
+    }
     assert not s.feasible
     ok = score({"ttft_p95_ms": 90.0, "output_throughput": 500.0, "error_rate": 0.0}, OBJ, slos)
     assert ok.feasible and all(v <= 0 for v in ok.constraints.values())
@@ -48,9 +63,11 @@ def test_a_server_that_never_served_scores_penalties_whatever_it_measured():
 
 
 def test_penalty_values():
-    objs = [ObjectiveSpec(metric="e2el_p99_ms@long", direction="minimize"),
-            ObjectiveSpec(metric="goodput", direction="maximize"),
-            ObjectiveSpec(metric="error_rate", direction="minimize")]
+    objs = [
+        ObjectiveSpec(metric="e2el_p99_ms@long", direction="minimize"),
+        ObjectiveSpec(metric="goodput", direction="maximize"),
+        ObjectiveSpec(metric="error_rate", direction="minimize"),
+    ]
     assert penalty_values(objs, 30.0) == [30_000.0, 0.0, LARGE_PENALTY]
     assert all(math.isfinite(v) for v in penalty_values(objs, 30.0))
 
@@ -67,8 +84,7 @@ def test_slo_needs_exactly_one_nonzero_bound():
 
 
 def test_metric_names_are_validated_with_the_allowed_list():
-    validate_metric_names(["ttft_p95_ms", "goodput", "ttft_p99_ms@short", "server_preemptions"],
-                          ["short", "long"])
+    validate_metric_names(["ttft_p95_ms", "goodput", "ttft_p99_ms@short", "server_preemptions"], ["short", "long"])
     with pytest.raises(ValueError) as e:
         validate_metric_names(["ttft_p95", "tpot_p95_ms@medium"], ["short", "long"])
     msg = str(e.value)

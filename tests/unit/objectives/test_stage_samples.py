@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.records import ABORTED, HTTP_ERROR
+from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, run_stages
-from loadgen.workload import WorkloadSpec
 from storage import queries
 from storage.tables import StageRecord, StudyRecord
 from tests.support.stub_server import StubConfig, StubServer
@@ -23,8 +23,15 @@ from tests.support.stub_server import StubConfig, StubServer
 T0 = 100.0
 
 
-def record(i: int, send: float, ttft: float | None, tokens: int = 4, cls: str = "a", warmup: bool = False,
-           error: str | None = None) -> RequestRecord:
+def record(
+    i: int,
+    send: float,
+    ttft: float | None,
+    tokens: int = 4,
+    cls: str = "a",
+    warmup: bool = False,
+    error: str | None = None,
+) -> RequestRecord:
     r = RequestRecord(i, cls, send, 10, tokens, warmup=warmup)
     r.send_time = send
     if ttft is not None:
@@ -39,9 +46,14 @@ def record(i: int, send: float, ttft: float | None, tokens: int = 4, cls: str = 
 
 def test_request_samples_are_columnar_rounded_and_leave_out_warmup_and_unsent():
     unsent = RequestRecord(9, "a", T0 + 9, 10, 4)
-    records = [record(0, T0 - 5, 0.2, warmup=True), record(1, T0 + 0.123456789, 0.2),
-               record(2, T0 + 1.0, None, error=HTTP_ERROR), record(3, T0 + 2.0, 0.5, tokens=2, cls="b"),
-               record(4, T0 + 3.0, None, error=ABORTED), unsent]
+    records = [
+        record(0, T0 - 5, 0.2, warmup=True),
+        record(1, T0 + 0.123456789, 0.2),
+        record(2, T0 + 1.0, None, error=HTTP_ERROR),
+        record(3, T0 + 2.0, 0.5, tokens=2, cls="b"),
+        record(4, T0 + 3.0, None, error=ABORTED),
+        unsent,
+    ]
     s = request_samples(records, T0)
     assert tuple(s) == SAMPLE_KEYS
     assert s["class"] == ["a", "a", "b", "a"]
@@ -64,9 +76,16 @@ def test_records_rebuilt_from_samples_keep_the_latencies():
 
 
 def test_every_stage_row_carries_its_samples(tok_dir, tok):
-    workload = WorkloadSpec.model_validate({
-        "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 4, "warmup_requests": 2,
-        "arrival": {"mode": "constant", "rate": 4.0}, "duration_s": 1.5})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 20,
+            "output_tokens": 4,
+            "warmup_requests": 2,
+            "arrival": {"mode": "constant", "rate": 4.0},
+            "duration_s": 1.5,
+        }
+    )
     spec = CapacitySpec(stage_s=1.0, max_stages=1, idle_timeout_s=10, early_abort="off")  # every request runs out
     with StubServer(StubConfig(root=str(tok_dir), ttft_ms=20, itl_ms=0), tokenizer=tok) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
@@ -90,33 +109,88 @@ def test_stage_rows_store_their_samples_and_an_older_database_gets_the_column(tm
     assert "samples" not in {c["name"] for c in inspect(queries.create_engine(url)).get_columns("autotune_stages")}
     engine = queries.open_db(url)
     assert "samples" in {c["name"] for c in inspect(engine).get_columns("autotune_stages")}
-    samples = {"class": ["a"], "sent_s": [0.5], "ttft_s": [0.2], "e2e_s": [0.3], "output_tokens": [4],
-               "ok": [True], "aborted": [False]}
-    stage = dict(stage_index=0, kind="target", rate=1.0, planned_s=10.0, elapsed_s=10.0, passed=True, margin=-0.5,
-                 violations={}, metrics={}, server_diagnostics={}, notes=[], samples=samples)
+    samples = {
+        "class": ["a"],
+        "sent_s": [0.5],
+        "ttft_s": [0.2],
+        "e2e_s": [0.3],
+        "output_tokens": [4],
+        "ok": [True],
+        "aborted": [False],
+    }
+    stage = dict(
+        stage_index=0,
+        kind="target",
+        rate=1.0,
+        planned_s=10.0,
+        elapsed_s=10.0,
+        passed=True,
+        margin=-0.5,
+        violations={},
+        metrics={},
+        server_diagnostics={},
+        notes=[],
+        samples=samples,
+    )
     with Session(engine) as session:
-        study = StudyRecord(study_name="s", scenario_name="m", scenario_source="", scenario_digest="d", model_path="/m",
-                            vllm_version="v", hardware={}, directions=[], objective_names=[])
+        study = StudyRecord(
+            study_name="s",
+            scenario_name="m",
+            scenario_source="",
+            scenario_digest="d",
+            model_path="/m",
+            vllm_version="v",
+            hardware={},
+            directions=[],
+            objective_names=[],
+        )
         session.add(study)
         session.flush()
-        queries.save_trial(session, study, 0, stages=[stage], status="ok", fingerprint="f", params={}, config={},
-                           flags={}, command="", adjustments=[], metrics={}, server_diagnostics={},
-                           constraints={}, feasible=True, timings={}, started_at=datetime(2026, 11, 22))
+        queries.save_trial(
+            session,
+            study,
+            0,
+            stages=[stage],
+            status="ok",
+            fingerprint="f",
+            params={},
+            config={},
+            flags={},
+            command="",
+            adjustments=[],
+            metrics={},
+            server_diagnostics={},
+            constraints={},
+            feasible=True,
+            timings={},
+            started_at=datetime(2026, 11, 22),
+        )
         session.commit()
     with Session(engine) as session:
         assert session.query(StageRecord).one().samples == samples
 
 
-@pytest.mark.parametrize("given, rule", [(None, "likely"), ("likely", "likely"), ("certain", "certain"),
-                                         (True, "certain"), ("true", "certain"), (False, "off"), ("off", "off")])
+@pytest.mark.parametrize(
+    "given, rule",
+    [
+        (None, "likely"),
+        ("likely", "likely"),
+        ("certain", "certain"),
+        (True, "certain"),
+        ("true", "certain"),
+        (False, "off"),
+        ("off", "off"),
+    ],
+)
 def test_early_abort_takes_a_rule_and_the_old_booleans(given, rule):
     spec = CapacitySpec() if given is None else CapacitySpec(early_abort=given)
     assert spec.early_abort == rule
 
 
 def test_a_bad_early_abort_is_one_clear_line():
-    from search.scenario import ScenarioError, parse
     from pathlib import Path
+
+    from search.scenario import ScenarioError, parse
 
     text = Path("configs/mixed.yaml").read_text().replace("early_abort: likely", "early_abort: maybe")
     assert "early_abort: maybe" in text
@@ -142,6 +216,7 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     class Result:
         def __init__(self, abort):
             self.abort, self.aborted = abort, abort.reason if abort else None
+
         planned_s, duration_s, records, requests_planned, notes = 10.0, 6.0, [], 20, []
 
         def flat_metrics(self):
@@ -163,10 +238,19 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     monkeypatch.setattr(st, "run_load", fake_run_load)
     monkeypatch.setattr(st, "wait_idle", no_wait)
     monkeypatch.setattr(st, "reset_prefix_cache", no_reset)
-    wl = WL.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10,
-                            "arrival": {"mode": "poisson", "rate": 2.0}})
-    run = asyncio.run(st.run_stages("http://127.0.0.1:9", None, wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-                                    st.CapacitySpec(stage_s=10, max_stages=1), screen=True))
+    wl = WL.model_validate(
+        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+    )
+    run = asyncio.run(
+        st.run_stages(
+            "http://127.0.0.1:9",
+            None,
+            wl,
+            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+            st.CapacitySpec(stage_s=10, max_stages=1),
+            screen=True,
+        )
+    )
     assert asked == [False, True]  # the target stage may not stop as a pass
     target, capacity = run.stages
     assert target.passed and capacity.passed and capacity.aborted.startswith("likely pass")

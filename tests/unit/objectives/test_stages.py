@@ -13,14 +13,14 @@ import math
 
 import pytest
 
+from loadgen.loadrun import run_load
+from loadgen.records import ABORTED
+from loadgen.workload import WorkloadSpec
 from objectives import stages as st
 from objectives.capacity import TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
-from loadgen.loadrun import run_load
-from loadgen.records import ABORTED
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, reset_prefix_cache, run_stages, wait_idle
-from loadgen.workload import WorkloadSpec
 from tests.support.stub_server import StubConfig, StubServer
 
 
@@ -29,9 +29,14 @@ def stub(tok_dir, tok, **kw) -> StubServer:
 
 
 def open_loop(rate: float, duration_s: float, warmup: int = 0, **kw) -> WorkloadSpec:
-    data = {"endpoint": "completions", "prompt_tokens": 20, "output_tokens": 4,
-            "arrival": {"mode": "constant", "rate": rate}, "duration_s": duration_s,
-            "warmup_requests": warmup}
+    data = {
+        "endpoint": "completions",
+        "prompt_tokens": 20,
+        "output_tokens": 4,
+        "arrival": {"mode": "constant", "rate": rate},
+        "duration_s": duration_s,
+        "warmup_requests": warmup,
+    }
     data.update(kw)
     return WorkloadSpec.model_validate(data)
 
@@ -41,6 +46,7 @@ def slo(metric: str, **bound) -> SLOSpec:
 
 
 # -- wait_idle ----------------------------------------------------------------------------------
+
 
 def test_wait_idle_waits_for_running_and_waiting_to_reach_zero(tok_dir, tok):
     with stub(tok_dir, tok) as s:
@@ -69,6 +75,7 @@ def test_wait_idle_without_metrics_does_not_wait(tok_dir, tok):
 
 
 # -- reset_prefix_cache -------------------------------------------------------------------------
+
 
 def test_reset_prefix_cache_posts_once_when_it_succeeds(tok_dir, tok):
     with stub(tok_dir, tok) as s:
@@ -137,18 +144,21 @@ def test_the_same_run_without_abort_runs_its_full_schedule(tok_dir, tok):
 
 # -- run_stages ---------------------------------------------------------------------------------
 
+
 def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
     """Always-met SLO: target 4 req/s (3 warm-ups), then 8 and 16 req/s; the budget of 2
     capacity stages ends it, capacity censored at 16. The stub stays busy 0.5 s after its last
     request: each capacity stage must wait for that, then reset the prefix cache, then send."""
     busy = 0.5
     workload = open_loop(4.0, 1.5, warmup=3)
-    spec = CapacitySpec(stage_s=1.5, max_stages=2, step=2.0, idle_timeout_s=10, signal_steps=False,
-                        early_abort="certain")
+    spec = CapacitySpec(
+        stage_s=1.5, max_stages=2, step=2.0, idle_timeout_s=10, signal_steps=False, early_abort="certain"
+    )
     messages: list[str] = []
     with stub(tok_dir, tok, ttft_ms=20, itl_ms=0, busy_after_s=busy, record_events=True) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=5000.0)], spec,
-                                     on_stage=messages.append))
+        run = asyncio.run(
+            run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=5000.0)], spec, on_stage=messages.append)
+        )
         stats = s.stats
     stages = run.stages
     assert [x.kind for x in stages] == [st.TARGET, st.CAPACITY, st.CAPACITY]
@@ -174,8 +184,7 @@ def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
         last_end = max(t for kind, t in events[:i] if kind == "end")
         assert t_reset >= last_end + busy - 0.01
         assert any(kind == "idle" and t >= last_end + busy - 0.01 for kind, t in events[:i])
-        assert sum(1 for kind, _ in events[:i] if kind == "arrive") == 3 + sum(
-            x.requests_sent for x in stages[:k + 1])
+        assert sum(1 for kind, _ in events[:i] if kind == "arrive") == 3 + sum(x.requests_sent for x in stages[: k + 1])
     # the estimate: every rate met the SLO, so the capacity is at least the highest one
     est = run.capacity
     assert est.censored and est.rps == 16.0 and est.stages == 3
@@ -216,8 +225,9 @@ def test_the_confirmations_target_stage_runs_in_full_and_only_its_capacity_stage
     workload = open_loop(20.0, 2.0)
     spec = CapacitySpec(stage_s=2.0, max_stages=1, step=2.0, idle_timeout_s=10, early_abort="certain")
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec,
-                                     full_target=True))
+        run = asyncio.run(
+            run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec, full_target=True)
+        )
     target, capacity = run.stages
     assert target.aborted is None and target.requests_sent == target.requests_planned and not target.passed
     assert capacity.aborted and capacity.saved_s > 0
@@ -235,8 +245,15 @@ STREAM_S = 0.257
 
 def test_stages_bracket_a_real_capacity(tok_dir, tok):
     workload = open_loop(3.0, 2.0)
-    spec = CapacitySpec(stage_s=2.0, max_stages=3, step=2.0, precision=0.05, idle_timeout_s=10,
-                        signal_steps=False, early_abort="certain")
+    spec = CapacitySpec(
+        stage_s=2.0,
+        max_stages=3,
+        step=2.0,
+        precision=0.05,
+        idle_timeout_s=10,
+        signal_steps=False,
+        early_abort="certain",
+    )
     with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
     stages = run.stages
@@ -278,13 +295,22 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
     async def fake_run_load(*a, **k):
         return Result()
 
-    from objectives.scoring import SLOSpec
     from loadgen.workload import WorkloadSpec
-    wl = WorkloadSpec.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10,
-                                      "arrival": {"mode": "poisson", "rate": 2.0}})
+    from objectives.scoring import SLOSpec
+
+    wl = WorkloadSpec.model_validate(
+        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+    )
     monkeypatch.setattr(st, "run_load", fake_run_load)
-    run = asyncio.run(st.run_stages("http://127.0.0.1:9", None, wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-                                    st.CapacitySpec(stage_s=10, max_stages=1)))
+    run = asyncio.run(
+        st.run_stages(
+            "http://127.0.0.1:9",
+            None,
+            wl,
+            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+            st.CapacitySpec(stage_s=10, max_stages=1),
+        )
+    )
     assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
     assert run.metrics()["ttft_p95_ms"] == 1500.0 and run.metrics()["target_aborted"] == 1.0
     assert run.stages[0].raised == "ttft_p95_ms" and run.stages[0].as_row()["raised"] == "ttft_p95_ms"
@@ -292,14 +318,23 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
 
 # -- below the target, and the search phase's stops -------------------------------------------------
 
+
 def test_stages_search_below_a_missed_target_with_lengthened_stages(tok_dir, tok):
     """The STREAM_S server (capacity 3.89 req/s) at a 6 req/s target misses; the search goes down
     to 3 (met), then bisects. Each stage below the target is lengthened to hold the requests of
     a 1 s stage at 6 req/s (6), within max_stage_s. Before: the floor of 10 requests per 1 s
     stage sat above 3 req/s, and the capacity was 0."""
     workload = open_loop(6.0, 2.0)
-    spec = CapacitySpec(stage_s=1.0, max_stages=3, step=2.0, precision=0.3, idle_timeout_s=10,
-                        floor_fraction=0.25, max_stage_s=4.0, signal_steps=False)
+    spec = CapacitySpec(
+        stage_s=1.0,
+        max_stages=3,
+        step=2.0,
+        precision=0.3,
+        idle_timeout_s=10,
+        floor_fraction=0.25,
+        max_stage_s=4.0,
+        signal_steps=False,
+    )
     with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
     stages = run.stages
@@ -310,7 +345,7 @@ def test_stages_search_below_a_missed_target_with_lengthened_stages(tok_dir, tok
         assert x.planned_s == pytest.approx(min(4.0, 6.0 / x.rate))  # stored lengthened
         assert x.requests_planned >= 6
     est = run.capacity
-    assert 0 < est.rps and est.low <= 1 / STREAM_S <= est.high < 6.0
+    assert est.rps > 0 and est.low <= 1 / STREAM_S <= est.high < 6.0
     assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
 
 
@@ -318,8 +353,7 @@ def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir,
     workload = open_loop(20.0, 2.0)
     spec = CapacitySpec(stage_s=2.0, max_stages=6, step=2.0, idle_timeout_s=10)
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec,
-                                     screen=True))
+        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec, screen=True))
     assert len(run.stages) == 1 and not run.stages[0].passed
     est = run.capacity
     assert (est.rps, est.low, est.high) == (0.0, None, 20.0)
@@ -330,15 +364,24 @@ def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir,
 
 
 def _stage(index: int, rate: float, margin: float, ttft: float) -> st.StageResult:
-    return st.StageResult(index=index, kind=st.TARGET if index == 0 else st.CAPACITY, rate=rate, planned_s=10.0,
-                          elapsed_s=10.0, margin=margin, violations={}, metrics={"ttft_p95_ms": ttft},
-                          server_diagnostics={})
+    return st.StageResult(
+        index=index,
+        kind=st.TARGET if index == 0 else st.CAPACITY,
+        rate=rate,
+        planned_s=10.0,
+        elapsed_s=10.0,
+        margin=margin,
+        violations={},
+        metrics={"ttft_p95_ms": ttft},
+        server_diagnostics={},
+    )
 
 
 def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
     """Met at 2 req/s (600 ms at the target), violated at 4: at best 4 req/s and 600 ms. A front
     member with 500 ms and 4.5 req/s is at least as good on both: the search stops."""
     from objectives.capacity import Front
+
     settings = CapacitySpec(stage_s=10, max_stages=5, precision=0.1).search_settings()
     stages = [_stage(0, 2.0, -0.3, 600.0), _stage(1, 4.0, 0.4, 900.0)]
     dirs = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}

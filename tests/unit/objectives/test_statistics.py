@@ -49,8 +49,10 @@ def test_noise_is_the_runs_coefficient_of_variation_pooled_over_candidates():
     assert st.beyond_noise(0.05, cv=0.03, runs_each=3)  # medians of 3 runs: a tighter bar
 
 
-@pytest.mark.parametrize("metric,n,k", [("ttft_p95_ms", 70, 4), ("ttft_p99_ms", 100, 1), ("tpot_p90_ms@long", 30, 3),
-                                        ("ttft_p95_ms", 200, 10)])
+@pytest.mark.parametrize(
+    "metric,n,k",
+    [("ttft_p95_ms", 70, 4), ("ttft_p99_ms", 100, 1), ("tpot_p90_ms@long", 30, 3), ("ttft_p95_ms", 200, 10)],
+)
 def test_the_slowest_requests_decide_a_percentile(metric, n, k):
     assert st.tail_requests(st.percentile_of(metric), n) == k
 
@@ -64,6 +66,7 @@ def test_a_percentile_over_too_few_requests_is_flagged_with_what_would_do():
 
 
 # --- comparisons defined for every pair (issue 23 #2) ------------------------------------------
+
 
 def test_a_zero_reference_gives_an_absolute_difference_and_a_win_with_its_interval():
     diff = st.difference([2.11, 2.03, 2.31], [0.0, 0.0, 0.0], paired=True)

@@ -20,10 +20,23 @@ SCENARIO = Path("tests/fixtures/scenarios/loop_capacity.yaml").read_text()  # tt
 
 def stage_row(index: int, kind: str, records, passed: bool, aborted: str | None = None) -> dict:
     end = max(r.end_time for r in records)
-    return dict(stage_index=index, kind=kind, rate=1.0, planned_s=end, elapsed_s=end, passed=passed,
-                margin=-0.5 if passed else 0.5, aborted=aborted, violations={}, metrics={}, server_diagnostics={},
-                notes=[], requests_planned=len(records), requests_sent=len(records),
-                samples=request_samples(records, 0.0))
+    return dict(
+        stage_index=index,
+        kind=kind,
+        rate=1.0,
+        planned_s=end,
+        elapsed_s=end,
+        passed=passed,
+        margin=-0.5 if passed else 0.5,
+        aborted=aborted,
+        violations={},
+        metrics={},
+        server_diagnostics={},
+        notes=[],
+        requests_planned=len(records),
+        requests_sent=len(records),
+        samples=request_samples(records, 0.0),
+    )
 
 
 def build_study(path: Path) -> None:
@@ -31,18 +44,45 @@ def build_study(path: Path) -> None:
     fast = [done(i, float(i), float(rng.uniform(0.1, 0.3)), tokens=8, itl=0.02) for i in range(40)]
     slow = [done(i, float(i), 3.0 if i % 3 == 0 else 0.2, tokens=8, itl=0.02) for i in range(40)]
     flooded = saturated_stage(rate=4.0, service_rate=2.0, n=120)
-    stages = [stage_row(0, "target", fast, passed=True), stage_row(1, "capacity", slow, passed=False),
-              stage_row(2, "capacity", flooded, passed=False),
-              stage_row(3, "capacity", slow, passed=False, aborted="certain")]  # cut short: not replayed
+    stages = [
+        stage_row(0, "target", fast, passed=True),
+        stage_row(1, "capacity", slow, passed=False),
+        stage_row(2, "capacity", flooded, passed=False),
+        stage_row(3, "capacity", slow, passed=False, aborted="certain"),
+    ]  # cut short: not replayed
     with Session(queries.open_db(f"sqlite:///{path}")) as session:
-        study = StudyRecord(study_name="built", scenario_name="loop_capacity", scenario_source=SCENARIO,
-                            scenario_digest="d", model_path="/m", vllm_version="v", hardware={},
-                            directions=[], objective_names=[])
+        study = StudyRecord(
+            study_name="built",
+            scenario_name="loop_capacity",
+            scenario_source=SCENARIO,
+            scenario_digest="d",
+            model_path="/m",
+            vllm_version="v",
+            hardware={},
+            directions=[],
+            objective_names=[],
+        )
         session.add(study)
         session.flush()
-        queries.save_trial(session, study, 0, stages=stages, status="ok", fingerprint="f", params={}, config={},
-                           flags={}, command="", adjustments=[], metrics={}, server_diagnostics={}, constraints={},
-                           feasible=True, timings={}, started_at=datetime(2026, 11, 22))
+        queries.save_trial(
+            session,
+            study,
+            0,
+            stages=stages,
+            status="ok",
+            fingerprint="f",
+            params={},
+            config={},
+            flags={},
+            command="",
+            adjustments=[],
+            metrics={},
+            server_diagnostics={},
+            constraints={},
+            feasible=True,
+            timings={},
+            started_at=datetime(2026, 11, 22),
+        )
         session.commit()
 
 

@@ -12,9 +12,18 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from objectives.early_abort import (LIKELY_P, QUEUE_WINDOW_S, abort_check, likely_verdict, over_saturated,
-                                    replay, rules_for, seen_at, waiting_proxy)
 from loadgen import GaugeSample, RequestRecord, records_from_samples
+from objectives.early_abort import (
+    LIKELY_P,
+    QUEUE_WINDOW_S,
+    abort_check,
+    likely_verdict,
+    over_saturated,
+    replay,
+    rules_for,
+    seen_at,
+    waiting_proxy,
+)
 from objectives.scoring import SLOSpec
 from tests.support.simulated_stages import done, saturated_stage
 
@@ -30,6 +39,7 @@ def p95(bound_ms: float) -> list[SLOSpec]:
 
 
 # -- the likely rule, by hand ---------------------------------------------------------------------
+
 
 def test_a_likely_miss_says_its_probability_before_the_miss_is_certain():
     """34 planned, p95 <= 500 ms: certain only with 3 over. 2 of the first 10 over: the share
@@ -62,16 +72,16 @@ def test_a_likely_pass_only_on_a_capacity_stage_and_after_half_the_stage():
 def test_no_likely_pass_while_an_slo_has_no_rule():
     """A mean has no early verdict: the stage cannot be known to pass it."""
     fast = [done(i, float(i), 0.1) for i in range(30)] + [unsent(i) for i in range(30, 34)]
-    slos = p95(500.0) + [SLOSpec(metric="ttft_mean_ms", max=50.0)]
+    slos = [*p95(500.0), SLOSpec(metric="ttft_mean_ms", max=50.0)]
     assert abort_check(slos, 1.0, "likely", may_pass=True)(fast, 31.0, []) is None
 
 
 def test_a_likely_pass_needs_every_slo_likely_met():
     fast = [done(i, float(i), 0.1, tokens=8, itl=0.05) for i in range(30)] + [unsent(i) for i in range(30, 34)]
-    both = p95(500.0) + [SLOSpec(metric="tpot_p95_ms", max=60.0)]
+    both = [*p95(500.0), SLOSpec(metric="tpot_p95_ms", max=60.0)]
     assert abort_check(both, 1.0, "likely", may_pass=True)(fast, 31.0, []).passed
     # TPOT 50 ms against 49: every request over, a certain miss
-    tight = p95(500.0) + [SLOSpec(metric="tpot_p95_ms", max=49.0)]
+    tight = [*p95(500.0), SLOSpec(metric="tpot_p95_ms", max=49.0)]
     verdict = abort_check(tight, 1.0, "likely", may_pass=True)(fast, 31.0, [])
     assert verdict is not None and not verdict.passed
 
@@ -141,8 +151,10 @@ def test_an_empty_server_filling_up_near_capacity_is_not_over_saturation():
     assert stage["passed"] and stage["kind"] == "capacity"
     records = records_from_samples(stage["samples"], stage["elapsed_s"])
     gauges = waiting_proxy(records, stage["elapsed_s"])
-    assert replay(lambda seen, now, samples: over_saturated(samples, seen, now), records, stage["elapsed_s"],
-                  gauges) is None
+    assert (
+        replay(lambda seen, now, samples: over_saturated(samples, seen, now), records, stage["elapsed_s"], gauges)
+        is None
+    )
 
 
 def test_a_queue_without_a_ttft_climb_is_not_over_saturation():
@@ -154,6 +166,7 @@ def test_a_queue_without_a_ttft_climb_is_not_over_saturation():
 
 
 # -- the error rate on simulated stages -------------------------------------------------------------
+
 
 def simulated_stage(rng, n: int, rate: float, over_share: float, sigma: float = 0.6):
     """n requests at Poisson arrivals, TTFT lognormal around 300 ms; the bound is the TTFT that

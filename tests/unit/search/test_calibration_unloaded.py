@@ -33,22 +33,38 @@ search_space: {max_num_seqs: {low: 4, high: 64}}
 
 
 def two_classes() -> WorkloadSpec:
-    return WorkloadSpec.model_validate({
-        "endpoint": "completions", "arrival": {"mode": "closed", "concurrency": 1}, "num_requests": 6,
-        "classes": [{"name": "short", "weight": 0.7, "prompt_tokens": 30, "output_tokens": SHORT},
-                    {"name": "long", "weight": 0.3, "prompt_tokens": 60, "output_tokens": LONG}]})
+    return WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "arrival": {"mode": "closed", "concurrency": 1},
+            "num_requests": 6,
+            "classes": [
+                {"name": "short", "weight": 0.7, "prompt_tokens": 30, "output_tokens": SHORT},
+                {"name": "long", "weight": 0.3, "prompt_tokens": 60, "output_tokens": LONG},
+            ],
+        }
+    )
 
 
 def measure(stub: StubServer, tok_dir, wl: WorkloadSpec):
     ctx = SimpleNamespace(model=SimpleNamespace(path=tok_dir))
     watched = lambda load: run_async(load(ProgressWatch(stall_bound_s())))  # noqa: E731
-    return _unloaded(stub.base_url, None, ctx, wl, Calibration(unloaded_requests=6), warmup=False,
-                     watched=watched, on_phase=lambda _: None)
+    return _unloaded(
+        stub.base_url,
+        None,
+        ctx,
+        wl,
+        Calibration(unloaded_requests=6),
+        warmup=False,
+        watched=watched,
+        on_phase=lambda _: None,
+    )
 
 
 def test_streams_that_arrive_in_one_read_leave_the_tpot_reference(tok_dir, tok):
-    with StubServer(StubConfig(root=str(tok_dir), ttft_ms=15, itl_ms=6, burst_below_tokens=SHORT + 1),
-                    tokenizer=tok) as stub:
+    with StubServer(
+        StubConfig(root=str(tok_dir), ttft_ms=15, itl_ms=6, burst_below_tokens=SHORT + 1), tokenizer=tok
+    ) as stub:
         unloaded, timed = measure(stub, tok_dir, two_classes())
     assert timed == {"short": 0.0, "long": 1.0}
     assert unloaded["tpot_median_ms@short"] is None
@@ -70,8 +86,10 @@ def test_no_timed_stream_stops_the_study_with_what_to_do(tok_dir, tok):
 
 
 def test_a_round_without_a_timed_class_keeps_the_others_median_and_the_lines_say_why():
-    rounds = [{"capacity_rps": 2.0, "unloaded": {"tpot_median_ms": v}, "decode_timed_share": {"short": 0.1, "long": 1.0}}
-              for v in (4.0, None, 5.0)]
+    rounds = [
+        {"capacity_rps": 2.0, "unloaded": {"tpot_median_ms": v}, "decode_timed_share": {"short": 0.1, "long": 1.0}}
+        for v in (4.0, None, 5.0)
+    ]
     cal = calibration.CalibrationResult.from_rounds(rounds, [{}, {}, {}], seconds=1.0)
     assert cal.unloaded["tpot_median_ms"] == 4.5 and cal.untimed_classes() == ["short"]
     sc = parse(SCENARIO, "t.yaml", Path("."))

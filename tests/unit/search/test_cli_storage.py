@@ -8,17 +8,23 @@ import pytest
 from tests.support.cli import autotune
 from tests.support.study_loop import LOOP_SCENARIO
 
-EMPTY = ("autotune: error: --storage is empty (an unset variable?); pass a database URL: the one `make db` "
-         "prints, or sqlite:///PATH/autotune.db")
+EMPTY = (
+    "autotune: error: --storage is empty (an unset variable?); pass a database URL: the one `make db` "
+    "prints, or sqlite:///PATH/autotune.db"
+)
 
 
-@pytest.mark.parametrize("command", [
-    ["search", LOOP_SCENARIO],
-    ["search", LOOP_SCENARIO, "--workers", "2"],
-    ["export", LOOP_SCENARIO],
-    ["dashboard", LOOP_SCENARIO],
-    ["worker", "--study", "loop"],
-], ids=["search", "search-workers", "export", "dashboard", "worker"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", LOOP_SCENARIO],
+        ["search", LOOP_SCENARIO, "--workers", "2"],
+        ["export", LOOP_SCENARIO],
+        ["dashboard", LOOP_SCENARIO],
+        ["worker", "--study", "loop"],
+    ],
+    ids=["search", "search-workers", "export", "dashboard", "worker"],
+)
 def test_an_empty_storage_is_refused_and_starts_nothing(tmp_path, command):
     runs = tmp_path / "runs"
     proc = autotune(*command, "--storage", "", "--runs-dir", runs, timeout=120)

@@ -13,9 +13,17 @@ from sqlalchemy.orm import Session
 from search.outputs import verdict_text
 from search.study.verdict import Outcome, decide
 from storage import queries
+from tests.support.confirmation_world import (
+    BASELINE,
+    LUCKY_16,
+    TRUTH,
+    confirmation_round,
+    enqueued,
+)
+from tests.support.confirmation_world import (
+    world as noisy_world,
+)
 from tests.support.paths import FIXTURES
-from tests.support.confirmation_world import (BASELINE, LUCKY_16, TRUTH, confirmation_round, enqueued,
-                                             world as noisy_world)
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, rows, runner
 
@@ -29,8 +37,9 @@ def study(tmp_path, script, *, scenario=SCENARIO, confirm_runs=None, executor=No
 
 
 def trial_of(r, max_num_seqs) -> int:
-    return next(row.trial_number for row in rows(r) if row.config.get("max_num_seqs") == max_num_seqs
-                and not row.baseline)
+    return next(
+        row.trial_number for row in rows(r) if row.config.get("max_num_seqs") == max_num_seqs and not row.baseline
+    )
 
 
 def confirmation_runs(r):
@@ -39,14 +48,18 @@ def confirmation_runs(r):
 
 
 def test_confirmation_picks_the_truly_better_config_over_a_lucky_single_measurement(tmp_path):
-    r, executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
+    r, _executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
     result = r.run()
     lucky, better = trial_of(r, 16), trial_of(r, 8)
     assert r.chosen().number == lucky  # the search alone would deploy the outlier
     verdict = result.verdict
     assert verdict.outcome == Outcome.RECOMMEND
     assert result.chosen == better and verdict.recommended.trial_number == better
-    assert [c.trial_number for c in verdict.candidates] == [lucky, better, BASELINE]  # the front's first two, the baseline
+    assert [c.trial_number for c in verdict.candidates] == [
+        lucky,
+        better,
+        BASELINE,
+    ]  # the front's first two, the baseline
     by_trial = {c.trial_number: c for c in verdict.candidates}
     assert by_trial[lucky].metrics["ttft_p95_ms"].value == pytest.approx(700.0)
     against_defaults = verdict.comparison(better, BASELINE)
@@ -191,7 +204,7 @@ def test_with_nothing_feasible_in_the_search_the_closest_miss_is_confirmed_and_a
     what one screen settles, so it is confirmed against the baseline (and meets the bound there);
     4 and 16 by 50%, so they are not."""
     screened = {16: 3000.0, 8: 2100.0, 4: 3000.0}
-    r, _, events = study(tmp_path, noisy_world(TRUTH, screened))
+    r, _, _events = study(tmp_path, noisy_world(TRUTH, screened))
     result = r.run()
     assert [c.trial_number for c in result.verdict.candidates] == [trial_of(r, 8), BASELINE]
     with Session(queries.open_db(r.prep.storage_url)) as s:
@@ -208,7 +221,7 @@ def test_with_every_sampled_config_far_from_the_slos_the_confirmation_is_skipped
 
 
 def test_confirm_runs_zero_skips_the_phase(tmp_path):
-    r, executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16), confirm_runs=0)
+    r, executor, _events = study(tmp_path, noisy_world(TRUTH, LUCKY_16), confirm_runs=0)
     result = r.run()
     assert result.verdict is None and not any(p.run_name for p in executor.plans)
     assert result.chosen == trial_of(r, 16)
@@ -231,8 +244,9 @@ def test_the_closest_candidate_is_judged_on_its_graded_slos_not_on_pass_fail_one
 
     sc, _, _ = load(SCENARIO)
     aborted = {"target_completed": 1.0, "server_ok": -1.0}
-    runs = [Run(0, k, {"ttft_p95_ms<=2000": 0.5, **aborted}) for k in range(2)] + \
-           [Run(1, k, {"ttft_p95_ms<=2000": 0.2, **aborted}) for k in range(2)]
+    runs = [Run(0, k, {"ttft_p95_ms<=2000": 0.5, **aborted}) for k in range(2)] + [
+        Run(1, k, {"ttft_p95_ms<=2000": 0.2, **aborted}) for k in range(2)
+    ]
     verdict = decide(runs, sc, [0, 1], runs_per_candidate=2)
     assert verdict.outcome == Outcome.NONE_FEASIBLE
     assert verdict.closest.trial_number == 1 and verdict.closest.worst_slo == ("ttft_p95_ms<=2000", 0.2)
@@ -241,11 +255,13 @@ def test_the_closest_candidate_is_judged_on_its_graded_slos_not_on_pass_fail_one
 def lagging(script, max_num_seqs: set, in_round: int):
     """The world, with the load client behind its schedule in one confirmation round of these
     configurations (None: the baseline)."""
+
     def wrapped(plan):
         out = script(plan)
         if plan.config.get("max_num_seqs") in max_num_seqs and confirmation_round(plan) == in_round:
             out.metrics["client_behind"] = 1.0
         return out
+
     return wrapped
 
 
@@ -257,10 +273,13 @@ def test_a_candidate_whose_load_client_fell_behind_is_not_recommended_over_one_m
     assert by_trial[better].behind == [2] and by_trial[better].feasible and by_trial[better].rank is None
     assert verdict.outcome == Outcome.RECOMMEND and verdict.recommended.trial_number == lucky  # 700 ms, measured right
     text = verdict_text.describe(verdict, r.sc)
-    assert verdict_text.SUSPECT.startswith("its load client fell behind its schedule, so the server got less "
-                                           "load than planned and its numbers are suspect")
-    assert (f"warning: trial {better}: in round 2 {verdict_text.SUSPECT}; not considered for the recommendation"
-            in text.lines())
+    assert verdict_text.SUSPECT.startswith(
+        "its load client fell behind its schedule, so the server got less load than planned and its numbers are suspect"
+    )
+    assert (
+        f"warning: trial {better}: in round 2 {verdict_text.SUSPECT}; not considered for the recommendation"
+        in text.lines()
+    )
     assert "warning" not in text.headline
 
 
@@ -270,4 +289,5 @@ def test_when_every_candidate_lagged_the_verdict_recommends_with_a_warning(tmp_p
     better = trial_of(r, 8)
     assert verdict.recommended.trial_number == better  # nothing measured right to prefer: the rule's pick
     assert verdict_text.headline(verdict, r.sc).endswith(
-        f"; warning: trial {better} was chosen although {verdict_text.SUSPECT}; every alternative was measured so too")
+        f"; warning: trial {better} was chosen although {verdict_text.SUSPECT}; every alternative was measured so too"
+    )

@@ -53,6 +53,7 @@ def test_a_trial_killed_between_tell_and_snapshot_gets_its_snapshot_on_resume(tm
     from sqlalchemy.orm import Session
 
     from storage import queries
+
     with Session(queries.open_db(r.prep.storage_url)) as session:
         history = queries.front_history(session, queries.require_study(session, "loop"))
     numbers = [row.trial_number for row in rows(r)]
@@ -67,11 +68,13 @@ def test_a_running_trial_with_no_worker_recorded_waits_for_the_grace_period(tmp_
     coord.ask(r.study)  # RUNNING, no heartbeat, no worker
     assert coord.dead_trials(r.study, r.storage, coord.Coordination(grace_period_s=60)) == []
     import time
+
     time.sleep(1.1)
     [dead] = coord.dead_trials(r.study, r.storage, coord.Coordination(grace_period_s=1))
     assert dead.why == "no worker recorded and running for over 1 s"
     events = Recorder()
-    again = runner(tmp_path, ScriptedExecutor(), trials=1, observers=[events],
-                   coordination=coord.Coordination(grace_period_s=1))
+    again = runner(
+        tmp_path, ScriptedExecutor(), trials=1, observers=[events], coordination=coord.Coordination(grace_period_s=1)
+    )
     again.run()
     assert "trial 0 was interrupted; it will run again" in events.notes

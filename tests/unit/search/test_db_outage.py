@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from search.study import coordination as coord, spool
+from search.study import coordination as coord
+from search.study import spool
 from search.study.errors import DatabaseUnreachable, StudyStopped
 from search.study.outage import DatabaseWatch
 from tests.support.scripted_executor import ScriptedExecutor
@@ -37,8 +38,9 @@ def _away() -> OperationalError:
 
 
 def _watch(clock: Clock, notes: list[str], bound_s: float = 60) -> DatabaseWatch:
-    return DatabaseWatch("postgresql+psycopg://u:***@db/autotune", bound_s, notes.append, clock=clock,
-                         sleep=clock.sleep)
+    return DatabaseWatch(
+        "postgresql+psycopg://u:***@db/autotune", bound_s, notes.append, clock=clock, sleep=clock.sleep
+    )
 
 
 def _failing(times: int, result="stored"):
@@ -49,6 +51,7 @@ def _failing(times: int, result="stored"):
         if len(calls) <= times:
             raise _away()
         return result
+
     return action, calls
 
 
@@ -58,24 +61,30 @@ def test_an_outage_is_waited_out_with_backoff_and_one_line_each_way():
     assert _watch(clock, notes).ride(action, on_failure=lambda: failures.append(clock.now)) == "stored"
     assert len(calls) == 4 and len(failures) == 3
     assert clock.slept == [0.5, 1.0, 2.0]  # backoff
-    assert notes == [f"database unreachable ({REFUSED}); waiting up to 60 s for it to come back (--db-outage-s); "
-                     "what is measured meanwhile is kept",
-                     "database reachable again after 4 s; the study goes on"]
+    assert notes == [
+        f"database unreachable ({REFUSED}); waiting up to 60 s for it to come back (--db-outage-s); "
+        "what is measured meanwhile is kept",
+        "database reachable again after 4 s; the study goes on",
+    ]
 
 
 def test_past_the_bound_the_study_stops_saying_what_is_kept():
     clock, notes, failures = Clock(), [], []
     action, calls = _failing(1000)
     with pytest.raises(DatabaseUnreachable) as stopped:
-        _watch(clock, notes, bound_s=20).ride(action, on_failure=lambda: failures.append(1),
-                                              kept=lambda: ": trial 3's measurement is kept in spool/trial-0003.json")
+        _watch(clock, notes, bound_s=20).ride(
+            action,
+            on_failure=lambda: failures.append(1),
+            kept=lambda: ": trial 3's measurement is kept in spool/trial-0003.json",
+        )
     assert isinstance(stopped.value, StudyStopped)  # the CLI: one line, exit code 1
     assert clock.now - 100.0 == 20 and sum(clock.slept) == 20
     assert len(failures) == len(calls)  # the spool is written before the first wait
     assert str(stopped.value) == (
         "the database (postgresql+psycopg://u:***@db/autotune) has been unreachable for 20 s "
         f"({REFUSED}); nothing measured is lost: trial 3's measurement is kept in spool/trial-0003.json. Once it "
-        "is back, run the same command to go on (--db-outage-s sets how long a study waits)")
+        "is back, run the same command to go on (--db-outage-s sets how long a study waits)"
+    )
     assert len(notes) == 1
 
 
@@ -84,6 +93,7 @@ def test_other_errors_go_through_at_once():
 
     def action():
         raise ValueError("a bug")
+
     with pytest.raises(ValueError):
         _watch(clock, notes).ride(action)
     assert notes == [] and clock.slept == []
@@ -104,8 +114,13 @@ def test_heartbeats_tell_nothing_while_the_database_is_away_nor_for_a_grace_peri
 
 
 def test_the_spool_keeps_a_trials_record_whole(tmp_path):
-    fields = {"status": "ok", "metrics": {"ttft_p95_ms": 512.0, "x": None}, "values": [80.0, float("inf")],
-              "started_at": datetime(2026, 11, 25, 16, 0, 1), "stages": [{"stage_index": 0, "rate": 1.5}]}
+    fields = {
+        "status": "ok",
+        "metrics": {"ttft_p95_ms": 512.0, "x": None},
+        "values": [80.0, float("inf")],
+        "started_at": datetime(2026, 11, 25, 16, 0, 1),
+        "stages": [{"stage_index": 0, "rate": 1.5}],
+    }
     path = spool.keep(tmp_path, "loop", 3, fields, {"pid": 7, "token": "t"})
     assert [p.name for p in path.parent.iterdir()] == ["trial-0003.json"]  # no temporary file left
     [kept] = spool.kept(tmp_path, "loop")
@@ -141,14 +156,18 @@ def test_the_database_away_outside_a_ridden_step_is_one_line_and_exit_code_1(mon
 
     def away(args):
         raise _away()
+
     monkeypatch.setattr(search.cli, "_cmd_export", away)
     assert search.cli.main(["export", "loop"]) == 1
     err = capsys.readouterr().err
-    assert err == (f"autotune: stopped: the database is unreachable ({REFUSED}); what is stored stays stored. "
-                   "Once it is back, run the same command to go on\n")
+    assert err == (
+        f"autotune: stopped: the database is unreachable ({REFUSED}); what is stored stays stored. "
+        "Once it is back, run the same command to go on\n"
+    )
 
     def bug(args):
         raise OperationalError("SELECT 1", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
+
     monkeypatch.setattr(search.cli, "_cmd_export", bug)
     with pytest.raises(OperationalError):  # not an outage: the traceback a bug deserves
         search.cli.main(["export", "loop"])

@@ -53,16 +53,25 @@ class StubAsServer:
 
 
 def _workload(rate: float, duration_s: float) -> WorkloadSpec:
-    return WorkloadSpec.model_validate({
-        "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 20,
-        "arrival": {"mode": "constant", "rate": rate}, "duration_s": duration_s,
-        "request_timeout_s": 60, "seed": 1})
+    return WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 20,
+            "output_tokens": 20,
+            "arrival": {"mode": "constant", "rate": rate},
+            "duration_s": duration_s,
+            "request_timeout_s": 60,
+            "seed": 1,
+        }
+    )
 
 
 def _watched_load(stub: StubServer, tok_dir, spec: WorkloadSpec, tmp_path: Path, watch: ProgressWatch):
     server = StubAsServer(stub, tmp_path / "server.log")
-    return run_async(while_serving(server, run_load(stub.base_url, None, spec, tokenizer_path=tok_dir,
-                                                    watch=watch), "load", watch), "asyncio")
+    return run_async(
+        while_serving(server, run_load(stub.base_url, None, spec, tokenizer_path=tok_dir, watch=watch), "load", watch),
+        "asyncio",
+    )
 
 
 def test_a_server_that_freezes_mid_load_fails_as_hang_within_the_bound(tok_dir, tok, tmp_path):
@@ -119,18 +128,35 @@ def _freeze_in_stage(stub: StubServer, stage: int, after_s: float, stages: list[
     return on_stage
 
 
-def _watched_stages(stub: StubServer, tok_dir, tmp_path: Path, on_stage=lambda _: None,
-                    stage_s: float = 2.0, max_stages: int = 2, limit_s: float = 40.0):
+def _watched_stages(
+    stub: StubServer,
+    tok_dir,
+    tmp_path: Path,
+    on_stage=lambda _: None,
+    stage_s: float = 2.0,
+    max_stages: int = 2,
+    limit_s: float = 40.0,
+):
     """run_stages on the stub, under while_serving; a run that outlives `limit_s` (a hang
     nobody noticed) fails the test in bounded time."""
-    workload = WorkloadSpec.model_validate({
-        "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 20, "warmup_requests": 2,
-        "arrival": {"mode": "constant", "rate": 10}, "duration_s": 2, "request_timeout_s": 60, "seed": 1})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 20,
+            "output_tokens": 20,
+            "warmup_requests": 2,
+            "arrival": {"mode": "constant", "rate": 10},
+            "duration_s": 2,
+            "request_timeout_s": 60,
+            "seed": 1,
+        }
+    )
     capacity = CapacitySpec(stage_s=stage_s, max_stages=max_stages, idle_timeout_s=30)
     watch = ProgressWatch(STAGED_BOUND_S)
     server = StubAsServer(stub, tmp_path / "server.log")
-    measure = run_stages(stub.base_url, None, workload, STAGED_SLOS, capacity, tokenizer_path=tok_dir,
-                         on_stage=on_stage, watch=watch)
+    measure = run_stages(
+        stub.base_url, None, workload, STAGED_SLOS, capacity, tokenizer_path=tok_dir, on_stage=on_stage, watch=watch
+    )
     return run_async(asyncio.wait_for(while_serving(server, measure, "load", watch), limit_s), "asyncio")
 
 
@@ -195,8 +221,10 @@ def _stopped_group(tmp_path: Path, ignore_term: bool) -> VllmServer:
     """A server object over a sleeping process group, stopped with SIGSTOP (no vLLM needed)."""
     server = VllmServer(LaunchSpec(None, [], tmp_path / "server.log", stop_grace_s=15.0))
     handler = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_term else ""
-    code = f"import signal, subprocess, sys, time; {handler}" \
-           "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    code = (
+        f"import signal, subprocess, sys, time; {handler}"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    )
     server.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     server.port = 1  # nothing listens there
     deadline = time.monotonic() + 10

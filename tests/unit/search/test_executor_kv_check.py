@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from loadgen.workload import WorkloadSpec
-from search.executor import vllm as executor_mod
 from search.executor import Measurement, TrialPlan, VllmExecutor
+from search.executor import vllm as executor_mod
 from serving import Failure, FailureClass, resolve_server_args
 from serving.process import ServerFailed, StopReport
 from storage.tables import TrialStatus
@@ -37,24 +37,37 @@ class LoggingServer:
 def run(tmp_path, monkeypatch):
     def measure(self, server, outcome, on_phase, *_):
         outcome.server_diagnostics = {"num_preemptions": 0.0}  # the load run's /metrics view
+
     monkeypatch.setattr(VllmExecutor, "_measure", measure)
     ctx = replace(fakes.ctx(), dtype=None)  # bf16 KV: 4096 bytes per token for the fake model
-    workload = WorkloadSpec.model_validate({"endpoint": "completions", "prompt_tokens": 10, "output_tokens": 4,
-                                            "arrival": {"mode": "poisson", "rate": 1.0}, "num_requests": 4})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 10,
+            "output_tokens": 4,
+            "arrival": {"mode": "poisson", "rate": 1.0},
+            "num_requests": 4,
+        }
+    )
     config = {"memory_utilization": 0.25, "max_model_len": 2048}
 
     def run_trial(fails: bool = False):
         monkeypatch.setattr(executor_mod, "launch", lambda ctx, args, log_path, **_: LoggingServer(log_path, fails))
         plan = TrialPlan(1, None, {}, config, resolve_server_args(config, ctx, where="t"), [])
         return VllmExecutor(ctx, Measurement(workload), tmp_path).run(plan)
+
     return run_trial
 
 
 def test_a_started_trial_stores_the_predicted_and_the_logged_kv_cache(run):
     outcome = run()
     assert outcome.status is TrialStatus.OK
-    assert outcome.server_diagnostics == {"num_preemptions": 0.0, "kv_cache_tokens_predicted": 65_536,
-                                          "kv_cache_tokens_vllm": 65_536, "kv_cache_tokens_error": 0.0}
+    assert outcome.server_diagnostics == {
+        "num_preemptions": 0.0,
+        "kv_cache_tokens_predicted": 65_536,
+        "kv_cache_tokens_vllm": 65_536,
+        "kv_cache_tokens_error": 0.0,
+    }
 
 
 def test_a_server_that_never_started_has_no_kv_check(run):

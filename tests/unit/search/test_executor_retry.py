@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from loadgen.workload import WorkloadSpec
-from search.executor import vllm as executor_mod
 from search.executor import MAX_STARTS, Measurement, TrialPlan, VllmExecutor
+from search.executor import vllm as executor_mod
 from serving import Failure, FailureClass, resolve_server_args
 from serving.process import ServerFailed, StopReport
 from storage.tables import TrialStatus
@@ -37,13 +37,22 @@ class ScriptedServer:
 def world(tmp_path, monkeypatch):
     script: list[FailureClass | None] = []
     flags_seen: list = []
-    monkeypatch.setattr(executor_mod, "launch", lambda ctx, args, log_path, **_: ScriptedServer(
-        script, flags_seen, log_path, args))
-    monkeypatch.setattr(VllmExecutor, "_measure",
-                        lambda self, server, outcome, on_phase, *_: outcome.metrics.update(completed=10.0))
+    monkeypatch.setattr(
+        executor_mod, "launch", lambda ctx, args, log_path, **_: ScriptedServer(script, flags_seen, log_path, args)
+    )
+    monkeypatch.setattr(
+        VllmExecutor, "_measure", lambda self, server, outcome, on_phase, *_: outcome.metrics.update(completed=10.0)
+    )
     ctx = fakes.ctx()
-    workload = WorkloadSpec.model_validate({"endpoint": "completions", "prompt_tokens": 10, "output_tokens": 4,
-                                            "arrival": {"mode": "poisson", "rate": 1.0}, "num_requests": 4})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 10,
+            "output_tokens": 4,
+            "arrival": {"mode": "poisson", "rate": 1.0},
+            "num_requests": 4,
+        }
+    )
     ex = VllmExecutor(ctx, Measurement(workload), tmp_path)
     plan = TrialPlan(3, None, {}, {"max_num_seqs": 8}, resolve_server_args({"max_num_seqs": 8}, ctx, where="t"), [])
     return ex, plan, script, flags_seen, tmp_path / "trial-0003"
@@ -65,7 +74,7 @@ def test_a_transient_failure_is_retried_on_the_same_flags_and_recorded(world, cl
 
 
 def test_retries_are_bounded_and_the_last_failure_is_the_trials(world):
-    ex, plan, script, flags_seen, trial_dir = world
+    ex, plan, script, flags_seen, _trial_dir = world
     script += [FailureClass.KILLED] * (MAX_STARTS + 3)
     outcome = ex.run(plan)
     assert MAX_STARTS == 2
@@ -74,8 +83,16 @@ def test_retries_are_bounded_and_the_last_failure_is_the_trials(world):
     assert len(outcome.retried) == MAX_STARTS - 1
 
 
-@pytest.mark.parametrize("cls", [FailureClass.INVALID_FLAG, FailureClass.INVALID_CONFIG, FailureClass.KV_INSUFFICIENT,
-                                 FailureClass.OOM, FailureClass.OTHER])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        FailureClass.INVALID_FLAG,
+        FailureClass.INVALID_CONFIG,
+        FailureClass.KV_INSUFFICIENT,
+        FailureClass.OOM,
+        FailureClass.OTHER,
+    ],
+)
 def test_a_deterministic_failure_is_never_rerun(world, cls):
     ex, plan, script, flags_seen, _ = world
     script += [cls, None]
@@ -86,7 +103,7 @@ def test_a_deterministic_failure_is_never_rerun(world, cls):
 
 
 def test_a_precheck_rejection_starts_nothing(world):
-    ex, plan, script, flags_seen, _ = world
+    ex, plan, _script, flags_seen, _ = world
     plan.problems = ["max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128)"]
     outcome = ex.run(plan)
     assert flags_seen == [] and outcome.failure.phase == "precheck" and outcome.retried == []

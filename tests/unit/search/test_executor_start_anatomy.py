@@ -6,8 +6,8 @@ import time
 from datetime import datetime
 
 from loadgen import RequestRecord, WorkloadSpec
-from search.executor import vllm as executor_mod
 from search.executor import Measurement, TrialPlan, VllmExecutor
+from search.executor import vllm as executor_mod
 from serving import resolve_server_args, start_anatomy
 from serving.process import StopReport
 from tests.support import fakes
@@ -28,11 +28,19 @@ class AnatomyServer:
 def test_a_trial_stores_its_start_anatomy_with_the_first_token_of_its_load(tmp_path, monkeypatch):
     def measure(self, server, outcome, on_phase, capacity_hint, watch):
         watch.track([RequestRecord(0, "c", 0.0, 1, 1, warmup=True, first_token_time=time.perf_counter() + 0.5)])
+
     monkeypatch.setattr(VllmExecutor, "_measure", measure)
     monkeypatch.setattr(executor_mod, "launch", lambda ctx, args, log_path, **_: AnatomyServer(log_path))
     ctx = fakes.ctx()
-    workload = WorkloadSpec.model_validate({"endpoint": "completions", "prompt_tokens": 10, "output_tokens": 4,
-                                            "arrival": {"mode": "poisson", "rate": 1.0}, "num_requests": 4})
+    workload = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 10,
+            "output_tokens": 4,
+            "arrival": {"mode": "poisson", "rate": 1.0},
+            "num_requests": 4,
+        }
+    )
     plan = TrialPlan(1, None, {}, {}, resolve_server_args({}, ctx, where="t"), [])
     outcome = VllmExecutor(ctx, Measurement(workload), tmp_path).run(plan)
     phases = outcome.timings["start_anatomy"]["phases"]

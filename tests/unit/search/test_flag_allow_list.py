@@ -23,8 +23,10 @@ REFUSED = {
     "ssl_keyfile": "/tmp/key.pem",
     "api_key": "secret",
 }
-NOT_ALLOWED = ("is neither a tunable parameter nor a flag on the allow list of flags that shape serving "
-               "performance; `autotune params` lists what a scenario may set")
+NOT_ALLOWED = (
+    "is neither a tunable parameter nor a flag on the allow list of flags that shape serving "
+    "performance; `autotune params` lists what a scenario may set"
+)
 NO_KEY = "cannot be set from a scenario (the tuner's load client sends no key: every request would fail with HTTP 401)"
 FIELDS = ("search_space", "server.fixed", "baselines")
 
@@ -47,7 +49,9 @@ def refusal(field: str, name: str) -> str:
     if field == "search_space":
         return f"  search_space: unknown parameter(s) {name}; tunable parameters: "
     why = NO_KEY if name == "api_key" else NOT_ALLOWED
-    return f"  server.fixed: {name!r} {why}" if field == "server.fixed" else f"  baselines: vllm_defaults: {name!r} {why}"
+    return (
+        f"  server.fixed: {name!r} {why}" if field == "server.fixed" else f"  baselines: vllm_defaults: {name!r} {why}"
+    )
 
 
 @pytest.fixture
@@ -64,7 +68,8 @@ def executor(monkeypatch) -> ScriptedExecutor:
 @pytest.mark.parametrize("field", FIELDS)
 @pytest.mark.parametrize("name", REFUSED)
 def test_a_scenario_file_naming_a_flag_off_the_allow_list_is_refused_before_any_server(
-        tmp_path, capsys, executor, field, name):
+    tmp_path, capsys, executor, field, name
+):
     path = tmp_path / "tampered.yaml"
     path.write_text(with_flag(field, name))
     storage = f"sqlite:///{tmp_path / 'x.db'}"
@@ -93,7 +98,8 @@ def study(tmp_path):
 
 @pytest.mark.parametrize("field", FIELDS)
 def test_a_worker_refuses_a_stored_scenario_edited_to_name_a_flag_off_the_allow_list(
-        tmp_path, capsys, executor, study, field):
+    tmp_path, capsys, executor, study, field
+):
     from search.scenario import digest
 
     source = with_flag(field, "tool_parser_plugin")
@@ -108,12 +114,28 @@ def test_a_worker_refuses_a_stored_scenario_edited_to_name_a_flag_off_the_allow_
 
 @pytest.mark.parametrize("field", FIELDS)
 def test_a_resume_refuses_a_study_whose_stored_scenario_was_edited_to_name_a_flag_off_the_allow_list(
-        tmp_path, capsys, executor, study, field):
+    tmp_path, capsys, executor, study, field
+):
     # The digest is left as it was, so the file given still matches it: only the stored text is checked.
     tamper(study, with_flag(field, "tool_parser_plugin"))
     storage = f"sqlite:///{study}"
-    assert main(["search", str(LOOP_SCENARIO), "--trials", "5", "--storage", storage, "--runs-dir", str(tmp_path),
-                 "--confirm-runs", "0"]) == 2
+    assert (
+        main(
+            [
+                "search",
+                str(LOOP_SCENARIO),
+                "--trials",
+                "5",
+                "--storage",
+                storage,
+                "--runs-dir",
+                str(tmp_path),
+                "--confirm-runs",
+                "0",
+            ]
+        )
+        == 2
+    )
     header, line = capsys.readouterr().err.strip().splitlines()
     assert header == f"autotune: error: the scenario stored with study 'loop' in {storage}: invalid scenario"
     assert line.startswith(refusal(field, "tool_parser_plugin"))

@@ -33,11 +33,19 @@ def _raise_interrupt(signum, frame):  # as the study loop's SIGTERM handler
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_an_interrupt_inside_a_running_load_ends_it_with_one_keyboard_interrupt(
-        tok_dir, tok, caplog, capfd, loop, signum):
+    tok_dir, tok, caplog, capfd, loop, signum
+):
     pytest.importorskip(loop)
-    spec = WorkloadSpec.model_validate({
-        "endpoint": "completions", "prompt_tokens": 20, "output_tokens": 50,
-        "arrival": {"mode": "constant", "rate": 20}, "duration_s": 30, "seed": 1})
+    spec = WorkloadSpec.model_validate(
+        {
+            "endpoint": "completions",
+            "prompt_tokens": 20,
+            "output_tokens": 50,
+            "arrival": {"mode": "constant", "rate": 20},
+            "duration_s": 30,
+            "seed": 1,
+        }
+    )
     watch = ProgressWatch(60.0)
 
     def interrupt_with_requests_in_flight(records, now, samples):
@@ -51,9 +59,22 @@ def test_an_interrupt_inside_a_running_load_ends_it_with_one_keyboard_interrupt(
     try:
         with StubServer(StubConfig(ttft_ms=50, itl_ms=50, root=str(tok_dir)), tok) as s:
             with pytest.raises(KeyboardInterrupt):
-                run_async(while_serving(_LiveStub(), run_load(
-                    s.base_url, None, spec, tokenizer_path=tok_dir, abort=interrupt_with_requests_in_flight,
-                    watch=watch), "load", watch), loop)
+                run_async(
+                    while_serving(
+                        _LiveStub(),
+                        run_load(
+                            s.base_url,
+                            None,
+                            spec,
+                            tokenizer_path=tok_dir,
+                            abort=interrupt_with_requests_in_flight,
+                            watch=watch,
+                        ),
+                        "load",
+                        watch,
+                    ),
+                    loop,
+                )
             gc.collect()  # a task left holding the interrupt is reported when it is collected
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -73,7 +94,7 @@ def test_while_serving_cancelled_cancels_its_measurement_and_awaits_it(caplog):
             await asyncio.sleep(60)
         except asyncio.CancelledError:
             ended.append("cancelled")
-            raise RuntimeError("clean-up failed")
+            raise RuntimeError("clean-up failed") from None
 
     async def cancelled_soon() -> None:
         await asyncio.wait_for(while_serving(_LiveStub(), measure(), "load"), 0.2)
@@ -90,6 +111,13 @@ def test_while_serving_cancelled_cancels_its_measurement_and_awaits_it(caplog):
 def _unretrieved(caplog) -> list[str]:
     """What asyncio reported about tasks whose exception nobody saw (the stub, on its own loop,
     may log its dropped streams or handlers it left pending when it stopped: not these)."""
-    return [r.getMessage() for r in caplog.records if r.name == "asyncio" and (
-        "never retrieved" in r.getMessage() or "shutdown" in r.getMessage()
-        or (r.exc_info and r.exc_info[0] is KeyboardInterrupt))]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "asyncio"
+        and (
+            "never retrieved" in r.getMessage()
+            or "shutdown" in r.getMessage()
+            or (r.exc_info and r.exc_info[0] is KeyboardInterrupt)
+        )
+    ]

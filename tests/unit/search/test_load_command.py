@@ -32,14 +32,16 @@ def test_a_scenario_name_and_its_path_give_the_same_validated_scenario(tmp_path,
 def test_a_scenario_file_is_validated_whole(tmp_path):
     # a valid workload in a scenario the study would reject: the load command rejects it too
     bad = tmp_path / "bad.yaml"
-    bad.write_text(textwrap.dedent("""
+    bad.write_text(
+        textwrap.dedent("""
         name: bad
         title: t
         workload: {endpoint: completions, num_requests: 4, prompt_tokens: 10, output_tokens: 4,
                    arrival: {mode: closed, concurrency: 1}}
         objectives: [{metric: ttft_p95_ms, direction: minimize}]
         search_space: {gpu_util: {low: 0.1, high: 0.9}}
-    """))
+    """)
+    )
     for args in (parse(bad), parse("--workload", bad)):
         with pytest.raises(ScenarioError, match=f"^{bad}: invalid scenario\n  search_space: unknown parameter"):
             load_command.build_workload(args)
@@ -48,8 +50,10 @@ def test_a_scenario_file_is_validated_whole(tmp_path):
 def test_unknown_scenario_is_the_same_one_line_as_for_a_study(tmp_path):
     load = autotune("load", "chatbot", "--url", URL, timeout=60)
     search = autotune("search", "chatbot", "--runs-dir", tmp_path, timeout=60)
-    line = ("autotune: error: unknown scenario 'chatbot'; built-in scenarios: api_service, "
-            "batch_processing, mixed, online_chat (or pass a path to your own YAML file)")
+    line = (
+        "autotune: error: unknown scenario 'chatbot'; built-in scenarios: api_service, "
+        "batch_processing, mixed, online_chat (or pass a path to your own YAML file)"
+    )
     assert load.returncode == search.returncode == 2
     assert load.stderr.strip() == search.stderr.strip() == line
     assert load.stdout == ""
@@ -67,8 +71,11 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
 
     def fake_run(spec):
         sent.append(spec)
-        return SimpleNamespace(metrics=SimpleNamespace(request_throughput=5.0), records=[],
-                               flat_metrics=lambda: {"request_throughput": 5.0, "ttft_median_ms": 1.0})
+        return SimpleNamespace(
+            metrics=SimpleNamespace(request_throughput=5.0),
+            records=[],
+            flat_metrics=lambda: {"request_throughput": 5.0, "ttft_median_ms": 1.0},
+        )
 
     monkeypatch.setattr("loadgen.run_load_sync", lambda url, model, spec, **kw: fake_run(spec))
     args = parse(path)
@@ -108,10 +115,13 @@ def test_a_server_that_cannot_be_reached_is_one_line_not_a_traceback(rate):
     assert len(err) == 1 and err[0].startswith(f"autotune: error: cannot reach {URL}: GET /v1/models failed (")
 
 
-@pytest.mark.parametrize("text, said", [
-    ("workload: [1,\n", "not valid YAML: line 2, column 1: "),
-    ("- 1\n- 2\n", "expected a mapping at the top level"),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("workload: [1,\n", "not valid YAML: line 2, column 1: "),
+        ("- 1\n- 2\n", "expected a mapping at the top level"),
+    ],
+)
 def test_a_workload_file_that_is_not_a_mapping_is_one_line(tmp_path, text, said):
     path = tmp_path / "w.yaml"
     path.write_text(text)
@@ -121,12 +131,18 @@ def test_a_workload_file_that_is_not_a_mapping_is_one_line(tmp_path, text, said)
     assert len(lines) == 1 and lines[0].startswith(f"autotune: error: --workload {path}: {said}")
 
 
-@pytest.mark.parametrize("args, said", [
-    (["--url", "ftp://127.0.0.1:9"], "argument --url: must be http://HOST:PORT (or https://), got 'ftp://127.0.0.1:9'"),
-    (["--url", URL, "--rate", "-1"], "argument --rate: must be a number > 0, got '-1'"),
-    (["--url", URL, "--concurrency", "0"], "argument --concurrency: must be a whole number >= 1, got '0'"),
-    (["--url", URL, "--goodput", "ttft:abc"], "--goodput 'ttft:abc': ttft must be a number > 0, got 'abc'"),
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ["--url", "ftp://127.0.0.1:9"],
+            "argument --url: must be http://HOST:PORT (or https://), got 'ftp://127.0.0.1:9'",
+        ),
+        (["--url", URL, "--rate", "-1"], "argument --rate: must be a number > 0, got '-1'"),
+        (["--url", URL, "--concurrency", "0"], "argument --concurrency: must be a whole number >= 1, got '0'"),
+        (["--url", URL, "--goodput", "ttft:abc"], "--goodput 'ttft:abc': ttft must be a number > 0, got 'abc'"),
+    ],
+)
 def test_a_load_flag_out_of_range_is_refused_before_anything_is_sent(args, said):
     load = autotune("load", "mixed", *args, timeout=60)
     assert load.returncode == 2 and load.stderr.strip().splitlines()[-1].endswith(said)

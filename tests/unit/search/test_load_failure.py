@@ -19,8 +19,7 @@ class ShuttingDown:
         self.polls += 1
         if self.polls <= self.after:
             return None
-        return Failure(FailureClass.KILLED, "EngineDeadError: the engine process was killed by SIGKILL",
-                       phase=phase)
+        return Failure(FailureClass.KILLED, "EngineDeadError: the engine process was killed by SIGKILL", phase=phase)
 
 
 def test_a_refused_connection_while_the_server_shuts_down_is_its_death():

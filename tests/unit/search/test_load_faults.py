@@ -22,8 +22,7 @@ from tests.support.paths import FIXTURES
 from tests.support.study_loop import LOOP_SCENARIO
 
 NO_MODEL = "http://127.0.0.1:9 serves no model"
-OOM = Failure(FailureClass.OOM, "killed by SIGKILL without an error message (the kernel's OOM killer?)",
-              returncode=-9)
+OOM = Failure(FailureClass.OOM, "killed by SIGKILL without an error message (the kernel's OOM killer?)", returncode=-9)
 
 
 @dataclass
@@ -88,8 +87,11 @@ def test_a_load_run_error_fails_the_trial_with_its_message(tmp_path, monkeypatch
     server = FakeServer(tmp_path / "server.log")
     outcome = trial(tmp_path, monkeypatch, server, fails_at_once)
     assert outcome.status == TrialStatus.FAILED and server.stopped
-    assert (outcome.failure.cls, outcome.failure.phase, outcome.failure.line) == (FailureClass.LOAD_ERROR, "load",
-                                                                                   NO_MODEL)
+    assert (outcome.failure.cls, outcome.failure.phase, outcome.failure.line) == (
+        FailureClass.LOAD_ERROR,
+        "load",
+        NO_MODEL,
+    )
 
 
 def test_any_other_load_generator_error_is_named_by_its_type(tmp_path, monkeypatch):
@@ -119,8 +121,10 @@ def test_calibration_stops_at_once_when_its_server_dies_under_load(tmp_path, mon
     with pytest.raises(CalibrationFailed) as failed:
         calibrated(tmp_path, monkeypatch, server, never_ends)
     assert time.monotonic() - t0 < 5 and server.stopped
-    assert str(failed.value) == (f"the vLLM-defaults server failed: oom (calibration): {OOM.line} "
-                                 f"(log: {tmp_path / 'calibration' / 'server.log'})")
+    assert str(failed.value) == (
+        f"the vLLM-defaults server failed: oom (calibration): {OOM.line} "
+        f"(log: {tmp_path / 'calibration' / 'server.log'})"
+    )
 
 
 def test_calibration_names_the_load_generator_error(tmp_path, monkeypatch):
@@ -141,8 +145,12 @@ def test_calibration_fails_as_hang_when_its_server_stops_answering(tmp_path, mon
     monkeypatch.setattr(search.executor.calibration_run, "stall_bound_s", lambda *a: 1.0)
     server = FakeServer(tmp_path / "calibration" / "server.log")
     t0 = time.monotonic()
-    with pytest.raises(CalibrationFailed, match=re.escape(
+    with pytest.raises(
+        CalibrationFailed,
+        match=re.escape(
             "the vLLM-defaults server failed: hang (calibration): no token and no finished request for 1 s "
-            "with 1 request in flight (bound 1 s); /health did not answer")):
+            "with 1 request in flight (bound 1 s); /health did not answer"
+        ),
+    ):
         calibrated(tmp_path, monkeypatch, server, one_request_never_answered)
     assert time.monotonic() - t0 < 1.0 + 5 and server.stopped

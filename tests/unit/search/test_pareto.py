@@ -12,15 +12,19 @@ def make_study(points, feasible=None):
     study = optuna.create_study(directions=["maximize", "minimize"])
     for i, (a, b) in enumerate(points):
         ok = feasible is None or feasible[i]
-        study.add_trial(optuna.trial.create_trial(
-            params={"x": float(i)}, distributions={"x": FloatDistribution(0, 100)}, values=[a, b],
-            constraints={"slo": -1.0 if ok else 1.0}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": float(i)},
+                distributions={"x": FloatDistribution(0, 100)},
+                values=[a, b],
+                constraints={"slo": -1.0 if ok else 1.0},
+            )
+        )
     return study
 
 
 def test_front_holds_feasible_nondominated_trials_only():
-    study = make_study([(10, 100), (12, 150), (8, 90), (11, 200), (20, 50)],
-                       feasible=[True, True, True, True, False])
+    study = make_study([(10, 100), (12, 150), (8, 90), (11, 200), (20, 50)], feasible=[True, True, True, True, False])
     assert sorted(t.number for t in pareto.front(study)) == [0, 1, 2]
 
 
@@ -39,8 +43,7 @@ def test_selection_rules():
     names, dirs = ["goodput", "ttft"], ["maximize", "minimize"]
     pick = pareto.select(members, dirs, names, Selection(rule="best_of", metric="goodput"))
     assert pick.number == 3
-    pick = pareto.select(members, dirs, names, Selection(rule="best_of", metric="goodput",
-                                                         tolerance=0.2, then="ttft"))
+    pick = pareto.select(members, dirs, names, Selection(rule="best_of", metric="goodput", tolerance=0.2, then="ttft"))
     assert pick.number == 1  # within 20% of 12: 10, 9.8, 12 -> lowest ttft
     pick = pareto.select(members, dirs, names, Selection(rule="knee"))
     assert pick.number == 1

@@ -2,8 +2,8 @@
 
 from benchmarks import landscape as landscape_bench
 from benchmarks.bench_search import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, bench, run_study, world
-from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
 from search.executor import plan
+from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
 from search.samplers import scenario_default
 from tests.support.paths import REPO
 
@@ -22,8 +22,11 @@ def test_replay_is_deterministic_per_seed_and_each_run_draws_fresh_noise():
     first, same = ex.run(p).metrics, ex.run(p).metrics
     p.run_name = "confirm-r2-trial-0007"
     confirm = ex.run(p).metrics
-    other_seed = replay_factory(w.surrogate, 4)(replay_context(w.landscape), None).run(
-        plan(7, None, {}, config, replay_context(w.landscape), 4096, "test")).metrics
+    other_seed = (
+        replay_factory(w.surrogate, 4)(replay_context(w.landscape), None)
+        .run(plan(7, None, {}, config, replay_context(w.landscape), 4096, "test"))
+        .metrics
+    )
     key = "ttft_p95_ms@short"
     assert first[key] == same[key]
     assert confirm[key] != first[key] and other_seed[key] != first[key]
@@ -46,8 +49,17 @@ def test_landscape_records_the_design_and_repeats_resumably_and_exports_them(tmp
     landscape = Landscape.load(SYNTHETIC_LANDSCAPE)
     surrogate = Surrogate.fit(landscape)
     storage = f"sqlite:///{tmp_path / 'landscape.db'}"
-    kw = dict(n=4, repeats=2, runs=3, seed=1, storage=storage, runs_dir=tmp_path, ctx=replay_context(landscape),
-              executor=replay_factory(surrogate, 0), calibrate=replay_calibration(landscape))
+    kw = dict(
+        n=4,
+        repeats=2,
+        runs=3,
+        seed=1,
+        storage=storage,
+        runs_dir=tmp_path,
+        ctx=replay_context(landscape),
+        executor=replay_factory(surrogate, 0),
+        calibrate=replay_calibration(landscape),
+    )
     study = landscape_bench.record(str(MIXED), **kw)
     landscape_bench.record(str(MIXED), **kw)  # resumed: nothing left to measure, nothing measured twice
     out = landscape_bench.export(storage, study, commands=["test"])
@@ -90,6 +102,7 @@ def test_a_warm_start_bench_row_can_take_its_earlier_study_from_another_landscap
     same space; here the synthetic one, on the same replayed machine), the warm-started one the
     bench's own."""
     from benchmarks import bench_search
+
     seen, real = [], bench_search._study
 
     def study(w, d, sampler, seed, budget, name, warm_start=None):
@@ -105,6 +118,7 @@ def test_a_warm_start_bench_row_can_take_its_earlier_study_from_another_landscap
 def test_an_interrupted_landscape_record_ends_in_one_line_not_a_traceback(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # what SIGTERM becomes in the study loop (a time limit's)
+
     monkeypatch.setattr(landscape_bench, "record", interrupted)
     assert landscape_bench.main(["record", "--n", "4"]) == 130
     out = capsys.readouterr().out.strip().splitlines()
@@ -121,18 +135,37 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
 
     (tmp_path / "empty.json").write_text("{}")
     for args, said in [
-        (["benchmarks/bench_search.py", "--landscape", "runs/no-such-landscape.json"],
-         "bench_search.py: error: runs/no-such-landscape.json: no such file or directory"),
-        (["benchmarks/bench_search.py", "--landscape", tmp_path / "empty.json"],
-         f"bench_search.py: error: {tmp_path / 'empty.json'}: not a landscape file: schema None, expected 1"),
-        (["benchmarks/landscape.py", "record", "--scenario", "no-such-scenario", "--storage", f"sqlite:///{tmp_path}/l.db"],
-         "landscape.py: error: unknown scenario 'no-such-scenario'"),
-        (["benchmarks/landscape.py", "export", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
-         f"landscape.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; record it first"),
-        (["benchmarks/fidelity.py", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
-         f"fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first"),
-        (["benchmarks/capacity_repeats.py", "--scenario", "no-such-scenario"],
-         "capacity_repeats.py: error: unknown scenario 'no-such-scenario'"),
+        (
+            ["benchmarks/bench_search.py", "--landscape", "runs/no-such-landscape.json"],
+            "bench_search.py: error: runs/no-such-landscape.json: no such file or directory",
+        ),
+        (
+            ["benchmarks/bench_search.py", "--landscape", tmp_path / "empty.json"],
+            f"bench_search.py: error: {tmp_path / 'empty.json'}: not a landscape file: schema None, expected 1",
+        ),
+        (
+            [
+                "benchmarks/landscape.py",
+                "record",
+                "--scenario",
+                "no-such-scenario",
+                "--storage",
+                f"sqlite:///{tmp_path}/l.db",
+            ],
+            "landscape.py: error: unknown scenario 'no-such-scenario'",
+        ),
+        (
+            ["benchmarks/landscape.py", "export", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            f"landscape.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; record it first",
+        ),
+        (
+            ["benchmarks/fidelity.py", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            f"fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
+        ),
+        (
+            ["benchmarks/capacity_repeats.py", "--scenario", "no-such-scenario"],
+            "capacity_repeats.py: error: unknown scenario 'no-such-scenario'",
+        ),
     ]:
         code, err = script(*map(str, args))
         assert code == 2 and len(err) == 1 and err[0].startswith(said), (args, err)

@@ -18,7 +18,9 @@ def _scenario_holding_the_defaults(tmp_path):
     """loop.yaml with max_num_seqs up to 256: vLLM's CPU defaults (128, 2048) lie in the space."""
     text = (FIXTURES / "scenarios" / "loop.yaml").read_text()
     path = tmp_path / "loop.yaml"
-    path.write_text(text.replace("max_num_seqs: {low: 2, high: 64, log: true}", "max_num_seqs: {low: 2, high: 256, log: true}"))
+    path.write_text(
+        text.replace("max_num_seqs: {low: 2, high: 64, log: true}", "max_num_seqs: {low: 2, high: 256, log: true}")
+    )
     return path
 
 
@@ -63,13 +65,21 @@ def test_gp_proposals_after_its_startup_are_model_guided_on_every_knob(tmp_path)
 
 
 def test_effective_params_take_the_configs_own_values_then_vllms_defaults_and_leave_out_what_the_space_cannot_hold():
-    dists = {"max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=128, log=True), "t"),
-             "max_num_batched_tokens": distribution("max_num_batched_tokens", Domain(low=256, high=4096), "t"),
-             "memory_utilization": distribution("memory_utilization", Domain(low=0.05, high=0.95), "t"),
-             "enable_prefix_caching": distribution("enable_prefix_caching", Domain(choices=[True, False]), "t")}
+    dists = {
+        "max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=128, log=True), "t"),
+        "max_num_batched_tokens": distribution("max_num_batched_tokens", Domain(low=256, high=4096), "t"),
+        "memory_utilization": distribution("memory_utilization", Domain(low=0.05, high=0.95), "t"),
+        "enable_prefix_caching": distribution("enable_prefix_caching", Domain(choices=[True, False]), "t"),
+    }
     assert effective_params({}, dists, ctx(), "t") == {
-        "max_num_seqs": 128, "max_num_batched_tokens": 2048, "memory_utilization": 0.92, "enable_prefix_caching": True}
-    assert effective_params({"max_num_seqs": 64, "enable_prefix_caching": False}, dists, ctx(), "t")["max_num_seqs"] == 64
+        "max_num_seqs": 128,
+        "max_num_batched_tokens": 2048,
+        "memory_utilization": 0.92,
+        "enable_prefix_caching": True,
+    }
+    assert (
+        effective_params({"max_num_seqs": 64, "enable_prefix_caching": False}, dists, ctx(), "t")["max_num_seqs"] == 64
+    )
     on_h100 = effective_params({}, dists, ctx(hw=H100), "t")  # 8192 tokens, 1024 sequences: outside the ranges
     assert "max_num_seqs" not in on_h100 and "max_num_batched_tokens" not in on_h100
 
@@ -87,8 +97,11 @@ def test_sobol_tpe_runs_its_first_sampled_trials_on_the_sobol_design_and_baselin
 def test_the_sobol_design_covers_each_knob_evenly():
     """4 scrambled Sobol points: two in each half of every dimension (i.i.d. draws often put 3 or 4 in one)."""
     from search.proposals import sobol_points
-    dists = {"max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=256, log=True), "t"),
-             "memory_utilization": distribution("memory_utilization", Domain(low=0.1, high=0.9), "t")}
+
+    dists = {
+        "max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=256, log=True), "t"),
+        "memory_utilization": distribution("memory_utilization", Domain(low=0.1, high=0.9), "t"),
+    }
     for seed in range(5):
         points = sobol_points(dists, 4, seed)
         assert sum(p["max_num_seqs"] < 32 for p in points) == 2  # 32: the geometric middle of [4, 256]
@@ -107,7 +120,9 @@ def test_a_study_samples_with_its_scenarios_default_sampler_unless_told_otherwis
 def test_a_scenario_naming_an_unknown_sampler_is_refused_naming_the_file_field_and_choices(tmp_path):
     path = tmp_path / "loop.yaml"
     path.write_text((FIXTURES / "scenarios" / "loop.yaml").read_text() + "default_sampler: smac\n")
-    with pytest.raises(ScenarioError, match=r"loop.yaml: default_sampler: 'smac' is not a sampler; choose one of tpe, .*random"):
+    with pytest.raises(
+        ScenarioError, match=r"loop.yaml: default_sampler: 'smac' is not a sampler; choose one of tpe, .*random"
+    ):
         runner(tmp_path, ScriptedExecutor(), scenario=path)
 
 
@@ -135,6 +150,7 @@ def test_a_warm_start_prior_reaches_the_tpe_inside_a_sobol_start(name):
     """The prior already says where to look: the design gives way to TPE fitted on it."""
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
+
     from search.proposals import DiagnosisProposer, PriorSampler, takes_prior, with_prior
     from search.samplers import make_sampler
 

@@ -38,11 +38,12 @@ def write(tmp_path, text, name="s.yaml"):
 
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_built_in_scenarios_load(name):
-    sc, source, shown = scenario.load(name)
+    sc, _source, shown = scenario.load(name)
     assert sc.name == name and shown == f"configs/{name}.yaml"
     assert "vllm_defaults" in sc.baselines and "seed_recommended" in sc.baselines
-    assert {"max_num_seqs", "max_num_batched_tokens", "memory_utilization",
-            "scheduler_delay_factor"} <= set(sc.search_space)
+    assert {"max_num_seqs", "max_num_batched_tokens", "memory_utilization", "scheduler_delay_factor"} <= set(
+        sc.search_space
+    )
     assert sc.workload.longest_request_tokens() > 0
 
 
@@ -52,19 +53,43 @@ def test_own_scenario_file_by_path(tmp_path):
     assert sc.needs_calibration()
 
 
-@pytest.mark.parametrize("edit, expected", [
-    (("endpoint: completions", "endpoint: grpc"), r"workload.endpoint: Input should be 'chat' or 'completions' \(got 'grpc'\)"),
-    (("direction: minimize", "direction: lower"), r"objectives.0.direction: .*'minimize' or 'maximize'"),
-    (("max_num_seqs: {low", "max_seqs: {low"), r"search_space: unknown parameter\(s\) max_seqs; tunable parameters: scheduler_delay_factor, max_num_seqs"),
-    (("metric: error_rate", "metric: error_ratio"), r"\n  slos.1.metric: unknown metric name\(s\): error_ratio. Allowed: .*error_rate"),
-    (("{metric: ttft_p95_ms, direction", "{metric: ttft_p95, direction"), r"\n  objectives.0.metric: unknown metric name\(s\): ttft_p95\. Allowed"),
-    (("title: my scenario\n", "title: my scenario\ncolour: red\n"), r"colour: unknown field"),
-    (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: {x_unloaded: 2}}"), r"x_unloaded applies to latency metrics"),
-    # the scoring's own rules, checked when the file is read rather than when the study scores
-    (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0}"), r"slos.1: SLO on error_rate: the bound must be non-zero"),
-    (("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0.01, min: 0.001}"), r"slos.1: SLO on error_rate: give exactly one of max, min"),
-    (("high: 64", "high: 2"), r"search_space.max_num_seqs: .*low \(4.0\) is greater than high \(2.0\)"),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (
+            ("endpoint: completions", "endpoint: grpc"),
+            r"workload.endpoint: Input should be 'chat' or 'completions' \(got 'grpc'\)",
+        ),
+        (("direction: minimize", "direction: lower"), r"objectives.0.direction: .*'minimize' or 'maximize'"),
+        (
+            ("max_num_seqs: {low", "max_seqs: {low"),
+            r"search_space: unknown parameter\(s\) max_seqs; tunable parameters: scheduler_delay_factor, max_num_seqs",
+        ),
+        (
+            ("metric: error_rate", "metric: error_ratio"),
+            r"\n  slos.1.metric: unknown metric name\(s\): error_ratio. Allowed: .*error_rate",
+        ),
+        (
+            ("{metric: ttft_p95_ms, direction", "{metric: ttft_p95, direction"),
+            r"\n  objectives.0.metric: unknown metric name\(s\): ttft_p95\. Allowed",
+        ),
+        (("title: my scenario\n", "title: my scenario\ncolour: red\n"), r"colour: unknown field"),
+        (
+            ("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: {x_unloaded: 2}}"),
+            r"x_unloaded applies to latency metrics",
+        ),
+        # the scoring's own rules, checked when the file is read rather than when the study scores
+        (
+            ("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0}"),
+            r"slos.1: SLO on error_rate: the bound must be non-zero",
+        ),
+        (
+            ("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0.01, min: 0.001}"),
+            r"slos.1: SLO on error_rate: give exactly one of max, min",
+        ),
+        (("high: 64", "high: 2"), r"search_space.max_num_seqs: .*low \(4.0\) is greater than high \(2.0\)"),
+    ],
+)
 def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):
     path = write(tmp_path, GOOD.replace(*edit), "bad.yaml")
     with pytest.raises(ScenarioError, match=expected) as err:
@@ -75,13 +100,22 @@ def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):
 OWNED = r"cannot be set from a scenario .*; the tuner owns host, port, uds, model, trust_remote_code, config"
 
 
-@pytest.mark.parametrize("added, expected", [
-    ("server:\n  fixed: {host: 0.0.0.0}\n", r"server.fixed: 'host' cannot be set from a scenario \(every server binds to 127.0.0.1\)"),
-    ("server:\n  fixed: {trust_remote_code: true}\n", r"server.fixed: 'trust_remote_code' " + OWNED),
-    ("server:\n  fixed: {port: 8000}\n", r"server.fixed: 'port' " + OWNED),
-    ("baselines:\n  open: {max_num_seqs: 8, trust-remote-code: true}\n", r"baselines: open: 'trust-remote-code' " + OWNED),
-    ("baselines:\n  other: {config: /etc/vllm.yaml}\n", r"baselines: other: 'config' " + OWNED),
-])
+@pytest.mark.parametrize(
+    "added, expected",
+    [
+        (
+            "server:\n  fixed: {host: 0.0.0.0}\n",
+            r"server.fixed: 'host' cannot be set from a scenario \(every server binds to 127.0.0.1\)",
+        ),
+        ("server:\n  fixed: {trust_remote_code: true}\n", r"server.fixed: 'trust_remote_code' " + OWNED),
+        ("server:\n  fixed: {port: 8000}\n", r"server.fixed: 'port' " + OWNED),
+        (
+            "baselines:\n  open: {max_num_seqs: 8, trust-remote-code: true}\n",
+            r"baselines: open: 'trust-remote-code' " + OWNED,
+        ),
+        ("baselines:\n  other: {config: /etc/vllm.yaml}\n", r"baselines: other: 'config' " + OWNED),
+    ],
+)
 def test_a_scenario_cannot_set_what_the_tuner_owns(tmp_path, added, expected):
     # vLLM's parser lets the last flag win and these come after --host 127.0.0.1 --port N: refused.
     path = write(tmp_path, GOOD + added, "bad.yaml")
@@ -106,16 +140,26 @@ def test_not_yaml_is_one_line_saying_where(tmp_path):
     with pytest.raises(ScenarioError) as e:
         scenario.load(write(tmp_path, "name: x\nworkload: [1, 2\n"))
     assert "\n" not in str(e.value)
-    assert str(e.value).endswith(": not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>' "
-                                 "(while parsing a flow sequence at line 2, column 11)")
+    assert str(e.value).endswith(
+        ": not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>' "
+        "(while parsing a flow sequence at line 2, column 11)"
+    )
 
 
 def test_relative_numbers_resolve_against_the_calibration():
     sc, _, _ = scenario.load("mixed")
     cal = calibration.CalibrationResult(
-        unloaded={"ttft_median_ms@short": 50.0, "ttft_median_ms": 80.0, "tpot_median_ms": 10.0,
-                  "tpot_median_ms@short": 9.0, "e2el_median_ms": 900.0},
-        saturation={"request_throughput": 2.0}, capacity_rps=2.0, seconds=1.0)
+        unloaded={
+            "ttft_median_ms@short": 50.0,
+            "ttft_median_ms": 80.0,
+            "tpot_median_ms": 10.0,
+            "tpot_median_ms@short": 9.0,
+            "e2el_median_ms": 900.0,
+        },
+        saturation={"request_throughput": 2.0},
+        capacity_rps=2.0,
+        seconds=1.0,
+    )
     workload, slos, goodput = calibration.resolve(sc, cal)
     assert workload.arrival.rate == pytest.approx(sc.workload.arrival.capacity_fraction * 2.0)
     assert workload.arrival.capacity_fraction is None
@@ -129,7 +173,9 @@ def test_relative_numbers_resolve_against_the_calibration():
 
 
 def test_repeated_calibration_takes_each_medians_and_keeps_the_rounds_spread():
-    rounds = [{"capacity_rps": c, "unloaded": {"ttft_median_ms": t}} for c, t in ((3.98, 70.0), (3.56, 90.0), (3.70, 75.0))]
+    rounds = [
+        {"capacity_rps": c, "unloaded": {"ttft_median_ms": t}} for c, t in ((3.98, 70.0), (3.56, 90.0), (3.70, 75.0))
+    ]
     saturations = [{"request_throughput": r["capacity_rps"], "round": i} for i, r in enumerate(rounds)]
     cal = calibration.CalibrationResult.from_rounds(rounds, saturations, seconds=90.0)
     assert cal.capacity_rps == 3.70 and cal.unloaded == {"ttft_median_ms": 75.0}
@@ -140,7 +186,9 @@ def test_repeated_calibration_takes_each_medians_and_keeps_the_rounds_spread():
     again = calibration.CalibrationResult.from_dict(cal.as_dict())
     assert again == cal
     # a study calibrated before repeats existed: one round, no spread
-    old = calibration.CalibrationResult.from_dict({"unloaded": {}, "saturation": {}, "capacity_rps": 2.0, "seconds": 1.0})
+    old = calibration.CalibrationResult.from_dict(
+        {"unloaded": {}, "saturation": {}, "capacity_rps": 2.0, "seconds": 1.0}
+    )
     assert old.spread() is None
 
 
@@ -165,7 +213,10 @@ def test_scenario_slos_are_the_scorings_types_and_resolve_to_plain_numbers():
     assert all(isinstance(s, SLOSpec) for s in sc.slos) and isinstance(sc.goodput, GoodputSLO)
     cal = calibration.CalibrationResult(
         unloaded={"ttft_median_ms": 80.0, "tpot_median_ms": 10.0, "e2el_median_ms": 900.0},
-        saturation={"request_throughput": 2.0}, capacity_rps=2.0, seconds=1.0)
+        saturation={"request_throughput": 2.0},
+        capacity_rps=2.0,
+        seconds=1.0,
+    )
     _, slos, goodput = calibration.resolve(sc, cal)
     assert slos and all(type(s) is SLOSpec and isinstance(s.bound, float) for s in slos)
     assert goodput == GoodputSLO(ttft_ms=10 * 80.0, tpot_ms=8 * 10.0)
@@ -189,11 +240,16 @@ def test_the_allowed_pass_through_flags_load_and_others_are_refused_as_written(t
     allowed = "server:\n  fixed: {kv_cache_dtype: fp8, enforce_eager: false}\nbaselines:\n  b: {quantization: fp8}\n"
     sc, _, _ = scenario.load(write(tmp_path, GOOD + allowed))
     assert sc.server.fixed == {"kv_cache_dtype": "fp8", "enforce_eager": False}
-    for added, field in [("server:\n  fixed: {enforce-eager: true}\n", "server.fixed: "),
-                         ("baselines:\n  b: {chat_template: /tmp/t.jinja}\n", "baselines: b: ")]:
+    for added, field in [
+        ("server:\n  fixed: {enforce-eager: true}\n", "server.fixed: "),
+        ("baselines:\n  b: {chat_template: /tmp/t.jinja}\n", "baselines: b: "),
+    ]:
         path = write(tmp_path, GOOD + added, "bad.yaml")
-        with pytest.raises(ScenarioError, match=rf"\n  {field}'(enforce-eager|chat_template)' is neither a tunable "
-                                                r"parameter nor a flag on the allow list"):
+        with pytest.raises(
+            ScenarioError,
+            match=rf"\n  {field}'(enforce-eager|chat_template)' is neither a tunable "
+            r"parameter nor a flag on the allow list",
+        ):
             scenario.load(path)
 
 
@@ -204,19 +260,23 @@ def test_a_scenario_text_is_checked_as_a_file_is_and_named_where_it_is_stored(tm
     assert str(err.value).splitlines() == [
         "the scenario stored with study 'mine': invalid scenario",
         "  server.fixed: 'middleware' is neither a tunable parameter nor a flag on the allow list of flags that shape "
-        "serving performance; `autotune params` lists what a scenario may set"]
+        "serving performance; `autotune params` lists what a scenario may set",
+    ]
     assert scenario.parse(GOOD, "stored", tmp_path).name == "mine"
 
 
-FLAT = GOOD.replace("  - {metric: ttft_p95_ms, direction: minimize}",
-                    "  - {metric: ttft_p95_ms, direction: minimize}\n  - {metric: output_throughput, direction: maximize}")
+FLAT = GOOD.replace(
+    "  - {metric: ttft_p95_ms, direction: minimize}",
+    "  - {metric: ttft_p95_ms, direction: minimize}\n  - {metric: output_throughput, direction: maximize}",
+)
 
 
 def test_a_throughput_objective_at_a_fixed_open_loop_rate_is_warned_about(tmp_path):
     sc, _, _ = scenario.load(write(tmp_path, FLAT))
     [line] = scenario.flat_objective_warnings(sc)
-    assert line.startswith("objectives.1: output_throughput at a fixed open-loop rate (poisson arrivals) "
-                           "reads the offered load")
+    assert line.startswith(
+        "objectives.1: output_throughput at a fixed open-loop rate (poisson arrivals) reads the offered load"
+    )
     assert "slo_capacity_output_throughput with a capacity: section" in line and "closed loop" in line
     assert "\n" not in line
 
@@ -232,6 +292,7 @@ def test_no_flat_objective_warning_where_the_load_moves_it(tmp_path):
 def test_the_flat_objective_warning_is_said_before_the_study_starts(tmp_path):
     from search import prepare
     from tests.support.fakes import ctx as fake_ctx
+
     opts = prepare.StudyOptions(scenario=str(write(tmp_path, FLAT)), runs_dir=tmp_path / "runs")
     prep = prepare.prepare(opts, fake_ctx())
     assert any(n.startswith("warning: objectives.1: output_throughput") for n in prep.space_notes)

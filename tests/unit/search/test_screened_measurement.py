@@ -6,8 +6,9 @@ from objectives.stages import CapacitySpec
 from search.executor import Measurement
 from search.scenario import Screening
 
-WL = WorkloadSpec.model_validate({"prompt_tokens": 8, "output_tokens": 4, "duration_s": 45,
-                                  "arrival": {"mode": "poisson", "rate": 2.0}})
+WL = WorkloadSpec.model_validate(
+    {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 45, "arrival": {"mode": "poisson", "rate": 2.0}}
+)
 
 
 def test_only_the_search_phase_screens():

@@ -19,17 +19,17 @@ from sqlalchemy.orm import Session
 import search.pareto
 import search.prepare
 import search.study.loop
-from search.study.events import StudyObserver
+from search.executor import CalibrationFailed, TrialOutcome
 from search.outputs import DashboardPublisher
-from search.executor import CalibrationFailed
-from search.executor import TrialOutcome
 from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid
-from serving import Failure, FailureClass
 from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyStopped
-from storage.tables import TrialStatus
+from search.study.events import StudyObserver
+from serving import Failure, FailureClass
 from storage import queries
-from tests.support.fakes import H100, ctx as fake_ctx
+from storage.tables import TrialStatus
+from tests.support.fakes import H100
+from tests.support.fakes import ctx as fake_ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, failed_at, measured
 from tests.support.study_loop import LOOP_SCENARIO, Recorder, optuna_trials, rows, runner
@@ -52,6 +52,7 @@ def interrupt_on_call(n: int):
         calls.append(plan.number)
         if len(calls) == n:
             raise KeyboardInterrupt
+
     return before
 
 
@@ -78,7 +79,9 @@ def test_resume_reruns_an_interrupted_trial_with_the_same_params(tmp_path):
     with pytest.raises(KeyboardInterrupt):  # trial 0 is the baseline; trial 1 is sampled, then killed
         runner(tmp_path, ScriptedExecutor(before=interrupt_on_call(2)), trials=2).run()
     killed = optuna_trials(runner(tmp_path, ScriptedExecutor()))[1]
-    assert killed.state == TrialState.RUNNING and [r.trial_number for r in rows(runner(tmp_path, ScriptedExecutor()))] == [0]
+    assert killed.state == TrialState.RUNNING and [
+        r.trial_number for r in rows(runner(tmp_path, ScriptedExecutor()))
+    ] == [0]
 
     again, events = ScriptedExecutor(), Recorder()
     r = runner(tmp_path, again, trials=2, observers=[events])
@@ -116,7 +119,12 @@ def test_budget_counts_server_starts_only(tmp_path):
     r.run()
     stored = rows(r)
     assert [(row.status, row.failure_phase) for row in stored] == [
-        ("failed", "precheck"), ("duplicate", "precheck"), ("ok", None), ("duplicate", None), ("ok", None)]
+        ("failed", "precheck"),
+        ("duplicate", "precheck"),
+        ("ok", None),
+        ("duplicate", None),
+        ("ok", None),
+    ]
     assert stored[-1].baseline == "vllm_defaults"  # the second start: the budget of 2 is spent
     assert len(executor.plans) == 3
     with Session(r.engine) as session:
@@ -128,8 +136,9 @@ def test_stops_after_budget_times_five_proposals_that_never_start(tmp_path):
     r = runner(tmp_path, executor, trials=1, observers=[events])
     r.run()
     assert len(rows(r)) == 5 and len(optuna_trials(r)) == 5
-    assert ("stopped after 5 proposals: the sampler keeps proposing configurations that never start; "
-            "narrow the space") in events.notes
+    assert (
+        "stopped after 5 proposals: the sampler keeps proposing configurations that never start; narrow the space"
+    ) in events.notes
     assert all(row.status in ("failed", "duplicate") for row in rows(r))
 
 
@@ -148,6 +157,7 @@ def test_a_second_runner_on_the_same_study_is_refused(tmp_path):
     # Refused before it touches anything: the SIGTERM handler is left as it was.
     def mine(signum, frame):
         pass
+
     previous = signal.signal(signal.SIGTERM, mine)
     try:
         with open(tmp_path / "loop" / ".lock", "a+") as held:
@@ -217,12 +227,15 @@ def test_a_pareto_snapshot_after_every_finished_trial(tmp_path):
     stored = rows(r)
     with Session(r.engine) as session:
         history = queries.front_history(session, queries.require_study(session, "loop"))
-        snapshots = [(s.after_trial_number, s.n_finished, s.hypervolume, {m.trial_number for m in s.members})
-                     for s in history]
+        snapshots = [
+            (s.after_trial_number, s.n_finished, s.hypervolume, {m.trial_number for m in s.members}) for s in history
+        ]
     assert [s[0] for s in snapshots] == [row.trial_number for row in stored]
     assert [s[1] for s in snapshots] == [1, 2, 3, 4]
     assert snapshots[0][3] == set() and snapshots[0][2] is None  # the failed trial 0: no front, no reference yet
-    assert snapshots[-1][3] == {t.number for t in optuna.load_study(study_name="loop", storage=r.prep.storage_url).best_trials}
+    assert snapshots[-1][3] == {
+        t.number for t in optuna.load_study(study_name="loop", storage=r.prep.storage_url).best_trials
+    }
     assert snapshots[-1][2] > 0
 
 
@@ -233,8 +246,9 @@ def test_events_reach_every_subscriber_in_order(tmp_path):
     per_trial = ["trial_started", "phase", "phase", "phase", "phase", "trial_scored", "trial_recorded"]
     assert first.names == ["study_started", "note", "note", *per_trial, *per_trial, "study_finished"]
     assert first.notes[0] == "no confirmation phase (--confirm-runs 0): the single measurements decide"
-    assert [(n, e) for n, e in first.events if n != "study_started"] == \
-        [(n, e) for n, e in second.events if n != "study_started"]
+    assert [(n, e) for n, e in first.events if n != "study_started"] == [
+        (n, e) for n, e in second.events if n != "study_started"
+    ]
     started = first.events[0][1]
     assert (started.study_name, started.budget, started.study.study_name) == ("loop", 2, "loop")
     assert [e for n, e in first.events if n == "phase"][:4] == ["starting", "load", "stopping", "scoring"]
@@ -263,12 +277,20 @@ def test_dashboard_subscriber_sets_the_diagnosis_attrs_before_tell_and_writes_th
 
 def test_calibration_runs_once_on_the_injected_calibrate_and_is_stored(tmp_path):
     scenario = FIXTURES / "scenarios" / "loop_calibrated.yaml"
-    calibrate, executor, events = ScriptedCalibration(capacity_rps=8.0, ttft_median_ms=250.0), ScriptedExecutor(), Recorder()
+    calibrate, executor, events = (
+        ScriptedCalibration(capacity_rps=8.0, ttft_median_ms=250.0),
+        ScriptedExecutor(),
+        Recorder(),
+    )
     r = runner(tmp_path, executor, scenario=scenario, trials=1, observers=[events], calibrate=calibrate)
     r.run()
     assert calibrate.calls == 1 and events.names[2:4] == ["calibration_started", "phase"]
     assert executor.workload.arrival.rate == 4.0  # capacity_fraction 0.5 of 8 req/s
-    assert set(rows(r)[0].constraints) == {"ttft_p95_ms<=1000", "error_rate<=0.01", "server_ok"}  # 4 x the unloaded 250 ms
+    assert set(rows(r)[0].constraints) == {
+        "ttft_p95_ms<=1000",
+        "error_rate<=0.01",
+        "server_ok",
+    }  # 4 x the unloaded 250 ms
     again = ScriptedExecutor()
     runner(tmp_path, again, scenario=scenario, trials=2, calibrate=calibrate).run()
     assert calibrate.calls == 1 and again.workload.arrival.rate == 4.0  # the stored calibration, replayed
@@ -305,10 +327,13 @@ def test_a_percentile_that_a_run_cannot_pin_down_is_said_to_be_screened_before_t
     assert events.names.index("note") < events.names.index("trial_started")
 
 
-@pytest.mark.parametrize("elsewhere, said", [
-    (dict(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
-    (dict(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
-])
+@pytest.mark.parametrize(
+    "elsewhere, said",
+    [
+        (dict(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
+        (dict(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
+    ],
+)
 def test_a_resume_on_another_vllm_or_machine_is_refused_before_anything_runs(tmp_path, elsewhere, said):
     runner(tmp_path, ScriptedExecutor(), trials=1).run()
     again = ScriptedExecutor()
@@ -335,8 +360,10 @@ def test_a_resume_keeps_the_cpu_kv_budget_the_study_began_with(tmp_path):
     r = runner(tmp_path, again, trials=3, launch_ctx=fake_ctx(budget=2**29), observers=[events])  # less RAM free now
     r.study.enqueue_trial(A)
     r.run()
-    assert ("warning: CPU KV budget: 1.00 GiB, as when study 'loop' began (this run alone would use 0.50 GiB); "
-            "pass --study NEW_NAME to start a study on the new one. It is more than this run allows") in events.notes[0]
+    assert (
+        "warning: CPU KV budget: 1.00 GiB, as when study 'loop' began (this run alone would use 0.50 GiB); "
+        "pass --study NEW_NAME to start a study on the new one. It is more than this run allows"
+    ) in events.notes[0]
     assert kv_bytes(again.plans) == {int(0.92 * 2**30)}  # the same flags as before
     repeat = rows(r)[2]
     assert (repeat.status, repeat.duplicate_of, repeat.flags) == ("duplicate", first_a.trial_number, first_a.flags)
@@ -364,16 +391,21 @@ def client_behind_on(*lagging):
         if plan.params in lagging:
             out.metrics["client_behind"] = 1.0
         return out
+
     return script
 
 
-@pytest.mark.parametrize("lagging, pick, warned", [
-    ((), FAST, False),
-    ((FAST,), SLOW, False),  # its throughput came from a lighter load than planned: the next one
-    ((FAST, SLOW), FAST, True),  # nothing measured right: the rule's pick, with a warning
-])
+@pytest.mark.parametrize(
+    "lagging, pick, warned",
+    [
+        ((), FAST, False),
+        ((FAST,), SLOW, False),  # its throughput came from a lighter load than planned: the next one
+        ((FAST, SLOW), FAST, True),  # nothing measured right: the rule's pick, with a warning
+    ],
+)
 def test_a_trial_whose_load_client_fell_behind_is_chosen_only_when_nothing_else_is_and_then_with_a_warning(
-        tmp_path, lagging, pick, warned):
+    tmp_path, lagging, pick, warned
+):
     r = runner(tmp_path, ScriptedExecutor(script=client_behind_on(*lagging)), trials=3)
     r.study.enqueue_trial(FAST)
     r.study.enqueue_trial(SLOW)
@@ -394,10 +426,19 @@ def test_every_sampler_runs_a_short_study_past_its_startup_phase(tmp_path, name)
     executor = ScriptedExecutor()
     r = runner(tmp_path, executor, trials=9, sampler=name)
     r.run()
-    assert type(r.study.sampler).__name__ == {"tpe": "TPESampler", "nsga2": "NSGAIISampler", "gp": "GPSampler",
-                                              "random": "RandomSampler", "grid": "GridSampler",
-                                              "diagnosis-tpe": "DiagnosisProposer", "sobol-tpe": "SpaceFillingStart",
-                                              "diagnosis-sobol-tpe": "DiagnosisProposer"}[name]
+    assert (
+        type(r.study.sampler).__name__
+        == {
+            "tpe": "TPESampler",
+            "nsga2": "NSGAIISampler",
+            "gp": "GPSampler",
+            "random": "RandomSampler",
+            "grid": "GridSampler",
+            "diagnosis-tpe": "DiagnosisProposer",
+            "sobol-tpe": "SpaceFillingStart",
+            "diagnosis-sobol-tpe": "DiagnosisProposer",
+        }[name]
+    )
     stored, told = rows(r), optuna_trials(r)
     assert sum(row.status == "ok" for row in stored) == 9 and len(stored) == len(told)
     assert all(t.state == TrialState.COMPLETE for t in told)
@@ -419,8 +460,11 @@ CALIBRATED = FIXTURES / "scenarios" / "loop_calibrated.yaml"
 
 
 def load_error(plan):
-    return TrialOutcome(status=TrialStatus.FAILED, failure=Failure(FailureClass.LOAD_ERROR, NO_MODEL, phase="load"),
-                        command=f"scripted {plan.server_args.flags}")
+    return TrialOutcome(
+        status=TrialStatus.FAILED,
+        failure=Failure(FailureClass.LOAD_ERROR, NO_MODEL, phase="load"),
+        command=f"scripted {plan.server_args.flags}",
+    )
 
 
 def test_a_load_error_is_recorded_with_its_cause_and_the_study_goes_on(tmp_path):
@@ -432,7 +476,10 @@ def test_a_load_error_is_recorded_with_its_cause_and_the_study_goes_on(tmp_path)
     r.run()
     stored = rows(r)
     assert [(row.status, row.failure_class, row.failure_phase, row.failure_line) for row in stored] == [
-        ("failed", "load_error", "load", NO_MODEL), ("ok", None, None, None), ("ok", None, None, None)]
+        ("failed", "load_error", "load", NO_MODEL),
+        ("ok", None, None, None),
+        ("ok", None, None, None),
+    ]
     assert stored[1].duplicate_of is None and len(executor.plans) == 3
     assert optuna_trials(r)[0].user_attrs["failure"] == f"load_error (load): {NO_MODEL}"
     assert stored[0].diagnosis["headline"] == "The load generator failed (load_error); nothing was measured."
@@ -444,7 +491,8 @@ def test_a_load_error_in_every_trial_stops_the_study_with_a_message(tmp_path):
         runner(tmp_path, executor, trials=10, observers=[events]).run()
     assert str(stopped.value).startswith(
         f"the load generator failed in {MAX_CONSECUTIVE_LOAD_ERRORS} trials in a row (each time: {NO_MODEL}); "
-        "the fault is on the client side")
+        "the fault is on the client side"
+    )
     assert len(executor.plans) == MAX_CONSECUTIVE_LOAD_ERRORS
     r = runner(tmp_path, ScriptedExecutor(), trials=10)
     assert [row.failure_class for row in rows(r)] == ["load_error"] * MAX_CONSECUTIVE_LOAD_ERRORS  # recorded
@@ -463,15 +511,25 @@ def test_load_errors_that_are_not_in_a_row_do_not_stop_the_study(tmp_path):
     assert [row.failure_class for row in rows(r)] == ["load_error", None] * 3
 
 
-@pytest.mark.parametrize("calibration, said", [
-    (ScriptedCalibration(capacity_rps=0.0), "capacity 0.0 req/s (the saturation run completed 0 requests, 0 failed)"),
-    (ScriptedCalibration(ttft_median_ms=float("nan")),
-     "unloaded ttft_median_ms is nan (no request of that kind completed)"),
-])
+@pytest.mark.parametrize(
+    "calibration, said",
+    [
+        (
+            ScriptedCalibration(capacity_rps=0.0),
+            "capacity 0.0 req/s (the saturation run completed 0 requests, 0 failed)",
+        ),
+        (
+            ScriptedCalibration(ttft_median_ms=float("nan")),
+            "unloaded ttft_median_ms is nan (no request of that kind completed)",
+        ),
+    ],
+)
 def test_a_calibration_that_measured_nothing_usable_is_not_stored(tmp_path, calibration, said):
     executor = ScriptedExecutor()
-    with pytest.raises(StudyStopped, match=re.escape(
-            f"calibration of study 'loop' measured nothing usable: {said} (log: {tmp_path / 'loop'}")):
+    with pytest.raises(
+        StudyStopped,
+        match=re.escape(f"calibration of study 'loop' measured nothing usable: {said} (log: {tmp_path / 'loop'}"),
+    ):
         runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=calibration).run()
     assert executor.plans == [] and calibration.calls == 1
     with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
@@ -486,9 +544,13 @@ def test_a_calibration_whose_server_died_is_named_and_not_stored(tmp_path):
         raise CalibrationFailed("the vLLM-defaults server failed: oom (calibration): killed by SIGKILL")
 
     executor = ScriptedExecutor()
-    with pytest.raises(StudyStopped, match=re.escape(
+    with pytest.raises(
+        StudyStopped,
+        match=re.escape(
             "calibration of study 'loop' failed: the vLLM-defaults server failed: oom (calibration): killed by "
-            "SIGKILL; nothing was stored; run the same command to calibrate again")):
+            "SIGKILL; nothing was stored; run the same command to calibrate again"
+        ),
+    ):
         runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=died).run()
     assert executor.plans == []
 
@@ -500,8 +562,12 @@ def test_a_stored_calibration_that_cannot_scale_the_scenario_is_refused_on_resum
         rec.calibration = {**rec.calibration, "unloaded": {**rec.calibration["unloaded"], "ttft_median_ms": None}}
         session.commit()
     again = ScriptedExecutor()
-    with pytest.raises(StudyStopped, match=re.escape(
-            "the stored calibration of study 'loop' cannot scale the scenario: unloaded ttft_median_ms is None")):
+    with pytest.raises(
+        StudyStopped,
+        match=re.escape(
+            "the stored calibration of study 'loop' cannot scale the scenario: unloaded ttft_median_ms is None"
+        ),
+    ):
         runner(tmp_path, again, scenario=CALIBRATED, trials=2, calibrate=ScriptedCalibration()).run()
     assert again.plans == []
 
@@ -509,8 +575,9 @@ def test_a_stored_calibration_that_cannot_scale_the_scenario_is_refused_on_resum
 def test_recalibrate_replaces_the_calibration_of_a_study_without_trials(tmp_path):
     first = ScriptedCalibration(capacity_rps=8.0)
     with pytest.raises(KeyboardInterrupt):  # calibrated, then stopped before its first trial was stored
-        runner(tmp_path, ScriptedExecutor(before=interrupt_on_call(1)), scenario=CALIBRATED, trials=1,
-               calibrate=first).run()
+        runner(
+            tmp_path, ScriptedExecutor(before=interrupt_on_call(1)), scenario=CALIBRATED, trials=1, calibrate=first
+        ).run()
     again, executor = ScriptedCalibration(capacity_rps=16.0), ScriptedExecutor()
     r = runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=again, recalibrate=True)
     r.run()
@@ -524,9 +591,13 @@ def test_recalibrate_is_refused_on_a_study_with_trials(tmp_path):
     first = ScriptedCalibration(capacity_rps=8.0)
     runner(tmp_path, ScriptedExecutor(), scenario=CALIBRATED, trials=1, calibrate=first).run()
     again, executor = ScriptedCalibration(capacity_rps=16.0), ScriptedExecutor()
-    with pytest.raises(StudyMismatch, match=re.escape(
+    with pytest.raises(
+        StudyMismatch,
+        match=re.escape(
             "study 'loop' has 1 trial measured at its calibration; a new one would make them incomparable with "
-            "the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new calibration.")):
+            "the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new calibration."
+        ),
+    ):
         runner(tmp_path, executor, scenario=CALIBRATED, trials=2, calibrate=again, recalibrate=True).run()
     assert again.calls == 0 and executor.plans == []
     r = runner(tmp_path, executor, scenario=CALIBRATED, trials=1)
@@ -534,16 +605,27 @@ def test_recalibrate_is_refused_on_a_study_with_trials(tmp_path):
         assert queries.require_study(session, "loop").calibration["capacity_rps"] == 8.0
 
 
-def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_with_trials(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_with_trials(
+    tmp_path, monkeypatch, capsys
+):
     from search.cli import main
     from tests.support.fakes import ctx
 
     executor = ScriptedExecutor(script=load_error)
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
     monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
-    args = ["search", str(LOOP_SCENARIO), "--trials", "5", "--storage", f"sqlite:///{tmp_path / 'cli.db'}",
-            "--runs-dir", str(tmp_path), "--confirm-runs", "0"]
+    args = [
+        "search",
+        str(LOOP_SCENARIO),
+        "--trials",
+        "5",
+        "--storage",
+        f"sqlite:///{tmp_path / 'cli.db'}",
+        "--runs-dir",
+        str(tmp_path),
+        "--confirm-runs",
+        "0",
+    ]
     assert main(args) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"autotune: stopped: the load generator failed in 3 trials in a row (each time: {NO_MODEL})")
@@ -551,7 +633,8 @@ def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_wi
     assert capsys.readouterr().err.strip() == (
         "autotune: error: study 'loop' has 3 trials measured at its calibration; a new one would make them "
         "incomparable with the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new "
-        "calibration.")
+        "calibration."
+    )
     assert len(executor.plans) == 3
 
 
@@ -560,13 +643,19 @@ def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line
 
     from search.outputs import StudyProgress
 
-    lost = {"cls": "killed", "phase": "startup", "line": "the API server was killed by SIGKILL from outside",
-            "seconds": 12.3, "log_path": str(tmp_path / "loop" / "trial-0000" / "server.1.log")}
+    lost = {
+        "cls": "killed",
+        "phase": "startup",
+        "line": "the API server was killed by SIGKILL from outside",
+        "seconds": 12.3,
+        "log_path": str(tmp_path / "loop" / "trial-0000" / "server.1.log"),
+    }
 
     def retried_once(plan):
         outcome = measured(plan)
         outcome.retried = [lost]
         return outcome
+
     console = Console(record=True, width=300)
     progress = StudyProgress(console)
     r = runner(tmp_path, ScriptedExecutor(script=retried_once), trials=1, observers=[progress])
@@ -587,11 +676,19 @@ def test_the_dashboard_subscriber_publishes_every_display_attr_and_the_loop_only
     r.run()
     [t], [row] = optuna_trials(r), rows(r)
     assert optuna.load_study(study_name="loop", storage=r.prep.storage_url).user_attrs == {
-        "budget": 1, "scenario": "loop", "vllm": "vllm 0.32.0", "hardware": "CPU test, 2 cores, 24 GiB RAM",
-        "notes": r.prep.space_notes + r.prep.baseline_notes}
+        "budget": 1,
+        "scenario": "loop",
+        "vllm": "vllm 0.32.0",
+        "hardware": "CPU test, 2 cores, 24 GiB RAM",
+        "notes": r.prep.space_notes + r.prep.baseline_notes,
+    }
     assert {k: t.user_attrs[k] for k in ("status", "feasible", "client_behind", "violated", "adjustments")} == {
-        "status": "ok", "feasible": True, "client_behind": False, "violated": [],
-        "adjustments": [a["detail"] for a in row.adjustments]}
+        "status": "ok",
+        "feasible": True,
+        "client_behind": False,
+        "violated": [],
+        "adjustments": [a["detail"] for a in row.adjustments],
+    }
     assert {k[2:]: v for k, v in t.user_attrs.items() if k.startswith("m:")} == row.metrics
     [scored] = [e for n, e in events.events if n == "trial_scored"]
     assert scored.diagnosis.as_dict() == row.diagnosis and scored.failure is None
@@ -601,11 +698,18 @@ def test_a_resume_refused_before_it_starts_tells_its_subscribers_nothing(tmp_pat
     runner(tmp_path, ScriptedExecutor(), trials=1, observers=[DashboardPublisher()]).run()
     events = Recorder()
     with pytest.raises(StudyMismatch):
-        runner(tmp_path, ScriptedExecutor(), trials=2, launch_ctx=fake_ctx(version="0.33.0"),
-               observers=[DashboardPublisher(), events]).run()
+        runner(
+            tmp_path,
+            ScriptedExecutor(),
+            trials=2,
+            launch_ctx=fake_ctx(version="0.33.0"),
+            observers=[DashboardPublisher(), events],
+        ).run()
     assert events.events == []
-    assert optuna.load_study(study_name="loop", storage=f"sqlite:///{tmp_path / 'loop.db'}").user_attrs["vllm"] == \
-        "vllm 0.32.0"  # the dashboard still shows where the study was measured
+    assert (
+        optuna.load_study(study_name="loop", storage=f"sqlite:///{tmp_path / 'loop.db'}").user_attrs["vllm"]
+        == "vllm 0.32.0"
+    )  # the dashboard still shows where the study was measured
 
 
 def test_the_kept_kv_budget_is_the_opened_studys_and_what_the_runner_was_given_stays_as_it_was(tmp_path):

@@ -36,15 +36,34 @@ def cap(rps, low, high):
 
 def samples(ttft_s, cls="a"):
     n = len(ttft_s)
-    return {"class": [cls] * n, "sent_s": list(np.linspace(0, 10, n)), "ttft_s": list(ttft_s),
-            "e2e_s": [t + 1.0 for t in ttft_s], "output_tokens": [16] * n, "ok": [True] * n, "aborted": [False] * n}
+    return {
+        "class": [cls] * n,
+        "sent_s": list(np.linspace(0, 10, n)),
+        "ttft_s": list(ttft_s),
+        "e2e_s": [t + 1.0 for t in ttft_s],
+        "output_tokens": [16] * n,
+        "ok": [True] * n,
+        "aborted": [False] * n,
+    }
 
 
 def run(trial, rnd, ttft, rps, low, high, baseline=None, ttft_samples=None, aborted=None, raised=None):
-    stages = [{"kind": "target", "elapsed_s": 20.0, "aborted": aborted, "raised": raised,
-               **({"samples": samples(ttft_samples)} if ttft_samples is not None else {})}]
-    metrics = {"ttft_p95_ms": ttft, "slo_capacity_rps": rps, "tpot_p95_ms": 20.0, "error_rate": 0.0,
-               "target_aborted": 1.0 if aborted else 0.0}
+    stages = [
+        {
+            "kind": "target",
+            "elapsed_s": 20.0,
+            "aborted": aborted,
+            "raised": raised,
+            **({"samples": samples(ttft_samples)} if ttft_samples is not None else {}),
+        }
+    ]
+    metrics = {
+        "ttft_p95_ms": ttft,
+        "slo_capacity_rps": rps,
+        "tpot_p95_ms": 20.0,
+        "error_rate": 0.0,
+        "target_aborted": 1.0 if aborted else 0.0,
+    }
     return Run(trial, rnd, metrics, baseline, capacity=cap(rps, low, high), stages=stages)
 
 
@@ -95,9 +114,11 @@ def test_runs_stored_without_samples_fall_back_to_the_median_of_runs_and_say_so(
 
 def test_a_value_an_abort_raised_to_its_bound_is_named_and_at_least():
     reason = "ttft_p95_ms > 2000 ms is certain: 3 of 20 planned requests already over it"
-    runs = [run(1, 0, 1100.0, 0.0, None, 1.0, baseline="seed"),
-            run(1, 1, 2470.0, 0.0, None, 1.0, baseline="seed", aborted=reason, raised="ttft_p95_ms"),
-            run(1, 2, 2470.0, 0.0, None, 1.0, baseline="seed", aborted=reason, raised="ttft_p95_ms")]
+    runs = [
+        run(1, 0, 1100.0, 0.0, None, 1.0, baseline="seed"),
+        run(1, 1, 2470.0, 0.0, None, 1.0, baseline="seed", aborted=reason, raised="ttft_p95_ms"),
+        run(1, 2, 2470.0, 0.0, None, 1.0, baseline="seed", aborted=reason, raised="ttft_p95_ms"),
+    ]
     v = decide(runs, SCENARIO, [1], runs_per_candidate=3)
     c = v.candidates[0]
     assert c.aborted_rounds("ttft_p95_ms") == [2, 3] and c.metrics["ttft_p95_ms"].at_least

@@ -21,10 +21,27 @@ from tests.support.scripted_executor import ScriptedExecutor, measured
 from tests.support.study_loop import LOOP_SCENARIO, Recorder, optuna_trials, rows
 
 
-def study(tmp_path: Path, name: str, executor: ScriptedExecutor, trials: int, *, warm_start: str | None = None,
-          launch_ctx=None, confirm_runs: int = 0, observers=(), scenario: Path = LOOP_SCENARIO) -> StudyRunner:
-    opts = StudyOptions(scenario=str(scenario), trials=trials, storage=f"sqlite:///{tmp_path / 'loop.db'}",
-                        study_name=name, runs_dir=tmp_path, confirm_runs=confirm_runs, warm_start=warm_start)
+def study(
+    tmp_path: Path,
+    name: str,
+    executor: ScriptedExecutor,
+    trials: int,
+    *,
+    warm_start: str | None = None,
+    launch_ctx=None,
+    confirm_runs: int = 0,
+    observers=(),
+    scenario: Path = LOOP_SCENARIO,
+) -> StudyRunner:
+    opts = StudyOptions(
+        scenario=str(scenario),
+        trials=trials,
+        storage=f"sqlite:///{tmp_path / 'loop.db'}",
+        study_name=name,
+        runs_dir=tmp_path,
+        confirm_runs=confirm_runs,
+        warm_start=warm_start,
+    )
     return StudyRunner(prepare(opts, ctx=launch_ctx or ctx()), opts, observers=observers, executor=executor.factory)
 
 
@@ -35,13 +52,17 @@ def earlier(tmp_path) -> StudyRunner:
     return r
 
 
-@pytest.mark.parametrize("elsewhere, said", [
-    (ctx(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
-    (ctx(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
-    (dataclasses.replace(ctx(), model=dataclasses.replace(MODEL, path=Path("/other"))), "model was /m, now /other"),
-])
+@pytest.mark.parametrize(
+    "elsewhere, said",
+    [
+        (ctx(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
+        (ctx(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
+        (dataclasses.replace(ctx(), model=dataclasses.replace(MODEL, path=Path("/other"))), "model was /m, now /other"),
+    ],
+)
 def test_a_warm_start_from_another_build_machine_or_model_is_refused_saying_what_differs(
-        tmp_path, earlier, elsewhere, said):
+    tmp_path, earlier, elsewhere, said
+):
     executor = ScriptedExecutor()
     with pytest.raises(StudyMismatch, match=re.escape(f"--warm-start earlier: it was measured elsewhere ({said})")):
         study(tmp_path, "new", executor, trials=3, warm_start="earlier", launch_ctx=elsewhere).run()
@@ -78,10 +99,16 @@ def test_a_matching_warm_start_enqueues_the_confirmed_winner_and_measures_everyt
     # the earlier sampled trials inform TPE, in a view the new study's storage never sees
     earlier_sampled = [t for t in optuna_trials(earlier) if "baseline" not in t.user_attrs]
     assert isinstance(r.study.sampler, PriorSampler) and r.study.sampler.prior == len(earlier_sampled)
-    assert any(n.startswith("warm start from study 'earlier': the confirmed winner") and
-               f"{len(earlier_sampled)} of its trials inform the sampler" in n for n in events.notes)
-    assert any(e.label == f"trial 1 (the confirmed winner of study 'earlier' (trial {winner.trial_number}))"
-               for name, e in events.events if name == "trial_started")
+    assert any(
+        n.startswith("warm start from study 'earlier': the confirmed winner")
+        and f"{len(earlier_sampled)} of its trials inform the sampler" in n
+        for n in events.notes
+    )
+    assert any(
+        e.label == f"trial 1 (the confirmed winner of study 'earlier' (trial {winner.trial_number}))"
+        for name, e in events.events
+        if name == "trial_started"
+    )
     report = write_report(r.prep.storage_url, "new", tmp_path / "report.html").read_text()
     assert html.escape(f"the confirmed winner of study 'earlier' (trial {winner.trial_number})") in report
 
@@ -104,8 +131,9 @@ def test_without_a_confirmation_the_best_feasible_trial_is_enqueued_once(tmp_pat
     again.run()  # a resume enqueues nothing more
     [warm] = [t for t in optuna_trials(again) if WARM_START_ATTR in t.user_attrs]
     assert best.user_attrs.get("baseline") is None and warm.params == best.params
-    assert warm.user_attrs[WARM_START_ATTR] == (f"the best feasible trial (not confirmed) of study 'earlier' "
-                                                f"(trial {best.number})")
+    assert warm.user_attrs[WARM_START_ATTR] == (
+        f"the best feasible trial (not confirmed) of study 'earlier' (trial {best.number})"
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
@@ -115,8 +143,10 @@ def test_the_prior_makes_tpe_model_guided_from_the_first_sampled_trial(tmp_path)
     study(tmp_path, "earlier", ScriptedExecutor(), trials=8).run()
     (tmp_path / "cold").mkdir()
     first = []
-    for r in (study(tmp_path / "cold", "cold", ScriptedExecutor(), trials=1),
-              study(tmp_path, "new", ScriptedExecutor(), trials=1, warm_start="earlier")):
+    for r in (
+        study(tmp_path / "cold", "cold", ScriptedExecutor(), trials=1),
+        study(tmp_path, "new", ScriptedExecutor(), trials=1, warm_start="earlier"),
+    ):
         first.append(space_mod.suggest(r.study.ask(), r.prep.dists))
     random = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     assert first[0] == space_mod.suggest(random.ask(), r.prep.dists)
@@ -130,12 +160,15 @@ def test_a_baseline_that_won_is_not_enqueued_again(tmp_path):
     r = study(tmp_path, "new", ScriptedExecutor(), trials=2, warm_start="earlier", observers=[events])
     r.run()
     assert not any(WARM_START_ATTR in t.user_attrs for t in optuna_trials(r))
-    assert ("warm start: the best feasible trial (not confirmed) of study 'earlier' (trial 0) is its baseline "
-            "vllm_defaults, measured here as a baseline again") in events.notes
+    assert (
+        "warm start: the best feasible trial (not confirmed) of study 'earlier' (trial 0) is its baseline "
+        "vllm_defaults, measured here as a baseline again"
+    ) in events.notes
 
 
 def test_the_cli_refuses_a_warm_start_from_elsewhere_in_one_line_with_exit_2_and_starts_nothing(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     import search.prepare
     import search.study.loop
     from search.cli import main

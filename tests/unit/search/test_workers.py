@@ -42,10 +42,13 @@ def test_a_slot_is_what_its_servers_inherit():
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
 def test_a_cpu_slot_pins_the_worker_and_what_it_starts():
     out = []
-    code = [sys.executable, "-c",
-            "import os, subprocess, sys; from search.workers import Slot; Slot.parse(sys.argv[1]).apply(); "
-            "print(sorted(os.sched_getaffinity(0)), os.environ['VLLM_CPU_OMP_THREADS_BIND']); "
-            "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])"]
+    code = [
+        sys.executable,
+        "-c",
+        "import os, subprocess, sys; from search.workers import Slot; Slot.parse(sys.argv[1]).apply(); "
+        "print(sorted(os.sched_getaffinity(0)), os.environ['VLLM_CPU_OMP_THREADS_BIND']); "
+        "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])",
+    ]
     first = min(os.sched_getaffinity(0))
     assert run_all([("[w0]", [*code, f"cpu:{first}"])], out.append) == [0]
     assert out == [f"[w0] [{first}] {first}", f"[w0] [{first}]"]  # a child (the server) stays on the slot
@@ -53,8 +56,13 @@ def test_a_cpu_slot_pins_the_worker_and_what_it_starts():
 
 def test_run_all_prefixes_each_workers_lines_and_returns_every_exit_code():
     out = []
-    codes = run_all([("[w0 cpu 0]", [sys.executable, "-c", "print('a'); print('b')"]),
-                     ("[w1 cpu 1]", [sys.executable, "-c", "import sys; print('c'); sys.exit(3)"])], out.append)
+    codes = run_all(
+        [
+            ("[w0 cpu 0]", [sys.executable, "-c", "print('a'); print('b')"]),
+            ("[w1 cpu 1]", [sys.executable, "-c", "import sys; print('c'); sys.exit(3)"]),
+        ],
+        out.append,
+    )
     assert codes == [0, 3]
     assert sorted(out) == ["[w0 cpu 0] a", "[w0 cpu 0] b", "[w1 cpu 1] c"]
     assert out.index("[w0 cpu 0] a") < out.index("[w0 cpu 0] b")
@@ -66,7 +74,8 @@ def test_many_workers_on_sqlite_are_refused_with_make_db(tmp_path):
     assert done.stderr.strip() == (
         "autotune: error: --workers 2 needs a database server the workers share; SQLite (the default "
         "runs/autotune.db) takes one worker per study. Run `make db` (autotune db start) and pass the URL it "
-        "prints: make search WORKERS=2 STORAGE=<URL>")
+        "prints: make search WORKERS=2 STORAGE=<URL>"
+    )
     assert not (tmp_path / "autotune.db").exists()
 
 
@@ -74,8 +83,10 @@ def test_a_worker_for_a_study_that_does_not_exist_is_one_line(tmp_path):
     db = tmp_path / "none.db"
     done = autotune("worker", "--storage", f"sqlite:///{db}", "--study", "mine", "--runs-dir", tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (f"autotune: error: no study named 'mine' in sqlite:///{db}; start it with "
-                                   "`autotune search SCENARIO --storage URL --study NAME`, then add workers")
+    assert done.stderr.strip() == (
+        f"autotune: error: no study named 'mine' in sqlite:///{db}; start it with "
+        "`autotune search SCENARIO --storage URL --study NAME`, then add workers"
+    )
     assert not db.exists()
 
 
@@ -83,8 +94,11 @@ def test_a_second_tuner_on_the_same_devices_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path))
     held = hold(Slot(GPU, (0, 1)), "first")
     hold(Slot(GPU, (2,)), "second")[0].close()  # other devices: fine
-    with pytest.raises(SlotError, match=rf"gpu 1 is in use by pid {os.getpid()} \(study first\): trials side "
-                                        "by side on the same devices would skew"):
+    with pytest.raises(
+        SlotError,
+        match=rf"gpu 1 is in use by pid {os.getpid()} \(study first\): trials side "
+        "by side on the same devices would skew",
+    ):
         hold(Slot(GPU, (1, 2)), "second")
     assert hold(Slot(GPU, (2,)), "second")  # what the refused one took is released again
     for handle in held:
@@ -124,12 +138,29 @@ def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, m
     monkeypatch.setattr(search.parallel.workers, "run_all", lambda commands, show: started.extend(commands) or codes)
     monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path / "locks"))
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
-    assert main(["search", str(LOOP_SCENARIO), "--workers", "2", "--storage", storage, "--runs-dir", str(tmp_path),
-                 "--seed", "7"]) == exit_code
+    assert (
+        main(
+            [
+                "search",
+                str(LOOP_SCENARIO),
+                "--workers",
+                "2",
+                "--storage",
+                storage,
+                "--runs-dir",
+                str(tmp_path),
+                "--seed",
+                "7",
+            ]
+        )
+        == exit_code
+    )
     assert [prefix for prefix, _ in started] == ["[w0 cpu 0]", "[w1 cpu 1]"]
     argv = [dict(zip(a[4::2], a[5::2])) for _, a in started]  # after: python -m search.cli worker
     assert [(a["--slot"], a["--seed"], a["--trials"], a["--study"]) for a in argv] == [
-        ("cpu:0", "7", "3", "loop"), ("cpu:1", "8", "3", "loop")]
+        ("cpu:0", "7", "3", "loop"),
+        ("cpu:1", "8", "3", "loop"),
+    ]
     failed = "; ".join(f"{prefix} exit {code}" for (prefix, _), code in zip(started, codes) if code)
     out = " ".join(capsys.readouterr().out.split())
     assert f"workers stopped early: {failed}; run the same command to continue where the study stopped" in out

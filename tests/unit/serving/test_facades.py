@@ -13,8 +13,10 @@ STARTS_A_SERVER = ("serving.process.server", "serving.process.launcher", "servin
 
 
 def test_describing_a_server_and_reading_a_calibration_load_nothing_that_starts_one():
-    code = ("import sys; import serving, search.scenario, search.calibration; "
-            f"print(sorted(m for m in sys.modules if m.startswith({STARTS_A_SERVER!r})))")
+    code = (
+        "import sys; import serving, search.scenario, search.calibration; "
+        f"print(sorted(m for m in sys.modules if m.startswith({STARTS_A_SERVER!r})))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -34,5 +36,7 @@ def test_every_start_timeout_defaults_to_the_one_constant(tmp_path):
         "VllmExecutor": next(f.default for f in dataclasses.fields(VllmExecutor) if f.name == "startup_timeout_s"),
     }
     # `is`, not ==: an equal number written again elsewhere is a second home for the same fact.
-    assert {name: value is DEFAULT_STARTUP_TIMEOUT_S for name, value in defaults.items()} == dict.fromkeys(defaults, True)
+    assert {name: value is DEFAULT_STARTUP_TIMEOUT_S for name, value in defaults.items()} == dict.fromkeys(
+        defaults, True
+    )
     assert DEFAULT_STARTUP_TIMEOUT_S == 300.0

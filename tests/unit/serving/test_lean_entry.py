@@ -10,7 +10,7 @@ from serving.process import command_line
 from serving.process.server import LaunchSpec
 from tests.support import fakes
 
-STAND_IN = '''
+STAND_IN = """
 import multiprocessing, os, sys, time
 with open(os.environ["RAN_LOG"], "a") as f:
     f.write(f"{os.getpid()} {__name__}\\n")
@@ -22,14 +22,20 @@ if __name__ == "__main__":
     p.start()
     p.join()
     sys.exit(p.exitcode)
-'''
+"""
 
 
 def run_stand_in(tmp_path, cmd: list[str], log, **env) -> str:
     """`cmd` (a LaunchSpec's command) with `fake_api_server` for vLLM's API server module; its stderr."""
     cmd = [part.replace("vllm.entrypoints.openai.api_server", "fake_api_server") for part in cmd]
-    done = subprocess.run(cmd, cwd=tmp_path, env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path), **env},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        cmd,
+        cwd=tmp_path,
+        env={"RAN_LOG": str(log), "PYTHONPATH": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stderr
 
@@ -37,8 +43,7 @@ def run_stand_in(tmp_path, cmd: list[str], log, **env) -> str:
 def run(tmp_path, lean: bool) -> list[str]:
     (tmp_path / "fake_api_server.py").write_text(STAND_IN)
     log = tmp_path / f"ran-{lean}.log"
-    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable,
-                      warm_children=False)
+    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable, warm_children=False)
     run_stand_in(tmp_path, spec.command(port=1234, lean=lean), log)
     return [line.split()[1] for line in log.read_text().splitlines()]
 
@@ -60,7 +65,7 @@ def test_the_lean_entry_is_the_default_and_the_users_command_stays_python_dash_m
     assert user.startswith("python -m vllm.entrypoints.openai.api_server --model ")
 
 
-FAKE_ENGINE = '''
+FAKE_ENGINE = """
 import json, multiprocessing, os
 
 def _record(log, **kw):
@@ -87,9 +92,9 @@ def engine_core(log):
     os.environ.update(OMP_NUM_THREADS="1", GOMP_CPU_AFFINITY=os.environ.get("FAKE_GOMP", "0"))  # as vLLM's OMPProcessManager
     p.start()
     p.join()
-'''
+"""
 
-FAKE_API_SERVER = '''
+FAKE_API_SERVER = """
 import json, multiprocessing, os, fake_engine, autotune_vllm_entry
 os.environ["SET_BY_THE_API_SERVER"] = "yes"  # as vLLM sets variables for its children just before
 os.environ["LD_PRELOAD"] = os.environ.get("FAKE_LD_PRELOAD") or autotune_vllm_entry.vllm_ld_preload("")  # as vLLM's CPU platform
@@ -98,11 +103,12 @@ with open(os.environ["RAN_LOG"], "a") as f:
 p = multiprocessing.get_context("spawn").Process(target=fake_engine.engine_core, args=(os.environ["RAN_LOG"],))
 p.start()
 p.join()
-'''
+"""
 
 
 def run_warm(tmp_path, **env) -> tuple[dict, str]:
     import json
+
     (tmp_path / "fake_engine.py").write_text(FAKE_ENGINE)
     (tmp_path / "fake_api_server.py").write_text(FAKE_API_SERVER)
     log = tmp_path / "ran.log"
@@ -125,7 +131,9 @@ def test_the_warm_entry_forks_the_engine_and_its_worker_from_a_forkserver(tmp_pa
     assert ran["worker"]["ppid"] == ran["engine"]["ppid"]  # the forkserver's child too
     assert ran["worker"]["mark"] == "fresh interpreter"  # not a copy of the engine's memory
     assert ran["engine"]["late"] == ran["worker"]["late"] == "yes"
-    assert ran["worker"]["exec_preload"] == ran["api"]["preload"] != ""  # the libraries vLLM preloads for a spawned child
+    assert (
+        ran["worker"]["exec_preload"] == ran["api"]["preload"] != ""
+    )  # the libraries vLLM preloads for a spawned child
     assert ran["worker"]["cpus"] == [0] and ran["worker"]["threads"] == 1  # as libgomp reads them when it loads
 
 

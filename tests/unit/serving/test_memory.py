@@ -14,11 +14,14 @@ def shape(name: str, **override) -> ModelShape:
     return ModelShape.from_config({**config(name), **override})
 
 
-@pytest.mark.parametrize("name, billions, weights_gib, kv_bf16", [
-    ("llama-3-8b", 8.03, 14.96, 131_072),
-    ("llama-3-70b", 70.55, 131.4, 327_680),
-    ("qwen2.5-7b", 7.62, 14.19, 57_344),
-])
+@pytest.mark.parametrize(
+    "name, billions, weights_gib, kv_bf16",
+    [
+        ("llama-3-8b", 8.03, 14.96, 131_072),
+        ("llama-3-70b", 70.55, 131.4, 327_680),
+        ("qwen2.5-7b", 7.62, 14.19, 57_344),
+    ],
+)
 def test_published_parameters_weights_and_kv_per_token(name, billions, weights_gib, kv_bf16):
     s = shape(name)
     assert s.parameters / 1e9 == pytest.approx(billions, abs=0.005)
@@ -39,8 +42,19 @@ def test_tied_embeddings_count_the_vocabulary_once():
 
 def vllm_h100(s: ModelShape, **kw) -> memory.KvBudget:
     """vLLM's defaults on one H100 80GB: 8192 batched tokens, 1024 sequences, compiled, blocks of 16."""
-    args = dict(device_bytes=int(79.6 * GIB), utilization=0.9, dtype="bfloat16", element_bytes=2, block_size=16,
-                batched_tokens=8192, seqs=1024, cuda_graphs=True) | kw
+    args = (
+        dict(
+            device_bytes=int(79.6 * GIB),
+            utilization=0.9,
+            dtype="bfloat16",
+            element_bytes=2,
+            block_size=16,
+            batched_tokens=8192,
+            seqs=1024,
+            cuda_graphs=True,
+        )
+        | kw
+    )
     return memory.gpu_budget(s, **args)
 
 
@@ -72,8 +86,9 @@ def test_weights_quantized_on_the_fly_or_by_the_checkpoint():
     fp8 = s.weight_bytes("bfloat16", "fp8")
     # The decoder's linear weights at one byte, embeddings and lm_head still bf16 (vLLM: ~8.5 GiB).
     assert fp8 == s.weight_bytes("bfloat16") - s.linear_parameters
-    awq = shape("llama-3-8b", torch_dtype="float16",
-                quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128})
+    awq = shape(
+        "llama-3-8b", torch_dtype="float16", quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128}
+    )
     assert awq.quantization == Quantization("awq", 4 + 20 / 128)
     assert 5.2 < awq.weight_bytes("float16") / GIB < 5.5  # vLLM logs ~5.4 GiB for a 4-bit AWQ Llama-3-8B
     assert s.weight_bytes("bfloat16", "awq") is None  # needs a quantized checkpoint: not sized

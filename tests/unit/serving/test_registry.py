@@ -1,17 +1,16 @@
 """The parameter registry: support read from the installed vLLM, drops, substitutions, checks."""
 
-
 import pytest
 from optuna.distributions import IntDistribution
 
 from serving import registry
-
 from serving import resolve as resolve_mod
 from serving.checks import check_combination
 from serving.registry import ConfigError, LaunchContext
 from serving.resolve import resolve
 from serving.vllm_flags import load_installed
 from tests.support.fakes import CPU, H100, MODEL, ctx
+
 
 def test_delay_factor_is_dropped_when_the_installed_vllm_lacks_it_and_no_substitute_acts():
     c = ctx("0.32.0")
@@ -55,12 +54,22 @@ def test_memory_utilization_maps_to_kv_bytes_on_cpu_and_gmu_on_gpu():
 
 def test_booleans_render_both_ways_and_yaml_keys_are_flag_names():
     c = ctx()
-    args = resolve({"enable_prefix_caching": False, "enable_chunked_prefill": True,
-                    "enforce_eager": True, "dtype": "float32"}, c)
-    assert args.cli(c.installed) == ["--no-enable-prefix-caching", "--enable-chunked-prefill",
-                                     "--enforce-eager", "--dtype", "float32"]
-    assert args.flags == {"enable-prefix-caching": False, "enable-chunked-prefill": True,
-                          "enforce-eager": True, "dtype": "float32"}
+    args = resolve(
+        {"enable_prefix_caching": False, "enable_chunked_prefill": True, "enforce_eager": True, "dtype": "float32"}, c
+    )
+    assert args.cli(c.installed) == [
+        "--no-enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+    ]
+    assert args.flags == {
+        "enable-prefix-caching": False,
+        "enable-chunked-prefill": True,
+        "enforce-eager": True,
+        "dtype": "float32",
+    }
 
 
 def test_unknown_keys_and_bad_values_name_the_place_the_key_and_what_is_allowed():
@@ -76,16 +85,21 @@ def test_unknown_keys_and_bad_values_name_the_place_the_key_and_what_is_allowed(
     assert resolve({"block_size": 16}, ctx(hw=H100)).flags == {"block-size": 16}
 
 
-@pytest.mark.parametrize("values, fragment", [
-    ({"max_num_batched_tokens": 128, "max_num_seqs": 256}, "must be >= max_num_seqs"),
-    ({"enable_chunked_prefill": False, "max_num_batched_tokens": 1024, "max_model_len": 2048},
-     "chunked prefill off"),
-    ({"max_num_seqs": 8, "max_num_active_seqs": 16}, "max_num_active_seqs (16)"),
-    ({"max_num_active_seqs": 200}, "max_num_seqs (128)"),  # CPU default max_num_seqs
-    ({"long_prefill_token_threshold": 4096, "max_model_len": 2048}, "long_prefill_token_threshold"),
-    ({"max_model_len": 16384}, "max_position_embeddings (8192)"),
-    ({"memory_utilization": 0.01, "max_model_len": 8192}, "less than one 8192-token request"),
-])
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"max_num_batched_tokens": 128, "max_num_seqs": 256}, "must be >= max_num_seqs"),
+        (
+            {"enable_chunked_prefill": False, "max_num_batched_tokens": 1024, "max_model_len": 2048},
+            "chunked prefill off",
+        ),
+        ({"max_num_seqs": 8, "max_num_active_seqs": 16}, "max_num_active_seqs (16)"),
+        ({"max_num_active_seqs": 200}, "max_num_seqs (128)"),  # CPU default max_num_seqs
+        ({"long_prefill_token_threshold": 4096, "max_model_len": 2048}, "long_prefill_token_threshold"),
+        ({"max_model_len": 16384}, "max_position_embeddings (8192)"),
+        ({"memory_utilization": 0.01, "max_model_len": 8192}, "less than one 8192-token request"),
+    ],
+)
 def test_known_invalid_combinations_are_caught_before_start(values, fragment):
     problems = check_combination(values, ctx())
     assert len(problems) == 1 and fragment in problems[0]
@@ -93,8 +107,13 @@ def test_known_invalid_combinations_are_caught_before_start(values, fragment):
 
 def test_valid_combination_and_workload_fit():
     c = ctx()
-    ok = {"max_num_batched_tokens": 2048, "max_num_seqs": 64, "max_model_len": 2048,
-          "enable_chunked_prefill": False, "memory_utilization": 0.5}
+    ok = {
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 64,
+        "max_model_len": 2048,
+        "enable_chunked_prefill": False,
+        "memory_utilization": 0.5,
+    }
     assert check_combination(ok, c, longest_request=2048) == []
     assert "does not fit max_model_len" in check_combination(ok, c, longest_request=3000)[0]
 
@@ -119,23 +138,39 @@ def test_real_installed_vllm_parser_decides_support():
     assert cli[:2] == ["--max-num-seqs", "8"]
 
 
-@pytest.mark.parametrize("name, value", [
-    ("tool_parser_plugin", "/tmp/p.py"), ("middleware", "p.Middleware"), ("worker_extension_cls", "p.Extension"),
-    ("logits_processors", "p.Processor"), ("ssl_keyfile", "/tmp/key.pem"), ("chat_template", "/tmp/t.jinja"),
-    ("download_dir", "/tmp/d"), ("hf_token", "t"), ("disable_log_stats", True), ("gpu_memory_utilization", 0.5),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("tool_parser_plugin", "/tmp/p.py"),
+        ("middleware", "p.Middleware"),
+        ("worker_extension_cls", "p.Extension"),
+        ("logits_processors", "p.Processor"),
+        ("ssl_keyfile", "/tmp/key.pem"),
+        ("chat_template", "/tmp/t.jinja"),
+        ("download_dir", "/tmp/d"),
+        ("hf_token", "t"),
+        ("disable_log_stats", True),
+        ("gpu_memory_utilization", 0.5),
+    ],
+)
 def test_a_flag_off_the_allow_list_never_reaches_a_server_even_where_vllm_accepts_it(name, value):
     # Trial configurations read back from the database (confirmation) are resolved here too.
     flag = "--" + name.replace("_", "-")
     c = ctx(extra=[flag])
-    with pytest.raises(ConfigError, match=rf"^trial 3: '{name}' is neither a tunable parameter nor a flag on the "
-                                          r"allow list .*; `autotune params` lists what a scenario may set$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^trial 3: '{name}' is neither a tunable parameter nor a flag on the "
+        r"allow list .*; `autotune params` lists what a scenario may set$",
+    ):
         resolve({"max_num_seqs": 8, name: value}, c, where="trial 3")
 
 
 def test_the_api_key_is_refused_with_why():
-    with pytest.raises(ConfigError, match=r"'api_key' cannot be set from a scenario \(the tuner's load client "
-                                          r"sends no key: every request would fail with HTTP 401\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'api_key' cannot be set from a scenario \(the tuner's load client "
+        r"sends no key: every request would fail with HTTP 401\)",
+    ):
         resolve({"api_key": "secret"}, ctx(extra=["--api-key"]))
 
 
@@ -144,8 +179,11 @@ def test_a_pass_through_value_cannot_pose_as_a_flag(value):
     # After a switch (--scheduler-reserve-full-isl takes no value) the next word would be parsed as a
     # flag of its own. (enforce_eager, the switch this test used, is a registry parameter now: see
     # test_a_registry_switch_takes_only_true_or_false.)
-    with pytest.raises(ConfigError, match=r"scheduler_reserve_full_isl=.* is not allowed; allowed: true or false, "
-                                          r"a number, or a word not starting with '-'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"scheduler_reserve_full_isl=.* is not allowed; allowed: true or false, "
+        r"a number, or a word not starting with '-'",
+    ):
         resolve({"scheduler_reserve_full_isl": value}, ctx(extra=["--scheduler-reserve-full-isl"]))
 
 
@@ -159,8 +197,11 @@ def test_allowed_pass_through_flags_pass_where_the_installed_vllm_has_them():
     values = {"kv_cache_dtype": "fp8", "async_scheduling": False, "stream_interval": 4, "max_num_seqs": 8}
     args = resolve(values, ctx(extra=["--kv-cache-dtype", "--async-scheduling", "--stream-interval"]))
     assert args.flags == {"kv-cache-dtype": "fp8", "async-scheduling": False, "stream-interval": 4, "max-num-seqs": 8}
-    with pytest.raises(ConfigError, match=r"'stream_interval' is on the allow list, but the installed vllm 0.32.0 "
-                                          r"has no --stream-interval"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'stream_interval' is on the allow list, but the installed vllm 0.32.0 "
+        r"has no --stream-interval",
+    ):
         resolve(values, ctx(extra=["--kv-cache-dtype", "--async-scheduling"]))
 
 
@@ -180,9 +221,11 @@ def test_the_flags_and_the_search_space_follow_one_substitution_rule(version, su
 
     c = ctx(version)
     values = {"max_num_seqs": 8, "scheduler_delay_factor": 0.5} | (
-        {"prefill_schedule_interval": 2} if successor_set else {})
+        {"prefill_schedule_interval": 2} if successor_set else {}
+    )
     domains = {"max_num_seqs": Domain(low=4, high=8), "scheduler_delay_factor": Domain(low=0.0, high=0.5)} | (
-        {"prefill_schedule_interval": Domain(low=1, high=4)} if successor_set else {})
+        {"prefill_schedule_interval": Domain(low=1, high=4)} if successor_set else {}
+    )
     adj = resolve(values, c).adjustments[0]
     dists, notes = space.active_space(domains, c, "x")
     note = notes[0]
@@ -195,7 +238,10 @@ def test_the_flags_and_the_search_space_follow_one_substitution_rule(version, su
         return
     assert adj.action == "dropped" and adj.detail == found.dropped("not passed")
     assert note == "scheduler_delay_factor: " + found.dropped("not searched")
-    why = ("--prefill-schedule-interval is set explicitly" if version == "0.33.0" else
-           "its nearest knob --prefill-schedule-interval is no substitute here")
+    why = (
+        "--prefill-schedule-interval is set explicitly"
+        if version == "0.33.0"
+        else "its nearest knob --prefill-schedule-interval is no substitute here"
+    )
     assert why in adj.detail and why in note
     assert "scheduler_delay_factor" not in dists

@@ -59,7 +59,7 @@ def test_the_server_runs_below_the_tuners_cpu_priority(tmp_path, monkeypatch):
     """A load client sharing the server's cores must not wait behind it: the server's session
     group (autogroup) and processes run at nice 10, the tuner's stay as they were."""
     script = tmp_path / "report"
-    script.write_text("#!/bin/sh\necho \"nice=$(nice) $(cat /proc/self/autogroup 2>/dev/null)\"\nexit 1\n")
+    script.write_text('#!/bin/sh\necho "nice=$(nice) $(cat /proc/self/autogroup 2>/dev/null)"\nexit 1\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     log_path = tmp_path / "server.log"
     start(str(script), log_path)

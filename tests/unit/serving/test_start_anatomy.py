@@ -13,8 +13,15 @@ LOGS = Path(__file__).parents[2] / "fixtures" / "logs"
 # a reader of the file at 50 ms: the API server's first line at 8.2 s, EngineCore's at 16.5,
 # "Starting to load model" at 24.3, weights 24.5, KV cache 25.3, init engine 25.4, server 26.3.
 CPU_SPAWN = datetime(2026, 11, 25, 18, 43, 1, 407792)
-CPU_STAMPED = {"import": 8.2, "engine process": 16.5, "worker process": 24.3, "model load": 24.5,
-               "KV cache": 25.3, "warm-up": 25.4, "API server": 26.3}
+CPU_STAMPED = {
+    "import": 8.2,
+    "engine process": 16.5,
+    "worker process": 24.3,
+    "model load": 24.5,
+    "KV cache": 25.3,
+    "warm-up": 25.4,
+    "API server": 26.3,
+}
 
 
 def ends(phases):
@@ -49,13 +56,15 @@ def test_the_gpu_wording_of_0_26_gives_the_model_load_compile_and_graph_capture(
     assert at["KV cache"] == pytest.approx(50.5)  # torch.compile runs in the profiling pass
     assert at["warm-up"] == pytest.approx(59.5)  # CUDA graphs
     assert at["API server"] == pytest.approx(60.5)
-    assert a.reported == {"weights_s": 1.204455, "torch_compile_s": 24.81, "cuda_graphs_s": 9.0,
-                          "engine_init_s": 37.95}
+    assert a.reported == {"weights_s": 1.204455, "torch_compile_s": 24.81, "cuda_graphs_s": 9.0, "engine_init_s": 37.95}
 
 
 def test_a_missing_line_is_reported_missing_and_its_seconds_go_to_the_next_phase_found():
-    text = "\n".join(line for line in (LOGS / "start_cpu_0.32.log").read_text().splitlines()
-                     if "KV cache size" not in line and "Starting vLLM server" not in line)
+    text = "\n".join(
+        line
+        for line in (LOGS / "start_cpu_0.32.log").read_text().splitlines()
+        if "KV cache size" not in line and "Starting vLLM server" not in line
+    )
     a = start_anatomy(text, CPU_SPAWN, 26.94)
     assert a.missing == ["KV cache", "API server", "first token"]
     at = ends(a.phases)
@@ -72,8 +81,10 @@ def test_a_log_without_timestamps_leaves_all_to_the_health_check():
 
 def test_a_line_stamped_in_the_second_before_the_spawn_counts_from_the_spawn():
     """Lines are stamped to the second: none may land before the spawn or after /health."""
-    text = ("(APIServer pid=1) INFO 11-25 18:43:01 [api_utils.py:1] x\n"
-            "(EngineCore pid=2) INFO 11-25 18:43:40 [core.py:1] Initializing a V1 LLM engine\n")
+    text = (
+        "(APIServer pid=1) INFO 11-25 18:43:01 [api_utils.py:1] x\n"
+        "(EngineCore pid=2) INFO 11-25 18:43:40 [core.py:1] Initializing a V1 LLM engine\n"
+    )
     a = start_anatomy(text, CPU_SPAWN, 20.0)
     assert a.phases["import"] == pytest.approx(0.09, abs=0.01)
     assert ends(a.phases)["engine process"] == pytest.approx(20.0) and a.phases["health"] == 0.0

@@ -10,7 +10,7 @@ from loadgen import RequestRecord
 from serving.process import FirstTokenWatch
 from serving.process.server import LaunchSpec, VllmServer
 
-FAKE_VLLM = '''#!{python}
+FAKE_VLLM = """#!{python}
 import http.server, sys, time
 def log(proc, text):
     print(f"({{proc}} pid=1) INFO {{time.strftime('%m-%d %H:%M:%S')}} [x.py:1] {{text}}", flush=True)
@@ -27,15 +27,23 @@ class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers()
 http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
+"""
 
 
 def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     python = tmp_path / "python"
     python.write_text(FAKE_VLLM.format(python=sys.executable))
     python.chmod(0o755)
-    server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=str(python),
-                                   startup_timeout_s=30, zygote=False))  # the fake cannot run the zygote
+    server = VllmServer(
+        LaunchSpec(
+            model=None,
+            args=[],
+            log_path=tmp_path / "server.log",
+            python=str(python),
+            startup_timeout_s=30,
+            zygote=False,
+        )
+    )  # the fake cannot run the zygote
     server.start()
     report = server.stop()
     anatomy = report.start_anatomy
@@ -45,9 +53,11 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     assert anatomy.reported == {"weights_s": 0.03, "engine_init_s": 0.12}
     assert anatomy.with_first_token(0.3).as_dict()["phases"]["first token"] == 0.3
 
+
 def test_the_watch_keeps_the_first_token_of_the_first_load_run_only():
     def record(first_token: float | None) -> RequestRecord:
         return RequestRecord(0, "c", 0.0, 1, 1, first_token_time=first_token)
+
     watch = FirstTokenWatch(60.0)
     assert watch.first_token_at() is None
     watch.track([record(None), record(12.5), record(11.0)])  # the warm-up, then measured

@@ -8,8 +8,9 @@ from serving import START_PHASES
 
 def stored(number: int, seconds: float, missing: str | None = None) -> TrialTime:
     phases = {p: (None if p == missing else seconds) for p in START_PHASES}
-    return TrialTime(number, str(number), seconds * len(START_PHASES), [45.0], [False], 0.0, 0.0, 2.0, 100.0,
-                     start_phases=phases)
+    return TrialTime(
+        number, str(number), seconds * len(START_PHASES), [45.0], [False], 0.0, 0.0, 2.0, 100.0, start_phases=phases
+    )
 
 
 def test_each_start_is_a_row_of_its_phases_with_a_median_row_and_missing_lines_as_dashes():
@@ -33,8 +34,19 @@ def test_a_trial_row_gives_its_stored_anatomy():
     from types import SimpleNamespace
 
     from benchmarks.trial_time import trial_time
+
     phases = {p: 1.0 for p in START_PHASES}
-    row = SimpleNamespace(trial_number=3, baseline=None, stages=[], server_diagnostics={},
-                          timings={"start_s": 9.0, "load_s": 45.0, "stop_s": 2.0, "total_s": 60.0,
-                                   "start_anatomy": {"phases": phases, "vllm_reported": {}}})
+    row = SimpleNamespace(
+        trial_number=3,
+        baseline=None,
+        stages=[],
+        server_diagnostics={},
+        timings={
+            "start_s": 9.0,
+            "load_s": 45.0,
+            "stop_s": 2.0,
+            "total_s": 60.0,
+            "start_anatomy": {"phases": phases, "vllm_reported": {}},
+        },
+    )
     assert trial_time(row).start_phases == phases

@@ -19,9 +19,11 @@ def test_the_oldest_supported_vllm_and_newer_pass(version):
 def test_an_older_vllm_is_one_line_saying_what_is_installed_and_what_is_needed():
     with pytest.raises(VllmNotInstalled) as e:
         check_supported("vllm", "0.25.2")
-    assert str(e.value) == (f"the installed vllm 0.25.2 is older than {OLDEST_SUPPORTED_VLLM}, the oldest vLLM this "
-                            f"tuner supports: upgrade it (pip install 'vllm>={OLDEST_SUPPORTED_VLLM}'), or use an "
-                            f"image with a newer one")
+    assert str(e.value) == (
+        f"the installed vllm 0.25.2 is older than {OLDEST_SUPPORTED_VLLM}, the oldest vLLM this "
+        f"tuner supports: upgrade it (pip install 'vllm>={OLDEST_SUPPORTED_VLLM}'), or use an "
+        f"image with a newer one"
+    )
 
 
 def test_autotune_refuses_an_old_vllm_with_exit_2_before_reading_its_flags(monkeypatch, capsys):

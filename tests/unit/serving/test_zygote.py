@@ -20,7 +20,7 @@ from serving.process import zygote
 from serving.process.server import LaunchSpec, VllmServer, group_members
 from tests.unit.serving.test_lean_entry import FAKE_ENGINE
 
-FAKE_API_SERVER = '''
+FAKE_API_SERVER = """
 import http.server, json, multiprocessing, os, sys
 import fake_engine
 
@@ -50,7 +50,7 @@ if __name__ == "__main__":
 
     port = int(sys.argv[sys.argv.index("--port") + 1])
     http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,14 @@ def stand_in(tmp_path_factory):
 
 
 def spec(work, name: str, *args: str) -> LaunchSpec:
-    return LaunchSpec(model=None, args=list(args), log_path=work / name / "server.log", python=sys.executable,
-                      env={"PYTHONPATH": str(work), "RAN_LOG": str(work / "ran.log"), "ZYGOTE_TEST_MARKER": "m"},
-                      startup_timeout_s=120)
+    return LaunchSpec(
+        model=None,
+        args=list(args),
+        log_path=work / name / "server.log",
+        python=sys.executable,
+        env={"PYTHONPATH": str(work), "RAN_LOG": str(work / "ran.log"), "ZYGOTE_TEST_MARKER": "m"},
+        startup_timeout_s=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +82,15 @@ def two_servers(stand_in):
         for name in ("first", "second"):
             server = VllmServer(spec(stand_in, name, "--flag", "x"))
             server.start()
-            seen.append({"pgid": server.pgid, "port": server.port, "proc": server.proc,
-                         "zygote": psutil.Process(server.pgid).ppid(), "members": len(group_members(server.pgid))})
+            seen.append(
+                {
+                    "pgid": server.pgid,
+                    "port": server.port,
+                    "proc": server.proc,
+                    "zygote": psutil.Process(server.pgid).ppid(),
+                    "members": len(group_members(server.pgid)),
+                }
+            )
             report = server.stop()
             seen[-1].update(stop=report, left=group_members(seen[-1]["pgid"]))
         exiting = VllmServer(spec(stand_in, "third", "--exit", "3"))
@@ -148,8 +160,9 @@ def test_a_zygote_that_cannot_start_leaves_the_server_to_be_execd(tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'RuntimeError: not a python'\nexit 1\n")
     fake.chmod(0o755)
-    server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "t" / "server.log", python=str(fake),
-                                   startup_timeout_s=20))
+    server = VllmServer(
+        LaunchSpec(model=None, args=[], log_path=tmp_path / "t" / "server.log", python=str(fake), startup_timeout_s=20)
+    )
     with pytest.raises(server_mod.ServerFailed):
         server.start()
     log = (tmp_path / "t" / "server.log").read_text()
@@ -158,14 +171,21 @@ def test_a_zygote_that_cannot_start_leaves_the_server_to_be_execd(tmp_path):
 
 
 def test_a_python_that_does_not_exist_fails_the_start_not_the_tuner(tmp_path):
-    server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "t" / "server.log",
-                                   python=str(tmp_path / "no-python"), startup_timeout_s=20))
+    server = VllmServer(
+        LaunchSpec(
+            model=None,
+            args=[],
+            log_path=tmp_path / "t" / "server.log",
+            python=str(tmp_path / "no-python"),
+            startup_timeout_s=20,
+        )
+    )
     with pytest.raises(server_mod.ServerFailed):
         server.start()
     assert "the study's zygote did not start (FileNotFoundError" in (tmp_path / "t" / "server.log").read_text()
 
 
-TUNER = '''
+TUNER = """
 import sys, time
 from pathlib import Path
 from serving.process import server as server_mod
@@ -177,14 +197,18 @@ s = VllmServer(LaunchSpec(model=None, args=[], log_path=work / "orphan" / "serve
 s.start()
 print(s.pgid, s.port, flush=True)
 time.sleep(600)
-'''
+"""
 
 
 def test_sigkill_of_the_tuner_takes_the_zygote_and_its_servers_down(stand_in):
-    tuner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(TUNER), str(stand_in)], stdout=subprocess.PIPE,
-                             text=True, cwd=os.getcwd())
+    tuner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(TUNER), str(stand_in)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
     try:
-        pgid, port = map(int, tuner.stdout.readline().split())
+        pgid, _port = map(int, tuner.stdout.readline().split())
         zygote_pid = psutil.Process(pgid).ppid()
         assert "autotune_vllm_zygote" in " ".join(psutil.Process(zygote_pid).cmdline())
         assert group_members(pgid)

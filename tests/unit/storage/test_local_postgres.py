@@ -37,5 +37,6 @@ def test_a_cluster_the_postgres_user_cannot_reach_is_one_line_naming_the_closed_
         assert str(raised.value) == (
             f"the 'postgres' user, who runs PostgreSQL for root, cannot enter {closed}, so cannot reach "
             f"{server.root}: run `autotune db start --runs-dir DIR` with a DIR it can reach, or open the way "
-            f"(chmod o+x {closed})")
+            f"(chmod o+x {closed})"
+        )
         assert not server.initialized

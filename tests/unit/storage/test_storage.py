@@ -12,19 +12,39 @@ from storage.tables import StudyRecord, TrialRecord
 
 
 def new_study(session, name="s"):
-    rec = StudyRecord(study_name=name, scenario_name="mixed", scenario_source="name: mixed",
-                      scenario_digest="d", model_path="/m", vllm_version="vllm 0.32.0",
-                      hardware={"description": "cpu"}, directions=["maximize"], objective_names=["goodput"])
+    rec = StudyRecord(
+        study_name=name,
+        scenario_name="mixed",
+        scenario_source="name: mixed",
+        scenario_digest="d",
+        model_path="/m",
+        vllm_version="vllm 0.32.0",
+        hardware={"description": "cpu"},
+        directions=["maximize"],
+        objective_names=["goodput"],
+    )
     session.add(rec)
     session.flush()
     return rec
 
 
 def trial_fields(**kw):
-    base = dict(status="ok", fingerprint="f1", params={"max_num_seqs": 8}, config={}, flags={},
-                command="python -m vllm...", adjustments=[], metrics={"goodput": 1.5},
-                server_diagnostics={}, values=[1.5], constraints={"slo": -1.0}, feasible=True,
-                timings={}, started_at=datetime(2026, 11, 22))
+    base = dict(
+        status="ok",
+        fingerprint="f1",
+        params={"max_num_seqs": 8},
+        config={},
+        flags={},
+        command="python -m vllm...",
+        adjustments=[],
+        metrics={"goodput": 1.5},
+        server_diagnostics={},
+        values=[1.5],
+        constraints={"slo": -1.0},
+        feasible=True,
+        timings={},
+        started_at=datetime(2026, 11, 22),
+    )
     base.update(kw)
     return base
 
@@ -34,16 +54,23 @@ def test_tables_live_beside_optunas_in_one_sqlite_file(tmp_path):
     optuna.create_study(storage=url, study_name="s", directions=["maximize"])
     engine = queries.open_db(url)
     tables = set(inspect(engine).get_table_names())
-    assert {"autotune_studies", "autotune_trials", "autotune_pareto_snapshots",
-            "autotune_pareto_members", "trials", "studies"} <= tables
+    assert {
+        "autotune_studies",
+        "autotune_trials",
+        "autotune_pareto_snapshots",
+        "autotune_pareto_members",
+        "trials",
+        "studies",
+    } <= tables
 
 
 def test_trials_upsert_and_earlier_runs_are_found_by_fingerprint(tmp_path):
     engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
-        queries.save_trial(session, rec, 0, **trial_fields(status="failed", fingerprint="bad",
-                                                           failure_class="invalid_config"))
+        queries.save_trial(
+            session, rec, 0, **trial_fields(status="failed", fingerprint="bad", failure_class="invalid_config")
+        )
         queries.save_trial(session, rec, 1, **trial_fields())
         queries.save_trial(session, rec, 1, **trial_fields(metrics={"goodput": 2.0}))  # replaces
         session.commit()
@@ -61,13 +88,25 @@ def test_pareto_snapshots_keep_history(tmp_path):
     engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
-        for after, members, hv in [(0, [(0, [1.0])], 1.0), (1, [(1, [2.0])], 2.0),
-                                   (2, [(1, [2.0]), (2, [2.0])], 2.5)]:
-            queries.save_snapshot(session, rec, after, [
-                {"trial_number": n, "values": v, "params": {}, "config": {}} for n, v in members],
-                hypervolume=hv, n_finished=after + 1, n_feasible=after + 1)
-        queries.save_snapshot(session, rec, 2, [{"trial_number": 2, "values": [3.0], "params": {},
-                                                 "config": {}}], hypervolume=3.0, n_finished=3, n_feasible=3)
+        for after, members, hv in [(0, [(0, [1.0])], 1.0), (1, [(1, [2.0])], 2.0), (2, [(1, [2.0]), (2, [2.0])], 2.5)]:
+            queries.save_snapshot(
+                session,
+                rec,
+                after,
+                [{"trial_number": n, "values": v, "params": {}, "config": {}} for n, v in members],
+                hypervolume=hv,
+                n_finished=after + 1,
+                n_feasible=after + 1,
+            )
+        queries.save_snapshot(
+            session,
+            rec,
+            2,
+            [{"trial_number": 2, "values": [3.0], "params": {}, "config": {}}],
+            hypervolume=3.0,
+            n_finished=3,
+            n_feasible=3,
+        )
         session.commit()
         history = queries.front_history(session, rec)
     assert [s.after_trial_number for s in history] == [0, 1, 2]
@@ -91,18 +130,21 @@ def test_the_failure_values_storage_recognises_are_the_failure_vocabularys():
     from objectives.failure import FailureClass, FailurePhase
     from storage.tables import LOAD_ERROR_CLASS, PRECHECK_PHASE
 
-    assert (PRECHECK_PHASE, LOAD_ERROR_CLASS) == (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value)
+    assert (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value) == (PRECHECK_PHASE, LOAD_ERROR_CLASS)
 
 
-@pytest.mark.parametrize("fields, counts, reusable", [
-    (dict(status="ok"), True, True),
-    (dict(status="failed", failure_class="oom", failure_phase="startup"), True, True),
-    (dict(status="failed", failure_class="oom", failure_phase="load"), True, True),
-    (dict(status="failed", failure_class="invalid_config", failure_phase="precheck"), False, True),
-    (dict(status="failed", failure_class="load_error", failure_phase="load"), True, False),
-    (dict(status="duplicate"), False, False),
-    (dict(status="duplicate", failure_class="invalid_config", failure_phase="precheck"), False, False),
-])
+@pytest.mark.parametrize(
+    "fields, counts, reusable",
+    [
+        (dict(status="ok"), True, True),
+        (dict(status="failed", failure_class="oom", failure_phase="startup"), True, True),
+        (dict(status="failed", failure_class="oom", failure_phase="load"), True, True),
+        (dict(status="failed", failure_class="invalid_config", failure_phase="precheck"), False, True),
+        (dict(status="failed", failure_class="load_error", failure_phase="load"), True, False),
+        (dict(status="duplicate"), False, False),
+        (dict(status="duplicate", failure_class="invalid_config", failure_phase="precheck"), False, False),
+    ],
+)
 def test_what_a_trial_costs_and_whether_it_may_stand_for_a_repeat(fields, counts, reusable):
     row = TrialRecord(**trial_fields(**fields))
     assert (row.counts_against_budget, row.reusable) == (counts, reusable)
@@ -112,20 +154,45 @@ def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_tri
     engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
-        queries.save_trial(session, rec, 0, **trial_fields(status="failed", failure_class="load_error",
-                                                           failure_phase="load", values=[0.0]))
-        queries.save_trial(session, rec, 1, **trial_fields(status="failed", fingerprint="bad",
-                                                           failure_class="invalid_config", failure_phase="precheck"))
+        queries.save_trial(
+            session,
+            rec,
+            0,
+            **trial_fields(status="failed", failure_class="load_error", failure_phase="load", values=[0.0]),
+        )
+        queries.save_trial(
+            session,
+            rec,
+            1,
+            **trial_fields(
+                status="failed", fingerprint="bad", failure_class="invalid_config", failure_phase="precheck"
+            ),
+        )
         queries.save_trial(session, rec, 2, **trial_fields(log_path="/runs/trial-0002/server.log"))
         assert queries.earlier_run_of(session, rec, "f1").trial_number == 2  # not the load generator's failure
-        queries.save_duplicate(session, rec, 3, queries.earlier_run_of(session, rec, "f1"), fingerprint="f1",
-                               params={"max_num_seqs": 9}, config={"max_num_seqs": 9}, flags={}, adjustments=[],
-                               started_at=datetime(2026, 11, 23), diagnosis={"bottleneck": "healthy"})
+        queries.save_duplicate(
+            session,
+            rec,
+            3,
+            queries.earlier_run_of(session, rec, "f1"),
+            fingerprint="f1",
+            params={"max_num_seqs": 9},
+            config={"max_num_seqs": 9},
+            flags={},
+            adjustments=[],
+            started_at=datetime(2026, 11, 23),
+            diagnosis={"bottleneck": "healthy"},
+        )
         session.commit()
         dup = queries.trial_records(session, rec)[3]
         assert (dup.status, dup.duplicate_of, dup.params, dup.diagnosis) == (
-            "duplicate", 2, {"max_num_seqs": 9}, {"bottleneck": "healthy"})
+            "duplicate",
+            2,
+            {"max_num_seqs": 9},
+            {"bottleneck": "healthy"},
+        )
         assert {k: getattr(dup, k) for k in queries.REUSED_FIELDS} == {
-            k: getattr(queries.trial_records(session, rec)[2], k) for k in queries.REUSED_FIELDS}
+            k: getattr(queries.trial_records(session, rec)[2], k) for k in queries.REUSED_FIELDS
+        }
         assert (dup.timings, dup.stages, dup.retried, dup.log_path) == ({}, [], [], "/runs/trial-0002/server.log")
         assert queries.server_starts(session, rec) == 2  # the load error and trial 2; not the pre-check, not the repeat

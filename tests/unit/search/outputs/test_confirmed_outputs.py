@@ -20,11 +20,12 @@ from sqlalchemy.orm import Session
 from search.calibration import CalibrationResult
 from search.outputs import StudyProgress, dashboard, export, load_study, write_report
 from search.outputs.confirmation_rows import confirmation_rows
-from search.outputs.summary import confirmation_table, summary_table, verdict_lines
 from search.outputs.read_model import trial_views
+from search.outputs.summary import confirmation_table, summary_table, verdict_lines
 from storage import queries
+from tests.support.confirmation_world import LUCKY_16, TRUTH, enqueued
+from tests.support.confirmation_world import world as _world
 from tests.support.paths import FIXTURES
-from tests.support.confirmation_world import LUCKY_16, TRUTH, enqueued, world as _world
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import runner
 
@@ -44,8 +45,10 @@ def calibrated_scenario(tmp_path):
 
 
 def three_rounds(scenario, ctx, baseline, run_dir, on_phase) -> CalibrationResult:
-    rounds = [{"capacity_rps": c, "unloaded": {"ttft_median_ms": t, "tpot_median_ms": 20.0}}
-              for c, t in ((3.56, 245.0), (3.98, 255.0), (3.70, 250.0))]
+    rounds = [
+        {"capacity_rps": c, "unloaded": {"ttft_median_ms": t, "tpot_median_ms": 20.0}}
+        for c, t in ((3.56, 245.0), (3.98, 255.0), (3.70, 250.0))
+    ]
     return CalibrationResult.from_rounds(rounds, [{"request_throughput": r["capacity_rps"]} for r in rounds], 1.0)
 
 
@@ -62,8 +65,14 @@ def run_study(tmp_path, script, *, confirm_runs=None, before=None):
     """(storage URL, what the live progress printed)."""
     out = io.StringIO()
     progress = StudyProgress(Console(file=out, width=400, force_terminal=False))
-    r = runner(tmp_path, ScriptedExecutor(script=script, before=before), scenario=calibrated_scenario(tmp_path),
-               confirm_runs=confirm_runs, observers=[progress], calibrate=three_rounds)
+    r = runner(
+        tmp_path,
+        ScriptedExecutor(script=script, before=before),
+        scenario=calibrated_scenario(tmp_path),
+        confirm_runs=confirm_runs,
+        observers=[progress],
+        calibrate=three_rounds,
+    )
     enqueued(r).run()
     return r.prep.storage_url, out.getvalue()
 
@@ -105,22 +114,32 @@ def flags_of(url, trial_number) -> dict:
 
 # --- best.yaml ------------------------------------------------------------------------------
 
+
 def test_best_yaml_deploys_the_confirmed_winner_and_quotes_its_confirmed_numbers(recommended, tmp_path):
     url = recommended[0]
     done = exported(url, tmp_path)
     assert done.deployment.trial_number == BETTER and done.deployment.confirmed
     header, body = header_and_body(done.best)
     assert body == flags_of(url, BETTER)  # not the search's lucky pick (trial 0)
-    assert "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults " \
-           "(ties on output_throughput)" in header
-    assert "  ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; " \
-           "better beyond the noise" in header
+    assert (
+        "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
+        "(ties on output_throughput)" in header
+    )
+    assert (
+        "  ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; "
+        "better beyond the noise" in header
+    )
     assert "SLOs on its confirmed medians: met (closest: ttft_p95_ms<=2000, 70% headroom)" in header
     assert "run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in header
-    assert ("calibration: capacity 3.70 req/s [3.56, 3.98] over 3 rounds (CV 5.7%; the reference could move "
-            "-3.8% to +7.6%); the target load (50% of it) moves with it") in header
-    assert any(x.startswith("calibration: unloaded ttft_median_ms 250 ms [245, 255] over 3 rounds")
-               and x.endswith("the bound ttft_p95_ms <= 8x moves with it") for x in header)
+    assert (
+        "calibration: capacity 3.70 req/s [3.56, 3.98] over 3 rounds (CV 5.7%; the reference could move "
+        "-3.8% to +7.6%); the target load (50% of it) moves with it"
+    ) in header
+    assert any(
+        x.startswith("calibration: unloaded ttft_median_ms 250 ms [245, 255] over 3 rounds")
+        and x.endswith("the bound ttft_p95_ms <= 8x moves with it")
+        for x in header
+    )
     # What was there before stays: the study, vLLM and hardware, the command.
     assert any(x.startswith("study 'loop' in sqlite:///") and ", trial 1, confirmed over 3 runs" in x for x in header)
     assert any(x.startswith("vLLM: ") and "; hardware: " in x for x in header)
@@ -132,14 +151,20 @@ def test_best_yaml_keeps_the_baseline_when_nothing_beats_it_and_says_why(kept, t
     done = exported(url, tmp_path)
     header, body = header_and_body(done.best)
     assert done.deployment.trial_number == BASELINE and body == flags_of(url, BASELINE)
-    assert ("verdict: keep vllm_defaults (trial 3): nothing beats it beyond the noise "
-            "(trial 0 ties on ttft_p95_ms, output_throughput)") in header
+    assert (
+        "verdict: keep vllm_defaults (trial 3): nothing beats it beyond the noise "
+        "(trial 0 ties on ttft_p95_ms, output_throughput)"
+    ) in header
     # The ties: the front's second and the baseline are within the noise of the rule's first.
-    assert ("trial 2 and vllm_defaults (trial 3) are within the noise of trial 0 on every objective; trial 0 "
-            "picked by the tie-break: the best ttft_p95_ms, ties broken by the best output_throughput, on the "
-            "confirmed medians, but it does not beat vllm_defaults (trial 3) beyond the noise") in header
-    assert "  ttft_p95_ms 1,000 ms [980, 1,020] vs vllm_defaults 1,000 ms [980, 1,020]: +0.0% [-3.9, +4.1], " \
-           "3+3 runs; within the noise" in header
+    assert (
+        "trial 2 and vllm_defaults (trial 3) are within the noise of trial 0 on every objective; trial 0 "
+        "picked by the tie-break: the best ttft_p95_ms, ties broken by the best output_throughput, on the "
+        "confirmed medians, but it does not beat vllm_defaults (trial 3) beyond the noise"
+    ) in header
+    assert (
+        "  ttft_p95_ms 1,000 ms [980, 1,020] vs vllm_defaults 1,000 ms [980, 1,020]: +0.0% [-3.9, +4.1], "
+        "3+3 runs; within the noise" in header
+    )
 
 
 def test_no_best_yaml_when_none_met_the_slos_on_confirmed_medians_and_the_closest_is_named(none_feasible, tmp_path):
@@ -147,8 +172,10 @@ def test_no_best_yaml_when_none_met_the_slos_on_confirmed_medians_and_the_closes
     (tmp_path / "best.yaml").write_text("model: stale\n")  # an earlier export's
     done = exported(url, tmp_path)
     assert done.best is None and not (tmp_path / "best.yaml").exists() and done.removed_stale
-    assert done.why_none == ("no configuration is recommended: none met the SLOs on its confirmed medians; "
-                             "closest: trial 0, ttft_p95_ms<=2000 missed by 20%")
+    assert done.why_none == (
+        "no configuration is recommended: none met the SLOs on its confirmed medians; "
+        "closest: trial 0, ttft_p95_ms<=2000 missed by 20%"
+    )
     assert done.pareto.exists()
 
 
@@ -183,6 +210,7 @@ def test_an_interrupted_confirmation_says_how_to_finish_and_deploys_nothing_it_h
 
 # --- the terminal: summary at the end, progress while it runs --------------------------------------
 
+
 def rendered(*renderables) -> str:
     out = io.StringIO()
     console = Console(file=out, width=300, force_terminal=False)
@@ -206,16 +234,16 @@ def test_summary_tables_the_confirmed_medians_and_marks_search_differences_withi
     lines = verdict_lines(ls)
     assert lines[0].startswith("deploy trial 1: ")
     assert "run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in lines
-    assert any(x.startswith("warning: ttft_p95_ms over ~8 requests per run is decided by the single slowest")
-               for x in lines)
+    assert any(
+        x.startswith("warning: ttft_p95_ms over ~8 requests per run is decided by the single slowest") for x in lines
+    )
     assert any(x.startswith("calibration: capacity 3.70 req/s [3.56, 3.98]") for x in lines)
 
 
 def test_summary_lists_infeasible_candidates_with_their_worst_margin_and_failures(none_feasible):
     lines = verdict_lines(loaded(none_feasible[0]))
     assert "trial 0: misses ttft_p95_ms<=2000 by 20% on its confirmed medians" in lines
-    assert ("vllm_defaults (trial 3): 1 of 3 runs failed (round 2: oom: scripted: killed by the OOM killer)"
-            in lines)
+    assert "vllm_defaults (trial 3): 1 of 3 runs failed (round 2: oom: scripted: killed by the OOM killer)" in lines
 
 
 def test_the_cli_finish_prints_the_verdict_and_why_no_best_yaml_was_written(none_feasible, tmp_path):
@@ -231,23 +259,34 @@ def test_the_cli_finish_prints_the_verdict_and_why_no_best_yaml_was_written(none
 
 def test_progress_prints_each_confirmation_run_and_the_verdict(recommended, none_feasible):
     printed = recommended[1]
-    assert ("confirmation: 9 runs to go (3 candidates x 3 runs on fresh servers, interleaved): "
-            "trial 0, trial 1, vllm_defaults (trial 3)") in printed
+    assert (
+        "confirmation: 9 runs to go (3 candidates x 3 runs on fresh servers, interleaved): "
+        "trial 0, trial 1, vllm_defaults (trial 3)"
+    ) in printed
     assert "  confirm 2/9 (round 1): trial 1: ttft_p95_ms 588, output_throughput 98; feasible" in printed
-    assert "  confirm 9/9 (round 3): vllm_defaults (trial 3): ttft_p95_ms 1020, output_throughput 102; feasible" in printed
-    assert "  [" in printed and "] confirm 4/9 (round 2): trial 0: starting" in printed  # the run is the current "trial"
-    assert ("verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
-            "(ties on output_throughput)") in printed
+    assert (
+        "  confirm 9/9 (round 3): vllm_defaults (trial 3): ttft_p95_ms 1020, output_throughput 102; feasible" in printed
+    )
+    assert (
+        "  [" in printed and "] confirm 4/9 (round 2): trial 0: starting" in printed
+    )  # the run is the current "trial"
+    assert (
+        "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
+        "(ties on output_throughput)"
+    ) in printed
     failed = none_feasible[1]
     assert "  confirm 4/6 (round 2): vllm_defaults (trial 3): failed: oom: scripted: killed by the OOM killer" in failed
-    assert "  confirm 2/6 (round 1): vllm_defaults (trial 3): ttft_p95_ms 2450, output_throughput 98; " \
-           "violates ttft_p95_ms<=2000" in failed
+    assert (
+        "  confirm 2/6 (round 1): vllm_defaults (trial 3): ttft_p95_ms 2450, output_throughput 98; "
+        "violates ttft_p95_ms<=2000" in failed
+    )
 
 
 # --- the report and the dashboard --------------------------------------------------------------
 
+
 def _plot(page: str, div_id: str) -> list[dict]:
-    rest = page[page.index(f'"{div_id}",') + len(div_id) + 3:].lstrip()
+    rest = page[page.index(f'"{div_id}",') + len(div_id) + 3 :].lstrip()
     data, _ = json.JSONDecoder().raw_decode(rest)
     return data
 
@@ -257,8 +296,10 @@ def test_report_has_a_confirmation_section_with_the_verdict_runs_noise_and_calib
     top = page.split('id="verdict">', 1)[1].split("</div>", 1)[0]
     assert top.startswith("<p>deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults")
     section = page.split('<h2 id="confirmation">Confirmation</h2>', 1)[1].split('<h2 id="bottlenecks">', 1)[0]
-    assert "<li>ttft_p95_ms 700 ms [686, 714] vs vllm_defaults 1,000 ms [980, 1,020]: -30% [-33, -27], 3+3 runs; " \
-           "better beyond the noise</li>" in section  # every candidate against every baseline
+    assert (
+        "<li>ttft_p95_ms 700 ms [686, 714] vs vllm_defaults 1,000 ms [980, 1,020]: -30% [-33, -27], 3+3 runs; "
+        "better beyond the noise</li>" in section
+    )  # every candidate against every baseline
     row = re.search(r'<tr data-trial="1" class=chosen>(.*?)</tr>', section).group(1)
     assert "trial 1 (deployed)" in row and "600 ms [588, 612]" in row and "ttft_p95_ms win" in row
     assert '<tr><td>ttft_p95_ms</td><td>objective</td><td class="num">2.0%</td></tr>' in section
@@ -277,11 +318,15 @@ def test_the_confirmation_table_is_built_once_and_drawn_alike_by_the_terminal_an
     t = confirmation_rows(ls)
     assert (t.runs, t.runs_done, t.runs_planned, t.baselines, t.deployed) == (3, 9, 9, ["vllm_defaults"], BETTER)
     assert [(r.label, r.deployed, r.runs_ok, r.feasible, r.baseline) for r in t.rows] == [
-        ("trial 0", False, "3/3", True, False), ("trial 1", True, "3/3", True, False),
-        ("vllm_defaults (trial 3)", False, "3/3", True, True)]
+        ("trial 0", False, "3/3", True, False),
+        ("trial 1", True, "3/3", True, False),
+        ("vllm_defaults (trial 3)", False, "3/3", True, True),
+    ]
     deployed = t.rows[1]
-    assert dict(zip(t.objectives, deployed.medians)) == {"ttft_p95_ms": ("600 ms [588, 612]", 600.0),
-                                                         "output_throughput": ("100 tok/s [98, 102]", 100.0)}
+    assert dict(zip(t.objectives, deployed.medians)) == {
+        "ttft_p95_ms": ("600 ms [588, 612]", 600.0),
+        "output_throughput": ("100 tok/s [98, 102]", 100.0),
+    }
     assert deployed.calls == [{"ttft_p95_ms": "win", "output_throughput": "tie"}] and t.rows[2].calls == [None]
     terminal = rendered(confirmation_table(ls))
     page = write_report(recommended[0], "loop", tmp_path / "report.html").read_text()
@@ -309,11 +354,19 @@ def test_dashboard_study_note_quotes_the_verdict_and_the_noise_and_draws_the_run
         views = trial_views(ls)
         note = dashboard.study_note(ls, views, None)
         figs = dashboard.build_figures(ls, views, queries.front_history(session, ls.record))
-    assert {t.name for t in figs["confirmation-runs"].data} == {"round 1", "round 2", "round 3", "median [95% interval]"}
-    assert note.splitlines()[2] == ("- deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
-                                    "(ties on output_throughput)")
+    assert {t.name for t in figs["confirmation-runs"].data} == {
+        "round 1",
+        "round 2",
+        "round 3",
+        "median [95% interval]",
+    }
+    assert note.splitlines()[2] == (
+        "- deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults (ties on output_throughput)"
+    )
     assert "## Confirmation (re-measured on fresh servers)" in note
-    assert ("  - ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; "
-            "better beyond the noise") in note
+    assert (
+        "  - ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; "
+        "better beyond the noise"
+    ) in note
     assert "- run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in note
     assert "- calibration: capacity 3.70 req/s [3.56, 3.98] over 3 rounds" in note

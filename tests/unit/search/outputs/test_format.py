@@ -9,16 +9,19 @@ from objectives.statistics import Interval
 from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_relative, fmt_value, unit_of
 
 
-@pytest.mark.parametrize("value, digits, expected", [
-    (123.456, 3, "123"),
-    (123.456, 4, "123.5"),
-    (0.012345, 3, "0.0123"),
-    (2.0, 3, "2"),
-    (1234.5, 3, "1,234"),  # too large for 3 significant digits: whole, grouped, no exponent
-    (12345.6, 4, "12,346"),
-    (999.7, 3, "1,000"),  # rounds up past 3 digits: still no "1e+03"
-    (np.float64(0.25), 3, "0.25"),
-])
+@pytest.mark.parametrize(
+    "value, digits, expected",
+    [
+        (123.456, 3, "123"),
+        (123.456, 4, "123.5"),
+        (0.012345, 3, "0.0123"),
+        (2.0, 3, "2"),
+        (1234.5, 3, "1,234"),  # too large for 3 significant digits: whole, grouped, no exponent
+        (12345.6, 4, "12,346"),
+        (999.7, 3, "1,000"),  # rounds up past 3 digits: still no "1e+03"
+        (np.float64(0.25), 3, "0.25"),
+    ],
+)
 def test_floats_get_significant_digits_and_no_exponent_when_large(value, digits, expected):
     assert fmt_value(value, digits=digits) == expected
 
@@ -40,19 +43,40 @@ def test_nothing_measured_is_written_as_missing(value):
 
 # --- confirmed numbers: medians with their intervals, relative differences, one comparison line ----
 
+
 def test_a_comparison_line_quotes_both_intervals_the_difference_and_the_run_counts():
-    line = comparison_line("ttft_p95_ms@short", Interval(412.3, 398.1, 431.2, 3), "vllm_defaults",
-                           Interval(1310.2, 1270.4, 1365.0, 3), Interval(-0.686, -0.712, -0.664, 3))
-    assert line == ("ttft_p95_ms@short 412 ms [398, 431] vs vllm_defaults 1,310 ms [1,270, 1,365]: "
-                    "-69% [-71, -66], 3+3 runs")
-    tie = comparison_line("output_throughput", Interval(100.0, 98.0, 102.0, 3), "vllm_defaults",
-                          Interval(100.0, 98.0, 102.0, 2), Interval(0.0, -0.039, 0.041, 2), "tie")
+    line = comparison_line(
+        "ttft_p95_ms@short",
+        Interval(412.3, 398.1, 431.2, 3),
+        "vllm_defaults",
+        Interval(1310.2, 1270.4, 1365.0, 3),
+        Interval(-0.686, -0.712, -0.664, 3),
+    )
+    assert line == (
+        "ttft_p95_ms@short 412 ms [398, 431] vs vllm_defaults 1,310 ms [1,270, 1,365]: -69% [-71, -66], 3+3 runs"
+    )
+    tie = comparison_line(
+        "output_throughput",
+        Interval(100.0, 98.0, 102.0, 3),
+        "vllm_defaults",
+        Interval(100.0, 98.0, 102.0, 2),
+        Interval(0.0, -0.039, 0.041, 2),
+        "tie",
+    )
     assert tie.endswith("100 tok/s [98, 102]: +0.0% [-3.9, +4.1], 3+2 runs; within the noise")
 
 
-@pytest.mark.parametrize("metric, unit", [("ttft_p95_ms@short", "ms"), ("slo_capacity_rps", "req/s"),
-                                          ("request_throughput", "req/s"), ("output_throughput", "tok/s"),
-                                          ("total_token_throughput", "tok/s"), ("error_rate", "")])
+@pytest.mark.parametrize(
+    "metric, unit",
+    [
+        ("ttft_p95_ms@short", "ms"),
+        ("slo_capacity_rps", "req/s"),
+        ("request_throughput", "req/s"),
+        ("output_throughput", "tok/s"),
+        ("total_token_throughput", "tok/s"),
+        ("error_rate", ""),
+    ],
+)
 def test_units_follow_the_metric_name(metric, unit):
     assert unit_of(metric) == unit
 

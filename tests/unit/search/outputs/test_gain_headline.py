@@ -12,8 +12,10 @@ from tests.unit.search.test_verdict_measures import SCENARIO, run
 
 def _verdict(candidate_caps, reference_caps):
     runs = [run(0, k, 785.0 + 10 * k, r, r / 1.2, r * 1.2) for k, r in enumerate(candidate_caps)]
-    runs += [run(1, k, 1134.0 + 10 * k, r, r / 1.2 if r else None, r * 1.2 if r else 0.89,
-                 baseline="vllm_defaults") for k, r in enumerate(reference_caps)]
+    runs += [
+        run(1, k, 1134.0 + 10 * k, r, r / 1.2 if r else None, r * 1.2 if r else 0.89, baseline="vllm_defaults")
+        for k, r in enumerate(reference_caps)
+    ]
     return decide(runs, SCENARIO, [0, 1], runs_per_candidate=3)
 
 
@@ -35,8 +37,10 @@ def test_against_a_baseline_that_sustains_none_the_gain_is_absolute_and_says_so(
 
 
 def test_bounds_brackets_and_absolute_differences_are_labelled():
-    assert fmt_interval(st.Interval(1470.0, 1128.0, 1470.0, 3, at_least=True), unit="ms") == \
-        "at least 1,470 ms [1,128, 1,470]"
+    assert (
+        fmt_interval(st.Interval(1470.0, 1128.0, 1470.0, 3, at_least=True), unit="ms")
+        == "at least 1,470 ms [1,128, 1,470]"
+    )
     assert fmt_interval(st.Interval(0.0, 0.0, 0.89, 3), unit="req/s") == "0.000 req/s [0.000, 0.890]"
     assert fmt_bracket(2.86, 4.04) == "[2.86, 4.04)" and fmt_bracket(4.0, 4.0) == ">= 4"
     assert fmt_bracket(0.0, 0.89) == "< 0.89"
@@ -51,8 +55,9 @@ def test_each_runs_bracket_and_each_bound_is_named_in_the_notes():
     v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
     notes = verdict_text.bound_notes(v, SCENARIO)
     assert any(n.startswith("trial 0: slo_capacity_rps run by run lies in [1.76, 2.53), ") for n in notes)
-    assert any("vllm_defaults (trial 1): slo_capacity_rps run by run lies in < 0.89, < 0.89, < 0.89" in n
-               for n in notes)
+    assert any(
+        "vllm_defaults (trial 1): slo_capacity_rps run by run lies in < 0.89, < 0.89, < 0.89" in n for n in notes
+    )
     assert any("ttft_p95_ms, tpot_p95_ms read as the median of its runs" in n for n in notes)  # no samples stored
 
 
@@ -61,16 +66,26 @@ def test_a_thin_pool_lengthens_the_target_stage_then_adds_runs_and_says_what_it_
     from search.executor import Measurement
 
     def measurement(duration_s: float) -> Measurement:
-        return Measurement(WorkloadSpec.model_validate({"duration_s": duration_s, "arrival": {"mode": "poisson", "rate": 0.8},
-                                                        "prompt_tokens": 64, "output_tokens": 16}))
+        return Measurement(
+            WorkloadSpec.model_validate(
+                {
+                    "duration_s": duration_s,
+                    "arrival": {"mode": "poisson", "rate": 0.8},
+                    "prompt_tokens": 64,
+                    "output_tokens": 16,
+                }
+            )
+        )
 
     plan = pooled_plan(["ttft_p95_ms", "slo_capacity_rps"], measurement(30), 3, run_s=120.0, n_candidates=4)
     # 24 requests per run: 3 runs pool 72 (4 above the p95); a 42 s stage pools 100 (5)
     assert plan.runs == 3 and plan.measurement.workload.duration_s == 42
     assert plan.measurement.full_target and not measurement(30).full_target  # its target stages run in full
     assert plan.lines[0].startswith("ttft_p95_ms: ~24 requests per run, so 3 runs pool 72 with 4 above")
-    assert plan.lines[-1] == ("the confirmation's target stage runs duration_s 42 instead of 30 (+12 s of load a run) "
-                              "so that every percentile is read from enough pooled requests")
+    assert plan.lines[-1] == (
+        "the confirmation's target stage runs duration_s 42 instead of 30 (+12 s of load a run) "
+        "so that every percentile is read from enough pooled requests"
+    )
     assert pooled_plan(["ttft_p95_ms"], measurement(30), 6).measurement.workload.duration_s == 30  # 144 pooled
     plan = pooled_plan(["ttft_p95_ms"], measurement(5), 3, run_s=60.0, n_candidates=2)  # 4 a run: 3x, then runs
     assert plan.measurement.workload.duration_s == 15 and plan.runs == 9

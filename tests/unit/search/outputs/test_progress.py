@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from search.study.events import TrialRecorded
 from search.outputs import StudyProgress
+from search.study.events import TrialRecorded
 from storage.tables import TrialRecord, TrialStatus
 
 
@@ -18,8 +18,15 @@ def progress() -> tuple[StudyProgress, io.StringIO]:
 
 
 def row(**kw) -> TrialRecord:
-    fields = dict(trial_number=3, status=TrialStatus.OK, values=[12345.6, 98.7], feasible=True,
-                  client_behind=False, failure_class=None, failure_line=None)
+    fields = dict(
+        trial_number=3,
+        status=TrialStatus.OK,
+        values=[12345.6, 98.7],
+        feasible=True,
+        client_behind=False,
+        failure_class=None,
+        failure_line=None,
+    )
     return TrialRecord(**{**fields, **kw})
 
 
@@ -33,9 +40,18 @@ def test_a_measured_trial_shows_its_objectives_with_the_one_formatter_and_its_fe
 
 def test_a_failed_trial_shows_its_class_and_line_and_no_best_yet():
     p, _ = progress()
-    p.trial_recorded(TrialRecorded(row(status=TrialStatus.FAILED, values=[1e9, 0.0], feasible=False,
-                                       failure_class="kv_insufficient", failure_line="KV cache too small"),
-                                   best=None))
+    p.trial_recorded(
+        TrialRecorded(
+            row(
+                status=TrialStatus.FAILED,
+                values=[1e9, 0.0],
+                feasible=False,
+                failure_class="kv_insufficient",
+                failure_line="KV cache too small",
+            ),
+            best=None,
+        )
+    )
     assert p.last == "failed: kv_insufficient: KV cache too small"
     assert p.best == "no feasible trial yet"
 

@@ -19,9 +19,9 @@ from search.outputs import dashboard, export
 from search.outputs.report import write_report
 from search.prepare import StudyOptions, prepare
 from search.scenario import Scenario
+from search.study import StudyRunner
 from serving import Failure
 from serving.failures import classify
-from search.study import StudyRunner
 from storage import queries
 from storage.tables import TrialStatus
 from tests.support.fakes import ctx as fake_ctx
@@ -32,12 +32,19 @@ RUNS = FIXTURES / "runs"
 LOGS = FIXTURES / "logs"
 
 SCENARIO = {
-    "name": "recorded", "title": "recorded runs",
-    "workload": {"endpoint": "completions", "duration_s": 20, "arrival": {"mode": "poisson", "rate": 6.0},
-                 "prompt_tokens": {"dist": "uniform", "low": 100, "high": 160},
-                 "output_tokens": {"dist": "uniform", "low": 48, "high": 80}},
-    "objectives": [{"metric": "request_throughput", "direction": "maximize"},
-                   {"metric": "ttft_p95_ms", "direction": "minimize"}],
+    "name": "recorded",
+    "title": "recorded runs",
+    "workload": {
+        "endpoint": "completions",
+        "duration_s": 20,
+        "arrival": {"mode": "poisson", "rate": 6.0},
+        "prompt_tokens": {"dist": "uniform", "low": 100, "high": 160},
+        "output_tokens": {"dist": "uniform", "low": 48, "high": 80},
+    },
+    "objectives": [
+        {"metric": "request_throughput", "direction": "maximize"},
+        {"metric": "ttft_p95_ms", "direction": "minimize"},
+    ],
     "slos": [{"metric": "ttft_p95_ms", "max": 1000}],
     "selection": {"rule": "best_of", "metric": "request_throughput", "tolerance": 0.1, "then": "ttft_p95_ms"},
     "search_space": {"max_num_seqs": {"low": 2, "high": 64, "log": True}},
@@ -56,13 +63,17 @@ def replay(plan) -> TrialOutcome:
     mns = plan.config.get("max_num_seqs")
     if mns == 8:
         cls, line = classify((LOGS / "kv_insufficient.log").read_text(), returncode=1)
-        return TrialOutcome(status=TrialStatus.FAILED, failure=Failure(cls, line, phase="startup"),
-                            command="vllm serve ...")
+        return TrialOutcome(
+            status=TrialStatus.FAILED, failure=Failure(cls, line, phase="startup"), command="vllm serve ..."
+        )
     run = _record("queue_bound" if mns == 2 else "client_control")
-    metrics = {**run["metrics"],
-               "client_behind": float(run["metrics"]["schedule_lag_p99_ms"] > lag_limit_ms(run["target_rate"]))}
-    return TrialOutcome(status=TrialStatus.OK, metrics=metrics, server_diagnostics=run["server_diagnostics"],
-                        command="vllm serve ...")
+    metrics = {
+        **run["metrics"],
+        "client_behind": float(run["metrics"]["schedule_lag_p99_ms"] > lag_limit_ms(run["target_rate"])),
+    }
+    return TrialOutcome(
+        status=TrialStatus.OK, metrics=metrics, server_diagnostics=run["server_diagnostics"], command="vllm serve ..."
+    )
 
 
 @pytest.fixture
@@ -74,8 +85,9 @@ def study(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
 
     def run(trials, enqueue=()):
-        opts = StudyOptions(scenario=str(scenario), trials=trials, storage=url, study_name="recorded",
-                            runs_dir=tmp_path, confirm_runs=0)
+        opts = StudyOptions(
+            scenario=str(scenario), trials=trials, storage=url, study_name="recorded", runs_dir=tmp_path, confirm_runs=0
+        )
         r = StudyRunner(prepare(opts, ctx=fake_ctx()), opts, executor=ScriptedExecutor(script=replay).factory)
         for params in enqueue:
             r.study.enqueue_trial(params)
@@ -120,8 +132,13 @@ def test_publish_writes_figures_and_notes_the_dashboard_reads(study):
     assert done.trial_notes == 3
     st = optuna.load_study(study_name="recorded", storage=study)
     graphs = get_plotly_graph_objects(st._storage.get_study_system_attrs(st._study_id))
-    assert {"feasible-pareto-front", "optuna-pareto-front-constraints", "hypervolume-history",
-            "bottlenecks", "all-trials"} <= set(graphs)
+    assert {
+        "feasible-pareto-front",
+        "optuna-pareto-front-constraints",
+        "hypervolume-history",
+        "bottlenecks",
+        "all-trials",
+    } <= set(graphs)
     # Optuna's own plot sees the constraints the study loop told it: the queue-bound run is its infeasible one.
     optuna_plot = json.loads(graphs["optuna-pareto-front-constraints"])
     [infeasible] = [t for t in optuna_plot["data"] if "Infeasible Trial" in t.get("hovertemplate", "")]

@@ -13,8 +13,7 @@ import pytest
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from search.outputs import (DashboardPublisher, StudyProgress, dashboard, export, load_study, summary_table,
-                            write_report)
+from search.outputs import DashboardPublisher, StudyProgress, dashboard, export, load_study, summary_table, write_report
 from search.outputs.read_model import trial_views
 from storage import queries
 from tests.support.paths import FIXTURES
@@ -48,14 +47,14 @@ def loaded(study):
 def _plot(page: str, div_id: str) -> tuple[list[dict], dict]:
     """(traces, layout) of the plotly figure drawn in div `div_id`: Plotly.newPlot("id", data, layout, ...)."""
     decoder = json.JSONDecoder()
-    rest = page[page.index(f'"{div_id}",') + len(div_id) + 3:].lstrip()
+    rest = page[page.index(f'"{div_id}",') + len(div_id) + 3 :].lstrip()
     data, end = decoder.raw_decode(rest)
     layout, _ = decoder.raw_decode(rest[end:].lstrip(", \n"))
     return data, layout
 
 
 def test_report_draws_latency_against_rate_with_the_slo_bounds_and_each_capacity(study, loaded, tmp_path):
-    ls, views = loaded
+    _ls, views = loaded
     page = write_report(study[0], "loop", tmp_path / "report.html").read_text()
     traces, layout = _plot(page, "fig-latency-vs-rate")
     # One row per latency SLO, each bound a dashed line at its (resolved) value; error_rate has none.
@@ -63,8 +62,12 @@ def test_report_draws_latency_against_rate_with_the_slo_bounds_and_each_capacity
     assert {"SLO ttft_p95_ms <= 2,000", "SLO tpot_p95_ms <= 100"} <= {a["text"] for a in layout["annotations"]}
     base = views[0]
     cap = base.capacity
-    [points] = [t for t in traces if t["yaxis"] == "y"  # the first row: ttft_p95_ms
-                and t.get("name", "").startswith("trial 0 (vllm_defaults): capacity 2.27 req/s")]
+    [points] = [
+        t
+        for t in traces
+        if t["yaxis"] == "y"  # the first row: ttft_p95_ms
+        and t.get("name", "").startswith("trial 0 (vllm_defaults): capacity 2.27 req/s")
+    ]
     assert points["y"] == [s.metrics["ttft_p95_ms"] for s in sorted(base.stages, key=lambda s: s.rate)]
     assert sorted(points["x"]) == sorted(s.rate for s in base.stages)
     aborted = [s for s in sorted(base.stages, key=lambda s: s.rate) if s.aborted]
@@ -74,8 +77,11 @@ def test_report_draws_latency_against_rate_with_the_slo_bounds_and_each_capacity
     assert [cap["rps"], cap["rps"]] in [t["x"] for t in traces]
     assert any(min(t["x"]) == cap["low"] and max(t["x"]) == cap["high"] for t in traces if t.get("fill"))
     # A menu shows one trial at a time.
-    assert [b["label"] for b in layout["updatemenus"][0]["buttons"]][:3] == ["all trials", views[0].label,
-                                                                             views[1].label]
+    assert [b["label"] for b in layout["updatemenus"][0]["buttons"]][:3] == [
+        "all trials",
+        views[0].label,
+        views[1].label,
+    ]
     # The Pareto front's axes say which way is better, capacity included.
     _, pareto = _plot(page, "fig-pareto-0-1")
     assert pareto["yaxis"]["title"]["text"] == "slo_capacity_rps (higher is better)"
@@ -102,8 +108,8 @@ def test_report_trials_table_folds_each_trials_stage_table(study, tmp_path):
 
 
 def test_dashboard_note_tables_the_stages_and_states_the_capacity(study, loaded):
-    from optuna_dashboard import get_note
     import optuna
+    from optuna_dashboard import get_note
 
     ls, views = loaded
     st = optuna.load_study(study_name="loop", storage=study[0])
@@ -113,7 +119,9 @@ def test_dashboard_note_tables_the_stages_and_states_the_capacity(study, loaded)
     assert "### Load stages (5 load stages: 2 met, 1 violated, 2 aborted (saved 10 s))" in note
     assert "| stage | kind | rate (req/s) | outcome | elapsed (s) | saved (s) | idle wait (s) |" in note
     assert "| 1 | target | 1 | met every SLO | 20 |  |  |" in note
-    assert "| 3 | capacity | 4 | aborted: ttft_p95_ms<=2000 is certain to be violated (scripted) | 5 | 5 | 0.5 |" in note
+    assert (
+        "| 3 | capacity | 4 | aborted: ttft_p95_ms<=2000 is certain to be violated (scripted) | 5 | 5 | 0.5 |" in note
+    )
     starved = dashboard.trial_note(views[1], ls.scenario)
     assert "**Capacity under the SLO**: misses the SLO even at 1 req/s" in starved
 
@@ -127,7 +135,7 @@ def test_dashboard_figures_include_latency_against_rate(study, loaded):
 
 
 def test_best_yaml_quotes_the_chosen_capacity_beside_each_baselines(study, loaded):
-    ls, views = loaded
+    _ls, views = loaded
     chosen = next(v for v in views if v.chosen)
     with Session(queries.open_db(study[0])) as session:
         best = export.export(session, study[0], "loop", study[1] / "export").best.read_text()
@@ -141,7 +149,11 @@ def test_best_yaml_quotes_the_chosen_capacity_beside_each_baselines(study, loade
 
 def test_progress_summary_adds_the_capacity_and_what_early_aborts_saved(study):
     printed = study[2]
-    assert ("trial 0 (baseline vllm_defaults): ttft_p95_ms 637, slo_capacity_rps 2.271; feasible; "
-            "capacity 2.27 req/s (met at 2, violated at 2.38); early aborts saved 10 s") in printed
-    assert ("trial 1 (baseline starved): ttft_p95_ms 8512, slo_capacity_rps 0; violates SLOs; capacity "
-            "misses the SLO even at 1 req/s, the lowest rate tried; early aborts saved 10 s") in printed
+    assert (
+        "trial 0 (baseline vllm_defaults): ttft_p95_ms 637, slo_capacity_rps 2.271; feasible; "
+        "capacity 2.27 req/s (met at 2, violated at 2.38); early aborts saved 10 s"
+    ) in printed
+    assert (
+        "trial 1 (baseline starved): ttft_p95_ms 8512, slo_capacity_rps 0; violates SLOs; capacity "
+        "misses the SLO even at 1 req/s, the lowest rate tried; early aborts saved 10 s"
+    ) in printed
