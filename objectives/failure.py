@@ -59,7 +59,7 @@ _ADVICE: dict[FailureClass, list[str]] = {
     ],
     FailureClass.OOM: [
         "lower memory_utilization or max_num_seqs (the sampler warmup allocates max_num_seqs requests)",
-        "a smaller or quantized model (seed 000 tree: smaller model / more quantization)",
+        "a smaller or quantized model: less memory for weights leaves more for the KV cache",
     ],
     FailureClass.INVALID_CONFIG: ["fix the combination the line names; narrow the search space so it is never sampled"],
     FailureClass.INVALID_FLAG: [

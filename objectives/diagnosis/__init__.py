@@ -1,10 +1,10 @@
-"""Why a trial performed as it did, and which configurations the seeds call anti-patterns.
+"""Why a trial performed as it did, and which configuration settings are anti-patterns.
 
 Pure functions over what a trial recorded: its flat metrics (client side and the server's
 /metrics deltas, `server_*`), its configuration, the workload and its SLO results. No I/O.
 
-`diagnose` walks the decision tree of seed 000 (section 4.2, `../shared/seeds/`), in an order
-that puts causes before their symptoms:
+`diagnose` walks a bottleneck decision tree (what an engineer checks first when a server is
+slow), in an order that puts causes before their symptoms:
 
     never served -> startup_failure      requests failed -> server_errors
     client late  -> client_bound         (the measurement itself is off: fix that first)
@@ -12,14 +12,14 @@ that puts causes before their symptoms:
     long waits   -> queueing             TTFT high, not from waiting -> prefill_bound
     TPOT high    -> decode_bound         nothing crossed -> healthy
 
-The seeds were written for vLLM's V0 engine. Where their advice names a knob V1 no longer has
+Much tuning advice was written for vLLM's V0 engine. Where it names a knob V1 no longer has
 (`--scheduler-delay-factor`, `--swap-space`), the next steps name the V1 knob that does the same
 job, and say so. Which release removed a knob, whether the installed vLLM still has it, and vLLM's
 own defaults are not known here: they come in as `ServingFacts`, which `serving` fills from
 its flag registry (objectives never imports search).
 
-`antipatterns` checks a configuration against the seed 000 anti-pattern table and the pitfalls
-of seeds 001/002, saying for each whether it still applies on vLLM V1.
+`antipatterns` checks a configuration for settings that tuning practice or vLLM itself warns
+against, saying for each whether it still applies on vLLM V1.
 
 Modules: `models` (what comes out), `facts` (what the caller says about vLLM and the machine),
 `readings` (metrics and workload sizes), `thresholds`, `tree`, `antipatterns`, and `trial` (both

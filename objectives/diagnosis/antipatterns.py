@@ -1,7 +1,7 @@
-"""The seeds' anti-patterns in a configuration: the seed 000 table and the pitfalls of seeds 001/002.
+"""Configuration anti-patterns: settings that tuning practice or vLLM itself warns against.
 
-One `AntipatternRule` per finding code, in `RULES`: the seed it comes from, when it holds, what it says and
-whether the seed's concern still holds on vLLM V1. `antipatterns()` walks the table in order, so
+One `AntipatternRule` per finding code, in `RULES`: what the rule rests on, when it holds, what it says and
+whether the concern, often written for vLLM's V0 engine, still holds on V1. `antipatterns()` walks the table in order, so
 findings come out in table order. Rules that share a topic (memory_utilization high / no headroom
 / low) have predicates that exclude each other, as the branches of one if-chain did.
 """
@@ -104,10 +104,10 @@ Text = Callable[[Subject], str]
 class AntipatternRule:
     code: str
     severity: Severity
-    source: str  # which seed (or reference) calls it an anti-pattern
+    source: str  # what the rule rests on, in words a user can check: vLLM's behaviour or the practice
     holds: Callable[[Subject], bool]
     message: Text
-    applies_to_v1: str | Text  # whether and how the seed's concern holds on vLLM V1
+    applies_to_v1: str | Text  # whether and how the concern holds on vLLM V1
 
     def finding(self, s: Subject) -> Finding:
         applies = self.applies_to_v1 if isinstance(self.applies_to_v1, str) else self.applies_to_v1(s)
@@ -127,7 +127,7 @@ def _max_model_len_oversized_message(s: Subject) -> str:
     return (
         f"max_model_len {mml}{' (the model default)' if not s.config.get('max_model_len') else ''} "
         f"is {mml / longest:.0f}x the workload's longest request ({longest} tokens); "
-        f"set it near {longest} (seed 000: 4096 for chat, 16384 for RAG)"
+        f"set it near {longest} (typical: 4096 for chat, 16384 for retrieval-augmented prompts)"
     )
 
 
@@ -204,7 +204,7 @@ def _no_longer_has(s: Subject, param: str) -> bool:
 
 def _no_headroom_message(s: Subject) -> str:
     default = s.facts.default_memory_utilization
-    return f"memory_utilization {s.memory_utilization:g} leaves less than the 10% headroom seed 001 asks for" + (
+    return f"memory_utilization {s.memory_utilization:g} leaves less than 10% of device memory free for spikes" + (
         f" (vLLM's own default is {default:g})" if default is not None else ""
     )
 
@@ -213,7 +213,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "max_model_len_too_small",
         "error",
-        "reference/vllm.md section 7",
+        "vLLM checks every request against max_model_len",
         lambda s: bool(s.longest_request and s.max_model_len) and s.longest_request > s.max_model_len,
         lambda s: (
             f"max_model_len {s.max_model_len} is below the workload's longest request "
@@ -224,7 +224,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "max_model_len_oversized",
         "warning",
-        "seed 000 anti-pattern table; seed 001 pitfalls",
+        "a context far beyond any request reserves memory for nothing and lets a runaway request grow",
         _max_model_len_oversized,
         _max_model_len_oversized_message,
         "partly: V1 allocates KV blocks on demand, so no KV is reserved per request any more, "
@@ -234,7 +234,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "delay_factor_zero",
         "warning",
-        "seed 000 anti-pattern table",
+        "V0 tuning practice: a small delay batches arrivals; 0 runs many small batches",
         lambda s: _still_has(s, "scheduler_delay_factor") and s.config["scheduler_delay_factor"] == 0,
         lambda s: (
             "scheduler_delay_factor 0 schedules every iteration immediately, with small batches; "
@@ -245,7 +245,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "delay_factor_obsolete",
         "info",
-        "seed 000 anti-pattern table",
+        "the installed vLLM's own argument parser",
         lambda s: _no_longer_has(s, "scheduler_delay_factor"),
         lambda s: (
             f"scheduler_delay_factor {s.config['scheduler_delay_factor']} has no effect: "
@@ -258,7 +258,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "max_num_seqs_excessive",
         "warning",
-        "seed 000 anti-pattern table; seed 002 max-num-seqs",
+        "tuning practice: max_num_seqs at 1.5-2x the real concurrency, usually 64-256",
         _max_num_seqs_excessive,
         _max_num_seqs_excessive_message,
         "applies when the batch really gets that wide (every sequence gets less of each step); "
@@ -267,7 +267,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "swap_space_low",
         "warning",
-        "seed 000 anti-pattern table",
+        "V0 tuning practice: swap space lets preempted sequences resume without recomputing",
         lambda s: (
             _still_has(s, "swap_space")
             and s.config["swap_space"] is not None
@@ -282,7 +282,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "swap_space_obsolete",
         "info",
-        "seed 000 anti-pattern table",
+        "the installed vLLM's own argument parser",
         lambda s: _no_longer_has(s, "swap_space"),
         lambda s: (
             f"swap_space {s.config['swap_space']} has no effect: {s.facts.vllm_label} has no such "
@@ -294,7 +294,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "memory_utilization_high",
         "warning",
-        "seed 001 --gpu-memory-utilization; seed 002",
+        "tuning practice: 0.80-0.95 of device memory, 10-15% kept free for spikes and other processes",
         lambda s: _on_gpu(s) and s.memory_utilization > GPU_MEMORY_UTILIZATION_HIGH,
         lambda s: (
             f"memory_utilization {s.memory_utilization:g} > {GPU_MEMORY_UTILIZATION_HIGH}: no headroom "
@@ -305,7 +305,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "memory_utilization_no_headroom",
         "info",
-        "seed 001",
+        "tuning practice: 10-15% of device memory kept free for spikes",
         lambda s: _on_gpu(s) and GPU_MEMORY_UTILIZATION_HEADROOM < s.memory_utilization <= GPU_MEMORY_UTILIZATION_HIGH,
         _no_headroom_message,
         "applies",
@@ -313,7 +313,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "memory_utilization_low",
         "warning",
-        "seed 002",
+        "tuning practice: memory not given to the KV cache limits concurrency",
         lambda s: _on_gpu(s) and s.memory_utilization < GPU_MEMORY_UTILIZATION_LOW,
         lambda s: (
             f"memory_utilization {s.memory_utilization:g} < {GPU_MEMORY_UTILIZATION_LOW}: device memory "
@@ -324,7 +324,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "kv_cache_small",
         "warning",
-        "seed 002 (too low wastes memory and lowers concurrency)",
+        "KV cache arithmetic: a cache smaller than the batch's requests preempts them",
         _kv_cache_small,
         _kv_cache_small_message,
         "applies (on the CPU build memory_utilization is a share of the tuner's KV budget, "
@@ -333,7 +333,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "batched_tokens_below_max_num_seqs",
         "error",
-        "reference/vllm.md section 6",
+        "vLLM's start-up check",
         lambda s: (
             s.max_num_batched_tokens is not None and bool(s.max_num_seqs) and s.max_num_batched_tokens < s.max_num_seqs
         ),
@@ -345,7 +345,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "batched_tokens_below_prompt",
         "error",
-        "seed 002 max-num-batched-tokens / chunked prefill",
+        "without chunked prefill a prompt must fit in one step",
         _batched_tokens_below_prompt,
         lambda s: (
             f"max_num_batched_tokens {s.max_num_batched_tokens} < the longest prompt "
@@ -356,7 +356,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "batched_tokens_tiny",
         "info",
-        "seed 002 max-num-batched-tokens",
+        "with chunked prefill a prompt takes one step per max_num_batched_tokens",
         _batched_tokens_tiny,
         lambda s: (
             f"max_num_batched_tokens {s.max_num_batched_tokens}: the longest prompt ({s.longest_prompt} "
@@ -368,7 +368,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "prefix_caching_off",
         "warning",
-        "seed 001 (prefix caching is free performance); seed 000 mixed_workload",
+        "prefix caching computes a shared prefix once; without it every request recomputes it",
         lambda s: s.config.get("enable_prefix_caching") is False and has_shared_prefix(s.workload),
         lambda s: (
             "enable_prefix_caching is off, but the workload shares prompt prefixes: every shared prefix is recomputed"
@@ -378,7 +378,7 @@ RULES: tuple[AntipatternRule, ...] = (
     AntipatternRule(
         "log_stats_off",
         "warning",
-        "reference/vllm.md section 2",
+        "vLLM's /metrics are what the diagnosis reads",
         lambda s: bool(s.config.get("disable_log_stats")),
         lambda s: (
             "disable_log_stats removes every vllm:* metric from /metrics: queueing, KV use and "
@@ -396,7 +396,7 @@ def antipatterns(
     facts: ServingFacts = ServingFacts(),
     metrics: dict[str, Any] | None = None,
 ) -> list[Finding]:
-    """The seeds' anti-patterns in a configuration (canonical parameter names, as in scenarios).
+    """The anti-patterns in a configuration (canonical parameter names, as in scenarios).
 
     `workload` makes length and concurrency checks possible; `metrics` (a measured trial) lets
     the concurrency check use what the server really saw.

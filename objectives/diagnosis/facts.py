@@ -28,7 +28,7 @@ class ServingFacts:
     removed_in: Mapping[str, str] = field(default_factory=dict)  # parameter -> vLLM release that removed it
 
     def still_has(self, param: str) -> bool:
-        """Whether the installed vLLM still takes `param`, a knob of the V0-era seeds (`swap_space`).
+        """Whether the installed vLLM still takes `param`, a knob of V0-era tuning advice (`swap_space`).
 
         An unknown install is taken as current V1, which has none of them.
         """

@@ -37,8 +37,8 @@ class Finding:
     code: str
     severity: Severity
     message: str
-    source: str  # which seed (or reference) says so
-    applies_to_v1: str  # whether and how the seed's concern holds on vLLM V1
+    source: str  # what the rule rests on: vLLM's own behaviour or a tuning practice, in words
+    applies_to_v1: str  # whether and how the concern holds on vLLM V1
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

@@ -1,4 +1,4 @@
-"""The decision tree of seed 000 (section 4.2): one trial's bottleneck from its metrics.
+"""The bottleneck decision tree: one trial's bottleneck from its metrics.
 
 Branches are checked in the order the package docstring gives (causes before symptoms); the
 first that holds names the bottleneck, the others are reported as `also`.
@@ -128,11 +128,8 @@ def _server_errors(m, config, failure: Failure | None, err) -> Diagnosis:
         "exceeds max_model_len, timeouts mean the queue (see waiting) outgrew request_timeout_s"
     ]
     if failure and failure.cls == FailureClass.OOM:
-        steps.append(
-            "out of memory under load (seed 000 tree: really out of memory?): lower memory_utilization or "
-            "max_num_seqs, or a quantized model"
-        )
-    steps.append("limit max_tokens per request at the gateway so one request cannot hog the KV cache (seed 001)")
+        steps.append("out of memory under load: lower memory_utilization or max_num_seqs, or a quantized model")
+    steps.append("limit max_tokens per request at the gateway so one request cannot hog the KV cache")
     return Diagnosis(
         "server_errors",
         "Requests failed: the other metrics describe the survivors only.",
@@ -187,10 +184,10 @@ def _preemption(m, config, facts: ServingFacts, workload) -> Diagnosis | None:
     ]
     steps = []
     if facts.still_has("swap_space"):
-        steps.append("raise swap_space (seed 000 tree: frequent preemption -> larger swap-space, at least 4 GB)")
+        steps.append("raise swap_space to at least 4 GB: a preempted request is then swapped out, not recomputed")
     else:
         steps.append(
-            f"the seeds say raise swap-space; V1 has none ({facts.removed('swap_space', product=False)}: "
+            f"V0's answer, a larger swap-space, does not exist on V1 ({facts.removed('swap_space', product=False)}: "
             "a preempted request is recomputed), so give the KV cache more room instead:"
         )
     util = config.get("memory_utilization")
@@ -202,7 +199,7 @@ def _preemption(m, config, facts: ServingFacts, workload) -> Diagnosis | None:
     )
     steps.append("raise watermark (e.g. 0.05-0.1) to keep blocks free at admission for running requests")
     if facts.is_gpu:
-        steps.append("an fp8 kv_cache_dtype halves KV per token (seed 001: KV quantization)")
+        steps.append("an fp8 kv_cache_dtype halves KV per token, so the same memory holds twice the tokens")
     return Diagnosis(
         "preemption",
         "The KV cache ran full and running requests were preempted (recomputed from scratch).",
@@ -238,7 +235,7 @@ def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
     if known(running) and mns and running >= mns:
         evidence.append(f"the batch was full: {running:.0f} running = max_num_seqs {mns}")
         steps.append(
-            f"raise max_num_seqs above {mns} (seed 000 tree: waiting queue backlog -> more max-num-seqs; or max_num_active_seqs "
+            f"raise max_num_seqs above {mns} so the waiting requests join the batch (or max_num_active_seqs "
             "on vLLM >= 0.29, which needs no recompile)"
         )
     elif known(kv) and kv >= KV_FULL:
@@ -252,15 +249,15 @@ def _queueing(m, config, facts: ServingFacts) -> Diagnosis | None:
                 + "): the engine itself is saturated"
             )
         steps.append(
-            "the offered load exceeds this server's capacity: scale out (seed 000 tree: consider more capacity) "
+            "the offered load exceeds this server's capacity: scale out (more replicas or a larger GPU) "
             "or lower the request rate"
         )
-        steps.append("raise max_num_batched_tokens for throughput (seed 002: low throughput)")
+        steps.append("raise max_num_batched_tokens: more tokens per step, more throughput at some TTFT")
     if config.get("scheduler_delay_factor"):
         steps.append(
             "scheduler_delay_factor does nothing on V1 "
             f"({facts.removed('scheduler_delay_factor', product=False)}; new requests are admitted "
-            "every step); the seeds' 'lower the delay factor' is already the V1 behaviour"
+            "every step); lowering the delay factor, the V0 advice, is already the V1 behaviour"
         )
     return Diagnosis(
         "queueing",
@@ -279,7 +276,7 @@ def _ttft_high(m, violated, unloaded, key="ttft_p95_ms") -> tuple[bool, str]:
     if ref and known(ttft) and ttft >= LATENCY_X_UNLOADED * ref:
         return True, f"TTFT p95 {fmt_ms(ttft)} is {ttft / ref:.1f}x the idle server's median {fmt_ms(ref)}"
     if known(ttft) and ttft > TTFT_HIGH_MS:
-        return True, f"TTFT p95 {fmt_ms(ttft)} > {fmt_ms(TTFT_HIGH_MS)} (seed 000 tree: TTFT very high)"
+        return True, f"TTFT p95 {fmt_ms(ttft)} > {fmt_ms(TTFT_HIGH_MS)}"
     return False, ""
 
 
@@ -310,7 +307,7 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
     mnbt = config.get("max_num_batched_tokens")
     steps = []
     if not chunked:
-        steps.append("enable_chunked_prefill: long prompts then share steps with decodes (seed 002)")
+        steps.append("enable_chunked_prefill: long prompts then share steps with decodes")
     if workload is not None:
         longest = longest_prompt_tokens(workload)
         if mnbt and chunked and longest > mnbt:
@@ -330,9 +327,9 @@ def _prefill_bound(m, config, workload, violated, unloaded, queueing: bool) -> D
             "whole step and short requests get their first token sooner"
         )
     if has_shared_prefix(workload) and config.get("enable_prefix_caching") is False:
-        steps.append("enable_prefix_caching: the workload shares prompt prefixes (seed 001: free performance)")
+        steps.append("enable_prefix_caching: the workload shares prompt prefixes, which are then computed once")
     steps.append(
-        "the seeds' first answer, lower scheduler_delay_factor, has no V1 knob: V1 already admits prefills every step"
+        "V0's first answer, a lower scheduler_delay_factor, has no V1 knob: V1 already admits prefills every step"
     )
     return Diagnosis(
         "prefill_bound",
@@ -366,7 +363,7 @@ def _decode_bound(m, config, violated, unloaded, facts: ServingFacts) -> Diagnos
     mns = effective_max_num_seqs(config, facts)
     steps = [
         f"lower max_num_seqs{f' (now {mns})' if mns else ''} or max_num_active_seqs: fewer "
-        "sequences per step, each step faster (seed 002: high latency -> smaller max-num-seqs)"
+        "sequences per step, each step faster"
     ]
     if stalled:
         steps.append(
@@ -377,7 +374,7 @@ def _decode_bound(m, config, violated, unloaded, facts: ServingFacts) -> Diagnos
     if ref:
         steps.append(
             f"if even the idle TPOT ({fmt_ms(ref)}) is too slow, it is the model or its precision, "
-            "not scheduling (seed 000 tree: a model/quantization problem, not scheduling)"
+            "not scheduling: a smaller or quantized model"
         )
     return Diagnosis(
         "decode_bound",
@@ -418,7 +415,7 @@ def _side_notes(m, config, workload) -> list[str]:
     if has_shared_prefix(workload):
         if config.get("enable_prefix_caching") is False:
             notes.append(
-                "prefix caching is off although the workload shares prompt prefixes (seed 001: free performance)"
+                "prefix caching is off although the workload shares prompt prefixes: each is recomputed per request"
             )
         else:
             hit = num(m, "server_prefix_cache_hit_rate")

@@ -137,7 +137,7 @@ def _findings_html(title: str, findings) -> str:
         return f"<p>{_e(title)}: no anti-pattern found.</p>"
     items = "".join(
         f'<li class="finding-{f.severity}">[{f.severity}] {_e(f.message)} '
-        f'<span class="note">({_e(f.applies_to_v1)}; source: {_e(f.source)})</span></li>'
+        f'<span class="note">({_e(f.applies_to_v1)}; why: {_e(f.source)})</span></li>'
         for f in findings
     )
     return f"<p>{_e(title)}:</p><ul>{items}</ul>"
@@ -451,7 +451,7 @@ written {created}.</p>
 {confirmation_section(ls)}
 <h2 id="bottlenecks">What limited the trials</h2>
 {_fig_html(figures.bottleneck_figure(views), "bottlenecks")}
-<details><summary>Anti-patterns in the baselines (seed 000's table, seeds 001/002)</summary>{base_findings}</details>
+<details><summary>Anti-patterns in the baselines</summary>{base_findings}</details>
 <p>Sections: <a href="#confirmation">Confirmation</a> · {toc}<a href="#trials">Trials</a> · <a href="#all-metrics">All metrics</a></p>
 {sections}
 <h2 id="trials">Trials</h2>
