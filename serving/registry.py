@@ -173,7 +173,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         low=0.0,
         removed_in="0.18.0",
     ),
-    # The GPU knobs (seeds 001 and 002; vLLM's recipes tune TP first). Their pre-start checks are in
+    # The GPU knobs (vLLM's recipes tune TP first). Their pre-start checks are in
     # check_combination; what the CPU build does with each is its CpuRule.
     ParamSpec(
         "tensor_parallel_size",

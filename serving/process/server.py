@@ -42,7 +42,7 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 # The API server module run as `__main__` from `-c`, not with `-m`. With `-m`, multiprocessing's
 # spawn re-runs the main module in every process it starts: vLLM's EngineCore, and on a CPU its
 # worker too (the CPU build forces spawn), each imported the whole HTTP stack it never serves
-# (measured here: 1-2 s per process, of 25-45 s to /health). From `-c` the main module has no
+# (seconds per process: docs/results.md, "Server starts"). From `-c` the main module has no
 # name or file, so a child imports only what it runs. The same vLLM code with the same flags:
 # the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
 LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"

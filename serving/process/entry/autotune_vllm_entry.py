@@ -4,7 +4,7 @@ already imported vLLM instead of spawned as fresh ones.
 
 vLLM starts an EngineCore process, which starts a worker; the CPU build forces multiprocessing's
 `spawn` for both, so each is a new interpreter importing torch and vLLM again, one after the
-other (measured here: 7-8 s each, of a 25-28 s start). Here a `forkserver` is started first
+other (a large share of a start: docs/results.md, "Server starts"). Here a `forkserver` is started first
 thing and imports the EngineCore's modules while this process imports the API server's (two cores
 work at once instead of one after another). Every `spawn` of this process and of its forkserver
 children becomes a fork from that forkserver: the EngineCore, and the worker the EngineCore starts
@@ -17,9 +17,8 @@ OpenMP settings from the environment it is exec'd with, which a fork cannot do a
 CPU platform sets LD_PRELOAD (PyTorch's libgomp, and its bundled tcmalloc) before it starts its
 children, and gives the worker OMP_NUM_THREADS and GOMP_CPU_AFFINITY (here: 1 thread, bound to
 CPU 0, the other CPU left to the API server, the EngineCore and the load client). Forked without
-them the worker started in 1 s instead of 8 but ran 2 OpenMP threads unbound and served worse
-(benchmarks/startup.py --compare, 2026-11-26, 3 starts each: TPOT p95 13.0 ms [11.6-15.2] against
-7.6 [6.5-8.9]; forked from the EngineCore the day before: TTFT p95 188 ms against 50). So the
+them the worker started in 1 s instead of 8 but ran 2 OpenMP threads unbound and served
+markedly worse (docs/results.md, "Server starts"). So the
 forkserver is exec'd with the LD_PRELOAD vLLM's rule gives (`vllm_ld_preload`); a forked child
 applies the thread count and a one-CPU binding itself (`apply_openmp_env`); and a child whose
 environment differs from the forkserver's in anything else that is read at exec is spawned as

