@@ -5,7 +5,7 @@ A Python signal handler runs in the main thread between two bytecodes. When it r
 KeyboardInterrupt, or the study's SIGTERM handler, which raises the same) while a task of the
 loop is executing, that task ends with the exception and nobody awaits it any more: asyncio
 prints "Task exception was never retrieved" with a traceback when the task is collected, after
-the program's own last line (issue 25: 1 of 5 SIGTERMs during calibration). Registered with the
+the program's own last line (a SIGTERM during calibration did so). Registered with the
 loop (`loop.add_signal_handler`), the same handler runs as a loop callback, outside every task:
 its KeyboardInterrupt stops the loop, and the runner then cancels and awaits every task before
 the interrupt reaches the caller.

@@ -27,8 +27,8 @@ def engine_pinned_cpus(proc: Path = Path("/proc")) -> set[int]:
     vLLM's CPU backend binds each worker's OpenMP threads to cores of their own
     (`VLLM_CPU_OMP_THREADS_BIND=auto`: all cores but the ones it reserves for the API server and
     the engine core), and those threads compute for the whole run. A load client that the kernel
-    places on such a core waits behind them: measured here (2 cores, worker on CPU 0) for 0.1 to
-    2.8 s at a time, with every chunk that arrived meanwhile stamped late. Threads that may run
+    places on such a core waits behind them, up to seconds at a time, with every chunk that
+    arrived meanwhile stamped late (docs/measurement.md, "The client"). Threads that may run
     anywhere are not pinned (their allowed set is this process's, in the same container); on a
     machine without /proc, or without such engines, the set is empty.
     """

@@ -9,8 +9,8 @@ What the server owes, and what counts as its answer:
   the server ended, or the engine's gauges moving (polled by the drain between stages) is
   progress: an engine that hangs behind a live API server still answers /metrics, and must not
   look alive for it. Cut-off requests stay owed until such progress, so an early abort that cut
-  off a hung server's requests does not restart the clock (issue 25: the abort fired first, the
-  watch then saw nothing in flight, and the next stage's first request waited out its 120 s
+  off a hung server's requests does not restart the clock (else, with the abort first, the
+  watch sees nothing in flight, and the next stage's first request waits out its whole
   timeout);
 * the tuner's own requests around the load (GET /v1/models, /tokenize, /metrics, /health, POST
   /reset_prefix_cache: `Ask`s, registered through `traced`) owe an answer: any answer of the

@@ -114,9 +114,9 @@ def signal_factor_down(margin: float, settings: SearchSettings) -> float:
 
     Simulated on 32 known margin curves with the target above the capacity (linear, cubic, M/M/1;
     tests/unit/objectives/test_capacity.py), stages to a 10% bracket: mean 4.25 -> 3.59, fewer on
-    14 curves, more on none. Measured on a real study (mixed, 2026-11-25): the confirmation's target stages missed by 1-7%
-    (the pick) and 58-73% (the baselines), and halving from 1.82 req/s took 4 stages to the
-    bracket [1.67, 1.82) every time."""
+    14 curves, more on none. On a real study, where the pick's target stages missed by a few
+    percent, halving took 4 stages to the same bracket every time (docs/results.md, "Capacity
+    search")."""
     if not math.isfinite(margin) or margin <= 0:
         return settings.step
     aimed = math.sqrt(1.0 + margin) * (1.0 + settings.precision)
@@ -162,9 +162,8 @@ def interpolate(low: Probe, high: Probe) -> float:
     """Where the margin crosses zero on the straight line between the two probes. When either
     margin is not finite (an early-aborted stage stopped the moment its miss was certain, so by
     how much is not known), the highest rate measured to meet the SLO: the conservative end,
-    the rate a capacity plan can rely on (auto_tune.sh reports the same). Measured on `mixed`:
-    the bracket's midpoint said 2.09 req/s where fixed-rate runs met the SLO at 1.95 and
-    missed it at 2.05."""
+    the rate a capacity plan can rely on (vLLM's auto_tune.sh reports the same). The bracket's
+    midpoint overstated what fixed-rate runs sustain (docs/results.md, "Capacity search")."""
     if not math.isfinite(high.margin) or not math.isfinite(low.margin):
         return low.rate
     if high.margin - low.margin <= 0:

@@ -43,7 +43,8 @@ Three ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
   the TTFT of the requests sent there both climb (least-squares slopes positive at one-sided
   p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at
   least `SATURATION_MIN_SLOPE` s per s of sending (arrivals 5 % above what is served): the rate
-  is above capacity and the stage is measuring its own backlog (GuideLLM issue 242). The
+  is above capacity and the stage is measuring its own backlog (as GuideLLM's over-saturation
+  stop reads it). The
   stage's first `SATURATION_SETTLE_S` are left out: an empty server fills up near capacity.
 * `off`: nothing stops a stage.
 
@@ -83,10 +84,9 @@ SATURATION_MIN_POINTS = 8
 # what the server serves (a backlog grows at (arrivals - served) / served s per s).
 SATURATION_MIN_SLOPE = 0.05
 # Not read from a stage's first seconds: a stage starts on an empty server, whose queue and TTFT
-# climb to their steady level at any rate near capacity. Replayed on the stored stages of four
-# default mixed studies (2026-11-25/26), the rule read over the whole window stopped 3 capacity
-# stages at 3.26-3.56 req/s (capacity ~3.6) as over-saturated 10-12 s in, all of which met the
-# SLOs run in full: the fill-up, not a backlog.
+# climb to their steady level at any rate near capacity: read over the whole window, the rule
+# stopped capacity stages just below capacity that met the SLOs run in full (docs/results.md,
+# "Early abort").
 SATURATION_SETTLE_S = 5.0
 
 
