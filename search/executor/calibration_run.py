@@ -89,9 +89,8 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
     for i in range(cal.repeats):
         tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
         # Every round replays the same requests: without a reset, a later round's prompts hit
-        # the prefix cache the earlier rounds filled (measured on mixed: the long class's
-        # unloaded TTFT fell from 1,274 ms in round 1 to 89 ms in round 2, and the capacity
-        # rose from 1.73 to 4.24 req/s).
+        # the prefix cache the earlier rounds filled, and reads an unloaded TTFT and a capacity
+        # many times better than the first round's (docs/results.md, "Calibration").
         reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
         unloaded, timed = _unloaded(
             server.base_url,
@@ -128,9 +127,10 @@ def _unloaded(
     client could time.
 
     The TPOT median is read from those timed streams only, and is None for a class whose streams
-    mostly arrived in one read: on a fast CPU (bf16, 2026-11-25) short requests' deltas reached
-    the client coalesced, their TPOT read 0.0 ms, and the weighted median of 1.2 ms made a 25x
-    TPOT bound of 30 ms that vLLM's defaults missed at 40% of their capacity."""
+    mostly arrived in one read: on a fast CPU (bf16) short requests' tokens can reach the client
+    in one read, a TPOT of 0 that times nothing, and a reference pulled down by such zeros makes
+    a relative TPOT bound that even vLLM's defaults miss far below their capacity
+    (docs/results.md, "Calibration")."""
     unloaded: dict[str, float | None] = {}
     timed_share: dict[str, float] = {}
     for i, cls in enumerate(wl.classes):

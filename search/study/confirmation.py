@@ -50,8 +50,8 @@ START_STOP_ESTIMATE_S = 45.0
 # per run would otherwise ask for dozens): beyond it the verdict warns that the pool is thin.
 MAX_POOLED_RUNS = 10
 # With nothing sampled feasible, sampled configs that missed an SLO by at most this fraction of its
-# bound are confirmed: a screen's short-request TTFT tail moved 30% between the search and the
-# confirmation of one config (418 -> 546 ms, 2026-11-25).
+# bound are confirmed: one screen's short-request TTFT tail can move by more than that between
+# the search and the confirmation of one config (docs/results.md, "Confirmation").
 NEAR_MISS = 0.25
 # The most a thin percentile may lengthen the confirmation's target stage, before it asks for runs.
 MAX_STAGE_STRETCH = 3.0
@@ -121,9 +121,9 @@ def _near_misses(
     study: optuna.Study, rows: dict[int, TrialRecord], front_size: int
 ) -> tuple[list[Candidate], set[str], str | None]:
     """With no sampled configuration feasible in the search, the closest ones whose worst SLO miss
-    is within NEAR_MISS of its bound: a miss the search's single screen does not settle (the real
-    study of 2026-11-25: two configs missed the short-TTFT bound by 0.9%, and the same configs had
-    read 418-450 ms against 513 in the study before). Confirmed, each gets its capacity searched
+    is within NEAR_MISS of its bound: a miss the search's single screen does not settle (the same
+    configs can miss by 1% in one study and pass with room in the next; docs/results.md,
+    "Confirmation"). Confirmed, each gets its capacity searched
     below the target, so the verdict still says how much load each config carries."""
     near = sorted(
         (t for t in pareto.finished(study) if not rows[t.number].baseline and 0 < pareto.slo_miss(t) <= NEAR_MISS),
@@ -155,10 +155,10 @@ def _bracket(row: TrialRecord | ConfirmationRun) -> tuple[float, ...]:
 def rerun_hint(cand: Candidate, earlier: Sequence[ConfirmationRun]) -> tuple[float, ...]:
     """Where a confirmation run of `cand` looks for its capacity first: the bracket of its latest
     run that found one (the full measurement, on a fresh server), else its search trial's (a
-    screen). Measured in a default `mixed` study (2026-11-25), a baseline that missed at the
-    target walked down 4 stages in every one of its 3 runs to the same bracket [1.84, 1.94);
-    hinted, a run that lands in the same bracket measures 2 (the target, then the bracket's low
-    end). Only where to look: every rate is measured again."""
+    screen). Unhinted, a config that misses at the target walks down the same stages to the same
+    bracket in every run; hinted, a run that lands in the same bracket measures 2 (the target,
+    then the bracket's low end; docs/results.md, "Confirmation"). Only where to look: every rate
+    is measured again."""
     for run in sorted(earlier, key=lambda r: r.sequence, reverse=True):
         if run.trial_number == cand.trial_number and run.status == TrialStatus.OK.value and (found := _bracket(run)):
             return found
