@@ -283,9 +283,9 @@ def summarize(runs: list[dict[str, Any]], w: World, budgets: tuple[int, ...]) ->
     }
 
 
-# Optuna's GP sampler fits a GP per objective and per SLO constraint at every proposal: 11, 33
-# and 67 CPU-s a study at 5, 10 and 20 trials on the recorded landscape (2026-11-26), 2/3 of the
-# whole table's CPU with budget 40 left out. `--all-budgets` runs it there too.
+# Optuna's GP sampler fits a GP per objective and per SLO constraint at every proposal, so its
+# studies cost many times the others' and budget 40 would double the table's time
+# (docs/results.md, "Sampler benchmark"). `--all-budgets` runs it there too.
 MAX_BUDGET = {"gp": 20}
 
 

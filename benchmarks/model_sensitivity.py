@@ -1,4 +1,4 @@
-"""Do scheduling knobs visibly move TTFT and throughput on the default model? (issue 2)
+"""Do scheduling knobs visibly move TTFT and throughput on the default model?
 
 Same closed-loop workload (256-token prompts, 64-token outputs, 32 users, 96 requests) against
 servers that differ in one knob: vLLM's CPU defaults (max-num-seqs 128, max-num-batched-tokens

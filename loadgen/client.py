@@ -33,7 +33,7 @@ from loadgen.records import (
     RequestRecord,
 )
 
-READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams (vLLM #39963)
+READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call")
 _OTHER_DELTA_KEYS = (b'"reasoning', b'"tool_calls"', b'"function_call"')
