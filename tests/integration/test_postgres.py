@@ -92,7 +92,7 @@ def _start_and_stop_through_the_cli(base: Path) -> None:
 
 def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
     # From the clone's root with the default, relative runs/: the server's tools run as another
-    # user from "/" under root, where a relative path pointed nowhere (issue 25).
+    # user from "/" under root, where a relative path would point nowhere.
     with reachable_dir() as base:
         clone = fresh_clone(base / "clone")
         data = clone / "runs" / "postgres" / "data"

@@ -1,5 +1,5 @@
 """`make bench-search` as the README gives it, narrowed, from the root of a fresh clone: the
-table printed, runs/bench-search/summary.json with what the issue asks of it (no vLLM)."""
+table printed, runs/bench-search/summary.json with its default and trials_to_95 (no vLLM)."""
 
 from __future__ import annotations
 

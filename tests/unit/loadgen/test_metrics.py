@@ -243,7 +243,7 @@ def _failed(index: int) -> RequestRecord:
 
 
 def test_failed_requests_never_improve_a_latency_objective():
-    """The hung trial of issue 12: 6 fast survivors of 23 must not beat 23 slower successes."""
+    """A hung trial: 6 fast survivors of 23 must not beat 23 slower successes."""
     from objectives.scoring import ObjectiveSpec, score
 
     objectives = [

@@ -15,7 +15,7 @@ def test_median_interval_of_three_runs_is_their_median_within_their_range():
 
 
 def test_relative_difference_of_a_known_case():
-    # the issue's example: 412 ms [398, 431] against the defaults' 1,310 ms [1,270, 1,365]
+    # a known case: 412 ms [398, 431] against the defaults' 1,310 ms [1,270, 1,365]
     diff = st.relative_difference([398.0, 410.0, 431.0], [1270.0, 1310.0, 1365.0])
     assert diff.value == pytest.approx(410 / 1310 - 1)
     assert (round(diff.low * 100), round(diff.high * 100)) == (-71, -66)
@@ -65,7 +65,7 @@ def test_a_percentile_over_too_few_requests_is_flagged_with_what_would_do():
     assert st.thin_percentile("ttft_median_ms", 10) is None and st.thin_percentile("output_throughput", 3) is None
 
 
-# --- comparisons defined for every pair (issue 23 #2) ------------------------------------------
+# --- comparisons defined for every pair ---------------------------------------------------------
 
 
 def test_a_zero_reference_gives_an_absolute_difference_and_a_win_with_its_interval():

@@ -143,7 +143,7 @@ def test_below_capacity_is_not_over_saturation():
 
 
 def test_an_empty_server_filling_up_near_capacity_is_not_over_saturation():
-    """A real capacity stage (default mixed study on this CPU, 2026-11-25: 3.26 req/s, capacity
+    """A real capacity stage (a default mixed study on the 2-core CPU: 3.26 req/s, capacity
     bracketed at [3.26, 3.88)) that met the SLOs run in full. Its queue and TTFT climbed in its
     first seconds as the empty server filled up; read over the whole window, the rule stopped
     it as over-saturated 11.5 s into its 16.2."""

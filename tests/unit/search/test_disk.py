@@ -1,4 +1,4 @@
-"""A full disk (issue 25): outputs written whole or not at all, one line and exit code 3 when one
+"""A full disk: outputs written whole or not at all, one line and exit code 3 when one
 is not, `autotune export` writing them again, and the free-space check before the study and
 before each trial. Disk full is injected (ENOSPC from the write, `shutil.disk_usage` faked); the
 study is the real loop on a scripted executor.

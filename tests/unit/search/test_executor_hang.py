@@ -183,8 +183,8 @@ def test_a_freeze_in_the_warm_up_of_a_staged_run_fails_as_hang(tok_dir, tok, tmp
 
 
 def test_a_freeze_the_target_stages_early_abort_cut_short_still_fails_as_hang(tok_dir, tok, tmp_path):
-    """Issue 25: the abort cut off the hung server's requests before the bound, the watch saw
-    nothing in flight, and the next stage's model lookup waited out its 120 s timeout."""
+    """The abort cuts off the hung server's requests before the bound, the watch sees nothing in
+    flight, and the next stage's model lookup must not wait out its 120 s timeout."""
     stages: list[str] = []
     with _live_stub(tok_dir, tok) as s:
         line = _fails_as_hang_in_bounded_time(s, tok_dir, tmp_path, _freeze_in_stage(s, 1, 1.0, stages))

@@ -49,7 +49,7 @@ def test_an_interrupt_inside_a_running_load_ends_it_with_one_keyboard_interrupt(
     watch = ProgressWatch(60.0)
 
     def interrupt_with_requests_in_flight(records, now, samples):
-        # Delivered here, the handler runs inside the load's own task (the race of issue 25).
+        # Delivered here, the handler runs inside the load's own task (the race the loop's handlers avoid).
         if any(not math.isnan(r.send_time) for r in records):
             signal.raise_signal(signum)
 

@@ -76,7 +76,7 @@ def test_landscape_records_the_design_and_repeats_resumably_and_exports_them(tmp
 
 
 def test_the_default_sampler_finds_more_than_random_at_budget_20():
-    """The CI bench (issue 21 item 5): on the recorded CPU landscape, mixed's default sampler and
+    """The CI bench: on the recorded CPU landscape, mixed's default sampler and
     random, 8 seeds at budget 20, in one run; no absolute value. Budget 20: at 10 and below no
     sampler separates from random on this landscape (docs/search.md)."""
     default = scenario_default(world(str(CPU_LANDSCAPE)).scenario)

@@ -320,7 +320,7 @@ def test_a_percentile_that_a_run_cannot_pin_down_is_said_to_be_screened_before_t
     events = Recorder()
     runner(tmp_path, ScriptedExecutor(), trials=1, observers=[events]).run()
     # loop.yaml: 8 requests per run; ttft_p95_ms is an objective and an SLO, said once: the search
-    # screens, the confirmation decides (issue 23: no "decided by its slowest requests" warning)
+    # screens, the confirmation decides (no "decided by its slowest requests" warning)
     [note] = [n for n in events.notes if n.startswith("note: ttft_p95_ms")]
     assert note.startswith("note: ttft_p95_ms: the search phase reads it from ~8 requests per trial, a screen")
     assert "the confirmation decides" in note and not [n for n in events.notes if "slowest" in n]

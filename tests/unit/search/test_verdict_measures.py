@@ -78,7 +78,7 @@ def test_a_capacity_against_a_baseline_that_sustains_none_is_a_win_with_its_inte
 
 
 def test_a_capacity_interval_spans_the_runs_brackets_never_the_grids_zero_width():
-    # the case: every run read 2.86 or 2.02 (the grid), each only bracketed
+    # every run read 2.86 or 2.02 (the grid), each only bracketed
     cand = [run(0, k, 500.0, 2.86, 2.86, 4.04) for k in range(2)]
     ref = [run(1, k, 600.0, 2.02, 2.02, 2.86, baseline="vllm_defaults") for k in range(2)]
     v = decide(cand + ref, SCENARIO, [0, 1], runs_per_candidate=2)

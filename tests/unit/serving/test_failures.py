@@ -52,7 +52,7 @@ def test_pydantic_validation_error_reports_the_value_error_not_the_header():
 
 
 def test_gpu_oom_lines_from_the_reference():
-    # vLLM's GPU messages (reference/vllm.md section 6); no GPU here to produce a real log.
+    # vLLM's GPU messages, as its source writes them; no GPU here to produce a real log.
     log = (
         "(EngineCore pid=7) ERROR [gpu_model_runner.py:1] Failed to load model - not enough GPU "
         "memory. Try lowering --gpu-memory-utilization\ntorch.OutOfMemoryError: CUDA out of memory."
