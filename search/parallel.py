@@ -21,7 +21,7 @@ from search.study import StudyResult, StudyRunner
 from search.study.coordination import Coordination
 from search.study.outage import DEFAULT_BOUND_S
 from storage.queries import check_url
-from storage.url import redacted, single_writer
+from storage.url import PasswordInArgv, redacted, single_writer
 
 
 class WorkersStopped(RuntimeError):
@@ -55,6 +55,10 @@ def search_on_workers(
             f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "
             f"(autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE=<URL>"
         )
+    try:
+        secret = workers.worker_env(storage)  # the password, if the URL has one: not on their command lines
+    except PasswordInArgv as e:
+        raise workers.SlotError(str(e)) from None
     if backend == "ray":
         try:
             import ray  # noqa: F401
@@ -96,9 +100,9 @@ def search_on_workers(
         for i, slot in enumerate(slots)
     ]
     if backend == "ray":
-        codes = workers.run_all_on_ray(commands, slots, ray_address)
+        codes = workers.run_all_on_ray(commands, slots, ray_address, env=secret)
     else:
-        codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False))
+        codes = workers.run_all(commands, lambda line: console.print(line, markup=False, highlight=False), env=secret)
     failed = [f"{prefix} exit {code}" for (prefix, _), code in zip(commands, codes) if code]
     if failed:
         raise WorkersStopped(failed, interrupted=all(code == 130 for code in codes if code))

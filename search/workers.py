@@ -14,10 +14,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from storage.url import for_child
 
 GPU, CPU = "gpu", "cpu"
 DEVICE_LOCK_DIR_ENV = "AUTOTUNE_DEVICE_LOCK_DIR"  # default: the system's temporary directory
@@ -143,13 +145,22 @@ def available_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
 
-def run_all(commands: Sequence[tuple[str, list[str]]], show: Callable[[str], None]) -> list[int]:
-    """Start every (prefix, argv) at once, show each output line as `prefix line`, wait for all;
-    returns their exit codes. Ctrl-C reaches the workers through the terminal's process group;
-    a SIGTERM to this parent is passed on to them. Either way this waits for them to stop
-    their servers."""
+def run_all(
+    commands: Sequence[tuple[str, list[str]]], show: Callable[[str], None], env: Mapping[str, str] | None = None
+) -> list[int]:
+    """Start every (prefix, argv) at once, with `env` added to this environment (the database
+    password: `worker_env`), show each output line as `prefix line`, wait for all; returns their
+    exit codes. Ctrl-C reaches the workers through the terminal's process group; a SIGTERM to this
+    parent is passed on to them. Either way this waits for them to stop their servers."""
     procs = [
-        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env={**os.environ, **(env or {})},
+        )
         for _, argv in commands
     ]
     lock = threading.Lock()
@@ -231,13 +242,15 @@ def worker_argv(
     timeout_min: float | None,
     db_outage_s: int | None = None,
 ) -> list[str]:
+    """The command line of one `autotune worker`: everything `ps` may show, so the storage URL
+    without its password (`worker_env` gives that)."""
     argv = [
         sys.executable,
         "-m",
         "search.cli",
         "worker",
         "--storage",
-        storage,
+        for_child(storage)[0],
         "--study",
         study,
         "--runs-dir",
@@ -262,22 +275,36 @@ def worker_argv(
     return argv
 
 
-def run_all_on_ray(commands: Sequence[tuple[str, list[str]]], slots: Sequence[Slot], address: str | None) -> list[int]:
+def worker_env(storage: str) -> dict[str, str]:
+    """What a worker's environment adds for `storage`: its password, if the URL has one (libpq's
+    PGPASSWORD), never on the worker's command line. PasswordInArgv where only argv could take it."""
+    return for_child(storage)[1]
+
+
+def run_all_on_ray(
+    commands: Sequence[tuple[str, list[str]]],
+    slots: Sequence[Slot],
+    address: str | None,
+    env: Mapping[str, str] | None = None,
+) -> list[int]:
     """As run_all, but each (prefix, argv) is a Ray task on an existing cluster (`address`; a
     local instance when None) holding its slot's resources: num_gpus for a GPU slot (Ray picks
     the GPUs and the worker's --slot is rewritten to them), num_cpus for a CPU slot. The task runs
-    the same worker command and prints its lines with the prefix; Ray forwards them here."""
+    the same worker command, with `env` added to its node's environment (a task argument, not a
+    command line), and prints its lines with the prefix; Ray forwards them here."""
     try:
         import ray
     except ImportError:
         raise SlotError("--backend ray needs ray: pip install -e '.[ray]'") from None
 
     @ray.remote(max_retries=0)
-    def work(prefix: str, argv: list[str]) -> int:
+    def work(prefix: str, argv: list[str], env: dict[str, str]) -> int:
         if "--slot" in argv and argv[argv.index("--slot") + 1].startswith(GPU):
             argv = list(argv)
             argv[argv.index("--slot") + 1] = f"{GPU}:" + ",".join(str(int(g)) for g in ray.get_gpu_ids())
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env={**os.environ, **env}
+        )
         for line in proc.stdout:
             print(f"{prefix} {line.rstrip()}", flush=True)
         return proc.wait()
@@ -288,7 +315,7 @@ def run_all_on_ray(commands: Sequence[tuple[str, list[str]]], slots: Sequence[Sl
             work.options(
                 num_gpus=len(slot.devices) if slot.kind == GPU else 0,
                 num_cpus=0 if slot.kind == GPU else len(slot.devices),
-            ).remote(prefix, argv)
+            ).remote(prefix, argv, dict(env or {}))
             for (prefix, argv), slot in zip(commands, slots)
         ]
         return list(ray.get(refs))

@@ -8,7 +8,18 @@ import sys
 
 import pytest
 
-from search.workers import CPU, DEVICE_LOCK_DIR_ENV, GPU, Slot, SlotError, hold, run_all, slots
+from search.workers import (
+    CPU,
+    DEVICE_LOCK_DIR_ENV,
+    GPU,
+    Slot,
+    SlotError,
+    hold,
+    run_all,
+    slots,
+    worker_argv,
+    worker_env,
+)
 from tests.support.cli import autotune
 
 
@@ -66,6 +77,48 @@ def test_run_all_prefixes_each_workers_lines_and_returns_every_exit_code():
     assert codes == [0, 3]
     assert sorted(out) == ["[w0 cpu 0] a", "[w0 cpu 0] b", "[w1 cpu 1] c"]
     assert out.index("[w0 cpu 0] a") < out.index("[w0 cpu 0] b")
+
+
+def test_a_workers_command_line_holds_no_database_password_and_its_environment_does():
+    storage = "postgresql+psycopg://tuner:s3cret@db.example:5432/studies?sslmode=require"
+    argv = worker_argv(
+        storage=storage,
+        study="mixed",
+        runs_dir="runs",
+        slot=Slot(CPU, (0,)),
+        seed=1,
+        trials=4,
+        sampler="tpe",
+        scenario=None,
+        model=None,
+        timeout_min=None,
+    )
+    assert argv[argv.index("--storage") + 1] == "postgresql+psycopg://tuner@db.example:5432/studies?sslmode=require"
+    assert not any("s3cret" in arg for arg in argv)
+    assert worker_env(storage) == {"PGPASSWORD": "s3cret"}
+    # The child sees the password in its environment, on no command line of its own.
+    out: list[str] = []
+    code = "import os, sys; print(os.environ['PGPASSWORD'], 's3cret' in ' '.join(sys.argv))"
+    assert run_all([("[w0]", [sys.executable, "-c", code])], out.append, env=worker_env(storage)) == [0]
+    assert out == ["[w0] s3cret False"]
+
+
+def test_a_url_without_a_password_adds_nothing_to_a_workers_environment():
+    local = "postgresql+psycopg://autotune@127.0.0.1:5433/autotune?passfile=/srv/runs/postgres/pgpass"
+    assert worker_env(local) == {}
+    argv = worker_argv(
+        storage=local,
+        study="mixed",
+        runs_dir="runs",
+        slot=Slot(CPU, (0,)),
+        seed=1,
+        trials=4,
+        sampler="tpe",
+        scenario=None,
+        model=None,
+        timeout_min=None,
+    )
+    assert argv[argv.index("--storage") + 1] == local
 
 
 def test_many_workers_on_sqlite_are_refused_with_make_db(tmp_path):
@@ -135,7 +188,9 @@ def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, m
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
     monkeypatch.setattr(search.parallel, "single_writer", lambda url: False)  # as if a shared database server
     monkeypatch.setattr(search.parallel.workers, "available_cpus", lambda: [0, 1])
-    monkeypatch.setattr(search.parallel.workers, "run_all", lambda commands, show: started.extend(commands) or codes)
+    monkeypatch.setattr(
+        search.parallel.workers, "run_all", lambda commands, show, env: started.extend(commands) or codes
+    )
     monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path / "locks"))
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
     assert (
