@@ -4,9 +4,9 @@ Reads a stored study (nothing is started) and prints per trial the start, each s
 seconds (a = aborted early), what the aborts saved, the idle waits between stages, the stop, the
 total, the share of the trial outside its load stages: 1 - sum(stage elapsed) / total, and the
 KV cache tokens the memory arithmetic predicted against those vLLM logged at the start, and the
-start's anatomy (`timings.start_anatomy`, serving/start_anatomy.py: imports, engine and
-worker processes, model load, KV cache, warm-up, API server, health, first token; trials stored
-before it was recorded show none).
+start's anatomy (`timings.start_anatomy`, serving/start_anatomy.py: imports, model config, engine
+and worker processes, model load, compile, KV cache, kernel warm-ups, CUDA graphs, warm-up, API
+server, health, first token, the load's warm-up; trials stored before it was recorded show none).
 `total_s` runs from before the server's start to after its stop (search/executor/vllm.py), so the
 start is inside it; what is neither start, stage, idle wait nor stop is warm-up, request
 building and the executor's own work. Then the same shares over the whole study.
@@ -157,7 +157,7 @@ def start_table(times: list[TrialTime]) -> Table | None:
     table = Table(
         title="where each start's seconds went (vLLM's log lines, to about a second)",
         caption="import: to the API server's first line; health: to /health 200; "
-        "first token: of the first request sent",
+        "first token: of the first request sent; load warm-up: to the first measured request",
     )
     table.add_column("trial")
     for name in START_PHASES:

@@ -215,9 +215,9 @@ class VllmExecutor:
             if report is not None:
                 outcome.timings["stop_s"] = report.seconds
                 if report.start_anatomy is not None:
-                    first = watch.first_token_at()
+                    first, measured = watch.first_token_at(), watch.first_measured_at()
                     outcome.timings["start_anatomy"] = report.start_anatomy.with_first_token(
-                        first - healthy_at if first is not None and healthy_at is not None else None
+                        *(None if t is None or healthy_at is None else t - healthy_at for t in (first, measured))
                     ).as_dict()
             outcome.timings["total_s"] = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)

@@ -35,6 +35,12 @@ class FirstTokenWatch(ProgressWatch):
         firsts = [r.first_token_time for r in self._first_run or [] if r.first_token_time is not None]
         return min(firsts) if firsts else None
 
+    def first_measured_at(self) -> float | None:
+        """When the first measured request (not a warm-up) was sent, on the same clock: the end
+        of the load's warm-up, the last phase of the start's anatomy."""
+        sent = [r.send_time for r in self._first_run or [] if not r.warmup and r.send_time == r.send_time]
+        return min(sent) if sent else None
+
 
 def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
     """A server that stopped making progress, with what was seen (and whether /health answers)."""

@@ -27,7 +27,13 @@ class AnatomyServer:
 
 def test_a_trial_stores_its_start_anatomy_with_the_first_token_of_its_load(tmp_path, monkeypatch):
     def measure(self, server, outcome, on_phase, capacity_hint, watch):
-        watch.track([RequestRecord(0, "c", 0.0, 1, 1, warmup=True, first_token_time=time.perf_counter() + 0.5)])
+        now = time.perf_counter()
+        watch.track(
+            [
+                RequestRecord(0, "c", 0.0, 1, 1, warmup=True, first_token_time=now + 0.5),
+                RequestRecord(1, "c", 0.0, 1, 1, send_time=now + 3.0),  # the first measured request
+            ]
+        )
 
     monkeypatch.setattr(VllmExecutor, "_measure", measure)
     monkeypatch.setattr(executor_mod, "launch", lambda ctx, args, log_path, **_: AnatomyServer(log_path))
@@ -46,3 +52,4 @@ def test_a_trial_stores_its_start_anatomy_with_the_first_token_of_its_load(tmp_p
     phases = outcome.timings["start_anatomy"]["phases"]
     assert phases["import"] == 8.5 and phases["health"] == 21.5
     assert 0.4 < phases["first token"] < 0.6
+    assert 2.4 < phases["load warm-up"] < 2.6  # from the first token to the first measured request

@@ -47,7 +47,16 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     server.start()
     report = server.stop()
     anatomy = report.start_anatomy
-    assert anatomy.missing == ["first token"]  # the client that loads it adds that one
+    # the client that loads it adds the first token and the load's warm-up; the fake logs no
+    # model config, compile, kernel warm-up or capture line
+    assert anatomy.missing == [
+        "model config",
+        "compile",
+        "kernel warm-ups",
+        "CUDA graphs",
+        "first token",
+        "load warm-up",
+    ]
     assert sum(s for s in anatomy.phases.values() if s is not None) == pytest.approx(server.ready_s, abs=0.02)
     assert anatomy.phases["import"] < 1.0 and anatomy.phases["engine process"] > 0.4  # the fake's 1.2 s sleep
     assert anatomy.reported == {"weights_s": 0.03, "engine_init_s": 0.12}
