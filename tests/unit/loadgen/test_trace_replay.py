@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from benchmarks.trace_synthetic import synthetic_trace
-from loadgen.trace_prompts import trace_drafts
-from loadgen.trace_replay import (
+from loadgen.trace.formats import Trace, TraceError
+from loadgen.trace.prompts import trace_drafts
+from loadgen.trace.replay import (
     clip_lengths,
     clipped,
     gaps_before,
@@ -17,14 +18,13 @@ from loadgen.trace_replay import (
     window_rows,
     window_start,
 )
-from loadgen.trace_stats import (
+from loadgen.trace.stats import (
     interarrival_cv,
     mean_rate,
     shared_tokens_from_ids,
     shared_tokens_from_segments,
     traffic_stats,
 )
-from loadgen.traces import Trace, TraceError
 
 VOCAB = np.arange(1000, 5000, dtype=np.int64)
 

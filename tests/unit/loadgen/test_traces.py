@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from loadgen.traces import TraceError, detect_format, read_trace
+from loadgen.trace.formats import TraceError, detect_format, read_trace
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44

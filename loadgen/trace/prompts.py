@@ -1,11 +1,11 @@
 """A trace's requests as prompts: each row's lengths, its shared prefix made of real shared tokens.
 
-Request i of a run is row i of the seeded window (`trace_replay`); a warm-up request is one of
-the rows just before the window. A row's shared part is its segment chain (`traces`): each
+Request i of a run is row i of the seeded window (`replay`); a warm-up request is one of
+the rows just before the window. A row's shared part is its segment chain (`formats`): each
 segment's tokens are drawn from a generator seeded with (workload seed, the segment's key), so
 every request that names the segment sends the same tokens, and two requests send the same
 leading tokens exactly as far as their chains agree: the server's prefix cache sees the
-trace's sharing. The rest of the prompt (`prompts`) is the request's own random tokens.
+trace's sharing. The rest of the prompt (`loadgen.prompts`) is the request's own random tokens.
 
 The shared part stops short of the whole prompt: one token on the completions endpoint, and on
 the chat endpoint `CHAT_RESERVE_TOKENS` for the chat template and the user's message.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.trace_replay import warmup_rows, window_rows, window_start
-from loadgen.traces import Segments, Trace
+from loadgen.trace.formats import Segments, Trace
+from loadgen.trace.replay import warmup_rows, window_rows, window_start
 
 _SEGMENT_STREAM = 12
 CHAT_RESERVE_TOKENS = 64

@@ -107,7 +107,7 @@ def shared_tokens_from_segments(
 ) -> np.ndarray:
     """Per request, its shared leading tokens (module docstring), from the trace's segment chains.
 
-    A request sends of its chain what fits before its last `reserve` tokens (`trace_prompts`
+    A request sends of its chain what fits before its last `reserve` tokens (`prompts`
     keeps them its own), so a later request shares a segment only as far as an earlier one sent it."""
     sent: dict[int, int] = {}  # chain key -> the furthest token of that part any request sent
     out = np.zeros(len(prompt_tokens), dtype=np.int64)

@@ -1,0 +1,46 @@
+"""Requests from a trace file: read (`formats`), replayed (`replay`: the seeded window, the
+trace's gaps scaled to the run's rate, lengths clipped to the context), turned into prompts that
+really share their prefixes (`prompts`), described (`stats`), and named in a workload (`spec`).
+
+The rest of the load generator imports from here, never from the modules inside.
+"""
+
+from loadgen.trace.formats import DEFAULT_CLASS, FORMATS, OPTIONAL, REQUIRED, Trace, TraceError, read_trace
+from loadgen.trace.prompts import CHAT_RESERVE_TOKENS, TraceDraft, trace_drafts
+from loadgen.trace.replay import clip_lengths, clipped, replay_offsets, window_rows, window_start
+from loadgen.trace.spec import TraceSpec
+from loadgen.trace.stats import (
+    TrafficStats,
+    interarrival_cv,
+    mean_rate,
+    rate_over_time,
+    shared_tokens_from_ids,
+    shared_tokens_from_segments,
+    traffic_stats,
+)
+
+__all__ = [
+    "CHAT_RESERVE_TOKENS",
+    "DEFAULT_CLASS",
+    "FORMATS",
+    "OPTIONAL",
+    "REQUIRED",
+    "Trace",
+    "TraceDraft",
+    "TraceError",
+    "TraceSpec",
+    "TrafficStats",
+    "clip_lengths",
+    "clipped",
+    "interarrival_cv",
+    "mean_rate",
+    "rate_over_time",
+    "read_trace",
+    "replay_offsets",
+    "shared_tokens_from_ids",
+    "shared_tokens_from_segments",
+    "trace_drafts",
+    "traffic_stats",
+    "window_rows",
+    "window_start",
+]
