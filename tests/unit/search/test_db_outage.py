@@ -157,7 +157,7 @@ def test_the_database_away_outside_a_ridden_step_is_one_line_and_exit_code_1(mon
     def away(args):
         raise _away()
 
-    monkeypatch.setattr(search.cli, "_cmd_export", away)
+    monkeypatch.setattr(search.cli.outputs, "_cmd_export", away)
     assert search.cli.main(["export", "loop"]) == 1
     err = capsys.readouterr().err
     assert err == (
@@ -168,6 +168,6 @@ def test_the_database_away_outside_a_ridden_step_is_one_line_and_exit_code_1(mon
     def bug(args):
         raise OperationalError("SELECT 1", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
 
-    monkeypatch.setattr(search.cli, "_cmd_export", bug)
+    monkeypatch.setattr(search.cli.outputs, "_cmd_export", bug)
     with pytest.raises(OperationalError):  # not an outage: the traceback a bug deserves
         search.cli.main(["export", "loop"])

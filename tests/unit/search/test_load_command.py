@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from search import calibration, load_command, scenario
+from search import calibration, scenario
+from search.cli import load as load_command
 from search.executor import calibration_run as measuring
 from search.scenario import CONFIG_DIR, ScenarioError
 from tests.support.cli import autotune

@@ -247,10 +247,10 @@ def test_summary_lists_infeasible_candidates_with_their_worst_margin_and_failure
 
 
 def test_the_cli_finish_prints_the_verdict_and_why_no_best_yaml_was_written(none_feasible, tmp_path):
-    from search.cli import _finish
+    from search.cli.common import finish_outputs
 
     out = io.StringIO()
-    _finish(Console(file=out, width=300, force_terminal=False), none_feasible[0], "loop", tmp_path)
+    finish_outputs(Console(file=out, width=300, force_terminal=False), none_feasible[0], "loop", tmp_path)
     printed = out.getvalue()
     assert "no configuration is recommended: none met the SLOs on its confirmed medians" in printed
     assert "no best.yaml written: no configuration is recommended" in printed
