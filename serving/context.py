@@ -16,7 +16,7 @@ from serving.model import local as local_model
 from serving.registry import LaunchContext
 from serving.vllm_flags import InstalledVllm, check_supported, load_installed
 
-# What memory_utilization = 1.0 means on the CPU build (see README, "Memory on the CPU build").
+# What memory_utilization = 1.0 means on the CPU build (docs/serving.md, "Memory on the CPU build").
 DEFAULT_CPU_KV_BUDGET_GIB = 1.0
 
 

@@ -93,7 +93,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         None,
         "float",
         "Device memory for weights + KV cache. GPU: --gpu-memory-utilization. CPU build: "
-        "--kv-cache-memory-bytes = value x the CPU KV budget (see README).",
+        "--kv-cache-memory-bytes = value x the CPU KV budget (see docs/serving.md).",
         low=0.0,
         high=1.0,
     ),

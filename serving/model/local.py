@@ -4,7 +4,7 @@ No model hub is needed. Output lengths are pinned with `ignore_eos` + `max_token
 weights only have to be the right shape: timing depends on the architecture, not on what the
 model says. Everything is seeded, so two machines build byte-identical weights and tokenizer.
 
-Size (see README, "The default model"): hidden 512, 4 layers, 8 heads of 64, 4 KV heads,
+Size (see docs/serving.md, "The default model"): hidden 512, 4 layers, 8 heads of 64, 4 KV heads,
 fp32. On a 2-core AVX2 CPU a 2048-token prefill step takes ~0.7 s and a 32-sequence decode
 step ~30 ms, so prefill budget (max-num-batched-tokens) and batch width (max-num-seqs) move
 TTFT, TPOT and throughput by 2-4x, while the server still starts in ~30 s (eager).
