@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from loadgen.workload import ArrivalSpec
+from loadgen.arrival_spec import ArrivalSpec
 
 
 def _need(n: int | None, duration_s: float | None, rate: float) -> int:

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.tokenizer import PromptTokenizer
-from loadgen.workload import (
+from loadgen.request_class import (
     SHAREGPT_MAX_PROMPT_TOKENS,
     SHAREGPT_MAX_TOTAL_TOKENS,
     SHAREGPT_MIN_TOKENS,
     RequestClass,
-    WorkloadSpec,
 )
+from loadgen.tokenizer import PromptTokenizer
+from loadgen.workload import WorkloadSpec
 
 MEASURED_STREAM = 0
 WARMUP_STREAM = 1

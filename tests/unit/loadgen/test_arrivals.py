@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
+from loadgen.arrival_spec import ArrivalSpec, UnresolvedRateError
 from loadgen.arrivals import burst_offsets, gamma_offsets, open_loop_offsets
-from loadgen.workload import ArrivalSpec, UnresolvedRateError
 
 
 def vllm_recipe(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from loadgen.arrival_spec import ArrivalSpec, UnresolvedRateError
+from loadgen.lengths import LengthDist
 from loadgen.prompts import build_requests, requests_digest
-from loadgen.workload import ArrivalSpec, LengthDist, UnresolvedRateError, WorkloadSpec
+from loadgen.workload import WorkloadSpec
 from tests.support.paths import REPO
 
 
