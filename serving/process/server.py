@@ -1,7 +1,9 @@
 """Starts, watches and stops one vLLM server, and never leaves one behind.
 
-* binds 127.0.0.1 on a free port held for it until vLLM binds it (`reserve_port`), in its own process group (see `server_guard`), log to a file
-  of its own (a log left by an earlier start is kept beside it, see `set_aside`);
+* starts what a `LaunchSpec` describes: forked by the study's zygote, or exec'd under its guard;
+* binds 127.0.0.1 on a free port held for it until vLLM binds it (`group.reserve_port`), in its
+  own process group (see `server_guard`), log to a file of its own (a log left by an earlier
+  start is kept beside it, see `group.set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`serving.failures`);
 * knows where its start's seconds went (`start_anatomy`: vLLM's log lines against the spawn,
@@ -19,43 +21,55 @@ import http.client
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-
-import psutil
 
 from objectives.failure import Failure, FailureClass, FailurePhase
-from serving.failures import SIGKILL_CODES, classify, oom_kill_in
+from serving.failures import SIGKILL_CODES, classify
 from serving.hardware import gpu_memory_used_mib
-from serving.paths import vllm_cache_root
+from serving.paths import server_cache_env
 from serving.process import zygote
-from serving.start_anatomy import StartAnatomy, start_anatomy
-from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
-
-HOST = "127.0.0.1"
-API_MODULE = "vllm.entrypoints.openai.api_server"
-# The API server module run as `__main__` from `-c`, not with `-m`. With `-m`, multiprocessing's
-# spawn re-runs the main module in every process it starts: vLLM's EngineCore, and on a CPU its
-# worker too (the CPU build forces spawn), each imported the whole HTTP stack it never serves
-# (seconds per process: docs/results.md, "Server starts"). From `-c` the main module has no
-# name or file, so a child imports only what it runs. The same vLLM code with the same flags:
-# the same server (benchmarks/startup.py --compare measures both, interleaved, under one load).
-LEAN_ENTRY = f"import runpy; runpy.run_module({API_MODULE!r}, run_name='__main__')"
-# LEAN_ENTRY with the EngineCore and its worker forked from a forkserver that imported vLLM beside
-# the API server, instead of spawned afresh (entry/autotune_vllm_entry.py says how and why).
-WARM_ENTRY = (
-    f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
-    f"autotune_vllm_entry.main({API_MODULE!r})"
+from serving.process.group import (
+    group_members,
+    group_stopped,
+    kernel_oom_kill,
+    port_listening,
+    reserve_port,
+    set_aside,
 )
+from serving.process.launch_spec import (
+    API_MODULE,
+    HOST,
+    LEAN_ENTRY,
+    PLUGIN_ENV,
+    WARM_ENTRY,
+    LaunchSpec,
+    server_nice,
+)
+from serving.start_anatomy import StartAnatomy, start_anatomy
+
+__all__ = [  # the names the rest of the tuner and its tests take from here
+    "API_MODULE",
+    "HOST",
+    "LEAN_ENTRY",
+    "PLUGIN_ENV",
+    "WARM_ENTRY",
+    "LaunchSpec",
+    "ServerFailed",
+    "StopReport",
+    "VllmServer",
+    "group_members",
+    "group_stopped",
+    "port_listening",
+    "reserve_port",
+    "server_nice",
+    "set_aside",
+]
+
 POLL_S = 0.25
-# The server's CPU priority below the tuner's (`server_guard.lower_priority` says why); 0 leaves it.
-SERVER_NICE_ENV = "AUTOTUNE_SERVER_NICE"
-SERVER_NICE = 10
 
 
 # Set by scikit-learn for its own process when it is imported (Optuna's importances import it, after
@@ -65,55 +79,10 @@ TUNER_LIBRARY_ENV = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 _NOT_THE_USERS = TUNER_LIBRARY_ENV - os.environ.keys()  # those unset when the tuner started
 
 
-def server_nice() -> int:
-    try:
-        return max(0, int(os.environ.get(SERVER_NICE_ENV, SERVER_NICE)))
-    except ValueError:
-        return SERVER_NICE
-
-
 class ServerFailed(RuntimeError):
     def __init__(self, failure: Failure):
         super().__init__(failure.summary())
         self.failure = failure
-
-
-@dataclass
-class LaunchSpec:
-    model: Path | None  # None: the args name it (e.g. via --config FILE)
-    args: list[str]  # vLLM flags, without --model/--host/--port
-    log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-    python: str = sys.executable
-    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
-    stop_grace_s: float = 15.0
-    gpu: bool = False
-    lean_children: bool = True  # LEAN_ENTRY; False: `-m API_MODULE` as before (the benchmark's old start)
-    warm_children: bool = True  # WARM_ENTRY (with lean_children, CPU only); False: LEAN_ENTRY
-    zygote: bool = True  # WARM_ENTRY's server forked by the study's zygote rather than exec'd (see zygote.py)
-
-    def server_argv(self, port: int) -> list[str]:
-        """The API server's own arguments."""
-        # The CPU build's `vllm` script crashes on a metadata lookup, so use the module entry;
-        # it ignores a positional model, hence always --model.
-        model = ["--model", str(self.model)] if self.model is not None else []
-        return [*model, "--host", HOST, "--port", str(port), *self.args]
-
-    def command(self, port: int, lean: bool | None = None) -> list[str]:
-        if not (self.lean_children if lean is None else lean):
-            entry = ["-m", API_MODULE]
-        else:
-            entry = ["-c", WARM_ENTRY if self.warm else LEAN_ENTRY]
-        return [self.python, *entry, *self.server_argv(port)]
-
-    @property
-    def warm(self) -> bool:
-        # Not on a GPU: vLLM spawns there once CUDA is initialized, and a fork would inherit it.
-        return self.lean_children and self.warm_children and not self.gpu
-
-    @property
-    def forked_by_zygote(self) -> bool:
-        return self.warm and self.zygote
 
 
 @dataclass(frozen=True)
@@ -123,70 +92,6 @@ class StopReport:
     port_freed: bool
     gpu_memory_released: bool | None
     start_anatomy: StartAnatomy | None = None  # of a server that answered /health
-
-
-def reserve_port() -> socket.socket:
-    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
-    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
-    bind or another port-0 pick is refused it. Closing the socket and handing the number over
-    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((HOST, 0))
-    return s
-
-
-def set_aside(log_path: Path) -> Path | None:
-    """Move an earlier start's log out of the way (server.log -> server.1.log, the first free
-    number), so each start writes and is classified from its own file; where it went."""
-    if not log_path.exists():
-        return None
-    n = 1
-    while (kept := log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")).exists():
-        n += 1
-    log_path.rename(kept)
-    return kept
-
-
-def kernel_oom_kill(pids: set[int], since_s: float) -> str | None:
-    """The kernel log's OOM-kill line for one of `pids` after `since_s` (seconds since boot);
-    "" when the log is readable and has none, None when it cannot be read."""
-    try:
-        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return oom_kill_in(out.stdout, pids, since_s) if out.returncode == 0 else None
-
-
-def port_listening(port: int) -> bool:
-    try:
-        conns = psutil.net_connections(kind="tcp")
-    except psutil.AccessDenied:  # pragma: no cover - non-root on some kernels
-        with socket.socket() as s:
-            return s.connect_ex((HOST, port)) == 0
-    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
-
-
-def group_stopped(members: list[psutil.Process]) -> bool:
-    """Some process of the group is stopped (SIGSTOP, SIGTSTP, a tracer)."""
-    for p in members:
-        try:
-            if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                return True
-        except psutil.NoSuchProcess:
-            continue
-    return False
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    alive = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            continue
-    return alive
 
 
 _LIVE: set[VllmServer] = set()
@@ -239,9 +144,12 @@ class VllmServer:
         env = dict(os.environ)
         for key in _NOT_THE_USERS:
             env.pop(key, None)
-        env.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root()))
+        for key, value in server_cache_env().items():
+            env.setdefault(key, value)
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the KV size comes from our flags only
+        env.pop(PLUGIN_ENV, None)  # on only where this start asks for it
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.spec.tuner_env())
         env.update(self.spec.env)
         return env
 
@@ -295,7 +203,7 @@ class VllmServer:
     def _fork_from_zygote(self, env: dict[str, str], pipe_fd: int) -> zygote.ForkedServer | None:
         """The server forked by the study's zygote (the same command, without importing vLLM
         again); None, with the reason in the log, where it cannot be."""
-        argv = self.spec.server_argv(self.port)
+        argv, api_module = self.spec.server_argv(self.port), self.spec.api_module
         # Before the fork, so that it comes before the server's own lines.
         self._log.write(b"autotune: the command above is forked by the study's zygote (vLLM imported once per study)\n")
         self._log.flush()
@@ -303,13 +211,14 @@ class VllmServer:
             forked = zygote.fork_server(
                 self.spec.python,
                 env,
-                API_MODULE,
+                api_module,
                 argv,
                 self.spec.log_path,
                 pipe_fd,
                 server_nice(),
-                title=shlex.join(["python", "-m", API_MODULE, *argv]),
+                title=shlex.join(["python", "-m", api_module, *argv]),
                 timeout_s=self.spec.startup_timeout_s,
+                mode=self.spec.children,
             )
             if forked.note:
                 self._log.write(f"autotune: {forked.note}\n".encode())  # appended: the log is opened "ab"

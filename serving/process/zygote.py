@@ -25,6 +25,17 @@ ZYGOTE_ENTRY = (
 )
 MAX_MESSAGE = 1 << 20
 UNKNOWN_EXIT = 1  # a guard whose zygote died before it could say how the guard ended
+FORKSERVER, FORK = "forkserver", "fork"  # how a server's children start: the CPU build's forkserver, vLLM's fork
+# What the zygote imports besides the API server module: what the EngineCore runs (as the CPU
+# forkserver preloads it, entry/autotune_vllm_entry.py PRELOAD) and, on a GPU, the worker the
+# EngineCore builds, imported only where a forked probe finds that it creates no CUDA context.
+ENGINE_MODULES = ["torch", "vllm.v1.engine.core", "vllm.v1.executor.multiproc_executor"]
+GPU_WORKER_MODULES = ["vllm.v1.worker.gpu_worker"]
+
+
+def preload(mode: str) -> list[list[str]]:
+    """[modules the zygote imports, modules it imports if a probe finds no CUDA context in them]."""
+    return [list(ENGINE_MODULES), list(GPU_WORKER_MODULES) if mode == FORK else []]
 
 
 class ZygoteGone(RuntimeError):
@@ -59,8 +70,8 @@ class ForkedServer:
 
 
 class Zygote:
-    def __init__(self, python: str, env: dict[str, str], api_module: str, log_path: Path):
-        self.key = zygote_key(python, env)
+    def __init__(self, python: str, env: dict[str, str], api_module: str, log_path: Path, mode: str = FORKSERVER):
+        self.key = zygote_key(python, env, mode)
         self.log_path = log_path
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._lock = threading.Lock()
@@ -75,7 +86,16 @@ class Zygote:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [python, "-c", ZYGOTE_ENTRY, "boot", str(theirs.fileno()), api_module],
+                    [
+                        python,
+                        "-c",
+                        ZYGOTE_ENTRY,
+                        "boot",
+                        str(theirs.fileno()),
+                        api_module,
+                        mode,
+                        json.dumps(preload(mode)),
+                    ],
                     env=env,
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
@@ -167,7 +187,8 @@ class Zygote:
             return f"the study's zygote did not start ({self._start_error})"
         code = self.proc.poll()
         state = "still running" if code is None else f"exit code {code}"
-        return f"the study's zygote is gone ({state}; its log: {self.log_path})"
+        last = _last_line(self.log_path)
+        return f"the study's zygote is gone ({state}{': ' + last if last else ''}; its log: {self.log_path})"
 
     def close(self) -> None:
         """Done with it: closing the socket ends it (servers it forked run on, each under its own
@@ -183,8 +204,17 @@ class Zygote:
             self.proc.wait()
 
 
-def zygote_key(python: str, env: dict[str, str]) -> tuple:
-    return python, tuple(sorted(env.items()))
+def zygote_key(python: str, env: dict[str, str], mode: str = FORKSERVER) -> tuple:
+    return python, tuple(sorted(env.items())), mode
+
+
+def _last_line(path: Path) -> str:
+    """The zygote log's last line (why it refused or failed), cut short."""
+    try:
+        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def _alive(pid: int) -> bool:
@@ -209,12 +239,13 @@ def fork_server(
     nice: int,
     title: str,
     timeout_s: float,
+    mode: str = FORKSERVER,
 ) -> ForkedServer:
-    """A server forked by the zygote for (`python`, `env`), started here if need be (one at a
-    time: a zygote for another environment replaces it). Raises ZygoteGone (exec it instead) or
-    ZygoteTimeout."""
+    """A server forked by the zygote for (`python`, `env`, `mode`), started here if need be (one
+    at a time: a zygote for another environment replaces it). Raises ZygoteGone (exec it
+    instead) or ZygoteTimeout."""
     global _current
-    key = zygote_key(python, env)
+    key = zygote_key(python, env, mode)
     with _pool_lock:
         if key in _failed:
             raise ZygoteGone("no zygote for this Python and environment: the last one never forked a server")
@@ -225,7 +256,7 @@ def fork_server(
             _current = None
         if _current is None:
             # beside the trial directories: run_dir/trial-N/server.log -> run_dir/zygote.log
-            _current = Zygote(python, env, api_module, log_path.parent.parent / "zygote.log")
+            _current = Zygote(python, env, api_module, log_path.parent.parent / "zygote.log", mode)
         zygote = _current
         try:
             forked = zygote.fork(argv, log_path, pipe_fd, nice, title, timeout_s)
@@ -245,6 +276,8 @@ def _replaced_because(old: Zygote, key: tuple) -> str:
         return old._why()
     if old.key[0] != key[0]:
         return f"another Python ({key[0]})"
+    if old.key[2:] != key[2:]:
+        return f"another way to start a server's children ({key[2]})"
     before, now = dict(old.key[1]), dict(key[1])
     changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
     return f"the environment differs from the last one's in {', '.join(changed)}"

@@ -222,6 +222,14 @@ def fork_forkserver(server_env: dict[str, str]) -> None:
     multiprocessing.get_context = _forkserver_for_spawn
 
 
-def main(api_module: str) -> None:
-    install()
+def main(api_module: str, forkserver: bool = True) -> None:
+    """vLLM's API server as `__main__`, with the tuner's plugin where the tuner turned it on, and
+    (`forkserver`: the CPU build, which spawns its children) the forkserver. On a GPU vLLM forks
+    its EngineCore itself where the tuner asked it to (VLLM_WORKER_MULTIPROC_METHOD=fork) and no
+    CUDA context exists yet."""
+    import autotune_vllm_plugin  # beside this file, on the path the tuner's command line gave
+
+    autotune_vllm_plugin.activate()
+    if forkserver:
+        install()
     runpy.run_module(api_module, run_name="__main__")

@@ -18,6 +18,14 @@ log, CPU priority and process group:
   zygote itself exits at once when its control socket does (the tuner is gone or closed it), or
   when the tuner, its parent, is gone.
 
+On a GPU (mode "fork") the same, except that nothing CPU-specific happens: no LD_PRELOAD, no
+forkserver; vLLM forks its EngineCore from the API server itself (the tuner sets
+VLLM_WORKER_MULTIPROC_METHOD=fork). A process can be forked only while it has no CUDA context (a
+child of one cannot use CUDA), so after its imports the zygote checks that none exists and
+refuses to serve if one does (`cuda_context`): the tuner then execs every server. The modules
+the EngineCore imports after the fork (its GPU worker) are imported only if a forked probe that
+imported them first found no CUDA context either (`probe`).
+
 Protocol (a SOCK_SEQPACKET socket the tuner made, fd in argv): the tuner sends
 {"id", "argv", "log", "cwd", "nice", "title"} with the guard's pipe fd attached; the zygote answers
 {"id", "forked": PID} (PID leads the server's process group; null: the pipe was closed already,
@@ -41,9 +49,39 @@ import threading
 import traceback
 
 import autotune_vllm_entry as entry
+import autotune_vllm_plugin
 import server_guard
 
 MAX_MESSAGE = 1 << 20
+FORKSERVER, FORK = "forkserver", "fork"  # the CPU build's children from a forkserver; vLLM's fork on a GPU
+REFUSED = 3  # the zygote's exit code when a CUDA context exists: the tuner execs its servers
+
+
+def cuda_context() -> bool:
+    """Whether this process has initialised CUDA (torch's word; no torch imported: no)."""
+    torch = sys.modules.get("torch")
+    is_initialized = getattr(getattr(torch, "cuda", None), "is_initialized", None)
+    return bool(is_initialized()) if callable(is_initialized) else False
+
+
+def probe(modules: list[str]) -> str | None:
+    """Import `modules` in a forked child first: None if they import without a CUDA context,
+    else why they are left out (importing them here could not be undone)."""
+    if not modules:
+        return None
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for name in modules:
+                importlib.import_module(name)
+            code = REFUSED if cuda_context() else 0
+        finally:
+            os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 0:
+        return None
+    return f"importing {', '.join(modules)} " + ("creates a CUDA context" if code == REFUSED else f"failed ({code})")
 
 
 def _set_title(title: str) -> None:
@@ -70,11 +108,13 @@ def _exit_like_an_interpreter(code: int) -> None:
         os._exit(code)
 
 
-def _run_api_server(api_module: str, argv: list[str], server_env: dict[str, str]) -> None:
+def _run_api_server(api_module: str, argv: list[str], server_env: dict[str, str], mode: str) -> None:
     code = 1
     try:
         sys.argv = ["-c", *argv]  # as `python -c ENTRY ARGS...` has it
-        entry.fork_forkserver(server_env)
+        autotune_vllm_plugin.activate()  # as `entry.main` does for an exec'd server
+        if mode == FORKSERVER:
+            entry.fork_forkserver(server_env)
         sys.modules.pop(api_module, None)  # run as __main__ afresh, as from WARM_ENTRY
         runpy.run_module(api_module, run_name="__main__")
         code = 0
@@ -93,7 +133,7 @@ def _exit_code(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if done else None
 
 
-def _guard(request: dict, pipe_fd: int, led_w: int, api_module: str, server_env: dict[str, str]) -> None:
+def _guard(request: dict, pipe_fd: int, led_w: int, api_module: str, server_env: dict[str, str], mode: str) -> None:
     """The forked guard: a new session, the server's priority and streams, the server as its
     child; exits with the server's exit code."""
     code = 1
@@ -114,7 +154,7 @@ def _guard(request: dict, pipe_fd: int, led_w: int, api_module: str, server_env:
         if pid == 0:
             os.close(pipe_fd)
             _set_title(request["title"])
-            _run_api_server(api_module, request["argv"], server_env)
+            _run_api_server(api_module, request["argv"], server_env, mode)
         code = server_guard.watch(pipe_fd, lambda: _exit_code(pid))
     except BaseException:
         traceback.print_exc()
@@ -133,7 +173,7 @@ def _at_eof(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str]) -> None:
+def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str], mode: str) -> None:
     guards: set[int] = set()
     tuner = os.getppid()
     while True:
@@ -151,6 +191,9 @@ def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str]) -> No
         if not data:  # the tuner is gone, or done with this zygote; each guard watches the tuner itself
             return
         request, pipe_fd = json.loads(data), fds[0]
+        if cuda_context():  # never forked: its servers could not use the GPU
+            print("autotune zygote: a CUDA context exists; refusing to fork", flush=True)
+            os._exit(REFUSED)
         if _at_eof(pipe_fd):  # the tuner gave up on this start (it timed out while we imported)
             os.close(pipe_fd)
             _send(ctl, {"id": request["id"], "forked": None})
@@ -160,7 +203,7 @@ def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str]) -> No
         if pid == 0:
             ctl.close()
             os.close(led_r)
-            _guard(request, pipe_fd, led_w, api_module, server_env)
+            _guard(request, pipe_fd, led_w, api_module, server_env, mode)
         os.close(pipe_fd)
         os.close(led_w)
         os.read(led_r, 1)
@@ -169,19 +212,22 @@ def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str]) -> No
         _send(ctl, {"id": request["id"], "forked": pid})
 
 
-def boot(ctl_fd: int, api_module: str) -> None:
+def boot(ctl_fd: int, api_module: str, rest: list[str]) -> None:
     """Exec this interpreter again with vLLM's LD_PRELOAD (`vllm_ld_preload`), recording the
     LD_PRELOAD the trial's environment had, to be put back before anything is imported."""
     current = os.environ.get("LD_PRELOAD")
     env = dict(os.environ, LD_PRELOAD=entry.vllm_ld_preload(current or ""))
     code = sys.orig_argv[sys.orig_argv.index("-c") + 1]  # the tuner's ZYGOTE_ENTRY, run again
-    os.execve(sys.executable, [sys.executable, "-c", code, "serve", str(ctl_fd), api_module, json.dumps(current)], env)
+    argv = ["serve", str(ctl_fd), api_module, *rest, json.dumps(current)]
+    os.execve(sys.executable, [sys.executable, "-c", code, *argv], env)
 
 
 def main(argv: list[str]) -> None:
-    phase, ctl_fd, api_module = argv[0], int(argv[1]), argv[2]
-    if phase == "boot":
-        boot(ctl_fd, api_module)
+    """argv: PHASE CTL_FD API_MODULE MODE PRELOAD_JSON [LD_PRELOAD_JSON]: PRELOAD_JSON is
+    [required modules, GPU modules probed first]."""
+    phase, ctl_fd, api_module, mode, preload = argv[0], int(argv[1]), argv[2], argv[3], json.loads(argv[4])
+    if phase == "boot" and mode == FORKSERVER:
+        boot(ctl_fd, api_module, argv[3:5])
     try:  # before the environment changes: setproctitle finds its memory from the original one
         import setproctitle
 
@@ -189,15 +235,27 @@ def main(argv: list[str]) -> None:
     except ImportError:
         pass
     server_env = dict(os.environ)  # the forkserver's, as `entry.install` records it: what was loaded at exec
-    original = json.loads(argv[3])
-    if original is None:
-        del os.environ["LD_PRELOAD"]
-    else:
-        os.environ["LD_PRELOAD"] = original
-    for name in (*entry.PRELOAD, api_module):
+    if mode == FORKSERVER:
+        original = json.loads(argv[5])
+        if original is None:
+            del os.environ["LD_PRELOAD"]
+        else:
+            os.environ["LD_PRELOAD"] = original
+    required, probed = preload
+    for name in (*required, api_module):
         importlib.import_module(name)
+    if cuda_context():
+        print(f"autotune zygote: a CUDA context exists after importing {', '.join(required)}; refusing to serve")
+        sys.stdout.flush()
+        os._exit(REFUSED)
+    why = probe(probed)
+    if why is None:
+        for name in probed:
+            importlib.import_module(name)
+    else:
+        print(f"autotune zygote: {why}: left to each server", flush=True)
     with socket.socket(fileno=ctl_fd) as ctl:
-        serve(ctl, api_module, server_env)
+        serve(ctl, api_module, server_env, mode)
     # Nothing to clean up (each server has its own guard); an interpreter's exit with torch and
     # vLLM loaded takes seconds, in which this would look like a server left behind.
     sys.stdout.flush()

@@ -125,7 +125,8 @@ def test_the_warm_entry_forks_the_engine_and_its_worker_from_a_forkserver(tmp_pa
     has run nothing, never from the EngineCore, which has run torch."""
     spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "server.log", python=sys.executable)
     assert spec.warm_children and "autotune_vllm_entry" in spec.command(port=1)[2]
-    assert "autotune_vllm_entry" not in LaunchSpec(model=None, args=[], log_path=None, gpu=True).command(port=1)[2]
+    gpu = LaunchSpec(model=None, args=[], log_path=None, gpu=True).command(port=1)[2]
+    assert "forkserver=False" in gpu  # on a GPU the entry starts no forkserver: vLLM forks the EngineCore
     ran, _ = run_warm(tmp_path)
     assert ran["engine"]["ppid"] != ran["api"]["pid"]  # forked by the forkserver, not spawned by the API server
     assert ran["worker"]["ppid"] == ran["engine"]["ppid"]  # the forkserver's child too

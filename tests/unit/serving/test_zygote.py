@@ -69,6 +69,7 @@ def spec(work, name: str, *args: str) -> LaunchSpec:
         python=sys.executable,
         env={"PYTHONPATH": str(work), "RAN_LOG": str(work / "ran.log"), "ZYGOTE_TEST_MARKER": "m"},
         startup_timeout_s=120,
+        api_module="fake_api_server",
     )
 
 
@@ -76,7 +77,6 @@ def spec(work, name: str, *args: str) -> LaunchSpec:
 def two_servers(stand_in):
     """Two servers in a row, each stopped; then a third that exits by itself with code 3."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(server_mod, "API_MODULE", "fake_api_server")
     try:
         seen = []
         for name in ("first", "second"):
@@ -190,10 +190,10 @@ import sys, time
 from pathlib import Path
 from serving.process import server as server_mod
 from serving.process.server import LaunchSpec, VllmServer
-server_mod.API_MODULE = "fake_api_server"
 work = Path(sys.argv[1])
 s = VllmServer(LaunchSpec(model=None, args=[], log_path=work / "orphan" / "server.log", python=sys.executable,
-                          env={"PYTHONPATH": str(work), "RAN_LOG": str(work / "orphan.log")}, startup_timeout_s=120))
+                          env={"PYTHONPATH": str(work), "RAN_LOG": str(work / "orphan.log")}, startup_timeout_s=120,
+                          api_module="fake_api_server"))
 s.start()
 print(s.pgid, s.port, flush=True)
 time.sleep(600)

@@ -1,0 +1,78 @@
+"""The process group and the port of one server: a port held for it, its group's members, whether
+some are stopped, whether its port still listens, and what the kernel's log says of an OOM kill."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import psutil
+
+from serving.failures import oom_kill_in
+from serving.process.launch_spec import HOST
+
+
+def reserve_port() -> socket.socket:
+    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
+    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
+    bind or another port-0 pick is refused it. Closing the socket and handing the number over
+    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((HOST, 0))
+    return s
+
+
+def set_aside(log_path: Path) -> Path | None:
+    """Move an earlier start's log out of the way (server.log -> server.1.log, the first free
+    number), so each start writes and is classified from its own file; where it went."""
+    if not log_path.exists():
+        return None
+    n = 1
+    while (kept := log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")).exists():
+        n += 1
+    log_path.rename(kept)
+    return kept
+
+
+def kernel_oom_kill(pids: set[int], since_s: float) -> str | None:
+    """The kernel log's OOM-kill line for one of `pids` after `since_s` (seconds since boot);
+    "" when the log is readable and has none, None when it cannot be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return oom_kill_in(out.stdout, pids, since_s) if out.returncode == 0 else None
+
+
+def port_listening(port: int) -> bool:
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # pragma: no cover - non-root on some kernels
+        with socket.socket() as s:
+            return s.connect_ex((HOST, port)) == 0
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
+
+
+def group_stopped(members: list[psutil.Process]) -> bool:
+    """Some process of the group is stopped (SIGSTOP, SIGTSTP, a tracer)."""
+    for p in members:
+        try:
+            if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    alive = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return alive

@@ -1,0 +1,92 @@
+"""The study's zygote on a GPU: it forks servers only while it has no CUDA context (a child of a
+process with one cannot use CUDA), and refuses to serve once one exists, so that every server is
+exec'd instead. A stand-in `torch` says whether CUDA is initialised, a stand-in API server module
+answers /health and writes down what it ran with; both go through the real VllmServer, zygote
+and entry. Each server runs with vLLM told to fork its EngineCore and with the tuner's plugin."""
+
+import json
+import sys
+
+import pytest
+
+from serving.process import server as server_mod
+from serving.process import zygote
+from serving.process.server import LaunchSpec, VllmServer
+
+FAKE_TORCH = "class cuda:\n    is_initialized = staticmethod(lambda: {initialized})\n"
+FAKE_API_SERVER = """
+import http.server, json, os, sys
+if __name__ == "__main__":
+    plugin = sys.modules.get("autotune_vllm_plugin")
+    with open(os.environ["RAN_LOG"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "mp": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"),
+                            "plugin": plugin._active if plugin else None}) + "\\n")
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def gpu_server(tmp_path, monkeypatch, cuda_initialized: bool) -> tuple[bool, list[dict]]:
+    """Whether the server was forked by the zygote, and what its API server ran with."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH.format(initialized=cuda_initialized))
+    (tmp_path / "fake_gpu_api_server.py").write_text(FAKE_API_SERVER)
+    monkeypatch.setattr(zygote, "ENGINE_MODULES", ["torch"])  # vLLM's, which the stand-in torch would break
+    monkeypatch.setattr(zygote, "GPU_WORKER_MODULES", [])
+    monkeypatch.setattr(server_mod, "gpu_memory_used_mib", lambda: [])
+    server = VllmServer(
+        LaunchSpec(
+            model=None,
+            args=[],
+            log_path=tmp_path / "trial" / "server.log",
+            python=sys.executable,
+            env={"PYTHONPATH": str(tmp_path), "RAN_LOG": str(tmp_path / "ran.log")},
+            startup_timeout_s=60,
+            gpu=True,
+            api_module="fake_gpu_api_server",
+        )
+    )
+    try:
+        server.start()
+        forked = isinstance(server.proc, zygote.ForkedServer)
+    finally:
+        server.stop()
+        zygote.close()
+    return forked, [json.loads(x) for x in (tmp_path / "ran.log").read_text().splitlines()]
+
+
+def test_a_zygote_with_a_cuda_context_refuses_and_the_server_is_execd(tmp_path, monkeypatch):
+    forked, ran = gpu_server(tmp_path, monkeypatch, cuda_initialized=True)
+    assert not forked
+    log = (tmp_path / "trial" / "server.log").read_text()
+    assert "not forked: the study's zygote is gone (exit code 3: autotune zygote: a CUDA context exists" in log
+    assert "this server is exec'd" in log
+    assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": ["warmups"]}]  # exec'd, as the tuner's server
+
+
+def test_a_zygote_without_a_cuda_context_forks_the_server(tmp_path, monkeypatch):
+    forked, ran = gpu_server(tmp_path, monkeypatch, cuda_initialized=False)
+    assert forked
+    log = (tmp_path / "trial" / "server.log").read_text()
+    assert "forked by the study's zygote" in log and "not forked" not in log
+    assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": ["warmups"]}]
+
+
+@pytest.mark.parametrize("gpu, mode", [(True, zygote.FORK), (False, zygote.FORKSERVER)])
+def test_a_gpu_server_is_forked_without_a_forkserver_and_its_engine_forked_by_vllm(gpu, mode, tmp_path):
+    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "s.log", gpu=gpu)
+    assert spec.forked_by_zygote and spec.children == mode
+    assert ("VLLM_WORKER_MULTIPROC_METHOD" in spec.tuner_env()) is gpu
+    assert zygote.preload(mode)[1] == (zygote.GPU_WORKER_MODULES if gpu else [])
+    unmodified = LaunchSpec(
+        model=None, args=[], log_path=tmp_path / "s.log", gpu=gpu, zygote=False, plugin=False, fork_engine=False
+    )
+    unmodified.warm_children = False
+    assert not unmodified.forked_by_zygote and unmodified.tuner_env() == {}
+    assert "autotune_vllm_entry" not in unmodified.command(port=1)[2]
