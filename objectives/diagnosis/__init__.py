@@ -21,9 +21,10 @@ its flag registry (objectives never imports search).
 `antipatterns` checks a configuration for settings that tuning practice or vLLM itself warns
 against, saying for each whether it still applies on vLLM V1.
 
-Modules: `models` (what comes out), `facts` (what the caller says about vLLM and the machine),
-`readings` (metrics and workload sizes), `thresholds`, `tree`, `antipatterns`, and `trial` (both
-together, as the study stores them).
+Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine),
+`readings` (metrics and workload sizes), `thresholds`, `tree` (with its `scheduler_branches` and
+`compute_branches`), `antipatterns` (its rule types in `antipattern_rule`), and `trial_diagnosis`
+(both together, as the study stores them).
 """
 
 from objectives.diagnosis.antipatterns import antipatterns
