@@ -44,6 +44,15 @@ class Hardware:
             return f"{len(self.gpus)}x {g.name} ({g.memory_gib:.0f} GiB)"
         return f"CPU {self.cpu_model}, {self.cpu_cores} cores, {self.ram_gib:.0f} GiB RAM"
 
+    def fingerprint(self) -> str:
+        """The machine as a study's measurements depend on it: on a GPU host its GPUs' model and
+        count (another host with the same GPUs, such as the next lease of an H100, measures the
+        same; its CPU, RAM and the memory a driver reports to the last GiB do not change that);
+        on the CPU build the CPU, its cores and RAM."""
+        if self.gpus:
+            return f"{len(self.gpus)}x {self.gpus[0].name}"
+        return self.describe()
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["cpu_flags"] = sorted(d["cpu_flags"])
