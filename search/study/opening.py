@@ -45,7 +45,7 @@ from search.scenario import Scenario
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
-from serving import LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
+from serving import Hardware, LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
 from storage import claims, queries
 from storage.tables import StudyRecord
 from storage.url import single_writer
@@ -62,13 +62,13 @@ def setup_changes(rec: StudyRecord, ctx: LaunchContext) -> list[str]:
         "vLLM": rec.vllm_version,
         "model": rec.model_path,
         "model revision": rec.model_revision,
-        "hardware": (rec.hardware or {}).get("description"),
+        "hardware": Hardware.from_dict(rec.hardware).fingerprint() if rec.hardware else None,
     }
     now = {
         "vLLM": ctx.installed.label(),
         "model": ctx.model.reference,
         "model revision": ctx.model.revision,
-        "hardware": ctx.hardware.describe(),
+        "hardware": ctx.hardware.fingerprint(),  # the GPU model, not the host
     }
     return [f"{k} was {then[k]}, now {now[k]}" for k in then if then[k] is not None and then[k] != now[k]]
 
