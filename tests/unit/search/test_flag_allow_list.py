@@ -22,6 +22,9 @@ REFUSED = {
     "logits_processors": "p.Processor",
     "ssl_keyfile": "/tmp/key.pem",
     "api_key": "secret",
+    # vLLM's variable that names the plugins it loads, the tuner's own among them: an environment
+    # variable, never a flag, and no scenario sets either
+    "VLLM_PLUGINS": "autotune_vllm_plugin",
 }
 NOT_ALLOWED = (
     "is neither a tunable parameter nor a flag on the allow list of flags that shape serving "
