@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ArrivalMode = Literal["poisson", "gamma", "constant", "burst", "closed"]
+ArrivalMode = Literal["poisson", "gamma", "constant", "burst", "trace", "closed"]
 
 
 class UnresolvedRateError(ValueError):
@@ -18,10 +18,11 @@ class UnresolvedRateError(ValueError):
 class ArrivalSpec(BaseModel):
     """When requests are sent.
 
-    Open loop (`poisson`, `gamma`, `constant`, `burst`): at `rate` requests/s, whatever the
+    Open loop (`poisson`, `gamma`, `constant`, `burst`, `trace`): at `rate` requests/s, whatever the
     server does. `gamma` gaps have shape `burstiness` (1 = Poisson, < 1 burstier, > 1
     smoother), as `vllm bench serve --burstiness`. `burst`: Poisson at `rate`, with
-    `peak_multiplier` x `rate` for the first `duty` of every `period_s`.
+    `peak_multiplier` x `rate` for the first `duty` of every `period_s`. `trace`: the gaps of
+    the workload's trace, scaled so that their mean rate is `rate` (`loadgen.trace.replay`).
     Closed loop (`closed`): `concurrency` users, each sending its next request when the last
     one finished.
     A rate may be given as `capacity_fraction` of measured capacity instead; the study turns

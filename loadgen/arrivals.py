@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from loadgen.arrival_spec import ArrivalSpec
+from loadgen.trace import Trace, replay_offsets
 
 
 def _need(n: int | None, duration_s: float | None, rate: float) -> int:
@@ -62,8 +63,11 @@ def burst_offsets(n: int, rate: float, peak_multiplier: float, period_s: float, 
     return periods * period_s + within
 
 
-def open_loop_offsets(arrival: ArrivalSpec, n: int | None, duration_s: float | None, seed: int) -> np.ndarray:
-    """Due times (s from the start) of an open-loop run, bounded by n and/or duration_s."""
+def open_loop_offsets(
+    arrival: ArrivalSpec, n: int | None, duration_s: float | None, seed: int, trace: Trace | None = None
+) -> np.ndarray:
+    """Due times (s from the start) of an open-loop run, bounded by n and/or duration_s; mode `trace`
+    replays `trace`'s gaps (the workload's `replayed_trace()`), rescaled as the gamma gaps are."""
     if arrival.mode == "closed":
         raise ValueError("a closed loop has no precomputed schedule")
     arrival.require_resolved()
@@ -71,11 +75,15 @@ def open_loop_offsets(arrival: ArrivalSpec, n: int | None, duration_s: float | N
         raise ValueError("give num_requests, duration_s, or both")
     rate = arrival.rate
     count = _need(n, duration_s, arrival.mean_rate())
+    if n is None and arrival.mode in ("poisson", "gamma", "trace"):
+        count = max(1, math.floor(rate * duration_s + 1e-9))  # what the duration holds at the rate
     if arrival.mode in ("poisson", "gamma"):
         shape = arrival.burstiness if arrival.mode == "gamma" else 1.0
-        if n is None:  # the count the duration holds at the nominal rate (module docstring)
-            count = max(1, math.floor(rate * duration_s + 1e-9))
         offsets = gamma_offsets(count, rate, shape, seed)
+    elif arrival.mode == "trace":
+        if trace is None:
+            raise ValueError("arrival mode=trace needs the workload's trace")
+        offsets = replay_offsets(trace, seed, count, rate)
     elif arrival.mode == "constant":
         offsets = constant_offsets(count, rate)
     else:

@@ -123,6 +123,13 @@ class LengthDist(BaseModel):
             raise ValueError(f"{self.dist}: no length is left between min and max")
         return self
 
+    @classmethod
+    def observed(cls, values: np.ndarray, source: Path) -> LengthDist:
+        """The empirical distribution of lengths already read from `source` (a trace's column)."""
+        dist = cls.model_construct(dist="empirical", file=Path(source))
+        dist._values = np.asarray(values, dtype=np.int64)
+        return dist
+
     # -- bounds -------------------------------------------------------------------------
 
     def _lognormal_params(self) -> tuple[float, float]:

@@ -211,8 +211,8 @@ _BUILD_CACHE_SIZE = 4
 
 def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool, server_checked: bool) -> tuple:
     # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
-    shape = spec.model_dump_json(include={"endpoint", "classes", "seed"})
-    return shape, tokenizer.fingerprint, n, warmup, server_checked
+    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace"})
+    return shape, tuple(spec.class_names), tokenizer.fingerprint, n, warmup, server_checked
 
 
 async def _build(
@@ -310,6 +310,8 @@ def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
     rate = spec.arrival.mean_rate()
     if spec.arrival.mode == "burst":
         rate = spec.arrival.rate * spec.arrival.peak_multiplier
+    elif spec.arrival.mode == "trace":  # a trace's bursts, as a burst's default peak
+        rate *= 4
     return max(1, min(MAX_PRECONNECT, math.ceil(1.5 * rate * latency) + 8))
 
 
@@ -358,7 +360,9 @@ async def run_load(
     closed = spec.arrival.mode == "closed"
     offsets = None
     if not closed:
-        offsets = open_loop_offsets(spec.arrival, spec.num_requests, spec.duration_s, spec.seed).tolist()
+        offsets = open_loop_offsets(
+            spec.arrival, spec.num_requests, spec.duration_s, spec.seed, spec.replayed_trace()
+        ).tolist()
         if not offsets:
             raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), trace_configs=traced(watch)) as control:
@@ -427,6 +431,11 @@ async def run_load(
 
     records = [r for r in pool.records if not math.isnan(r.send_time)]
     server = diagnose(before, after, samples) if before is not None and after is not None else None
+    if spec.trace is not None and spec.trace.clipped_requests:
+        notes.append(
+            f"{spec.trace.clipped_requests} of the trace's {len(spec.trace.trace)} requests are clipped to "
+            f"{spec.trace.max_total_tokens} tokens (prompt + output, trace.max_total_tokens)"
+        )
     if pool.extended:
         notes.append(
             f"closed loop built {pool.extended * CLOSED_LOOP_BATCH} extra requests during "

@@ -28,6 +28,7 @@ from loadgen.request_class import (
     RequestClass,
 )
 from loadgen.tokenizer import PromptTokenizer
+from loadgen.trace import trace_drafts
 from loadgen.workload import WorkloadSpec
 
 MEASURED_STREAM = 0
@@ -181,6 +182,26 @@ def plan_requests(
     spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *, warmup: bool = False, start: int = 0
 ) -> list[_Plan]:
     stream = WARMUP_STREAM if warmup else MEASURED_STREAM
+    trace = spec.replayed_trace()
+    if trace is not None:  # each request a row of the trace: its lengths, its shared tokens
+        vocabulary = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
+        out = []
+        for d in trace_drafts(trace, spec.seed, spec.endpoint, vocabulary, start, n, warmup=warmup):
+            body = d.prompt_tokens - (len(d.shared_ids) if d.shared_ids is not None else 0)
+            pool = _rng(spec.seed, stream, d.index).choice(vocabulary, size=body + _POOL_EXTRA)
+            out.append(
+                _Plan(
+                    d.index,
+                    d.class_name,
+                    spec.endpoint,
+                    d.prompt_tokens,
+                    d.output_tokens,
+                    d.prefix_id,
+                    d.shared_ids,
+                    pool=pool,
+                )
+            )
+        return out
     weights = np.array([c.weight for c in spec.classes], dtype=float)
     sources: dict[int, _ShareGPTSource] = {}
     prefix_cache: dict[tuple[int, int], np.ndarray] = {}

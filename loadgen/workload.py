@@ -1,9 +1,16 @@
 """What a scenario asks of the server for one load run (`WorkloadSpec`): the endpoint, the request
-classes (`request_class`, with their `lengths`), the arrivals (`arrival_spec`), bounds and seed.
+classes (`request_class`, with their `lengths`) or a trace (`trace`), the arrivals (`arrival_spec`),
+bounds and seed.
 
 These models validate scenario YAML (`extra="forbid"`: a misspelt key is an error naming the
-field). Relative file paths (`file`, `sharegpt`) resolve against the YAML file's directory
-when loaded with `WorkloadSpec.from_yaml`, against the working directory otherwise.
+field). Relative file paths (`file`, `sharegpt`, `trace.file`) resolve against the YAML file's
+directory when loaded with `WorkloadSpec.from_yaml`, against the working directory otherwise.
+
+A trace workload's requests come from the trace: its classes are the trace's (one, `default`,
+unless its JSONL names classes), made here from the trace's own lengths and prefixes so that
+whatever reads a workload's classes (the calibration, the diagnosis) reads the trace's; they are
+not written back when the spec is dumped. Restricting `classes` (a calibration measures one class
+at a time) replays only the trace's requests of those classes.
 """
 
 from __future__ import annotations
@@ -11,15 +18,41 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from loadgen.arrival_spec import ArrivalSpec
-from loadgen.request_class import RequestClass
+from loadgen.lengths import LengthDist
+from loadgen.request_class import RequestClass, SharedPrefix
+from loadgen.trace import Trace, TraceSpec
 
 Endpoint = Literal["chat", "completions"]
 
 
 _CLASS_SHORTHAND = ("prompt_tokens", "output_tokens", "shared_prefix", "sharegpt")
+
+
+def trace_classes(spec: TraceSpec) -> list[RequestClass]:
+    """The trace's classes: weight by count, lengths as the trace has them, prefix as it shares one."""
+    trace = spec.trace
+    out = []
+    for i, name in enumerate(trace.class_names):
+        rows = trace.class_index == i
+        prefix = spec.prefix_summary(name)
+        out.append(
+            RequestClass.model_construct(
+                name=name,
+                weight=float(rows.mean()),
+                prompt_tokens=LengthDist.observed(trace.prompt_tokens[rows], spec.file),
+                output_tokens=LengthDist.observed(trace.output_tokens[rows], spec.file),
+                shared_prefix=(
+                    SharedPrefix.model_construct(fraction=prefix[0], tokens=prefix[1], count=prefix[2])
+                    if prefix
+                    else None
+                ),
+                sharegpt=None,
+            )
+        )
+    return out
 
 
 class WorkloadSpec(BaseModel):
@@ -28,7 +61,8 @@ class WorkloadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     endpoint: Endpoint = "completions"
-    classes: list[RequestClass] = Field(..., min_length=1)
+    classes: list[RequestClass] = Field(default_factory=list, description="at least one, unless a trace")
+    trace: TraceSpec | None = Field(None, description="requests from a trace file (docs/traces.md)")
     arrival: ArrivalSpec
     num_requests: int | None = Field(None, ge=1, description="measured requests (excl. warmup)")
     duration_s: float | None = Field(None, gt=0, description="stop sending after this long")
@@ -43,6 +77,9 @@ class WorkloadSpec(BaseModel):
         if not isinstance(data, dict):
             return data
         short = {k: data[k] for k in _CLASS_SHORTHAND if k in data}
+        if data.get("trace") is not None and (short or "classes" in data):
+            given = ", ".join([*short, *(["classes"] if "classes" in data else [])])
+            raise ValueError(f"a trace gives the requests' lengths and prefixes: remove {given}")
         if not short:
             return data
         if "classes" in data:
@@ -52,6 +89,12 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
+        if self.trace is not None:
+            self.classes = trace_classes(self.trace)
+        elif not self.classes:
+            raise ValueError("classes: give at least one request class (or a trace)")
+        if self.arrival.mode == "trace" and self.trace is None:
+            raise ValueError("arrival mode=trace replays the workload's trace: give trace: {file: ...}")
         names = [c.name for c in self.classes]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -59,6 +102,13 @@ class WorkloadSpec(BaseModel):
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give num_requests, duration_s, or both")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_trace_classes(self, handler: Any) -> Any:
+        data = handler(self)
+        if self.trace is not None and isinstance(data, dict):
+            data.pop("classes", None)  # the trace's: validating the dump makes them again
+        return data
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> WorkloadSpec:
@@ -74,7 +124,17 @@ class WorkloadSpec(BaseModel):
 
     def longest_request_tokens(self) -> int:
         """The largest prompt + output any request of this workload can have."""
+        if self.trace is not None:
+            return self.trace.longest_request_tokens()
         return max(c.longest_request_tokens(self.endpoint) for c in self.classes)
+
+    def replayed_trace(self) -> Trace | None:
+        """The trace's requests this workload sends (of its classes), lengths clipped; None: no trace."""
+        if self.trace is None:
+            return None
+        trace = self.trace.trace
+        names = self.class_names
+        return trace if list(trace.class_names) == names else trace.of_classes(names)
 
     def expected_requests(self, class_name: str | None = None) -> float | None:
         """About how many measured requests one run has (of `class_name`, by its weight): the

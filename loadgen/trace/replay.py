@@ -72,7 +72,8 @@ def scale_to_rate(gaps: np.ndarray, rate: float) -> np.ndarray:
             f"the trace's {n} requests from the window's start all arrived at one instant: "
             "no inter-arrival pattern to scale (give the trace sub-second timestamps, or a longer run)"
         )
-    return np.cumsum(gaps) * ((n / rate) / total)
+    # The last due time exactly n/rate (a duration bound of n/rate keeps all n; float rounding would not).
+    return np.minimum(np.cumsum(gaps) * ((n / rate) / total), n / rate)
 
 
 def replay_offsets(trace: Trace, seed: int, n: int, rate: float) -> np.ndarray:
