@@ -7,6 +7,8 @@ caller gives one, an abort check (`abort`); `metrics` computes the flat metrics 
 serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the
 client off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent package:
 the stages, the capacity search, scoring and the abort rules build on this, not the reverse.
+Requests may also come from a trace file (`trace`: readers, the replay's window and time
+scaling, its prompts and statistics).
 Other packages import from here, never from the modules inside.
 """
 
@@ -27,6 +29,18 @@ from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, re
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import TokenizerError
+from loadgen.trace import (
+    Trace,
+    TraceError,
+    TraceSpec,
+    TrafficStats,
+    clipped,
+    rate_over_time,
+    read_trace,
+    shared_tokens_from_ids,
+    shared_tokens_from_segments,
+    traffic_stats,
+)
 from loadgen.workload import ArrivalSpec, WorkloadSpec
 
 __all__ = [
@@ -50,18 +64,28 @@ __all__ = [
     "RequestRecord",
     "Stall",
     "TokenizerError",
+    "Trace",
+    "TraceError",
+    "TraceSpec",
+    "TrafficStats",
     "WorkloadSpec",
     "class_key",
+    "clipped",
     "compute_metrics",
     "fetch_metrics_text",
     "json_safe",
+    "rate_over_time",
+    "read_trace",
     "records_from_samples",
     "request_samples",
     "run_async",
     "run_load",
     "run_load_sync",
     "scan_gauges",
+    "shared_tokens_from_ids",
+    "shared_tokens_from_segments",
     "stall_bound_s",
     "timed_tpot_median_ms",
     "traced",
+    "traffic_stats",
 ]
