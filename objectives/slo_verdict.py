@@ -1,0 +1,245 @@
+"""A load stage's SLO verdict from its requests' counts: met, violated, or undecided.
+
+Pure. An SLO on a percentile is a statement about a proportion: `ttft_p95_ms@short <= B` says
+that at most 5% of the short requests take longer than B. A stage measures that proportion
+from a sample, so its verdict is a test, not a comparison of one number with the bound: of
+the `known` requests of the SLO's class, `over` exceeded B, and the exact (Clopper-Pearson)
+interval of the proportion over / known decides.
+
+* met: the interval's upper end is at most the limit (1 - q: 5% for a p95);
+* violated: its lower end is above the limit;
+* undecided: the interval straddles the limit (the stage cannot tell; a stage run on for
+  longer can, `objectives.stages`).
+
+A request counts where its outcome against the bound is known: finished (its latency is
+compared with B), failed (over B: a request that was never answered is never a latency value
+and never counts for the SLO), or cut short but already certain to exceed B (a censored
+latency: it had waited at least that long). A request cut short before it could be known is
+left out of `known`. TPOT is undefined for a one-token request: it is left out of a TPOT SLO.
+
+An error-rate SLO (`error_rate <= b`) is the same test on the failure proportion with limit b.
+SLOs with no count form (means, ITL, throughputs) keep their margin (value against bound) as
+their verdict, always decided.
+
+`confidence` is two-sided (default 90%: each decision is 95% sure on its side). A stage that is
+looked at several times before it stops (`looks`, see `objectives.stages`) would be called
+wrongly more often than that by chance alone: each look's interval is widened by Bonferroni's
+correction over the planned looks (each side's error divided by the number of looks), so the
+whole stage's chance of a wrong decided verdict on either side stays within 1 - confidence.
+
+A verdict left undecided when the stage can run no longer still leans one way: the observed
+proportion against the limit (`leaning`), which is what the stage's pass/fail then says.
+`decidable_met` tells whether a stage of a given size can ever call the SLO met (with 0 of n
+over): an error-rate bound of 1% needs about 300 requests, so at small stages such an SLO does
+not hold the stage open and is called by its leaning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from scipy import stats
+
+from loadgen import MetricName
+from objectives.scoring import SLOSpec, slo_key
+
+MET, VIOLATED, UNDECIDED = "met", "violated", "undecided"
+Verdict = Literal["met", "violated", "undecided"]
+DEFAULT_CONFIDENCE = 0.90
+COUNTED_FAMILIES = ("ttft", "tpot", "e2el")  # a latency per request, so a count over the bound
+
+
+def clopper_pearson(over: int, known: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+    """The exact two-sided interval of a binomial proportion over / known (0-1)."""
+    if known <= 0:
+        return 0.0, 1.0
+    alpha = 1.0 - confidence
+    low = 0.0 if over <= 0 else float(stats.beta.ppf(alpha / 2, over, known - over + 1))
+    high = 1.0 if over >= known else float(stats.beta.ppf(1 - alpha / 2, over + 1, known - over))
+    return low, high
+
+
+def look_confidence(confidence: float, looks: int) -> float:
+    """The two-sided confidence of each of `looks` looks (Bonferroni), so that the stage's
+    verdict over all of them is wrong with at most 1 - confidence."""
+    return 1.0 - (1.0 - confidence) / max(1, looks)
+
+
+def decide(
+    over: int, known: int, limit: float, confidence: float = DEFAULT_CONFIDENCE, looks: int = 1
+) -> tuple[Verdict, float, float]:
+    """(verdict, interval low, interval high) of the proportion over / known against `limit`."""
+    low, high = clopper_pearson(over, known, look_confidence(confidence, looks))
+    if known > 0 and high <= limit:
+        return MET, low, high
+    if known > 0 and low > limit:
+        return VIOLATED, low, high
+    return UNDECIDED, low, high
+
+
+def decidable_met(limit: float, known: int, confidence: float = DEFAULT_CONFIDENCE, looks: int = 1) -> bool:
+    """Whether `known` requests can call the SLO met at all (0 of them over the bound)."""
+    return known > 0 and clopper_pearson(0, known, look_confidence(confidence, looks))[1] <= limit
+
+
+def count_limit(slo: SLOSpec) -> float | None:
+    """The proportion an SLO allows over its bound (0.05 for a p95), None for an SLO with no
+    count form (a mean, ITL, a throughput, a lower bound)."""
+    if slo.max is None:
+        return None
+    name = MetricName.parse(slo.metric)
+    if name.base == "error_rate":
+        return float(slo.max)
+    q = name.quantile
+    if name.family in COUNTED_FAMILIES and q is not None and 0 < q < 1:
+        return 1.0 - q
+    return None
+
+
+@dataclass(frozen=True)
+class SLOVerdict:
+    """One SLO's verdict in one stage. Counted SLOs carry their counts and interval (as
+    proportions, 0-1); the others only their margin."""
+
+    slo: str  # the constraint's name (`scoring.slo_key`)
+    verdict: Verdict
+    margin: float  # the normalized violation of the stage's value (<= 0: within the bound); NaN: none
+    limit: float | None = None  # the proportion allowed over the bound
+    over: int | None = None
+    known: int | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def counted(self) -> bool:
+        return self.known is not None
+
+    @property
+    def share(self) -> float:
+        return self.over / self.known if self.counted and self.known else math.nan
+
+    @property
+    def leaning(self) -> Verdict:
+        """The decided verdict, or for an undecided one the side its observed share is on."""
+        if self.verdict != UNDECIDED:
+            return self.verdict
+        if self.counted:
+            return MET if self.known and self.share <= self.limit else VIOLATED
+        return MET if self.margin <= 0 else VIOLATED
+
+    def text(self) -> str:
+        if not self.counted:
+            return f"{self.slo}: {self.verdict} (margin {self.margin:+.0%})"
+        interval = f"[{self.low:.1%}, {self.high:.1%}]"
+        shown = f"{self.over} of {self.known} over ({self.share:.1%} {interval} vs {self.limit:.0%})"
+        lean = f", leaning {self.leaning}" if self.verdict == UNDECIDED else ""
+        return f"{self.slo}: {self.verdict}{lean}: {shown}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SLOVerdict:
+        return cls(**d)
+
+
+def margin_verdict(slo: str, margin: float) -> SLOVerdict:
+    """An SLO with no count form: decided by its value against its bound."""
+    return SLOVerdict(slo, MET if margin <= 0 else VIOLATED, margin)
+
+
+def counted_verdict(
+    slo: str, over: int, known: int, limit: float, margin: float, confidence: float, looks: int = 1
+) -> SLOVerdict:
+    verdict, low, high = decide(over, known, limit, confidence, looks)
+    return SLOVerdict(slo, verdict, margin, limit, over, known, low, high)
+
+
+def stage_verdict(verdicts: Iterable[SLOVerdict]) -> Verdict:
+    """Violated when any SLO is, met when every one is, else undecided."""
+    verdicts = list(verdicts)
+    if any(v.verdict == VIOLATED for v in verdicts):
+        return VIOLATED
+    if all(v.verdict == MET for v in verdicts):
+        return MET
+    return UNDECIDED
+
+
+def stage_passed(verdicts: Iterable[SLOVerdict]) -> bool:
+    """What a stage's verdict says for a search that must go on: decided verdicts as they
+    are, an undecided SLO by its leaning."""
+    return all(v.leaning == MET for v in verdicts)
+
+
+# -- counting a stage's stored requests -----------------------------------------------------------
+
+
+def _latency_s(family: str, ttft: float | None, e2e: float | None, tokens: int) -> float | None:
+    if family == "ttft":
+        return ttft
+    if family == "e2el":
+        return e2e
+    if ttft is None or e2e is None or tokens <= 1:
+        return None
+    return (e2e - ttft) / (tokens - 1)
+
+
+def count_samples(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: float | None = None) -> tuple[int, int]:
+    """(over, known) of a counted SLO over a stage's requests (`loadgen.request_samples`).
+    `end_s`: when the stage stopped (seconds from its start), so a request cut short there is
+    known to be over a latency bound once it had waited longer than the bound."""
+    name = MetricName.parse(slo.metric)
+    rows = zip(*(samples[k] for k in ("class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok", "aborted")))
+    over = known = 0
+    for cls, sent, ttft, e2e, tokens, ok, aborted in rows:
+        if name.cls is not None and cls != name.cls:
+            continue
+        if name.base == "error_rate":
+            if not aborted:
+                known += 1
+                over += 0 if ok else 1
+            continue
+        bound_s = float(slo.max) / 1000.0
+        latency = _latency_s(name.family, ttft, e2e, tokens or 0)
+        if aborted:
+            waited = (end_s - sent) if end_s is not None else None
+            final = name.family == "ttft" and ttft is not None
+            if final and latency is not None:
+                known, over = known + 1, over + (latency > bound_s)
+            elif name.family != "tpot" and waited is not None and waited > bound_s:
+                known, over = known + 1, over + 1
+            continue
+        if not ok:  # failed or never answered: over the bound, never a latency value
+            known, over = known + 1, over + 1
+            continue
+        if latency is None:  # no TPOT for a one-token request
+            continue
+        known, over = known + 1, over + (latency > bound_s)
+    return over, known
+
+
+def slo_verdicts(
+    slos: Sequence[SLOSpec],
+    samples: Mapping[str, Sequence[Any]] | None,
+    margins: Mapping[str, float],
+    *,
+    end_s: float | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    looks: int = 1,
+) -> list[SLOVerdict]:
+    """Each SLO's verdict in a stage: counted from its requests where the SLO has a count form
+    and the requests were kept, by `margins` (`slo_key` -> normalized violation) otherwise."""
+    out = []
+    for slo in slos:
+        key = slo_key(slo)
+        margin = float(margins.get(key, math.nan))
+        limit = count_limit(slo)
+        if limit is None or samples is None:
+            out.append(margin_verdict(key, margin))
+            continue
+        over, known = count_samples(slo, samples, end_s)
+        out.append(counted_verdict(key, over, known, limit, margin, confidence, looks))
+    return out

@@ -1,0 +1,148 @@
+"""objectives.slo_verdict: a stage's SLO verdict from its requests' counts (exact binomial)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from objectives.scoring import SLOSpec, slo_key
+from objectives.slo_verdict import (
+    MET,
+    UNDECIDED,
+    VIOLATED,
+    SLOVerdict,
+    clopper_pearson,
+    count_limit,
+    count_samples,
+    decidable_met,
+    decide,
+    slo_verdicts,
+    stage_passed,
+    stage_verdict,
+)
+
+P95_SHORT = SLOSpec(metric="ttft_p95_ms@short", max=1000.0)
+
+
+def samples(rows):
+    """Columnar stage samples from (class, sent_s, ttft_s, e2e_s, tokens, ok, aborted) rows."""
+    keys = ("class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok", "aborted")
+    return {k: [r[i] for r in rows] for i, k in enumerate(keys)}
+
+
+def test_the_interval_is_the_exact_binomial_one():
+    low, high = clopper_pearson(3, 40, 0.90)
+    assert low == pytest.approx(stats.beta.ppf(0.05, 3, 38))
+    assert high == pytest.approx(stats.beta.ppf(0.95, 4, 37))
+    assert clopper_pearson(0, 40, 0.90)[0] == 0.0
+    assert clopper_pearson(0, 40, 0.90)[1] == pytest.approx(1 - 0.05 ** (1 / 40))
+    assert clopper_pearson(0, 0) == (0.0, 1.0)
+
+
+def test_a_stage_with_no_request_over_a_p95_bound_in_100_is_met():
+    verdict, _low, high = decide(0, 100, 0.05)
+    assert verdict == MET and high <= 0.05
+
+
+def test_a_stage_with_a_tenth_over_a_p95_bound_in_100_is_violated():
+    verdict, low, _high = decide(10, 100, 0.05)
+    assert verdict == VIOLATED and low > 0.05
+
+
+@pytest.mark.parametrize(("over", "known"), [(1, 21), (2, 21), (0, 21), (5, 100)])
+def test_a_stage_near_the_limit_or_too_small_is_undecided(over, known):
+    """A p95 over 21 requests: 0, 1 or 2 over cannot say on which side of 5% the share is; nor can
+    5 of 100 at exactly the limit."""
+    verdict, low, high = decide(over, known, 0.05)
+    assert verdict == UNDECIDED and low <= 0.05 < high
+
+
+def test_the_decision_flips_exactly_where_the_interval_crosses_the_limit():
+    """Counts of n = 120: the most over that is still met and the fewest that are violated sit
+    where the one-sided 95% bounds cross 5%."""
+    n = 120
+    met = [k for k in range(n) if decide(k, n, 0.05)[0] == MET]
+    violated = [k for k in range(n) if decide(k, n, 0.05)[0] == VIOLATED]
+    assert max(met) == max(k for k in range(n) if stats.beta.ppf(0.95, k + 1, n - k) <= 0.05)
+    assert min(violated) == min(k for k in range(1, n) if stats.beta.ppf(0.05, k, n - k + 1) > 0.05)
+    assert max(met) < min(violated)
+
+
+def test_more_looks_need_more_requests_to_decide():
+    """Bonferroni over the looks: 0 of 60 over a p95 bound is met when looked at once (upper
+    bound 4.9%) but not when the stage may be looked at 4 times."""
+    assert decide(0, 60, 0.05, looks=1)[0] == MET
+    assert decide(0, 60, 0.05, looks=4)[0] == UNDECIDED
+    assert decidable_met(0.05, 60) and not decidable_met(0.05, 60, looks=4)
+    assert not decidable_met(0.01, 200)  # an error-rate bound of 1% needs ~300 requests
+
+
+def test_count_limits_of_slo_forms():
+    assert count_limit(P95_SHORT) == pytest.approx(0.05)
+    assert count_limit(SLOSpec(metric="tpot_p99_ms", max=50.0)) == pytest.approx(0.01)
+    assert count_limit(SLOSpec(metric="error_rate", max=0.02)) == 0.02
+    assert count_limit(SLOSpec(metric="ttft_mean_ms", max=100.0)) is None
+    assert count_limit(SLOSpec(metric="itl_p95_ms", max=100.0)) is None
+    assert count_limit(SLOSpec(metric="output_throughput", min=100.0)) is None
+
+
+def test_counting_a_stage_failed_requests_are_over_and_other_classes_are_left_out():
+    rows = [
+        ("short", 0.0, 0.5, 1.0, 10, True, False),  # within
+        ("short", 0.1, 1.5, 2.0, 10, True, False),  # over
+        ("short", 0.2, None, None, 0, False, False),  # failed: over, not a latency
+        ("long", 0.3, 5.0, 6.0, 10, True, False),  # another class
+        ("short", 0.4, None, None, 0, False, True),  # cut short after 0.6 s: not known
+        ("short", 0.5, None, None, 0, False, True),  # cut short after 1.5 s: certainly over 1 s
+    ]
+    assert count_samples(P95_SHORT, samples(rows[:5]), end_s=1.0) == (2, 3)
+    assert count_samples(P95_SHORT, samples(rows), end_s=2.0) == (4, 5)
+
+
+def test_counting_tpot_leaves_out_one_token_requests_and_error_rate_counts_failures():
+    rows = [
+        ("a", 0.0, 0.1, 1.1, 11, True, False),  # tpot 100 ms
+        ("a", 0.0, 0.1, 0.3, 11, True, False),  # tpot 20 ms
+        ("a", 0.0, 0.1, 0.1, 1, True, False),  # one token: no tpot
+        ("a", 0.0, None, None, 0, False, False),  # failed
+    ]
+    assert count_samples(SLOSpec(metric="tpot_p95_ms", max=50.0), samples(rows)) == (2, 3)
+    assert count_samples(SLOSpec(metric="error_rate", max=0.01), samples(rows)) == (1, 4)
+
+
+def test_stage_verdict_is_violated_on_any_violation_and_met_only_when_all_are():
+    met = SLOVerdict("a", MET, -0.5)
+    undecided = SLOVerdict("b", UNDECIDED, 0.1, 0.05, 1, 21, 0.0, 0.2)
+    violated = SLOVerdict("c", VIOLATED, 0.3)
+    assert stage_verdict([met, met]) == MET
+    assert stage_verdict([met, undecided]) == UNDECIDED
+    assert stage_verdict([met, undecided, violated]) == VIOLATED
+
+
+def test_an_undecided_slo_leans_by_its_observed_share():
+    within = SLOVerdict("a", UNDECIDED, 0.2, 0.05, 1, 21, 0.0, 0.2)  # 4.8%: leans met
+    beyond = SLOVerdict("a", UNDECIDED, 0.2, 0.05, 2, 21, 0.01, 0.27)  # 9.5%: leans violated
+    assert within.leaning == MET and stage_passed([within])
+    assert beyond.leaning == VIOLATED and not stage_passed([within, beyond])
+
+
+def test_slo_verdicts_count_where_they_can_and_use_the_margin_elsewhere():
+    slos = [P95_SHORT, SLOSpec(metric="ttft_mean_ms", max=500.0)]
+    rows = [("short", i * 0.1, 0.2, 0.5, 10, True, False) for i in range(100)]
+    margins = {slo_key(slos[0]): -0.8, slo_key(slos[1]): -0.6}
+    verdicts = slo_verdicts(slos, samples(rows), margins)
+    assert [v.verdict for v in verdicts] == [MET, MET]
+    assert (verdicts[0].over, verdicts[0].known) == (0, 100) and verdicts[0].counted
+    assert not verdicts[1].counted and verdicts[1].margin == -0.6
+    # no samples kept: every SLO by its margin
+    assert not any(v.counted for v in slo_verdicts(slos, None, margins))
+
+
+def test_a_verdict_reads_back_from_its_row_and_says_its_counts():
+    v = slo_verdicts([P95_SHORT], samples([("short", 0.0, 1.2, 2.0, 5, True, False)] * 3), {})[0]
+    assert SLOVerdict.from_dict(v.as_dict()) == v
+    assert v.verdict == VIOLATED  # 3 of 3: the lower bound is 37%
+    assert "3 of 3 over" in v.text()
+    assert math.isnan(SLOVerdict.from_dict(v.as_dict()).margin)
