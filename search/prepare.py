@@ -135,6 +135,10 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
     essentials = platform_essentials(ctx, scenario)
     fixed = {**essentials, **scenario.server.fixed}
     longest = scenario.workload.longest_request_tokens()
+    if scenario.workload.trace is not None:  # how many requests, and how to clip them, not only the longest
+        context = fixed.get("max_model_len") or ctx.model.max_position_embeddings
+        if (problem := scenario.workload.trace.beyond_context(context)) is not None:
+            raise scenario_mod.ScenarioError(f"{shown}: {problem}")
     baselines, baseline_notes = {}, []
     for name, values in scenario.baselines.items():
         config = {**essentials, **values}  # baselines are taken as written, not with server.fixed

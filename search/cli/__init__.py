@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from search.cli import db, load, model, outputs, params, studies
+from search.cli import db, load, model, outputs, params, studies, trace
 from search.cli.exits import (
     EXIT_CODES,
     EXIT_OUTPUT_MISSING,
@@ -33,10 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     studies.register_search(sub)
     studies.register_worker(sub)
     studies.register_confirm(sub)
+    trace.register_tune(sub)
     outputs.register_export(sub)
     outputs.register_dashboard(sub)
     params.register(sub)
     load.register(sub)
+    trace.register_scenario(sub)
     outputs.register_report(sub)
     db.register(sub)
     return parser
