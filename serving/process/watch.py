@@ -18,27 +18,32 @@ CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a 
 
 
 class FirstTokenWatch(ProgressWatch):
-    """A `ProgressWatch` that keeps the first load run's records (its warm-up first): the first
-    token the server served, the last phase of its start's anatomy."""
+    """A `ProgressWatch` that keeps the first load run's records, its warm-up's and its measured
+    ones (`run_load` tracks them in that order, the warm-up's even when empty): the first token
+    the server served and the first measured request sent, the last phases of its start's
+    anatomy."""
 
     def __init__(self, bound_s: float):
         super().__init__(bound_s)
-        self._first_run: list[RequestRecord] | None = None
+        self._first_run: list[list[RequestRecord]] = []
 
     def track(self, records: list[RequestRecord]) -> None:
         super().track(records)
-        if self._first_run is None:
-            self._first_run = records
+        if len(self._first_run) < 2:
+            self._first_run.append(records)
+
+    def _first_run_records(self) -> list[RequestRecord]:
+        return [r for records in self._first_run for r in records]
 
     def first_token_at(self) -> float | None:
         """When the first token arrived (time.perf_counter, the load generator's clock)."""
-        firsts = [r.first_token_time for r in self._first_run or [] if r.first_token_time is not None]
+        firsts = [r.first_token_time for r in self._first_run_records() if r.first_token_time is not None]
         return min(firsts) if firsts else None
 
     def first_measured_at(self) -> float | None:
         """When the first measured request (not a warm-up) was sent, on the same clock: the end
-        of the load's warm-up, the last phase of the start's anatomy."""
-        sent = [r.send_time for r in self._first_run or [] if not r.warmup and r.send_time == r.send_time]
+        of the load's warm-up."""
+        sent = [r.send_time for r in self._first_run_records() if not r.warmup and r.send_time == r.send_time]
         return min(sent) if sent else None
 
 

@@ -63,12 +63,14 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     assert anatomy.with_first_token(0.3).as_dict()["phases"]["first token"] == 0.3
 
 
-def test_the_watch_keeps_the_first_token_of_the_first_load_run_only():
-    def record(first_token: float | None) -> RequestRecord:
-        return RequestRecord(0, "c", 0.0, 1, 1, first_token_time=first_token)
+def test_the_watch_keeps_the_first_token_and_first_measured_request_of_the_first_load_run_only():
+    def record(first_token: float | None, warmup: bool = False, sent: float = float("nan")) -> RequestRecord:
+        return RequestRecord(0, "c", 0.0, 1, 1, warmup=warmup, send_time=sent, first_token_time=first_token)
 
     watch = FirstTokenWatch(60.0)
-    assert watch.first_token_at() is None
-    watch.track([record(None), record(12.5), record(11.0)])  # the warm-up, then measured
-    watch.track([record(3.0)])  # a later stage
-    assert watch.first_token_at() == 11.0
+    assert watch.first_token_at() is None and watch.first_measured_at() is None
+    # as run_load tracks them: the warm-up's records, then the measured ones; then a later stage's
+    watch.track([record(None, True, 9.0), record(12.5, True, 9.5)])
+    watch.track([record(11.0, sent=10.0), record(None, sent=10.5)])
+    watch.track([record(3.0, sent=2.0)])
+    assert watch.first_token_at() == 11.0 and watch.first_measured_at() == 10.0
