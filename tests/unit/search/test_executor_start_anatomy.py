@@ -27,13 +27,10 @@ class AnatomyServer:
 
 def test_a_trial_stores_its_start_anatomy_with_the_first_token_of_its_load(tmp_path, monkeypatch):
     def measure(self, server, outcome, on_phase, capacity_hint, watch):
-        now = time.perf_counter()
-        watch.track(
-            [
-                RequestRecord(0, "c", 0.0, 1, 1, warmup=True, first_token_time=now + 0.5),
-                RequestRecord(1, "c", 0.0, 1, 1, send_time=now + 3.0),  # the first measured request
-            ]
-        )
+        now = time.perf_counter()  # as run_load tracks them: the warm-up's records, then the measured ones
+        watch.track([RequestRecord(0, "c", 0.0, 1, 1, warmup=True, first_token_time=now + 0.5)])
+        watch.track([RequestRecord(1, "c", 0.0, 1, 1, send_time=now + 3.0)])  # the first measured request
+        watch.track([RequestRecord(2, "c", 0.0, 1, 1, send_time=now + 1.0)])  # a later stage's: not the first run's
 
     monkeypatch.setattr(VllmExecutor, "_measure", measure)
     monkeypatch.setattr(executor_mod, "launch", lambda ctx, args, log_path, **_: AnatomyServer(log_path))
