@@ -1,0 +1,62 @@
+"""Scenario files (`configs/*.yaml`): workload, SLOs, objectives, search space, baselines.
+
+Validated on load with pydantic; every error names the file, the field and what is allowed,
+before any server starts. Loads and SLO thresholds may be stated relative to what the study
+measures once on the vLLM-defaults baseline (`calibration`), so one file means the same thing
+on the CPU default model and on an H100.
+
+Modules: `sections` (each section's model), `model` (the scenario and its checks across
+sections), `files` (finding, reading and validating a file). Import from here.
+"""
+
+from search.scenario.files import CONFIG_DIR, ScenarioError, digest, load, parse, read_mapping, resolve_path
+from search.scenario.model import (
+    DEFAULT_ERROR_RATE_MAX,
+    OPEN_LOOP_THROUGHPUT,
+    SAFE_NAME_RULE,
+    Scenario,
+    flat_objective_warnings,
+    is_safe_name,
+)
+from search.scenario.sections import (
+    SLO,
+    Calibration,
+    Confirmation,
+    Domain,
+    Goodput,
+    RelativeThreshold,
+    Screening,
+    Selection,
+    ServerSection,
+    Strict,
+    Threshold,
+    unloaded_reference,
+)
+
+__all__ = [
+    "CONFIG_DIR",
+    "DEFAULT_ERROR_RATE_MAX",
+    "OPEN_LOOP_THROUGHPUT",
+    "SAFE_NAME_RULE",
+    "SLO",
+    "Calibration",
+    "Confirmation",
+    "Domain",
+    "Goodput",
+    "RelativeThreshold",
+    "Scenario",
+    "ScenarioError",
+    "Screening",
+    "Selection",
+    "ServerSection",
+    "Strict",
+    "Threshold",
+    "digest",
+    "flat_objective_warnings",
+    "is_safe_name",
+    "load",
+    "parse",
+    "read_mapping",
+    "resolve_path",
+    "unloaded_reference",
+]

@@ -1,0 +1,144 @@
+"""The sections of a scenario file beside its workload: SLO and goodput bounds (a number, or a
+multiple of the idle server's median: `RelativeThreshold`), the search space's domains, the
+selection rule, and the calibration, screening, confirmation and server settings."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loadgen import GoodputSLO, MetricName
+from objectives.scoring import SLOSpec
+from serving import DEFAULT_STARTUP_TIMEOUT_S, scenario_flag_problem
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RelativeThreshold(Strict):
+    """A latency bound as a multiple of the same metric's median on an idle baseline server."""
+
+    x_unloaded: float = Field(gt=0)
+
+
+Threshold = float | RelativeThreshold
+
+
+def unloaded_reference(metric: str) -> str | None:
+    """The calibration metric a relative bound multiplies: the median of the same family/class."""
+    name = MetricName.parse(metric)
+    if name.statistic not in ("mean", "median") and name.quantile is None:
+        return None
+    return str(MetricName(f"{name.family}_median_ms", name.cls))
+
+
+def _relative_only_on_latency(slo: SLOSpec[Threshold]) -> SLOSpec[Threshold]:
+    if isinstance(slo.bound, RelativeThreshold) and unloaded_reference(slo.metric) is None:
+        raise ValueError(
+            f"{slo.metric}: x_unloaded applies to latency metrics (ttft/tpot/itl/e2el_<stat>_ms) only; give a number"
+        )
+    return slo
+
+
+# The scoring's SLO and goodput types, with bounds that may be relative (calibration.resolve
+# turns them into the plain, numeric ones).
+SLO = Annotated[SLOSpec[Threshold], AfterValidator(_relative_only_on_latency)]
+Goodput = GoodputSLO[Threshold]
+
+
+class Selection(Strict):
+    """How "the best" config is picked from the feasible Pareto front.
+
+    best_of: the best value of `metric`; among those within `tolerance` (relative) of it,
+    the best of `then`. knee: the member closest to the ideal point in objective space
+    normalized to the front's range.
+    """
+
+    rule: Literal["best_of", "knee"] = "best_of"
+    metric: str | None = None
+    tolerance: float = Field(default=0.0, ge=0, lt=1)
+    then: str | None = None
+
+    def describe(self) -> str:
+        """What `pareto.select` does with this rule, in words: the tolerance widens the best of
+        `metric`, and `then` picks among the configurations inside it (without `then` the
+        tolerance changes nothing)."""
+        if self.rule == "knee":
+            return (
+                "the knee of the front: the configuration closest to the ideal point, each "
+                "objective scaled to the front's range"
+            )
+        metric = self.metric or "the first objective"
+        if self.then is None:
+            return f"the best {metric}"
+        if self.tolerance == 0:
+            return f"the best {metric}, ties broken by the best {self.then}"
+        return f"the best {self.then} among the configurations within {self.tolerance * 100:g}% of the best {metric}"
+
+
+class Domain(Strict):
+    """A search range: low/high (log, step) for numbers, or an explicit list of choices."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Domain:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either choices or low/high, not both")
+            if not self.choices:
+                raise ValueError("choices must not be empty")
+        elif self.low is None or self.high is None:
+            raise ValueError("give low and high, or choices")
+        elif self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        elif self.log and self.low <= 0:
+            raise ValueError("a log range needs low > 0")
+        return self
+
+
+class Calibration(Strict):
+    """Measured once per study on the vLLM-defaults baseline, then stored with the study."""
+
+    unloaded_requests: int = Field(default=6, ge=1)
+    saturation_concurrency: int = Field(default=32, ge=1)
+    saturation_requests: int = Field(default=64, ge=1)
+    # Rounds of both measurements on the one server; the medians are the reference. One closed-loop
+    # run measured the capacity of mixed at 3.98 then 3.56 req/s: loads 11% apart.
+    repeats: int = Field(default=3, ge=1)
+
+
+class Screening(Strict):
+    """A cheaper measurement for the search phase (multi-fidelity): trials are screened short and
+    the confirmation phase re-measures the front in full. Unset fields: as the full measurement."""
+
+    duration_s: float | None = Field(default=None, gt=0)  # the target stage's sending window
+    num_requests: int | None = Field(default=None, ge=1)  # for workloads sized in requests
+    max_stages: int | None = Field(default=None, ge=1)  # capacity stages after the target
+
+
+class Confirmation(Strict):
+    """The end of a study: the chosen configuration, the next best members of the feasible front
+    and every baseline, each re-measured `runs` times on fresh server starts, interleaved
+    (A B C A B C ...); the verdict and best.yaml come from these runs (`search.study.verdict`)."""
+
+    runs: int = Field(default=3, ge=0)  # per candidate; 0: no phase, the single measurements decide
+    front: int = Field(default=2, ge=1)  # feasible front members, the chosen one first
+
+
+class ServerSection(Strict):
+    fixed: dict[str, Any] = Field(default_factory=dict)  # held for every trial, baselines included
+    startup_timeout_s: float = Field(default=DEFAULT_STARTUP_TIMEOUT_S, gt=0)
+
+    @field_validator("fixed")
+    @classmethod
+    def _allowed_flags(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if (problem := scenario_flag_problem(v)) is not None:
+            raise ValueError(problem)
+        return v
