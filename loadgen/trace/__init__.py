@@ -7,7 +7,7 @@ The rest of the load generator imports from here, never from the modules inside.
 
 from loadgen.trace.formats import DEFAULT_CLASS, FORMATS, OPTIONAL, REQUIRED, Trace, TraceError, read_trace
 from loadgen.trace.prompts import CHAT_RESERVE_TOKENS, TraceDraft, trace_drafts
-from loadgen.trace.replay import clip_lengths, clipped, replay_offsets, window_rows, window_start
+from loadgen.trace.replay import clip_lengths, clipped, replay_offsets, warmup_rows, window_rows, window_start
 from loadgen.trace.spec import TraceSpec
 from loadgen.trace.stats import (
     TrafficStats,
@@ -41,6 +41,7 @@ __all__ = [
     "shared_tokens_from_segments",
     "trace_drafts",
     "traffic_stats",
+    "warmup_rows",
     "window_rows",
     "window_start",
 ]
