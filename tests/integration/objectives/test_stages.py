@@ -275,47 +275,6 @@ def test_stages_bracket_a_real_capacity(tok_dir, tok):
     assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
 
 
-def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypatch):
-    """Requests cut short are left out of the partial numbers: without the fix the stage would
-    report a TTFT tail under the bound it certainly broke."""
-    import objectives.stages as st
-    from objectives.early_abort import Abort
-
-    class Result:
-        abort = Abort("ttft certain", 0.5, "ttft_p95_ms", 1500.0)
-        aborted = "ttft certain"
-        planned_s, duration_s, records, requests_planned, notes = 10.0, 4.0, [], 0, []
-
-        def flat_metrics(self):
-            return {"ttft_p95_ms": 400.0, "completed": 3.0}
-
-        def server_diagnostics(self):
-            return {}
-
-    async def fake_run_load(*a, **k):
-        return Result()
-
-    from loadgen.workload import WorkloadSpec
-    from objectives.scoring import SLOSpec
-
-    wl = WorkloadSpec.model_validate(
-        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
-    )
-    monkeypatch.setattr(st, "run_load", fake_run_load)
-    run = asyncio.run(
-        st.run_stages(
-            "http://127.0.0.1:9",
-            None,
-            wl,
-            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(stage_s=10, max_stages=1),
-        )
-    )
-    assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
-    assert run.metrics()["ttft_p95_ms"] == 1500.0 and run.metrics()["target_aborted"] == 1.0
-    assert run.stages[0].raised == "ttft_p95_ms" and run.stages[0].as_row()["raised"] == "ttft_p95_ms"
-
-
 # -- below the target, and the search phase's stops -------------------------------------------------
 
 
@@ -361,36 +320,3 @@ def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir,
     assert est.stop_reason == "target missed (screen)"
     assert any("trial stopped after this stage: target missed" in n for n in run.stages[0].notes)
     assert run.metrics()["slo_capacity_rps"] == 0.0
-
-
-def _stage(index: int, rate: float, margin: float, ttft: float) -> st.StageResult:
-    return st.StageResult(
-        index=index,
-        kind=st.TARGET if index == 0 else st.CAPACITY,
-        rate=rate,
-        planned_s=10.0,
-        elapsed_s=10.0,
-        margin=margin,
-        violations={},
-        metrics={"ttft_p95_ms": ttft},
-        server_diagnostics={},
-    )
-
-
-def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
-    """Met at 2 req/s (600 ms at the target), violated at 4: at best 4 req/s and 600 ms. A front
-    member with 500 ms and 4.5 req/s is at least as good on both: the search stops."""
-    from objectives.capacity import Front
-
-    settings = CapacitySpec(stage_s=10, max_stages=5, precision=0.1).search_settings()
-    stages = [_stage(0, 2.0, -0.3, 600.0), _stage(1, 4.0, 0.4, 900.0)]
-    dirs = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}
-    beaten = Front(dirs, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 4.5},))
-    reachable = Front(dirs, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.5},))
-    rate, why = st.search_step(stages, settings, screen=True, front=beaten)
-    assert rate is None and why.startswith("cannot reach the front")
-    assert st.search_step(stages, settings, screen=True, front=reachable) == (pytest.approx(math.sqrt(8)), None)
-    assert st.search_step(stages, settings, screen=False, front=beaten)[1] is None  # confirmation: in full
-    est = st.final_estimate(stages, settings, why)
-    assert est.stop_reason == why and "stopped: cannot reach the front" in est.summary
-    assert est.low == 2.0 and est.high == 4.0
