@@ -29,9 +29,13 @@ whole stage's chance of a wrong decided verdict on either side stays within 1 - 
 
 A verdict left undecided when the stage can run no longer still leans one way: the observed
 proportion against the limit (`leaning`), which is what the stage's pass/fail then says.
-`decidable_met` tells whether a stage of a given size can ever call the SLO met (with 0 of n
-over): an error-rate bound of 1% needs about 300 requests, so at small stages such an SLO does
-not hold the stage open and is called by its leaning.
+
+Some SLOs cannot be called met by a stage of the size planned at all (`decidable_met`: even 0
+of n over leaves the interval above the limit): a p95 needs 59 requests of its class with none
+over (93 with one), an error-rate bound of 1% about 300. Such an SLO, undecided, is called by
+its observed share (`basis` "share": what a single percentile against its bound said before)
+and does not hold the stage open; the verdict says so, so a reader knows the stage was too
+small to decide. A decided verdict (`basis` "interval") is a decision at the stated confidence.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from objectives.scoring import SLOSpec, slo_key
 
 MET, VIOLATED, UNDECIDED = "met", "violated", "undecided"
 Verdict = Literal["met", "violated", "undecided"]
+Basis = Literal["interval", "share", "margin"]  # how the verdict was reached
 DEFAULT_CONFIDENCE = 0.90
 COUNTED_FAMILIES = ("ttft", "tpot", "e2el")  # a latency per request, so a count over the bound
 
@@ -112,6 +117,7 @@ class SLOVerdict:
     known: int | None = None
     low: float | None = None
     high: float | None = None
+    basis: Basis = "margin"
 
     @property
     def counted(self) -> bool:
@@ -135,6 +141,8 @@ class SLOVerdict:
             return f"{self.slo}: {self.verdict} (margin {self.margin:+.0%})"
         interval = f"[{self.low:.1%}, {self.high:.1%}]"
         shown = f"{self.over} of {self.known} over ({self.share:.1%} {interval} vs {self.limit:.0%})"
+        if self.basis == "share":
+            return f"{self.slo}: {self.verdict} by its share, too few requests to decide: {shown}"
         lean = f", leaning {self.leaning}" if self.verdict == UNDECIDED else ""
         return f"{self.slo}: {self.verdict}{lean}: {shown}"
 
@@ -152,10 +160,22 @@ def margin_verdict(slo: str, margin: float) -> SLOVerdict:
 
 
 def counted_verdict(
-    slo: str, over: int, known: int, limit: float, margin: float, confidence: float, looks: int = 1
+    slo: str,
+    over: int,
+    known: int,
+    limit: float,
+    margin: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+    looks: int = 1,
+    most: int | None = None,
 ) -> SLOVerdict:
+    """A counted SLO's verdict. `most`: the most requests the stage can count for it (its
+    length's cap); an undecided SLO that even so many could not call met is called by its share."""
     verdict, low, high = decide(over, known, limit, confidence, looks)
-    return SLOVerdict(slo, verdict, margin, limit, over, known, low, high)
+    out = SLOVerdict(slo, verdict, margin, limit, over, known, low, high, "interval")
+    if verdict == UNDECIDED and not decidable_met(limit, max(known, most or 0), confidence, looks):
+        return SLOVerdict(slo, out.leaning, margin, limit, over, known, low, high, "share")
+    return out
 
 
 def stage_verdict(verdicts: Iterable[SLOVerdict]) -> Verdict:
@@ -229,9 +249,12 @@ def slo_verdicts(
     end_s: float | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
     looks: int = 1,
+    scale: float | None = None,
 ) -> list[SLOVerdict]:
     """Each SLO's verdict in a stage: counted from its requests where the SLO has a count form
-    and the requests were kept, by `margins` (`slo_key` -> normalized violation) otherwise."""
+    and the requests were kept, by `margins` (`slo_key` -> normalized violation) otherwise.
+    `scale`: how many times its present requests the stage can hold at most (its cap over its
+    length so far; None: no more), for `counted_verdict`'s `most`."""
     out = []
     for slo in slos:
         key = slo_key(slo)
@@ -241,5 +264,6 @@ def slo_verdicts(
             out.append(margin_verdict(key, margin))
             continue
         over, known = count_samples(slo, samples, end_s)
-        out.append(counted_verdict(key, over, known, limit, margin, confidence, looks))
+        most = math.floor(known * scale) if scale else known
+        out.append(counted_verdict(key, over, known, limit, margin, confidence, looks, most))
     return out

@@ -16,6 +16,7 @@ from objectives.slo_verdict import (
     clopper_pearson,
     count_limit,
     count_samples,
+    counted_verdict,
     decidable_met,
     decide,
     slo_verdicts,
@@ -146,3 +147,30 @@ def test_a_verdict_reads_back_from_its_row_and_says_its_counts():
     assert v.verdict == VIOLATED  # 3 of 3: the lower bound is 37%
     assert "3 of 3 over" in v.text()
     assert math.isnan(SLOVerdict.from_dict(v.as_dict()).margin)
+
+
+def test_an_slo_the_stage_is_too_small_to_call_met_is_called_by_its_share():
+    """A p95 over 21 short requests with 1 over: even 21 with none over could not call it met, so
+    it is called by its share (4.8%: met) and says so; a stage that may grow to 4 times as many
+    requests leaves it undecided instead (it can still be decided)."""
+    verdict = counted_verdict("p95", 1, 21, 0.05, -0.1)
+    assert (verdict.verdict, verdict.basis) == (MET, "share")
+    assert "too few requests" in verdict.text()
+    assert counted_verdict("p95", 2, 21, 0.05, 0.1).verdict == VIOLATED
+    grown = counted_verdict("p95", 1, 21, 0.05, -0.1, most=84)
+    assert (grown.verdict, grown.basis) == (UNDECIDED, "interval")
+    assert "leaning met" in grown.text()
+
+
+def test_a_decided_verdict_is_by_its_interval_whatever_the_size():
+    """5 of 21 over a p95 bound: the interval's low end is above 5% already."""
+    verdict = counted_verdict("p95", 5, 21, 0.05, 0.4)
+    assert (verdict.verdict, verdict.basis) == (VIOLATED, "interval")
+
+
+def test_slo_verdicts_scale_says_how_far_the_stage_can_grow():
+    rows = [("short", i * 0.1, 0.2, 0.5, 10, True, False) for i in range(30)]
+    short = slo_verdicts([P95_SHORT], samples(rows), {})[0]
+    assert (short.verdict, short.basis) == (MET, "share")
+    longer = slo_verdicts([P95_SHORT], samples(rows), {}, scale=3.0)[0]
+    assert (longer.verdict, longer.basis) == (UNDECIDED, "interval")
