@@ -6,7 +6,7 @@ whole time and is loaded (closed loop, as a trial loads it) only in the "beside"
 alternate (alone, beside, alone, ...) on the same two servers, so drift hits both conditions.
 Prints each round and, per metric, the median of each condition and their ratio.
 
-    .venv/bin/python benchmarks/interference.py [--scenario tests/fixtures/scenarios/workers.yaml]
+    .venv/bin/python -m benchmarks.experiments.interference [--scenario tests/fixtures/scenarios/workers.yaml]
         [--rounds 3] [--requests 40] [--json runs/interference.json]
 
 Starts two vLLM servers: run it under `flock /tmp/vllm-real.lock` on a shared machine.
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from loadgen.loadrun import run_load_sync
+from loadgen import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from search.workers import available_cpus, slots
@@ -32,7 +32,7 @@ METRICS = ("output_throughput", "ttft_median_ms", "ttft_p95_ms", "tpot_median_ms
 NEIGHBOUR = """
 import sys, time
 from pathlib import Path
-from loadgen.loadrun import run_load_sync
+from loadgen import run_load_sync
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch

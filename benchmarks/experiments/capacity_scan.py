@@ -8,7 +8,7 @@ SLOs `benchmarks/capacity_repeats.py` resolved (its JSON holds the calibration),
 can be set beside the capacity it reported: it should lie between the highest passing and the
 lowest failing rate.
 
-    .venv/bin/python benchmarks/capacity_scan.py --rates 1.0,1.2,1.4,1.6,1.8 \
+    .venv/bin/python -m benchmarks.experiments.capacity_scan --rates 1.0,1.2,1.4,1.6,1.8 \
         [--scenario mixed] [--calibration runs/capacity_repeats.json] [--duration 15]
 """
 
@@ -21,10 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from capacity_repeats import parse_config
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.capacity_repeats import parse_config
 from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
 from search import calibration
 from search.executor import STAGED_SERVER_ENV
@@ -32,7 +32,7 @@ from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def autotune_load(scenario: str, url: str, rate: float, duration: float, out: Path, warmup: int = 0) -> dict:

@@ -12,7 +12,7 @@ one bottleneck, loads it with our own load generator, and writes what the study 
                  vLLM worker's CPU core at nice 19, so it falls behind its own schedule;
 * client_control: the same server and load with an unstarved client (must not be client-bound).
 
-    .venv/bin/python benchmarks/record_diagnosis_runs.py [case ...]
+    .venv/bin/python -m benchmarks.experiments.record_diagnosis_runs [case ...]
 
 Takes ~1 min per server on a 2-core machine. Timings differ between machines and runs; what
 the fixtures keep is which symptom dominates, and the tests assert only that.
@@ -30,8 +30,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 OUT_DIR = ROOT / "tests" / "fixtures" / "runs"
 
@@ -102,8 +101,7 @@ def _worker_core(server) -> int | None:
 
 def _run_client(base_url: str, model: str, spec_json: dict, out: Path) -> None:
     """--client mode: one load run, its result as JSON (run in a child so nice/taskset apply to it only)."""
-    from loadgen.loadrun import run_load_sync
-    from loadgen.workload import WorkloadSpec
+    from loadgen import WorkloadSpec, run_load_sync
 
     spec = WorkloadSpec.model_validate(spec_json)
     result = run_load_sync(base_url, None, spec, tokenizer_path=model)

@@ -5,7 +5,7 @@ servers that differ in one knob: vLLM's CPU defaults (max-num-seqs 128, max-num-
 2048), a small prefill budget (512), a narrow batch (max-num-seqs 8). Runs are interleaved and
 repeated; the table shows medians over repeats.
 
-    .venv/bin/python benchmarks/model_sensitivity.py [--repeats 2]
+    .venv/bin/python -m benchmarks.experiments.model_sensitivity [--repeats 2]
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.loadrun import run_load_sync
-from loadgen.workload import WorkloadSpec
+from loadgen import WorkloadSpec, run_load_sync
 from serving import launch_context, resolve_server_args
 from serving.process import launch
 
