@@ -16,7 +16,6 @@ from loadgen import ProgressWatch, run_async, stall_bound_s
 from loadgen.workload import WorkloadSpec
 from search import calibration
 from search.executor.calibration_run import _unloaded
-from search.outputs import verdict_text
 from search.scenario import Calibration, parse
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -83,15 +82,3 @@ def test_no_timed_stream_stops_the_study_with_what_to_do(tok_dir, tok):
     sc = parse(SCENARIO, "t.yaml", Path("."))
     (problem,) = calibration.problems(sc, cal)
     assert "could not time the decode" in problem and "absolute value" in problem
-
-
-def test_a_round_without_a_timed_class_keeps_the_others_median_and_the_lines_say_why():
-    rounds = [
-        {"capacity_rps": 2.0, "unloaded": {"tpot_median_ms": v}, "decode_timed_share": {"short": 0.1, "long": 1.0}}
-        for v in (4.0, None, 5.0)
-    ]
-    cal = calibration.CalibrationResult.from_rounds(rounds, [{}, {}, {}], seconds=1.0)
-    assert cal.unloaded["tpot_median_ms"] == 4.5 and cal.untimed_classes() == ["short"]
-    sc = parse(SCENARIO, "t.yaml", Path("."))
-    (line,) = [x for x in verdict_text.calibration_lines(sc, cal) if "tpot" in x]
-    assert "without the short class" in line
