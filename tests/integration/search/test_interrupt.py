@@ -5,7 +5,6 @@ How run_async routes the signals is tested in tests/unit/objectives/test_interru
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import math
 import signal
@@ -82,30 +81,6 @@ def test_an_interrupt_inside_a_running_load_ends_it_with_one_keyboard_interrupt(
     assert sent and all(not math.isnan(r.end_time) for r in sent)  # every request let go of
     assert _unretrieved(caplog) == []
     assert capfd.readouterr().err == ""
-
-
-def test_while_serving_cancelled_cancels_its_measurement_and_awaits_it(caplog):
-    """Cancelled (an interrupt, a caller's timeout), the watch lets go of the measurement at
-    once and sees how it ended, even when its clean-up fails."""
-    ended: list[str] = []
-
-    async def measure() -> None:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            ended.append("cancelled")
-            raise RuntimeError("clean-up failed") from None
-
-    async def cancelled_soon() -> None:
-        await asyncio.wait_for(while_serving(_LiveStub(), measure(), "load"), 0.2)
-
-    gc.collect()
-    caplog.clear()
-    with pytest.raises(TimeoutError):
-        run_async(cancelled_soon(), "asyncio")
-    gc.collect()
-    assert ended == ["cancelled"]
-    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 def _unretrieved(caplog) -> list[str]:
