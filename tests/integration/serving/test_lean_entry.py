@@ -5,10 +5,7 @@ stand-in module that spawns a child the way vLLM does and records which processe
 import subprocess
 import sys
 
-from serving import resolve_server_args
-from serving.process import command_line
 from serving.process.server import LaunchSpec
-from tests.support import fakes
 
 STAND_IN = """
 import multiprocessing, os, sys, time
@@ -55,14 +52,6 @@ def test_with_the_lean_entry_only_the_api_server_process_runs_the_module(tmp_pat
 def test_with_python_dash_m_every_spawned_child_re_runs_it(tmp_path):
     """What the lean entry saves: the old start's children ran the module too."""
     assert run(tmp_path, lean=False) == ["__main__", "__mp_main__"]
-
-
-def test_the_lean_entry_is_the_default_and_the_users_command_stays_python_dash_m():
-    spec = LaunchSpec(model=None, args=[], log_path=None)
-    assert spec.command(port=1)[1] == "-c"
-    ctx = fakes.ctx()
-    user = command_line(ctx, resolve_server_args({}, ctx, where="t"))
-    assert user.startswith("python -m vllm.entrypoints.openai.api_server --model ")
 
 
 FAKE_ENGINE = """
