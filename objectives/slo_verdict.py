@@ -212,9 +212,8 @@ def count_samples(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: flo
     `end_s`: when the stage stopped (seconds from its start), so a request cut short there is
     known to be over a latency bound once it had waited longer than the bound."""
     name = MetricName.parse(slo.metric)
-    rows = zip(*(samples[k] for k in ("class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok", "aborted")))
     over = known = 0
-    for cls, sent, ttft, e2e, tokens, ok, aborted in rows:
+    for cls, sent, ttft, e2e, tokens, ok, aborted in _rows(samples):
         if name.cls is not None and cls != name.cls:
             continue
         if name.base == "error_rate":
@@ -267,3 +266,102 @@ def slo_verdicts(
         most = math.floor(known * scale) if scale else known
         out.append(counted_verdict(key, over, known, limit, margin, confidence, looks, most))
     return out
+
+
+# -- a stage's length: looked at in slices, run on while undecided -------------------------------
+
+
+@dataclass(frozen=True)
+class StageLength:
+    """How long a stage runs: its nominal length, the most it may run on to (`cap_s`), looked at
+    every `slice_s`. Before the nominal length only a decided violation stops it (near capacity
+    the queue builds and latencies drift up within a stage: an early "met" would read the
+    stage's lighter start); from there, it stops at the first look where no SLO that can still
+    be decided is undecided, or at the cap."""
+
+    nominal_s: float
+    cap_s: float
+    slice_s: float
+
+    @property
+    def looks(self) -> int:
+        return max(1, math.ceil(self.cap_s / self.slice_s - 1e-9))
+
+    def checkpoints(self) -> list[float]:
+        return [min(self.cap_s, self.slice_s * (i + 1)) for i in range(self.looks)]
+
+    def scale(self, t: float) -> float:
+        """How many times its requests so far the stage can still come to hold."""
+        return self.cap_s / t if t > 0 else math.inf
+
+
+def open_slos(verdicts: Iterable[SLOVerdict]) -> list[SLOVerdict]:
+    """The SLOs that hold a stage open: undecided, and decidable by the stage's cap."""
+    return [v for v in verdicts if v.verdict == UNDECIDED and v.basis == "interval"]
+
+
+def stop_reason(verdicts: Sequence[SLOVerdict], t: float, length: StageLength) -> str | None:
+    """Why a stage stops at look `t` (None: it runs on; see `StageLength`)."""
+    violated = [v for v in verdicts if v.verdict == VIOLATED and v.basis == "interval"]
+    if violated:
+        return f"decided: {violated[0].text()}"
+    if t >= length.nominal_s - 1e-9 and not open_slos(verdicts):
+        return "every SLO decided"
+    if t >= length.cap_s - 1e-9:
+        return "at its cap, undecided"
+    return None
+
+
+def _rows(samples: Mapping[str, Sequence[Any]]) -> list[tuple]:
+    return list(zip(*(samples[k] for k in SAMPLE_COLUMNS)))
+
+
+def _columns(rows: Sequence[tuple]) -> dict[str, list]:
+    return {k: [r[i] for r in rows] for i, k in enumerate(SAMPLE_COLUMNS)}
+
+
+SAMPLE_COLUMNS = ("class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok", "aborted")
+
+
+def truncated(samples: Mapping[str, Sequence[Any]], t: float) -> dict[str, list]:
+    """A stored stage's requests as a stage planned to `t` would have sent them (every request
+    sent by then, answered as it was)."""
+    return _columns([r for r in _rows(samples) if r[1] <= t])
+
+
+def seen_at(samples: Mapping[str, Sequence[Any]], t: float) -> dict[str, list]:
+    """A stored stage's requests as a look at `t` saw them: sent by then, and those not answered
+    by then in flight (marked cut short at `t`, so `count_samples(end_s=t)` counts them once
+    they certainly exceed a bound), their first token shown if it had come."""
+    out = []
+    for cls, sent, ttft, e2e, tokens, ok, aborted in _rows(samples):
+        if sent > t:
+            continue
+        if aborted or (ok and e2e is not None and sent + e2e > t):
+            first = ttft if ttft is not None and sent + ttft <= t else None
+            out.append((cls, sent, first, None, tokens, False, True))
+        else:
+            out.append((cls, sent, ttft, e2e, tokens, ok, aborted))
+    return _columns(out)
+
+
+def emulate(
+    slos: Sequence[SLOSpec],
+    samples: Mapping[str, Sequence[Any]],
+    length: StageLength,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[float, list[SLOVerdict]]:
+    """A stored stage (at least `length.cap_s` long) run again under `length`'s rule: (where it
+    would have stopped, its verdicts there, every request sent by then answered). Counted SLOs
+    only: the others need the stage's metrics, which a cut stage does not have."""
+    counted = [s for s in slos if count_limit(s) is not None]
+    stop = length.cap_s
+    for t in length.checkpoints():
+        seen = slo_verdicts(
+            counted, seen_at(samples, t), {}, end_s=t, confidence=confidence, looks=length.looks, scale=length.scale(t)
+        )
+        if stop_reason(seen, t, length) is not None:
+            stop = t
+            break
+    final = slo_verdicts(counted, truncated(samples, stop), {}, confidence=confidence, looks=length.looks)
+    return stop, final

@@ -13,15 +13,20 @@ from objectives.slo_verdict import (
     UNDECIDED,
     VIOLATED,
     SLOVerdict,
+    StageLength,
     clopper_pearson,
     count_limit,
     count_samples,
     counted_verdict,
     decidable_met,
     decide,
+    emulate,
+    seen_at,
     slo_verdicts,
     stage_passed,
     stage_verdict,
+    stop_reason,
+    truncated,
 )
 
 P95_SHORT = SLOSpec(metric="ttft_p95_ms@short", max=1000.0)
@@ -174,3 +179,60 @@ def test_slo_verdicts_scale_says_how_far_the_stage_can_grow():
     assert (short.verdict, short.basis) == (MET, "share")
     longer = slo_verdicts([P95_SHORT], samples(rows), {}, scale=3.0)[0]
     assert (longer.verdict, longer.basis) == (UNDECIDED, "interval")
+
+
+# -- a stage's length -------------------------------------------------------------------------------
+
+
+def stage(rate: float, seconds: float, slow_every: int | None, slow_s: float = 2.0):
+    """A stage's samples: `rate` short requests a second for `seconds`, each answered in 0.2 s
+    (first token) and 0.5 s (last), every `slow_every`-th one's first token after `slow_s`."""
+    rows = []
+    for i in range(int(rate * seconds)):
+        ttft = slow_s if slow_every and i % slow_every == slow_every - 1 else 0.2
+        rows.append(("short", i / rate, ttft, ttft + 0.3, 10, True, False))
+    return samples(rows)
+
+
+LENGTH = StageLength(nominal_s=30.0, cap_s=90.0, slice_s=15.0)
+
+
+def test_a_decided_stage_stops_at_its_nominal_length():
+    """4 requests/s, none slow: 120 short requests by 30 s decide the p95 met."""
+    stop, final = emulate([P95_SHORT], stage(4.0, 90.0, None), LENGTH)
+    assert stop == 30.0 and final[0].verdict == MET and final[0].basis == "interval"
+
+
+def test_an_undecided_stage_runs_on_until_it_is_decided():
+    """1.5 requests/s with none slow: 45 requests cannot decide a p95 (59 are needed with none
+    over, 94 with the correction for 6 looks) but the 135 of the cap can, so the stage runs on
+    past 30 s and stops once decided, before its cap."""
+    stop, final = emulate([P95_SHORT], stage(1.5, 90.0, None), LENGTH)
+    assert 30.0 < stop < 90.0 and (final[0].verdict, final[0].basis) == (MET, "interval")
+
+
+def test_a_stage_that_cannot_be_decided_by_its_cap_stops_at_its_nominal_length():
+    """0.5 requests/s: even 45 requests by the cap could not call the p95 met, so nothing is
+    gained by running on; its share calls it."""
+    stop, final = emulate([P95_SHORT], stage(0.5, 90.0, None), LENGTH)
+    assert stop == 30.0 and (final[0].verdict, final[0].basis) == (MET, "share")
+
+
+def test_a_clear_violation_stops_before_the_nominal_length():
+    """Every 4th request slow: 25% over a p95 bound is decided at the first look."""
+    stop, final = emulate([P95_SHORT], stage(4.0, 90.0, 4), LENGTH)
+    assert stop == 15.0 and final[0].verdict == VIOLATED
+
+
+def test_a_stage_near_the_limit_runs_to_its_cap_and_leans():
+    """Every 20th request slow: exactly 5% over, never decided; it stops at the cap."""
+    stop, final = emulate([P95_SHORT], stage(2.0, 90.0, 20), LENGTH)
+    assert stop == 90.0 and final[0].verdict == UNDECIDED
+
+
+def test_a_look_sees_requests_in_flight_only_once_they_certainly_exceed_the_bound():
+    s = samples([("short", 0.0, 5.0, 6.0, 10, True, False), ("short", 1.0, 0.1, 0.4, 10, True, False)])
+    assert count_samples(P95_SHORT, seen_at(s, 0.5), end_s=0.5) == (0, 0)  # nothing known yet
+    assert count_samples(P95_SHORT, seen_at(s, 1.5), end_s=1.5) == (1, 2)  # 1.5 s waited: over
+    assert count_samples(P95_SHORT, truncated(s, 0.5)) == (1, 1)
+    assert stop_reason([], 10.0, LENGTH) is None
