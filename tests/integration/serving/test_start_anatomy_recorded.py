@@ -6,8 +6,6 @@ import sys
 
 import pytest
 
-from loadgen import RequestRecord
-from serving.process import FirstTokenWatch
 from serving.process.server import LaunchSpec, VllmServer
 
 FAKE_VLLM = """#!{python}
@@ -61,16 +59,3 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
     assert anatomy.phases["import"] < 1.0 and anatomy.phases["engine process"] > 0.4  # the fake's 1.2 s sleep
     assert anatomy.reported == {"weights_s": 0.03, "engine_init_s": 0.12}
     assert anatomy.with_first_token(0.3).as_dict()["phases"]["first token"] == 0.3
-
-
-def test_the_watch_keeps_the_first_token_and_first_measured_request_of_the_first_load_run_only():
-    def record(first_token: float | None, warmup: bool = False, sent: float = float("nan")) -> RequestRecord:
-        return RequestRecord(0, "c", 0.0, 1, 1, warmup=warmup, send_time=sent, first_token_time=first_token)
-
-    watch = FirstTokenWatch(60.0)
-    assert watch.first_token_at() is None and watch.first_measured_at() is None
-    # as run_load tracks them: the warm-up's records, then the measured ones; then a later stage's
-    watch.track([record(None, True, 9.0), record(12.5, True, 9.5)])
-    watch.track([record(11.0, sent=10.0), record(None, sent=10.5)])
-    watch.track([record(3.0, sent=2.0)])
-    assert watch.first_token_at() == 11.0 and watch.first_measured_at() == 10.0
