@@ -2,10 +2,7 @@
 lays it out (built here from the built-in model), the snapshot's commit recorded with the study,
 a resume on another commit refused; downloads only where allowed (never here: no hub access)."""
 
-import os
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +15,6 @@ from serving.context import resolve_model
 from storage import queries
 from tests.support.fakes import ctx as fake_ctx
 from tests.support.hf_cache import COMMIT_A, COMMIT_B, add_snapshot, point
-from tests.support.paths import REPO
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import runner
 
@@ -145,47 +141,3 @@ def test_a_study_on_a_hub_id_is_named_after_the_repository_without_the_revision(
     assert default_study_name("mixed", f"{REPO_ID}@{COMMIT_A}") == "mixed-tiny-llama"
     assert default_study_name("mixed", REPO_ID) == "mixed-tiny-llama"
     assert default_study_name("mixed", "/models/Llama-3-8B") == "mixed-Llama-3-8B"
-
-
-def _autotune(*args, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return subprocess.run(
-        [sys.executable, "-m", "search.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**clean, "PYTHONPATH": str(REPO), **env},
-        timeout=300,
-    )
-
-
-def test_the_cli_finds_a_hub_id_through_HF_HOME_offline_and_refuses_a_missing_one_before_any_server(hf_home, tmp_path):
-    env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
-    found = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"from serving import read_model_info; i = read_model_info({REPO_ID!r}); print(i.path, i.revision)",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        timeout=120,
-    )
-    assert found.returncode == 0, found.stderr
-    assert found.stdout.split() == [
-        str((hf_home / "hub" / "models--autotune-test--tiny-llama" / "snapshots" / COMMIT_A).resolve()),
-        COMMIT_A,
-    ]
-
-    runs = tmp_path / "runs"
-    proc = _autotune("search", "mixed", "--model", "autotune-test/not-here", "--runs-dir", runs, env=env, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    [line] = proc.stderr.strip().splitlines()
-    assert line.startswith(
-        "autotune: error: model autotune-test/not-here: no such local directory, and not "
-        f"(completely) in the Hugging Face cache at {hf_home / 'hub'}; downloads are off"
-    )
-    assert "download autotune-test/not-here`" in line
-    assert not runs.exists() or not any(runs.rglob("*.log"))  # no server was started
