@@ -4,21 +4,8 @@ timeout for every server the tuner starts."""
 
 import dataclasses
 import inspect
-import subprocess
-import sys
-
-from tests.support.paths import REPO
 
 STARTS_A_SERVER = ("serving.process.server", "serving.process.launcher", "serving.process.watch", "search.executor")
-
-
-def test_describing_a_server_and_reading_a_calibration_load_nothing_that_starts_one():
-    code = (
-        "import sys; import serving, search.scenario, search.calibration; "
-        f"print(sorted(m for m in sys.modules if m.startswith({STARTS_A_SERVER!r})))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
 
 
 def test_every_start_timeout_defaults_to_the_one_constant(tmp_path):
