@@ -5,8 +5,6 @@ timeout for every server the tuner starts."""
 import dataclasses
 import inspect
 
-STARTS_A_SERVER = ("serving.process.server", "serving.process.launcher", "serving.process.watch", "search.executor")
-
 
 def test_every_start_timeout_defaults_to_the_one_constant(tmp_path):
     from search.executor import VllmExecutor
