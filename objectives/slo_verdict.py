@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from scipy import stats
 
-from loadgen import MetricName
+from loadgen import SAMPLE_KEYS, MetricName
 from objectives.scoring import SLOSpec, slo_key
 
 MET, VIOLATED, UNDECIDED = "met", "violated", "undecided"
@@ -313,14 +313,11 @@ def stop_reason(verdicts: Sequence[SLOVerdict], t: float, length: StageLength) -
 
 
 def _rows(samples: Mapping[str, Sequence[Any]]) -> list[tuple]:
-    return list(zip(*(samples[k] for k in SAMPLE_COLUMNS)))
+    return list(zip(*(samples[k] for k in SAMPLE_KEYS)))
 
 
 def _columns(rows: Sequence[tuple]) -> dict[str, list]:
-    return {k: [r[i] for r in rows] for i, k in enumerate(SAMPLE_COLUMNS)}
-
-
-SAMPLE_COLUMNS = ("class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok", "aborted")
+    return {k: [r[i] for r in rows] for i, k in enumerate(SAMPLE_KEYS)}
 
 
 def truncated(samples: Mapping[str, Sequence[Any]], t: float) -> dict[str, list]:
