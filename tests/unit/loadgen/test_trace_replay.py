@@ -167,3 +167,15 @@ def test_a_requests_draft_does_not_depend_on_the_runs_length():
     assert [(d.index, d.row) for d in long[30:]] == [(d.index, d.row) for d in part]
     warm = trace_drafts(t, 9, "completions", VOCAB, 0, 4, warmup=True)
     assert not {d.row for d in warm} & {d.row for d in long}
+
+
+def test_a_prefix_is_the_same_tokens_in_every_build():
+    a = (21, 256)
+    t = trace([0, 1, 2, 3], [300, 300, 300, 300], segments=((a,), (), (a,), ()))
+    first = trace_drafts(t, 5, "completions", VOCAB, 0, 4)
+    later = trace_drafts(t, 5, "completions", VOCAB, 0, 4, warmup=True)  # another build, other rows
+    shared = [d.shared_ids for d in first + later if d.shared_ids is not None]
+    assert len(shared) >= 3 and all(np.array_equal(x, shared[0]) for x in shared)
+    # a prefix id named with fewer tokens is the start of the same prefix (ids of differing lengths in a log)
+    shorter = trace_drafts(trace([0, 1], [300, 300], segments=(((21, 100),), ())), 5, "completions", VOCAB, 0, 2)
+    assert np.array_equal(next(d.shared_ids for d in shorter if d.shared_ids is not None), shared[0][:100])
