@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import math
 
 import numpy as np
 import pytest
 
-from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose, histogram_quantile, scan_gauges
+from loadgen.server_metrics import GaugeSample, MetricsSnapshot, diagnose, histogram_quantile, scan_gauges
 from tests.support.paths import FIXTURES
-from tests.support.stub_server import StubConfig, StubServer
 
 FIXTURES = FIXTURES / "vllm_metrics"
 
@@ -86,20 +83,3 @@ def test_missing_metrics_are_nan_not_errors():
 def test_counter_reset_never_gives_negative_work():
     d = diagnose(snap("after_8_requests.txt"), snap("idle.txt"))
     assert d.prompt_tokens == 0 and d.generation_tokens == 0
-
-
-def test_sampler_reads_gauges_periodically():
-    async def run(url: str) -> list[GaugeSample]:
-        import aiohttp
-
-        async with aiohttp.ClientSession() as session:
-            sampler = GaugeSampler(session, url, period_s=0.05)
-            sampler.start()
-            await asyncio.sleep(0.5)
-            return await sampler.stop()
-
-    with StubServer(StubConfig()) as s:
-        samples = asyncio.run(run(s.base_url))
-    assert len(samples) >= 5
-    assert all(x.running == 0 and x.kv_usage == 0 for x in samples)
-    assert all(b.t > a.t for a, b in itertools.pairwise(samples))
