@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,7 +13,6 @@ from loadgen.arrival_spec import ArrivalSpec, UnresolvedRateError
 from loadgen.lengths import LengthDist
 from loadgen.prompts import build_requests, requests_digest
 from loadgen.workload import WorkloadSpec
-from tests.support.paths import REPO
 
 
 def spec(**kw) -> WorkloadSpec:
@@ -273,32 +270,6 @@ def test_same_seed_same_requests_different_seed_different(tok):
     assert requests_digest(build_requests(spec(endpoint="chat", num_requests=30, seed=1), tok)) != requests_digest(
         build_requests(s, tok)
     )
-
-
-def test_requests_are_identical_across_processes(tok, tok_dir):
-    s = spec(
-        endpoint="chat",
-        num_requests=25,
-        prompt_tokens={"dist": "lognormal", "mean": 80, "std": 30},
-        shared_prefix={"fraction": 0.3, "tokens": 10},
-    )
-    code = textwrap.dedent(f"""
-        import json
-        from loadgen.prompts import build_requests, requests_digest
-        from loadgen.tokenizer import PromptTokenizer
-        from loadgen.workload import WorkloadSpec
-        s = WorkloadSpec.model_validate(json.loads({s.model_dump_json()!r}))
-        print(requests_digest(build_requests(s, PromptTokenizer.load({str(tok_dir)!r}))))
-    """)
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    assert out.stdout.strip() == requests_digest(build_requests(s, tok))
 
 
 def test_request_i_does_not_depend_on_how_many_are_built(tok):
