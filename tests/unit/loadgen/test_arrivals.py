@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
@@ -80,31 +78,6 @@ def test_closed_loop_and_unresolved_rates_have_no_schedule():
         open_loop_offsets(ArrivalSpec(mode="closed", concurrency=2), 10, None, 0)
     with pytest.raises(UnresolvedRateError):
         open_loop_offsets(ArrivalSpec(mode="poisson", capacity_fraction=0.5), 10, None, 0)
-
-
-@pytest.mark.vllm
-def test_schedule_equals_vllm_get_request(monkeypatch):
-    """Drive the installed `vllm bench serve` get_request on a fake clock; same seed, same times."""
-    from vllm.benchmarks import serve
-
-    clock = [1000.0]
-
-    async def fake_sleep(s):
-        clock[0] += s
-
-    monkeypatch.setattr(serve.time, "time", lambda: clock[0])
-    monkeypatch.setattr(serve.asyncio, "sleep", fake_sleep)
-
-    async def times(n, rate, burstiness, seed):
-        np.random.seed(seed)  # as vllm bench serve's main does
-        out = []
-        async for _ in serve.get_request(list(range(n)), rate, burstiness):
-            out.append(clock[0] - 1000.0)
-        return np.array(out)
-
-    theirs = asyncio.run(times(200, 5.0, 0.5, 123))
-    ours = open_loop_offsets(ArrivalSpec(mode="gamma", rate=5.0, burstiness=0.5), 200, None, 123)
-    assert np.allclose(ours, theirs, atol=1e-9)
 
 
 @pytest.mark.parametrize("duration_s", [15.0, 20.0, 45.0])
