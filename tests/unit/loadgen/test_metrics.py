@@ -185,56 +185,6 @@ def test_server_diagnostics_flatten_with_prefix():
     assert m.flat()["server_preemptions"] == 3.0
 
 
-@pytest.mark.vllm
-def test_same_numbers_as_vllm_calculate_metrics():
-    """Our records through vLLM's own `calculate_metrics` give our metrics (same definitions)."""
-    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
-    from vllm.benchmarks.serve import calculate_metrics
-
-    rng = np.random.default_rng(0)
-    records = []
-    for i in range(60):
-        n = int(rng.integers(1, 40))
-        r = rec(
-            i * 0.05,
-            float(rng.uniform(0.02, 0.5)),
-            list(rng.uniform(0.005, 0.05, n - 1)),
-            tokens=n + int(rng.integers(0, 3)),
-            prompt=int(rng.integers(10, 300)),
-            index=i,
-        )
-        if i % 13 == 0:
-            r.error_kind = HTTP_ERROR
-        records.append(r)
-    outputs = []
-    for r in records:
-        o = RequestFuncOutput(
-            success=r.ok, prompt_len=r.prompt_tokens, start_time=r.send_time, output_tokens=r.completion_tokens
-        )
-        if r.ok:
-            o.ttft, o.latency = r.ttft, r.e2el
-            o.itl = list(np.diff(r.chunk_times))
-        outputs.append(o)
-    theirs, _ = calculate_metrics(
-        input_requests=[None] * len(outputs),
-        outputs=outputs,
-        dur_s=7.5,
-        tokenizer=None,
-        selected_percentiles=[90, 95, 99],
-        goodput_config_dict={"ttft": 300.0, "tpot": 30.0},
-    )
-    ours = compute_metrics(records, 7.5, GoodputSLO(ttft_ms=300, tpot_ms=30)).flat()
-    assert ours["completed"] == theirs.completed and ours["failed"] == theirs.failed
-    for name in ("request_throughput", "output_throughput", "total_token_throughput"):
-        assert ours[name] == pytest.approx(getattr(theirs, name))
-    assert ours["goodput"] == pytest.approx(theirs.request_goodput)
-    for m in ("ttft", "tpot", "itl", "e2el"):
-        assert ours[f"{m}_mean_ms"] == pytest.approx(getattr(theirs, f"mean_{m}_ms"))
-        assert ours[f"{m}_median_ms"] == pytest.approx(getattr(theirs, f"median_{m}_ms"))
-        for p, v in getattr(theirs, f"percentiles_{m}_ms"):
-            assert ours[f"{m}_p{int(p)}_ms"] == pytest.approx(v)
-
-
 def _failed(index: int) -> RequestRecord:
     r = RequestRecord(index, "a", float(index), 100, 4)
     r.send_time = float(index)
