@@ -13,12 +13,10 @@ from sqlalchemy.orm import Session
 
 from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.records import ABORTED, HTTP_ERROR
-from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, run_stages
+from objectives.stages import CapacitySpec
 from storage import queries
 from storage.tables import StageRecord, StudyRecord
-from tests.support.stub_server import StubConfig, StubServer
 
 T0 = 100.0
 
@@ -73,31 +71,6 @@ def test_records_rebuilt_from_samples_keep_the_latencies():
     assert back[0].ttft == pytest.approx(0.2) and back[0].e2el == pytest.approx(0.24)
     assert back[0].ok and back[0].output_tokens == 5 and back[0].end_time == pytest.approx(0.74)
     assert back[1].aborted and back[1].end_time == 4.0 and not back[1].chunk_times
-
-
-def test_every_stage_row_carries_its_samples(tok_dir, tok):
-    workload = WorkloadSpec.model_validate(
-        {
-            "endpoint": "completions",
-            "prompt_tokens": 20,
-            "output_tokens": 4,
-            "warmup_requests": 2,
-            "arrival": {"mode": "constant", "rate": 4.0},
-            "duration_s": 1.5,
-        }
-    )
-    spec = CapacitySpec(stage_s=1.0, max_stages=1, idle_timeout_s=10, early_abort="off")  # every request runs out
-    with StubServer(StubConfig(root=str(tok_dir), ttft_ms=20, itl_ms=0), tokenizer=tok) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
-    assert len(run.stages) == 2
-    for stage in run.stages:
-        row = stage.as_row()
-        samples = row["samples"]
-        assert len(samples["sent_s"]) == stage.requests_sent  # the warm-up left out
-        assert all(0 <= t <= stage.planned_s + 0.5 for t in samples["sent_s"])
-        assert all(0.015 < t < 1.0 for t in samples["ttft_s"]) and all(samples["ok"])
-        assert "stopped_passing" not in row
-    assert run.stages[0].samples["sent_s"][0] == pytest.approx(0.25, abs=0.05)  # 1 / rate from the stage's start
 
 
 def test_stage_rows_store_their_samples_and_an_older_database_gets_the_column(tmp_path):
