@@ -47,6 +47,25 @@ def test_a_slot_is_what_its_servers_inherit():
             Slot.parse(bad)
 
 
+def test_a_workers_command_line_holds_no_database_password_and_its_environment_does():
+    storage = "postgresql+psycopg://tuner:s3cret@db.example:5432/studies?sslmode=require"
+    argv = worker_argv(
+        storage=storage,
+        study="mixed",
+        runs_dir="runs",
+        slot=Slot(CPU, (0,)),
+        seed=1,
+        trials=4,
+        sampler="tpe",
+        scenario=None,
+        model=None,
+        timeout_min=None,
+    )
+    assert argv[argv.index("--storage") + 1] == "postgresql+psycopg://tuner@db.example:5432/studies?sslmode=require"
+    assert not any("s3cret" in arg for arg in argv)
+    assert worker_env(storage) == {"PGPASSWORD": "s3cret"}  # what run_all passes to the child
+
+
 def test_a_url_without_a_password_adds_nothing_to_a_workers_environment():
     local = "postgresql+psycopg://autotune@127.0.0.1:5433/autotune?passfile=/srv/runs/postgres/pgpass"
     assert worker_env(local) == {}
