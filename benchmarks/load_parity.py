@@ -60,8 +60,8 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.arrivals import open_loop_offsets
-from loadgen.loadrun import _build, _ServerCounter
 from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
+from loadgen.preparation import ServerTokenCounter, cached_requests
 from loadgen.server_metrics import MetricsSnapshot
 from loadgen.tokenizer import PromptTokenizer
 from loadgen.workload import WorkloadSpec
@@ -187,8 +187,8 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
 
         async with aiohttp.ClientSession() as s:
             notes: list[str] = []
-            counter = _ServerCounter(s, url, model) if point.endpoint == "chat" else None
-            reqs = await _build(spec, PromptTokenizer.load(model), spec.num_requests, False, counter, notes)
+            counter = ServerTokenCounter(s, url, model) if point.endpoint == "chat" else None
+            reqs = await cached_requests(spec, PromptTokenizer.load(model), spec.num_requests, False, counter, notes)
             return reqs, notes
 
     requests, notes = asyncio.run(build())

@@ -16,117 +16,34 @@ import asyncio
 import gc
 import math
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrivals import open_loop_offsets
 from loadgen.client import make_client
 from loadgen.dispatch import run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
-from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
+from loadgen.load_result import LoadResult, LoadRunError
+from loadgen.metrics import GoodputSLO, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
 from loadgen.pinning import off_engine_cpus
-from loadgen.prompts import Request, build_requests, plan_requests, realize_async
+from loadgen.preparation import (
+    CLOSED_LOOP_BATCH,
+    LazyTokenizer,
+    RequestPool,
+    ServerTokenCounter,
+    cached_requests,
+    discover_model,
+)
+from loadgen.prompts import Request
 from loadgen.records import RequestRecord
-from loadgen.server_metrics import GaugeSampler, MetricsSnapshot, ServerDiagnostics, diagnose, fetch_metrics_text
+from loadgen.server_metrics import GaugeSampler, MetricsSnapshot, diagnose, fetch_metrics_text
 from loadgen.stall import ProgressWatch, traced
-from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.workload import WorkloadSpec
 
-CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
-ALIGN_CONCURRENCY = 16
-CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
 ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
-
-
-class LoadRunError(RuntimeError):
-    pass
-
-
-@dataclass
-class LoadResult:
-    base_url: str
-    model: str
-    client: str
-    spec: WorkloadSpec
-    records: list[RequestRecord]  # measured requests that were sent
-    warmup_records: list[RequestRecord]
-    metrics: RunMetrics
-    server: ServerDiagnostics | None
-    start: float  # perf_counter at the start of the arrival schedule
-    end: float  # ... when the last response ended
-    notes: list[str] = field(default_factory=list)
-    client_cpu_s: float = math.nan  # this process's CPU time over the measured window
-    abort: Abort | None = None  # why the run stopped sending early (its outcome was certain)
-    planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
-    requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
-    client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
-
-    @property
-    def client_cpu_share(self) -> float:
-        """Client CPU over the run, in cores: near 1.0, the client itself was the bottleneck."""
-        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else math.nan
-
-    @property
-    def aborted(self) -> str | None:
-        return self.abort.reason if self.abort is not None else None
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
-
-    @property
-    def target_rate(self) -> float | None:
-        return self.spec.arrival.mean_rate()
-
-    @property
-    def achieved_send_rate(self) -> float:
-        """Requests sent per second over the sending window (first to last send)."""
-        sends = sorted(r.send_time for r in self.records)
-        if len(sends) < 2 or sends[-1] <= sends[0]:
-            return math.nan
-        return (len(sends) - 1) / (sends[-1] - sends[0])
-
-    def flat(self) -> dict[str, float]:
-        return self.metrics.flat()
-
-    flat_metrics = flat
-
-    def server_diagnostics(self) -> dict[str, float]:
-        """The server's view (deltas, gauge peaks); empty if /metrics was not scraped."""
-        return asdict(self.server) if self.server is not None else {}
-
-    def to_json(self, include_records: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "base_url": self.base_url,
-            "model": self.model,
-            "client": self.client,
-            "workload": self.spec.model_dump(mode="json"),
-            "target_rate": self.target_rate,
-            "achieved_send_rate": self.achieved_send_rate,
-            "metrics": self.flat(),
-            "error_kinds": self.metrics.error_kinds,
-            "total_input_tokens": self.metrics.total_input_tokens,
-            "total_output_tokens": self.metrics.total_output_tokens,
-            "notes": self.notes,
-            "client_cpu_s": self.client_cpu_s,
-            "client_cpu_share": self.client_cpu_share,
-            "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
-            "aborted": self.aborted,
-            "planned_s": self.planned_s,
-            # perf_counter is CLOCK_MONOTONIC on Linux: comparable with other processes' clocks.
-            "start_perf": self.start,
-            "end_perf": self.end,
-            "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
-            "abort_margin": self.abort.margin if self.abort is not None else None,
-        }
-        if include_records:
-            out["records"] = [r.to_dict(self.start) for r in self.records]
-        return out
 
 
 async def _watched(
@@ -153,151 +70,6 @@ async def _watched(
     finally:
         if not dispatch.done():
             dispatch.cancel()
-
-
-def _new_record(req: Request, warmup: bool) -> RequestRecord:
-    return RequestRecord(req.index, req.class_name, math.nan, req.prompt_tokens, req.output_tokens, warmup=warmup)
-
-
-async def discover_model(session, base_url: str, model: str | None = None) -> tuple[str, str | None]:
-    """(served model id, its `root`: usually the path the server loaded) from GET /v1/models.
-
-    Without `model`, the first served model; with it, that model's root (None if not listed).
-    """
-    import aiohttp
-
-    try:
-        async with session.get(base_url + "/v1/models") as resp:
-            if resp.status != 200:
-                raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
-            data = (await resp.json())["data"]
-    except (aiohttp.ClientError, OSError) as e:  # nothing listens there, or not an OpenAI server
-        raise LoadRunError(f"cannot reach {base_url}: GET /v1/models failed ({e})") from None
-    if not data:
-        raise LoadRunError(f"{base_url} serves no model")
-    if model is None:
-        return data[0]["id"], data[0].get("root")
-    return model, next((d.get("root") for d in data if d["id"] == model), None)
-
-
-def _tokenizer_for(tokenizer_path: str | Path | None, model: str, root: str | None) -> PromptTokenizer:
-    for candidate in (tokenizer_path, root, model):
-        if candidate and Path(candidate).expanduser().is_dir():
-            return PromptTokenizer.load(candidate)
-    raise TokenizerError(
-        f"no local tokenizer for model {model!r} (root {root!r}); pass tokenizer_path "
-        "(a directory with tokenizer.json or tokenizer files)"
-    )
-
-
-class _ServerCounter:
-    """Counts chat prompt tokens with the server's `/tokenize` (template applied by the server)."""
-
-    def __init__(self, session, base_url: str, model: str):
-        self.session, self.url, self.model = session, base_url + "/tokenize", model
-        self.semaphore = asyncio.Semaphore(ALIGN_CONCURRENCY)
-
-    async def __call__(self, messages) -> int:
-        async with self.semaphore:
-            async with self.session.post(self.url, json={"model": self.model, "messages": messages}) as r:
-                if r.status != 200:
-                    raise LoadRunError(f"POST /tokenize -> HTTP {r.status}: {(await r.text())[:300]}")
-                return int((await r.json())["count"])
-
-
-_BUILD_CACHE: dict[tuple, list[Request]] = {}
-_BUILD_CACHE_SIZE = 4
-
-
-def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool, server_checked: bool) -> tuple:
-    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
-    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace"})
-    return shape, tuple(spec.class_names), tokenizer.fingerprint, n, warmup, server_checked
-
-
-async def _build(
-    spec: WorkloadSpec,
-    tokenizer: PromptTokenizer,
-    n: int,
-    warmup: bool,
-    counter: _ServerCounter | None,
-    notes: list[str],
-) -> list[Request]:
-    """Built once per (workload shape, tokenizer, n) in this process; deterministic, so cached."""
-    key = _cache_key(spec, tokenizer, n, warmup, counter is not None)
-    if key not in _BUILD_CACHE:
-        if len(_BUILD_CACHE) >= _BUILD_CACHE_SIZE:
-            _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
-        _BUILD_CACHE[key] = await _build_uncached(spec, tokenizer, n, warmup, counter, notes)
-    return _BUILD_CACHE[key]
-
-
-async def _build_uncached(
-    spec: WorkloadSpec,
-    tokenizer: PromptTokenizer,
-    n: int,
-    warmup: bool,
-    counter: _ServerCounter | None,
-    notes: list[str],
-) -> list[Request]:
-    if spec.endpoint == "completions" or n == 0:
-        return build_requests(spec, tokenizer, n, warmup=warmup)
-    if tokenizer.can_render_chat:
-        requests = build_requests(spec, tokenizer, n, warmup=warmup)
-        if counter is None:
-            return requests
-        probe = requests[:CHAT_PROBE_REQUESTS]
-        try:
-            server_counts = await asyncio.gather(*(counter([dict(m) for m in r.messages]) for r in probe))
-        except Exception as e:
-            notes.append(f"chat prompt lengths counted locally only (/tokenize failed: {e})")
-            return requests
-        if all(r.prompt_tokens == c for r, c in zip(probe, server_counts)):
-            return requests
-        notes.append("local chat template count differs from the server's: prompts aligned with /tokenize")
-    elif counter is None:
-        raise LoadRunError("chat prompts need the tokenizer's chat template or the server's /tokenize")
-    plans = plan_requests(spec, tokenizer, n, warmup=warmup)
-    return list(await asyncio.gather(*(realize_async(p, tokenizer, counter) for p in plans)))
-
-
-class _LazyTokenizer:
-    """Loaded on first use: a study passing prebuilt requests never needs it."""
-
-    def __init__(self, path, model, root):
-        self.args = (path, model, root)
-        self._tok: PromptTokenizer | None = None
-
-    def get(self) -> PromptTokenizer:
-        if self._tok is None:
-            self._tok = _tokenizer_for(*self.args)
-        return self._tok
-
-
-class _Pool:
-    """Prepared bodies and records; a duration-bounded closed loop extends it on demand."""
-
-    def __init__(self, spec, tokenizer: _LazyTokenizer, client, model, requests: list[Request], warmup: bool):
-        self.spec, self.tokenizer, self.client, self.model, self.warmup = spec, tokenizer, client, model, warmup
-        self.prepared: list[Any] = []
-        self.records: list[RequestRecord] = []
-        self.extended = 0
-        self._add(requests)
-
-    def _add(self, requests: list[Request]) -> None:
-        for r in requests:
-            self.prepared.append(self.client.prepare(r, self.model, self.spec.temperature))
-            self.records.append(_new_record(r, self.warmup))
-
-    def get(self, i: int) -> tuple[Any, RequestRecord]:
-        while i >= len(self.records):  # local chat counts here: no awaiting in the middle of a run
-            self._add(
-                build_requests(
-                    self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH, warmup=self.warmup, start=len(self.records)
-                )
-            )
-            self.extended += 1
-        return self.prepared[i], self.records[i]
 
 
 def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
@@ -367,26 +139,26 @@ async def run_load(
             raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), trace_configs=traced(watch)) as control:
         model, root = await discover_model(control, base_url, model)
-        counter = _ServerCounter(control, base_url, model) if spec.endpoint == "chat" else None
-        tokenizer = _LazyTokenizer(tokenizer_path, model, root)
+        counter = ServerTokenCounter(control, base_url, model) if spec.endpoint == "chat" else None
+        tokenizer = LazyTokenizer(tokenizer_path, model, root)
         needed = len(offsets) if offsets is not None else (spec.num_requests or CLOSED_LOOP_BATCH)
         if requests is None or len(requests) < needed:
-            requests = await _build(spec, tokenizer.get(), needed, False, counter, notes)
+            requests = await cached_requests(spec, tokenizer.get(), needed, False, counter, notes)
         warm = (
-            await _build(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
+            await cached_requests(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
             if spec.warmup_requests
             else []
         )
 
         with off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
             async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
-                warm_pool = _Pool(spec, tokenizer, lc, model, warm, warmup=True)
+                warm_pool = RequestPool(spec, tokenizer, lc, model, warm, warmup=True)
                 if watch is not None:
                     watch.track(warm_pool.records)
                 if warm:
                     width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
                     await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
-                pool = _Pool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+                pool = RequestPool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
                 if watch is not None:
                     watch.track(pool.records)
                 if hasattr(lc, "preconnect"):

@@ -1,0 +1,166 @@
+"""What a load run prepares before it sends: the served model (`discover_model`) and its tokenizer,
+the workload's requests (chat prompts checked against the server's `/tokenize` and realigned there
+if the local count disagrees; built once per workload shape and cached, so a study's trials reuse
+them), and the pool of prepared bodies and records the dispatch loops draw from."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+from loadgen.load_result import LoadRunError
+from loadgen.prompts import Request, build_requests, plan_requests, realize_async
+from loadgen.records import RequestRecord
+from loadgen.tokenizer import PromptTokenizer, TokenizerError
+from loadgen.workload import WorkloadSpec
+
+CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
+ALIGN_CONCURRENCY = 16
+CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
+
+
+async def discover_model(session, base_url: str, model: str | None = None) -> tuple[str, str | None]:
+    """(served model id, its `root`: usually the path the server loaded) from GET /v1/models.
+
+    Without `model`, the first served model; with it, that model's root (None if not listed).
+    """
+    import aiohttp
+
+    try:
+        async with session.get(base_url + "/v1/models") as resp:
+            if resp.status != 200:
+                raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
+            data = (await resp.json())["data"]
+    except (aiohttp.ClientError, OSError) as e:  # nothing listens there, or not an OpenAI server
+        raise LoadRunError(f"cannot reach {base_url}: GET /v1/models failed ({e})") from None
+    if not data:
+        raise LoadRunError(f"{base_url} serves no model")
+    if model is None:
+        return data[0]["id"], data[0].get("root")
+    return model, next((d.get("root") for d in data if d["id"] == model), None)
+
+
+def _tokenizer_for(tokenizer_path: str | Path | None, model: str, root: str | None) -> PromptTokenizer:
+    for candidate in (tokenizer_path, root, model):
+        if candidate and Path(candidate).expanduser().is_dir():
+            return PromptTokenizer.load(candidate)
+    raise TokenizerError(
+        f"no local tokenizer for model {model!r} (root {root!r}); pass tokenizer_path "
+        "(a directory with tokenizer.json or tokenizer files)"
+    )
+
+
+class ServerTokenCounter:
+    """Counts chat prompt tokens with the server's `/tokenize` (template applied by the server)."""
+
+    def __init__(self, session, base_url: str, model: str):
+        self.session, self.url, self.model = session, base_url + "/tokenize", model
+        self.semaphore = asyncio.Semaphore(ALIGN_CONCURRENCY)
+
+    async def __call__(self, messages) -> int:
+        async with self.semaphore:
+            async with self.session.post(self.url, json={"model": self.model, "messages": messages}) as r:
+                if r.status != 200:
+                    raise LoadRunError(f"POST /tokenize -> HTTP {r.status}: {(await r.text())[:300]}")
+                return int((await r.json())["count"])
+
+
+_BUILD_CACHE: dict[tuple, list[Request]] = {}
+_BUILD_CACHE_SIZE = 4
+
+
+def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool, server_checked: bool) -> tuple:
+    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
+    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace"})
+    return shape, tuple(spec.class_names), tokenizer.fingerprint, n, warmup, server_checked
+
+
+async def cached_requests(
+    spec: WorkloadSpec,
+    tokenizer: PromptTokenizer,
+    n: int,
+    warmup: bool,
+    counter: ServerTokenCounter | None,
+    notes: list[str],
+) -> list[Request]:
+    """Built once per (workload shape, tokenizer, n) in this process; deterministic, so cached."""
+    key = _cache_key(spec, tokenizer, n, warmup, counter is not None)
+    if key not in _BUILD_CACHE:
+        if len(_BUILD_CACHE) >= _BUILD_CACHE_SIZE:
+            _BUILD_CACHE.pop(next(iter(_BUILD_CACHE)))
+        _BUILD_CACHE[key] = await _build_uncached(spec, tokenizer, n, warmup, counter, notes)
+    return _BUILD_CACHE[key]
+
+
+async def _build_uncached(
+    spec: WorkloadSpec,
+    tokenizer: PromptTokenizer,
+    n: int,
+    warmup: bool,
+    counter: ServerTokenCounter | None,
+    notes: list[str],
+) -> list[Request]:
+    if spec.endpoint == "completions" or n == 0:
+        return build_requests(spec, tokenizer, n, warmup=warmup)
+    if tokenizer.can_render_chat:
+        requests = build_requests(spec, tokenizer, n, warmup=warmup)
+        if counter is None:
+            return requests
+        probe = requests[:CHAT_PROBE_REQUESTS]
+        try:
+            server_counts = await asyncio.gather(*(counter([dict(m) for m in r.messages]) for r in probe))
+        except Exception as e:
+            notes.append(f"chat prompt lengths counted locally only (/tokenize failed: {e})")
+            return requests
+        if all(r.prompt_tokens == c for r, c in zip(probe, server_counts)):
+            return requests
+        notes.append("local chat template count differs from the server's: prompts aligned with /tokenize")
+    elif counter is None:
+        raise LoadRunError("chat prompts need the tokenizer's chat template or the server's /tokenize")
+    plans = plan_requests(spec, tokenizer, n, warmup=warmup)
+    return list(await asyncio.gather(*(realize_async(p, tokenizer, counter) for p in plans)))
+
+
+class LazyTokenizer:
+    """Loaded on first use: a study passing prebuilt requests never needs it."""
+
+    def __init__(self, path, model, root):
+        self.args = (path, model, root)
+        self._tok: PromptTokenizer | None = None
+
+    def get(self) -> PromptTokenizer:
+        if self._tok is None:
+            self._tok = _tokenizer_for(*self.args)
+        return self._tok
+
+
+def _new_record(req: Request, warmup: bool) -> RequestRecord:
+    return RequestRecord(req.index, req.class_name, math.nan, req.prompt_tokens, req.output_tokens, warmup=warmup)
+
+
+class RequestPool:
+    """Prepared bodies and records; a duration-bounded closed loop extends it on demand."""
+
+    def __init__(self, spec, tokenizer: LazyTokenizer, client, model, requests: list[Request], warmup: bool):
+        self.spec, self.tokenizer, self.client, self.model, self.warmup = spec, tokenizer, client, model, warmup
+        self.prepared: list[Any] = []
+        self.records: list[RequestRecord] = []
+        self.extended = 0
+        self._add(requests)
+
+    def _add(self, requests: list[Request]) -> None:
+        for r in requests:
+            self.prepared.append(self.client.prepare(r, self.model, self.spec.temperature))
+            self.records.append(_new_record(r, self.warmup))
+
+    def get(self, i: int) -> tuple[Any, RequestRecord]:
+        while i >= len(self.records):  # local chat counts here: no awaiting in the middle of a run
+            self._add(
+                build_requests(
+                    self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH, warmup=self.warmup, start=len(self.records)
+                )
+            )
+            self.extended += 1
+        return self.prepared[i], self.records[i]
