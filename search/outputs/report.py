@@ -29,6 +29,7 @@ from search.outputs.confirmation_rows import confirmation_rows
 from search.outputs.format import fmt_percent, fmt_value
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
 from search.outputs.recommendation import verdict
+from search.outputs.trace_figure import trace_figure
 from search.outputs.trial_views import (
     FAILED,
     FEASIBLE,
@@ -403,6 +404,12 @@ def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
                 "Latency against rate (load stages, capacity under the SLO)",
                 _fig_html(stages, "latency-vs-rate"),
             )
+        )
+
+    replayed = trace_figure(sc.workload)
+    if replayed is not None:
+        figs.append(
+            ("trace", "The replayed trace (its rate over time, the lengths sent)", _fig_html(replayed, "trace"))
         )
 
     verdict_html = "".join(
