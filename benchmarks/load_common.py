@@ -55,12 +55,15 @@ def write_sharegpt_dataset(requests, path: Path) -> int:
     return outputs.pop()
 
 
-def write_prepared_requests(requests, path: Path) -> None:
+def write_prepared_requests(requests, path: Path, offsets=None) -> None:
     """Our requests, byte for byte, for `benchmarks/vllm_bench_prepared.py`: completions prompts
-    as token ids, chat prompts as the exact messages, each with its own output length."""
+    as token ids, chat prompts as the exact messages, each with its own output length; with
+    `offsets`, each request's due time (s), which `vllm bench serve --self-timed` keeps."""
     entries = []
-    for r in requests:
+    for i, r in enumerate(requests):
         e = {"prompt_len": r.prompt_tokens, "output_len": r.output_tokens}
+        if offsets is not None:
+            e["timestamp"] = float(offsets[i])
         if r.prompt_ids is not None:
             e["prompt"] = list(r.prompt_ids)
         else:
@@ -84,7 +87,8 @@ def vllm_bench_prepared_args(
     burstiness: float = 1.0,
     endpoint: str = "chat",
 ) -> list[str]:
-    """`vllm bench serve` sending exactly our requests (see `vllm_bench_prepared.py`)."""
+    """`vllm bench serve` sending exactly our requests (see `vllm_bench_prepared.py`), at the due
+    times the prepared file holds where it holds them (a replayed trace's)."""
     args = vllm_bench_args(
         base_url,
         model,

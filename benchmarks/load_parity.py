@@ -20,6 +20,12 @@ they took more than --max-foreign-cores is run again (--retries) and the least d
         --output-tokens 200 --rate 1 --schedule-s 40 --reps 3
     .venv/bin/python benchmarks/load_parity.py --grid default --reps 3  # the docs' grid
     .venv/bin/python benchmarks/load_parity.py --grid completions:256:200:1,chat:256:64:4
+    .venv/bin/python benchmarks/load_parity.py --trace runs/trace/azure-synthetic.csv \
+        --endpoint completions --rate 1 --schedule-s 60 --reps 3   # a replayed trace
+
+With `--trace`, a point's requests are a window of the trace (its lengths, clipped to the
+server's 2048 tokens; the point's PROMPT and OUTPUT are not used) on the trace's own gaps scaled
+to RATE; vLLM sends the same requests at the same due times (its self-timed schedule).
 
 A grid point is ENDPOINT:PROMPT:OUTPUT:RATE[:N]; N defaults to rate x --schedule-s (at least
 --min-requests). `--tools` compares the first of ours with the first of vLLM's and may add
@@ -98,6 +104,7 @@ OURS = {
 }
 # `vllm bench serve` as users run it (anywhere), or on the CPUs our client keeps to.
 VLLM = ("vllm", "vllm-offengine")
+MAX_MODEL_LEN = 2048  # the server's; a replayed trace is clipped to it
 GRIDS = {
     # 2 prompt lengths x 2 output lengths x 2 rates on completions, and two chat points.
     # A lighter and a heavier rate per output length (1 req/s of 200-token outputs already keeps
@@ -165,14 +172,19 @@ def server_means(before: MetricsSnapshot | None, after: MetricsSnapshot | None) 
 
 
 def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, console: Console) -> dict:
-    out = args.out_dir / point.name
+    out = args.out_dir / (point.name + (f"-{args.trace.stem}" if args.trace is not None else ""))
     out.mkdir(parents=True, exist_ok=True)
+    if args.trace is not None:
+        source = {"trace": {"file": str(args.trace.resolve()), "max_total_tokens": MAX_MODEL_LEN}}
+        arrival = {"mode": "trace", "rate": point.rate}
+    else:
+        source = {"prompt_tokens": point.prompt_tokens, "output_tokens": point.output_tokens}
+        arrival = {"mode": "poisson", "rate": point.rate}
     spec = WorkloadSpec.model_validate(
         {
             "endpoint": point.endpoint,
-            "prompt_tokens": point.prompt_tokens,
-            "output_tokens": point.output_tokens,
-            "arrival": {"mode": "poisson", "rate": point.rate},
+            **source,
+            "arrival": arrival,
             "num_requests": point.num_requests,
             "seed": args.seed,
             "warmup_requests": 0,
@@ -180,7 +192,7 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
     )
     wl_file = out / "workload.yaml"
     wl_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True)))
-    offsets = open_loop_offsets(spec.arrival, spec.num_requests, None, spec.seed)
+    offsets = open_loop_offsets(spec.arrival, spec.num_requests, None, spec.seed, spec.replayed_trace())
 
     async def build():
         import aiohttp
@@ -193,9 +205,10 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
 
     requests, notes = asyncio.run(build())
     prepared = out / "requests.json"
-    write_prepared_requests(requests, prepared)
+    write_prepared_requests(requests, prepared, offsets if args.trace is not None else None)
+    schedule = f"the gaps of {args.trace.name}" if args.trace is not None else "Poisson"
     console.print(
-        f"[bold]{point.label()}[/]: {len(requests)} requests, Poisson, seed {args.seed}"
+        f"[bold]{point.label()}[/]: {len(requests)} requests, {schedule}, seed {args.seed}"
         f"{' (' + '; '.join(notes) + ')' if notes else ''}"
     )
 
@@ -497,6 +510,9 @@ def main() -> int:
         help="comma-separated, the first of ours and of vLLM's compared: " + ", ".join([*OURS, *VLLM]),
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--trace", type=Path, default=None, help="replay this trace file (docs/traces.md) instead of fixed lengths"
+    )
     ap.add_argument("--out-dir", type=Path, default=REPO / "runs" / "bench-load-parity")
     ap.add_argument(
         "--quiet-timeout-s",
@@ -541,7 +557,7 @@ def main() -> int:
     values = {
         "dtype": ctx.dtype,
         "enforce_eager": True,
-        "max_model_len": 2048,
+        "max_model_len": MAX_MODEL_LEN,
         "memory_utilization": 0.5,
         "enable_prefix_caching": False,
     }

@@ -6,7 +6,9 @@
 Only the dataset is replaced: `vllm.benchmarks.serve.get_samples` returns the requests in the
 file (`load_common.write_prepared_requests`: completions prompts as token-id lists, which vLLM's
 completions request function sends as they are; chat prompts as `chat_messages`, which its chat
-request function sends as they are), in order, with each request's own output length. Arrival
+request function sends as they are), in order, with each request's own output length and, for a
+replayed trace, its due time: then vLLM's self-timed schedule sends each at its own (as for its
+`timed_trace` dataset, which refuses `--self-timed` on any other) instead of drawing one. Arrival
 schedule, request functions, timing and metrics are vLLM's own code, untouched. (The built-in
 datasets send completions prompts as text, which the server re-tokenizes to other lengths, and
 `custom` needs pandas, absent from the CPU build.)
@@ -35,12 +37,15 @@ def main() -> int:
         n = args.num_prompts
         if n > len(entries):
             raise SystemExit(f"{path} holds {len(entries)} requests, {n} asked for")
+        if any("timestamp" in e for e in entries[:n]):
+            args.self_timed = True  # read by serve's main after this, as for timed_trace
         return [
             SampleRequest(
                 prompt=e["prompt"],
                 prompt_len=e["prompt_len"],
                 expected_output_len=e["output_len"],
                 chat_messages=e.get("chat_messages"),
+                timestamp=e.get("timestamp"),  # a replayed trace's due time (--self-timed)
             )
             for e in entries[:n]
         ]
