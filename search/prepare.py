@@ -140,10 +140,18 @@ def prepare(opts: StudyOptions, ctx: LaunchContext | None = None) -> Prepared:
         if (problem := scenario.workload.trace.beyond_context(context)) is not None:
             raise scenario_mod.ScenarioError(f"{shown}: {problem}")
     baselines, baseline_notes = {}, []
+    shared = scenario.server.deployment()
     for name, values in scenario.baselines.items():
-        config = {**essentials, **values}  # baselines are taken as written, not with server.fixed
+        # As written, on the scenario's deployment facts (scenario.sections.DEPLOYMENT_FACTS).
+        config = {**essentials, **shared, **values}
         plan = plan_trial(-1, name, {}, config, ctx, longest, where=f"{shown}: baselines.{name}")
         baselines[name] = config
+        for fact, (own, held) in scenario_mod.deployment_differences(values, shared).items():
+            if fact in values and fact in shared:
+                baseline_notes.append(
+                    f"baseline {name}: {fact} {own} where every trial has {held} (server.fixed): "
+                    f"compared as it runs, not like for like in {fact}"
+                )
         for adj in plan.server_args.adjustments:
             baseline_notes.append(f"baseline {name}: {adj.param} {adj.action}: {adj.detail}")
         for problem in plan.problems:

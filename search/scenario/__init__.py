@@ -19,6 +19,7 @@ from search.scenario.model import (
     is_safe_name,
 )
 from search.scenario.sections import (
+    DEPLOYMENT_FACTS,
     SLO,
     Calibration,
     Confirmation,
@@ -30,12 +31,14 @@ from search.scenario.sections import (
     ServerSection,
     Strict,
     Threshold,
+    deployment_differences,
     unloaded_reference,
 )
 
 __all__ = [
     "CONFIG_DIR",
     "DEFAULT_ERROR_RATE_MAX",
+    "DEPLOYMENT_FACTS",
     "OPEN_LOOP_THROUGHPUT",
     "SAFE_NAME_RULE",
     "SLO",
@@ -51,6 +54,7 @@ __all__ = [
     "ServerSection",
     "Strict",
     "Threshold",
+    "deployment_differences",
     "digest",
     "flat_objective_warnings",
     "is_safe_name",

@@ -132,9 +132,33 @@ class Confirmation(Strict):
     front: int = Field(default=2, ge=1)  # feasible front members, the chosen one first
 
 
+# What is served, rather than how it is scheduled: the context length, the numerics, the weights.
+# A scenario's `server.fixed` values of these hold for its baselines too, so a baseline is
+# compared like for like; a baseline that sets one itself keeps its own, and the study says which
+# differ (`deployment_differences`).
+DEPLOYMENT_FACTS = ("max_model_len", "dtype", "load_format", "quantization", "kv_cache_dtype")
+
+
+def deployment_differences(config: dict[str, Any], other: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The deployment facts two configurations set differently: {fact: (config's, other's)}, an
+    unset fact shown as None (the model's own, or vLLM's default)."""
+    return {
+        k: (config.get(k), other.get(k))
+        for k in DEPLOYMENT_FACTS
+        if (k in config or k in other) and config.get(k) != other.get(k)
+    }
+
+
 class ServerSection(Strict):
-    fixed: dict[str, Any] = Field(default_factory=dict)  # held for every trial, baselines included
+    # Held for every trial. The deployment facts among them (DEPLOYMENT_FACTS) hold for the
+    # baselines too, unless a baseline sets its own; the rest (scheduling, memory) do not: a
+    # baseline is taken as written there.
+    fixed: dict[str, Any] = Field(default_factory=dict)
     startup_timeout_s: float = Field(default=DEFAULT_STARTUP_TIMEOUT_S, gt=0)
+
+    def deployment(self) -> dict[str, Any]:
+        """The fixed values that are deployment facts: what a baseline gets unless it sets its own."""
+        return {k: v for k, v in self.fixed.items() if k in DEPLOYMENT_FACTS}
 
     @field_validator("fixed")
     @classmethod
