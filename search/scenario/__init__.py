@@ -31,6 +31,7 @@ from search.scenario.sections import (
     ServerSection,
     Strict,
     Threshold,
+    VerdictSection,
     deployment_differences,
     unloaded_reference,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "ServerSection",
     "Strict",
     "Threshold",
+    "VerdictSection",
     "deployment_differences",
     "digest",
     "flat_objective_warnings",

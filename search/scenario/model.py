@@ -26,6 +26,7 @@ from search.scenario.sections import (
     ServerSection,
     Strict,
     Threshold,
+    VerdictSection,
 )
 from serving import REGISTRY, scenario_flag_problem
 
@@ -59,6 +60,7 @@ class Scenario(Strict):
     capacity: CapacitySpec | None = None
     screening: Screening | None = None
     confirmation: Confirmation = Field(default_factory=Confirmation)
+    verdict: VerdictSection = Field(default_factory=VerdictSection)
     default_trials: int = Field(default=12, ge=1)
     # The sampler a study of this scenario uses unless --sampler says otherwise (a name of
     # search.samplers, checked by search.prepare); None: search.samplers.DEFAULT_SAMPLER.

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loadgen import GoodputSLO, MetricName
+from objectives.practical import PracticalSpec
 from objectives.scoring import SLOSpec
 from serving import DEFAULT_STARTUP_TIMEOUT_S, scenario_flag_problem
 
@@ -130,6 +131,13 @@ class Confirmation(Strict):
 
     runs: int = Field(default=3, ge=0)  # per candidate; 0: no phase, the single measurements decide
     front: int = Field(default=2, ge=1)  # feasible front members, the chosen one first
+
+
+class VerdictSection(Strict):
+    """How the confirmation's verdict calls a difference: a win or a loss only past `practical`'s
+    threshold for the metric (`objectives.practical`), "equal within X%" inside it."""
+
+    practical: PracticalSpec = Field(default_factory=PracticalSpec)
 
 
 # What is served, rather than how it is scheduled: the context length, the numerics, the weights.
