@@ -56,6 +56,7 @@ class Stage:
 def planned(wl: WorkloadSpec, stage: Stage, block: int) -> tuple[TrafficStats, np.ndarray, float, np.ndarray]:
     """(the window's statistics, its rows, its shared-token share at `block`, its prompt lengths)."""
     trace = wl.replayed_trace()
+    assert trace is not None, "the workload replays no trace"
     rows = window_rows(len(trace), window_start(len(trace), wl.seed), 0, stage.planned)
     offsets = replay_offsets(trace, wl.seed, stage.planned, stage.rate)
     prompts = trace.prompt_tokens[rows]
@@ -84,7 +85,7 @@ def _rel(a: float, b: float) -> float:
 
 def compare(source: TrafficStats, got: TrafficStats, share: float, server_share: float) -> list[tuple]:
     """(statistic, source, received, difference text, within target) rows."""
-    rows = [("requests", source.requests, got.requests, f"{got.requests - source.requests:+d}", None)]
+    rows: list[tuple] = [("requests", source.requests, got.requests, f"{got.requests - source.requests:+d}", None)]
     d = _rel(source.mean_rate, got.mean_rate)
     rows.append(("mean rate (req/s)", source.mean_rate, got.mean_rate, f"{d:+.2%}", abs(d) <= RATE_TOLERANCE))
     d = _rel(source.interarrival_cv, got.interarrival_cv)

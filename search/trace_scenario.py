@@ -78,8 +78,9 @@ def _scenario_features(sc: scenario_mod.Scenario) -> tuple[float, float, float, 
         return None
     rng = np.random.default_rng(0)
     weights = np.array([c.weight for c in wl.classes]) / sum(c.weight for c in wl.classes)
-    prompt = sum(w * c.prompt_tokens.sample(rng, 4000).mean() for w, c in zip(weights, wl.classes))
-    output = sum(w * c.output_tokens.sample(rng, 4000).mean() for w, c in zip(weights, wl.classes))
+    lengths = [(c.prompt_tokens, c.output_tokens) for c in wl.classes]
+    prompt = sum(w * p.sample(rng, 4000).mean() for w, (p, _) in zip(weights, lengths) if p is not None)
+    output = sum(w * o.sample(rng, 4000).mean() for w, (_, o) in zip(weights, lengths) if o is not None)
     shared = sum(
         w * c.shared_prefix.fraction * c.shared_prefix.tokens for w, c in zip(weights, wl.classes) if c.shared_prefix
     )
