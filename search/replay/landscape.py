@@ -36,17 +36,34 @@ class ScreenedRun:
     feasible: bool = False
     capacity_low: float | None = None  # the highest rate that met the SLOs (None: none did)
     capacity_high: float | None = None  # the lowest rate that missed them (None: none did: censored)
+    # The capacity fitted on every stage's counts (`objectives.capacity_fit`) and its interval
+    # (high None: censored); None in a landscape recorded before the fit.
+    capacity: float | None = None
+    capacity_fit_low: float | None = None
+    capacity_fit_high: float | None = None
     trial_s: float | None = None  # the whole trial: start, load stages, stop
     start_s: float | None = None  # the server's start alone
     started_at: str | None = None
 
     def capacity_point(self) -> float | None:
-        """Where the capacity sits in its bracket, on a log scale: the geometric middle; a
-        censored bracket (never violated) or an empty one (never met) gives its one end."""
+        """The capacity this measurement says: the fit's, where it was recorded; before, where the
+        capacity sits in its bracket on a log scale: the geometric middle, a censored bracket (never
+        violated) or an empty one (never met) giving its one end."""
+        if self.capacity is not None and self.capacity_fit_low is not None:
+            return self.capacity
         lo, hi = self.capacity_low, self.capacity_high
         if lo and hi:
             return math.sqrt(lo * hi)
         return lo if lo else (hi / 2 if hi else None)
+
+    def capacity_ratio(self) -> float | None:
+        """How wide this measurement leaves the capacity, high / low: the fit's interval where it
+        was recorded, else the bracket (None: open at either end)."""
+        if self.capacity_fit_low and self.capacity_fit_high:
+            return self.capacity_fit_high / self.capacity_fit_low
+        if self.capacity_fit_low is None and self.capacity_low and self.capacity_high:
+            return self.capacity_high / self.capacity_low
+        return None
 
 
 @dataclass

@@ -2,9 +2,11 @@
 metrics), one classifier for whether a configuration serves at all, and the noise its repeats
 measured. What the replay executor answers from, and how well it predicts held-out configs.
 
-Capacity is an interval in the landscape (the highest rate met, the lowest missed): its model is
-fitted on the bracket's geometric middle, and a replayed capacity is drawn around the predicted
-middle with the repeats' spread, its bracket as wide as the landscape's typical one.
+Capacity is an interval in the landscape: the fit over every stage's counts and its interval
+(`objectives.capacity_fit`), or in a landscape recorded before the fit the bracket (the highest
+rate met, the lowest missed). Its model is fitted on the fit's estimate (the bracket's geometric
+middle before), and a replayed capacity is drawn around the prediction with the repeats' spread,
+its interval as wide as the landscape's typical one.
 """
 
 from __future__ import annotations
@@ -102,11 +104,8 @@ def fit_metric(landscape: Landscape, metric: str, seed: int = 0) -> MetricModel:
 
 
 def _bracket_ratio(landscape: Landscape) -> float:
-    ratios = [
-        m.capacity_high / m.capacity_low
-        for _, m in landscape.measurements()
-        if m.served and m.capacity_low and m.capacity_high
-    ]
+    """How wide a typical measurement leaves the capacity (`ScreenedRun.capacity_ratio`)."""
+    ratios = [r for _, m in landscape.measurements() if m.served and (r := m.capacity_ratio()) is not None]
     return float(np.median(ratios)) if ratios else 1.0
 
 
@@ -116,7 +115,7 @@ class Surrogate:
     models: dict[str, MetricModel]
     served: RandomForestClassifier | None  # None: every measured config served
     failure_class: str | None  # what a config that does not serve fails with
-    bracket_ratio: float  # high / low of a typical capacity bracket
+    bracket_ratio: float  # high / low of a typical capacity interval (the bracket, before the fit)
     _cache: dict[tuple, tuple[dict[str, float], bool]] = field(default_factory=dict, repr=False)
 
     @classmethod

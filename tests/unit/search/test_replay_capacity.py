@@ -1,0 +1,55 @@
+"""A landscape's capacity: the fit's estimate and interval where recorded, the bracket before."""
+
+from __future__ import annotations
+
+import math
+
+from search.replay import Landscape
+from search.replay.landscape import Config, ScreenedRun
+from search.replay.surrogate import _bracket_ratio
+
+
+def run(**kw) -> ScreenedRun:
+    return ScreenedRun(1, True, **kw)
+
+
+def test_the_capacity_is_the_fit_where_recorded_and_the_bracket_middle_before():
+    fitted = run(capacity_low=1.0, capacity_high=4.0, capacity=3.2, capacity_fit_low=2.9, capacity_fit_high=3.5)
+    assert fitted.capacity_point() == 3.2
+    assert math.isclose(fitted.capacity_ratio(), 3.5 / 2.9)
+    before = run(capacity_low=1.0, capacity_high=4.0)
+    assert before.capacity_point() == 2.0 and before.capacity_ratio() == 4.0
+
+
+def test_a_censored_fit_leaves_its_width_open():
+    censored = run(capacity_low=3.0, capacity=3.0, capacity_fit_low=2.8, capacity_fit_high=None)
+    assert censored.capacity_point() == 3.0 and censored.capacity_ratio() is None
+
+
+def test_a_landscape_file_from_before_the_fit_still_reads():
+    d = {
+        "scenario": "mixed",
+        "objectives": [{"metric": "slo_capacity_rps", "direction": "maximize"}],
+        "slos": [],
+        "space": {},
+        "defaults": {},
+        "calibration": {},
+        "configs": [{"params": {}, "config": {}, "measurements": [{"run": 1, "served": True, "capacity_low": 1.0}]}],
+        "schema": 1,
+    }
+    landscape = Landscape.from_dict(d)
+    assert landscape.configs[0].measurements[0].capacity is None
+
+
+def test_the_typical_width_is_read_from_the_fits():
+    configs = [
+        Config(
+            {},
+            {},
+            None,
+            [run(capacity_low=1.0, capacity_high=2.0, capacity=1.5, capacity_fit_low=1.4, capacity_fit_high=1.6)],
+        )
+        for _ in range(3)
+    ]
+    landscape = Landscape("mixed", [], [], {}, {}, {}, configs)
+    assert math.isclose(_bracket_ratio(landscape), 1.6 / 1.4)
