@@ -252,63 +252,94 @@ def _segments(record: dict, fmt: str, path: Path, row: int, block_tokens: int) -
     return tuple(out)
 
 
+def _times(raw: list, rows: list[int], path: Path, column: str, unit_s: float) -> tuple[np.ndarray, bool]:
+    """(times, whether dates): seconds, or nanoseconds since 1970 for dates; converted a column at
+    a time (a week of gateway logs is millions of rows), row by row only to name a bad one."""
+    try:
+        t = np.asarray(raw, dtype=float) * unit_s
+        if np.isfinite(t).all():
+            return t, False
+    except (TypeError, ValueError):
+        try:
+            return np.array([str(v).strip().rstrip("Z") for v in raw], dtype="datetime64[ns]").astype(np.int64), True
+        except ValueError:
+            pass
+    dates = None
+    for row, value in zip(rows, raw):  # the first row that is not like the others
+        _, is_date = _timestamp(value, path, row, column, unit_s)
+        if dates is not None and is_date != dates:
+            raise TraceError(f"{path}: row {row}: {column} mixes dates and numbers ({value!r})")
+        dates = is_date
+    raise TraceError(f"{path}: {column}: timestamps that are neither all numbers nor all dates")
+
+
+def _lengths(raw: list, rows: list[int], path: Path, column: str) -> np.ndarray:
+    try:
+        x = np.asarray(raw, dtype=float)
+        bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x != np.floor(x)))
+    except (TypeError, ValueError):
+        bad = None
+    if bad is None or len(bad):
+        for i in range(len(raw)) if bad is None else bad[:1]:
+            _length(raw[i], path, rows[i], column)  # raises, naming the row
+    return x.astype(np.int64)
+
+
 def _read(path: Path, fmt: str, block_tokens: int) -> Trace:
     cols = dict(zip(("t", "prompt", "output"), REQUIRED[fmt]))
-    unit_s = 1e-3 if fmt == "mooncake" else 1.0
-    times: list[float | int] = []
-    dates: bool | None = None
-    prompts: list[int] = []
-    outputs: list[int] = []
+    rows: list[int] = []
+    raw: dict[str, list] = {"t": [], "prompt": [], "output": []}
     classes: list[str] = []
     segments: list[Segments] = []
-    dropped = 0
-    last = -np.inf
-    last_row = 0
     for row, record in _rows(path, fmt):
-        t, is_date = _timestamp(record[cols["t"]], path, row, cols["t"], unit_s)
-        if dates is not None and is_date != dates:
-            raise TraceError(f"{path}: row {row}: {cols['t']} mixes dates and numbers ({record[cols['t']]!r})")
-        dates = is_date
-        if not is_date and t < 0:
-            raise TraceError(f"{path}: row {row}: {cols['t']} is negative ({record[cols['t']]})")
-        if t < last:
-            raise TraceError(
-                f"{path}: row {row}: timestamps out of order ({record[cols['t']]} after row {last_row}'s later one); "
-                "sort the file by arrival time"
-            )
-        last, last_row = t, row
-        p = _length(record[cols["prompt"]], path, row, cols["prompt"])
-        o = _length(record[cols["output"]], path, row, cols["output"])
-        if p == 0 or o == 0:
-            dropped += 1
-            continue
-        times.append(t)
-        prompts.append(p)
-        outputs.append(o)
-        name = str(record.get("class") or DEFAULT_CLASS) if fmt == "jsonl" else DEFAULT_CLASS
-        classes.append(name)
-        segments.append(_segments(record, fmt, path, row, block_tokens))
-    if not times:
+        rows.append(row)
+        for key, column in cols.items():
+            raw[key].append(record[column])
+        if fmt == "jsonl":
+            classes.append(str(record.get("class") or DEFAULT_CLASS))
+        if fmt in ("jsonl", "mooncake"):
+            segments.append(_segments(record, fmt, path, row, block_tokens))
+    if not rows:
+        raise TraceError(f"{path}: an empty window: the file holds no request")
+    t, dates = _times(raw["t"], rows, path, cols["t"], 1e-3 if fmt == "mooncake" else 1.0)
+    if not dates and (t < 0).any():
+        i = int(np.argmax(t < 0))
+        raise TraceError(f"{path}: row {rows[i]}: {cols['t']} is negative ({raw['t'][i]})")
+    late = np.flatnonzero(np.diff(t) < 0)
+    if len(late):
+        i = int(late[0]) + 1
         raise TraceError(
-            f"{path}: an empty window: no request with prompt and output lengths >= 1"
-            + (f" ({dropped} rows with a zero length dropped)" if dropped else "")
+            f"{path}: row {rows[i]}: timestamps out of order ({raw['t'][i]} after row {rows[i - 1]}'s "
+            f"{raw['t'][i - 1]}); sort the file by arrival time"
         )
-    bad = sorted({c for c in classes if not _is_class_name(c)})
+    prompt = _lengths(raw["prompt"], rows, path, cols["prompt"])
+    output = _lengths(raw["output"], rows, path, cols["output"])
+    keep = (prompt > 0) & (output > 0)
+    dropped = int(np.count_nonzero(~keep))
+    if not keep.any():
+        raise TraceError(
+            f"{path}: an empty window: no request with prompt and output lengths >= 1 "
+            f"({dropped} rows with a zero length dropped)"
+        )
+    kept = np.flatnonzero(keep)
+    names_of = [classes[i] for i in kept] if classes else [DEFAULT_CLASS] * len(kept)
+    bad = sorted({c for c in set(names_of) if not _is_class_name(c)})
     if bad:
         raise TraceError(f"{path}: class {bad[0]!r}: use letters, digits, '_', '.', '-' only")
-    names = tuple(dict.fromkeys(classes))
+    names = tuple(dict.fromkeys(names_of))
     index = {n: i for i, n in enumerate(names)}
+    segs = tuple(segments[i] for i in kept) if segments and any(segments) else None
     notes = (f"{dropped} rows with a zero prompt or output length dropped",) if dropped else ()
-    raw = np.asarray(times, dtype=np.int64 if dates else float)
+    t = t[kept]
     return Trace(
         str(path),
         fmt,
-        (raw - raw[0]) / (1e9 if dates else 1.0),
-        np.asarray(prompts, dtype=np.int64),
-        np.asarray(outputs, dtype=np.int64),
+        (t - t[0]) / (1e9 if dates else 1.0),
+        prompt[kept],
+        output[kept],
         names,
-        np.asarray([index[c] for c in classes], dtype=np.int64),
-        tuple(segments) if any(segments) else None,
+        np.asarray([index[c] for c in names_of], dtype=np.int64),
+        segs,
         notes,
     )
 
