@@ -9,10 +9,12 @@ interleaved ABAB..., each start followed by the same short fixed load: the start
 range), each start's anatomy and the served TTFT/TPOT median/p95 per entry, so "the same server"
 is a measured claim. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
 server module: vLLM's spawned EngineCore and CPU worker re-import the whole HTTP stack), `lean`
-(`LEAN_ENTRY`: the module run from `-c`), `warm` (`WARM_ENTRY`: the EngineCore and its worker
-forked from a forkserver that imported vLLM beside the API server, exec'd per start), `zygote` (the
-default: WARM_ENTRY's server forked by an interpreter that imported vLLM once, at its first start;
-that first start pays the import, the later ones do not).
+(`LEAN_ENTRY`: the module run from `-c`, vLLM as it is: no plugin, vLLM's own start method for
+its EngineCore), `warm` (the tuner's entry, exec'd per start: its vLLM plugin and, on the CPU
+build, the EngineCore and its worker forked from a forkserver that imported vLLM beside the API
+server; on a GPU vLLM forks its EngineCore), `zygote` (the default: that server forked by an
+interpreter that imported vLLM once, at its first start; that first start pays the import, the
+later ones do not).
 
     .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare [--entries lean,warm]]
 """
@@ -63,12 +65,12 @@ def one_start(ctx, eager: bool, cache_dir: Path, log: Path) -> tuple[float, floa
     return ready, float(m.group(1)) if m else None, stop.seconds
 
 
-# (lean_children, warm_children, zygote)
+# (lean_children, warm_children, zygote, plugin, fork_engine): serving/process/launch_spec.py
 ENTRIES = {
-    "module": (False, False, False),
-    "lean": (True, False, False),
-    "warm": (True, True, False),
-    "zygote": (True, True, True),
+    "module": (False, False, False, False, False),
+    "lean": (True, False, False, False, False),
+    "warm": (True, True, False, True, True),
+    "zygote": (True, True, True, True, True),
 }
 
 
@@ -76,7 +78,7 @@ def served_start(ctx, entry: str, log: Path) -> dict:
     """One start (by `entry`, of ENTRIES) of the compared config, the fixed load on it, its stop."""
     values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048, "memory_utilization": 0.25}
     spec = launch_spec(ctx, resolve_server_args(values, ctx), log)
-    spec.lean_children, spec.warm_children, spec.zygote = ENTRIES[entry]
+    spec.lean_children, spec.warm_children, spec.zygote, spec.plugin, spec.fork_engine = ENTRIES[entry]
     server = VllmServer(spec)
     server.start()
     healthy_at = time.perf_counter()

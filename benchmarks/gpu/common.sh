@@ -6,4 +6,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 [ -f /tmp/site2/env.sh ] && . /tmp/site2/env.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 MODEL_DIR=runs/models/llama-3-8b
-[ -f $MODEL_DIR/tokenizer.json ] || python3 -m search.cli model dummy --config configs/models/llama-3-8b.json --out $MODEL_DIR
+# `autotune model dummy`, without the tuner's CLI (and so without its wheels): serving alone makes it
+[ -f $MODEL_DIR/tokenizer.json ] || python3 -c "import sys; from pathlib import Path; from serving import build_dummy_architecture as b; b(Path(sys.argv[1]), Path(sys.argv[2]))" configs/models/llama-3-8b.json $MODEL_DIR
