@@ -15,7 +15,7 @@ from objectives.failure import Failure, FailureClass, FailurePhase
 from serving.checks import check_combination, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
-from serving.diagnosis_facts import facts_for_launch, recorded_cpu_kv_budget, serving_facts
+from serving.diagnosis_facts import facts_for_launch, serving_facts
 from serving.failures import classify
 from serving.hardware import Gpu, Hardware
 from serving.kv_log import describe_kv_check, kv_cache_check_at_start
@@ -98,7 +98,6 @@ __all__ = [
     "parse_version",
     "pinned_model",
     "read_model_info",
-    "recorded_cpu_kv_budget",
     "resolve_server_args",
     "scenario_flag_problem",
     "serving_facts",

@@ -3,13 +3,12 @@
 `objectives.diagnosis` may not import search, so its `ServingFacts` are built here and handed
 in: which parameters the installed vLLM takes and which release removed the others (the
 registry's `removed_in`), vLLM's defaults (`vllm_defaults`), the model and the CPU KV budget.
-One builder, `serving_facts`, for a study's live launch context (`facts_for_launch`) and for what
-a stored study recorded (the report and the dashboard).
+One builder, `serving_facts`, behind a study's live launch context (`facts_for_launch`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from objectives.diagnosis import ServingFacts
@@ -67,24 +66,6 @@ def facts_for_launch(ctx: LaunchContext) -> ServingFacts:
 def removed_in() -> dict[str, str]:
     """Parameter -> the vLLM release that removed its flag, for every parameter vLLM removed."""
     return {spec.name: spec.removed_in for spec in REGISTRY.values() if spec.removed_in}
-
-
-def recorded_cpu_kv_budget(applied: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> int | None:
-    """The CPU KV budget a study ran with, read back from its trials' (config, flags).
-
-    On the CPU build memory_utilization reaches vLLM as --kv-cache-memory-bytes = int(value x
-    budget) (`resolve.resolve`); the trial with the largest value loses least to that int().
-    None where no trial carries both (a GPU study, or one whose trials never got flags).
-    """
-    pairs = [
-        (config["memory_utilization"], flags["kv-cache-memory-bytes"])
-        for config, flags in applied
-        if config.get("memory_utilization") and flags.get("kv-cache-memory-bytes")
-    ]
-    if not pairs:
-        return None
-    utilization, kv_bytes = max(pairs)
-    return round(kv_bytes / utilization)
 
 
 def _accepted_by_parser(installed: InstalledVllm) -> Callable[[str], bool]:

@@ -10,14 +10,18 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
 from storage.tables import (
+    BUILD,
+    FIRST_STAMPED_BUILD,
+    SCHEMA_VERSION,
     Base,
     ConfirmationRun,
     ParetoMember,
     ParetoSnapshot,
+    SchemaRecord,
     StageRecord,
     StudyRecord,
     TrialRecord,
@@ -137,7 +141,8 @@ def _check_sqlite(shown: str, parsed: URL) -> None:
 
 
 def open_db(url: str) -> Engine:
-    """An engine on `url` with our tables created (Optuna creates its own)."""
+    """An engine on `url` with our tables created (Optuna creates its own), the database stamped
+    with this build; raises StorageError for a database another build made (`check_schema`)."""
     parsed = make_url(url)
     if single_writer(url) and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -148,36 +153,59 @@ def open_db(url: str) -> Engine:
         def _fk_on(dbapi_conn, _):  # pragma: no cover - trivial
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
 
-    Base.metadata.create_all(engine)
-    _add_new_columns(engine)
+    try:
+        check_schema(engine, url)
+        Base.metadata.create_all(engine)
+        _stamp(engine)
+    except BaseException:
+        engine.dispose()
+        raise
     return engine
 
 
-def _add_new_columns(engine: Engine) -> None:
-    """Nullable columns added since a database was created (`create_all` adds tables, not
-    columns): added empty, so a study begun by an older version goes on."""
+def check_schema(engine: Engine, url: str) -> None:
+    """Raise StorageError, in one line naming the build that made it, unless the tuner's tables
+    at `engine` are this build's (or there are none yet). Tables of another shape are never
+    read or migrated: a study is resumed, exported and reported by the build that began it."""
     existing = inspect(engine)
-    with engine.begin() as conn:
-        for table in Base.metadata.sorted_tables:
-            if not existing.has_table(table.name):
-                continue
-            present = {c["name"] for c in existing.get_columns(table.name)}
-            for column in table.columns:
-                if column.name not in present and column.nullable:
-                    kind = column.type.compile(engine.dialect)
-                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+    if not existing.has_table(StudyRecord.__tablename__):
+        return
+    made_by = f"a vllm-autotune build before {FIRST_STAMPED_BUILD}"
+    if existing.has_table(SchemaRecord.__tablename__):
+        with Session(engine) as session:
+            stamp = session.get(SchemaRecord, 1)
+        if stamp is None or stamp.schema_version == SCHEMA_VERSION:
+            return  # unstamped: this build created the tables and was stopped before the stamp
+        made_by = f"vllm-autotune {stamp.build} (schema {stamp.schema_version})"
+    raise StorageError(
+        f"--storage {redacted(url)}: the database was made by {made_by}, and this build "
+        f"({BUILD}, schema {SCHEMA_VERSION}) does not read it; use that build for it, or another --storage"
+    )
+
+
+def _stamp(engine: Engine) -> None:
+    """This build's stamp, unless the database has one (another worker may write it first)."""
+    with Session(engine) as session:
+        if session.get(SchemaRecord, 1) is not None:
+            return
+        session.add(SchemaRecord(id=1, schema_version=SCHEMA_VERSION, build=BUILD))
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
 
 
 @contextmanager
 def existing_engine(url: str) -> Iterator[Engine | None]:
     """An engine on the tuner's database at `url`, None if there is none (no SQLite file, or no
     tuner tables); unlike `open_db` it creates nothing, so a reader given a wrong URL leaves no
-    empty database behind."""
+    empty database behind. Raises StorageError for a database another build made."""
     if single_writer(url) and not Path(make_url(url).database or "").expanduser().exists():
         yield None
         return
     engine = create_engine(url, **engine_kwargs(url))
     try:
+        check_schema(engine, url)
         yield engine if inspect(engine).has_table(StudyRecord.__tablename__) else None
     finally:
         engine.dispose()

@@ -8,6 +8,7 @@ every finished trial so the front's history can be queried and plotted.
 
 from __future__ import annotations
 
+import importlib.metadata
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -41,8 +42,35 @@ class TrialStatus(StrEnum):
         return self in (TrialStatus.OK, TrialStatus.FAILED)
 
 
+def _build() -> str:
+    try:
+        return importlib.metadata.version("vllm-autotune")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
+# This build, as a database it creates records it.
+BUILD = _build()
+# The shape of these tables: raised with every change to a table or a column. A database stamped
+# with another number, or not stamped, was made by another build and is refused, not migrated.
+SCHEMA_VERSION = 1
+# The first build that stamps its databases: one without a stamp was made before it.
+FIRST_STAMPED_BUILD = "0.1.0"
+
+
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class SchemaRecord(Base):
+    """Which build made the database, and the shape of its tables: one row (id 1)."""
+
+    __tablename__ = "autotune_schema"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    schema_version: Mapped[int] = mapped_column(Integer)
+    build: Mapped[str] = mapped_column(String(64))  # the vllm-autotune version that created it
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class StudyRecord(Base):
@@ -58,8 +86,7 @@ class StudyRecord(Base):
     model_revision: Mapped[str | None] = mapped_column(String(64), nullable=True)
     vllm_version: Mapped[str] = mapped_column(String(64))
     hardware: Mapped[dict[str, Any]] = mapped_column(JSON)
-    # What memory_utilization 1.0 meant on the CPU build, fixed when the study began (None: a GPU
-    # study, or one begun before it was stored).
+    # What memory_utilization 1.0 meant on the CPU build, fixed when the study began (None: a GPU study).
     cpu_kv_budget_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     directions: Mapped[list[Any]] = mapped_column(JSON)
     objective_names: Mapped[list[Any]] = mapped_column(JSON)
@@ -107,7 +134,7 @@ class TrialRecord(Base):
     constraints: Mapped[dict[str, Any]] = mapped_column(JSON)
     feasible: Mapped[bool] = mapped_column(Boolean)
     client_behind: Mapped[bool] = mapped_column(Boolean, default=False)
-    diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    diagnosis: Mapped[dict[str, Any]] = mapped_column(JSON)  # objectives.diagnosis.Diagnosis
     timings: Mapped[dict[str, Any]] = mapped_column(JSON)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime)
@@ -115,8 +142,8 @@ class TrialRecord(Base):
     # The capacity search's result (objectives.capacity.CapacityEstimate), None without one.
     capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Earlier server starts of this trial lost to a transient failure and retried on the same
-    # flags: [{"cls", "phase", "line", "seconds", "log_path"}]; None or [] when the first start counted.
-    retried: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    # flags ([] when the first start counted); search.trial_results writes and reads them.
+    retried: Mapped[list[Any]] = mapped_column(JSON)
     # Who ran it where: {"host", "pid", "slot", "neighbours": [{"trial", "worker", "slot"}, ...]},
     # the neighbours being the trials other workers of the study ran when it started.
     worker: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
@@ -151,7 +178,7 @@ class StageRecord(Base):
     stage_index: Mapped[int] = mapped_column(Integer)  # 0: the target stage
     kind: Mapped[str] = mapped_column(String(16))  # target | capacity
     rate: Mapped[float] = mapped_column(Float)  # offered requests/s
-    planned_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    planned_s: Mapped[float] = mapped_column(Float)
     elapsed_s: Mapped[float] = mapped_column(Float)
     saved_s: Mapped[float] = mapped_column(Float, default=0.0)  # by an early abort
     idle_wait_s: Mapped[float] = mapped_column(Float, default=0.0)
@@ -166,7 +193,7 @@ class StageRecord(Base):
     requests_sent: Mapped[int] = mapped_column(Integer, default=0)
     notes: Mapped[list[Any]] = mapped_column(JSON)
     # The measured requests, columnar: {"class", "sent_s", "ttft_s", "e2e_s", "output_tokens", "ok",
-    # "aborted"} (loadgen.request_samples); None for a stage stored before they were.
+    # "aborted"} (loadgen.request_samples); None for a stage that sent none.
     samples: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # The metric an early abort raised to its certain lower bound: its value is "at least".
     raised: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -201,7 +228,7 @@ class ConfirmationRun(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime)
     finished_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
-    retried: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # as TrialRecord.retried
+    retried: Mapped[list[Any]] = mapped_column(JSON)  # as TrialRecord.retried
 
     study: Mapped[StudyRecord] = relationship(back_populates="confirmations")
 

@@ -16,8 +16,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from loadgen import WorkloadSpec
-from objectives.diagnosis import Diagnosis, ServingFacts, diagnose_trial
-from objectives.failure import Failure
+from objectives.diagnosis import Diagnosis
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
@@ -26,7 +25,6 @@ from search.outputs.trial_views import TrialView, view_of
 from search.proposals import origin
 from search.scenario import Scenario, unloaded_reference
 from search.study.verdict import Outcome, Verdict, stored_verdict
-from serving import Hardware, read_model_info, recorded_cpu_kv_budget, serving_facts
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
@@ -125,26 +123,6 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     return ls
 
 
-def facts_for(ls: LoadedStudy) -> ServingFacts:
-    """What the anti-pattern checks need, from what the study recorded (not from this machine)."""
-    rec = ls.record
-    hardware = Hardware.from_dict(rec.hardware)
-    model = dtype = None
-    try:
-        model = read_model_info(rec.model_path)
-        dtype = next((r.config.get("dtype") for r in ls.trials.values() if r.config.get("dtype")), None)
-    except Exception:
-        pass
-    # Stored with the study; a study begun before it was has it in its trials' flags (kv-cache-memory-bytes).
-    budget = (
-        None
-        if hardware.is_gpu
-        else rec.cpu_kv_budget_bytes
-        or recorded_cpu_kv_budget((r.config or {}, r.flags or {}) for r in ls.trials.values())
-    )
-    return serving_facts(hardware, vllm_label=rec.vllm_version, model=model, dtype=dtype, cpu_kv_budget_bytes=budget)
-
-
 def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
     """The workload and the SLOs as the study ran them (calibrated rate and bounds), and the
     idle-server medians. Without the calibration a relative scenario needs: as written, no SLOs."""
@@ -164,32 +142,16 @@ def latency_slos(ls: LoadedStudy) -> list[SLOSpec]:
 
 
 def trial_views(ls: LoadedStudy) -> list[TrialView]:
-    """One view per stored trial, in trial order. A trial stored without a diagnosis (older
-    studies) is diagnosed here from its stored metrics."""
-    workload, _, unloaded = resolved(ls)
-    facts = None
+    """One view per stored trial, in trial order."""
     front = {t.number for t in ls.front}
     deployed = ls.deployment().trial_number
     attrs = {t.number: t.user_attrs for t in ls.study.get_trials(deepcopy=False)}
     views = []
     for row in sorted(ls.trials.values(), key=lambda r: r.trial_number):
-        if row.diagnosis:
-            diag = Diagnosis.from_dict(row.diagnosis)
-        else:
-            facts = facts or facts_for(ls)
-            diag = diagnose_trial(
-                row.metrics or {},
-                row.config or {},
-                workload,
-                Failure.stored(row.failure_class, row.failure_phase, row.failure_line),
-                constraints=row.constraints,
-                unloaded=unloaded,
-                facts=facts,
-            )
         views.append(
             view_of(
                 row,
-                diag,
+                Diagnosis.from_dict(row.diagnosis),
                 on_front=row.trial_number in front,
                 chosen=row.trial_number == deployed,
                 origin=origin(attrs.get(row.trial_number, {})),

@@ -45,7 +45,7 @@ from search.scenario import Scenario
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
-from serving import Hardware, LaunchContext, ServerArgs, facts_for_launch, recorded_cpu_kv_budget
+from serving import Hardware, LaunchContext, ServerArgs, facts_for_launch
 from storage import claims, queries
 from storage.tables import StudyRecord
 from storage.url import single_writer
@@ -201,12 +201,6 @@ class Opening:
         ctx = self.prep.ctx
         if ctx.hardware.is_gpu:
             return OpenedRecord(rec, ctx)
-        if rec.cpu_kv_budget_bytes is None:  # begun before the budget was stored: its trials' flags say it
-            rec.cpu_kv_budget_bytes = (
-                recorded_cpu_kv_budget((r.config, r.flags) for r in queries.trial_records(session, rec))
-                or ctx.cpu_kv_budget_bytes
-            )
-            session.commit()
         kept, now = rec.cpu_kv_budget_bytes, ctx.cpu_kv_budget_bytes
         if kept == now:
             return OpenedRecord(rec, ctx)

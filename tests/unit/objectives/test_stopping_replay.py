@@ -81,6 +81,8 @@ def build_study(path: Path) -> None:
             constraints={},
             feasible=True,
             timings={},
+            retried=[],
+            diagnosis={"bottleneck": "healthy", "headline": ""},
             started_at=datetime(2026, 11, 22),
         )
         session.commit()

@@ -8,7 +8,6 @@ import fcntl
 import os
 import re
 import signal
-import sqlite3
 from types import SimpleNamespace
 
 import optuna
@@ -367,18 +366,6 @@ def test_a_resume_keeps_the_cpu_kv_budget_the_study_began_with(tmp_path):
     assert kv_bytes(again.plans) == {int(0.92 * 2**30)}  # the same flags as before
     repeat = rows(r)[2]
     assert (repeat.status, repeat.duplicate_of, repeat.flags) == ("duplicate", first_a.trial_number, first_a.flags)
-
-
-def test_a_study_begun_before_the_budget_was_stored_keeps_the_one_its_trials_ran_on(tmp_path):
-    runner(tmp_path, ScriptedExecutor(), trials=1).run()
-    with sqlite3.connect(tmp_path / "loop.db") as db:  # as an older version left it
-        db.execute("ALTER TABLE autotune_studies DROP COLUMN cpu_kv_budget_bytes")
-    again = ScriptedExecutor()
-    r = runner(tmp_path, again, trials=2, launch_ctx=fake_ctx(budget=2**31))
-    r.run()
-    assert kv_bytes(again.plans) == {int(0.92 * 2**30)}
-    with Session(r.engine) as session:
-        assert queries.require_study(session, "loop").cpu_kv_budget_bytes == 2**30
 
 
 FAST = {"max_num_seqs": 32, "max_num_batched_tokens": 512}  # the most throughput: the rule's pick

