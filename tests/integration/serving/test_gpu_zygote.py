@@ -7,8 +7,6 @@ and entry. Each server runs with vLLM told to fork its EngineCore and with the t
 import json
 import sys
 
-import pytest
-
 from serving.process import server as server_mod
 from serving.process import zygote
 from serving.process.server import LaunchSpec, VllmServer
@@ -76,17 +74,3 @@ def test_a_zygote_without_a_cuda_context_forks_the_server(tmp_path, monkeypatch)
     log = (tmp_path / "trial" / "server.log").read_text()
     assert "forked by the study's zygote" in log and "not forked" not in log
     assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": ["warmups"]}]
-
-
-@pytest.mark.parametrize("gpu, mode", [(True, zygote.FORK), (False, zygote.FORKSERVER)])
-def test_a_gpu_server_is_forked_without_a_forkserver_and_its_engine_forked_by_vllm(gpu, mode, tmp_path):
-    spec = LaunchSpec(model=None, args=[], log_path=tmp_path / "s.log", gpu=gpu)
-    assert spec.forked_by_zygote and spec.children == mode
-    assert ("VLLM_WORKER_MULTIPROC_METHOD" in spec.tuner_env()) is gpu
-    assert zygote.preload(mode)[1] == (zygote.GPU_WORKER_MODULES if gpu else [])
-    unmodified = LaunchSpec(
-        model=None, args=[], log_path=tmp_path / "s.log", gpu=gpu, zygote=False, plugin=False, fork_engine=False
-    )
-    unmodified.warm_children = False
-    assert not unmodified.forked_by_zygote and unmodified.tuner_env() == {}
-    assert "autotune_vllm_entry" not in unmodified.command(port=1)[2]
