@@ -34,8 +34,9 @@ from serving import START_PHASES, launch_context, resolve_server_args
 from serving.process import FirstTokenWatch, launch_spec, while_serving
 from serving.process.server import VllmServer
 
-# The short fixed load after each start: the same requests every time (one seed), a few seconds
-# on an H100; two warm-up requests first, as few as the tuner's warm-up needs (docs/gpu.md).
+# The short fixed load after each start: the same requests every time (one seed), about 10 s on an
+# H100. Its two warm-up requests run side by side, so the "load warm-up" phase is about one
+# request's latency plus the load generator's own preparation (tokenizer, request building).
 FIXED_LOAD = {
     "endpoint": "completions",
     "prompt_tokens": 512,
