@@ -3,6 +3,8 @@ exactly, and its prefix cache sees the trace's sharing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks.trace_replay_stats import stage_from_load_json, table
@@ -34,7 +36,7 @@ def test_replayed_trace_reaches_the_server_as_recorded(launch_ctx, artifacts_dir
     with launch(launch_ctx, args, artifacts_dir / "trace-real-server.log") as server:
         r = run_load_sync(server.base_url, None, spec, tokenizer_path=launch_ctx.model.path)
     data = r.to_json()
-    (artifacts_dir / "trace-real-server.json").write_text(__import__("json").dumps(data))
+    (artifacts_dir / "trace-real-server.json").write_text(json.dumps(data))
     f = r.flat()
     assert f["completed"] == 40 and f["failed"] == 0
     assert all(x.prompt_tokens == x.expected_prompt_tokens for x in r.records)
