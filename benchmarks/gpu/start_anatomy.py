@@ -32,7 +32,7 @@ from rich.table import Table
 from loadgen import WorkloadSpec, run_async, run_load
 from serving import START_PHASES, launch_context, resolve_server_args
 from serving.process import FirstTokenWatch, launch_spec, while_serving
-from serving.process.server import VllmServer
+from serving.process.server import ServerFailed, VllmServer
 
 # The short fixed load after each start: the same requests every time (one seed), about 10 s on an
 # H100. Its two warm-up requests run side by side, so the "load warm-up" phase is about one
@@ -142,20 +142,27 @@ def main() -> int:
         flush=True,
     )
     runs: dict[str, dict] = {}
+    failed: dict[str, str] = {}
     for i, (name, how) in enumerate(STARTS):
         log = args.out / f"start-{i + 1}-{name.replace(', ', '-')}" / "server.log"
         t0 = time.monotonic()
         print(f"[{i + 1}/{len(STARTS)}] {name}: starting", flush=True)
-        runs[name] = one_start(ctx, values, how, log, args.startup_timeout)
+        try:
+            runs[name] = one_start(ctx, values, how, log, args.startup_timeout)
+        except Exception as e:  # a failed start or load: the next starts still measure; say why, and go on
+            failed[name] = e.failure.summary() if isinstance(e, ServerFailed) else f"{type(e).__name__}: {e}"
+            print(f"[{i + 1}/{len(STARTS)}] {name}: FAILED: {failed[name]} (log: {log})", flush=True)
+            continue
         r = runs[name]
         print(
             f"[{i + 1}/{len(STARTS)}] {name}: /health after {r['start_s']:.1f} s, first measured request after "
             f"{r['to_first_measured_s']:.1f} s, done after {time.monotonic() - t0:.1f} s",
             flush=True,
         )
-        (args.out / "starts.json").write_text(json.dumps(runs, indent=1, default=str))
-    show(runs)  # the zygote's own log is OUT/zygote.log, beside the starts' directories
-    return 0
+        (args.out / "starts.json").write_text(json.dumps({**runs, "failed": failed}, indent=1, default=str))
+    if runs:
+        show(runs)  # the zygote's own log is OUT/zygote.log, beside the starts' directories
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

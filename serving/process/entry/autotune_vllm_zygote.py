@@ -22,9 +22,10 @@ On a GPU (mode "fork") the same, except that nothing CPU-specific happens: no LD
 forkserver; vLLM forks its EngineCore from the API server itself (the tuner sets
 VLLM_WORKER_MULTIPROC_METHOD=fork). A process can be forked only while it has no CUDA context (a
 child of one cannot use CUDA), so after its imports the zygote checks that none exists and
-refuses to serve if one does (`cuda_context`): the tuner then execs every server. The modules
-the EngineCore imports after the fork (its GPU worker) are imported only if a forked probe that
-imported them first found no CUDA context either (`probe`).
+refuses to serve if one does (`cuda_context`), or if a child it forks cannot use CUDA
+(`fork_cannot_use_cuda`, tried once): the tuner then execs every server. The modules the
+EngineCore imports after the fork (its GPU worker) are imported only if a forked probe that
+imported them first passed both checks too (`probe`).
 
 Protocol (a SOCK_SEQPACKET socket the tuner made, fd in argv): the tuner sends
 {"id", "argv", "log", "cwd", "nice", "title"} with the guard's pipe fd attached; the zygote answers
@@ -64,24 +65,54 @@ def cuda_context() -> bool:
     return bool(is_initialized()) if callable(is_initialized) else False
 
 
-def probe(modules: list[str]) -> str | None:
-    """Import `modules` in a forked child first: None if they import without a CUDA context,
-    else why they are left out (importing them here could not be undone)."""
-    if not modules:
-        return None
+def _in_a_child(run) -> int:
+    """`run()`'s exit code in a forked child (1 if it raises): nothing it does reaches this process."""
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            for name in modules:
-                importlib.import_module(name)
-            code = REFUSED if cuda_context() else 0
+            code = run()
         finally:
             os._exit(code)
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _use_cuda() -> int:
+    import torch
+
+    torch.empty(1, device="cuda").add_(1)
+    torch.cuda.synchronize()
+    return 0
+
+
+def fork_cannot_use_cuda() -> str | None:
+    """Why a process forked from this one could not use CUDA, tried in a forked child (creating a
+    context there, never here): torch's flag misses a driver initialised under it, say by a
+    device count. None where it can, or where this torch has no tensors to try (a stand-in)."""
+    if not hasattr(sys.modules.get("torch"), "empty"):
+        return None
+    code = _in_a_child(_use_cuda)
+    return None if code == 0 else f"a process forked from it cannot use CUDA (exit code {code})"
+
+
+def probe(modules: list[str]) -> str | None:
+    """Import `modules` in a forked child first: None if they import without a CUDA context and
+    a fork of that child can still use CUDA, else why they are left out (importing them here
+    could not be undone)."""
+    if not modules:
+        return None
+
+    def imported_cleanly() -> int:
+        for name in modules:
+            importlib.import_module(name)
+        return REFUSED if cuda_context() or fork_cannot_use_cuda() else 0
+
+    code = _in_a_child(imported_cleanly)
     if code == 0:
         return None
-    return f"importing {', '.join(modules)} " + ("creates a CUDA context" if code == REFUSED else f"failed ({code})")
+    return f"importing {', '.join(modules)} " + (
+        "leaves CUDA unusable after a fork" if code == REFUSED else f"failed ({code})"
+    )
 
 
 def _set_title(title: str) -> None:
@@ -247,6 +278,9 @@ def main(argv: list[str]) -> None:
     if cuda_context():
         print(f"autotune zygote: a CUDA context exists after importing {', '.join(required)}; refusing to serve")
         sys.stdout.flush()
+        os._exit(REFUSED)
+    if mode == FORK and (why := fork_cannot_use_cuda()):
+        print(f"autotune zygote: {why} after importing {', '.join(required)}; refusing to serve", flush=True)
         os._exit(REFUSED)
     why = probe(probed)
     if why is None:

@@ -12,6 +12,11 @@ from serving.process import zygote
 from serving.process.server import LaunchSpec, VllmServer
 
 FAKE_TORCH = "class cuda:\n    is_initialized = staticmethod(lambda: {initialized})\n"
+# A torch whose flag says no context, but whose children cannot use CUDA (a driver initialised
+# under the flag, by a device count say).
+UNUSABLE_AFTER_FORK = FAKE_TORCH.format(initialized=False) + (
+    "def empty(*args, **kwargs):\n    raise RuntimeError('CUDA driver initialized before fork')\n"
+)
 FAKE_API_SERVER = """
 import http.server, json, os, sys
 if __name__ == "__main__":
@@ -30,10 +35,10 @@ if __name__ == "__main__":
 """
 
 
-def gpu_server(tmp_path, monkeypatch, cuda_initialized: bool) -> tuple[bool, list[dict]]:
+def gpu_server(tmp_path, monkeypatch, cuda_initialized: bool, torch: str | None = None) -> tuple[bool, list[dict]]:
     """Whether the server was forked by the zygote, and what its API server ran with."""
     (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH.format(initialized=cuda_initialized))
+    (tmp_path / "torch" / "__init__.py").write_text(torch or FAKE_TORCH.format(initialized=cuda_initialized))
     (tmp_path / "fake_gpu_api_server.py").write_text(FAKE_API_SERVER)
     monkeypatch.setattr(zygote, "ENGINE_MODULES", ["torch"])  # vLLM's, which the stand-in torch would break
     monkeypatch.setattr(zygote, "GPU_WORKER_MODULES", [])
@@ -74,3 +79,10 @@ def test_a_zygote_without_a_cuda_context_forks_the_server(tmp_path, monkeypatch)
     log = (tmp_path / "trial" / "server.log").read_text()
     assert "forked by the study's zygote" in log and "not forked" not in log
     assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": ["warmups"]}]
+
+
+def test_a_zygote_whose_children_cannot_use_cuda_refuses_and_the_server_is_execd(tmp_path, monkeypatch):
+    forked, ran = gpu_server(tmp_path, monkeypatch, cuda_initialized=False, torch=UNUSABLE_AFTER_FORK)
+    assert not forked and len(ran) == 1
+    log = (tmp_path / "trial" / "server.log").read_text()
+    assert "a process forked from it cannot use CUDA (exit code 1)" in log and "this server is exec'd" in log
