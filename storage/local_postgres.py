@@ -2,7 +2,9 @@
 
 One cluster per runs directory (`runs/postgres/`): data, log, a generated password (mode 0600,
 never in the repository) and the port it was given. It listens on 127.0.0.1 only, with its Unix
-socket inside the cluster directory, and authenticates by password (scram-sha-256). The
+socket inside the cluster directory, and authenticates by password (scram-sha-256). Its URL has
+no password: it names a libpq password file beside the cluster (`pgpass`, 0600, its owner's
+alone), which libpq reads, so the URL may be shown, passed on command lines and logged. The
 binaries are the system's (`scripts/setup_postgres.sh` installs Debian's where missing).
 PostgreSQL refuses to run as root, so under root every server command runs as the `postgres`
 system user that the package creates, and the cluster directory belongs to it.
@@ -21,6 +23,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 USER = "autotune"
 DATABASE = "autotune"
@@ -89,6 +92,11 @@ class LocalPostgres:
         return self.root / "password"
 
     @property
+    def passfile(self) -> Path:
+        """libpq's password file for this server (host:port:database:user:password), 0600."""
+        return self.root / "pgpass"
+
+    @property
     def _port_file(self) -> Path:
         return self.root / "port"
 
@@ -101,11 +109,24 @@ class LocalPostgres:
         return int(self._port_file.read_text())
 
     def url(self) -> str:
-        """The SQLAlchemy URL to pass as STORAGE= / --storage (psycopg 3 driver)."""
+        """The SQLAlchemy URL to pass as STORAGE= / --storage (psycopg 3 driver): no password in
+        it, only where libpq finds one (its `passfile` parameter, which SQLAlchemy passes on)."""
         if not self.initialized:
             raise PostgresError(f"no database in {self.root}: run `make db` (autotune db start) first")
-        password = self._password_file.read_text().strip()
-        return f"postgresql+psycopg://{USER}:{password}@{HOST}:{self.port}/{DATABASE}"
+        self._write_passfile()
+        return (
+            f"postgresql+psycopg://{USER}@{HOST}:{self.port}/{DATABASE}?passfile={quote(str(self.passfile), safe='/')}"
+        )
+
+    def _write_passfile(self) -> None:
+        """The password file libpq reads for this server, any database on it (tests make their
+        own), readable by its owner alone: libpq ignores one that others may read."""
+        if self.passfile.exists():
+            return
+        password = self._password_file.read_text().strip()  # URL-safe: no ':' or '\\' to escape
+        fd = os.open(self.passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{HOST}:{self.port}:*:{USER}:{password}\n")
 
     # -- running the server's tools as the right user -------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The project's own PostgreSQL (`make db`): a real server, started and stopped here, holding a
 real study loop's trials, snapshots and Optuna's tables; `make db` and `make db-stop` run as the
-README gives them, from a fresh clone; a study on it shows its password nowhere."""
+README gives them, from a fresh clone, and print no password (the URL names a passfile); a study
+on it given a URL with a password shows that password nowhere."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import optuna
 import psutil
 import psycopg
 import pytest
-from sqlalchemy import MetaData, create_engine, select
+from sqlalchemy import MetaData, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from storage import queries
 from storage.local_postgres import LocalPostgres
 from tests.support.paths import REPO
-from tests.support.postgres import REQUIRES_POSTGRES, fresh_clone, reachable_dir
+from tests.support.postgres import REQUIRES_POSTGRES, connect, fresh_clone, reachable_dir, with_password
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import LOOP_SCENARIO, optuna_trials, rows, runner
 
@@ -41,16 +42,20 @@ def test_db_start_serves_a_password_protected_database_on_loopback_only(postgres
     server, url = postgres_server
     parsed = make_url(url)
     assert parsed.drivername == "postgresql+psycopg" and parsed.host == "127.0.0.1"
-    assert stat.S_IMODE((server.root / "password").stat().st_mode) == 0o600
+    assert parsed.password is None and parsed.query == {"passfile": str(server.passfile)}
+    for secret in (server.root / "password", server.passfile):
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert server.start() == url  # idempotent: the running server, the same URL
-    with psycopg.connect(
-        host=parsed.host, port=parsed.port, user=parsed.username, password=parsed.password, dbname=parsed.database
-    ) as conn:
+    with connect(url) as conn:  # the password from the passfile the URL names, as libpq reads it
         assert conn.execute("SHOW listen_addresses").fetchone()[0] == "127.0.0.1"
+    engine = create_engine(url)  # and through SQLAlchemy, as every command connects
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT current_user")).scalar() == "autotune"
+    engine.dispose()
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-        psycopg.connect(
-            host=parsed.host, port=parsed.port, user=parsed.username, password="wrong", dbname=parsed.database
-        )
+        connect(url, password="wrong")
+    with pytest.raises(psycopg.OperationalError, match=r"no password supplied|password authentication failed"):
+        connect(make_url(url).difference_update_query(["passfile"]).render_as_string(), passfile="/nonexistent")
 
 
 def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path, postgres_url):
@@ -84,7 +89,9 @@ def _start_and_stop_through_the_cli(base: Path) -> None:
     )
     started = subprocess.run([*cli, "start", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
     assert started.returncode == 0, started.stderr
-    assert started.stdout.startswith("postgresql+psycopg://autotune:")
+    assert started.stdout.startswith(
+        f"postgresql+psycopg://autotune@127.0.0.1:{LocalPostgres(base / 'postgres').port}/"
+    )
     assert _postmasters(base / "postgres" / "data")
     subprocess.run([*cli, "stop", "--runs-dir", str(base)], check=True, cwd=REPO)
     assert _postmasters(base / "postgres" / "data") == []
@@ -109,24 +116,21 @@ def test_make_db_and_db_stop_work_as_the_readme_gives_them_from_a_fresh_clone():
         try:
             started = make("db")
             assert started.returncode == 0, started.stderr
-            url = make_url(started.stdout.strip())  # the one line printed: the URL to pass as STORAGE=
-            connect = dict(
-                host=url.host,
-                port=url.port,
-                user=url.username,
-                password=url.password,
-                dbname=url.database,
-                connect_timeout=5,
-            )
-            with psycopg.connect(**connect) as conn:
+            url = started.stdout.strip()  # the one line printed: the URL to pass as STORAGE=
+            password = (clone / "runs" / "postgres" / "password").read_text().strip()
+            assert password not in started.stdout + started.stderr
+            assert make_url(url).password is None
+            with connect(url, connect_timeout=5) as conn:  # the URL alone reaches it: libpq reads the passfile
                 assert conn.execute("SELECT current_database()").fetchone() == ("autotune",)
             assert _postmasters(data)
-            assert make("db").stdout.strip() == started.stdout.strip()  # again: the running server, the same URL
+            again = make("db")
+            assert again.stdout.strip() == url  # again: the running server, the same URL
+            assert password not in again.stdout + again.stderr
             stopped = make("db-stop")
             assert stopped.returncode == 0, stopped.stderr
             assert _postmasters(data) == []
             with pytest.raises(psycopg.OperationalError):
-                psycopg.connect(**connect)
+                connect(url, connect_timeout=5)
         finally:
             LocalPostgres(clone / "runs" / "postgres").stop()  # a failed test leaves no server behind
 
@@ -143,12 +147,16 @@ def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_
     from search.cli import main
     from tests.support.fakes import ctx
 
+    postgres_url = with_password(postgres_url)  # as a user may give it: the password in the URL
     password = make_url(postgres_url).password
     assert password
+    to_workers = []
     executor = ScriptedExecutor()
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
     monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
-    monkeypatch.setattr(search.workers, "run_all", lambda commands, show: [0] * len(commands))
+    monkeypatch.setattr(
+        search.workers, "run_all", lambda commands, show, env: to_workers.append((commands, env)) or [0] * len(commands)
+    )
     monkeypatch.setattr(optuna_dashboard, "run_server", lambda *args, **kw: None)
     runs = tmp_path / "runs"
     where = ["--storage", postgres_url, "--runs-dir", str(runs)]
@@ -166,6 +174,9 @@ def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_
     lines = " ".join(out.split())  # as rich folded them, unfolded
     assert lines.count(f"storage {shown}") == 3 and f"joins study loop ({shown})" in lines  # not vacuous: it is shown
     assert password not in out + err
+    [(commands, env)] = to_workers  # search --workers 2: the password in the workers' environment, not argv
+    assert len(commands) == 2 and not any(password in arg for _, argv in commands for arg in argv)
+    assert env == {"PGPASSWORD": password}
     written = {p.relative_to(runs).as_posix(): p.read_bytes() for p in runs.rglob("*") if p.is_file()}
     assert {"loop/best.yaml", "loop/pareto.yaml", "loop/report.html", "unconfirmed/best.yaml"} <= written.keys()
     assert all(f"in {shown}, trial".encode() in written[f"{study}/best.yaml"] for study in ("loop", "unconfirmed"))

@@ -60,20 +60,29 @@ def running_postgres() -> Iterator[tuple[LocalPostgres, str]]:
             server.stop()
 
 
+def connect(url: str, **kw) -> psycopg.Connection:
+    """psycopg on a SQLAlchemy URL, as SQLAlchemy's psycopg dialect connects (its query, the
+    passfile of `make db`'s URL, as connection parameters)."""
+    parsed = make_url(url)
+    return psycopg.connect(**parsed.translate_connect_args(username="user", database="dbname"), **parsed.query, **kw)
+
+
 def fresh_database(server_url: str) -> str:
-    """A new, empty database on the server at `server_url`: its URL."""
+    """A new, empty database on the server at `server_url`: its URL (as `make db` gives it, no
+    password in it: the server's passfile names every database)."""
     parsed = make_url(server_url)
     name = f"t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(
-        host=parsed.host,
-        port=parsed.port,
-        user=parsed.username,
-        password=parsed.password,
-        dbname=parsed.database,
-        autocommit=True,
-    ) as conn:
+    with connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+def with_password(url: str) -> str:
+    """`url` (of `make db`'s server) with its password in it, as a user might give one: read from
+    the passfile the URL names."""
+    parsed = make_url(url)
+    password = Path(parsed.query["passfile"]).read_text().strip().rsplit(":", 1)[1]
+    return parsed.difference_update_query(["passfile"]).set(password=password).render_as_string(hide_password=False)
 
 
 def fresh_clone(dest: Path) -> Path:
