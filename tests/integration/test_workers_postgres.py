@@ -7,6 +7,7 @@ same two workers as Ray tasks on a local Ray instance (`--backend ray`)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -18,12 +19,14 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from search.workers import Slot, run_all_on_ray
+from search.workers import DEVICE_LOCK_DIR_ENV, Slot, available_cpus, run_all_on_ray
 from storage import queries
 from tests.support.paths import REPO
-from tests.support.postgres import REQUIRES_POSTGRES
+from tests.support.postgres import REQUIRES_POSTGRES, with_password
+from tests.support.study_loop import LOOP_SCENARIO
 
 pytestmark = REQUIRES_POSTGRES
 
@@ -190,6 +193,56 @@ def test_a_killed_workers_trial_is_run_again_by_the_other(postgres_url, tmp_path
     assert sorted(r.trial_number for r in rows) == finished  # 0 finished trials lost
     assert [s.after_trial_number for s in snapshots] == finished
     assert sum(r.status != "duplicate" for r in rows) >= 4
+
+
+def _watch_commands(proc: subprocess.Popen) -> list[tuple[int, str]]:
+    """Every (pid, command line) `ps -ww -eo pid,args` showed (whole: -ww) while `proc` ran, sampled every 50 ms."""
+    seen: set[tuple[int, str]] = set()
+    while proc.poll() is None:
+        listing = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        for line in listing.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            seen.add((int(pid), args.strip()))
+        time.sleep(0.05)
+    return sorted(seen)
+
+
+@pytest.mark.skipif(len(available_cpus()) < 2, reason="two workers need two cores")
+@pytest.mark.parametrize("given", ["make-db", "with-password"])
+def test_a_two_worker_study_shows_its_password_on_no_command_line_and_in_no_output(
+    postgres_server, postgres_url, tmp_path, given
+):
+    """`autotune search --workers 2` with its real worker processes (scripted trials): on `make db`'s
+    URL (a passfile, no password) no command line shows the password; on a URL a user gave with
+    one, only the tuner's own (where the user typed it), not its workers'. Nothing the study wrote
+    or printed holds it."""
+    password = Path(make_url(postgres_url).query["passfile"]).read_text().strip().rsplit(":", 1)[1]
+    url = postgres_url if given == "make-db" else with_password(postgres_url)
+    runs = tmp_path / "runs"
+    study = ["--workers", "2", "--trials", "4", "--confirm-runs", "1", "--storage", url, "--runs-dir", str(runs)]
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.scripted_cli", "search", str(LOOP_SCENARIO), *study],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, DEVICE_LOCK_DIR_ENV: str(tmp_path / "locks")},
+    )
+    _STARTED.append(tuner)
+    commands = _watch_commands(tuner)
+    out, err = tuner.communicate(timeout=300)
+    assert tuner.returncode == 0, out[-3000:] + err[-3000:]
+
+    workers = [args for _, args in commands if "scripted_cli worker" in args]
+    assert {args.split("--slot ")[1].split()[0] for args in workers} == {"cpu:0", "cpu:1"}  # seen, so not vacuous
+    showing = [(pid, args) for pid, args in commands if password in args]
+    assert showing == ([] if given == "make-db" else [(tuner.pid, showing[0][1])])
+    assert password not in out + err
+    written = [p for p in runs.rglob("*") if p.is_file()]
+    assert {"loop/best.yaml", "loop/report.html"} <= {p.relative_to(runs).as_posix() for p in written}
+    assert [p for p in written if password.encode() in p.read_bytes()] == []
+    assert password not in postgres_server[0].log.read_text()  # the server's log
+    assert sum(t.state == TrialState.COMPLETE for t in optuna.load_study(study_name=STUDY, storage=url).trials) >= 4
 
 
 def test_two_ray_workers_share_one_study(postgres_url, tmp_path, capfd):

@@ -1,0 +1,40 @@
+"""The real `autotune` command with scripted trials: its own processes (`search --workers N`
+starts real `autotune worker` children, each this module again), the real study loop and
+database, no vLLM server. The hardware and model are tests.support.fakes.ctx's; each trial
+takes TRIAL_S, long enough for a test to watch the processes.
+
+    python -m tests.support.scripted_cli search SCENARIO --workers 2 --storage URL ...
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import search.prepare
+import search.study.loop
+import search.workers
+from search.cli import main
+from tests.support.fakes import ctx
+from tests.support.scripted_executor import ScriptedExecutor
+
+TRIAL_S = 0.3
+
+
+def scripted() -> None:
+    executor = ScriptedExecutor(before=lambda plan: time.sleep(TRIAL_S))
+    search.prepare.launch_context = lambda model=None: ctx()
+    search.study.loop.vllm_executor = lambda prep: executor.factory
+    real_argv = search.workers.worker_argv
+
+    def worker_argv(**kw) -> list[str]:  # the workers' real command line, run by this module
+        argv = real_argv(**kw)
+        argv[argv.index("search.cli")] = __spec__.name if __spec__ else "tests.support.scripted_cli"
+        return argv
+
+    search.workers.worker_argv = worker_argv
+
+
+if __name__ == "__main__":
+    scripted()
+    sys.exit(main(sys.argv[1:]))
