@@ -118,7 +118,8 @@ def test_a_patch_waits_for_its_module_to_be_imported(fresh, tmp_path, monkeypatc
     seen = []
     hooks.when_imported("later_module", lambda m: seen.append(m.x))
     assert seen == []
-    import later_module  # noqa: F401
+    import later_module
 
     assert seen == [1]
+    assert "x = 1" in later_module.__loader__.get_source("later_module")  # inspect and linecache still work
     monkeypatch.delitem(sys.modules, "later_module")

@@ -21,6 +21,9 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         return self.inner.create_module(spec)
 
+    def __getattr__(self, name: str):  # get_source, get_filename, is_package... as the loader it wraps
+        return getattr(self.inner, name)
+
     def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
         for fn in _waiting.pop(module.__name__, []):
