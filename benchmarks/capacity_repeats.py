@@ -35,6 +35,7 @@ from search.cli import reported
 from search.executor import STAGED_SERVER_ENV, calibrate
 from search.executor import plan as plan_trial
 from search.prepare import StudyOptions, prepare
+from search.trial_results import capacity_json, stage_columns
 from serving.process import launch
 
 
@@ -113,12 +114,12 @@ def _run(args: argparse.Namespace) -> int:
             run = {
                 "config": name,
                 "repeat": repeat,
-                "capacity": staged.capacity.as_dict(),
+                "capacity": capacity_json(staged.capacity),
                 "start_s": start_s,
                 "total_s": total,
                 "stage_s": stage_time,
                 "stages": [
-                    {k: v for k, v in s.as_row().items() if k not in ("metrics", "server_diagnostics")}
+                    {k: v for k, v in stage_columns(s).items() if k not in ("metrics", "server_diagnostics")}
                     for s in staged.stages
                 ],
             }

@@ -39,6 +39,7 @@ from search.cli import reported
 from search.prepare import StudyOptions, prepare
 from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat_rounds, space_filling
 from search.study import StudyRunner
+from search.trial_results import capacity_of
 from serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch
 from storage import queries
 
@@ -143,7 +144,7 @@ def _stored_calibration(storage: str, study: str) -> CalibrationResult | None:
 
 
 def _measurement(row, run: int) -> ScreenedRun:
-    cap = row.capacity or {}
+    cap = capacity_of(row)
     served = row.failure_class is None or row.failure_phase not in ("startup", "precheck")
     return ScreenedRun(
         run=run,
@@ -153,8 +154,8 @@ def _measurement(row, run: int) -> ScreenedRun:
         metrics={k: v for k, v in (row.metrics or {}).items()},
         constraints=dict(row.constraints or {}),
         feasible=bool(row.feasible),
-        capacity_low=cap.get("low"),
-        capacity_high=cap.get("high"),
+        capacity_low=cap.low if cap is not None else None,
+        capacity_high=cap.high if cap is not None else None,
         trial_s=(row.timings or {}).get("total_s"),
         start_s=(row.timings or {}).get("start_s"),
         started_at=row.started_at.isoformat() if row.started_at else None,

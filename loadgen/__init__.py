@@ -17,6 +17,7 @@ from loadgen.loadrun import LoadResult, LoadRunError, run_async, run_load, run_l
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from loadgen.metrics import (
     BASE_KEYS,
+    CLIENT_BEHIND,
     DEFAULT_LAG_LIMIT_MS,
     PER_CLASS_KEYS,
     Bound,
@@ -46,6 +47,7 @@ from loadgen.workload import ArrivalSpec, WorkloadSpec
 __all__ = [
     "BASE_KEYS",
     "CLASS_SEPARATOR",
+    "CLIENT_BEHIND",
     "DEFAULT_LAG_LIMIT_MS",
     "LATENCY_FAMILIES",
     "PER_CLASS_KEYS",

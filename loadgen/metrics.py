@@ -59,6 +59,8 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+# The run-level flag that the load client fell behind its arrival schedule: its numbers are suspect.
+CLIENT_BEHIND = "client_behind"
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p95", "p99")
 _RUN_KEYS = (
@@ -74,11 +76,11 @@ _RUN_KEYS = (
     "schedule_lag_p50_ms",
     "schedule_lag_p99_ms",
     "schedule_lag_max_ms",
-    "client_behind",
+    CLIENT_BEHIND,
 )
 BASE_KEYS: tuple[str, ...] = tuple(f"{m}_{s}_ms" for m in LATENCIES for s in STATS) + _RUN_KEYS
 # Run-level facts are not repeated per class.
-PER_CLASS_KEYS: tuple[str, ...] = tuple(k for k in BASE_KEYS if k not in ("duration_s", "client_behind"))
+PER_CLASS_KEYS: tuple[str, ...] = tuple(k for k in BASE_KEYS if k not in ("duration_s", CLIENT_BEHIND))
 
 
 # What an SLO bound is: a number here. A scenario may state bounds relative to a calibration

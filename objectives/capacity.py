@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 # Metrics a capacity search adds to a trial's target-stage metrics (usable in objectives, SLOs
 # and selection): the capacity, and what the server delivers at that rate.
+SLO_CAPACITY_RPS = "slo_capacity_rps"
 CAPACITY_KEYS = (
-    "slo_capacity_rps",
+    SLO_CAPACITY_RPS,
     "slo_capacity_output_throughput",
     "slo_capacity_total_token_throughput",
     "slo_capacity_goodput",
@@ -65,9 +66,6 @@ class CapacityEstimate:
     def censored(self) -> bool:
         """True when no measured rate violated the SLO: the capacity is at least `rps`."""
         return self.high is None and self.low is not None
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "censored": self.censored}
 
 
 def bracket(probes: Iterable[Probe]) -> tuple[Probe | None, Probe | None]:

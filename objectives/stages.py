@@ -35,7 +35,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,7 +53,7 @@ from loadgen import (
     traced,
 )
 from objectives import capacity as cap
-from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
+from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, TARGET_ABORTED
 from objectives.early_abort import CERTAIN, OFF, abort_check
 from objectives.scoring import SLOSpec, slo_key
 
@@ -179,7 +179,7 @@ class StageResult:
     requests_sent: int = 0
     notes: list[str] = field(default_factory=list)
     samples: dict[str, list] | None = None  # the measured requests (loadgen.request_samples)
-    stopped_passing: bool = False  # `aborted` says why: every SLO very likely met (not stored: `passed` is)
+    stopped_passing: bool = False  # `aborted` says why: every SLO very likely met
     raised: str | None = None  # the metric an abort raised to its certain lower bound (an "at least")
 
     @property
@@ -209,13 +209,6 @@ class StageResult:
             return f"{head}: met every SLO (margin {-self.margin:.0%})"
         return f"{head}: violated ({', '.join(self.violations)})"
 
-    def as_row(self) -> dict[str, Any]:
-        """The stored row's fields (storage.tables.StageRecord)."""
-        row = asdict(self)
-        row.update(stage_index=row.pop("index"), passed=self.passed, saved_s=self.saved_s)
-        del row["stopped_passing"]
-        return row
-
 
 @dataclass
 class StagedRun:
@@ -234,7 +227,7 @@ class StagedRun:
 
 def capacity_metrics(estimate: cap.CapacityEstimate, stages: Sequence[StageResult]) -> dict[str, float]:
     low = next((s for s in stages if s.passed and s.rate == estimate.low), None)
-    out = {"slo_capacity_rps": estimate.rps}
+    out = {SLO_CAPACITY_RPS: estimate.rps}
     for key, source in (
         ("slo_capacity_output_throughput", "output_throughput"),
         ("slo_capacity_total_token_throughput", "total_token_throughput"),

@@ -9,9 +9,13 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from loadgen import CLIENT_BEHIND
 from objectives.capacity import Front
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search.scenario import Scenario, Selection
+
+# Trial user attr the selection rule reads: the study sets it with the trial's record.
+CLIENT_BEHIND_ATTR = CLIENT_BEHIND
 
 
 def feasible(trial: FrozenTrial) -> bool:
@@ -32,7 +36,7 @@ def slo_miss(trial: FrozenTrial) -> float:
 def client_behind(trial: FrozenTrial) -> bool:
     """Its load client fell behind its schedule: the server got less load than planned, so its
     numbers flatter it."""
-    return bool(trial.user_attrs.get("client_behind"))
+    return bool(trial.user_attrs.get(CLIENT_BEHIND_ATTR))
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:

@@ -6,7 +6,6 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
@@ -22,10 +21,8 @@ from storage.tables import (
     ParetoMember,
     ParetoSnapshot,
     SchemaRecord,
-    StageRecord,
     StudyRecord,
     TrialRecord,
-    TrialStatus,
 )
 from storage.url import redacted, single_writer
 
@@ -242,58 +239,53 @@ def require_study(session: Session, study_name: str) -> StudyRecord:
     return study
 
 
-def save_trial(
-    session: Session, study: StudyRecord, trial_number: int, *, stages: Iterable[dict[str, Any]] = (), **fields: Any
-) -> TrialRecord:
-    """Insert or replace the record of one trial (a re-run after an interruption replaces it),
-    with a row per load stage (`StageRecord` fields)."""
-    row = session.scalar(
-        select(TrialRecord).where(TrialRecord.study_id == study.id, TrialRecord.trial_number == trial_number)
-    )
-    if row is None:
-        row = TrialRecord(study_id=study.id, trial_number=trial_number)
-        session.add(row)
-    for key, value in fields.items():
-        setattr(row, key, value)
-    row.stages = [StageRecord(**stage) for stage in stages]
+def _replacing(session: Session, stored: Base | None, row: Base) -> None:
+    """`row` (a new row, in no session) in the place of `stored` (None: there was none)."""
+    if stored is not None:
+        session.delete(stored)
+        session.flush()
+    session.add(row)
     session.flush()
-    return row
+
+
+def save_trial(session: Session, study: StudyRecord, record: TrialRecord) -> TrialRecord:
+    """Store `record` (a new row, in no session) as trial `record.trial_number` of `study`, with
+    its load stages; a trial stored already (run again after an interruption) is replaced."""
+    record.study_id = study.id
+    stored = session.scalar(
+        select(TrialRecord).where(TrialRecord.study_id == study.id, TrialRecord.trial_number == record.trial_number)
+    )
+    _replacing(session, stored, record)
+    return record
 
 
 # What a repeat of an earlier trial's flags takes from it: the measurement and how it ended.
-REUSED_FIELDS = (
-    "metrics",
-    "server_diagnostics",
-    "values",
-    "constraints",
-    "feasible",
-    "client_behind",
-    "log_path",
-    "command",
-    "capacity",
-    "failure_class",
-    "failure_phase",
-    "failure_line",
+REUSED_COLUMNS = tuple(
+    c.key
+    for c in (
+        TrialRecord.metrics,
+        TrialRecord.server_diagnostics,
+        TrialRecord.values,
+        TrialRecord.constraints,
+        TrialRecord.feasible,
+        TrialRecord.client_behind,
+        TrialRecord.log_path,
+        TrialRecord.command,
+        TrialRecord.capacity,
+        TrialRecord.failure_class,
+        TrialRecord.failure_phase,
+        TrialRecord.failure_line,
+    )
 )
 
 
-def save_duplicate(
-    session: Session, study: StudyRecord, trial_number: int, earlier: TrialRecord, **fields: Any
-) -> TrialRecord:
-    """The record of a trial whose flags `earlier` ran: its measurement and failure copied from
-    that row (`REUSED_FIELDS`), no stages, timings or retried starts of its own (it started
-    nothing); `fields` are the trial's own (params, config, flags, diagnosis, ...)."""
-    return save_trial(
-        session,
-        study,
-        trial_number,
-        status=TrialStatus.DUPLICATE,
-        duplicate_of=earlier.trial_number,
-        timings={},
-        retried=[],
-        **{k: getattr(earlier, k) for k in REUSED_FIELDS},
-        **fields,
-    )
+def save_duplicate(session: Session, study: StudyRecord, record: TrialRecord, earlier: TrialRecord) -> TrialRecord:
+    """Store `record`, a trial whose flags `earlier` ran, with `earlier`'s measurement and
+    failure (`REUSED_COLUMNS`) and no stages of its own (it started nothing)."""
+    for key in REUSED_COLUMNS:
+        setattr(record, key, getattr(earlier, key))
+    record.stages = []
+    return save_trial(session, study, record)
 
 
 def earlier_run_of(session: Session, study: StudyRecord, fingerprint: str) -> TrialRecord | None:
@@ -318,24 +310,18 @@ def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:
     )
 
 
-def save_confirmation_run(
-    session: Session, study: StudyRecord, trial_number: int, round_: int, **fields: Any
-) -> ConfirmationRun:
-    """Insert or replace one confirmation run (a run redone after an interruption replaces it)."""
-    row = session.scalar(
+def save_confirmation_run(session: Session, study: StudyRecord, run: ConfirmationRun) -> ConfirmationRun:
+    """Store `run` (a new row, in no session); a run redone after an interruption replaces the stored one."""
+    run.study_id = study.id
+    stored = session.scalar(
         select(ConfirmationRun).where(
             ConfirmationRun.study_id == study.id,
-            ConfirmationRun.trial_number == trial_number,
-            ConfirmationRun.round == round_,
+            ConfirmationRun.trial_number == run.trial_number,
+            ConfirmationRun.round == run.round,
         )
     )
-    if row is None:
-        row = ConfirmationRun(study_id=study.id, trial_number=trial_number, round=round_)
-        session.add(row)
-    for key, value in fields.items():
-        setattr(row, key, value)
-    session.flush()
-    return row
+    _replacing(session, stored, run)
+    return run
 
 
 def confirmation_runs(session: Session, study: StudyRecord) -> list[ConfirmationRun]:
@@ -352,7 +338,7 @@ def save_snapshot(
     session: Session,
     study: StudyRecord,
     after_trial_number: int,
-    members: Iterable[dict[str, Any]],
+    members: Iterable[ParetoMember],
     hypervolume: float | None,
     n_finished: int,
     n_feasible: int,
@@ -372,7 +358,7 @@ def save_snapshot(
         n_feasible=n_feasible,
         hypervolume=hypervolume,
     )
-    snap.members = [ParetoMember(**m) for m in members]
+    snap.members = list(members)
     session.add(snap)
     session.flush()
     return snap

@@ -1,14 +1,16 @@
 """Running one trial: a plan goes in, an outcome comes out.
 
 `trial` holds what the study loop exchanges with any executor (the plan, the measurement, the
-outcome, the `TrialExecutor` protocol; pure). `vllm` is the real executor (`VllmExecutor`: a
+`TrialExecutor` protocol; pure); the outcome and its parts are `search.trial_results`', re-exported
+here. `vllm` is the real executor (`VllmExecutor`: a
 vLLM server started per trial), and `calibration` measures the study's calibration on such a
 server. Other packages import from here.
 """
 
 from search.executor.calibration_run import CalibrationFailed, calibrate
-from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialOutcome, TrialPlan, plan
+from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialPlan, plan
 from search.executor.vllm import MAX_STARTS, STAGED_SERVER_ENV, VllmExecutor, load_failure, measured_before
+from search.trial_results import RetriedStart, Timings, TrialOutcome
 
 __all__ = [
     "MAX_STARTS",
@@ -16,6 +18,8 @@ __all__ = [
     "CalibrationFailed",
     "Measurement",
     "PhaseCallback",
+    "RetriedStart",
+    "Timings",
     "TrialExecutor",
     "TrialOutcome",
     "TrialPlan",

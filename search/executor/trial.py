@@ -1,5 +1,6 @@
 """One trial as the study loop sees it: the plan that goes in, the measurement every trial of a
-study takes, the outcome that comes out, and the protocol an executor implements.
+study takes, and the protocol an executor implements. The outcome that comes out is
+`search.trial_results.TrialOutcome` (the outputs read the same types back from storage).
 
 Pure: nothing here starts a server (the real executor is `search.executor.vllm`). The study
 loop takes any `TrialExecutor`, as Optuna's `optimize` takes any objective function.
@@ -10,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
@@ -20,8 +19,8 @@ from objectives.capacity import Front
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
 from search.scenario import Screening
-from serving import Failure, LaunchContext, ServerArgs, check_combination, resolve_server_args
-from storage.tables import TrialStatus
+from search.trial_results import TrialOutcome
+from serving import LaunchContext, ServerArgs, check_combination, resolve_server_args
 
 PhaseCallback = Callable[[str], None]
 
@@ -88,21 +87,6 @@ class Measurement:
         return self.workload.duration_s + (
             self.capacity.max_stages * self.capacity.longest_stage_s if self.capacity else 0.0
         )
-
-
-@dataclass
-class TrialOutcome:
-    status: TrialStatus  # OK or FAILED
-    failure: Failure | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    server_diagnostics: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    log_path: Path | None = None
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
-    command: str = ""
-    stages: list[dict[str, Any]] = field(default_factory=list)  # StageRecord fields, in order
-    capacity: dict[str, Any] | None = None  # the capacity estimate, when a search ran
-    retried: list[dict[str, Any]] = field(default_factory=list)  # earlier starts lost to a transient failure
 
 
 class TrialExecutor(Protocol):

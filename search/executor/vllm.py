@@ -9,11 +9,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
-from loadgen import LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, json_safe, run_async, run_load
+from loadgen import LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, run_async, run_load
 from objectives.stages import RESET_ENDPOINT_ENV, run_stages
-from search.executor.trial import Measurement, PhaseCallback, TrialOutcome, TrialPlan
+from search.executor.trial import Measurement, PhaseCallback, TrialPlan
+from search.trial_results import RetriedStart, TrialOutcome
 from serving import (
     DEFAULT_STARTUP_TIMEOUT_S,
     Failure,
@@ -107,11 +109,11 @@ class VllmExecutor:
                             goodput=m.goodput,
                             watch=watch,
                         ),
-                        "load",
+                        FailurePhase.LOAD,
                         watch,
                     )
                 )
-                outcome.timings["load_s"] = time.monotonic() - t0
+                outcome.timings.load_s = time.monotonic() - t0
                 outcome.metrics = result.flat_metrics()
                 outcome.server_diagnostics = result.server_diagnostics()
                 return
@@ -133,26 +135,27 @@ class VllmExecutor:
                         front=plan.front,
                         full_target=m.full_target,
                     ),
-                    "load",
+                    FailurePhase.LOAD,
                     watch,
                 )
             )
         except ServerFailed:
-            outcome.timings["load_s"] = time.monotonic() - t0
+            outcome.timings.load_s = time.monotonic() - t0
             outcome.metrics = measured_before(watch.current, m.workload)
             raise
         outcome.metrics = staged.metrics()
         outcome.server_diagnostics = staged.target.server_diagnostics()
-        outcome.stages = [json_safe(s.as_row()) for s in staged.stages]
-        outcome.capacity = json_safe(staged.capacity.as_dict()) if staged.capacity else None
-        outcome.timings["load_s"] = time.monotonic() - t0  # stages, warm-up, drains and request builds
+        outcome.stages = staged.stages
+        outcome.capacity = staged.capacity
+        outcome.timings.load_s = time.monotonic() - t0  # stages, warm-up, drains and request builds
 
     def run(self, plan: TrialPlan, on_phase: PhaseCallback = lambda _: None) -> TrialOutcome:
         """The trial on up to MAX_STARTS server starts: a transient failure is retried on the same
         flags, its start recorded in `retried` (its log kept as server.N.log); never a
         deterministic one (invalid flags or config, KV cache too small, a real OOM)."""
         log_path = self.run_dir / plan.log_dir / "server.log"
-        t0, retried, started_at = time.monotonic(), [], None
+        t0, retried = time.monotonic(), list[RetriedStart]()
+        started_at: datetime | None = None  # the first start's
         for start in range(1, MAX_STARTS + 1):
             outcome = self._run_once(plan, log_path, on_phase)
             started_at = started_at or outcome.started_at
@@ -165,18 +168,10 @@ class VllmExecutor:
             ):
                 break
             kept = set_aside(log_path)
-            retried.append(
-                {
-                    "cls": failure.cls.value,
-                    "phase": failure.phase,
-                    "line": failure.line,
-                    "seconds": round(outcome.timings.get("total_s", 0.0), 1),
-                    "log_path": str(kept) if kept else None,
-                }
-            )
-        outcome.retried, outcome.started_at = retried, started_at
+            retried.append(RetriedStart(failure, outcome.timings.total_s or 0.0, str(kept) if kept else None))
+        outcome.retried, outcome.started_at = retried, started_at or outcome.started_at
         if retried:
-            outcome.timings["total_s"] = time.monotonic() - t0
+            outcome.timings.total_s = time.monotonic() - t0
         return outcome
 
     def _run_once(self, plan: TrialPlan, log_path: Path, on_phase: PhaseCallback) -> TrialOutcome:
@@ -194,11 +189,11 @@ class VllmExecutor:
         server = (self.launch or launch)(
             ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env
         )
-        t0, kv_check = time.monotonic(), {}
+        t0, kv_check = time.monotonic(), dict[str, float]()
         watch, healthy_at = FirstTokenWatch(self.measurement.stall_bound_s), None  # the first token served
         try:
             server.start()
-            outcome.timings["start_s"], healthy_at = server.ready_s, time.perf_counter()
+            outcome.timings.start_s, healthy_at = server.ready_s, time.perf_counter()
             kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
             self._measure(server, outcome, on_phase, plan, watch)
             outcome.status = TrialStatus.OK
@@ -213,12 +208,12 @@ class VllmExecutor:
             hung = outcome.failure is not None and outcome.failure.cls is FailureClass.HANG
             report = server.stop(kill=hung)
             if report is not None:
-                outcome.timings["stop_s"] = report.seconds
+                outcome.timings.stop_s = report.seconds
                 if report.start_anatomy is not None:
                     first, measured = watch.first_token_at(), watch.first_measured_at()
-                    outcome.timings["start_anatomy"] = report.start_anatomy.with_first_token(
+                    outcome.timings.start_anatomy = report.start_anatomy.with_first_token(
                         *(None if t is None or healthy_at is None else t - healthy_at for t in (first, measured))
-                    ).as_dict()
-            outcome.timings["total_s"] = time.monotonic() - t0
+                    )
+            outcome.timings.total_s = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)
         return outcome

@@ -52,6 +52,7 @@ from search.outputs.trial_views import (
 from search.proposals import origin
 from search.scenario import Scenario
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
+from search.trial_results import capacity_of, diagnosis_of
 from storage import queries
 from storage.tables import TrialRecord
 from storage.url import redacted
@@ -66,15 +67,13 @@ class Published:
     trial_notes: int
 
 
-def trial_user_attrs(diagnosis: dict[str, Any] | None) -> dict[str, Any]:
+def trial_user_attrs(diagnosis: Diagnosis) -> dict[str, Any]:
     """User attributes for the dashboard's trial table (filterable, sortable); set before `tell`."""
-    if not diagnosis:
-        return {}
     return {
-        "bottleneck": diagnosis["bottleneck"],
-        "diagnosis": diagnosis["headline"],
-        "next_step": (diagnosis.get("next_steps") or [""])[0],
-        "antipatterns": [f["code"] for f in diagnosis.get("findings", [])],
+        "bottleneck": diagnosis.bottleneck,
+        "diagnosis": diagnosis.headline,
+        "next_step": (diagnosis.next_steps or [""])[0],
+        "antipatterns": [f.code for f in diagnosis.findings],
     }
 
 
@@ -125,7 +124,7 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
 
 def stages_markdown(v: TrialView) -> list[str]:
     """The capacity found and the table of the trial's load stages (nothing without stages)."""
-    lines = [f"**Capacity under the SLO**: {v.capacity['summary']}", ""] if v.capacity else []
+    lines = [f"**Capacity under the SLO**: {v.capacity.summary}", ""] if v.capacity else []
     if not v.stages:
         return lines
     lines += [
@@ -200,12 +199,8 @@ def _save_note_if_changed(study_or_trial, body: str) -> bool:
 def publish_trial(
     trial: optuna.Trial, row: TrialRecord, scenario: Scenario, on_front: bool = False, chosen: bool = False
 ) -> None:
-    """The trial's note, right after it is told (needs `row.diagnosis`)."""
-    if not row.diagnosis:
-        return
-    _save_note_if_changed(
-        trial, trial_note(view_of(row, Diagnosis.from_dict(row.diagnosis), on_front, chosen), scenario)
-    )
+    """The trial's note, right after it is told."""
+    _save_note_if_changed(trial, trial_note(view_of(row, diagnosis_of(row), on_front, chosen), scenario))
 
 
 class DashboardPublisher(StudyObserver):
@@ -226,7 +221,7 @@ class DashboardPublisher(StudyObserver):
 
     def trial_scored(self, event: TrialScored) -> None:
         self.scored = event
-        for key, value in {**self.trial_attrs(event), **trial_user_attrs(event.row.diagnosis)}.items():
+        for key, value in {**self.trial_attrs(event), **trial_user_attrs(event.diagnosis)}.items():
             event.trial.set_user_attr(key, json_safe(value))
 
     def trial_recorded(self, event: TrialRecorded) -> None:
@@ -250,8 +245,8 @@ class DashboardPublisher(StudyObserver):
         }
         if event.failure:
             attrs["failure"] = event.failure.summary()
-        if row.capacity is not None:
-            attrs["capacity"] = row.capacity["summary"]
+        if (capacity := capacity_of(row)) is not None:
+            attrs["capacity"] = capacity.summary
         attrs.update({f"m:{k}": v for k, v in event.metrics.items() if isinstance(v, (int, float))})
         return attrs
 

@@ -19,10 +19,12 @@ from typing import Any
 import yaml
 from sqlalchemy.orm import Session
 
+from objectives.capacity import CapacityEstimate
 from search.disk import write_atomic
 from search.outputs import verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.read_model import Deployment, LoadedStudy, load_study
+from search.trial_results import capacity_of
 from storage.tables import TrialRecord, TrialStatus
 from storage.url import redacted
 
@@ -35,25 +37,24 @@ def _delta(new: float, old: float) -> str:
     return f" ({(new - old) / abs(old) * 100:+.0f}%)"
 
 
-def fmt_capacity(capacity: dict[str, Any] | None) -> str:
+def fmt_capacity(capacity: CapacityEstimate | None) -> str:
     """A trial's capacity under the SLO (req/s) as people read it: ">= 2.49" when no rate tried
     violated the SLO (a lower bound), "n/a" without a capacity search."""
-    if not capacity:
+    if capacity is None:
         return fmt_value(None)
-    return (">= " if capacity.get("censored") else "") + fmt_value(capacity.get("rps"))
+    return (">= " if capacity.censored else "") + fmt_value(capacity.rps)
 
 
 def capacity_line(ls: LoadedStudy, row: TrialRecord) -> str | None:
     """The trial's capacity under the SLO beside each baseline's, or None without a search."""
-    if not row.capacity:
+    capacity = capacity_of(row)
+    if capacity is None:
         return None
-    rps = row.capacity.get("rps")
+    baselines = {name: capacity_of(b) for name, b in ls.baselines().items()}
     others = [
-        f"{name} {fmt_capacity(b.capacity)} req/s{_delta(rps, b.capacity.get('rps'))}"
-        for name, b in ls.baselines().items()
-        if b.capacity
+        f"{name} {fmt_capacity(b)} req/s{_delta(capacity.rps, b.rps)}" for name, b in baselines.items() if b is not None
     ]
-    return f"capacity under the SLO: {row.capacity.get('summary') or fmt_capacity(row.capacity)}" + (
+    return f"capacity under the SLO: {capacity.summary or fmt_capacity(capacity)}" + (
         "; baselines: " + ", ".join(others) if others else ""
     )
 

@@ -427,8 +427,8 @@ def _stage_points(v: TrialView, metric: str, color: str, first_row: bool) -> go.
 
 def _capacity_traces(v: TrialView, color: str, top: float) -> list[go.Scatter]:
     """The capacity as a dotted vertical line over its bracket (met at low, violated at high)."""
-    cap = v.capacity or {}
-    rps, low, high = cap.get("rps"), cap.get("low"), cap.get("high")
+    cap = v.capacity
+    rps, low, high = (cap.rps, cap.low, cap.high) if cap is not None else (None, None, None)
     group, out = f"trial-{v.number}", []
     if low and high:
         r, g, b = (int(color[k : k + 2], 16) for k in (1, 3, 5))
@@ -455,7 +455,7 @@ def _capacity_traces(v: TrialView, color: str, top: float) -> list[go.Scatter]:
                 legendgroup=group,
                 showlegend=False,
                 hoverinfo="text",
-                text=f"{v.label}: capacity {cap.get('summary') or fmt_capacity(cap)}",
+                text=f"{v.label}: capacity {cap.summary or fmt_capacity(cap)}",
             )
         )
     return out

@@ -29,14 +29,15 @@ from search.study.events import (
     TrialRecorded,
     TrialStarted,
 )
+from search.trial_results import RetriedStart, capacity_of, retried_of
 from storage.tables import ConfirmationRun, TrialRecord, TrialStatus
 
 
-def retried_text(retried: list | None) -> str:
+def retried_text(retried: list[RetriedStart]) -> str:
     """ "; after 1 retried start (killed, 41 s)": starts lost to a transient failure, if any."""
     if not retried:
         return ""
-    lost = ", ".join(f"{r['cls']}, {fmt_value(r['seconds'], digits=2)} s" for r in retried)
+    lost = ", ".join(f"{r.failure.cls.value}, {fmt_value(r.seconds, digits=2)} s" for r in retried)
     return f"; after {len(retried)} retried start{'s' if len(retried) != 1 else ''} ({lost})"
 
 
@@ -111,14 +112,14 @@ class StudyProgress(StudyObserver):
     def trial_summary(self, row: TrialRecord) -> str:
         """One line: the objective values and feasibility (with load stages: the capacity found
         and the time early aborts saved), or why the trial failed; and any start retried."""
-        return self._summary(row) + retried_text(row.retried)
+        return self._summary(row) + retried_text(retried_of(row))
 
     def _summary(self, row: TrialRecord) -> str:
         if row.status == TrialStatus.FAILED:
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
         text = f"{self.objectives_text(row.values)}; {'feasible' if row.feasible else 'violates SLOs'}"
-        if row.capacity:
-            text += f"; capacity {row.capacity['summary']}"
+        if (capacity := capacity_of(row)) is not None:
+            text += f"; capacity {capacity.summary}"
         saved = sum(s.saved_s or 0 for s in row.stages)
         if saved:
             text += f"; early aborts saved {fmt_value(saved, digits=2)} s"
@@ -154,7 +155,7 @@ class StudyProgress(StudyObserver):
 
     def run_summary(self, row: ConfirmationRun) -> str:
         """One confirmation run: its objectives and whether it met every SLO, or why it failed."""
-        return self._run_summary(row) + retried_text(row.retried)
+        return self._run_summary(row) + retried_text(retried_of(row))
 
     def _run_summary(self, row: ConfirmationRun) -> str:
         if row.status != TrialStatus.OK:
@@ -162,8 +163,8 @@ class StudyProgress(StudyObserver):
         values = [row.metrics.get(n) for n in self.objective_names]
         violated = [k for k, v in (row.constraints or {}).items() if v is not None and v > 0]
         text = f"{self.objectives_text(values)}; " + ("feasible" if not violated else "violates " + ", ".join(violated))
-        if row.capacity:
-            text += f"; capacity {row.capacity['summary']}"
+        if (capacity := capacity_of(row)) is not None:
+            text += f"; capacity {capacity.summary}"
         return text
 
     def confirmation_run_recorded(self, event: ConfirmationRunRecorded) -> None:

@@ -16,7 +16,6 @@ import yaml
 from sqlalchemy.orm import Session
 
 from loadgen import WorkloadSpec
-from objectives.diagnosis import Diagnosis
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
@@ -25,6 +24,7 @@ from search.outputs.trial_views import TrialView, view_of
 from search.proposals import origin
 from search.scenario import Scenario, unloaded_reference
 from search.study.verdict import Outcome, Verdict, stored_verdict
+from search.trial_results import diagnosis_of
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
@@ -151,7 +151,7 @@ def trial_views(ls: LoadedStudy) -> list[TrialView]:
         views.append(
             view_of(
                 row,
-                Diagnosis.from_dict(row.diagnosis),
+                diagnosis_of(row),
                 on_front=row.trial_number in front,
                 chosen=row.trial_number == deployed,
                 origin=origin(attrs.get(row.trial_number, {})),

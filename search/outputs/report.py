@@ -163,7 +163,7 @@ def stages_cell(v: TrialView) -> str:
     """The trial's load stages: one line, the capacity, and the stage table folded under it."""
     if not v.stages:
         return ""
-    capacity = f"<br>capacity {_e(v.capacity['summary'])}" if v.capacity else ""
+    capacity = f"<br>capacity {_e(v.capacity.summary)}" if v.capacity else ""
     head = "".join(f"<th>{_e(h)}</th>" for h in STAGE_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in stage_rows(v.stages))
     return (

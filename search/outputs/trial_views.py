@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from objectives.capacity import CapacityEstimate
 from objectives.diagnosis import Diagnosis
 from objectives.scoring import SERVER_OK
+from objectives.stages import StageResult
 from search.outputs.format import fmt_value
-from storage.tables import StageRecord, TrialRecord, TrialStatus
+from search.trial_results import capacity_of, stages_of
+from storage.tables import TrialRecord, TrialStatus
 
 FEASIBLE, INFEASIBLE, FAILED = "feasible", "infeasible", "failed"
 CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
@@ -21,7 +24,7 @@ CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED)
 
 @dataclass(frozen=True)
 class StageView:
-    """One load stage of a trial (`storage.tables.StageRecord`), as the outputs show it."""
+    """One load stage of a trial (`objectives.stages.StageResult`), as the outputs show it."""
 
     index: int
     kind: str  # target | capacity
@@ -32,7 +35,7 @@ class StageView:
     passed: bool
     aborted: str | None  # why it stopped early
     violations: dict[str, float]
-    metrics: dict[str, Any]
+    metrics: dict[str, float]
 
     @property
     def outcome(self) -> str:
@@ -44,18 +47,18 @@ class StageView:
 STAGE_COLUMNS = ("stage", "kind", "rate (req/s)", "outcome", "elapsed (s)", "saved (s)", "idle wait (s)")
 
 
-def stage_view(row: StageRecord) -> StageView:
+def stage_view(stage: StageResult) -> StageView:
     return StageView(
-        index=row.stage_index,
-        kind=row.kind,
-        rate=row.rate,
-        elapsed_s=row.elapsed_s,
-        saved_s=row.saved_s or 0.0,
-        idle_wait_s=row.idle_wait_s or 0.0,
-        passed=row.passed,
-        aborted=row.aborted,
-        violations=dict(row.violations or {}),
-        metrics=dict(row.metrics or {}),
+        index=stage.index,
+        kind=stage.kind,
+        rate=stage.rate,
+        elapsed_s=stage.elapsed_s,
+        saved_s=stage.saved_s,
+        idle_wait_s=stage.idle_wait_s,
+        passed=stage.passed,
+        aborted=stage.aborted,
+        violations=stage.violations,
+        metrics=stage.metrics,
     )
 
 
@@ -106,7 +109,7 @@ class TrialView:
     duplicate_of: int | None = None
     adjustments: list[str] = field(default_factory=list)
     stages: list[StageView] = field(default_factory=list)  # in order; empty without load stages
-    capacity: dict[str, Any] | None = None  # objectives.capacity.CapacityEstimate.as_dict()
+    capacity: CapacityEstimate | None = None  # None: no capacity search
     worker: dict[str, Any] | None = None  # where it ran and beside what (TrialRecord.worker)
     failure_class: str | None = None
     client_behind: bool = False  # its load client fell behind its schedule: numbers suspect
@@ -162,8 +165,8 @@ def view_of(
         baseline=row.baseline,
         duplicate_of=row.duplicate_of,
         adjustments=[a.get("detail", "") for a in (row.adjustments or [])],
-        stages=[stage_view(s) for s in row.stages],
-        capacity=row.capacity,
+        stages=[stage_view(s) for s in stages_of(row)],
+        capacity=capacity_of(row),
         worker=row.worker,
         failure_class=row.failure_class,
         client_behind=bool(row.client_behind),

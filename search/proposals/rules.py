@@ -1,6 +1,6 @@
 """Which move a trial's bottleneck calls for: the rule table of the diagnosis-led proposer.
 
-Pure: a stored diagnosis (`objectives.diagnosis.Diagnosis.as_dict()`), the trial's configuration
+Pure: a trial's diagnosis (`objectives.diagnosis.Diagnosis`), the trial's configuration
 and its flat metrics in, a `Move` out. Each rule follows the diagnosis' own next steps for its
 bottleneck (objectives/diagnosis/tree.py), reduced to knobs the search space can turn:
 
@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from objectives.diagnosis import ITL_STALL_RATIO, KV_FULL
+from objectives.diagnosis import ITL_STALL_RATIO, KV_FULL, Diagnosis
 
 Direction = Literal["raise", "lower", "enable"]  # enable: a knob that is off (0) gets its mildest setting
 
@@ -105,7 +105,7 @@ RULES = {
 
 
 def move_for(
-    diagnosis: dict[str, Any] | None,
+    diagnosis: Diagnosis,
     config: dict[str, Any],
     metrics: dict[str, Any],
     searched: tuple[str, ...] | list[str] = (),
@@ -115,9 +115,9 @@ def move_for(
     the knobs of the search space, whose values the move starts from (`Move.at`); `unset`: what
     the server runs a searched knob with when the configuration leaves it unset (a baseline's),
     so that a move can start from vLLM's default (turn on a threshold that is off, say)."""
-    rule = RULES.get((diagnosis or {}).get("bottleneck", ""))
+    rule = RULES.get(diagnosis.bottleneck)
     if rule is None:
         return None
     running = {**{k: v for k, v in (unset or {}).items() if v is not None}, **config}
     at = {k: running[k] for k in searched if running.get(k) is not None}
-    return Move(diagnosis["bottleneck"], rule(running, metrics), at)
+    return Move(diagnosis.bottleneck, rule(running, metrics), at)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen import json_safe
-from objectives.capacity import TARGET_ABORTED
+from loadgen import CLIENT_BEHIND, json_safe
+from objectives.capacity import TARGET_ABORTED, CapacityEstimate
 from search.calibration import CalibrationResult
-from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
+from search.executor import Measurement, PhaseCallback, Timings, TrialOutcome, TrialPlan
 from search.replay.landscape import CAPACITY, Landscape
 from search.replay.surrogate import Surrogate
 from serving import (
@@ -76,12 +76,12 @@ class ReplayExecutor:
             return TrialOutcome(
                 TrialStatus.FAILED,
                 Failure(cls, "replayed: this config did not serve in the landscape", phase=FailurePhase.STARTUP),
-                timings={"start_s": timings["start_s"], "total_s": timings["start_s"]},
+                timings=Timings(start_s=timings.start_s, total_s=timings.start_s),
                 command=command,
             )
         on_phase("load")
         metrics = self.surrogate.draw(plan.config, rng_for(self.seed, plan))
-        metrics.update({TARGET_ABORTED: 0.0, "completed": 1.0, "failed": 0.0, "client_behind": 0.0})
+        metrics.update({TARGET_ABORTED: 0.0, "completed": 1.0, "failed": 0.0, CLIENT_BEHIND: 0.0})
         on_phase("stopping")
         return TrialOutcome(
             TrialStatus.OK,
@@ -91,25 +91,22 @@ class ReplayExecutor:
             capacity=self._capacity(metrics.get(CAPACITY)),
         )
 
-    def _capacity(self, rps: float | None) -> dict | None:
-        """The drawn capacity inside a bracket as wide as the landscape's typical one."""
+    def _capacity(self, rps: float | None) -> CapacityEstimate | None:
+        """The drawn capacity inside a bracket as wide as the landscape's typical one, found by a
+        search that used the study's whole stage budget."""
         if rps is None:
             return None
         half = math.sqrt(self.surrogate.bracket_ratio)
         low, high = rps / half, rps * half
         capacity = self.measurement.capacity if self.measurement is not None else None
-        return {
-            "rps": rps,
-            "low": low,
-            "high": high,
-            "stages": capacity.max_stages if capacity else None,
-            "summary": f"{rps:.3g} req/s (replayed: met at {low:.3g}, violated at {high:.3g})",
-            "censored": False,
-        }
+        stages = 1 + (capacity.max_stages if capacity else 0)
+        return CapacityEstimate(
+            rps, low, high, stages, f"{rps:.3g} req/s (replayed: met at {low:.3g}, violated at {high:.3g})"
+        )
 
-    def _timings(self) -> dict[str, float]:
+    def _timings(self) -> Timings:
         total, start = self.surrogate.landscape.typical_trial_s()
-        return {"start_s": start, "load_s": total - start, "total_s": total}
+        return Timings(start_s=start, load_s=total - start, total_s=total)
 
 
 def replay_factory(surrogate: Surrogate, seed: int) -> Callable[[LaunchContext, Measurement], ReplayExecutor]:

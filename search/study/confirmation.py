@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 import optuna
 from sqlalchemy.orm import Session
 
-from loadgen import MetricName, json_safe
+from loadgen import MetricName
 from objectives import pooled
 from objectives.scoring import Score
 from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
-from search import pareto
+from search import pareto, trial_results
 from search.executor import Measurement, TrialExecutor
 from search.executor import plan as plan_trial
 from search.prepare import Prepared
@@ -36,7 +36,6 @@ from search.study.events import (
     ConfirmationStarted,
     StudyObserver,
 )
-from search.study.recording import failure_columns
 from serving import LaunchContext
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
@@ -148,8 +147,8 @@ def _near_misses(
 def _bracket(row: TrialRecord | ConfirmationRun) -> tuple[float, ...]:
     """The rates the row's capacity search ended between: where a full search of the same
     flags looks first (each rate measured again)."""
-    cap = row.capacity or {}
-    return tuple(float(r) for r in (cap.get("low"), cap.get("high")) if r)
+    cap = trial_results.capacity_of(row)
+    return tuple(float(r) for r in (cap.low, cap.high) if r) if cap is not None else ()
 
 
 def rerun_hint(cand: Candidate, earlier: Sequence[ConfirmationRun]) -> tuple[float, ...]:
@@ -248,11 +247,11 @@ def estimate_s(
     scale = full_s / short_s if full_s and short_s else 1.0
     total = 0.0
     for c in cands:
-        t = rows[c.trial_number].timings or {}
-        if "total_s" not in t:
+        t = trial_results.timings_of(rows[c.trial_number])
+        if t.total_s is None:
             return None
-        load = t.get("load_s", 0.0)
-        total += t["total_s"] - load + load * scale
+        load = t.load_s or 0.0
+        total += t.total_s - load + load * scale
     return total
 
 
@@ -349,26 +348,12 @@ class ConfirmationPhase:
         ok = outcome.status == TrialStatus.OK
         s = self.score(outcome.metrics, ok)
 
+        record = trial_results.confirmation_record(
+            cand.trial_number, cand.baseline, round_, sequence, outcome, s.constraints
+        )
+
         def store() -> ConfirmationRun:
-            row = queries.save_confirmation_run(
-                session,
-                rec,
-                cand.trial_number,
-                round_,
-                baseline=cand.baseline,
-                sequence=sequence,
-                status=outcome.status,
-                metrics=json_safe(outcome.metrics),
-                constraints=s.constraints,
-                capacity=outcome.capacity,
-                stages=outcome.stages,
-                timings=outcome.timings,
-                command=outcome.command,
-                log_path=str(outcome.log_path) if outcome.log_path else None,
-                started_at=outcome.started_at,
-                retried=outcome.retried,
-                **failure_columns(outcome.failure),
-            )
+            row = queries.save_confirmation_run(session, rec, record)
             session.commit()
             return row
 

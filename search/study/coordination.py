@@ -31,6 +31,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from search.study.outage import DEFAULT_BOUND_S, DatabaseWatch
+from search.trial_results import Neighbour, Placement
 from storage.connection import connection_lost
 
 WORKER_ATTR = "worker"  # user attr: which worker runs (ran) the trial, and on which slot
@@ -142,7 +143,7 @@ def _mark(study: optuna.Study, store: RDBStorage, worker: WorkerId, trial: optun
         trial.set_user_attr(RETRY_OF_ATTR, retry_of)
 
 
-def placement(worker: WorkerId, trial: optuna.Trial) -> dict[str, Any]:
+def placement(worker: WorkerId, trial: optuna.Trial) -> Placement:
     """Who ran `trial` where, as its record keeps it: host, pid, slot and the neighbours' trials."""
     return {
         "host": worker.host,
@@ -244,9 +245,9 @@ def retried_number(store: RDBStorage, trial: optuna.Trial) -> int | None:
         return RetryHeartbeatStaleTrialCallback.retried_trial_number(store.get_trial(trial._trial_id))
 
 
-def neighbours(study: optuna.Study, me: WorkerId) -> list[dict[str, Any]]:
+def neighbours(study: optuna.Study, me: WorkerId) -> list[Neighbour]:
     """What the other workers are running now: trial number, worker and slot."""
-    found = []
+    found: list[Neighbour] = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         w = t.user_attrs.get(WORKER_ATTR)
         if w and w.get("token") != me.token:

@@ -96,7 +96,7 @@ class _MovesRecorded(StudyObserver):
         self.unset = {k: unset_value(k, hardware) for k in searched}  # a baseline's moves start from these
 
     def trial_scored(self, event) -> None:
-        move = move_for(event.row.diagnosis, event.row.config, event.metrics, self.searched, self.unset)
+        move = move_for(event.diagnosis, event.row.config, event.metrics, self.searched, self.unset)
         if move is not None:
             event.trial.set_user_attr(MOVE_ATTR, json_safe(move.as_dict()))
 

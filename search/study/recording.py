@@ -27,33 +27,23 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from loadgen import json_safe
 from objectives.diagnosis import Diagnosis, diagnose_trial
 from objectives.failure import Failure
 from objectives.scoring import Score, score
-from search import pareto
+from search import pareto, trial_results
 from search.executor import TrialOutcome, TrialPlan
+from search.pareto import CLIENT_BEHIND_ATTR
 from search.scenario import Scenario
 from search.study import coordination as coord
 from search.study import spool
 from search.study.events import StudyObserver, TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
 from search.study.outage import DatabaseWatch
+from search.trial_results import Placement
 from storage import claims, queries
-from storage.tables import StudyRecord, TrialRecord, TrialStatus, utcnow
+from storage.tables import ParetoMember, StudyRecord, TrialRecord, TrialStatus, utcnow
 
 T = TypeVar("T")
-
-# Trial user attr the selection rule reads (search.pareto.client_behind): set with the trial's
-# record, whoever subscribes.
-CLIENT_BEHIND_ATTR = "client_behind"
-
-
-def failure_columns(failure: Failure | None) -> dict[str, str | None]:
-    """How a trial's or confirmation run's failure is stored: its class, phase and line."""
-    if failure is None:
-        return dict(failure_class=None, failure_phase=None, failure_line=None)
-    return dict(failure_class=failure.cls.value, failure_phase=failure.phase.value, failure_line=failure.line)
 
 
 def _mirror_constraint_list(trial: optuna.Trial, constraints: dict[str, float]) -> None:
@@ -130,32 +120,33 @@ class Recording:
         for kept in spool.kept(self.run_dir, self.study.study_name):
             if kept.writer.get("token") != self.worker.token and not coord.gone_here(kept.writer):
                 continue
-            self.ride(lambda: self._commit_row(rec, kept.trial_number, kept.fields))
+            self.ride(lambda: self._commit_row(rec, kept.record))
             spool.drop(kept.path)
             self.events.note(
                 f"trial {kept.trial_number}: its measurement, kept in {kept.path} while the "
                 "database was away, is stored"
             )
 
-    def _commit_row(self, rec: StudyRecord, number: int, fields: dict[str, Any]) -> TrialRecord:
-        row = queries.save_trial(self.session, rec, number, **fields)
+    def _commit_row(self, rec: StudyRecord, record: TrialRecord) -> TrialRecord:
+        row = queries.save_trial(self.session, rec, record)
         self.session.commit()
         return row
 
-    def _store(self, rec: StudyRecord, number: int, fields: dict[str, Any]) -> TrialRecord:
+    def _store(self, rec: StudyRecord, record: TrialRecord) -> TrialRecord:
         """The measured trial's row, committed. While the database is away it waits in the
         spool, written before the first retry and removed once the row is committed. It
         finished now, however late the database takes it."""
-        fields = {**fields, "finished_at": utcnow()}
+        record.finished_at = utcnow()
+        number = record.trial_number
         kept: list[Path] = []
 
         def keep() -> None:
             self._rollback()
             if not kept:
-                kept.append(spool.keep(self.run_dir, self.study.study_name, number, fields, self.worker.as_dict()))
+                kept.append(spool.keep(self.run_dir, self.study.study_name, record, self.worker.as_dict()))
 
         row = self.watch.ride(
-            lambda: self._commit_row(rec, number, fields),
+            lambda: self._commit_row(rec, record),
             on_failure=keep,
             kept=lambda: (
                 f": trial {number}'s measurement is kept in {kept[0]} and stored by the next run before anything else"
@@ -184,43 +175,14 @@ class Recording:
         plan: TrialPlan,
         outcome: TrialOutcome,
         label: str,
-        worker: dict[str, Any],
+        worker: Placement,
     ) -> TrialRecord:
         """A trial the executor ran: scored, diagnosed, stored, told, snapshot."""
         self.events.phase("scoring")
         served, metrics, failure = outcome.status == TrialStatus.OK, outcome.metrics, outcome.failure
         s = self.score(opened, metrics, served)
         diagnosis = self._diagnose(opened, metrics, plan.config, failure, s.constraints)
-        row = self._store(
-            opened.record,
-            trial.number,
-            dict(
-                baseline=plan.baseline,
-                status=outcome.status,
-                fingerprint=plan.fingerprint,
-                duplicate_of=None,
-                params=plan.params,
-                config=json_safe(plan.config),
-                flags=plan.server_args.flags,
-                adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-                metrics=json_safe(metrics),
-                server_diagnostics=json_safe(outcome.server_diagnostics),
-                values=s.values,
-                constraints=s.constraints,
-                feasible=s.feasible,
-                client_behind=bool(metrics.get("client_behind", 0)),
-                timings=outcome.timings,
-                log_path=str(outcome.log_path) if outcome.log_path else None,
-                started_at=outcome.started_at,
-                command=outcome.command,
-                diagnosis=json_safe(diagnosis.as_dict()),
-                capacity=outcome.capacity,
-                stages=outcome.stages,
-                retried=outcome.retried,
-                worker=worker,
-                **failure_columns(failure),
-            ),
-        )
+        row = self._store(opened.record, trial_results.trial_record(trial.number, plan, outcome, s, diagnosis, worker))
         return self._told(opened, TrialScored(trial, row, diagnosis, failure, metrics), served, label)
 
     def duplicate(
@@ -230,31 +192,17 @@ class Recording:
         plan: TrialPlan,
         earlier: TrialRecord,
         label: str,
-        worker: dict[str, Any],
+        worker: Placement,
     ) -> TrialRecord:
         """A trial whose flags `earlier` ran: its row built from that one (no server started),
         diagnosed on this trial's configuration, then told and snapshot like any other."""
         self.events.phase("scoring")
-        failure = Failure.stored(earlier.failure_class, earlier.failure_phase, earlier.failure_line)
+        failure = trial_results.failure_of(earlier)
         diagnosis = self._diagnose(opened, earlier.metrics, plan.config, failure, earlier.constraints)
-        started_at = utcnow()
+        record = trial_results.duplicate_record(trial.number, plan, earlier, diagnosis, utcnow(), worker)
 
         def save() -> TrialRecord:  # nothing measured: nothing to spool
-            row = queries.save_duplicate(
-                self.session,
-                opened.record,
-                trial.number,
-                earlier,
-                baseline=plan.baseline,
-                fingerprint=plan.fingerprint,
-                params=plan.params,
-                config=json_safe(plan.config),
-                flags=plan.server_args.flags,
-                adjustments=[a.as_dict() for a in plan.server_args.adjustments],
-                started_at=started_at,
-                diagnosis=json_safe(diagnosis.as_dict()),
-                worker=worker,
-            )
+            row = queries.save_duplicate(self.session, opened.record, record, earlier)
             self.session.commit()
             return row
 
@@ -334,12 +282,12 @@ class Recording:
             rec,
             after,
             [
-                {
-                    "trial_number": m.number,
-                    "values": list(m.values),
-                    "params": m.params,
-                    "config": rows[m.number].config if m.number in rows else {},
-                }
+                ParetoMember(
+                    trial_number=m.number,
+                    values=list(m.values),
+                    params=m.params,
+                    config=rows[m.number].config if m.number in rows else {},
+                )
                 for m in members
             ],
             hypervolume=hv,

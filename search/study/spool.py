@@ -1,7 +1,7 @@
 """Trials measured while the database was away, kept on disk until it is back.
 
-One JSON file per trial, RUN_DIR/spool/trial-NNNN.json: the trial's record as `save_trial`
-takes it (stages included) and who wrote it. Written atomically (a temporary file in the same
+One JSON file per trial, RUN_DIR/spool/trial-NNNN.json: the trial's record, column by column
+(its load stages too), and who wrote it. Written atomically (a temporary file in the same
 directory, flushed to disk, renamed over) before the recording first waits for the database,
 removed once the record is committed. A run that finds one whose writer is gone (it gave up
 waiting, or was killed) stores it before anything else.
@@ -17,37 +17,43 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime
+from sqlalchemy import Column, DateTime
 
-from storage.tables import TrialRecord
+from storage.tables import StageRecord, TrialRecord
 
 SPOOL_DIR = "spool"
+# What the file keeps of a row: every column but those the database assigns when it is stored.
+_TRIAL_COLUMNS = [c for c in TrialRecord.__table__.columns if c.key not in ("id", "study_id")]
+_STAGE_COLUMNS = [c for c in StageRecord.__table__.columns if c.key not in ("id", "trial_id")]
 
 
 @dataclass(frozen=True)
 class Kept:
     path: Path
     study_name: str
-    trial_number: int
-    fields: dict[str, Any]  # `queries.save_trial`'s keyword arguments
+    record: TrialRecord  # in no session: `queries.save_trial` stores it
     writer: dict[str, Any]  # the `WorkerId` that measured it, as a dict
+
+    @property
+    def trial_number(self) -> int:
+        return self.record.trial_number
 
 
 def spool_dir(run_dir: Path) -> Path:
     return run_dir / SPOOL_DIR
 
 
-def keep(run_dir: Path, study_name: str, trial_number: int, fields: dict[str, Any], writer: dict[str, Any]) -> Path:
+def keep(run_dir: Path, study_name: str, record: TrialRecord, writer: dict[str, Any]) -> Path:
     """The trial's record, on disk (atomically: a reader sees all of it or none)."""
     folder = spool_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"trial-{trial_number:04d}.json"
+    path = folder / f"trial-{record.trial_number:04d}.json"
     text = json.dumps(
         {
             "study": study_name,
-            "trial_number": trial_number,
             "writer": writer,
-            "fields": {k: _encoded(v) for k, v in fields.items()},
+            "record": _encoded(record, _TRIAL_COLUMNS),
+            "stages": [_encoded(stage, _STAGE_COLUMNS) for stage in record.stages],
         },
         default=str,
     )
@@ -71,8 +77,9 @@ def kept(run_dir: Path, study_name: str) -> list[Kept]:
         data = json.loads(path.read_text())
         if data["study"] != study_name:
             continue
-        fields = {k: _decoded(k, v) for k, v in data["fields"].items()}
-        found.append(Kept(path, data["study"], data["trial_number"], fields, data["writer"]))
+        record = TrialRecord(**_decoded(data["record"], _TRIAL_COLUMNS))
+        record.stages = [StageRecord(**_decoded(stage, _STAGE_COLUMNS)) for stage in data["stages"]]
+        found.append(Kept(path, data["study"], record, data["writer"]))
     return found
 
 
@@ -80,13 +87,13 @@ def drop(path: Path) -> None:
     path.unlink(missing_ok=True)  # another worker of this host may have stored it first
 
 
-def _encoded(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value
+def _encoded(row: TrialRecord | StageRecord, columns: list[Column[Any]]) -> dict[str, Any]:
+    """The row's columns as JSON values: datetimes as ISO text."""
+    values = {c.key: getattr(row, c.key) for c in columns}
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}
 
 
-def _decoded(key: str, value: Any) -> Any:
-    """Back to what the column holds: the record's datetimes were written as ISO text."""
-    column = TrialRecord.__table__.columns.get(key)
-    if value is not None and column is not None and isinstance(column.type, DateTime):
-        return datetime.fromisoformat(value)
-    return value
+def _decoded(stored: dict[str, Any], columns: list[Column[Any]]) -> dict[str, Any]:
+    """Back to what the columns hold: the datetimes were written as ISO text."""
+    dates = {c.key for c in columns if isinstance(c.type, DateTime)}
+    return {k: datetime.fromisoformat(v) if k in dates and v is not None else v for k, v in stored.items()}

@@ -22,12 +22,13 @@ from typing import Any, Protocol
 import numpy as np
 from sqlalchemy.orm import Session
 
-from loadgen import MetricName
+from loadgen import CLIENT_BEHIND, MetricName
 from objectives import pooled
 from objectives import statistics as st
-from objectives.capacity import CAPACITY_KEYS, TARGET_ABORTED
+from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, TARGET_ABORTED
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
-from search import pareto
+from objectives.stages import TARGET, StageResult
+from search import pareto, trial_results
 from search.scenario import Scenario
 from storage import queries
 from storage.tables import StudyRecord, TrialStatus
@@ -44,7 +45,7 @@ class RunView(Protocol):
     constraints: dict[str, Any]
     failure_class: str | None
     failure_line: str | None
-    capacity: dict[str, Any] | None
+    capacity: dict[str, Any] | None  # read through search.trial_results
     stages: list[Any]
 
 
@@ -148,10 +149,10 @@ def measured_metrics(scenario: Scenario) -> list[str]:
     return names + [s.metric for s in scenario.slos if s.metric not in names]
 
 
-def target_stage(run: RunView) -> dict[str, Any] | None:
+def target_stage(run: RunView) -> StageResult | None:
     """The stored target stage of a run (its first), None when the run stored no stages."""
-    stages = getattr(run, "stages", None) or []
-    return next((st_ for st_ in stages if st_.get("kind") == "target"), stages[0] if stages else None)
+    stages = trial_results.stages_of(run)
+    return next((st_ for st_ in stages if st_.kind == TARGET), stages[0] if stages else None)
 
 
 def raised_metric(run: RunView) -> str | None:
@@ -160,33 +161,30 @@ def raised_metric(run: RunView) -> str | None:
     stage = target_stage(run)
     if not run.metrics.get(TARGET_ABORTED) or stage is None:
         return None
-    return stage.get("raised")
+    return stage.raised
 
 
 def capacity_bracket(run: RunView, metric: str, value: float) -> tuple[tuple[float, float, float], bool]:
     """A capacity metric's run value with the bracket its search ended in, and whether it is only
     a lower bound (the SLO was met at every rate tried). The rate brackets `slo_capacity_rps`;
     the rate-proportional ones scale with it (`capacity.at_capacity`)."""
-    cap = getattr(run, "capacity", None) or {}
-    rps, low, high = cap.get("rps"), cap.get("low"), cap.get("high")
-    if not isinstance(rps, (int, float)) or not math.isfinite(value):
+    cap = trial_results.capacity_of(run)
+    if cap is None or not math.isfinite(cap.rps) or not math.isfinite(value):
         return (value, value, value), False
-    censored = high is None and low is not None
-    low_rate = float(low) if low is not None else 0.0
-    high_rate = float(high) if high is not None else float(rps)
-    if metric == "slo_capacity_rps":
-        return (value, low_rate, high_rate), censored
-    if rps > 0:
-        return (value, value * low_rate / rps, value * high_rate / rps), censored
-    return (value, value, value), censored
+    low_rate = cap.low if cap.low is not None else 0.0
+    high_rate = cap.high if cap.high is not None else cap.rps
+    if metric == SLO_CAPACITY_RPS:
+        return (value, low_rate, high_rate), cap.censored
+    if cap.rps > 0:
+        return (value, value * low_rate / cap.rps, value * high_rate / cap.rps), cap.censored
+    return (value, value, value), cap.censored
 
 
 def _samples(run: RunView) -> tuple[dict[str, Any] | None, float | None]:
     stage = target_stage(run)
-    if stage is None or not isinstance(stage.get("samples"), dict):
+    if stage is None or stage.samples is None:
         return None, None
-    elapsed = stage.get("elapsed_s")
-    return stage["samples"], float(elapsed) if isinstance(elapsed, (int, float)) else None
+    return stage.samples, stage.elapsed_s
 
 
 def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequence[str]) -> CandidateResult:
@@ -231,7 +229,7 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
         for r, good in zip(runs, ok)
         if not good
     ]
-    behind = [r.round + 1 for r, good in zip(runs, ok) if good and r.metrics.get("client_behind")]
+    behind = [r.round + 1 for r, good in zip(runs, ok) if good and r.metrics.get(CLIENT_BEHIND)]
     return CandidateResult(
         trial_number=trial_number,
         baseline=runs[0].baseline if runs else None,

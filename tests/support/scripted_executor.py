@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadgen.metrics import GoodputSLO, json_safe
+from loadgen.metrics import GoodputSLO
 from loadgen.workload import WorkloadSpec
 from objectives import capacity as cap
 from objectives.stages import CAPACITY, TARGET, StagedRun, StageResult, margin, stage_slos
 from search.calibration import CalibrationResult
-from search.executor import Measurement, PhaseCallback, TrialOutcome, TrialPlan
+from search.executor import Measurement, PhaseCallback, Timings, TrialOutcome, TrialPlan
 from serving import Failure, FailureClass
 from storage.tables import TrialStatus
 
@@ -107,13 +107,13 @@ def staged(executor: ScriptedExecutor) -> Callable[[TrialPlan], TrialOutcome]:
             rate = cap.next_rate([s.probe for s in stages], m.capacity.search_settings(), plan.capacity_hint)
         run = StagedRun(stages, target=None, capacity=cap.estimate([s.probe for s in stages]))
         load_s = sum(s.elapsed_s + s.idle_wait_s for s in stages) + 2.0
-        timings = {"start_s": 30.0, "load_s": load_s, "stop_s": 1.5, "total_s": 31.5 + load_s}
+        timings = Timings(start_s=30.0, load_s=load_s, stop_s=1.5, total_s=31.5 + load_s)
         return TrialOutcome(
             status=TrialStatus.OK,
             metrics=run.metrics(),
             timings=timings,
-            stages=[json_safe(s.as_row()) for s in stages],
-            capacity=json_safe(run.capacity.as_dict()),
+            stages=stages,
+            capacity=run.capacity,
             command=f"scripted {plan.server_args.flags}",
         )
 

@@ -13,8 +13,9 @@ from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_sa
 from loadgen.records import ABORTED, HTTP_ERROR
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
+from search.trial_results import stage_columns
 from storage import queries
-from storage.tables import StageRecord, StudyRecord
+from storage.tables import StageRecord, StudyRecord, TrialRecord
 
 T0 = 100.0
 
@@ -113,23 +114,25 @@ def test_stage_rows_store_their_samples(tmp_path):
         queries.save_trial(
             session,
             study,
-            0,
-            stages=[stage],
-            status="ok",
-            fingerprint="f",
-            params={},
-            config={},
-            flags={},
-            command="",
-            adjustments=[],
-            metrics={},
-            server_diagnostics={},
-            constraints={},
-            feasible=True,
-            timings={},
-            retried=[],
-            diagnosis={"bottleneck": "healthy", "headline": ""},
-            started_at=datetime(2026, 11, 22),
+            TrialRecord(
+                trial_number=0,
+                stages=[StageRecord(**s) for s in [stage]],
+                status="ok",
+                fingerprint="f",
+                params={},
+                config={},
+                flags={},
+                command="",
+                adjustments=[],
+                metrics={},
+                server_diagnostics={},
+                constraints={},
+                feasible=True,
+                timings={},
+                retried=[],
+                diagnosis={"bottleneck": "healthy", "headline": ""},
+                started_at=datetime(2026, 11, 22),
+            ),
         )
         session.commit()
     with Session(engine) as session:
@@ -221,4 +224,4 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     target, capacity = run.stages
     assert target.passed and capacity.passed and capacity.aborted.startswith("likely pass")
     assert capacity.probe.margin == pytest.approx(-0.6) and capacity.saved_s == pytest.approx(4.0)
-    assert capacity.as_row()["passed"] is True and "met every SLO" in capacity.describe()
+    assert stage_columns(capacity)["passed"] is True and "met every SLO" in capacity.describe()

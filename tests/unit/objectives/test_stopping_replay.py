@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from benchmarks import stopping_replay as sr
 from loadgen import request_samples
 from storage import queries
-from storage.tables import StudyRecord
+from storage.tables import StageRecord, StudyRecord, TrialRecord
 from tests.support.simulated_stages import done, saturated_stage
 
 SCENARIO = Path("tests/fixtures/scenarios/loop_capacity.yaml").read_text()  # ttft_p95 <= 2000 ms, tpot_p95 <= 100 ms
@@ -67,23 +67,25 @@ def build_study(path: Path) -> None:
         queries.save_trial(
             session,
             study,
-            0,
-            stages=stages,
-            status="ok",
-            fingerprint="f",
-            params={},
-            config={},
-            flags={},
-            command="",
-            adjustments=[],
-            metrics={},
-            server_diagnostics={},
-            constraints={},
-            feasible=True,
-            timings={},
-            retried=[],
-            diagnosis={"bottleneck": "healthy", "headline": ""},
-            started_at=datetime(2026, 11, 22),
+            TrialRecord(
+                trial_number=0,
+                stages=[StageRecord(**s) for s in stages],
+                status="ok",
+                fingerprint="f",
+                params={},
+                config={},
+                flags={},
+                command="",
+                adjustments=[],
+                metrics={},
+                server_diagnostics={},
+                constraints={},
+                feasible=True,
+                timings={},
+                retried=[],
+                diagnosis={"bottleneck": "healthy", "headline": ""},
+                started_at=datetime(2026, 11, 22),
+            ),
         )
         session.commit()
 

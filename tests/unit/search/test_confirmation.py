@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy.orm import Session
 
+from objectives.capacity import CapacityEstimate
 from search.outputs import verdict_text
 from search.study.verdict import Outcome, decide
 from storage import queries
@@ -155,7 +156,7 @@ def test_confirmation_looks_for_the_capacity_where_the_search_bracketed_it(tmp_p
     def script(plan):
         outcome = measured(plan)
         low, high = bracket(plan.config)
-        outcome.capacity = {"rps": low, "low": low, "high": high, "stages": 3, "summary": ""}
+        outcome.capacity = CapacityEstimate(low, low, high, 3, "")
         return outcome
 
     r, executor, _ = study(tmp_path, script, confirm_runs=1)
@@ -177,7 +178,7 @@ def test_later_rounds_look_where_the_last_confirmation_run_bracketed_the_capacit
     def script(plan):
         outcome = measured(plan)
         low, high = bracket(plan, confirming=bool(plan.run_name))
-        outcome.capacity = {"rps": low, "low": low, "high": high, "stages": 3, "summary": ""}
+        outcome.capacity = CapacityEstimate(low, low, high, 3, "")
         return outcome
 
     r, executor, _ = study(tmp_path, script, confirm_runs=2)
@@ -237,6 +238,8 @@ class Run:  # a stored confirmation run, as the verdict reads one
     metrics: dict = field(default_factory=lambda: {"ttft_p95_ms": 3000.0, "output_throughput": 50.0})
     failure_class: str | None = None
     failure_line: str | None = None
+    capacity: dict | None = None
+    stages: list = field(default_factory=list)
 
 
 def test_the_closest_candidate_is_judged_on_its_graded_slos_not_on_pass_fail_ones():

@@ -14,6 +14,7 @@ from search.study import coordination as coord
 from search.study import spool
 from search.study.errors import DatabaseUnreachable, StudyStopped
 from search.study.outage import DatabaseWatch
+from storage.tables import StageRecord, TrialRecord
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import runner
 
@@ -114,17 +115,26 @@ def test_heartbeats_tell_nothing_while_the_database_is_away_nor_for_a_grace_peri
 
 
 def test_the_spool_keeps_a_trials_record_whole(tmp_path):
-    fields = {
-        "status": "ok",
-        "metrics": {"ttft_p95_ms": 512.0, "x": None},
-        "values": [80.0, float("inf")],
-        "started_at": datetime(2026, 11, 25, 16, 0, 1),
-        "stages": [{"stage_index": 0, "rate": 1.5}],
-    }
-    path = spool.keep(tmp_path, "loop", 3, fields, {"pid": 7, "token": "t"})
+    record = TrialRecord(
+        trial_number=3,
+        status="ok",
+        metrics={"ttft_p95_ms": 512.0, "x": None},
+        values=[80.0, float("inf")],
+        started_at=datetime(2026, 11, 25, 16, 0, 1),
+        stages=[StageRecord(stage_index=0, rate=1.5, samples={"ok": [True]})],
+    )
+    path = spool.keep(tmp_path, "loop", record, {"pid": 7, "token": "t"})
     assert [p.name for p in path.parent.iterdir()] == ["trial-0003.json"]  # no temporary file left
     [kept] = spool.kept(tmp_path, "loop")
-    assert (kept.trial_number, kept.fields, kept.writer) == (3, fields, {"pid": 7, "token": "t"})
+    assert (kept.trial_number, kept.writer) == (3, {"pid": 7, "token": "t"})
+    back = kept.record
+    assert (back.status, back.metrics, back.values, back.started_at) == (
+        "ok",
+        {"ttft_p95_ms": 512.0, "x": None},
+        [80.0, float("inf")],
+        datetime(2026, 11, 25, 16, 0, 1),
+    )
+    assert [(s.stage_index, s.rate, s.samples) for s in back.stages] == [(0, 1.5, {"ok": [True]})]
     assert spool.kept(tmp_path, "another study") == []
     spool.drop(path)
     spool.drop(path)  # already stored and dropped by another worker: nothing to do

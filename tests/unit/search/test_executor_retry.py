@@ -65,9 +65,11 @@ def test_a_transient_failure_is_retried_on_the_same_flags_and_recorded(world, cl
     outcome = ex.run(plan)
     assert outcome.status is TrialStatus.OK and outcome.failure is None
     assert flags_seen == [{"max-num-seqs": 8}] * 2
-    assert [(r["cls"], r["phase"], r["line"]) for r in outcome.retried] == [(cls.value, "startup", f"{cls.value} line")]
-    assert outcome.retried[0]["seconds"] >= 0
-    assert outcome.retried[0]["log_path"] == str(trial_dir / "server.1.log")
+    assert [(r.failure.cls, r.failure.phase, r.failure.line) for r in outcome.retried] == [
+        (cls, "startup", f"{cls.value} line")
+    ]
+    assert outcome.retried[0].seconds >= 0
+    assert outcome.retried[0].log_path == str(trial_dir / "server.1.log")
     assert (trial_dir / "server.1.log").read_text() == f"start failing with {cls}\n"
     assert outcome.log_path == trial_dir / "server.log"
     assert (trial_dir / "server.log").read_text() == "start failing with None\n"

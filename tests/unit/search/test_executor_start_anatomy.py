@@ -46,7 +46,7 @@ def test_a_trial_stores_its_start_anatomy_with_the_first_token_of_its_load(tmp_p
     )
     plan = TrialPlan(1, None, {}, {}, resolve_server_args({}, ctx, where="t"), [])
     outcome = VllmExecutor(ctx, Measurement(workload), tmp_path).run(plan)
-    phases = outcome.timings["start_anatomy"]["phases"]
+    phases = outcome.timings.start_anatomy.phases
     assert phases["import"] == 8.5 and phases["health"] == 21.5
     assert 0.4 < phases["first token"] < 0.6
     assert 2.4 < phases["load warm-up"] < 2.6  # from the first token to the first measured request

@@ -29,8 +29,8 @@ DISTS = {
 AT = {"max_num_seqs": 8, "max_num_batched_tokens": 512, "memory_utilization": 0.45, "long_prefill_token_threshold": 0}
 
 
-def diagnosed(bottleneck: str) -> dict:
-    return Diagnosis(bottleneck, "scripted").as_dict()
+def diagnosed(bottleneck: str) -> Diagnosis:
+    return Diagnosis(bottleneck, "scripted")
 
 
 def study_after(bottleneck: str, metrics: dict, config: dict = AT, unset: dict | None = None) -> optuna.Study:

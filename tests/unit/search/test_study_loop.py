@@ -18,12 +18,13 @@ from sqlalchemy.orm import Session
 import search.pareto
 import search.prepare
 import search.study.loop
-from search.executor import CalibrationFailed, TrialOutcome
+from search.executor import CalibrationFailed, RetriedStart, TrialOutcome
 from search.outputs import DashboardPublisher
 from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid
 from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
+from search.trial_results import retried_of
 from serving import Failure, FailureClass
 from storage import queries
 from storage.tables import TrialStatus
@@ -630,13 +631,11 @@ def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line
 
     from search.outputs import StudyProgress
 
-    lost = {
-        "cls": "killed",
-        "phase": "startup",
-        "line": "the API server was killed by SIGKILL from outside",
-        "seconds": 12.3,
-        "log_path": str(tmp_path / "loop" / "trial-0000" / "server.1.log"),
-    }
+    lost = RetriedStart(
+        Failure(FailureClass.KILLED, "the API server was killed by SIGKILL from outside"),
+        12.3,
+        str(tmp_path / "loop" / "trial-0000" / "server.1.log"),
+    )
 
     def retried_once(plan):
         outcome = measured(plan)
@@ -647,7 +646,7 @@ def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line
     progress = StudyProgress(console)
     r = runner(tmp_path, ScriptedExecutor(script=retried_once), trials=1, observers=[progress])
     r.run()
-    assert [row.retried for row in rows(r)] == [[lost]]
+    assert [retried_of(row) for row in rows(r)] == [[lost]]
     assert "after 1 retried start (killed, 12 s)" in console.export_text()
 
 

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from objectives.stages import StageResult
 from search.scenario import load
 from search.study.verdict import Outcome, decide
+from search.trial_results import stage_columns
 from tests.support.paths import FIXTURES
 
 SCENARIO, _, _ = load(FIXTURES / "scenarios" / "loop_capacity.yaml")
@@ -48,15 +50,21 @@ def samples(ttft_s, cls="a"):
 
 
 def run(trial, rnd, ttft, rps, low, high, baseline=None, ttft_samples=None, aborted=None, raised=None):
-    stages = [
-        {
-            "kind": "target",
-            "elapsed_s": 20.0,
-            "aborted": aborted,
-            "raised": raised,
-            **({"samples": samples(ttft_samples)} if ttft_samples is not None else {}),
-        }
-    ]
+    target = StageResult(
+        index=0,
+        kind="target",
+        rate=1.0,
+        planned_s=20.0,
+        elapsed_s=20.0,
+        margin=-0.5,
+        violations={},
+        metrics={},
+        server_diagnostics={},
+        aborted=aborted,
+        samples=samples(ttft_samples) if ttft_samples is not None else None,
+        raised=raised,
+    )
+    stages = [stage_columns(target)]
     metrics = {
         "ttft_p95_ms": ttft,
         "slo_capacity_rps": rps,

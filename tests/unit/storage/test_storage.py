@@ -9,7 +9,15 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
 from storage import queries
-from storage.tables import BUILD, FIRST_STAMPED_BUILD, SCHEMA_VERSION, SchemaRecord, StudyRecord, TrialRecord
+from storage.tables import (
+    BUILD,
+    FIRST_STAMPED_BUILD,
+    SCHEMA_VERSION,
+    ParetoMember,
+    SchemaRecord,
+    StudyRecord,
+    TrialRecord,
+)
 
 
 def new_study(session, name="s"):
@@ -47,9 +55,14 @@ def trial_fields(**kw):
         retried=[],
         diagnosis={"bottleneck": "healthy"},
         started_at=datetime(2026, 11, 22),
+        finished_at=datetime(2026, 11, 22),
     )
     base.update(kw)
     return base
+
+
+def trial(number, **kw) -> TrialRecord:
+    return TrialRecord(trial_number=number, **trial_fields(**kw))
 
 
 def test_tables_live_beside_optunas_in_one_sqlite_file(tmp_path):
@@ -71,11 +84,9 @@ def test_trials_upsert_and_earlier_runs_are_found_by_fingerprint(tmp_path):
     engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
-        queries.save_trial(
-            session, rec, 0, **trial_fields(status="failed", fingerprint="bad", failure_class="invalid_config")
-        )
-        queries.save_trial(session, rec, 1, **trial_fields())
-        queries.save_trial(session, rec, 1, **trial_fields(metrics={"goodput": 2.0}))  # replaces
+        queries.save_trial(session, rec, trial(0, status="failed", fingerprint="bad", failure_class="invalid_config"))
+        queries.save_trial(session, rec, trial(1))
+        queries.save_trial(session, rec, trial(1, metrics={"goodput": 2.0}))  # replaces
         session.commit()
     with Session(engine) as session:
         rec = queries.require_study(session, "s")
@@ -96,7 +107,7 @@ def test_pareto_snapshots_keep_history(tmp_path):
                 session,
                 rec,
                 after,
-                [{"trial_number": n, "values": v, "params": {}, "config": {}} for n, v in members],
+                [ParetoMember(trial_number=n, values=v, params={}, config={}) for n, v in members],
                 hypervolume=hv,
                 n_finished=after + 1,
                 n_feasible=after + 1,
@@ -105,7 +116,7 @@ def test_pareto_snapshots_keep_history(tmp_path):
             session,
             rec,
             2,
-            [{"trial_number": 2, "values": [3.0], "params": {}, "config": {}}],
+            [ParetoMember(trial_number=2, values=[3.0], params={}, config={})],
             hypervolume=3.0,
             n_finished=3,
             n_feasible=3,
@@ -158,34 +169,31 @@ def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_tri
     with Session(engine) as session:
         rec = new_study(session)
         queries.save_trial(
-            session,
-            rec,
-            0,
-            **trial_fields(status="failed", failure_class="load_error", failure_phase="load", values=[0.0]),
+            session, rec, trial(0, status="failed", failure_class="load_error", failure_phase="load", values=[0.0])
         )
         queries.save_trial(
             session,
             rec,
-            1,
-            **trial_fields(
-                status="failed", fingerprint="bad", failure_class="invalid_config", failure_phase="precheck"
-            ),
+            trial(1, status="failed", fingerprint="bad", failure_class="invalid_config", failure_phase="precheck"),
         )
-        queries.save_trial(session, rec, 2, **trial_fields(log_path="/runs/trial-0002/server.log"))
+        queries.save_trial(session, rec, trial(2, log_path="/runs/trial-0002/server.log"))
         assert queries.earlier_run_of(session, rec, "f1").trial_number == 2  # not the load generator's failure
-        queries.save_duplicate(
-            session,
-            rec,
-            3,
-            queries.earlier_run_of(session, rec, "f1"),
+        repeat = TrialRecord(
+            trial_number=3,
+            status="duplicate",
+            duplicate_of=2,
             fingerprint="f1",
             params={"max_num_seqs": 9},
             config={"max_num_seqs": 9},
             flags={},
             adjustments=[],
+            timings={},
+            retried=[],
             started_at=datetime(2026, 11, 23),
+            finished_at=datetime(2026, 11, 23),
             diagnosis={"bottleneck": "healthy"},
         )
+        queries.save_duplicate(session, rec, repeat, queries.earlier_run_of(session, rec, "f1"))
         session.commit()
         dup = queries.trial_records(session, rec)[3]
         assert (dup.status, dup.duplicate_of, dup.params, dup.diagnosis) == (
@@ -194,8 +202,8 @@ def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_tri
             {"max_num_seqs": 9},
             {"bottleneck": "healthy"},
         )
-        assert {k: getattr(dup, k) for k in queries.REUSED_FIELDS} == {
-            k: getattr(queries.trial_records(session, rec)[2], k) for k in queries.REUSED_FIELDS
+        assert {k: getattr(dup, k) for k in queries.REUSED_COLUMNS} == {
+            k: getattr(queries.trial_records(session, rec)[2], k) for k in queries.REUSED_COLUMNS
         }
         assert (dup.timings, dup.stages, dup.retried, dup.log_path) == ({}, [], [], "/runs/trial-0002/server.log")
         assert queries.server_starts(session, rec) == 2  # the load error and trial 2; not the pre-check, not the repeat

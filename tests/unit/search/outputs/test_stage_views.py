@@ -74,8 +74,8 @@ def test_report_draws_latency_against_rate_with_the_slo_bounds_and_each_capacity
     assert len(aborted) == 2 and points["marker"]["symbol"].count("circle-open") == 2
     assert sum("aborted: ttft_p95_ms<=2000 is certain" in text for text in points["text"]) == 2  # hover: why
     # The capacity: a vertical line at it, over its bracket (met at low, violated at high).
-    assert [cap["rps"], cap["rps"]] in [t["x"] for t in traces]
-    assert any(min(t["x"]) == cap["low"] and max(t["x"]) == cap["high"] for t in traces if t.get("fill"))
+    assert [cap.rps, cap.rps] in [t["x"] for t in traces]
+    assert any(min(t["x"]) == cap.low and max(t["x"]) == cap.high for t in traces if t.get("fill"))
     # A menu shows one trial at a time.
     assert [b["label"] for b in layout["updatemenus"][0]["buttons"]][:3] == [
         "all trials",
@@ -139,10 +139,10 @@ def test_best_yaml_quotes_the_chosen_capacity_beside_each_baselines(study, loade
     chosen = next(v for v in views if v.chosen)
     with Session(queries.open_db(study[0])) as session:
         best = export.export(session, study[0], "loop", study[1] / "export").best.read_text()
-    new, old = chosen.capacity["rps"], views[0].capacity["rps"]
+    new, old = chosen.capacity.rps, views[0].capacity.rps
     gain = f"{(new - old) / old * 100:+.0f}%"
     line = next(x for x in best.splitlines() if x.startswith("# capacity under the SLO: "))
-    assert line.startswith(f"# capacity under the SLO: {chosen.capacity['summary']}; baselines: ")
+    assert line.startswith(f"# capacity under the SLO: {chosen.capacity.summary}; baselines: ")
     assert f"vllm_defaults 2.27 req/s ({gain})" in line
     assert line.endswith(", starved 0 req/s")  # no gain over nothing
 
