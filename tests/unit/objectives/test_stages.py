@@ -13,6 +13,14 @@ from objectives import stages as st
 from objectives.stages import CapacitySpec
 
 
+async def _idle_at_once(base_url, timeout_s, watch=None):
+    return 0.0, None
+
+
+async def _no_reset_endpoint(base_url, watch=None):
+    return None
+
+
 def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypatch):
     """Requests cut short are left out of the partial numbers: without the fix the stage would
     report a TTFT tail under the bound it certainly broke."""
@@ -40,6 +48,8 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
         {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
     monkeypatch.setattr(st, "run_load", fake_run_load)
+    monkeypatch.setattr(st, "wait_idle", _idle_at_once)  # before the capacity stage: no server to ask
+    monkeypatch.setattr(st, "reset_prefix_cache", _no_reset_endpoint)
     run = asyncio.run(
         st.run_stages(
             "http://127.0.0.1:9",
