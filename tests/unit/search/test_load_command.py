@@ -76,6 +76,9 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
     async def fake_load(url, model, spec, **kw):
         return fake_run(spec)
 
+    async def fake_reset(url, watch=None):
+        return True
+
     class FakeServer:
         base_url = URL
 
@@ -87,6 +90,7 @@ def test_capacity_probe_is_the_calibrations_saturation_run(tmp_path, monkeypatch
 
     monkeypatch.setattr(measuring, "launch", lambda *a, **kw: FakeServer())
     monkeypatch.setattr(measuring, "run_load", fake_load)
+    monkeypatch.setattr(measuring, "reset_prefix_cache", fake_reset)  # between rounds: no server to ask
     ctx = SimpleNamespace(model=SimpleNamespace(path=tmp_path))
     measuring.calibrate(sc, ctx, baseline=None, run_dir=tmp_path)
     saturation = sent[-1]
