@@ -29,6 +29,7 @@ import yaml
 
 from loadgen import MetricName, Trace, TraceError, TrafficStats, read_trace, shared_tokens_from_segments, traffic_stats
 from loadgen import clipped as clip_trace
+from objectives.capacity import SLO_CAPACITY_RPS
 from search import scenario as scenario_mod
 
 OBJECTIVES = ("latency", "throughput", "balanced")
@@ -143,12 +144,12 @@ def _objectives(source: dict[str, Any], objective: str | None) -> tuple[list[dic
             if sel.get(key):
                 sel[key] = _unclassed(sel[key])
         return objs, sel
-    capacity = {"metric": "slo_capacity_rps", "direction": "maximize"}
+    capacity = {"metric": SLO_CAPACITY_RPS, "direction": "maximize"}
     latency = {"metric": ttft, "direction": "minimize"}
     if objective == "latency":
-        return [latency, capacity], {"rule": "best_of", "metric": ttft, "tolerance": 0.1, "then": "slo_capacity_rps"}
+        return [latency, capacity], {"rule": "best_of", "metric": ttft, "tolerance": 0.1, "then": SLO_CAPACITY_RPS}
     if objective == "throughput":
-        return [capacity, latency], {"rule": "best_of", "metric": "slo_capacity_rps", "tolerance": 0.1, "then": ttft}
+        return [capacity, latency], {"rule": "best_of", "metric": SLO_CAPACITY_RPS, "tolerance": 0.1, "then": ttft}
     return [latency, capacity], {"rule": "knee"}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen import WorkloadSpec
+from loadgen import CLIENT_BEHIND, WorkloadSpec
 from objectives.diagnosis.compute_branches import decode_bound, prefill_bound
 from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
 from objectives.diagnosis.readings import fmt_ms, has_shared_prefix, known, num, violated_metrics
@@ -190,7 +190,7 @@ def _side_notes(m, config, workload) -> list[str]:
             if known(hit):
                 notes.append(f"prefix cache hit rate {hit:.0%} of prompt tokens")
     lag = num(m, "schedule_lag_p99_ms")
-    if num(m, "client_behind") >= 1 and not (known(lag) and lag > CLIENT_LAG_SHARE_OF_TTFT * num(m, "ttft_median_ms")):
+    if num(m, CLIENT_BEHIND) >= 1 and not (known(lag) and lag > CLIENT_LAG_SHARE_OF_TTFT * num(m, "ttft_median_ms")):
         notes.append(
             f"the load generator flagged schedule lag (p99 {fmt_ms(lag)}), small next to the "
             "latencies measured: the results stand"

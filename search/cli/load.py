@@ -237,7 +237,7 @@ def print_result(result, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from loadgen import class_key
+    from loadgen import CLIENT_BEHIND, class_key
 
     console = console or Console()
     f = result.flat()
@@ -280,7 +280,7 @@ def print_result(result, console=None) -> None:
             f"{_cell(f['schedule_lag_p50_ms'])} / {_cell(f['schedule_lag_p99_ms'])} / {_cell(f['schedule_lag_max_ms'])}",
         ),
         ("client CPU (cores, of the run)", _cell(result.client_cpu_share)),
-        ("client behind", "[red]YES[/]" if f["client_behind"] else "no"),
+        ("client behind", "[red]YES[/]" if f[CLIENT_BEHIND] else "no"),
     ]
     for k, v in rows:
         run.add_row(k, v)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from search.outputs import verdict_text
 from search.outputs.format import fmt_bracket, fmt_interval, unit_of
 from search.outputs.read_model import LoadedStudy
@@ -78,6 +79,6 @@ def confirmation_rows(ls: LoadedStudy) -> ConfirmationRows | None:
 def _median_text(c, name: str) -> str:
     """A median [95% interval] as written; a capacity with each run's bracket after it."""
     text = fmt_interval(c.metrics[name], unit=unit_of(name))
-    if name == "slo_capacity_rps" and c.brackets.get(name):
+    if name == SLO_CAPACITY_RPS and c.brackets.get(name):
         text += "; runs " + " ".join(fmt_bracket(lo, hi) for est, lo, hi in c.brackets[name] if est == est)
     return text

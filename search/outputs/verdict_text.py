@@ -16,7 +16,7 @@ import numpy as np
 
 from loadgen import MetricName, class_key
 from objectives import statistics as st
-from objectives.capacity import CAPACITY_KEYS
+from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
 from search.calibration import CalibrationResult
 from search.outputs.format import (
     comparison_line,
@@ -205,7 +205,7 @@ def _latency_objective(scenario: Scenario) -> str | None:
 
 def _capacity_objective(scenario: Scenario) -> str | None:
     names = measured_metrics(scenario)
-    return "slo_capacity_rps" if "slo_capacity_rps" in names else next((m for m in names if m in CAPACITY_KEYS), None)
+    return SLO_CAPACITY_RPS if SLO_CAPACITY_RPS in names else next((m for m in names if m in CAPACITY_KEYS), None)
 
 
 def _gain_part(
@@ -260,7 +260,7 @@ def bound_notes(v: Verdict, scenario: Scenario) -> list[str]:
                     f"entered as that bound" + ("; the median is a bound too" if c.metrics[m].at_least else "")
                 )
         for m, brackets in c.brackets.items():
-            if m == "slo_capacity_rps" and brackets:
+            if m == SLO_CAPACITY_RPS and brackets:
                 runs = ", ".join(fmt_bracket(lo, hi) if math.isfinite(est) else "failed" for est, lo, hi in brackets)
                 lines.append(
                     f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "

@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from objectives.capacity import SLO_CAPACITY_RPS
+
 SCHEMA = 1
-CAPACITY = "slo_capacity_rps"
+CAPACITY = SLO_CAPACITY_RPS  # the capacity metric a landscape records per measurement
 
 
 class LandscapeError(ValueError):

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from loadgen import MetricName, WorkloadSpec
-from objectives.capacity import CAPACITY_KEYS
+from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
 from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
 from search.scenario.sections import (
@@ -192,7 +192,7 @@ class Scenario(Strict):
 # Throughput metrics and what measures each where an open loop's cannot: below saturation an open
 # loop's throughput is its offered load, whatever the config.
 OPEN_LOOP_THROUGHPUT = {
-    "request_throughput": "slo_capacity_rps",
+    "request_throughput": SLO_CAPACITY_RPS,
     "output_throughput": "slo_capacity_output_throughput",
     "total_token_throughput": "slo_capacity_total_token_throughput",
     "goodput": "slo_capacity_goodput",

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from tests.support.servers import quick_server_values
 
 pytestmark = pytest.mark.vllm
@@ -76,7 +77,7 @@ def test_stages_step_up_while_the_slo_holds_with_a_drained_reset_server(staged_s
     assert [s.prefix_cache_reset for s in run.stages[1:]] == [True, True]  # the real dev endpoint
     assert all(s.requests_sent > 0 and s.metrics["completed"] == s.requests_sent for s in run.stages)
     assert run.capacity.censored and run.capacity.rps == 4.0
-    assert run.metrics()["slo_capacity_rps"] == 4.0
+    assert run.metrics()[SLO_CAPACITY_RPS] == 4.0
 
 
 def test_a_hopeless_target_stage_aborts_early_in_the_search_phase_and_is_not_searched_below(staged_server, launch_ctx):

@@ -6,6 +6,7 @@ each confirmation run measures the truth times its round's drift, alike for ever
 
 from __future__ import annotations
 
+from loadgen import CLIENT_BEHIND
 from search.executor import TrialOutcome
 from serving import Failure, FailureClass
 from storage.tables import TrialStatus
@@ -57,7 +58,7 @@ def world(
                 "error_rate": 0.0,
                 "completed": 8.0,
                 "failed": 0.0,
-                "client_behind": 0.0,
+                CLIENT_BEHIND: 0.0,
             },
         )
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen import CLIENT_BEHIND
 from loadgen.metrics import GoodputSLO
 from loadgen.workload import WorkloadSpec
 from objectives import capacity as cap
@@ -34,7 +35,7 @@ def measured(plan: TrialPlan) -> TrialOutcome:
         "error_rate": 0.0,
         "completed": 8.0,
         "failed": 0.0,
-        "client_behind": 0.0,
+        CLIENT_BEHIND: 0.0,
     }
     return TrialOutcome(status=TrialStatus.OK, metrics=metrics, command=f"scripted {plan.server_args.flags}")
 
@@ -66,7 +67,7 @@ def _stage_metrics(plan: TrialPlan, rate: float) -> dict[str, float]:
         "error_rate": 0.0,
         "completed": 8.0,
         "failed": 0.0,
-        "client_behind": 0.0,
+        CLIENT_BEHIND: 0.0,
     }
 
 

@@ -17,7 +17,7 @@ from loadgen.loadrun import run_load
 from loadgen.records import ABORTED
 from loadgen.workload import WorkloadSpec
 from objectives import stages as st
-from objectives.capacity import TARGET_ABORTED, interpolate
+from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, reset_prefix_cache, run_stages, wait_idle
@@ -189,7 +189,7 @@ def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
     est = run.capacity
     assert est.censored and est.rps == 16.0 and est.stages == 3
     metrics = run.metrics()
-    assert metrics["slo_capacity_rps"] == 16.0 and metrics[TARGET_ABORTED] == 0.0
+    assert metrics[SLO_CAPACITY_RPS] == 16.0 and metrics[TARGET_ABORTED] == 0.0
     assert metrics["slo_capacity_output_throughput"] > 0
     assert sum(st.idle_wait_s for st in run.stages) >= 2 * (busy - 0.2)
 
@@ -214,7 +214,7 @@ def test_stages_step_down_to_the_floor_when_every_rate_fails(tok_dir, tok):
     assert est.rps == 0.0 and est.low is None and est.high == 5.0
     assert "misses the SLO even at 5 req/s" in est.summary
     metrics = run.metrics()
-    assert metrics[TARGET_ABORTED] == 1.0 and metrics["slo_capacity_rps"] == 0.0
+    assert metrics[TARGET_ABORTED] == 1.0 and metrics[SLO_CAPACITY_RPS] == 0.0
     assert metrics["slo_capacity_goodput"] == 0.0
     assert sum(1 for st in run.stages if st.aborted) == 3 and sum(st.saved_s for st in run.stages) > 0
 
@@ -272,7 +272,7 @@ def test_stages_bracket_a_real_capacity(tok_dir, tok):
     for x in stages:
         assert math.isnan(x.probe.margin) if x.aborted else x.probe.margin == x.margin
     assert est.rps == pytest.approx(interpolate(stages[3].probe, stages[2].probe))
-    assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
+    assert run.metrics()[SLO_CAPACITY_RPS] == pytest.approx(est.rps)
 
 
 # -- below the target, and the search phase's stops -------------------------------------------------
@@ -305,7 +305,7 @@ def test_stages_search_below_a_missed_target_with_lengthened_stages(tok_dir, tok
         assert x.requests_planned >= 6
     est = run.capacity
     assert est.rps > 0 and est.low <= 1 / STREAM_S <= est.high < 6.0
-    assert run.metrics()["slo_capacity_rps"] == pytest.approx(est.rps)
+    assert run.metrics()[SLO_CAPACITY_RPS] == pytest.approx(est.rps)
 
 
 def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir, tok):
@@ -319,4 +319,4 @@ def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir,
     assert est.summary.startswith("below the target rate 20 req/s (screen")
     assert est.stop_reason == "target missed (screen)"
     assert any("trial stopped after this stage: target missed" in n for n in run.stages[0].notes)
-    assert run.metrics()["slo_capacity_rps"] == 0.0
+    assert run.metrics()[SLO_CAPACITY_RPS] == 0.0

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from loadgen import CLIENT_BEHIND
 from loadgen.metrics import BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms, metric_names
 from loadgen.records import HTTP_ERROR, TRUNCATED, RequestRecord
 from loadgen.server_metrics import SERVER_KEYS, ServerDiagnostics
@@ -162,7 +163,7 @@ def test_flat_keys_are_exactly_the_contract():
         "schedule_lag_p50_ms",
         "schedule_lag_p99_ms",
         "schedule_lag_max_ms",
-        "client_behind",
+        CLIENT_BEHIND,
         "server_preemptions",
         "server_prefix_cache_hit_rate",
         "server_kv_cache_usage_peak",

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from objectives.capacity import (
+    SLO_CAPACITY_RPS,
     CapacityEstimate,
     Front,
     Probe,
@@ -307,21 +308,19 @@ def test_below_target_is_an_upper_bound_with_its_reason():
 
 # -- the front ------------------------------------------------------------------------------------
 
-DIRS = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}
+DIRS = {"ttft_p95_ms": "minimize", SLO_CAPACITY_RPS: "maximize"}
 
 
 def test_a_trial_whose_best_is_dominated_cannot_reach_the_front():
-    front = Front(
-        DIRS, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.0}, {"ttft_p95_ms": 900.0, "slo_capacity_rps": 5.0})
-    )
+    front = Front(DIRS, ({"ttft_p95_ms": 500.0, SLO_CAPACITY_RPS: 3.0}, {"ttft_p95_ms": 900.0, SLO_CAPACITY_RPS: 5.0}))
     # at best 4 req/s with 600 ms: the first member is better in TTFT but not in capacity; the
     # second not in TTFT: both can still be beaten
-    assert front.dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 4.0}) is None
+    assert front.dominating({"ttft_p95_ms": 600.0, SLO_CAPACITY_RPS: 4.0}) is None
     # at best 2.9 req/s with 600 ms: the first member is at least as good on both
-    assert front.dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 2.9})["slo_capacity_rps"] == 3.0
-    assert front.dominating({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.0}) is not None  # ties: at least as good
-    assert front.dominating({"ttft_p95_ms": math.nan, "slo_capacity_rps": 1.0}) is None  # unknown: may matter
-    assert Front(DIRS).dominating({"ttft_p95_ms": 600.0, "slo_capacity_rps": 1.0}) is None  # empty front
+    assert front.dominating({"ttft_p95_ms": 600.0, SLO_CAPACITY_RPS: 2.9})[SLO_CAPACITY_RPS] == 3.0
+    assert front.dominating({"ttft_p95_ms": 500.0, SLO_CAPACITY_RPS: 3.0}) is not None  # ties: at least as good
+    assert front.dominating({"ttft_p95_ms": math.nan, SLO_CAPACITY_RPS: 1.0}) is None  # unknown: may matter
+    assert Front(DIRS).dominating({"ttft_p95_ms": 600.0, SLO_CAPACITY_RPS: 1.0}) is None  # empty front
 
 
 # -- the first step from the target's signals -------------------------------------------------

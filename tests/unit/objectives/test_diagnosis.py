@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from loadgen import CLIENT_BEHIND
 from loadgen.workload import WorkloadSpec
 from objectives.diagnosis import (
     BOTTLENECKS,
@@ -71,7 +72,7 @@ def test_preemption_advice_names_swap_space_where_it_still_exists():
 
 def test_queue_bound_run_is_named_queueing_and_points_at_the_full_batch():
     doc = run("queue_bound")
-    assert doc["metrics"]["client_behind"] == 1.0  # the load generator's own 5 ms flag tripped...
+    assert doc["metrics"][CLIENT_BEHIND] == 1.0  # the load generator's own 5 ms flag tripped...
     d = diagnosed("queue_bound")
     assert d.bottleneck == "queueing"  # ...but its lag is nothing next to a 10 s queue
     assert any("batch was full: 2 running = max_num_seqs 2" in e for e in d.evidence)

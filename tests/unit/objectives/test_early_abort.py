@@ -14,6 +14,7 @@ import pytest
 
 from loadgen.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
 from loadgen.server_metrics import GaugeSample
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.early_abort import (
     QUEUE_MIN_DEPTH,
     QUEUE_MIN_SAMPLES,
@@ -358,7 +359,7 @@ def test_rules_for_keeps_max_bounds_on_percentiles_and_error_rate():
         SLOSpec(metric="request_throughput", max=100.0),
         SLOSpec(metric="goodput", min=1.0),
         SLOSpec(metric="ttft_p99_ms@missing", max=500.0),
-        SLOSpec(metric="slo_capacity_rps", min=1.0),
+        SLOSpec(metric=SLO_CAPACITY_RPS, min=1.0),
     ]
     rules = rules_for(slos, {"short": 30, "long": 10})
     percentiles = [

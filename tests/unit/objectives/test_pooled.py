@@ -7,6 +7,7 @@ import pytest
 
 from objectives import pooled
 from objectives import statistics as st
+from objectives.capacity import SLO_CAPACITY_RPS
 
 
 def _brute_percentiles(runs, q, picks, u):
@@ -70,7 +71,7 @@ def test_a_runs_requests_for_a_metric_by_class_and_family():
     assert list(pooled.run_requests(s, "tpot_p95_ms").values) == pytest.approx([100.0, 2500 / 49])  # tokens > 1
     assert list(pooled.run_requests(s, "e2el_p99_ms@long").values) == pytest.approx([3000.0])
     assert pooled.pooled_metric("ttft_p95_ms@short") and not pooled.pooled_metric("ttft_median_ms")
-    assert not pooled.pooled_metric("slo_capacity_rps") and not pooled.pooled_metric("output_throughput")
+    assert not pooled.pooled_metric(SLO_CAPACITY_RPS) and not pooled.pooled_metric("output_throughput")
 
 
 def test_requests_cut_short_by_an_abort_enter_as_their_lower_bound_and_mark_the_percentile():

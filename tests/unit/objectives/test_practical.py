@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.practical import PracticalSpec, absolute_threshold, equal_text, family, practical_call
 
 
@@ -34,7 +35,7 @@ def test_thresholds_per_family_and_per_metric_from_the_scenario():
     assert spec.threshold("tpot_p95_ms") == 0.1
     assert spec.threshold("ttft_p95_ms@short") == 0.2
     assert spec.threshold("output_throughput") == 0.05
-    assert spec.threshold("slo_capacity_rps") == 0.05
+    assert spec.threshold(SLO_CAPACITY_RPS) == 0.05
     assert practical_call(0.08, 0.06, 0.1, 3, "maximize", spec.threshold("output_throughput")) == "win"
     assert practical_call(-0.08, -0.1, -0.06, 3, "minimize", spec.threshold("tpot_p95_ms")) == "equal"
     with pytest.raises(ValidationError):
@@ -48,7 +49,7 @@ def test_metric_families():
     assert family("slo_capacity_output_throughput") == "capacity"
     assert family("output_throughput@long") == "throughput"
     assert family("error_rate") == "error_rate"
-    assert absolute_threshold("error_rate") == 0.005 and absolute_threshold("slo_capacity_rps") == 0.0
+    assert absolute_threshold("error_rate") == 0.005 and absolute_threshold(SLO_CAPACITY_RPS) == 0.0
 
 
 def test_the_equal_text_says_the_threshold():

@@ -10,6 +10,7 @@ import math
 import pytest
 
 from objectives import stages as st
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.stages import CapacitySpec
 
 
@@ -85,9 +86,9 @@ def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
 
     settings = CapacitySpec(stage_s=10, max_stages=5, precision=0.1).search_settings()
     stages = [_stage(0, 2.0, -0.3, 600.0), _stage(1, 4.0, 0.4, 900.0)]
-    dirs = {"ttft_p95_ms": "minimize", "slo_capacity_rps": "maximize"}
-    beaten = Front(dirs, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 4.5},))
-    reachable = Front(dirs, ({"ttft_p95_ms": 500.0, "slo_capacity_rps": 3.5},))
+    dirs = {"ttft_p95_ms": "minimize", SLO_CAPACITY_RPS: "maximize"}
+    beaten = Front(dirs, ({"ttft_p95_ms": 500.0, SLO_CAPACITY_RPS: 4.5},))
+    reachable = Front(dirs, ({"ttft_p95_ms": 500.0, SLO_CAPACITY_RPS: 3.5},))
     rate, why = st.search_step(stages, settings, screen=True, front=beaten)
     assert rate is None and why.startswith("cannot reach the front")
     assert st.search_step(stages, settings, screen=True, front=reachable) == (pytest.approx(math.sqrt(8)), None)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy.orm import Session
 
+from loadgen import CLIENT_BEHIND
 from objectives.capacity import CapacityEstimate
 from search.outputs import verdict_text
 from search.study.verdict import Outcome, decide
@@ -262,7 +263,7 @@ def lagging(script, max_num_seqs: set, in_round: int):
     def wrapped(plan):
         out = script(plan)
         if plan.config.get("max_num_seqs") in max_num_seqs and confirmation_round(plan) == in_round:
-            out.metrics["client_behind"] = 1.0
+            out.metrics[CLIENT_BEHIND] = 1.0
         return out
 
     return wrapped

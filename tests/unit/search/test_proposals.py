@@ -10,6 +10,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import create_trial
 from optuna_dashboard import get_note
 
+from loadgen import CLIENT_BEHIND
 from objectives.diagnosis import Diagnosis
 from search import space as space_mod
 from search.executor import TrialOutcome
@@ -146,7 +147,7 @@ def queueing(plan):
         "error_rate": 0.0,
         "completed": 8.0,
         "failed": 0.0,
-        "client_behind": 0.0,
+        CLIENT_BEHIND: 0.0,
         "server_queue_time_mean_ms": 300.0,
         "server_ttft_mean_ms": 350.0,
         "server_waiting_peak": 6.0,

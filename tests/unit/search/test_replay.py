@@ -2,6 +2,7 @@
 
 from benchmarks import landscape as landscape_bench
 from benchmarks.bench_search import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, run_study, world
+from objectives.capacity import SLO_CAPACITY_RPS
 from search.executor import plan
 from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
 from tests.support.paths import REPO
@@ -36,7 +37,7 @@ def test_surrogate_reports_held_out_accuracy_per_objective():
     landscape = Landscape.load(SYNTHETIC_LANDSCAPE)
     accuracy, classifier = cross_validated(landscape)
     names = {a.metric for a in accuracy}
-    assert {"ttft_p95_ms@short", "slo_capacity_rps", "tpot_p95_ms"} <= names
+    assert {"ttft_p95_ms@short", SLO_CAPACITY_RPS, "tpot_p95_ms"} <= names
     assert all(-1 <= a.spearman <= 1 and a.median_rel_error >= 0 for a in accuracy)
     assert classifier is not None and 0.5 < classifier <= 1
     surrogate = Surrogate.fit(landscape)
@@ -94,13 +95,14 @@ def test_a_warm_start_bench_row_can_take_its_earlier_study_from_another_landscap
 
     seen, real = [], bench_search._study
 
-    def study(w, d, sampler, seed, budget, name, warm_start=None):
-        seen.append((name, w.landscape.synthetic, warm_start))
-        return real(w, d, sampler, seed, budget, name, warm_start)
+    def study(w, d, trials, sampler, seed, budget, name, warm_start=None):
+        seen.append((name, w.landscape.synthetic, warm_start, id(trials)))
+        return real(w, d, trials, sampler, seed, budget, name, warm_start)
 
     monkeypatch.setattr(bench_search, "_study", study)
     run = run_study(str(CPU_LANDSCAPE), "random+warm", 0, 5, warm_from=str(SYNTHETIC_LANDSCAPE))
-    assert seen == [("earlier", True, None), ("bench", False, "earlier")]
+    # both in one Optuna storage in memory: the warm start reads the earlier study's trials there
+    assert [s[:3] for s in seen] == [("earlier", True, None), ("bench", False, "earlier")] and seen[0][3] == seen[1][3]
     assert run["deployed"] is not None
 
 

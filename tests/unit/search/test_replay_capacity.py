@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from search.replay import Landscape
 from search.replay.landscape import Config, ScreenedRun
 from search.replay.surrogate import _bracket_ratio
@@ -29,7 +30,7 @@ def test_a_censored_fit_leaves_its_width_open():
 def test_a_landscape_file_from_before_the_fit_still_reads():
     d = {
         "scenario": "mixed",
-        "objectives": [{"metric": "slo_capacity_rps", "direction": "maximize"}],
+        "objectives": [{"metric": SLO_CAPACITY_RPS, "direction": "maximize"}],
         "slos": [],
         "space": {},
         "defaults": {},

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from search import scenario
 
 BASE = """
@@ -33,13 +34,13 @@ def load(tmp_path, extra: str = ""):
 def test_the_default_thresholds_are_five_percent(tmp_path):
     sc = load(tmp_path)
     assert sc.verdict.practical.threshold("ttft_p95_ms") == 0.05
-    assert sc.verdict.practical.threshold("slo_capacity_rps") == 0.05
+    assert sc.verdict.practical.threshold(SLO_CAPACITY_RPS) == 0.05
 
 
 def test_a_scenario_sets_its_thresholds_per_family_and_per_metric(tmp_path):
     sc = load(tmp_path, "verdict: {practical: {latency: 0.1, metrics: {slo_capacity_rps: 0.02}}}\n")
     assert sc.verdict.practical.threshold("tpot_p95_ms") == 0.1
-    assert sc.verdict.practical.threshold("slo_capacity_rps") == 0.02
+    assert sc.verdict.practical.threshold(SLO_CAPACITY_RPS) == 0.02
 
 
 def test_a_bad_threshold_names_the_field(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from benchmarks.trial_time import trial_time
+from loadgen import CLIENT_BEHIND
 from search.executor import VllmExecutor
 from search.executor import vllm as executor_mod
 from search.outputs import DashboardPublisher
@@ -92,7 +93,7 @@ def test_on_gpus_what_cannot_fit_is_rejected_before_any_start_and_every_start_ch
         "error_rate": 0.0,
         "completed": 8.0,
         "failed": 0.0,
-        "client_behind": 0.0,
+        CLIENT_BEHIND: 0.0,
     }
     monkeypatch.setattr(VllmExecutor, "_measure", lambda self, server, outcome, *_: outcome.metrics.update(metrics))
     real = SimpleNamespace(factory=lambda kept_ctx, measurement: VllmExecutor(kept_ctx, measurement, tmp_path / "runs"))

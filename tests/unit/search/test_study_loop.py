@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 import search.pareto
 import search.prepare
 import search.study.loop
+from loadgen import CLIENT_BEHIND
 from search.executor import CalibrationFailed, RetriedStart, TrialOutcome
 from search.outputs import DashboardPublisher
 from search.outputs.export import load_study
@@ -377,7 +378,7 @@ def client_behind_on(*lagging):
     def script(plan):
         out = measured(plan)
         if plan.params in lagging:
-            out.metrics["client_behind"] = 1.0
+            out.metrics[CLIENT_BEHIND] = 1.0
         return out
 
     return script
@@ -654,7 +655,7 @@ def test_the_dashboard_subscriber_publishes_every_display_attr_and_the_loop_only
     bare = runner(tmp_path, ScriptedExecutor(), trials=1)
     bare.run()
     [t] = optuna_trials(bare)
-    assert set(t.user_attrs) == {"baseline", "worker", "neighbours", "client_behind"}  # no subscriber: no display
+    assert set(t.user_attrs) == {"baseline", "worker", "neighbours", CLIENT_BEHIND}  # no subscriber: no display
     assert optuna.load_study(study_name="loop", storage=bare.prep.storage_url).user_attrs == {"budget": 1}
 
     events = Recorder()
@@ -668,10 +669,10 @@ def test_the_dashboard_subscriber_publishes_every_display_attr_and_the_loop_only
         "hardware": "CPU test, 2 cores, 24 GiB RAM",
         "notes": r.prep.space_notes + r.prep.baseline_notes,
     }
-    assert {k: t.user_attrs[k] for k in ("status", "feasible", "client_behind", "violated", "adjustments")} == {
+    assert {k: t.user_attrs[k] for k in ("status", "feasible", CLIENT_BEHIND, "violated", "adjustments")} == {
         "status": "ok",
         "feasible": True,
-        "client_behind": False,
+        CLIENT_BEHIND: False,
         "violated": [],
         "adjustments": [a["detail"] for a in row.adjustments],
     }

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from benchmarks.trace_synthetic import azure_csv, mooncake_jsonl, synthetic_trace
+from objectives.capacity import SLO_CAPACITY_RPS
 from search import scenario as scenario_mod
 from search.cli import main
 from search.trace_scenario import build, shipped_scenarios
@@ -51,13 +52,13 @@ def test_the_closest_scenario_follows_the_traffic(tmp_path):
 
 @pytest.mark.parametrize(
     "objective, first, rule",
-    [("latency", "ttft_p99_ms", "best_of"), ("throughput", "slo_capacity_rps", "best_of"), ("balanced", None, "knee")],
+    [("latency", "ttft_p99_ms", "best_of"), ("throughput", SLO_CAPACITY_RPS, "best_of"), ("balanced", None, "knee")],
 )
 def test_the_objective_sets_the_selection(azure, tmp_path, objective, first, rule):
     data = yaml.safe_load(build(azure, tmp_path / "o.yaml", objective)[0])
     assert data["selection"]["rule"] == rule
     assert data["selection"].get("metric") == first
-    assert {o["metric"] for o in data["objectives"]} == {"ttft_p99_ms", "slo_capacity_rps"}
+    assert {o["metric"] for o in data["objectives"]} == {"ttft_p99_ms", SLO_CAPACITY_RPS}
 
 
 def test_from_trace_prints_what_the_trace_holds_and_writes_beside_the_user(azure, tmp_path, monkeypatch, capsys):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from objectives.capacity import CapacityEstimate
+from loadgen import CLIENT_BEHIND
+from objectives.capacity import SLO_CAPACITY_RPS, CapacityEstimate
 from objectives.diagnosis import Diagnosis
 from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.scoring import Score
@@ -54,7 +55,7 @@ CAPACITY = CapacityEstimate(3.1, 2.0, 4.0, 3, "3.1 req/s (met at 2, violated at 
 ANATOMY = StartAnatomy(phases={"import": 8.5, "health": None}, reported={"weights_s": 1.25})
 OUTCOME = tr.TrialOutcome(
     status=TrialStatus.OK,
-    metrics={"ttft_p95_ms": 512.0, "slo_capacity_rps": 3.1, "client_behind": 1.0},
+    metrics={"ttft_p95_ms": 512.0, SLO_CAPACITY_RPS: 3.1, CLIENT_BEHIND: 1.0},
     server_diagnostics={"kv_usage_peak": 0.5},
     timings=tr.Timings(start_s=30.0, load_s=60.0, stop_s=1.5, total_s=95.0, start_anatomy=ANATOMY),
     log_path=Path("/runs/trial-0001/server.log"),
@@ -115,7 +116,7 @@ def test_a_trials_results_read_back_as_the_executor_handed_them_over(tmp_path):
         assert tr.timings_of(row) == OUTCOME.timings
         assert tr.diagnosis_of(row) == DIAGNOSIS
         assert tr.failure_of(row) is None and row.client_behind is True
-        assert row.metrics == {"ttft_p95_ms": 512.0, "slo_capacity_rps": 3.1, "client_behind": 1.0}
+        assert row.metrics == {"ttft_p95_ms": 512.0, SLO_CAPACITY_RPS: 3.1, CLIENT_BEHIND: 1.0}
 
 
 def test_a_failed_trial_reads_back_its_failure_and_no_capacity(tmp_path):

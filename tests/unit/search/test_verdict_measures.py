@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.stages import StageResult
 from search.scenario import load
 from search.study.verdict import Outcome, decide
@@ -67,7 +68,7 @@ def run(trial, rnd, ttft, rps, low, high, baseline=None, ttft_samples=None, abor
     stages = [stage_columns(target)]
     metrics = {
         "ttft_p95_ms": ttft,
-        "slo_capacity_rps": rps,
+        SLO_CAPACITY_RPS: rps,
         "tpot_p95_ms": 20.0,
         "error_rate": 0.0,
         "target_aborted": 1.0 if aborted else 0.0,
@@ -80,8 +81,8 @@ def test_a_capacity_against_a_baseline_that_sustains_none_is_a_win_with_its_inte
     runs += [run(1, k, 900.0, 0.0, None, 0.89, baseline="vllm_defaults") for k in range(3)]
     v = decide(runs, SCENARIO, [0, 1], runs_per_candidate=3)
     cmp = v.comparison(0, 1)
-    diff = cmp.diffs["slo_capacity_rps"]
-    assert diff.kind == "absolute" and diff.low > 0 and cmp.calls["slo_capacity_rps"] == "win"
+    diff = cmp.diffs[SLO_CAPACITY_RPS]
+    assert diff.kind == "absolute" and diff.low > 0 and cmp.calls[SLO_CAPACITY_RPS] == "win"
     assert v.outcome == Outcome.RECOMMEND
 
 
@@ -90,17 +91,17 @@ def test_a_capacity_interval_spans_the_runs_brackets_never_the_grids_zero_width(
     cand = [run(0, k, 500.0, 2.86, 2.86, 4.04) for k in range(2)]
     ref = [run(1, k, 600.0, 2.02, 2.02, 2.86, baseline="vllm_defaults") for k in range(2)]
     v = decide(cand + ref, SCENARIO, [0, 1], runs_per_candidate=2)
-    c = v.candidates[0].metrics["slo_capacity_rps"]
+    c = v.candidates[0].metrics[SLO_CAPACITY_RPS]
     assert (c.value, c.low, c.high) == (2.86, 2.86, 4.04)
-    diff = v.comparison(0, 1).diffs["slo_capacity_rps"]
+    diff = v.comparison(0, 1).diffs[SLO_CAPACITY_RPS]
     assert diff.low < diff.high and diff.low <= 0.0 < diff.high  # the brackets touch: no certain gain
-    assert v.candidates[0].brackets["slo_capacity_rps"] == [(2.86, 2.86, 4.04)] * 2
+    assert v.candidates[0].brackets[SLO_CAPACITY_RPS] == [(2.86, 2.86, 4.04)] * 2
 
 
 def test_a_capacity_met_at_every_rate_tried_is_at_least():
     runs = [run(0, k, 500.0, 4.0, 4.0, None) for k in range(3)]
     v = decide(runs, SCENARIO, [0], runs_per_candidate=3)
-    assert v.candidates[0].metrics["slo_capacity_rps"].at_least
+    assert v.candidates[0].metrics[SLO_CAPACITY_RPS].at_least
 
 
 def test_percentiles_come_from_the_pooled_requests_of_every_run():

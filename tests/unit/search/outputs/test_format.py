@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.statistics import Interval
 from search.outputs.format import comparison_line, fmt_interval, fmt_percent, fmt_relative, fmt_value, unit_of
 
@@ -70,7 +71,7 @@ def test_a_comparison_line_quotes_both_intervals_the_difference_and_the_run_coun
     "metric, unit",
     [
         ("ttft_p95_ms@short", "ms"),
-        ("slo_capacity_rps", "req/s"),
+        (SLO_CAPACITY_RPS, "req/s"),
         ("request_throughput", "req/s"),
         ("output_throughput", "tok/s"),
         ("total_token_throughput", "tok/s"),

@@ -3,6 +3,7 @@
 import math
 
 from objectives import statistics as st
+from objectives.capacity import SLO_CAPACITY_RPS
 from search.outputs import verdict_text
 from search.outputs.format import fmt_bracket, fmt_difference, fmt_interval, fmt_ratio
 from search.study.confirmation import pooled_plan
@@ -33,7 +34,7 @@ def test_against_a_baseline_that_sustains_none_the_gain_is_absolute_and_says_so(
     v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
     line = verdict_text.gain_headline(v, SCENARIO)
     assert "vs vLLM defaults 0.000 [0.000, 0.890]: +2.11 req/s [" in line and "absolute" in line
-    assert v.comparison(0, 1).calls["slo_capacity_rps"] == "win"
+    assert v.comparison(0, 1).calls[SLO_CAPACITY_RPS] == "win"
 
 
 def test_bounds_brackets_and_absolute_differences_are_labelled():
@@ -77,7 +78,7 @@ def test_a_thin_pool_lengthens_the_target_stage_then_adds_runs_and_says_what_it_
             )
         )
 
-    plan = pooled_plan(["ttft_p95_ms", "slo_capacity_rps"], measurement(30), 3, run_s=120.0, n_candidates=4)
+    plan = pooled_plan(["ttft_p95_ms", SLO_CAPACITY_RPS], measurement(30), 3, run_s=120.0, n_candidates=4)
     # 24 requests per run: 3 runs pool 72 (4 above the p95); a 42 s stage pools 100 (5)
     assert plan.runs == 3 and plan.measurement.workload.duration_s == 42
     assert plan.measurement.full_target and not measurement(30).full_target  # its target stages run in full

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from sqlalchemy.orm import Session
 
+from loadgen import CLIENT_BEHIND
 from loadgen.metrics import lag_limit_ms
 from search.executor import TrialOutcome
 from search.outputs import dashboard, export
@@ -70,7 +71,7 @@ def replay(plan) -> TrialOutcome:
     run = _record("queue_bound" if mns == 2 else "client_control")
     metrics = {
         **run["metrics"],
-        "client_behind": float(run["metrics"]["schedule_lag_p99_ms"] > lag_limit_ms(run["target_rate"])),
+        CLIENT_BEHIND: float(run["metrics"]["schedule_lag_p99_ms"] > lag_limit_ms(run["target_rate"])),
     }
     return TrialOutcome(
         status=TrialStatus.OK, metrics=metrics, server_diagnostics=run["server_diagnostics"], command="vllm serve ..."
