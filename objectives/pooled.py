@@ -127,6 +127,11 @@ def _lifted(run: RunRequests) -> np.ndarray:
     return np.where(run.censored, _UNBOUNDED, run.values)
 
 
+def _pooled_point(runs: Sequence[np.ndarray], q: float) -> float:
+    """The q-quantile of the runs' values pooled (numpy's linear one, as the per-run metrics)."""
+    return float(np.percentile(np.concatenate(runs), q * 100))
+
+
 def pooled_percentile(
     runs: Sequence[RunRequests], q: float, *, n_resamples: int = N_RESAMPLES, seed: int = SEED
 ) -> Interval:
@@ -135,10 +140,9 @@ def pooled_percentile(
     runs = [r for r in runs if len(r)]
     if not runs:
         return Interval(math.nan, math.nan, math.nan, 0)
-    pool = np.concatenate([r.values for r in runs])
-    point = float(np.percentile(pool, q * 100))
-    at_least = float(np.percentile(np.concatenate([_lifted(r) for r in runs]), q * 100)) > point
-    if len(runs) == 1 and len(pool) == 1:
+    point = _pooled_point([r.values for r in runs], q)
+    at_least = _pooled_point([_lifted(r) for r in runs], q) > point
+    if len(runs) == 1 and len(runs[0]) == 1:
         return Interval(point, point, point, 1, at_least)
     picks, u = draws(np.random.default_rng(seed), len(runs), max(len(r) for r in runs), n_resamples)
     low, high = _ends(resampled_percentiles([r.values for r in runs], q, picks, u))
@@ -161,8 +165,7 @@ def pooled_difference(
     if not rounds:
         return NAN_DIFFERENCE
     a_runs, b_runs = [a.values for a, _ in rounds], [b.values for _, b in rounds]
-    a_point = float(np.percentile(np.concatenate(a_runs), q * 100))
-    b_point = float(np.percentile(np.concatenate(b_runs), q * 100))
+    a_point, b_point = _pooled_point(a_runs, q), _pooled_point(b_runs, q)
     relative = b_point > 0 and all(np.all(r > 0) for r in b_runs)
     kind = "relative" if relative else "absolute"
 
@@ -180,16 +183,3 @@ def pooled_difference(
     stats = diff(resampled_percentiles(a_runs, q, picks, u_a), resampled_percentiles(b_runs, q, picks, u_b))
     low, high = _ends(stats)
     return Difference(point, low, high, n, kind=kind)
-
-
-def requests_for_tail(q: float, tail: int) -> int:
-    """How many requests put `tail` of them above their q-quantile."""
-    return math.ceil(round(tail / (1.0 - q), 9))
-
-
-def runs_for_pool(q: float, per_run: float, runs: int, tail: int) -> int:
-    """The runs whose pooled requests (`per_run` each) put at least `tail` above the q-quantile:
-    `runs`, or more where that pool is too thin."""
-    if not (per_run > 0 and math.isfinite(per_run)):
-        return runs
-    return max(runs, math.ceil(round(requests_for_tail(q, tail) / per_run, 9)))

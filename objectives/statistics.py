@@ -287,6 +287,11 @@ def tail_requests(q: float, n: int) -> int:
     return max(0, math.ceil(round(n * (1.0 - q), 9)))
 
 
+def requests_for_tail(q: float, tail: int) -> int:
+    """How many requests put `tail` of them above their q-quantile (the inverse of `tail_requests`)."""
+    return math.ceil(round(tail / (1.0 - q), 9))
+
+
 def thin_percentile(metric: str, n: float, over: str = "per run") -> str | None:
     """A warning when `metric` is a percentile that `n` requests (`over`: per run, or pooled)
     cannot pin down."""
@@ -297,7 +302,7 @@ def thin_percentile(metric: str, n: float, over: str = "per run") -> str | None:
     if k >= MIN_TAIL_REQUESTS:
         return None
     slowest = "the single slowest request" if k <= 1 else f"its {k} slowest requests"
-    needed = math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))
+    needed = requests_for_tail(q, MIN_TAIL_REQUESTS)
     return (
         f"{metric} over ~{int(n)} requests {over} is decided by {slowest}; "
         f"{needed}+ requests would put {MIN_TAIL_REQUESTS} above it (pool repeats or lengthen the run)"
@@ -313,5 +318,5 @@ def screening_note(metric: str, n: float) -> str | None:
     return (
         f"{metric}: the search phase reads it from ~{int(n)} requests per trial, a screen that "
         f"filters configurations; the confirmation decides, from the requests of all its runs pooled "
-        f"(at least {math.ceil(MIN_TAIL_REQUESTS / (1.0 - q))})"
+        f"(at least {requests_for_tail(q, MIN_TAIL_REQUESTS)})"
     )

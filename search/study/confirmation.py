@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from loadgen import MetricName
 from objectives import pooled
 from objectives.scoring import Score
-from objectives.statistics import MIN_TAIL_REQUESTS, tail_requests
+from objectives.statistics import MIN_TAIL_REQUESTS, requests_for_tail, tail_requests
 from search import pareto, trial_results
 from search.executor import Measurement, TrialExecutor
 from search.executor import plan as plan_trial
@@ -190,7 +190,7 @@ def pooled_plan(
         per_run = workload.expected_requests(name.cls)
         if not pooled.pooled_metric(metric) or not per_run:
             continue
-        need = pooled.requests_for_tail(name.quantile, MIN_TAIL_REQUESTS)
+        need = requests_for_tail(name.quantile, MIN_TAIL_REQUESTS)
         if per_run * runs >= need:
             continue
         pool = (

@@ -115,8 +115,6 @@ def test_a_comparison_of_sides_with_different_request_counts_per_run():
         assert diff.n == 3 and diff.low <= diff.value <= diff.high
 
 
-def test_runs_grow_until_the_pool_puts_five_requests_above_the_percentile():
-    assert pooled.requests_for_tail(0.95, 5) == 100
-    assert pooled.runs_for_pool(0.95, 24, 3, 5) == 5  # 3 x 24 = 72 pooled put 3.6 above the p95
-    assert pooled.runs_for_pool(0.95, 200, 3, 5) == 3
-    assert pooled.runs_for_pool(0.95, math.nan, 3, 5) == 3
+def test_a_pool_of_requests_for_tail_puts_that_many_above_the_percentile():
+    assert st.requests_for_tail(0.95, 5) == 100
+    assert st.tail_requests(0.95, st.requests_for_tail(0.95, 5)) == 5
