@@ -29,9 +29,6 @@ class MetricName:
     def __str__(self) -> str:
         return self.base if self.cls is None else f"{self.base}{CLASS_SEPARATOR}{self.cls}"
 
-    def of_class(self, klass: str | None) -> MetricName:
-        return MetricName(self.base, klass)
-
     @property
     def family(self) -> str:
         """`ttft`, `tpot`, `itl`, `e2el`, `output` (throughput), `slo` (capacity), ..."""

@@ -20,15 +20,20 @@ from search.replay.design import repeat_rounds, space_filling
 from search.replay.landscape import CAPACITY, Config, Landscape, ScreenedRun
 from search.scenario import Scenario
 from search.space import distribution
+from serving import Hardware, unset_value
 
-# What vLLM applies on the CPU for a flag left unset (serving.vllm_defaults on a CPU).
+# What vLLM applies on the CPU for a flag the synthetic configurations leave unset.
+CPU = Hardware(device="cpu", cpu_model="synthetic", cpu_cores=2, ram_gib=24)
 CPU_DEFAULTS = {
-    "max_num_seqs": 128,
-    "max_num_batched_tokens": 2048,
-    "memory_utilization": 0.92,
-    "scheduler_delay_factor": 0.0,
-    "long_prefill_token_threshold": 0,
-    "enable_prefix_caching": True,
+    name: unset_value(name, CPU)
+    for name in (
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "memory_utilization",
+        "scheduler_delay_factor",
+        "long_prefill_token_threshold",
+        "enable_prefix_caching",
+    )
 }
 UNLOADED = {
     "ttft_median_ms@short": 71.0,
