@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from loadgen import MetricName, json_safe
 from objectives.diagnosis import Diagnosis, summarize
-from search.outputs import figures, verdict_text
+from search.outputs import calibration_text, figures
 from search.outputs.format import fmt_value
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
 from search.outputs.recommendation import verdict
@@ -174,7 +174,7 @@ def confirmation_markdown(ls: LoadedStudy) -> list[str]:
     else:
         nested = "  - "  # a comparison block's lines, under its title
         lines += [f"- **{text.headline}**"] + [x if x.startswith(nested) else f"- {x}" for x in text.lines(nested)[1:]]
-    lines += [f"- {x}" for x in verdict_text.calibration_lines(ls.scenario, ls.calibration())]
+    lines += [f"- {x}" for x in calibration_text.calibration_lines(ls.scenario, ls.calibration())]
     return [*lines, ""]
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from objectives.capacity import CapacityEstimate
 from search.disk import write_atomic
-from search.outputs import verdict_text
+from search.outputs import calibration_text, verdict_text
 from search.outputs.format import fmt_value
 from search.outputs.read_model import Deployment, LoadedStudy, load_study
 from search.trial_results import capacity_of
@@ -121,7 +121,7 @@ def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
         f"model: {rec.model_path}",
     ]
     lines += _confirmed_numbers(ls, number) if ls.confirmed else [*ls.result_lines(), *_single_numbers(ls, row)]
-    lines += verdict_text.calibration_lines(sc, ls.calibration())
+    lines += calibration_text.calibration_lines(sc, ls.calibration())
     for adj in row.adjustments:
         lines.append(f"{adj['action']}: {adj['param']}: {adj['detail']}")
     lines.append(f"command: {row.command}")

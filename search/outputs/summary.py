@@ -15,7 +15,7 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from objectives.statistics import beyond_noise
-from search.outputs import verdict_text
+from search.outputs import calibration_text
 from search.outputs.confirmation_rows import confirmation_rows
 from search.outputs.export import export
 from search.outputs.format import fmt_value
@@ -130,7 +130,7 @@ def verdict_lines(ls: LoadedStudy) -> list[str]:
     return (
         (text.lines() if text is not None else [])
         + ([note] if note else [])
-        + verdict_text.calibration_lines(ls.scenario, ls.calibration())
+        + calibration_text.calibration_lines(ls.scenario, ls.calibration())
     )
 
 

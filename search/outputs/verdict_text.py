@@ -7,28 +7,14 @@ lines out; the calibration's reference and how far it could move, from the store
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from loadgen import MetricName, class_key
-from objectives import statistics as st
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
-from search.calibration import CalibrationResult
-from search.outputs.format import (
-    comparison_line,
-    fmt_bracket,
-    fmt_difference,
-    fmt_interval,
-    fmt_percent,
-    fmt_ratio,
-    fmt_value,
-    unit_of,
-)
-from search.scenario import RelativeThreshold, Scenario, unloaded_reference
+from search.outputs.format import comparison_line, fmt_difference, fmt_interval, fmt_percent, fmt_ratio, unit_of
+from search.outputs.verdict_notes import bound_notes, noise_line, pooled_runs, thin_percentiles
+from search.scenario import Scenario
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
 SUSPECT = (
@@ -246,35 +232,6 @@ def gain_headline(v: Verdict, scenario: Scenario) -> str | None:
     return f"{candidate.label}: " + "; ".join(parts) if parts else None
 
 
-def bound_notes(v: Verdict, scenario: Scenario) -> list[str]:
-    """What the verdict's numbers rest on where they are not plain measurements: values an early
-    abort raised to a bound, capacities bracketed by their search, percentiles read per run."""
-    lines = []
-    for c in v.candidates:
-        for m in measured_metrics(scenario):
-            rounds = c.aborted_rounds(m)
-            if rounds and m not in CAPACITY_KEYS:
-                lines.append(
-                    f"{c.label}: {m} in round {', '.join(map(str, rounds))} is only a lower bound (the "
-                    f"target stage was aborted once its miss was certain): at least the value shown, "
-                    f"entered as that bound" + ("; the median is a bound too" if c.metrics[m].at_least else "")
-                )
-        for m, brackets in c.brackets.items():
-            if m == SLO_CAPACITY_RPS and brackets:
-                runs = ", ".join(fmt_bracket(lo, hi) if math.isfinite(est) else "failed" for est, lo, hi in brackets)
-                lines.append(
-                    f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "
-                    f"the high); its interval spans the runs' brackets"
-                )
-        if c.unpooled:
-            lines.append(
-                f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs, not from their "
-                f"pooled requests (its runs stored no per-request samples: stored before they were "
-                f"kept, or measured without a `capacity:` section, whose single load run stores none)"
-            )
-    return lines
-
-
 def _closest(v: Verdict) -> str:
     c = v.closest
     if c is None:
@@ -335,47 +292,6 @@ def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
     return []
 
 
-def noise_line(v: Verdict) -> str | None:
-    noise = {m: cv for m, cv in v.noise.items() if math.isfinite(cv)}
-    if not noise:
-        return None
-    runs = max((c.rounds for c in v.candidates), default=0)
-    return f"run-to-run noise (CV over {runs} runs each): " + ", ".join(
-        f"{m} {fmt_percent(cv)}" for m, cv in noise.items()
-    )
-
-
-def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
-    """The median number of completed requests a run had for `metric`'s class (NaN: unknown)."""
-    key = class_key("completed", MetricName.parse(metric).cls)
-    counts = [float(r[key]) for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-    return float(np.median(counts)) if counts else math.nan
-
-
-def thin_percentiles(
-    metrics: Sequence[str], runs: Sequence[dict[str, Any]], pooled_runs: dict[str, int] | None = None
-) -> list[str]:
-    """Warnings for the percentiles that the runs' requests (`runs`: their flat metrics) cannot pin
-    down: per run, or over the requests of `pooled_runs[metric]` runs pooled."""
-    pooled_runs = pooled_runs or {}
-    found = (
-        st.thin_percentile(m, requests_of(m, runs) * pooled_runs[m], f"pooled from {pooled_runs[m]} runs")
-        if m in pooled_runs
-        else st.thin_percentile(m, requests_of(m, runs))
-        for m in metrics
-    )
-    return [w for w in found if w]
-
-
-def _pooled_runs(v: Verdict) -> dict[str, int]:
-    """Per metric read from pooled requests by every candidate: the fewest runs any pool has."""
-    out: dict[str, int] = {}
-    for m in {m for c in v.candidates for m in c.requests}:
-        if all(m in c.requests for c in v.candidates if c.rounds > len(c.failures)):
-            out[m] = min(sum(1 for r in c.requests[m] if r is not None) for c in v.candidates if m in c.requests)
-    return out
-
-
 def describe(
     v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any]] = (), notes: Sequence[str] = ()
 ) -> VerdictText:
@@ -403,70 +319,6 @@ def describe(
         comparisons=blocks,
         infeasible=infeasible,
         noise=noise_line(v),
-        warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, _pooled_runs(v)),
+        warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, pooled_runs(v)),
         notes=list(notes) + bound_notes(v, scenario),
     )
-
-
-# --- the calibration: the reference that relative loads and bounds scale -------------------
-
-
-def _moves(spread: st.Interval) -> str:
-    lo, hi = spread.low / spread.value - 1, spread.high / spread.value - 1
-    return f"the reference could move {fmt_percent(lo, signed=True)} to {fmt_percent(hi, signed=True)}"
-
-
-def _reference_line(
-    what: str, spread: st.Interval | None, value: float, unit: str, rounds: int, cv: float, depends: str
-) -> str:
-    if spread is None:
-        return f"calibration: {what} {fmt_value(value)} {unit} from one round (no spread measured); {depends}"
-    return (
-        f"calibration: {what} {fmt_interval(spread, unit=unit)} over {rounds} rounds (CV {fmt_percent(cv)}; "
-        f"{_moves(spread)}); {depends}"
-    )
-
-
-def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list[str]:
-    """The calibration's references with their spread over rounds, and what of the study moves
-    with each: the target load (capacity) and the relative SLO bounds (unloaded medians)."""
-    if cal is None:
-        return []
-    rounds = len(cal.rounds)
-    fraction = scenario.workload.arrival.capacity_fraction
-    depends = (
-        f"the target load ({fmt_percent(fraction)} of it) moves with it"
-        if fraction is not None
-        else "no load of this scenario is relative to it"
-    )
-    lines = [_reference_line("capacity", cal.spread(), cal.capacity_rps, "req/s", rounds, cal.cv(), depends)]
-    bounds: dict[str, list[str]] = {}
-    for slo in scenario.slos:
-        if isinstance(slo.bound, RelativeThreshold):
-            bounds.setdefault(unloaded_reference(slo.metric), []).append(
-                f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x"
-            )
-    if scenario.goodput is not None:
-        for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
-            bound = getattr(scenario.goodput, name)
-            if isinstance(bound, RelativeThreshold):
-                bounds.setdefault(f"{name.split('_')[0]}_median_ms", []).append(
-                    f"goodput {name} <= {fmt_value(bound.x_unloaded)}x"
-                )
-    untimed = cal.untimed_classes()
-    for ref, what in bounds.items():
-        if cal.unloaded.get(ref) is not None:
-            depends = (
-                f"the bound{'s' if len(what) > 1 else ''} {', '.join(what)} move{'' if len(what) > 1 else 's'} with it"
-            )
-            if ref == "tpot_median_ms" and untimed:
-                depends += (
-                    f"; read without the {', '.join(untimed)} class{'es' if len(untimed) > 1 else ''}, "
-                    f"whose tokens reached the client in one read (a TPOT of 0 that times nothing)"
-                )
-            lines.append(
-                _reference_line(
-                    f"unloaded {ref}", cal.spread(ref), cal.unloaded[ref], "ms", rounds, cal.cv(ref), depends
-                )
-            )
-    return lines

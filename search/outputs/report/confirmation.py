@@ -3,7 +3,7 @@ the baselines, every run, the run-to-run noise and the calibration reference."""
 
 from __future__ import annotations
 
-from search.outputs import figures, verdict_text
+from search.outputs import calibration_text, figures, verdict_text
 from search.outputs.confirmation_rows import confirmation_rows
 from search.outputs.format import fmt_percent
 from search.outputs.read_model import LoadedStudy
@@ -83,7 +83,7 @@ def noise_table(ls: LoadedStudy) -> str:
 def confirmation_section(ls: LoadedStudy) -> str:
     """The verdict on the re-measured candidates, their runs, the noise and the calibration."""
     sc = ls.scenario
-    calibration = verdict_text.calibration_lines(sc, ls.calibration())
+    calibration = calibration_text.calibration_lines(sc, ls.calibration())
     cal_html = (
         (
             '<h3 id="calibration">Calibration reference (how far it could move)</h3>'

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from search import calibration
-from search.outputs import verdict_text
+from search.outputs import calibration_text
 from search.scenario import parse
 
 SCENARIO = """
@@ -29,5 +29,5 @@ def test_a_round_without_a_timed_class_keeps_the_others_median_and_the_lines_say
     cal = calibration.CalibrationResult.from_rounds(rounds, [{}, {}, {}], seconds=1.0)
     assert cal.unloaded["tpot_median_ms"] == 4.5 and cal.untimed_classes() == ["short"]
     sc = parse(SCENARIO, "t.yaml", Path("."))
-    (line,) = [x for x in verdict_text.calibration_lines(sc, cal) if "tpot" in x]
+    (line,) = [x for x in calibration_text.calibration_lines(sc, cal) if "tpot" in x]
     assert "without the short class" in line
