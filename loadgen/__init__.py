@@ -1,19 +1,23 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
-A workload (`workload`: classes, arrivals, lengths) becomes requests (`prompts`, `tokenizer`,
-`arrivals`); the client (`client`) sends them on their schedule (`dispatch`) and records each
-(`records`); `loadrun.run_load` is one measured run, watched for stalls (`stall`) and, where the
-caller gives one, an abort check (`abort`); `metrics` computes the flat metrics as `vllm bench
-serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the
-client off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent package:
-the stages, the capacity search, scoring and the abort rules build on this, not the reverse.
+A workload (`workload`, its classes in `request_class` with their `lengths`, its arrivals in
+`arrival_spec`) becomes requests (`prompts`, `tokenizer`, `arrivals`); the client (`client`)
+sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
+one measured run (what it prepares in `preparation`, what it returns in `load_result`), watched
+for stalls (`stall`) and, where the caller gives one, an abort check (`abort`); `metrics`
+computes the flat metrics as `vllm bench serve` defines them and `server_metrics` the server's
+own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are pinned
+to. Nothing here imports its parent package: the stages, the capacity search, scoring and the
+abort rules build on this, not the reverse.
 Requests may also come from a trace file (`trace`: readers, the replay's window and time
 scaling, its prompts and statistics).
 Other packages import from here, never from the modules inside.
 """
 
 from loadgen.abort import Abort, AbortCheck
-from loadgen.loadrun import LoadResult, LoadRunError, run_async, run_load, run_load_sync
+from loadgen.arrival_spec import ArrivalSpec
+from loadgen.load_result import LoadResult, LoadRunError
+from loadgen.loadrun import run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from loadgen.metrics import (
     BASE_KEYS,
@@ -42,7 +46,7 @@ from loadgen.trace import (
     shared_tokens_from_segments,
     traffic_stats,
 )
-from loadgen.workload import ArrivalSpec, WorkloadSpec
+from loadgen.workload import WorkloadSpec
 
 __all__ = [
     "BASE_KEYS",
