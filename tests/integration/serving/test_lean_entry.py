@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from serving.process.server import LaunchSpec
+from tests.support.fake_engine import FAKE_ENGINE
 
 STAND_IN = """
 import multiprocessing, os, sys, time
@@ -53,35 +54,6 @@ def test_with_python_dash_m_every_spawned_child_re_runs_it(tmp_path):
     """What the lean entry saves: the old start's children ran the module too."""
     assert run(tmp_path, lean=False) == ["__main__", "__mp_main__"]
 
-
-FAKE_ENGINE = """
-import json, multiprocessing, os
-
-def _record(log, **kw):
-    with open(log, "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), **kw}) + "\\n")
-
-MARK = "fresh interpreter"
-
-def _preloaded(pid):  # what the process was exec'd with: a fork cannot load libraries after the fact
-    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
-    return next((v.decode()[len("LD_PRELOAD="):] for v in env if v.startswith(b"LD_PRELOAD=")), "")
-
-def worker(log):
-    import torch
-    _record(log, who="worker", late=os.environ.get("SET_BY_THE_API_SERVER"), mark=MARK,
-            exec_preload=_preloaded(os.getppid()), cpus=sorted(os.sched_getaffinity(0)),
-            threads=torch.get_num_threads())
-
-def engine_core(log):
-    global MARK
-    MARK = "the engine's memory"  # a forked worker has it; a spawned one imports this module afresh
-    _record(log, who="engine", late=os.environ.get("SET_BY_THE_API_SERVER"))
-    p = multiprocessing.get_context("spawn").Process(target=worker, args=(log,))  # as vLLM on a CPU
-    os.environ.update(OMP_NUM_THREADS="1", GOMP_CPU_AFFINITY=os.environ.get("FAKE_GOMP", "0"))  # as vLLM's OMPProcessManager
-    p.start()
-    p.join()
-"""
 
 FAKE_API_SERVER = """
 import json, multiprocessing, os, fake_engine, autotune_vllm_entry

@@ -18,7 +18,7 @@ import pytest
 from serving.process import server as server_mod
 from serving.process import zygote
 from serving.process.server import LaunchSpec, VllmServer, group_members
-from tests.integration.serving.test_lean_entry import FAKE_ENGINE
+from tests.support.fake_engine import FAKE_ENGINE
 
 FAKE_API_SERVER = """
 import http.server, json, multiprocessing, os, sys
