@@ -99,18 +99,6 @@ class Failure:
         object.__setattr__(self, "cls", FailureClass(self.cls))
         object.__setattr__(self, "phase", FailurePhase(self.phase))
 
-    @classmethod
-    def stored(cls, failure_class: str | None, phase: str | None, line: str | None) -> Failure | None:
-        """The failure a stored row records (None: none); a class this version does not know (a
-        newer worker stored it) reads as OTHER, a row without a phase as failed to start."""
-        if not failure_class:
-            return None
-        try:
-            kind = FailureClass(failure_class)
-        except ValueError:
-            kind = FailureClass.OTHER
-        return cls(kind, line or "", phase or FailurePhase.STARTUP)
-
     def as_dict(self) -> dict:
         d = asdict(self)
         d["cls"] = self.cls.value

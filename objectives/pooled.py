@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from loadgen import MetricName
-from objectives.statistics import CONFIDENCE, N_RESAMPLES, NAN_DIFFERENCE, SEED, Difference, Interval
+from objectives.statistics import CONFIDENCE, N_RESAMPLES, NAN_DIFFERENCE, SEED, Difference, Interval, Kind
 
 # A value larger than any latency in ms: what a censored request could be, to see whether it moves a percentile.
 _UNBOUNDED = 1e18
@@ -66,16 +66,21 @@ def run_requests(samples: dict[str, list[Any]], metric: str, elapsed_s: float | 
             continue
         ttft, e2e = samples["ttft_s"][i], samples["e2e_s"][i]
         if samples["ok"][i]:
-            if name.family == "ttft" and ttft is not None:
-                values.append(ttft), censored.append(False)
-            elif name.family == "e2el" and e2e is not None:
-                values.append(e2e), censored.append(False)
+            value = None
+            if name.family == "ttft":
+                value = ttft
+            elif name.family == "e2el":
+                value = e2e
             elif name.family == "tpot" and ttft is not None and e2e is not None and samples["output_tokens"][i] > 1:
-                values.append((e2e - ttft) / (samples["output_tokens"][i] - 1)), censored.append(False)
+                value = (e2e - ttft) / (samples["output_tokens"][i] - 1)
+            if value is not None:
+                values.append(value)
+                censored.append(False)
         elif samples["aborted"][i] and elapsed_s is not None and name.family in ("ttft", "e2el"):
             own = ttft if name.family == "ttft" else e2e
             if own is None:
-                values.append(max(0.0, elapsed_s - samples["sent_s"][i])), censored.append(True)
+                values.append(max(0.0, elapsed_s - samples["sent_s"][i]))
+                censored.append(True)
     return RunRequests(np.asarray(values, dtype=float) * 1000.0, np.asarray(censored, dtype=bool))
 
 
@@ -167,7 +172,7 @@ def pooled_difference(
     a_runs, b_runs = [a.values for a, _ in rounds], [b.values for _, b in rounds]
     a_point, b_point = _pooled_point(a_runs, q), _pooled_point(b_runs, q)
     relative = b_point > 0 and all(np.all(r > 0) for r in b_runs)
-    kind = "relative" if relative else "absolute"
+    kind: Kind = "relative" if relative else "absolute"
 
     def diff(x, y):
         return x / y - 1.0 if relative else x - y

@@ -8,8 +8,9 @@ metric (nothing measured) violates its SLO by 1.0.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Literal
+from typing import Generic, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -43,7 +44,7 @@ class SLOSpec(BaseModel, Generic[Bound]):
     min: Bound | None = None
 
     @model_validator(mode="after")
-    def _one_bound(self) -> SLOSpec:
+    def _one_bound(self) -> Self:
         if (self.max is None) == (self.min is None):
             raise ValueError(f"SLO on {self.metric}: give exactly one of max, min")
         if self.bound == 0:
@@ -52,15 +53,17 @@ class SLOSpec(BaseModel, Generic[Bound]):
 
     @property
     def bound(self) -> Bound:
-        return self.max if self.max is not None else self.min
+        bound = self.max if self.max is not None else self.min
+        assert bound is not None  # `_one_bound`: exactly one is given
+        return bound
 
-    def violation(self, value: float) -> float:
+    def violation(self: SLOSpec[float], value: float) -> float:
         """> 0: violated, by that fraction of the bound; <= 0: met (numeric bounds only)."""
         if value is None or math.isnan(value):
             return NAN_VIOLATION
         if self.max is not None:
             return (value - self.max) / abs(self.max)
-        return (self.min - value) / abs(self.min)
+        return (self.bound - value) / abs(self.bound)
 
 
 @dataclass
@@ -91,7 +94,7 @@ def penalty_values(objectives: list[ObjectiveSpec], request_timeout_s: float) ->
 def score(
     flat_metrics: dict[str, float],
     objectives: list[ObjectiveSpec],
-    slos: list[SLOSpec] = (),
+    slos: Sequence[SLOSpec] = (),
     request_timeout_s: float = 300.0,
     *,
     served: bool = True,
@@ -115,7 +118,7 @@ def score(
     return Score(values, constraints, all(c <= 0 for c in constraints.values()))
 
 
-def known_metric_names(class_names: list[str] = ()) -> list[str]:
+def known_metric_names(class_names: Sequence[str] = ()) -> list[str]:
     return (
         list(BASE_KEYS)
         + [class_key(k, c) for c in class_names for k in PER_CLASS_KEYS]
@@ -124,7 +127,7 @@ def known_metric_names(class_names: list[str] = ()) -> list[str]:
     )
 
 
-def validate_metric_names(names: list[str], class_names: list[str] = ()) -> None:
+def validate_metric_names(names: list[str], class_names: Sequence[str] = ()) -> None:
     """Raise ValueError naming each unknown metric and listing the allowed ones."""
     known = set(known_metric_names(class_names))
     unknown = [n for n in names if n not in known]

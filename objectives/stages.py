@@ -241,7 +241,10 @@ def capacity_metrics(estimate: cap.CapacityEstimate, stages: Sequence[StageResul
 def at_rate(workload: WorkloadSpec, rate: float, duration_s: float) -> WorkloadSpec:
     """The workload's arrival process at another mean rate, for `duration_s`, without warm-up."""
     arrival = workload.arrival
-    scaled = arrival.model_copy(update={"rate": arrival.rate * rate / arrival.mean_rate()})
+    mean = arrival.mean_rate()
+    if arrival.rate is None or not mean:
+        raise ValueError("a load stage at another rate needs an open-loop workload with a resolved rate")
+    scaled = arrival.model_copy(update={"rate": arrival.rate * rate / mean})
     return workload.model_copy(
         update={"arrival": scaled, "duration_s": duration_s, "num_requests": None, "warmup_requests": 0}
     )
@@ -339,7 +342,7 @@ def search_step(
     if rate is not None and screen and front is not None and front.points:
         best = optimistic_metrics(stages, probes)
         point = front.dominating(best) if best is not None else None
-        if point is not None:
+        if best is not None and point is not None:
             shown = ", ".join(f"{m} {point[m]:.4g}" for m in front.directions)
             return None, f"cannot reach the front (a member has {shown}; this trial at best {best_text(best, front)})"
     return rate, None
@@ -422,7 +425,7 @@ async def run_stages(
                 flat[abort.metric], raised = abort.value, abort.metric
         worst, violated = margin(flat, held)
         if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
-            known = [m for m in (worst, result.abort.margin) if math.isfinite(m) and m > 0]
+            known = [m for m in (worst, abort.margin) if math.isfinite(m) and m > 0]
             worst = max(known) if known else math.nan
         stages.append(
             StageResult(
@@ -451,4 +454,5 @@ async def run_stages(
         rate, stop_reason = search_step(stages, settings, hint=capacity_hint, screen=screen, front=front)
     if stop_reason is not None:
         stages[-1].notes.append(f"trial stopped after this stage: {stop_reason}")
+    assert target is not None  # the target stage always runs: the loop starts at the target rate
     return StagedRun(stages, target, final_estimate(stages, settings, stop_reason))

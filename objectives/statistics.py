@@ -70,7 +70,7 @@ class Difference(Interval):
 NAN_DIFFERENCE = Difference(math.nan, math.nan, math.nan, 0)
 
 
-def _finite(values: Sequence[float]) -> np.ndarray:
+def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     return arr[np.isfinite(arr)]
 
@@ -118,7 +118,9 @@ def _ratio_of_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarra
         return np.median(a, axis=axis) / np.median(b, axis=axis) - 1.0
 
 
-def relative_difference(candidate: Sequence[float], reference: Sequence[float], *, paired: bool = False) -> Interval:
+def relative_difference(
+    candidate: Sequence[float] | np.ndarray, reference: Sequence[float] | np.ndarray, *, paired: bool = False
+) -> Interval:
     """median(candidate) / median(reference) - 1, with a bootstrap 95% interval.
 
     `paired`: run i of both was taken in the same round (interleaved), so rounds are resampled
@@ -158,7 +160,7 @@ def paired_rounds(candidate: Sequence[float], reference: Sequence[float]) -> tup
         for a, b in zip(candidate, reference)
         if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
     ]
-    return tuple(np.asarray(x, dtype=float) for x in zip(*both)) if both else (np.array([]), np.array([]))
+    return np.asarray([a for a, _ in both], dtype=float), np.asarray([b for _, b in both], dtype=float)
 
 
 def difference(

@@ -339,6 +339,8 @@ def failure_of(row: TrialRecord | ConfirmationRun) -> Failure | None:
     stored it) reads as OTHER."""
     if not row.failure_class:
         return None
+    if row.failure_phase is None:
+        raise ValueError(f"a stored failure ({row.failure_class}) without its phase")
     return Failure(_failure_class(row.failure_class), row.failure_line or "", FailurePhase(row.failure_phase))
 
 

@@ -25,6 +25,8 @@ def claimed(engine: Engine, study_id: int) -> Iterator[tuple[Session, StudyRecor
     of the block (rolled back, and the lock released, if it raises)."""
     with Session(engine, expire_on_commit=False) as session:
         rec = session.scalar(select(StudyRecord).where(StudyRecord.id == study_id).with_for_update())
+        if rec is None:
+            raise LookupError(f"no study with id {study_id} in this database")
         yield session, rec
         session.commit()
 

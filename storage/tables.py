@@ -130,7 +130,7 @@ class TrialRecord(Base):
     adjustments: Mapped[list[Any]] = mapped_column(JSON)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)  # flat metrics, client and server_*
     server_diagnostics: Mapped[dict[str, Any]] = mapped_column(JSON)
-    values: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # objective vector told
+    values: Mapped[list[Any]] = mapped_column(JSON)  # objective vector told (penalties for a failed trial)
     constraints: Mapped[dict[str, Any]] = mapped_column(JSON)
     feasible: Mapped[bool] = mapped_column(Boolean)
     client_behind: Mapped[bool] = mapped_column(Boolean, default=False)

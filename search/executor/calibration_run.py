@@ -153,8 +153,8 @@ def _unloaded(
                     unloaded[key] = value
     if len(wl.classes) > 1:
         for fam in LATENCY_FAMILIES:
-            known = [(unloaded[class_key(f"{fam}_median_ms", c.name)], c.weight) for c in wl.classes]
-            known = [(v, w) for v, w in known if v is not None]
+            medians = [(unloaded[class_key(f"{fam}_median_ms", c.name)], c.weight) for c in wl.classes]
+            known = [(v, w) for v, w in medians if v is not None]
             total = sum(w for _, w in known)
             unloaded[f"{fam}_median_ms"] = sum(v * w / total for v, w in known) if known else None
     return unloaded, timed_share

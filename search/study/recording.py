@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
-from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -64,7 +63,7 @@ class Recording:
         self,
         engine: Engine,
         study: optuna.Study,
-        storage: RDBStorage,
+        storage: coord.StudyStorage,
         scenario: Scenario,
         events: StudyObserver,
         coordination: coord.Coordination,

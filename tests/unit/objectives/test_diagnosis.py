@@ -276,19 +276,3 @@ def test_the_trial_diagnosis_takes_the_failure_and_returns_a_diagnosis(launch_ct
     )
     assert died.bottleneck == "server_errors" and died.evidence[0] == "the server died under load (oom: killed)"
     assert any(s.startswith("out of memory under load") for s in died.next_steps)
-
-
-@pytest.mark.parametrize(
-    "stored, expected",
-    [
-        ((None, None, None), None),
-        (
-            ("load_error", "load", "serves no model"),
-            Failure(FailureClass.LOAD_ERROR, "serves no model", FailurePhase.LOAD),
-        ),
-        (("oom", None, None), Failure(FailureClass.OOM, "", FailurePhase.STARTUP)),  # stored before phases were
-        (("a_class_from_a_newer_worker", "load", "x"), Failure(FailureClass.OTHER, "x", FailurePhase.LOAD)),
-    ],
-)
-def test_a_stored_rows_failure_reads_back_in_the_failure_vocabulary(stored, expected):
-    assert Failure.stored(*stored) == expected

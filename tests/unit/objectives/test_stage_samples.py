@@ -126,6 +126,7 @@ def test_stage_rows_store_their_samples(tmp_path):
                 adjustments=[],
                 metrics={},
                 server_diagnostics={},
+                values=[],
                 constraints={},
                 feasible=True,
                 timings={},

@@ -79,6 +79,7 @@ def build_study(path: Path) -> None:
                 adjustments=[],
                 metrics={},
                 server_diagnostics={},
+                values=[],
                 constraints={},
                 feasible=True,
                 timings={},

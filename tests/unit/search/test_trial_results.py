@@ -19,7 +19,7 @@ from search import trial_results as tr
 from search.executor import TrialPlan
 from serving import StartAnatomy, resolve_server_args
 from storage import queries
-from storage.tables import StudyRecord, TrialStatus
+from storage.tables import StudyRecord, TrialRecord, TrialStatus
 from tests.support import fakes
 
 
@@ -140,3 +140,9 @@ def test_a_confirmation_run_keeps_its_stages_and_capacity_in_its_own_row():
     assert all(same_stage(a, b) for a, b in zip(tr.stages_of(run), STAGES))
     assert tr.stages_of(run)[2].margin != tr.stages_of(run)[2].margin  # NaN, stored as null
     assert run.stages[2]["margin"] is None
+
+
+def test_a_failure_class_this_build_does_not_know_reads_as_other():
+    newer = TrialRecord(failure_class="a_class_from_a_newer_worker", failure_phase="load", failure_line="x")
+    assert tr.failure_of(newer) == Failure(FailureClass.OTHER, "x", FailurePhase.LOAD)
+    assert tr.failure_of(TrialRecord(failure_class=None)) is None
