@@ -53,7 +53,7 @@ from search.replay import (
     replay_factory,
 )
 from search.samplers import SAMPLERS, scenario_default
-from search.study import StudyRunner
+from search.study import LocalStorage, StudyRunner
 from storage import queries
 
 CPU_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json"  # recorded: benchmarks/landscape.py
@@ -144,7 +144,14 @@ PRIOR_BUDGET = 10
 
 
 def _study(
-    w: World, d: str, sampler: str, seed: int, budget: int, name: str, warm_start: str | None = None
+    w: World,
+    d: str,
+    optuna_storage: LocalStorage,
+    sampler: str,
+    seed: int,
+    budget: int,
+    name: str,
+    warm_start: str | None = None,
 ) -> StudyRunner:
     opts = StudyOptions(
         scenario=str(w.scenario_path),
@@ -161,6 +168,7 @@ def _study(
         opts,
         executor=replay_factory(w.surrogate, seed),
         calibrate=replay_calibration(w.landscape),
+        storage=optuna_storage,
     )
 
 
@@ -179,10 +187,12 @@ def run_study(
     name = sampler.removesuffix(WARM)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
         warm_start = None
+        trials = LocalStorage()  # Optuna's; the tuner's own tables are in the SQLite file under d
         if sampler.endswith(WARM):
-            _study(world(warm_from) if warm_from else w, d, name, seed + 10_000, PRIOR_BUDGET, "earlier").run()
+            earlier = world(warm_from) if warm_from else w
+            _study(earlier, d, trials, name, seed + 10_000, PRIOR_BUDGET, "earlier").run()
             warm_start = "earlier"
-        runner = _study(w, d, name, seed, budget, "bench", warm_start)
+        runner = _study(w, d, trials, name, seed, budget, "bench", warm_start)
         t0, cpu0 = time.monotonic(), time.process_time()
         result = runner.run()
         seconds, cpu_s = time.monotonic() - t0, time.process_time() - cpu0

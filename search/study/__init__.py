@@ -9,6 +9,7 @@ terminal, the dashboard) and `errors` why a study will not run. Other packages i
 from here; outputs read the pure `events` and `verdict` modules.
 """
 
+from search.study.coordination import LocalStorage
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.loop import MAX_CONSECUTIVE_LOAD_ERRORS, StudyResult, StudyRunner, vllm_executor
 from search.study.opening import BUDGET_ATTR, setup_changes
@@ -16,6 +17,7 @@ from search.study.opening import BUDGET_ATTR, setup_changes
 __all__ = [
     "BUDGET_ATTR",
     "MAX_CONSECUTIVE_LOAD_ERRORS",
+    "LocalStorage",
     "StudyBusy",
     "StudyMismatch",
     "StudyResult",

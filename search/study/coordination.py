@@ -27,7 +27,7 @@ from typing import Any
 
 import optuna
 import psutil
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import InMemoryStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from search.study.outage import DEFAULT_BOUND_S, DatabaseWatch
@@ -105,6 +105,26 @@ def gone_here(worker: dict[str, Any] | None) -> bool:
         return False
 
 
+class LocalStorage(InMemoryStorage):
+    """Optuna's trials in this process's memory, for a study that no other worker joins and no
+    later run resumes (a replayed study: `search.replay`, `make bench-search`): RDB storage's round
+    trips are most of a replayed trial's time. Its heartbeats are a no-op: the one worker's loop
+    is live while its trial runs, so no trial is ever stale."""
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        pass
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        return []
+
+    def get_heartbeat_stale_trial_callback(self) -> None:
+        return None
+
+
+# Where a study keeps Optuna's trials: the database at its URL (`storage`), or this process's memory.
+StudyStorage = RDBStorage | LocalStorage
+
+
 def storage(url: str, coordination: Coordination, engine_kwargs: dict) -> RDBStorage:
     """Optuna's RDB storage with heartbeats on, and a retry callback that queues a dead worker's
     trial again with the same params (and user attrs: a baseline stays a baseline)."""
@@ -125,7 +145,7 @@ def ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
-def claim(study: optuna.Study, store: RDBStorage, worker: WorkerId, watch: DatabaseWatch) -> optuna.Trial:
+def claim(study: optuna.Study, store: StudyStorage, worker: WorkerId, watch: DatabaseWatch) -> optuna.Trial:
     """The next trial, marked as `worker`'s: heartbeat first (a trial with none is never found
     stale), then who runs it, on which slot, beside which other trials. Each step is ridden out
     on its own: asking again would leave the asked trial behind."""
@@ -134,7 +154,7 @@ def claim(study: optuna.Study, store: RDBStorage, worker: WorkerId, watch: Datab
     return trial
 
 
-def _mark(study: optuna.Study, store: RDBStorage, worker: WorkerId, trial: optuna.Trial) -> None:
+def _mark(study: optuna.Study, store: StudyStorage, worker: WorkerId, trial: optuna.Trial) -> None:
     store.record_heartbeat(trial._trial_id)
     trial.set_user_attr(WORKER_ATTR, worker.as_dict())
     trial.set_user_attr(NEIGHBOURS_ATTR, neighbours(study, worker))
@@ -159,7 +179,7 @@ class Heartbeat:
     longer than the grace period lets another worker take the trial. What the beats find of
     the database goes to `watch`: it is often the first to know the database went or came back."""
 
-    def __init__(self, store: RDBStorage, trial: optuna.Trial, interval_s: float, watch: DatabaseWatch) -> None:
+    def __init__(self, store: StudyStorage, trial: optuna.Trial, interval_s: float, watch: DatabaseWatch) -> None:
         # RDBStorage keys heartbeats by the trial's storage id, which Optuna keeps private.
         self.store, self.trial_id, self.interval_s, self.watch = store, trial._trial_id, interval_s, watch
         self._stop = threading.Event()
@@ -193,7 +213,7 @@ class Dead:
 
 
 def dead_trials(
-    study: optuna.Study, store: RDBStorage, coordination: Coordination, watch: DatabaseWatch | None = None
+    study: optuna.Study, store: StudyStorage, coordination: Coordination, watch: DatabaseWatch | None = None
 ) -> list[Dead]:
     """RUNNING trials whose worker is certainly gone (see the module's docstring). A trial with no
     worker recorded (asked by an older version, or killed between ask and its first heartbeat)
@@ -222,7 +242,7 @@ def _label(worker: dict[str, Any] | None) -> str:
     return f"{worker.get('host')}:{worker.get('pid')}" + (f" ({worker['slot']})" if worker.get("slot") else "")
 
 
-def requeue(study: optuna.Study, store: RDBStorage, trial: FrozenTrial) -> int | None:
+def requeue(study: optuna.Study, store: StudyStorage, trial: FrozenTrial) -> int | None:
     """Fail a dead worker's trial and queue it again through the storage's retry callback; of
     several workers doing this at once, one wins. Returns the failed trial's number if this call
     won and the retry was queued, None if another worker got there first or retries ran out."""
@@ -238,7 +258,7 @@ def requeue(study: optuna.Study, store: RDBStorage, trial: FrozenTrial) -> int |
     return trial.number if limit is None or retries <= limit else None
 
 
-def retried_number(store: RDBStorage, trial: optuna.Trial) -> int | None:
+def retried_number(store: StudyStorage, trial: optuna.Trial) -> int | None:
     """The trial this one runs again (queued by `requeue`), or None."""
     with warnings.catch_warnings():  # retried_trial_number is "experimental" since 2.8
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

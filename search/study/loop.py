@@ -107,7 +107,9 @@ def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blo
 
 class StudyRunner:
     """The study loop. Trials run on what `executor` builds (by default a vLLM server each) and
-    calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. What
+    calibration on `calibrate`: a test swaps in scripted ones and keeps everything else. Optuna's
+    trials are kept in `storage` (by default the database at the study's URL; a replayed study
+    keeps them in memory, `coord.LocalStorage`, and hands the same one to a study it warm-starts). What
     happens is told to `observers` (`search.study.events`); the loop itself prints and publishes nothing."""
 
     def __init__(
@@ -119,6 +121,7 @@ class StudyRunner:
         executor: ExecutorFactory | None = None,
         calibrate: Calibrate | None = None,
         coordination: coord.Coordination | None = None,
+        storage: coord.StudyStorage | None = None,
     ):
         self.prep = prep
         self.opts = opts
@@ -129,12 +132,16 @@ class StudyRunner:
         if opts.warm_start:
             require_stored(prep, opts.warm_start)
         self.engine = queries.open_db(prep.storage_url)
-        # Refused here, before the study is created or anything runs, when it is from elsewhere.
-        self.warm: WarmStart | None = open_warm_start(prep, self.engine, opts.warm_start) if opts.warm_start else None
         self.coordination = coordination or coord.Coordination()
+        self.storage = storage or coord.storage(
+            prep.storage_url, self.coordination, queries.engine_kwargs(prep.storage_url)
+        )
+        # Refused here, before the study is created or anything runs, when it is from elsewhere.
+        self.warm: WarmStart | None = (
+            open_warm_start(prep, self.engine, self.storage, opts.warm_start) if opts.warm_start else None
+        )
         self.watch = DatabaseWatch(redacted(prep.storage_url), self.coordination.db_outage_s, self.events.note)
         self.worker = coord.WorkerId.this(self.coordination.slot)
-        self.storage = coord.storage(prep.storage_url, self.coordination, queries.engine_kwargs(prep.storage_url))
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = make_sampler(prep.sampler, opts.seed, prep.dists, self.budget)
         if self.warm is not None:

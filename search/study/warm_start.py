@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -80,7 +81,7 @@ def _winner(session: Session, rec: StudyRecord, earlier: optuna.Study, prep: Pre
     )
 
 
-def open_warm_start(prep: Prepared, engine: Engine, name: str) -> WarmStart:
+def open_warm_start(prep: Prepared, engine: Engine, storage: BaseStorage, name: str) -> WarmStart:
     """The earlier study `name`, checked against this run (StudyMismatch says what differs)."""
     if name == prep.study_name:
         raise _refusal(name, "that is this study itself (a resume already knows its own trials)")
@@ -98,7 +99,7 @@ def open_warm_start(prep: Prepared, engine: Engine, name: str) -> WarmStart:
                 f"{'/'.join(rec.directions)}; this scenario: {', '.join(sc.objective_names)}, "
                 f"{'/'.join(sc.directions)})",
             )
-        earlier = optuna.load_study(study_name=name, storage=prep.storage_url)
+        earlier = optuna.load_study(study_name=name, storage=storage)
         number, which = _winner(session, rec, earlier, prep)
         rows = {r.trial_number: r for r in queries.trial_records(session, rec)}
         same_scenario = rec.scenario_digest == scenario_mod.digest(prep.source)
