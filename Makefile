@@ -22,6 +22,7 @@ SAMPLERS ?=
 SEEDS    ?=
 BUDGETS  ?=
 PORT     ?=
+RECORDS  ?=
 
 opt = $(if $(2),$(1) $(2),)
 # The URL reaches the commands through the environment: make echoes "$STORAGE", never the
@@ -29,8 +30,10 @@ opt = $(if $(2),$(1) $(2),)
 export STORAGE
 STORAGE_ARG = $(if $(STORAGE),--storage "$$STORAGE",)
 STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
+# A built-in scenario's name, or a scenario file's stem.
+SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity clean
+.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay clean
 
 setup:
 	@bash scripts/setup.sh
@@ -80,27 +83,43 @@ load: setup        ## one load run against a running server: make load URL=http:
 params: setup
 	$(BIN)/autotune params $(call opt,--model,$(MODEL))
 
+# The maintained benchmarks (docs/benchmarks.md: what each answers, how long it takes). Those
+# marked "servers" start real vLLM servers: run them under `flock /tmp/vllm.lock` on a shared machine.
 bench: bench-startup bench-load bench-trial-time
 
-bench-startup: setup
-	$(BIN)/python benchmarks/startup.py
+bench-startup: setup   ## servers: start-to-healthy time of vLLM on the built-in model, eager and compiled
+	$(BIN)/python -m benchmarks.bench_startup
 
-bench-load: setup
-	$(BIN)/python benchmarks/load_capacity.py
-	$(BIN)/python benchmarks/load_parity.py
+bench-load: setup   ## the load generator's capacity against a stub, then parity with `vllm bench serve` (servers)
+	$(BIN)/python -m benchmarks.bench_load_capacity
+	$(BIN)/python -m benchmarks.bench_load_parity
 
-bench-capacity: setup   ## capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
-	$(BIN)/python benchmarks/capacity_repeats.py --scenario $(SCENARIO)
+bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
+	$(BIN)/python -m benchmarks.bench_capacity --scenario $(SCENARIO)
 
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
-	$(BIN)/python benchmarks/fidelity.py $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
+	$(BIN)/python -m benchmarks.bench_fidelity $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
 
 bench-search: setup   ## every sampler x 20 seeds x budgets 5-40 on the replay executor (no vLLM); LANDSCAPE=, SAMPLERS=, SEEDS=, BUDGETS= narrow it
-	$(BIN)/python benchmarks/bench_search.py $(call opt,--landscape,$(LANDSCAPE)) $(call opt,--samplers,$(SAMPLERS)) \
+	$(BIN)/python -m benchmarks.bench_search $(call opt,--landscape,$(LANDSCAPE)) $(call opt,--samplers,$(SAMPLERS)) \
 		$(call opt,--seeds,$(SEEDS)) $(call opt,--budgets,$(BUDGETS))
 
+bench-landscape: setup   ## servers: record SCENARIO's space for bench-search (resumable, ~77 min here), export to LANDSCAPE= (default runs/landscape-SCENARIO.json)
+	$(BIN)/python -m benchmarks.bench_landscape record --scenario $(SCENARIO) $(STORAGE_ARG)
+	$(BIN)/python -m benchmarks.bench_landscape export $(STORAGE_ARG) --study landscape-$(SCENARIO_NAME) \
+		--out $(if $(LANDSCAPE),$(LANDSCAPE),runs/landscape-$(SCENARIO_NAME).json)
+
 bench-trial-time: setup   ## where a stored study's trial time went (start, stages, aborts, stop); STORAGE=, STUDY=
-	$(BIN)/python benchmarks/trial_time.py $(STUDY_ARGS)
+	$(BIN)/python -m benchmarks.bench_trial_time $(STUDY_ARGS)
+
+bench-stopping: setup   ## the early-abort rules replayed over stored load stages; STORAGE=, STUDY= (default: every study)
+	$(BIN)/python -m benchmarks.bench_stopping $(STUDY_ARGS)
+
+bench-screening: setup   ## how long the screening's target stage must be to agree with the confirmation; STORAGE=, STUDY=
+	$(BIN)/python -m benchmarks.bench_screening_length $(STORAGE_ARG) --study $(if $(STUDY),$(STUDY),$(SCENARIO))
+
+bench-trace-replay: setup   ## a trace replay's planned window against what the server received; SCENARIO=trace scenario, RECORDS= or STORAGE= STUDY=
+	$(BIN)/python -m benchmarks.bench_trace_replay $(SCENARIO) $(call opt,--load,$(RECORDS)) $(STUDY_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -56,7 +56,7 @@ from search.samplers import SAMPLERS, scenario_default
 from search.study import LocalStorage, StudyRunner
 from storage import queries
 
-CPU_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json"  # recorded: benchmarks/landscape.py
+CPU_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json"  # recorded: benchmarks/bench_landscape.py
 SYNTHETIC_LANDSCAPE = REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json"  # invented, for unit tests
 BUDGETS = (5, 10, 20, 40)
 SHARES = (0.9, 0.95)

@@ -4,7 +4,7 @@ Starts one server (vLLM's defaults, or --config) (as the tuner does, dev endpoin
 reset), warms it with one run, then for each rate runs the scenario's requests through the CLI
 (`autotune load <scenario> --url ... --rate R --duration S --warmup 0 --json ...`), draining the
 server and resetting its prefix cache between runs as the stages do. Each run is held to the
-SLOs `benchmarks/capacity_repeats.py` resolved (its JSON holds the calibration), so the verdicts
+SLOs `benchmarks/bench_capacity.py` resolved (its JSON holds the calibration), so the verdicts
 can be set beside the capacity it reported: it should lie between the highest passing and the
 lowest failing rate.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.capacity_repeats import parse_config
+from benchmarks.bench_capacity import parse_config
 from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
 from search import calibration
 from search.executor import STAGED_SERVER_ENV

@@ -35,10 +35,10 @@ sc["screening"] = {"duration_s": 10, "max_stages": 2}
 sc["capacity"]["stage_s"] = 4
 pathlib.Path("runs/gpu/mixed-8b-landscape.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
 PY
-timeout --signal=TERM "${BUDGET_S:-420}" python3 benchmarks/landscape.py record --scenario runs/gpu/mixed-8b-landscape.yaml \
+timeout --signal=TERM "${BUDGET_S:-420}" python3 -m benchmarks.bench_landscape record --scenario runs/gpu/mixed-8b-landscape.yaml \
   --model $MODEL_DIR --n "${N:-14}" --runs 1 --repeats 0 --side-by-side "$SIDE" --storage $STORAGE 2>&1 | tee "$OUT/record.log"
 echo "record exit ${PIPESTATUS[0]}"
-python3 benchmarks/landscape.py export --storage $STORAGE --study landscape-mixed-8b-landscape \
+python3 -m benchmarks.bench_landscape export --storage $STORAGE --study landscape-mixed-8b-landscape \
   --out "$OUT/landscape-mixed-8b-gpu.json" \
   --recorded-with "N=${N:-14} SIDE=$SIDE KV_GIB=$KV_GIB benchmarks/gpu/landscape_8b.sh" 2>&1 | tail -3
 cp runs/gpu/landscape.db "$OUT/" 2>/dev/null

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.trace_replay_stats import stage_from_load_json, table
+from benchmarks.bench_trace_replay import stage_from_load_json, table
 from benchmarks.trace_synthetic import mooncake_jsonl, synthetic_trace
 from tests.support.servers import quick_server_values
 

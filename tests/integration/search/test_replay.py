@@ -1,6 +1,6 @@
 """The replay bench end to end: the default sampler beats random on the recorded CPU landscape
 (a statistical property, half a minute of studies), and the benchmark scripts, run as a user
-runs them, refuse bad input in one line.
+runs them (`python -m benchmarks.NAME` from the repository's root), refuse bad input in one line.
 """
 
 from benchmarks.bench_search import CPU_LANDSCAPE, bench, world
@@ -29,35 +29,44 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
     (tmp_path / "empty.json").write_text("{}")
     for args, said in [
         (
-            ["benchmarks/bench_search.py", "--landscape", "runs/no-such-landscape.json"],
+            ["-m", "benchmarks.bench_search", "--landscape", "runs/no-such-landscape.json"],
             "bench_search.py: error: runs/no-such-landscape.json: no such file or directory",
         ),
         (
-            ["benchmarks/bench_search.py", "--landscape", tmp_path / "empty.json"],
+            ["-m", "benchmarks.bench_search", "--landscape", tmp_path / "empty.json"],
             f"bench_search.py: error: {tmp_path / 'empty.json'}: not a landscape file: schema None, expected 1",
         ),
         (
             [
-                "benchmarks/landscape.py",
+                "-m",
+                "benchmarks.bench_landscape",
                 "record",
                 "--scenario",
                 "no-such-scenario",
                 "--storage",
                 f"sqlite:///{tmp_path}/l.db",
             ],
-            "landscape.py: error: unknown scenario 'no-such-scenario'",
+            "bench_landscape.py: error: unknown scenario 'no-such-scenario'",
         ),
         (
-            ["benchmarks/landscape.py", "export", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
-            f"landscape.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; record it first",
+            [
+                "-m",
+                "benchmarks.bench_landscape",
+                "export",
+                "--storage",
+                f"sqlite:///{tmp_path}/l.db",
+                "--study",
+                "nope",
+            ],
+            f"bench_landscape.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; record it first",
         ),
         (
-            ["benchmarks/fidelity.py", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
-            f"fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
+            ["-m", "benchmarks.bench_fidelity", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            f"bench_fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
         ),
         (
-            ["benchmarks/capacity_repeats.py", "--scenario", "no-such-scenario"],
-            "capacity_repeats.py: error: unknown scenario 'no-such-scenario'",
+            ["-m", "benchmarks.bench_capacity", "--scenario", "no-such-scenario"],
+            "bench_capacity.py: error: unknown scenario 'no-such-scenario'",
         ),
     ]:
         code, err = script(*map(str, args))

@@ -1,8 +1,8 @@
-"""benchmarks/screening_length.py: the screening's length chosen from stored confirmation stages."""
+"""benchmarks/bench_screening_length.py: the screening's length chosen from stored confirmation stages."""
 
 from __future__ import annotations
 
-from benchmarks import screening_length as sl
+from benchmarks import bench_screening_length as sl
 from loadgen import SAMPLE_KEYS
 from objectives.scoring import SLOSpec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.trace_replay_stats import Stage, planned, table
+from benchmarks.bench_trace_replay import Stage, planned, table
 from benchmarks.trace_synthetic import mooncake_jsonl, synthetic_trace
 from loadgen import WorkloadSpec
 from loadgen.trace import replay_offsets

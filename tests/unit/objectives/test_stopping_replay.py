@@ -1,4 +1,4 @@
-"""benchmarks/stopping_replay.py on a study built here: a SQLite file whose stage rows carry
+"""benchmarks/bench_stopping.py on a study built here: a SQLite file whose stage rows carry
 samples with known full verdicts, replayed through the certain, likely and over-saturation rules."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.orm import Session
 
-from benchmarks import stopping_replay as sr
+from benchmarks import bench_stopping as sr
 from loadgen import request_samples
 from storage import queries
 from storage.tables import StageRecord, StudyRecord, TrialRecord

@@ -1,6 +1,6 @@
 """The replay executor under the real study loop, and the landscape recorder on it (no vLLM)."""
 
-from benchmarks import landscape as landscape_bench
+from benchmarks import bench_landscape as landscape_bench
 from benchmarks.bench_search import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, run_study, world
 from objectives.capacity import SLO_CAPACITY_RPS
 from search.executor import plan

@@ -12,7 +12,7 @@ import optuna
 import pytest
 from sqlalchemy.orm import Session
 
-from benchmarks.trial_time import trial_time
+from benchmarks.bench_trial_time import trial_time
 from loadgen import CLIENT_BEHIND
 from search.executor import VllmExecutor
 from search.executor import vllm as executor_mod

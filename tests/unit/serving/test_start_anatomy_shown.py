@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from benchmarks.trial_time import TrialTime, start_table
+from benchmarks.bench_trial_time import TrialTime, start_table
 from serving import START_PHASES
 
 
@@ -33,7 +33,7 @@ def test_a_study_stored_before_the_anatomy_shows_no_start_table():
 def test_a_trial_row_gives_its_stored_anatomy():
     from types import SimpleNamespace
 
-    from benchmarks.trial_time import trial_time
+    from benchmarks.bench_trial_time import trial_time
 
     phases = {p: 1.0 for p in START_PHASES}
     row = SimpleNamespace(

@@ -15,12 +15,12 @@ histograms (mean inter-token latency, TTFT, E2E, from /metrics deltas), the mach
 stolen time, and how much CPU other processes took (this machine is shared): a run during which
 they took more than --max-foreign-cores is run again (--retries) and the least disturbed kept.
 
-    .venv/bin/python benchmarks/load_parity.py                         # one point, below
-    .venv/bin/python benchmarks/load_parity.py --endpoint completions --prompt-tokens 256 \\
+    .venv/bin/python -m benchmarks.bench_load_parity                         # one point, below
+    .venv/bin/python -m benchmarks.bench_load_parity --endpoint completions --prompt-tokens 256 \\
         --output-tokens 200 --rate 1 --schedule-s 40 --reps 3
-    .venv/bin/python benchmarks/load_parity.py --grid default --reps 3  # the docs' grid
-    .venv/bin/python benchmarks/load_parity.py --grid completions:256:200:1,chat:256:64:4
-    .venv/bin/python benchmarks/load_parity.py --trace runs/trace/azure-synthetic.csv \
+    .venv/bin/python -m benchmarks.bench_load_parity --grid default --reps 3  # the docs' grid
+    .venv/bin/python -m benchmarks.bench_load_parity --grid completions:256:200:1,chat:256:64:4
+    .venv/bin/python -m benchmarks.bench_load_parity --trace runs/trace/azure-synthetic.csv \
         --endpoint completions --rate 1 --schedule-s 60 --reps 3   # a replayed trace
 
 With `--trace`, a point's requests are a window of the trace (its lengths, clipped to the
@@ -49,7 +49,10 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from load_common import (
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.load_common import (
     REPO,
     ForeignCpu,
     Spread,
@@ -62,9 +65,6 @@ from load_common import (
     wait_for_quiet,
     write_prepared_requests,
 )
-from rich.console import Console
-from rich.table import Table
-
 from loadgen.arrivals import open_loop_offsets
 from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
 from loadgen.preparation import ServerTokenCounter, cached_requests

@@ -16,7 +16,7 @@ server; on a GPU vLLM forks its EngineCore), `zygote` (the default: that server 
 interpreter that imported vLLM once, at its first start; that first start pays the import, the
 later ones do not).
 
-    .venv/bin/python benchmarks/startup.py [--repeats 3] [--compare [--entries lean,warm]]
+    .venv/bin/python -m benchmarks.bench_startup [--repeats 3] [--compare [--entries lean,warm]]
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Record a landscape of a scenario's search space on real servers, then export it as a small
 data file the replay executor (search.replay) fits its surrogates on.
 
-    python benchmarks/landscape.py record [--scenario mixed] [--n 48] [--repeats 12] [--runs 3] [--seed 0]
+    python -m benchmarks.bench_landscape record [--scenario mixed] [--n 48] [--repeats 12] [--runs 3] [--seed 0]
                                           [--model PATH] [--side-by-side K]
-    python benchmarks/landscape.py export [--out benchmarks/data/landscape-mixed-cpu.json]
-    python benchmarks/landscape.py synthetic [--out benchmarks/data/landscape-mixed-synthetic.json]
+    python -m benchmarks.bench_landscape export [--out benchmarks/data/landscape-mixed-cpu.json]
+    python -m benchmarks.bench_landscape synthetic [--out benchmarks/data/landscape-mixed-synthetic.json]
 
 `record` is resumable (run the same command again): the first pass is one study on the project's
 storage (a space-filling design of `n` configurations, Optuna's scrambled Sobol QMC, and the
@@ -246,14 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-cpu.json")
     exp.add_argument(
         "--recorded-with",
-        default="flock /tmp/vllm.lock python benchmarks/landscape.py record",
+        default="flock /tmp/vllm.lock python -m benchmarks.bench_landscape record",
         help="the record command, as run (kept in the provenance)",
     )
     syn = sub.add_parser("synthetic")
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json")
     args = ap.parse_args(argv)
-    return reported("landscape.py", lambda: _run(args), also=(LandscapeError,))
+    return reported("bench_landscape.py", lambda: _run(args), also=(LandscapeError,))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -278,24 +278,16 @@ def _run(args: argparse.Namespace) -> int:
             return 130
         print(
             f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
-            f"export: python benchmarks/landscape.py export --study {name}"
+            f"export: python -m benchmarks.bench_landscape export --study {name}"
         )
     elif args.cmd == "export":
-        queries.existing_study_check(args.storage, args.study, "record it first (landscape.py record)")
+        queries.existing_study_check(args.storage, args.study, "record it first (python -m benchmarks.bench_landscape record)")
         landscape = export(
             args.storage,
             args.study,
             commands=[
                 args.recorded_with,
-                "python "
-                + " ".join(
-                    [
-                        Path(sys.argv[0]).relative_to(REPO).as_posix()
-                        if Path(sys.argv[0]).is_absolute()
-                        else sys.argv[0],
-                        *sys.argv[1:],
-                    ]
-                ),
+                " ".join(["python -m benchmarks.bench_landscape", *sys.argv[1:]]),
             ],
         )
         landscape.save(args.out)

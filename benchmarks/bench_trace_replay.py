@@ -13,8 +13,8 @@ totals, and its prefix cache hit rate against the share of prompt tokens the win
 Targets: mean rate within 2 %, inter-arrival CV within 5 %, length quantiles within 1 token,
 prefix-sharing share within 2 points.
 
-    .venv/bin/python benchmarks/trace_replay_stats.py runs/trace/mine.yaml --storage sqlite:///runs/autotune.db --study azure-synthetic
-    .venv/bin/python benchmarks/trace_replay_stats.py runs/trace/mine.yaml --load runs/trace/replay.json
+    .venv/bin/python -m benchmarks.bench_trace_replay runs/trace/mine.yaml --storage sqlite:///runs/autotune.db --study azure-synthetic
+    .venv/bin/python -m benchmarks.bench_trace_replay runs/trace/mine.yaml --load runs/trace/replay.json
 """
 
 from __future__ import annotations
@@ -226,22 +226,22 @@ def main(argv: list[str] | None = None) -> int:
         else:
             wl = WorkloadSpec.model_validate(data, context={"base_dir": Path(args.scenario).parent.resolve()})
     except (OSError, ValueError) as e:
-        print(f"trace_replay_stats: error: {e}", file=sys.stderr)
+        print(f"bench_trace_replay.py: error: {e}", file=sys.stderr)
         return 2
     if wl.trace is None:
-        print(f"trace_replay_stats: error: {args.scenario}: the workload replays no trace", file=sys.stderr)
+        print(f"bench_trace_replay.py: error: {args.scenario}: the workload replays no trace", file=sys.stderr)
         return 2
     if args.load is not None:
         stages = [("autotune load", stage_from_load_json(json.loads(args.load.read_text())))]
     else:
         if not args.study:
-            print("trace_replay_stats: error: --storage needs --study", file=sys.stderr)
+            print("bench_trace_replay.py: error: --storage needs --study", file=sys.stderr)
             return 2
         stages = [
             (label, stage_from_stored(s, wl.warmup_requests)) for label, s in stored_stages(args.storage, args.study)
         ]
     if not stages:
-        print("trace_replay_stats: error: no measured stage with samples", file=sys.stderr)
+        print("bench_trace_replay.py: error: no measured stage with samples", file=sys.stderr)
         return 2
     summary = []
     for i, (label, stage) in enumerate(stages):

@@ -16,7 +16,7 @@ their full verdict is unknown. The rules:
 The server's waiting-queue gauge is not stored with a stage, so the replay stands in for it with
 the requests sent and still without their first token (`early_abort.waiting_proxy`).
 
-    .venv/bin/python benchmarks/stopping_replay.py [--storage runs/autotune.db] [--study NAME ...]
+    .venv/bin/python -m benchmarks.bench_stopping [--storage runs/autotune.db] [--study NAME ...]
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--storage", default=str(DEFAULT_STORAGE), help="SQLite file or SQLAlchemy URL")
     ap.add_argument("--study", action="append", help="a study's name (repeatable); default: every study")
     args = ap.parse_args(argv)
-    return reported("stopping_replay.py", lambda: _run(args))
+    return reported("bench_stopping.py", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

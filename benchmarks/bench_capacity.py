@@ -6,7 +6,7 @@ configs interleaved (A B A B ...) so drift on this shared machine hits all of th
 run's capacity, bracket, stages and times, then per config the median and the spread
 ((max - min) / median) over the repeats.
 
-    .venv/bin/python benchmarks/capacity_repeats.py [--scenario mixed] [--repeats 3]
+    .venv/bin/python -m benchmarks.bench_capacity [--scenario mixed] [--repeats 3]
         [--config starved=max_num_seqs:2] [--json runs/capacity_repeats.json]
 
 Configs: `vllm_defaults` (unless --no-defaults) and --config NAME=key:value,key:value (registry
@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--run-dir", type=Path, default=Path("runs/capacity_repeats"))
     ap.add_argument("--json", type=Path, default=Path("runs/capacity_repeats.json"))
     args = ap.parse_args()
-    return reported("capacity_repeats.py", lambda: _run(args))
+    return reported("bench_capacity.py", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

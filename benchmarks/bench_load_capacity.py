@@ -14,7 +14,7 @@ Two stub modes, both 16 token chunks per stream after a 20 ms TTFT:
 On a 2-core machine the stub and the client share the CPU, so the stub's own cost caps what
 can be measured; the table reports the CPU each side spent per request.
 
-    .venv/bin/python benchmarks/load_capacity.py [--modes spaced,burst] [--tools ours,vllm]
+    .venv/bin/python -m benchmarks.bench_load_capacity [--modes spaced,burst] [--tools ours,vllm]
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 import yaml
-from load_common import (
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.load_common import (
     REPO,
     ForeignCpu,
     Spread,
@@ -38,9 +41,6 @@ from load_common import (
     wait_for_quiet,
     write_sharegpt_dataset,
 )
-from rich.console import Console
-from rich.table import Table
-
 from loadgen.arrivals import open_loop_offsets
 from loadgen.prompts import build_requests
 from loadgen.tokenizer import PromptTokenizer

@@ -8,7 +8,7 @@ time of a screened trial against a full run. Over all candidates: Kendall's tau 
 screened and the confirmed order of the selection rule's metric, and whether the screening's
 first pick is the verdict's.
 
-    .venv/bin/python benchmarks/fidelity.py --storage sqlite:///runs/autotune.db --study mixed [--study ...]
+    .venv/bin/python -m benchmarks.bench_fidelity --storage sqlite:///runs/autotune.db --study mixed [--study ...]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             report(console, args.storage, name)
         return 0
 
-    return reported("fidelity.py", run)
+    return reported("bench_fidelity.py", run)
 
 
 if __name__ == "__main__":

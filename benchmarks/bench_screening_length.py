@@ -12,7 +12,7 @@ mean seconds a stage ran; the shortest L that agrees on at least 90% is the one 
 (`objectives.agreement.shortest_agreeing`). Counted SLOs only (percentiles, the error rate):
 the cut stages have no means or throughputs.
 
-    .venv/bin/python benchmarks/screening_length.py --storage runs/autotune.db --study mixed \\
+    .venv/bin/python -m benchmarks.bench_screening_length --storage runs/autotune.db --study mixed \\
         [--study mixed-2 ...] [--lengths 15,20,30,45] [--cap 2] [--slice 0.5] [--confidence 0.9]
 """
 

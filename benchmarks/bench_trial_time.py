@@ -11,7 +11,7 @@ server, health, first token, the load's warm-up; trials stored before it was rec
 start is inside it; what is neither start, stage, idle wait nor stop is warm-up, request
 building and the executor's own work. Then the same shares over the whole study.
 
-    .venv/bin/python benchmarks/trial_time.py [--storage runs/autotune.db] [--study mixed]
+    .venv/bin/python -m benchmarks.bench_trial_time [--storage runs/autotune.db] [--study mixed]
 
 A trial without stages (a scenario without `capacity:`) counts its one load run (`load_s`,
 warm-up included) as its stage. Repeats of earlier flags and pre-check rejections started no
