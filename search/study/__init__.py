@@ -3,7 +3,8 @@
 `loop` runs it (`StudyRunner`: the search, one trial at a time, the budget), `opening` opens it
 for a run (its record checked, calibration, baselines, the SQLite lock), `recording` writes each
 trial (score, diagnosis, row, Optuna, snapshot), `coordination` lets workers share it through
-the database, `confirmation` re-measures the candidates on fresh servers after the search,
+the database, `confirmation` re-measures the candidates on fresh servers after the search
+(`confirmation_start` starts it from the loop),
 `verdict` reads what those runs say, `events` is what the loop tells its subscribers (the
 terminal, the dashboard) and `errors` why a study will not run. Other packages import the loop
 from here; outputs read the pure `events` and `verdict` modules.

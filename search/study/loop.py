@@ -16,7 +16,6 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import optuna
@@ -48,9 +47,9 @@ from search.proposals import (
     with_prior,
 )
 from search.samplers import make_sampler
-from search.study import confirmation as confirmation_mod
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
+from search.study.confirmation_start import confirm, confirmation_note
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
@@ -200,7 +199,7 @@ class StudyRunner:
                     recording.store_kept(begun.record)  # before anything else: see `spool`
                     recording.ride(lambda: recording.recover(begun.record))
                     recording.ride(lambda: recording.backfill_snapshots(begun.record))
-                    self.events.note(self._confirmation_note())
+                    self.events.note(confirmation_note(self.sc, len(self.prep.baselines), self.confirm_runs))
                     spent = recording.spent(begun.record)
                     self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
@@ -211,7 +210,15 @@ class StudyRunner:
                             recording.ride(lambda: enqueue_winner(self.engine, self.study, opened.record, self.warm))
                         self._search(recording, opened, executor)
                     if self.confirm_runs > 0:
-                        verdict = self._confirm(recording, opened)
+                        verdict = confirm(
+                            recording,
+                            opened,
+                            self.study,
+                            self.prep,
+                            self.confirm_runs,
+                            self.events,
+                            self._make_executor,
+                        )
         finally:
             signal.signal(signal.SIGTERM, previous)
             lock.close()
@@ -365,55 +372,3 @@ class StudyRunner:
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
         return pareto.chosen(self.study, self.sc)
-
-    # -- confirmation --------------------------------------------------------------------------
-
-    def _confirmation_note(self) -> str:
-        """The opening line on what follows the search: how many runs, how long at most."""
-        if self.confirm_runs == 0:
-            return "no confirmation phase (--confirm-runs 0): the single measurements decide"
-        n = self.sc.confirmation.front + len(self.prep.baselines)
-        full = Measurement(self.sc.workload, capacity=self.sc.capacity)
-        most = confirmation_mod.upfront_estimate_s(n, self.confirm_runs, full)
-        when = f", about {most / 60:.0f} min at most" if most else ""
-        screening = (
-            " (the search screens with a shorter measurement; confirmation runs the full one)"
-            if self.sc.screening
-            else ""
-        )
-        return (
-            f"after the search: confirmation of up to {n} candidates x {self.confirm_runs} runs on fresh "
-            f"servers, interleaved{when}{screening}; --confirm-runs 0 skips it"
-        )
-
-    def _confirm(self, recording: Recording, opened: OpenedStudy) -> verdict_mod.Verdict | None:
-        rows = recording.ride(lambda: recording.rows(opened.record))
-        cands, notes = recording.ride(
-            lambda: confirmation_mod.candidates(self.study, rows, self.prep, self.sc.confirmation.front)
-        )
-        if not any(c.baseline is None for c in cands):
-            self.events.note(
-                "confirmation skipped: no sampled configuration met the SLOs in the search, "
-                f"nor came within {confirmation_mod.NEAR_MISS:.0%} of them"
-            )
-            return None
-        per_run = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
-        pool = confirmation_mod.pooled_plan(
-            verdict_mod.measured_metrics(self.sc),
-            opened.full,
-            self.confirm_runs,
-            per_run / len(cands) if per_run is not None else None,
-            len(cands),
-        )
-        phase = confirmation_mod.ConfirmationPhase(
-            self.prep,
-            opened.ctx,
-            self._make_executor(opened.ctx, pool.measurement),
-            self.events,
-            partial(recording.score, opened),
-            pool.runs,
-            recording.ride,
-            pool.lines,
-        )
-        estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, pool.measurement, opened.screened))
-        return phase.run(recording.session, opened.record, cands, notes, estimate)
