@@ -29,16 +29,15 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.load_common import (
+from benchmarks.cpu_watch import ForeignCpu, wait_for_quiet
+from benchmarks.load_runs import (
     REPO,
-    ForeignCpu,
     Spread,
     run_ours,
     run_vllm_bench,
     start_stub,
     vllm_bench_args,
     vllm_schedule_lag_ms,
-    wait_for_quiet,
     write_sharegpt_dataset,
 )
 from loadgen.arrivals import open_loop_offsets

