@@ -23,7 +23,7 @@ from scipy import stats
 from sqlalchemy.orm import Session
 
 from search import pareto
-from search.cli import reported
+from search.expected_errors import reported
 from search.outputs import fmt_value, load_study
 from search.study.verdict import stored_verdict
 from storage import queries

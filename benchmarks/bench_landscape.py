@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from search import scenario as scenario_mod
 from search.calibration import CalibrationResult
-from search.cli import reported
+from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat_rounds, space_filling
 from search.study import StudyRunner
@@ -281,7 +281,9 @@ def _run(args: argparse.Namespace) -> int:
             f"export: python -m benchmarks.bench_landscape export --study {name}"
         )
     elif args.cmd == "export":
-        queries.existing_study_check(args.storage, args.study, "record it first (python -m benchmarks.bench_landscape record)")
+        queries.existing_study_check(
+            args.storage, args.study, "record it first (python -m benchmarks.bench_landscape record)"
+        )
         landscape = export(
             args.storage,
             args.study,

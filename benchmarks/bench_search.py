@@ -40,7 +40,7 @@ from objectives.scoring import score
 from search import calibration as calibration_mod
 from search import pareto
 from search import scenario as scenario_mod
-from search.cli import reported
+from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.replay import (
     CAPACITY,

@@ -38,7 +38,7 @@ from objectives.early_abort import CERTAIN, LIKELY, abort_check, over_saturated,
 from objectives.scoring import SLOSpec
 from objectives.stages import CAPACITY, stage_slos
 from search.calibration import CalibrationResult, resolve
-from search.cli import reported
+from search.expected_errors import reported
 from search.scenario import CONFIG_DIR, ScenarioError, parse
 from storage import queries
 from storage.tables import StudyRecord

@@ -15,12 +15,10 @@ from search.cli.exits import (
     database_away,
     not_written_line,
     output_not_written,
-    reported,
-    study_stopped,
-    user_errors,
 )
+from search.expected_errors import study_stopped, user_errors
 
-__all__ = ["EXIT_CODES", "EXIT_OUTPUT_MISSING", "build_parser", "main", "reported", "user_errors"]
+__all__ = ["EXIT_CODES", "EXIT_OUTPUT_MISSING", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:

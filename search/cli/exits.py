@@ -1,11 +1,10 @@
-"""How a command ends when it fails: bad input, a study that stopped, an output not written, the
-database away; each is one line on stderr and an exit code, never a traceback."""
+"""How a command ends when it fails: bad input, a study that stopped (both in
+search.expected_errors, which the benchmark scripts share), an output not written, the database
+away; each is one line on stderr and an exit code, never a traceback."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 
 EXIT_OUTPUT_MISSING = 3  # an output file was not written (a study's: stored, `autotune export` writes them again)
 
@@ -18,53 +17,6 @@ EXIT_CODES = f"""exit codes:
        After a study, the study is stored: `autotune export SCENARIO` writes best.yaml,
        pareto.yaml and report.html again
   130  interrupted (Ctrl-C): no server is left; run the same command to go on"""
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """Errors that mean bad input: printed as one clear message, exit code 2, no traceback (here
-    and in the benchmark scripts that take a scenario)."""
-    from search.scenario import ScenarioError
-    from search.space import SpaceError
-    from search.study import StudyBusy, StudyMismatch
-    from search.workers import SlotError
-    from serving import ConfigError, ModelError, VllmNotInstalled
-    from storage.local_postgres import PostgresError
-    from storage.queries import StorageError
-
-    return (
-        ScenarioError,
-        ConfigError,
-        SpaceError,
-        ModelError,
-        VllmNotInstalled,
-        LookupError,
-        StudyBusy,
-        StudyMismatch,
-        StorageError,
-        PostgresError,
-        SlotError,
-    )
-
-
-def reported(prog: str, run: Callable[[], int], also: tuple[type[Exception], ...] = ()) -> int:
-    """`run()` for a script beside the CLI (the benchmarks that take a scenario or a landscape):
-    bad input (`user_errors`, and `also`) one line and exit code 2, a study that cannot go on one
-    line and exit code 1, as `autotune` does."""
-    try:
-        return run()
-    except (*user_errors(), *also) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    except study_stopped() as e:
-        print(f"{prog}: stopped: {e}", file=sys.stderr)
-        return 1
-
-
-def study_stopped() -> type[Exception]:
-    """A study that cannot go on (not bad input): one line, exit code 1; what it stored stays."""
-    from search.study import StudyStopped
-
-    return StudyStopped
 
 
 def output_not_written() -> type[Exception]:
