@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.loadrun import run_async
+from loadgen import run_async
 from objectives.stages import run_stages
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, calibrate

@@ -40,10 +40,7 @@ from benchmarks.load_runs import (
     vllm_schedule_lag_ms,
     write_sharegpt_dataset,
 )
-from loadgen.arrivals import open_loop_offsets
-from loadgen.prompts import build_requests
-from loadgen.tokenizer import PromptTokenizer
-from loadgen.workload import WorkloadSpec
+from loadgen import PromptTokenizer, WorkloadSpec, build_requests, open_loop_offsets
 from serving import build_default_model
 
 LAG_LIMIT_MS = 5.0

@@ -46,9 +46,9 @@ import yaml
 from rich.console import Console
 
 from benchmarks.load_runs import REPO, run_ours
-from benchmarks.parity_point import GRIDS, MAX_MODEL_LEN, OURS, Point, parse_points, run_point
-from benchmarks.parity_tables import VLLM, against_server, markdown
-from loadgen.workload import WorkloadSpec
+from benchmarks.parity_point import GRIDS, MAX_MODEL_LEN, OURS, VLLM, Point, parse_points, run_point
+from benchmarks.parity_tables import against_server, markdown, summarize
+from loadgen import WorkloadSpec
 from serving import launch_context, resolve_server_args
 from serving.process import launch
 
@@ -157,7 +157,8 @@ def main() -> int:
             )
             run_ours(url, wl, args.out_dir / f"warm-{endpoint}.json", args.out_dir / f"warm-{endpoint}.log")
         for point in points:
-            results.append(run_point(point, args, ctx, model, url, server_pid, console))
+            rows = run_point(point, args, ctx, model, url, server_pid, console)
+            results.append(summarize(point, rows, tools, console))
             (args.out_dir / "summary.json").write_text(
                 json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
             )

@@ -32,10 +32,8 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen import WorkloadSpec, run_async, run_load
-from serving import launch_context, resolve_server_args
-from serving.process import FirstTokenWatch, launch, while_serving
-from serving.process.launcher import launch_spec
-from serving.process.server import VllmServer
+from serving import launch_context, process, resolve_server_args
+from serving.process import FirstTokenWatch, VllmServer, launch, while_serving
 
 # The short fixed load after each start of --compare: the same requests every time (one seed).
 FIXED_LOAD = {
@@ -77,7 +75,9 @@ ENTRIES = {
 def served_start(ctx, entry: str, log: Path) -> dict:
     """One start (by `entry`, of ENTRIES) of the compared config, the fixed load on it, its stop."""
     values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048, "memory_utilization": 0.25}
-    spec = launch_spec(ctx, resolve_server_args(values, ctx), log)
+    # process.launch_spec: the function; `from serving.process import launch_spec` reads to
+    # import-linter as the module of that name inside the facade
+    spec = process.launch_spec(ctx, resolve_server_args(values, ctx), log)
     spec.lean_children, spec.warm_children, spec.zygote, spec.plugin, spec.fork_engine = ENTRIES[entry]
     server = VllmServer(spec)
     server.start()

@@ -29,8 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from loadgen import TrafficStats, WorkloadSpec, shared_tokens_from_segments, traffic_stats
-from loadgen.trace import replay_offsets, warmup_rows, window_rows, window_start
+from loadgen import (
+    TrafficStats,
+    WorkloadSpec,
+    replay_offsets,
+    shared_tokens_from_segments,
+    traffic_stats,
+    warmup_rows,
+    window_rows,
+    window_start,
+)
 
 RATE_TOLERANCE = 0.02
 CV_TOLERANCE = 0.05

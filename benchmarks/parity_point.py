@@ -23,14 +23,29 @@ from benchmarks.load_runs import (
     vllm_schedule_lag_ms,
     write_prepared_requests,
 )
-from benchmarks.parity_tables import METRICS, summarize
-from loadgen.arrivals import open_loop_offsets
-from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
-from loadgen.preparation import ServerTokenCounter, cached_requests
-from loadgen.server_metrics import MetricsSnapshot
-from loadgen.tokenizer import PromptTokenizer
-from loadgen.workload import WorkloadSpec
+from loadgen import (
+    AVOID_ENGINE_CPUS_ENV,
+    MetricsSnapshot,
+    PromptTokenizer,
+    ServerTokenCounter,
+    WorkloadSpec,
+    cached_requests,
+    engine_pinned_cpus,
+    open_loop_offsets,
+)
 
+METRICS = [  # (label, our flat key, vLLM result key)
+    ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),
+    ("TTFT p99 (ms)", "ttft_p99_ms", "p99_ttft_ms"),
+    ("TPOT median (ms)", "tpot_median_ms", "median_tpot_ms"),
+    ("ITL median (ms)", "itl_median_ms", "median_itl_ms"),
+    ("E2EL median (ms)", "e2el_median_ms", "median_e2el_ms"),
+    ("output tokens/s", "output_throughput", "output_throughput"),
+    ("requests/s", "request_throughput", "request_throughput"),
+    ("duration (s)", "duration_s", "duration"),
+]
+# `vllm bench serve` as users run it (anywhere), or on the CPUs our client keeps to.
+VLLM = ("vllm", "vllm-offengine")
 SERVER_HISTOGRAMS = {  # our name -> vLLM histogram (mean over the run from sum/count deltas)
     "server_itl_ms": "vllm:inter_token_latency_seconds",
     "server_tpot_ms": "vllm:time_per_output_token_seconds",
@@ -114,7 +129,9 @@ def server_means(before: MetricsSnapshot | None, after: MetricsSnapshot | None) 
     return out
 
 
-def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, console: Console) -> dict:
+def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, console: Console) -> list[dict]:
+    """Every tool's runs of `point`, alternating (the order rotates every repetition); a run
+    disturbed by other processes is run again and the least disturbed kept."""
     out = args.out_dir / (point.name + (f"-{args.trace.stem}" if args.trace is not None else ""))
     out.mkdir(parents=True, exist_ok=True)
     if args.trace is not None:
@@ -255,4 +272,4 @@ def run_point(point: Point, args, ctx, model: str, url: str, server_pid: int, co
             row = min(attempts, key=lambda r: r["foreign_cores"])  # the least disturbed one is kept
             row["attempts"] = len(attempts)
             rows.append(row)
-    return summarize(point, rows, tools, console)
+    return rows

@@ -7,31 +7,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.load_runs import Spread
+from benchmarks.parity_point import METRICS, VLLM, Point
 from objectives.statistics import relative_difference
 
-if TYPE_CHECKING:
-    from benchmarks.parity_point import Point
-
-METRICS = [  # (label, our flat key, vLLM result key)
-    ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),
-    ("TTFT p99 (ms)", "ttft_p99_ms", "p99_ttft_ms"),
-    ("TPOT median (ms)", "tpot_median_ms", "median_tpot_ms"),
-    ("ITL median (ms)", "itl_median_ms", "median_itl_ms"),
-    ("E2EL median (ms)", "e2el_median_ms", "median_e2el_ms"),
-    ("output tokens/s", "output_throughput", "output_throughput"),
-    ("requests/s", "request_throughput", "request_throughput"),
-    ("duration (s)", "duration_s", "duration"),
-]
 TABLE_KEYS = ["ttft_median_ms", "tpot_median_ms", "itl_median_ms", "e2el_median_ms", "output_throughput"]
-# `vllm bench serve` as users run it (anywhere), or on the CPUs our client keeps to.
-VLLM = ("vllm", "vllm-offengine")
 
 
 def summarize(point: Point, rows: list[dict], tools: list[str], console: Console) -> dict:

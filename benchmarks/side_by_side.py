@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from search.executor import plan
-from serving import LaunchContext, ServerArgs
-from serving.process import VllmServer, launch_spec
+from serving import LaunchContext, ServerArgs, process
+from serving.process import VllmServer
 
 
 def _key(ctx: LaunchContext, args: ServerArgs) -> tuple[str, ...]:
@@ -112,7 +112,7 @@ class SideBySide:
         self.waves += 1
         threads: list[threading.Thread] = []
         for i, (key, a) in enumerate(wave.items()):
-            spec = launch_spec(
+            spec = process.launch_spec(  # the function (serving.process has a module of that name too)
                 ctx,
                 a,
                 self.pool_dir / f"wave{self.waves:02d}-{i}.server.log",

@@ -16,6 +16,7 @@ Other packages import from here, never from the modules inside.
 
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
+from loadgen.arrivals import open_loop_offsets
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
@@ -30,10 +31,13 @@ from loadgen.metrics import (
     json_safe,
     timed_tpot_median_ms,
 )
+from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
+from loadgen.preparation import ServerTokenCounter, cached_requests
+from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
-from loadgen.server_metrics import SERVER_KEYS, GaugeSample, fetch_metrics_text, scan_gauges
+from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, fetch_metrics_text, scan_gauges
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
-from loadgen.tokenizer import TokenizerError
+from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.trace import (
     Trace,
     TraceError,
@@ -42,13 +46,18 @@ from loadgen.trace import (
     clipped,
     rate_over_time,
     read_trace,
+    replay_offsets,
     shared_tokens_from_ids,
     shared_tokens_from_segments,
     traffic_stats,
+    warmup_rows,
+    window_rows,
+    window_start,
 )
 from loadgen.workload import WorkloadSpec
 
 __all__ = [
+    "AVOID_ENGINE_CPUS_ENV",
     "BASE_KEYS",
     "CLASS_SEPARATOR",
     "CLIENT_BEHIND",
@@ -66,8 +75,11 @@ __all__ = [
     "LoadResult",
     "LoadRunError",
     "MetricName",
+    "MetricsSnapshot",
     "ProgressWatch",
+    "PromptTokenizer",
     "RequestRecord",
+    "ServerTokenCounter",
     "Stall",
     "TokenizerError",
     "Trace",
@@ -75,14 +87,19 @@ __all__ = [
     "TraceSpec",
     "TrafficStats",
     "WorkloadSpec",
+    "build_requests",
+    "cached_requests",
     "class_key",
     "clipped",
     "compute_metrics",
+    "engine_pinned_cpus",
     "fetch_metrics_text",
     "json_safe",
+    "open_loop_offsets",
     "rate_over_time",
     "read_trace",
     "records_from_samples",
+    "replay_offsets",
     "request_samples",
     "run_async",
     "run_load",
@@ -94,4 +111,7 @@ __all__ = [
     "timed_tpot_median_ms",
     "traced",
     "traffic_stats",
+    "warmup_rows",
+    "window_rows",
+    "window_start",
 ]
