@@ -64,6 +64,14 @@ def _closed_to(user: pwd.struct_passwd, directory: Path) -> Path | None:
     return None
 
 
+def _write_secret(path: Path, text: str) -> None:
+    """A new file readable by its owner alone from its first byte (no moment at the umask's mode);
+    one left by an initialisation that failed is replaced."""
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -124,9 +132,7 @@ class LocalPostgres:
         if self.passfile.exists():
             return
         password = self._password_file.read_text().strip()  # URL-safe: no ':' or '\\' to escape
-        fd = os.open(self.passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{HOST}:{self.port}:*:{USER}:{password}\n")
+        _write_secret(self.passfile, f"{HOST}:{self.port}:*:{USER}:{password}\n")
 
     # -- running the server's tools as the right user -------------------------------------------------
 
@@ -154,16 +160,21 @@ class LocalPostgres:
             )
         return proc
 
-    def _hand_over(self) -> None:
+    def _check_reachable(self) -> None:
+        """Under root, refused before anything is made when the server's user cannot reach the
+        cluster (initdb would only say "Permission denied" on the password file)."""
         if os.geteuid() == 0:
-            entry = pwd.getpwnam(SYSTEM_USER)
-            closed = _closed_to(entry, self.root.parent)
-            if closed is not None:  # initdb would only say "Permission denied" on the password file
+            closed = _closed_to(pwd.getpwnam(SYSTEM_USER), self.root.parent)
+            if closed is not None:
                 raise PostgresError(
                     f"the {SYSTEM_USER!r} user, who runs PostgreSQL for root, cannot enter {closed}, "
                     f"so cannot reach {self.root}: run `autotune db start --runs-dir DIR` with a DIR "
                     f"it can reach, or open the way (chmod o+x {closed})"
                 )
+
+    def _hand_over(self) -> None:
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam(SYSTEM_USER)
             for path in [self.root, *self.root.rglob("*")]:
                 os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
@@ -172,8 +183,8 @@ class LocalPostgres:
     def _init(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        self._password_file.write_text(secrets.token_urlsafe(24) + "\n")
-        os.chmod(self._password_file, 0o600)
+        self._check_reachable()
+        _write_secret(self._password_file, secrets.token_urlsafe(24) + "\n")
         self._port_file.write_text(f"{_free_port()}\n")
         self._hand_over()
         self._tool(
