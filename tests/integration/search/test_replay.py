@@ -3,7 +3,8 @@
 runs them (`python -m benchmarks.NAME` from the repository's root), refuse bad input in one line.
 """
 
-from benchmarks.bench_search import CPU_LANDSCAPE, bench, world
+from benchmarks.bench_search import bench
+from benchmarks.replayed_study import CPU_LANDSCAPE, world
 from search.samplers import scenario_default
 from tests.support.paths import REPO
 

@@ -1,7 +1,7 @@
 """The replay executor under the real study loop, and the landscape recorder on it (no vLLM)."""
 
 from benchmarks import bench_landscape as landscape_bench
-from benchmarks.bench_search import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, run_study, world
+from benchmarks.replayed_study import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, run_study, world
 from objectives.capacity import SLO_CAPACITY_RPS
 from search.executor import plan
 from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
@@ -91,15 +91,15 @@ def test_a_warm_start_bench_row_can_take_its_earlier_study_from_another_landscap
     """--warm-from: the '+warm' row's earlier study replays another landscape (another load of the
     same space; here the synthetic one, on the same replayed machine), the warm-started one the
     bench's own."""
-    from benchmarks import bench_search
+    from benchmarks import replayed_study
 
-    seen, real = [], bench_search._study
+    seen, real = [], replayed_study._study
 
     def study(w, d, trials, sampler, seed, budget, name, warm_start=None):
         seen.append((name, w.landscape.synthetic, warm_start, id(trials)))
         return real(w, d, trials, sampler, seed, budget, name, warm_start)
 
-    monkeypatch.setattr(bench_search, "_study", study)
+    monkeypatch.setattr(replayed_study, "_study", study)
     run = run_study(str(CPU_LANDSCAPE), "random+warm", 0, 5, warm_from=str(SYNTHETIC_LANDSCAPE))
     # both in one Optuna storage in memory: the warm start reads the earlier study's trials there
     assert [s[:3] for s in seen] == [("earlier", True, None), ("bench", False, "earlier")] and seen[0][3] == seen[1][3]
