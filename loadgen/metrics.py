@@ -11,11 +11,15 @@
   second; a request with <= 1 output token has TPOT 0 for this purpose. Without SLOs every
   successful request counts. `goodput_ratio` divides by all requests sent, failures included.
 * Percentiles: numpy linear interpolation. NaN where undefined (no successful request).
-* Failed requests (`failed_latency_s`, which the load generator sets to the request timeout):
-  each counts as that latency in TTFT, TPOT and E2EL, and as that many ITL gaps as it asked
-  output tokens for (less one), so a run that lost requests never
-  looks faster than one that served them (vLLM leaves them out; with no failure the numbers
-  are vLLM's). Cut short by an early abort (`aborted`) is not a failure and not counted.
+* Failed requests (`failed_above`, which the load generator sets): a request that failed or was
+  never answered has no latency. It counts in the error rate, and in TTFT, TPOT and E2EL (and as
+  many ITL gaps as it asked output tokens for, less one) as a value known only to lie above
+  every one measured: a percentile that reaches one of them is unknown (NaN, which violates an
+  SLO on it and scores as the objective's penalty), as is a mean over them. So a run that lost
+  requests never looks faster than one that served them, and no statistic is a number made up
+  for a request that never answered (vLLM leaves them out, as does `failed_above=False`; with
+  no failure the numbers are vLLM's). Cut short by an early abort (`aborted`) is not a failure
+  and not counted.
 """
 
 from __future__ import annotations
@@ -112,13 +116,30 @@ class LatencyStats:
     p99: float = NAN
 
     @classmethod
-    def of_seconds(cls, values) -> LatencyStats:
-        arr = np.asarray(values, dtype=float)
-        if arr.size == 0:
+    def of_seconds(cls, values, above: int = 0) -> LatencyStats:
+        """Statistics of `values` (s) in ms, with `above` more values known only to lie above all
+        of them (failed requests): a statistic that depends on one of those is NaN."""
+        ms = np.sort(np.asarray(values, dtype=float)) * 1000.0
+        n = ms.size + above
+        if n == 0:
             return cls()
-        ms = arr * 1000.0
-        p = np.percentile(ms, [50, 90, 95, 99])
-        return cls(float(ms.mean()), float(p[0]), float(p[1]), float(p[2]), float(p[3]))
+        if not above:
+            p = np.percentile(ms, [50, 90, 95, 99])
+            return cls(float(ms.mean()), float(p[0]), float(p[1]), float(p[2]), float(p[3]))
+        return cls(NAN, *(_censored_percentile(ms, n, q) for q in (0.5, 0.9, 0.95, 0.99)))
+
+
+def _censored_percentile(ms: np.ndarray, n: int, q: float) -> float:
+    """numpy's linear q-quantile of `n` values whose lowest are `ms` (sorted) and the rest unknown
+    above them: NaN where it would read an unknown one."""
+    h = (n - 1) * q
+    lo = math.floor(h)
+    frac = h - lo
+    if lo >= ms.size or (frac > 0 and lo + 1 >= ms.size):
+        return NAN
+    if frac == 0:
+        return float(ms[lo])
+    return float(ms[lo] + frac * (ms[lo + 1] - ms[lo]))
 
 
 @dataclass
@@ -190,19 +211,15 @@ def _compute(
     duration_s: float,
     goodput: GoodputSLO | None,
     lag_limit_ms: float,
-    failed_latency_s: float | None = None,
+    failed_above: bool = False,
 ) -> RunMetrics:
     sent = [r for r in records if not math.isnan(r.send_time)]
     ok = [r for r in sent if r.ok]
-    failed = [r for r in sent if not r.ok] if failed_latency_s is not None else []
-    charged = [failed_latency_s] * len(failed)
-    ttfts = [r.ttft for r in ok] + charged
-    e2els = [r.e2el for r in ok] + charged
-    tpots = [r.tpot for r in ok if r.output_tokens > 1] + charged
+    failed = [r for r in sent if r.failed] if failed_above else []
     gaps = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
-    # ITL pools gaps per chunk: a failed request weighs as many gaps as it asked tokens for.
-    gaps += [np.full(max(1, r.expected_output_tokens - 1), failed_latency_s) for r in failed]
     itls = np.concatenate(gaps) if gaps else np.empty(0)
+    # ITL pools gaps per chunk: a failed request weighs as many gaps as it asked tokens for.
+    itl_above = sum(max(1, r.expected_output_tokens - 1) for r in failed)
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.input_tokens for r in ok)
     good = sum(1 for r in ok if _is_good(r, goodput))
@@ -214,10 +231,10 @@ def _compute(
         lag50 = lag99 = lagmax = NAN
     n_sent = len(sent)
     return RunMetrics(
-        ttft=LatencyStats.of_seconds(ttfts),
-        tpot=LatencyStats.of_seconds(tpots),
-        itl=LatencyStats.of_seconds(itls),
-        e2el=LatencyStats.of_seconds(e2els),
+        ttft=LatencyStats.of_seconds([r.ttft for r in ok], len(failed)),
+        tpot=LatencyStats.of_seconds([r.tpot for r in ok if r.output_tokens > 1], len(failed)),
+        itl=LatencyStats.of_seconds(itls, itl_above),
+        e2el=LatencyStats.of_seconds([r.e2el for r in ok], len(failed)),
         request_throughput=_per(len(ok), duration_s),
         output_throughput=_per(out_tokens, duration_s),
         total_token_throughput=_per(in_tokens + out_tokens, duration_s),
@@ -254,23 +271,27 @@ def compute_metrics(
     class_names: list[str] | None = None,
     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
     server: ServerDiagnostics | None = None,
+    failed_above: bool = False,
     failed_latency_s: float | None = None,
 ) -> RunMetrics:
     """Metrics of the measured (non-warmup, sent, not cut short by us) records, overall and per class.
 
     `class_names`: the workload's classes, so a class that got no request still has (NaN) keys.
     `client_behind` is set when the p99 schedule lag exceeds `lag_limit_ms`.
-    `failed_latency_s`: the latency a failed request counts as (None: left out, as vLLM does).
+    `failed_above`: a failed request counts as a latency above every measured one (the module
+    docstring); False: left out, as vLLM does. `failed_latency_s`: read as `failed_above` when
+    given, its value never used (an older caller's spelling).
     """
+    failed_above = failed_above or failed_latency_s is not None
     measured = [r for r in records if not r.warmup and not r.aborted]
-    metrics = _compute(measured, duration_s, goodput, lag_limit_ms, failed_latency_s)
+    metrics = _compute(measured, duration_s, goodput, lag_limit_ms, failed_above)
     names = list(class_names or [])
     for r in measured:
         if r.class_name not in names:
             names.append(r.class_name)
     for name in names:
         metrics.per_class[name] = _compute(
-            [r for r in measured if r.class_name == name], duration_s, goodput, lag_limit_ms, failed_latency_s
+            [r for r in measured if r.class_name == name], duration_s, goodput, lag_limit_ms, failed_above
         )
     metrics.server = server
     return metrics

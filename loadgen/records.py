@@ -58,6 +58,13 @@ class RequestRecord:
         return self.error_kind == ABORTED
 
     @property
+    def failed(self) -> bool:
+        """Sent and ended without a complete answer (an error, a timeout, no token), not cut
+        short by the load generator. Its latencies are unknown: it counts in the error rate and
+        as above every latency bound, never as a latency value (`metrics`)."""
+        return self.end_time == self.end_time and not self.ok and not self.aborted
+
+    @property
     def schedule_lag(self) -> float:
         return self.send_time - self.scheduled_time
 

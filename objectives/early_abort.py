@@ -11,6 +11,8 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
   E2EL once that long has passed since it was sent, TPOT once the time since its first token
   over its remaining decode steps does (`max_tokens` is exact: the client sets `ignore_eos`).
   Such a request is assumed to finish; one that later fails is one the error rate counts.
+  A request that failed (or was never answered) is over every bound: it has no latency, and
+  the stage's percentile counts it above all it measured (`loadgen.metrics`).
 * An error-rate bound is lost once more requests have failed than it allows of the plan.
 * The server's waiting queue growing without bound (an open loop above capacity never reaches a
   steady state, statistics.md): over the last `QUEUE_WINDOW_S`, the least-squares slope of
@@ -180,7 +182,10 @@ def likely_verdict(
 
 
 def _certain_latency_s(family: str, r: RequestRecord, now: float) -> float | None:
-    """A lower bound on the request's final latency (s) as far as it is known at `now`."""
+    """A lower bound on the request's final latency (s) as far as it is known at `now`; inf for
+    a failed request (above every bound, with no value)."""
+    if r.failed:
+        return math.inf
     if math.isnan(r.send_time) or r.error_kind is not None:
         return None
     # Every token in (only usage or [DONE] to come): the latencies are final already.
@@ -221,10 +226,14 @@ class PercentileRule:
         if len(over) < need:
             return None
         # At least `need` final values are >= the need-th largest lower bound: so is the quantile.
+        # Failed requests (inf) have no value: among the need, the percentile is unknown (NaN).
         least = sorted(over, reverse=True)[need - 1] * 1000.0
+        if math.isinf(least):
+            least = math.nan
+        failed = sum(1 for v in over if math.isinf(v))
         return Abort(
             f"{self.metric} > {self.bound_ms:.4g} ms is certain: {len(over)} of "
-            f"{self.planned} planned requests already over it",
+            f"{self.planned} planned requests already over it" + (f" ({failed} failed)" if failed else ""),
             (least - self.bound_ms) / self.bound_ms,
             self.metric,
             least,

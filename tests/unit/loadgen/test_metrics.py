@@ -207,13 +207,32 @@ def test_failed_requests_never_improve_a_latency_objective():
     one_lost = [*served[:-1], _failed(22)]
     scored = {
         name: score(
-            compute_metrics(records, 30.0, failed_latency_s=120.0).flat(), objectives, request_timeout_s=120.0
+            compute_metrics(records, 30.0, failed_above=True).flat(), objectives, request_timeout_s=120.0
         ).values
         for name, records in (("served", served), ("survivors", survivors), ("one_lost", one_lost))
     }
     for i, o in enumerate(objectives):
         assert scored["survivors"][i] > scored["served"][i], o.metric
         assert scored["one_lost"][i] >= scored["served"][i], o.metric
-    assert scored["survivors"][objectives.index(ObjectiveSpec(metric="ttft_p95_ms", direction="minimize"))] == 120_000.0
-    # Without a charge (vLLM's definition, e.g. `autotune load`'s parity checks) they are left out.
+    # Without the failed ones (vLLM's definition, e.g. `autotune load`'s parity checks) they are left out.
     assert compute_metrics(survivors, 30.0).ttft.p95 == pytest.approx(67.0)
+
+
+def test_a_request_that_never_answered_is_never_a_latency_value():
+    """17 of 23 timed out after the request timeout (120 s): no statistic reads that timeout, or
+    any number, for them. Those a percentile reaches make it unknown; one below it is read
+    from the answered requests, as numpy would with the failed ones above them all."""
+    survivors = [rec(i, 0.067 + 0.001 * i, [0.010] * 3, index=i) for i in range(6)]
+    flat = compute_metrics([*survivors, *(_failed(i) for i in range(6, 23))], 30.0, failed_above=True).flat()
+    assert flat["failed"] == 17 and flat["error_rate"] == pytest.approx(17 / 23)
+    latencies = [k for k in flat if k.split("_")[0] in ("ttft", "tpot", "itl", "e2el")]
+    assert len(latencies) == 40  # overall and for its class
+    assert not any(flat[k] >= 120_000.0 for k in latencies)  # no request timeout in ms ...
+    assert all(math.isnan(flat[k]) for k in latencies)  # ... and, 74 % failed, nothing known
+    one_in_23 = [rec(i, 0.1 * (i + 1), [0.010] * 3, index=i) for i in range(22)] + [_failed(22)]
+    m = compute_metrics(one_in_23, 30.0, failed_above=True)
+    with_it_above = np.array([100.0 * (i + 1) for i in range(22)] + [np.inf])
+    # p50 to p95 (rank 20.9 of 0-22) are read below it; p99 (rank 21.78) reaches it; a mean over it is unknown.
+    for q, value in ((50, m.ttft.median), (90, m.ttft.p90), (95, m.ttft.p95)):
+        assert value == pytest.approx(np.percentile(with_it_above, q))
+    assert math.isnan(m.ttft.p99) and math.isnan(m.ttft.mean)

@@ -150,10 +150,14 @@ def test_ttft_in_flight_with_its_first_token_uses_that_token():
     assert r.lost(records, now=60.0) is None  # TTFT was 20 ms, however long the stream runs
 
 
-def test_failed_and_unsent_requests_are_not_latencies():
-    r = rule("ttft", 0.9, 100.0, planned=10)
-    records = [done(1.0, 0.5), failed(2.0), failed(3.0, TIMEOUT), failed(3.5, ABORTED), unsent()]
-    assert r.lost(records, now=100.0) is None
+def test_a_failed_request_is_over_every_bound_without_a_value_an_unsent_or_aborted_one_is_unknown():
+    r = rule("ttft", 0.9, 100.0, planned=10)  # needs 10 - floor(9 * 0.9) = 2 over
+    assert r.lost([done(1.0, 0.05), failed(3.5, ABORTED), unsent(), unsent()], now=100.0) is None
+    verdict = r.lost([done(1.0, 0.05), failed(2.0), failed(3.0, TIMEOUT)], now=100.0)
+    assert verdict is not None and "2 of 10 planned requests already over it (2 failed)" in verdict.reason
+    # Neither timed-out request gives a latency: the percentile they reach is unknown, not a number.
+    assert math.isnan(verdict.value) and math.isnan(verdict.margin)
+    assert r.known([done(1.0, 0.05), failed(2.0), failed(3.0, TIMEOUT), failed(3.5, ABORTED)], now=100.0) == (2, 1)
 
 
 # -- PercentileRule: E2EL -------------------------------------------------------------------------
