@@ -17,6 +17,7 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
+from loadgen.liveness import ServerHung, liveness_before_verdict
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
@@ -79,6 +80,7 @@ __all__ = [
     "ProgressWatch",
     "PromptTokenizer",
     "RequestRecord",
+    "ServerHung",
     "ServerTokenCounter",
     "Stall",
     "TokenizerError",
@@ -95,6 +97,7 @@ __all__ = [
     "engine_pinned_cpus",
     "fetch_metrics_text",
     "json_safe",
+    "liveness_before_verdict",
     "open_loop_offsets",
     "rate_over_time",
     "read_trace",

@@ -23,6 +23,7 @@ from loadgen.arrivals import open_loop_offsets
 from loadgen.client import make_client
 from loadgen.dispatch import run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
+from loadgen.liveness import liveness_before_verdict
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.metrics import GoodputSLO, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
@@ -119,8 +120,12 @@ async def run_load(
     every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
     so a watcher can tell a hung server (`loadgen.stall`) while the run is in progress.
 
-    Latency statistics count a failed request at the workload's `request_timeout_s`
-    (`compute_metrics(failed_latency_s=...)`): a run never looks faster for losing requests.
+    Latency statistics count a failed request as above every measured latency
+    (`compute_metrics(failed_above=True)`): a run never looks faster for losing requests, and
+    no statistic stands in a number for a request that never answered.
+
+    With a `watch`, the run hands back nothing measured on a server that hung: before its
+    result, the server shows it is alive or `loadgen.liveness.ServerHung` is raised.
     """
     import aiohttp
 
@@ -196,6 +201,8 @@ async def run_load(
                     client_cpu = time.process_time() - cpu0
                     gc.unfreeze()
                     samples = await sampler.stop() if sampler is not None else []
+                # A hung server looks like a slow one to what scores this run: not before it shows it lives.
+                await liveness_before_verdict(watch, base_url, control)
                 after = None
                 if before is not None:
                     text = await fetch_metrics_text(control, base_url)
@@ -233,7 +240,7 @@ async def run_load(
         class_names=spec.class_names,
         lag_limit_ms=lag_limit_ms,
         server=server,
-        failed_latency_s=spec.request_timeout_s,
+        failed_above=True,
     )
     result = LoadResult(
         base_url,

@@ -18,6 +18,13 @@ What the server owes, and what counts as its answer:
 The server is silent since the later of its last progress and the oldest thing it owes; a
 request sent after an idle gap (nothing owed) gets the whole bound from its own send.
 
+That is the one rule for a hang, in every phase: silent for the bound, or silent at all (owing
+something without progress) while there is `evidence` that it cannot be answering: every one of
+its processes stopped (the watcher of its processes, `serving.while_serving`, reads that), or
+/health not answering within a short timeout (`loadgen.liveness`, asked before what a run
+measured is scored: an early abort, a stage's end, a capacity verdict must not read a hung
+server as a slow one).
+
 Pure: `stalled` and `silence` read records and asks; `ProgressWatch` is the handle the load
 generator reports to (`run_load(watch=...)`, `run_stages(watch=...)`) and whoever runs the load
 asks twice a second (`serving.while_serving`). All run on one event loop, so no locking.
@@ -139,6 +146,7 @@ class Stall:
     bound_s: float
     cut_off: int = 0  # load requests the client stopped waiting for, unanswered
     unanswered: tuple[str, ...] = ()  # the tuner's own requests, when they are what went unanswered
+    evidence: str | None = None  # what showed it hung before the bound ("/health did not answer within 3 s")
 
     def describe(self) -> str:
         if self.unanswered:
@@ -150,21 +158,25 @@ class Stall:
             )
             if self.cut_off:
                 head += f" and {self.cut_off} cut off unanswered"
-        return f"{head} (bound {self.bound_s:.0f} s)"
+        tail = f"; {self.evidence}" if self.evidence else ""
+        return f"{head} (bound {self.bound_s:.0f} s){tail}"
 
 
-def silence(requests: Requests, asks: Sequence[Ask], now: float, bound_s: float) -> Stall | None:
-    """The server has owed something for `bound_s` without progress, or None (see the module)."""
+def silence(
+    requests: Requests, asks: Sequence[Ask], now: float, bound_s: float, evidence: str | None = None
+) -> Stall | None:
+    """The server has owed something for `bound_s` without progress, or owes something at all
+    while `evidence` says it cannot be answering; else None (see the module)."""
     any_answer = max([requests.progress, *(a.answered for a in asks if not math.isnan(a.answered))])
     owed = [a for a in asks if math.isnan(a.answered) and not a.given_up <= any_answer]
     asks_since = max(any_answer, min(a.sent for a in owed)) if owed else _INF
     tokens_since = requests.owed_since
     quiet = now - min(tokens_since, asks_since)
-    if quiet < bound_s:
+    if quiet == -_INF or (quiet < bound_s and evidence is None):  # owes nothing, or not for long
         return None
     # Owed tokens say it best; the last token is at least as old as the oldest unanswered ask.
     unanswered = () if tokens_since < _INF else tuple(dict.fromkeys(a.what for a in owed))
-    return Stall(quiet, requests.in_flight, bound_s, requests.cut_off, unanswered)
+    return Stall(max(0.0, quiet), requests.in_flight, bound_s, requests.cut_off, unanswered, evidence)
 
 
 def stalled(records: Sequence[RequestRecord], now: float, bound_s: float, asks: Sequence[Ask] = ()) -> Stall | None:
@@ -203,13 +215,19 @@ class ProgressWatch:
         """The server's own gauges show its engine moved (or idle): it answers what was cut off."""
         self._progress_at = now
 
-    def check(self, now: float) -> Stall | None:
+    def check(self, now: float, evidence: str | None = None) -> Stall | None:
+        """Whether the server is hung at `now` (`silence`): silent for the bound, or, with
+        `evidence` that it cannot be answering, owing anything at all."""
         requests = self._earlier.then(survey(self._records)).answered_at(self._progress_at)
         answered = [a for a in self._asks if not math.isnan(a.answered)]
         if len(answered) > 1:  # only the latest answer counts
             latest = max(answered, key=lambda a: a.answered)
             self._asks = [a for a in self._asks if math.isnan(a.answered) or a is latest]
-        return silence(requests, self._asks, now, self.bound_s)
+        return silence(requests, self._asks, now, self.bound_s, evidence)
+
+    def owes(self, now: float) -> bool:
+        """The server owes tokens or an answer it has not given (whatever for how long)."""
+        return self.check(now, evidence="") is not None
 
 
 def traced(watch: ProgressWatch | None) -> list:

@@ -67,6 +67,19 @@ def group_stopped(members: list[psutil.Process]) -> bool:
     return False
 
 
+def all_stopped(pids: set[int]) -> bool:
+    """Every live process of `pids` is stopped (SIGSTOP, SIGTSTP, a tracer): none of them can
+    answer anything until it is continued."""
+    states = []
+    for pid in pids:
+        try:
+            states.append(psutil.Process(pid).status())
+        except psutil.NoSuchProcess:
+            continue
+    live = [s for s in states if s != psutil.STATUS_ZOMBIE]
+    return bool(live) and all(s in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) for s in live)
+
+
 def group_members(pgid: int) -> list[psutil.Process]:
     alive = []
     for p in psutil.process_iter(["pid", "status"]):

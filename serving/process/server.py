@@ -33,6 +33,7 @@ from serving.hardware import gpu_memory_used_mib
 from serving.paths import server_cache_env
 from serving.process import zygote
 from serving.process.group import (
+    all_stopped,
     group_members,
     group_stopped,
     kernel_oom_kill,
@@ -271,6 +272,11 @@ class VllmServer:
             return False
         finally:
             conn.close()
+
+    def processes_stopped(self) -> bool:
+        """Every process of the server is stopped (SIGSTOP, a tracer): it answers nothing until
+        continued, which is all a watcher needs to call it hung (`serving.process.watch`)."""
+        return self.proc is not None and all_stopped(self.pids | {self.proc.pid})
 
     def start_anatomy(self) -> StartAnatomy | None:
         """Where this start's seconds went, to /health (None before it answered); the client that

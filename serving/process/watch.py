@@ -8,13 +8,15 @@ import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from loadgen import ProgressWatch, RequestRecord, Stall
+from loadgen import ProgressWatch, RequestRecord, ServerHung, Stall
 from objectives.failure import Failure, FailureClass, FailurePhase
 from serving.process.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
 
 CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a failure
+# What a server whose every process is stopped shows (`loadgen.stall`: evidence of a hang).
+PROCESSES_STOPPED = "every process of the server is stopped (SIGSTOP or a tracer)"
 
 
 class FirstTokenWatch(ProgressWatch):
@@ -48,11 +50,14 @@ class FirstTokenWatch(ProgressWatch):
 
 
 def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
-    """A server that stopped making progress, with what was seen (and whether /health answers)."""
-    health = "/health answered 200" if server.healthy(timeout=2.0) else "/health did not answer"
+    """A server that stopped making progress, with what was seen (and whether /health answers,
+    unless what showed the hang already says)."""
+    line = stall.describe()
+    if stall.evidence is None:
+        line += "; /health answered 200" if server.healthy(timeout=2.0) else "; /health did not answer"
     return Failure(
         FailureClass.HANG,
-        f"{stall.describe()}; {health}",
+        line,
         phase=phase,
         elapsed_s=server.elapsed(),
         log_path=str(server.spec.log_path),
@@ -63,17 +68,27 @@ async def while_serving(
     server: VllmServer, measure: Awaitable[T], phase: FailurePhase, watch: ProgressWatch | None = None
 ) -> T:
     """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
-    `watch` the load generator reports to, stops making progress (`loadgen.stall`): then the
-    measurement is cancelled at once and ServerFailed names why, with `phase`."""
+    `watch` the load generator reports to, hangs (`loadgen.stall`'s rule: silent for the stall
+    bound, or silent with every process stopped, read here; or silent when a load run asked
+    before its result was scored, `loadgen.liveness`): then the measurement is cancelled at
+    once and ServerFailed names why, with `phase`."""
     task = asyncio.ensure_future(measure)
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=2 * POLL_S)
             if done:
-                return task.result()
+                try:
+                    return task.result()
+                except ServerHung as hung:  # a server that died meanwhile says more than its silence
+                    raise ServerFailed(
+                        server.poll_failure(phase=phase) or hang_failure(server, hung.stall, phase)
+                    ) from None
             failure = server.poll_failure(phase=phase)
             if failure is None and watch is not None:
-                stall = watch.check(time.perf_counter())
+                now = time.perf_counter()
+                stall = watch.check(now) or (
+                    watch.check(now, PROCESSES_STOPPED) if server.processes_stopped() else None
+                )
                 failure = hang_failure(server, stall, phase) if stall is not None else None
             if failure is not None:
                 raise ServerFailed(failure)

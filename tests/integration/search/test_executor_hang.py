@@ -48,6 +48,9 @@ class StubAsServer:
         finally:
             conn.close()
 
+    def processes_stopped(self) -> bool:
+        return False
+
     def elapsed(self) -> float:
         return 0.0
 
@@ -136,6 +139,8 @@ def _watched_stages(
     stage_s: float = 2.0,
     max_stages: int = 2,
     limit_s: float = 40.0,
+    bound_s: float = STAGED_BOUND_S,
+    screen: bool = False,
 ):
     """run_stages on the stub, under while_serving; a run that outlives `limit_s` (a hang
     nobody noticed) fails the test in bounded time."""
@@ -152,10 +157,18 @@ def _watched_stages(
         }
     )
     capacity = CapacitySpec(stage_s=stage_s, max_stages=max_stages, idle_timeout_s=30)
-    watch = ProgressWatch(STAGED_BOUND_S)
+    watch = ProgressWatch(bound_s)
     server = StubAsServer(stub, tmp_path / "server.log")
     measure = run_stages(
-        stub.base_url, None, workload, STAGED_SLOS, capacity, tokenizer_path=tok_dir, on_stage=on_stage, watch=watch
+        stub.base_url,
+        None,
+        workload,
+        STAGED_SLOS,
+        capacity,
+        tokenizer_path=tok_dir,
+        on_stage=on_stage,
+        watch=watch,
+        screen=screen,
     )
     return run_async(asyncio.wait_for(while_serving(server, measure, "load", watch), limit_s), "asyncio")
 
@@ -192,6 +205,25 @@ def test_a_freeze_the_target_stages_early_abort_cut_short_still_fails_as_hang(to
     assert len(stages) == 1  # noticed before a capacity stage began
 
 
+def test_a_freeze_the_abort_of_a_screened_target_stage_reads_as_a_miss_is_a_hang(tok_dir, tok, tmp_path):
+    """The search's screening: a target stage that missed runs no capacity stage, so the abort
+    that cut a frozen server's requests off ends the trial's measurement well before the stall
+    bound (here the floor, 15 s, as on a real server). Before that stage's verdict is scored the
+    server must show it is alive; frozen, its /health is silent and the trial is a hang."""
+    stages: list[str] = []
+    bound_s = 15.0
+    with _live_stub(tok_dir, tok) as s:
+        with pytest.raises(ServerFailed) as caught:
+            _watched_stages(s, tok_dir, tmp_path, _freeze_in_stage(s, 1, 1.0, stages), bound_s=bound_s, screen=True)
+        failed_s = time.perf_counter() - s.stub.frozen_at
+    failure = caught.value.failure
+    assert failure.cls is FailureClass.HANG and failure.phase == "load", failure.line
+    assert "cut off unanswered" in failure.line  # the abort came first ...
+    assert failure.line.endswith(f"(bound {bound_s:.0f} s); /health did not answer within 3 s"), failure.line
+    assert failed_s < bound_s  # ... and the stage's end did not wait for the bound
+    assert len(stages) == 1
+
+
 def test_a_freeze_in_a_capacity_stage_fails_as_hang(tok_dir, tok, tmp_path):
     stages: list[str] = []
     with _live_stub(tok_dir, tok) as s:
@@ -208,10 +240,11 @@ def test_a_freeze_as_a_capacity_stage_begins_fails_as_hang_on_its_first_request(
 
 
 def test_a_live_server_that_drains_an_aborted_stage_longer_than_the_bound_is_not_a_hang(tok_dir, tok, tmp_path):
-    """One slot and TTFT 900 ms: the target stage misses the SLO and is cut short with requests
+    """One slot and TTFT 1.2 s: the target stage misses the SLO and is cut short with requests
     queued, which the stub works off one at a time for longer than the bound, no token reaching
-    the client; its gauges move meanwhile, and that is progress."""
-    with _live_stub(tok_dir, tok, ttft_ms=900, itl_ms=0, slots=1) as s:
+    the client; its gauges move meanwhile, and that is progress (read first before the stage's
+    verdict, `loadgen.liveness`, then by the drain)."""
+    with _live_stub(tok_dir, tok, ttft_ms=1200, itl_ms=0, slots=1) as s:
         run = _watched_stages(s, tok_dir, tmp_path, stage_s=4.0, max_stages=1)
     assert [x.aborted is not None for x in run.stages] == [True, True]
     assert run.stages[1].idle_wait_s > STAGED_BOUND_S

@@ -24,6 +24,9 @@ class _LiveStub:
     def poll_failure(self, phase: str):
         return None
 
+    def processes_stopped(self) -> bool:
+        return False
+
 
 def _raise_interrupt(signum, frame):  # as the study loop's SIGTERM handler
     raise KeyboardInterrupt

@@ -137,3 +137,18 @@ def test_a_stall_with_tokens_owed_is_told_by_them_though_an_ask_waited_longer():
     stall = stalled(records, now=25.2, bound_s=15.0, asks=[Ask("GET /metrics", sent=10.2)])
     assert stall is not None and math.isclose(stall.quiet_s, 15.0)
     assert stall.describe() == "no token and no finished request for 15 s with 1 request in flight (bound 15 s)"
+
+
+def test_evidence_that_it_cannot_answer_makes_any_silence_a_stall_but_only_while_something_is_owed():
+    watch = ProgressWatch(bound_s=15.0)
+    records = [rec(0.0, [0.1], end=0.2), rec(10.0)]  # one answered, one in flight for 2 s
+    watch.track(records)
+    assert watch.check(12.0) is None and watch.owes(12.0)
+    stall = watch.check(12.0, evidence="/health did not answer within 3 s")
+    assert stall is not None and stall.in_flight == 1 and math.isclose(stall.quiet_s, 2.0)
+    assert stall.describe() == (
+        "no token and no finished request for 2 s with 1 request in flight (bound 15 s); "
+        "/health did not answer within 3 s"
+    )
+    records[1].chunk_times, records[1].end_time = [12.5], 12.6  # answered after all
+    assert not watch.owes(13.0) and watch.check(13.0, evidence="/health did not answer within 3 s") is None

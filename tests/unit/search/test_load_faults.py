@@ -56,6 +56,9 @@ class FakeServer:
     def healthy(self, timeout: float = 2.0) -> bool:
         return False
 
+    def processes_stopped(self) -> bool:
+        return False
+
     def elapsed(self) -> float:
         return 0.0
 

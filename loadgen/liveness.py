@@ -1,0 +1,105 @@
+"""Before what a load run measured is scored, the server shows it is alive, or the run is a hang.
+
+A server that stopped answering (its processes stopped, its engine deadlocked) looks, to a load
+run, like a very slow one: the early abort sees requests over their bound and cuts the stage
+short within seconds, long before the stall bound (`loadgen.stall`) is reached, and the stage
+would be scored as a certain SLO miss of a live configuration. So a run does not hand back its
+result while the server owes it something without having shown progress: `liveness_before_verdict`
+asks /health (within `HEALTH_TIMEOUT_S`), then reads the engine's gauges until they move (or show
+it idle: it let go of what it was asked), and raises `ServerHung` once the watch's one rule says
+the server hung (`ProgressWatch.check`): silent for the stall bound, or /health silent. A live
+server shows progress within a poll or two (it drops the requests the abort cut off), so this
+costs a healthy run a fraction of a second, and a hung one at most the stall bound.
+
+Every phase's load runs through it (`run_load`, given a watch): calibration, warm-up, target
+and capacity stages, the confirmation's runs, and whatever else scores what a run measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from loadgen.server_metrics import GaugeSample, fetch_metrics_text, scan_gauges
+from loadgen.stall import ProgressWatch, Stall, traced
+
+HEALTH_TIMEOUT_S = 3.0  # an API server that answers nothing for this long is not serving
+PROBE_TIMEOUT_S = 3.0  # for one read of /metrics
+POLL_S = 0.25
+
+
+class ServerHung(RuntimeError):
+    """The server hung under a load run: `stall` says what was silent, for how long."""
+
+    def __init__(self, stall: Stall):
+        super().__init__(stall.describe())
+        self.stall = stall
+
+
+def health_silence(timeout_s: float = HEALTH_TIMEOUT_S) -> str:
+    """The evidence that /health gave: it did not answer within `timeout_s`."""
+    return f"/health did not answer within {timeout_s:g} s"
+
+
+def engine_moved(seen: GaugeSample | None, now: GaugeSample) -> bool:
+    """The engine's gauges show progress: nothing running or waiting, or a change since `seen`
+    (requests let go of or taken up, KV blocks freed or filled). A hung engine's stand still."""
+    if now.running == 0 and now.waiting == 0:
+        return True
+    if seen is None:
+        return False
+    return (seen.running, seen.waiting) != (now.running, now.waiting) or not (
+        seen.kv_usage == now.kv_usage or (math.isnan(seen.kv_usage) and math.isnan(now.kv_usage))
+    )
+
+
+async def _health_answered(session, base_url: str, timeout_s: float) -> bool:
+    """Whether /health gave any answer within `timeout_s`. A refused connection is an answer of
+    sorts (the process is gone, which its watcher reports); only silence is evidence of a hang."""
+    import aiohttp
+
+    try:
+        async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            await resp.read()
+            return True
+    except TimeoutError:
+        return False
+    except (aiohttp.ClientError, OSError):
+        return True
+
+
+async def liveness_before_verdict(watch: ProgressWatch | None, base_url: str, session=None) -> None:
+    """Return once the server owes the run nothing (it answered, or its engine moved since);
+    raise `ServerHung` if it hung (see the module). `session`: an aiohttp session whose requests
+    `watch` sees (`traced(watch)`); None: one of its own. Nothing to do without a watch."""
+    if watch is None or not watch.owes(time.perf_counter()):
+        return
+    if session is None:
+        import aiohttp
+
+        async with aiohttp.ClientSession(trace_configs=traced(watch)) as own:
+            await liveness_before_verdict(watch, base_url, own)
+        return
+    if not await _health_answered(session, base_url.rstrip("/"), HEALTH_TIMEOUT_S):
+        stall = watch.check(time.perf_counter(), evidence=health_silence())
+        if stall is not None:
+            raise ServerHung(stall)
+    seen: GaugeSample | None = None
+    while True:
+        now = time.perf_counter()
+        stall = watch.check(now)
+        if stall is not None:
+            raise ServerHung(stall)
+        if not watch.owes(now):
+            return
+        text = await fetch_metrics_text(session, base_url.rstrip("/"), timeout_s=PROBE_TIMEOUT_S)
+        if text is not None:
+            gauges = scan_gauges(text)
+            if math.isnan(gauges.running):  # no engine gauges to read: /health answered, that is all
+                return
+            if engine_moved(seen, gauges):
+                watch.progress(gauges.t)
+                continue
+            seen = gauges
+        await asyncio.sleep(POLL_S)
