@@ -39,8 +39,11 @@ class FailureClass(StrEnum):
 
     @property
     def transient(self) -> bool:
-        """Says nothing about the flags: the same flags may well start on a second try."""
-        return self in (FailureClass.KILLED, FailureClass.PORT_BUSY, FailureClass.START_TIMEOUT)
+        """May say nothing about the flags: the same flags may well run on a second try (a trial
+        gets one more server start, `search.executor`). A hang may be the machine's (swap, a
+        stopped process) or the configuration's (a deadlock): once is taken for the former, a
+        second hang on a fresh server fails the trial for good."""
+        return self in (FailureClass.KILLED, FailureClass.PORT_BUSY, FailureClass.START_TIMEOUT, FailureClass.HANG)
 
     @property
     def advice(self) -> list[str]:
@@ -78,8 +81,8 @@ _ADVICE: dict[FailureClass, list[str]] = {
         "workload) and run the study again; the same flags are then measured again"
     ],
     FailureClass.HANG: [
-        "the server stopped producing tokens under load (stopped, deadlocked or swapped out): "
-        "read its log up to the failure line's time, and check the machine's memory and swap"
+        "the server stopped producing tokens under load (stopped, deadlocked or swapped out), and again "
+        "on a fresh server: read its log up to the failure line's time, and check the machine's memory and swap"
     ],
     FailureClass.OTHER: ["read the trial's server log for the root cause"],
 }
