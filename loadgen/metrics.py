@@ -272,17 +272,14 @@ def compute_metrics(
     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
     server: ServerDiagnostics | None = None,
     failed_above: bool = False,
-    failed_latency_s: float | None = None,
 ) -> RunMetrics:
     """Metrics of the measured (non-warmup, sent, not cut short by us) records, overall and per class.
 
     `class_names`: the workload's classes, so a class that got no request still has (NaN) keys.
     `client_behind` is set when the p99 schedule lag exceeds `lag_limit_ms`.
     `failed_above`: a failed request counts as a latency above every measured one (the module
-    docstring); False: left out, as vLLM does. `failed_latency_s`: read as `failed_above` when
-    given, its value never used (an older caller's spelling).
+    docstring); False: left out, as vLLM does.
     """
-    failed_above = failed_above or failed_latency_s is not None
     measured = [r for r in records if not r.warmup and not r.aborted]
     metrics = _compute(measured, duration_s, goodput, lag_limit_ms, failed_above)
     names = list(class_names or [])

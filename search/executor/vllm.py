@@ -56,9 +56,7 @@ def measured_before(records: list[RequestRecord], workload: WorkloadSpec) -> dic
         return {}
     start = min(r.send_time for r in done)
     end = max(r.end_time for r in done)
-    return compute_metrics(
-        done, end - start, class_names=workload.class_names, failed_latency_s=workload.request_timeout_s
-    ).flat()
+    return compute_metrics(done, end - start, class_names=workload.class_names, failed_above=True).flat()
 
 
 # How a trial gets its server (not yet started): `serving.process.launch`'s signature.

@@ -109,3 +109,31 @@ def test_a_precheck_rejection_starts_nothing(world):
     plan.problems = ["max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128)"]
     outcome = ex.run(plan)
     assert flags_seen == [] and outcome.failure.phase == "precheck" and outcome.retried == []
+
+
+@pytest.mark.parametrize("hangs", [1, 2])
+def test_a_hang_under_load_gets_one_fresh_server_and_a_second_hang_fails_the_trial(world, monkeypatch, hangs):
+    ex, plan, script, flags_seen, _ = world
+    script += [None, None]
+    line = "no token and no finished request for 16 s with 3 requests in flight (bound 15 s); /health did not answer"
+    left = [hangs]
+    killed: list[bool] = []
+
+    def measure(self, server, outcome, on_phase, *_):
+        if left[0]:
+            left[0] -= 1
+            raise ServerFailed(Failure(FailureClass.HANG, line, phase="load"))
+        outcome.metrics.update(completed=10.0)
+
+    monkeypatch.setattr(VllmExecutor, "_measure", measure)
+    monkeypatch.setattr(ScriptedServer, "stop", lambda self, kill=False: killed.append(kill))
+    outcome = ex.run(plan)
+    assert flags_seen == [{"max-num-seqs": 8}] * 2  # the same flags, on a second server
+    assert [(r.failure.cls, r.failure.phase, r.failure.line) for r in outcome.retried] == [
+        (FailureClass.HANG, "load", line)
+    ]
+    assert killed == [True, hangs == 2]  # a hung server is killed, not asked to stop
+    if hangs == 1:
+        assert outcome.status is TrialStatus.OK and outcome.failure is None and outcome.metrics == {"completed": 10.0}
+    else:
+        assert outcome.status is TrialStatus.FAILED and outcome.failure.cls is FailureClass.HANG
