@@ -421,7 +421,9 @@ async def run_stages(
             # The cut-short requests are left out of the partial numbers, so the metric that
             # stopped the stage would look better than it was: raise it to what was certain.
             partial = flat.get(abort.metric, math.nan)
-            if not partial >= abort.value:
+            if math.isnan(abort.value):  # failed requests reach it: unknown, never a number
+                flat[abort.metric] = math.nan
+            elif not partial >= abort.value:
                 flat[abort.metric], raised = abort.value, abort.metric
         worst, violated = margin(flat, held)
         if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound

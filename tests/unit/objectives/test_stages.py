@@ -65,6 +65,47 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
     assert run.stages[0].raised == "ttft_p95_ms"
 
 
+def test_a_metric_that_failed_requests_reach_is_unknown_after_an_abort_never_a_number(monkeypatch):
+    """The certain rule counted failed requests over the bound, and they reach the percentile:
+    it has no value (`early_abort`), so the stage stores none, not the partial and not a bound."""
+    from loadgen.workload import WorkloadSpec
+    from objectives.early_abort import Abort
+    from objectives.scoring import SLOSpec
+
+    class Result:
+        abort = Abort("ttft certain (3 failed)", math.nan, "ttft_p95_ms", math.nan)
+        aborted = "ttft certain (3 failed)"
+        planned_s, duration_s, records, requests_planned, notes = 10.0, 4.0, [], 0, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 400.0, "completed": 3.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(*a, **k):
+        return Result()
+
+    wl = WorkloadSpec.model_validate(
+        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+    )
+    monkeypatch.setattr(st, "run_load", fake_run_load)
+    monkeypatch.setattr(st, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(st, "reset_prefix_cache", _no_reset_endpoint)
+    run = asyncio.run(
+        st.run_stages(
+            "http://127.0.0.1:9",
+            None,
+            wl,
+            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+            st.CapacitySpec(stage_s=10, max_stages=1),
+        )
+    )
+    target = run.stages[0]
+    assert math.isnan(target.metrics["ttft_p95_ms"]) and target.raised is None
+    assert not target.passed and target.margin > 0  # violated, by a margin a NaN metric is given
+
+
 def _stage(index: int, rate: float, margin: float, ttft: float) -> st.StageResult:
     return st.StageResult(
         index=index,
