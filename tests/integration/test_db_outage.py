@@ -116,7 +116,7 @@ def test_past_the_bound_the_study_stops_with_one_line_and_the_same_command_resum
     err = capsys.readouterr().err
     [kept] = spool_dir(tmp_path / "loop").glob("trial-*.json")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("autotune: stopped: the database (postgresql+psycopg://autotune:***@127.0.0.1:")
+    assert err.startswith("autotune: stopped: the database (postgresql+psycopg://autotune@127.0.0.1:")
     assert "has been unreachable for 3 s" in err and f"trial 1's measurement is kept in {kept}" in err
 
     server.start()

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -64,7 +65,8 @@ def connect(url: str, **kw) -> psycopg.Connection:
     """psycopg on a SQLAlchemy URL, as SQLAlchemy's psycopg dialect connects (its query, the
     passfile of `make db`'s URL, as connection parameters)."""
     parsed = make_url(url)
-    return psycopg.connect(**parsed.translate_connect_args(username="user", database="dbname"), **parsed.query, **kw)
+    params: dict[str, Any] = {**parsed.translate_connect_args(username="user", database="dbname"), **parsed.query}
+    return psycopg.connect(**params, **kw)
 
 
 def fresh_database(server_url: str) -> str:
@@ -81,7 +83,7 @@ def with_password(url: str) -> str:
     """`url` (of `make db`'s server) with its password in it, as a user might give one: read from
     the passfile the URL names."""
     parsed = make_url(url)
-    password = Path(parsed.query["passfile"]).read_text().strip().rsplit(":", 1)[1]
+    password = Path(str(parsed.query["passfile"])).read_text().strip().rsplit(":", 1)[1]
     return parsed.difference_update_query(["passfile"]).set(password=password).render_as_string(hide_password=False)
 
 

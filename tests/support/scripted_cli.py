@@ -23,13 +23,13 @@ TRIAL_S = 0.3
 
 def scripted() -> None:
     executor = ScriptedExecutor(before=lambda plan: time.sleep(TRIAL_S))
-    search.prepare.launch_context = lambda model=None: ctx()
+    search.prepare.launch_context = lambda *args, **kw: ctx()
     search.study.loop.vllm_executor = lambda prep: executor.factory
     real_argv = search.workers.worker_argv
 
     def worker_argv(**kw) -> list[str]:  # the workers' real command line, run by this module
         argv = real_argv(**kw)
-        argv[argv.index("search.cli")] = __spec__.name if __spec__ else "tests.support.scripted_cli"
+        argv[argv.index("search.cli")] = "tests.support.scripted_cli"
         return argv
 
     search.workers.worker_argv = worker_argv
