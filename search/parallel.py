@@ -53,7 +53,7 @@ def search_on_workers(
         raise workers.SlotError(
             f"--workers {n} needs a database server the workers share; SQLite "
             f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run `make db` "
-            f"(autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE=<URL>"
+            f"(autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE='<URL>'"
         )
     try:
         secret = workers.worker_env(storage)  # the password, if the URL has one: not on their command lines

@@ -57,7 +57,7 @@ def test_many_workers_on_sqlite_are_refused_with_make_db(tmp_path):
     assert done.stderr.strip() == (
         "autotune: error: --workers 2 needs a database server the workers share; SQLite (the default "
         "runs/autotune.db) takes one worker per study. Run `make db` (autotune db start) and pass the URL it "
-        "prints: make search WORKERS=2 STORAGE=<URL>"
+        "prints: make search WORKERS=2 STORAGE='<URL>'"
     )
     assert not (tmp_path / "autotune.db").exists()
 
