@@ -33,18 +33,24 @@ STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 # A built-in scenario's name, or a scenario file's stem.
 SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-fast lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay clean
+.PHONY: setup test test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay clean
 
 setup:
 	@bash scripts/setup.sh
 
-test: setup lint-imports
+test: setup lint   ## the checks, then every test: tests/unit and tests/integration
 	@bash scripts/setup_browser.sh   ## Debian chromium for tests/integration/test_browser.py
 	@bash scripts/setup_postgres.sh  ## Debian postgresql for tests/integration/test_postgres.py
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-test-fast: setup lint-imports   ## unit tests only: no vLLM server
-	$(BIN)/python -m pytest -q -m "not vllm and not browser and not postgres" $(PYTEST_ARGS)
+test-fast: setup lint   ## the checks, then tests/unit (in-process: no vLLM, network, browser, PostgreSQL, subprocess or make) on every core
+	$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit $(PYTEST_ARGS)
+
+lint: setup   ## ruff (lint and format), mypy and the package layering, configured in pyproject.toml
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 lint-imports: setup   ## the package layering of docs/architecture.md (pyproject: tool.importlinter)
 	$(BIN)/lint-imports --no-cache

@@ -1,7 +1,7 @@
 """tests/unit is a place: tests that run in this process and need no vLLM, network, browser,
 PostgreSQL, subprocess or `make` (`make test-fast` runs them). Anything else is an integration
-test (tests/integration, docs/architecture.md "Tests"); the fixture below makes a unit test that
-starts a process or opens an internet socket fail, naming where it belongs."""
+test (tests/integration, docs/architecture.md "Tests"): `in_process_only` makes a unit test that
+starts a process or opens a TCP/UDP socket fail, naming where it belongs."""
 
 from __future__ import annotations
 
