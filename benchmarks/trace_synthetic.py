@@ -12,8 +12,8 @@ The Azure format: `TIMESTAMP,ContextTokens,GeneratedTokens`, timestamps as the t
 them (`2023-11-16 18:15:46.6805900`). The Mooncake format adds prefix blocks: `hash_ids`, 512
 tokens each, where 60 % of requests start with one of 4 system prompts (1-2 blocks).
 
-    .venv/bin/python benchmarks/trace_synthetic.py --out runs/trace/azure-synthetic.csv
-    .venv/bin/python benchmarks/trace_synthetic.py --format mooncake --out runs/trace/mooncake-synthetic.jsonl
+    .venv/bin/python -m benchmarks.trace_synthetic --out runs/trace/azure-synthetic.csv
+    .venv/bin/python -m benchmarks.trace_synthetic --format mooncake --out runs/trace/mooncake-synthetic.jsonl
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ more than "most".
 
 `shortest_agreeing` picks the screening length from measurements: given the agreement each
 candidate length reached (for example by reading the confirmation's target stages cut at that
-length, `benchmarks/screening_length.py`), the shortest whose agreement is at least the target.
+length, `benchmarks/bench_screening_length.py`), the shortest whose agreement is at least the target.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ Three ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
 Latencies drift within a stage near capacity (the queue builds), which exchangeability ignores:
 that makes a likely miss late rather than wrong, and is why a likely pass waits for half the
 stage and yields to over-saturation. `tests/unit/objectives/test_stopping_rules.py`
-measures the wrong-stop rate on simulated stages; `benchmarks/stopping_replay.py` on stored ones.
+measures the wrong-stop rate on simulated stages; `benchmarks/bench_stopping.py` on stored ones.
 """
 
 from __future__ import annotations

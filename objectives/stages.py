@@ -25,7 +25,7 @@ failure. A capacity stage stopped as a likely pass counts as passed. The confirm
 stages run in full (`full_target`), since the verdict pools their requests.
 
 Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
-so a stopping rule can be replayed on stored stages (`benchmarks/stopping_replay.py`).
+so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
 from __future__ import annotations

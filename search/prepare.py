@@ -97,7 +97,7 @@ def platform_essentials(ctx: LaunchContext, scenario: Scenario) -> dict[str, Any
     """What every server of the study gets, baselines included, unless the scenario says otherwise.
 
     On the CPU build: fp32 where bf16 is emulated (`context.serving_dtype`), and eager mode:
-    a compiled start costs ~58 s cold vs ~37 s eager (benchmarks/startup.py) and almost every
+    a compiled start costs ~58 s cold vs ~37 s eager (benchmarks/bench_startup.py) and almost every
     trial is cold (max_num_seqs and max_num_batched_tokens key the compile cache), while
     compiled serving was only 4-12% faster. The exported config then says enforce-eager too,
     so what is deployed is what was measured.

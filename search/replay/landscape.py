@@ -1,7 +1,7 @@
 """A recorded landscape: configurations of one scenario's space, each measured one or more times
 with the search's screening measurement, and how the numbers were obtained.
 
-The file format (JSON) is what `benchmarks/landscape.py export` writes and what the replay
+The file format (JSON) is what `python -m benchmarks.bench_landscape export` writes and what the replay
 executor's surrogate is fitted on. A synthetic landscape (`search.replay.synthetic`) has the same
 format and says so in `synthetic`.
 """

@@ -115,7 +115,7 @@ def landscape(
     runs: int = 3,
     seed: int = 0,
 ) -> Landscape:
-    """The synthetic counterpart of `benchmarks/landscape.py`: the same design, invented numbers."""
+    """The synthetic counterpart of `benchmarks/bench_landscape.py`: the same design, invented numbers."""
     dists = {k: distribution(k, d, scenario.name) for k, d in scenario.search_space.items()}
     target = CALIBRATION.capacity_rps * scenario.workload.arrival.capacity_fraction
     rng = random.Random(seed)
@@ -143,7 +143,7 @@ def landscape(
             "synthetic": "invented numbers (search/replay/synthetic.py), not a measurement",
             "seed": seed,
             "date": datetime.now(UTC).date().isoformat(),
-            "command": f"python -m benchmarks.landscape synthetic --seed {seed}",
+            "command": f"python -m benchmarks.bench_landscape synthetic --seed {seed}",
             "server_starts": 0,
             "wall_s": 0.0,
         },

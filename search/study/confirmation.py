@@ -42,7 +42,7 @@ from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatu
 
 T = TypeVar("T")
 
-# A server start and stop on this CPU (benchmarks/startup.py: 34-45 s eager), for the estimate
+# A server start and stop on this CPU (benchmarks/bench_startup.py: 34-45 s eager), for the estimate
 # made before the search has timed any trial.
 START_STOP_ESTIMATE_S = 45.0
 # The most runs per candidate a thin percentile may ask for (a scenario with a handful of requests

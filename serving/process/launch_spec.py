@@ -28,7 +28,7 @@ def lean_entry(api_module: str) -> str:
     EngineCore, and on a CPU its worker too (the CPU build forces spawn), each imported the whole
     HTTP stack it never serves (seconds per process: docs/results.md, "Server starts"). From `-c`
     the main module has no name or file, so a child imports only what it runs. The same vLLM code
-    with the same flags: the same server (benchmarks/startup.py --compare measures both,
+    with the same flags: the same server (benchmarks/bench_startup.py --compare measures both,
     interleaved, under one load)."""
     return f"import runpy; runpy.run_module({api_module!r}, run_name='__main__')"
 
