@@ -106,7 +106,7 @@ bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults an
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
 	$(BIN)/python -m benchmarks.bench_fidelity $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
 
-bench-search: setup   ## every sampler x 20 seeds x budgets 5-40 on the replay executor (no vLLM); LANDSCAPE=, SAMPLERS=, SEEDS=, BUDGETS= narrow it
+bench-search: setup   ## every sampler x 20 seeds x budgets 5-40 (GP: 8 seeds x 20) on the replay executor (no vLLM); LANDSCAPE=, SAMPLERS=, SEEDS=, BUDGETS= narrow it
 	$(BIN)/python -m benchmarks.bench_search $(call opt,--landscape,$(LANDSCAPE)) $(call opt,--samplers,$(SAMPLERS)) \
 		$(call opt,--seeds,$(SEEDS)) $(call opt,--budgets,$(BUDGETS))
 
