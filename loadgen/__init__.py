@@ -17,7 +17,7 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
-from loadgen.liveness import ServerHung, liveness_before_verdict
+from loadgen.liveness import ServerHung, engine_moved, liveness_before_verdict
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
@@ -94,6 +94,7 @@ __all__ = [
     "class_key",
     "clipped",
     "compute_metrics",
+    "engine_moved",
     "engine_pinned_cpus",
     "fetch_metrics_text",
     "json_safe",

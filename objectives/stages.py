@@ -42,10 +42,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loadgen import (
+    GaugeSample,
     GoodputSLO,
     LoadResult,
     ProgressWatch,
     WorkloadSpec,
+    engine_moved,
     fetch_metrics_text,
     request_samples,
     run_load,
@@ -259,7 +261,7 @@ async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None
     import aiohttp
 
     t0 = time.perf_counter()
-    seen = None
+    seen: GaugeSample | None = None
     async with aiohttp.ClientSession(trace_configs=traced(watch)) as session:
         while True:
             text = await fetch_metrics_text(session, base_url, timeout_s=5)
@@ -268,13 +270,11 @@ async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None
             g = scan_gauges(text)
             if math.isnan(g.running):
                 return time.perf_counter() - t0, "no request gauges in /metrics: did not wait to drain"
-            idle = g.running == 0 and g.waiting == 0
-            state = (g.running, g.waiting, None if math.isnan(g.kv_usage) else g.kv_usage)
-            if watch is not None and (idle or (seen is not None and state != seen)):
+            if watch is not None and engine_moved(seen, g):
                 watch.progress(g.t)
-            if idle:
+            if g.running == 0 and g.waiting == 0:
                 return time.perf_counter() - t0, None
-            seen = state
+            seen = g
             waited = time.perf_counter() - t0
             if waited > timeout_s:
                 return waited, (
