@@ -227,7 +227,7 @@ class ProgressWatch:
 
     def owes(self, now: float) -> bool:
         """The server owes tokens or an answer it has not given (whatever for how long)."""
-        return self.check(now, evidence="") is not None
+        return self.check(now, evidence="") is not None  # with evidence, any silence at all is a stall
 
 
 def traced(watch: ProgressWatch | None) -> list:
