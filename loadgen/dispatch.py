@@ -18,12 +18,23 @@ from loadgen.records import RequestRecord
 Send = Callable[[Any, RequestRecord], "asyncio.Future"]
 
 
+class Draining:
+    """Set `on` before cancelling `run_open_loop` to stop its sending but not what is in flight."""
+
+    on: bool = False
+
+
 async def run_open_loop(
-    send: Send, prepared: Sequence[Any], records: Sequence[RequestRecord], offsets: Sequence[float]
+    send: Send,
+    prepared: Sequence[Any],
+    records: Sequence[RequestRecord],
+    offsets: Sequence[float],
+    draining: Draining | None = None,
 ) -> tuple[float, float]:
     """Send request i at start + offsets[i]; wait for all. Returns (start, end) perf_counter times.
 
-    Cancelled (an early abort), it cancels the requests in flight before it re-raises."""
+    Cancelled (an early abort), it cancels the requests in flight before it re-raises; with
+    `draining.on`, it stops sending, waits for the requests in flight and returns."""
     perf = time.perf_counter
     sleep = asyncio.sleep
     create_task = asyncio.get_running_loop().create_task
@@ -42,6 +53,9 @@ async def run_open_loop(
         if tasks:
             await asyncio.gather(*tasks)
     except asyncio.CancelledError:  # an early abort: stop sending, and stop what is in flight
+        if draining is not None and draining.on:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return start, perf()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

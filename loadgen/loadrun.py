@@ -21,7 +21,7 @@ from pathlib import Path
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrivals import open_loop_offsets
 from loadgen.client import make_client
-from loadgen.dispatch import run_closed_loop, run_open_loop
+from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
 from loadgen.liveness import liveness_before_verdict
 from loadgen.load_result import LoadResult, LoadRunError
@@ -53,9 +53,11 @@ async def _watched(
     records: list[RequestRecord],
     offsets: list[float],
     sampler: GaugeSampler | None,
+    draining: Draining,
 ) -> tuple[float, float, Abort | None]:
     """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
-    already certain; if so, stop it (and the requests in flight). (start, end, why stopped)."""
+    already certain; if so, stop it (and the requests in flight, unless the `Abort` drains:
+    then they finish). (start, end, why stopped)."""
     try:
         while True:
             done, _ = await asyncio.wait({dispatch}, timeout=ABORT_CHECK_PERIOD_S)
@@ -63,6 +65,11 @@ async def _watched(
                 start, end = dispatch.result()
                 return start, end, None
             verdict = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
+            if verdict is not None and verdict.drain:
+                draining.on = True
+                dispatch.cancel()
+                start, end = await dispatch
+                return start, end, verdict
             if verdict is not None:
                 dispatch.cancel()
                 await asyncio.gather(dispatch, return_exceptions=True)
@@ -111,7 +118,8 @@ async def run_load(
     Default: on, unless the environment sets AUTOTUNE_AVOID_ENGINE_CPUS=0.
 
     `abort` (open loops only): called twice a second with the records so far; an `Abort` returned
-    stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics.
+    stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics
+    (one that drains stops the sending only: the requests in flight finish and count).
 
     `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
     between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
@@ -195,8 +203,11 @@ async def run_load(
                     elif abort is None:
                         start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
                     else:
-                        dispatch = asyncio.ensure_future(run_open_loop(lc.send, pool.prepared, pool.records, offsets))
-                        start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler)
+                        draining = Draining()
+                        dispatch = asyncio.ensure_future(
+                            run_open_loop(lc.send, pool.prepared, pool.records, offsets, draining)
+                        )
+                        start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler, draining)
                 finally:
                     client_cpu = time.process_time() - cpu0
                     gc.unfreeze()
