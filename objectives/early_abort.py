@@ -23,10 +23,10 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
 Means, ITL (pooled per chunk, so its count is not known in advance) and throughputs have no
 certain early verdict and never abort a stage.
 
-Three ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
+Four ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
 
 * `certain`: the rules above only.
-* `likely` (the default): the rules above, then a stage also stops once a verdict is at least
+* `likely`: the rules above, then a stage also stops once a verdict is at least
   `LIKELY` (95 %) probable given what is measured so far. Per SLO, each planned request is over
   its bound (a failure, for the error rate) with an unknown probability p, the same for every
   request of the stage (exchangeable); p has a Jeffreys Beta(1/2, 1/2) prior, updated by the
@@ -48,6 +48,20 @@ Three ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
   is above capacity and the stage is measuring its own backlog (as GuideLLM's over-saturation
   stop reads it). The
   stage's first `SATURATION_SETTLE_S` are left out: an empty server fills up near capacity.
+* `decided` (the default): the certain rules, queue runaway and over-saturation as above, and
+  the stage's verdict (`objectives.slo_verdict`): at each of the stage's looks
+  (`slo_verdict.StageLength`: every slice of its length), each counted SLO is a Clopper-Pearson
+  decision on the share of its requests over the bound (failed requests over, requests in
+  flight once certainly over), at the scenario's confidence with Bonferroni's correction over
+  the looks. A decided violation stops the stage at any look (a miss, its requests in flight
+  cut short); from the nominal length on, a look where no SLO is left undecided that the cap
+  could still decide stops the sending and lets the requests in flight finish (`Abort.drain`:
+  the stage is the one planned to end there, not a cut one). A stage planned to its cap runs on
+  while an SLO is undecided. It replaces `likely` as the default: where the likely rule
+  predicts the full stage's verdict from its first part (and stops a capacity stage as a
+  likely pass at half its length), this one states a decision about the proportion with a
+  stated error rate, never calls a pass before the nominal length, and lengthens a stage
+  that cannot tell instead of guessing.
 * `off`: nothing stops a stage.
 
 Latencies drift within a stage near capacity (the queue builds), which exchangeability ignores:
@@ -69,14 +83,22 @@ from scipy import stats
 
 from loadgen import Abort, AbortCheck, GaugeSample, MetricName, RequestRecord
 from objectives.scoring import SLOSpec
+from objectives.slo_verdict import (
+    DEFAULT_CONFIDENCE,
+    VIOLATED,
+    StageLength,
+    counted_verdict,
+    stage_passed,
+    stop_reason,
+)
 
 QUEUE_WINDOW_S = 15.0
 QUEUE_GROWTH_SHARE = 0.25
 QUEUE_MIN_SAMPLES = 8
 QUEUE_MIN_DEPTH = 8
 PERCENTILE_RULE_FAMILIES = ("ttft", "tpot", "e2el")  # whose certain bound a request in flight gives
-LIKELY, CERTAIN, OFF = "likely", "certain", "off"
-STOP_RULES = (LIKELY, CERTAIN, OFF)
+DECIDED, LIKELY, CERTAIN, OFF = "decided", "likely", "certain", "off"
+STOP_RULES = (DECIDED, LIKELY, CERTAIN, OFF)
 LIKELY_P = 0.95  # a likely verdict is at least this probable
 PRIOR = (0.5, 0.5)  # Jeffreys prior on the share of requests over the bound
 PASS_MIN_KNOWN = 0.5  # a likely pass waits until this share of the planned requests is known
@@ -255,6 +277,19 @@ class PercentileRule:
                 under += 1
         return over, under
 
+    @property
+    def slo(self) -> str:
+        return f"{self.metric}<={self.bound_ms:g}"
+
+    @property
+    def limit(self) -> float:
+        return 1.0 - self.q
+
+    def counts(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
+        """(over, known) at `now`, as `slo_verdict.count_samples` counts a finished stage."""
+        over, under = self.known(records, now)
+        return over, over + under
+
     def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         over, under = self.known(records, now)
         need = violators_needed(self.planned, self.q)
@@ -282,6 +317,19 @@ class ErrorRateRule:
             "error_rate",
             failed / self.planned,
         )
+
+    @property
+    def slo(self) -> str:
+        return f"error_rate<={self.bound:g}"
+
+    @property
+    def limit(self) -> float:
+        return self.bound
+
+    def counts(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
+        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
+        succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
+        return failed, failed + succeeded
 
     def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
@@ -392,19 +440,58 @@ def over_saturated(samples: Sequence[GaugeSample], records: Sequence[RequestReco
     )
 
 
-def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_pass: bool = False) -> AbortCheck:
+def decided_verdict(
+    rules: Sequence[PercentileRule | ErrorRateRule],
+    records: Sequence[RequestRecord],
+    now: float,
+    t: float,
+    length: StageLength,
+    confidence: float,
+) -> Abort | None:
+    """The `decided` rule at a look `t` seconds into the stage (see the module docstring)."""
+    verdicts = []
+    for rule in rules:
+        over, known = rule.counts(records, now)
+        most = math.floor(known * length.scale(t))
+        verdicts.append(counted_verdict(rule.slo, over, known, rule.limit, math.nan, confidence, length.looks, most))
+    reason = stop_reason(verdicts, t, length)
+    if reason is None or t >= length.cap_s - 1e-9:  # at the cap the schedule ends by itself
+        return None
+    if any(v.verdict == VIOLATED and v.basis == "interval" for v in verdicts):
+        return Abort(reason)
+    ran_on = f" (ran on past its {length.nominal_s:.0f} s while undecided)" if t > length.nominal_s + 1e-9 else ""
+    decided = "; ".join(v.text() for v in verdicts) or "no SLO with a count"
+    return Abort(f"decided after {t:.0f} s{ran_on}: {decided}", passed=stage_passed(verdicts), drain=True)
+
+
+def abort_check(
+    slos: Sequence[SLOSpec],
+    rate: float,
+    rule: str = CERTAIN,
+    may_pass: bool = False,
+    *,
+    length: StageLength | None = None,
+    first_offset: float = 0.0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> AbortCheck:
     """One function for the load generator to call while a stage runs: the first reason to stop.
 
     `rule`: one of `STOP_RULES` (`off` is the caller's to honour by passing no check);
     `may_pass`: a likely pass may stop the stage too (capacity stages, with `likely`).
+    `length` (`decided`): the stage's nominal length, cap and looks, `first_offset` its first
+    request's due time from its start (s), `confidence` its verdicts'.
     It is handed every planned record (sent or not), so the plan's size per class, which the
     percentile rules count against, is read from the records on the first call."""
-    if rule not in (LIKELY, CERTAIN):
-        raise ValueError(f"rule must be {LIKELY!r} or {CERTAIN!r}, not {rule!r}")
+    if rule not in (DECIDED, LIKELY, CERTAIN):
+        raise ValueError(f"rule must be {DECIDED!r}, {LIKELY!r} or {CERTAIN!r}, not {rule!r}")
+    if rule == DECIDED and length is None:
+        raise ValueError("the decided rule needs the stage's length")
     rules: list[AbortRule] | None = None
+    looks = iter(length.checkpoints() if length is not None else ())
+    look = next(looks, math.inf)
 
     def check(records: Sequence[RequestRecord], now: float, samples: Sequence[GaugeSample]) -> Abort | None:
-        nonlocal rules
+        nonlocal rules, look
         if rules is None:
             rules = rules_for(slos, dict(Counter(r.class_name for r in records)))
         for r in rules:
@@ -414,6 +501,17 @@ def abort_check(slos: Sequence[SLOSpec], rate: float, rule: str = CERTAIN, may_p
         verdict = queue_runaway(samples, rate, now)
         if verdict is not None or rule == CERTAIN:
             return verdict
+        if rule == DECIDED and length is not None:
+            started = records[0].scheduled_time - first_offset if records else math.nan
+            t = now - started
+            if not t >= look:  # NaN (nothing sent yet) or before the next look
+                return over_saturated(samples, records, now)
+            while look <= t:
+                look = next(looks, math.inf)
+            counted = [r for r in rules if isinstance(r, (PercentileRule, ErrorRateRule))]
+            return over_saturated(samples, records, now) or decided_verdict(
+                counted, records, now, t, length, confidence
+            )
         # a likely pass only where every SLO the stage is held to has a rule that can tell
         return over_saturated(samples, records, now) or likely_verdict(
             rules, records, now, may_pass and len(rules) == len(slos)
