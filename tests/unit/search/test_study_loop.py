@@ -332,7 +332,8 @@ def test_a_percentile_that_a_run_cannot_pin_down_is_said_to_be_screened_before_t
     "elsewhere, said",
     [
         (dict(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
-        (dict(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
+        # a GPU machine is its GPUs' model and count (Hardware.fingerprint), not the memory a driver reports
+        (dict(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3"),
     ],
 )
 def test_a_resume_on_another_vllm_or_machine_is_refused_before_anything_runs(tmp_path, elsewhere, said):

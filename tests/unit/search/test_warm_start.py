@@ -56,7 +56,7 @@ def earlier(tmp_path) -> StudyRunner:
     "elsewhere, said",
     [
         (ctx(version="0.33.0"), "vLLM was vllm 0.32.0, now vllm 0.33.0"),
-        (ctx(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3 (80 GiB)"),
+        (ctx(hw=H100), "hardware was CPU test, 2 cores, 24 GiB RAM, now 1x NVIDIA H100 80GB HBM3"),
         (dataclasses.replace(ctx(), model=dataclasses.replace(MODEL, path=Path("/other"))), "model was /m, now /other"),
     ],
 )

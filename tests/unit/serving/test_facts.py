@@ -39,7 +39,7 @@ def test_the_release_that_removed_a_flag_is_read_from_the_registry(monkeypatch):
     assert "(removed in vLLM 0.12.1 with the V0 scheduler)" in after["delay_factor_obsolete"]
     d = diagnose(PREEMPTION["metrics"], PREEMPTION["config"], facts=facts)
     assert d.bottleneck == "preemption"
-    assert any("V1 has none (removed in 0.19: a preempted request is recomputed)" in s for s in d.next_steps)
+    assert any("does not exist on V1 (removed in 0.19: a preempted request is recomputed)" in s for s in d.next_steps)
 
 
 def test_a_stored_study_has_what_its_recorded_release_had(monkeypatch):
@@ -81,5 +81,3 @@ def test_vllms_default_memory_utilization_in_the_message_is_vllm_defaults(monkey
     assert (
         "(vLLM's own default is 0.94)" in messages({"memory_utilization": 0.93}, gpu)["memory_utilization_no_headroom"]
     )
-
-

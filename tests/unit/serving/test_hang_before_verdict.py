@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from pathlib import Path
 
@@ -138,7 +139,8 @@ def test_a_stage_whose_server_went_silent_as_the_abort_fired_is_a_hang_not_a_vio
         asyncio.run(while_serving(FakeServer(), liveness_before_verdict(watch, URL, session), FailurePhase.LOAD, watch))
     failure = failed.value.failure
     assert failure.cls is FailureClass.HANG and failure.phase == FailurePhase.LOAD
-    assert failure.line.startswith("no token and no finished request for 3 s with 0 requests in flight and 7 cut off")
+    # the silence is 3 s and what the test itself took (a loaded machine rounds it up): no clock asserted
+    assert re.match(r"no token and no finished request for \d+ s with 0 requests in flight and 7 cut off", failure.line)
     assert failure.line.endswith("(bound 15 s); /health did not answer within 3 s")
 
 
