@@ -7,8 +7,6 @@ imports, by the tuner's clock)."""
 
 from datetime import datetime
 
-import pytest
-
 from serving import start_anatomy
 from tests.support.paths import REPO
 
