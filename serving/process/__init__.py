@@ -4,21 +4,28 @@ servers (the executor, its calibration, the benchmarks).
 `serving` describes a server (flags, installed vLLM, hardware, model, the facts a
 diagnosis needs) and starts nothing, so what only reads a stored study (the outputs) imports it
 without the process machinery; this module starts one (`launch`: a process group with its
-guard), watches a measurement against it (`while_serving`) and stops it.
+guard), watches a measurement against it (`while_serving`), lowers a drained one's scheduler
+limits in place (`reconfigure`) and stops it.
 """
 
 from serving.process.launcher import command_line, launch, launch_spec
+from serving.process.reconfiguration import KNOBS as RECONFIGURABLE
+from serving.process.reconfiguration import Reconfiguration, reconfigure, within_start
 from serving.process.server import ServerFailed, StopReport, VllmServer, set_aside
 from serving.process.watch import FirstTokenWatch, while_serving
 
 __all__ = [
+    "RECONFIGURABLE",
     "FirstTokenWatch",
+    "Reconfiguration",
     "ServerFailed",
     "StopReport",
     "VllmServer",
     "command_line",
     "launch",
     "launch_spec",
+    "reconfigure",
     "set_aside",
     "while_serving",
+    "within_start",
 ]

@@ -294,6 +294,12 @@ class VllmServer:
         except OSError:
             return ""
 
+    def note(self, line: str) -> None:
+        """A line of the tuner's in the server's log (a running server's log is open for appending)."""
+        if self._log is not None and not self._log.closed:
+            self._log.write(f"autotune: {line}\n".encode())
+            self._log.flush()
+
     def poll_failure(self, phase: FailurePhase) -> Failure | None:
         """If the server has exited, why. Call during load to catch a crash mid-run."""
         if self.proc is None or self.proc.poll() is None:

@@ -125,6 +125,11 @@ class EnvForkServerProcess(multiprocessing.context.ForkServerProcess):
             os.environ.update(self._parent_environ)
             apply_openmp_env(self._parent_environ, self._forkserver_env)
             _adopt_forkserver(self._forkserver_address, self._forkserver_env)
+            # The tuner's plugin, as in the API server (an exec'd forkserver never activated it;
+            # one forked from an activated server did, and this is then a no-op).
+            import autotune_vllm_plugin
+
+            autotune_vllm_plugin.activate()
         super().run()
 
 

@@ -8,13 +8,16 @@ run by the tuner's command line or forked by the study's zygote) calls `activate
 server before vLLM runs, and `activate` does nothing unless the server's environment has
 `ENV=1`, which the tuner sets for its own servers (`LaunchSpec.plugin`) and nothing a scenario or
 a stored study says can set. The EngineCore is forked from that API server on a GPU
-(VLLM_WORKER_MULTIPROC_METHOD=fork) and inherits it; where vLLM spawns it instead, the plugin is
-not there and the start is an unmodified one.
+(VLLM_WORKER_MULTIPROC_METHOD=fork) and inherits it; on the CPU build the EngineCore and its
+worker, forked from the tuner entry's forkserver, activate it themselves (their environment is
+the API server's); where vLLM spawns the EngineCore instead, the plugin is not there and the
+start is an unmodified one.
 
 Each concern is a module of this package with `install(say)`, listed in CONCERNS: it patches the
 vLLM it finds, guarded (a patch applies only where its target exists with the shape it expects,
-and otherwise says once in the server log that it did nothing). A later concern, such as an
-engine utility, is one more module.
+and otherwise says once in the server log that it did nothing): `warmups`, and the live
+reconfiguration of a drained server's scheduler limits (`reconfigure`: an EngineCore utility;
+`route`: the API server's route to it).
 
 Imported by path in the server's Python: standard library only at import (vLLM is imported by the
 concerns, when vLLM imports the module they patch).
@@ -28,7 +31,7 @@ import os
 from collections.abc import Mapping
 
 ENV = "AUTOTUNE_VLLM_PLUGIN"
-CONCERNS = ("warmups",)
+CONCERNS = ("warmups", "reconfigure", "route")
 # vLLM configures the "vllm" logger: lines under it carry its format and, in a child process, the
 # process's prefix, like every other line of the server log.
 LOGGER = logging.getLogger("vllm.autotune_plugin")
