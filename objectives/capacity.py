@@ -11,6 +11,11 @@ linearly between the two bracketing stages, crosses zero (the passing rate when 
 stage was aborted early): inside the bracket by construction, so it is monotone in the
 measurements (vLLM's `serve_sla` fitted a monotone spline of the SLA
 margin against load for the same reason).
+
+That is the bracket's estimate, the evidence. Where the stages kept their requests, the capacity
+a trial reports is read from all of them together (`objectives.capacity_fit`, through
+`stages.final_estimate`): the estimate's `rps` is then the fit's, with its interval
+(`fit_low`, `fit_high`), and `low`/`high` stay the bracket.
 """
 
 from __future__ import annotations
@@ -38,10 +43,13 @@ class Probe:
 
     rate: float  # offered requests/s
     margin: float  # worst normalized SLO violation: <= 0 met, > 0 violated
+    verdict_passed: bool | None = None  # the stage's verdict (`objectives.slo_verdict`), where it has one
 
     @property
     def passed(self) -> bool:
-        return self.margin <= 0
+        """The stage's verdict where it has one (an SLO's share, not one percentile, decides),
+        else its margin."""
+        return self.verdict_passed if self.verdict_passed is not None else self.margin <= 0
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,11 @@ class CapacityEstimate:
     stages: int  # probes used, the target stage included
     summary: str
     stop_reason: str | None = None  # why the search stopped before its precision or budget, if it did
+    # The fit over every stage's counts (`objectives.capacity_fit`): `rps` is its estimate, these
+    # its interval (fit_high None: censored) and the SLO that bounds it. None: the bracket's estimate.
+    fit_low: float | None = None
+    fit_high: float | None = None
+    binding: str | None = None
 
     @property
     def censored(self) -> bool:

@@ -45,6 +45,7 @@ import numpy as np
 from scipy import stats
 
 from objectives import capacity as cap
+from objectives.slo_verdict import MET, SLOVerdict
 
 DEFAULT_CONFIDENCE = 0.90
 # The prior of b: log b ~ Normal(log SLOPE_MEDIAN, SLOPE_SPREAD). b = 15: a p95's proportion goes
@@ -180,3 +181,24 @@ def fit_capacity(
     crossings = [fit_crossing(slo, points, limit, confidence=confidence) for slo, (limit, points) in counted.items()]
     crossings += [margin_crossing(slo, probes, floor) for slo, probes in margins.items()]
     return combine(crossings)
+
+
+def fit_stages(
+    stages: Sequence[tuple[float, Sequence[SLOVerdict], bool]],
+    *,
+    floor: float | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> CapacityFit:
+    """The capacity from a run's stages, each (rate, its SLO verdicts, cut short by a miss): the
+    counted SLOs by their counts, the others by their margins (a cut stage's margin is only a
+    lower bound: it enters as a miss by an unknown margin, as in the bracket)."""
+    counted: dict[str, tuple[float, list[Exceedance]]] = {}
+    margins: dict[str, list[cap.Probe]] = {}
+    for rate, verdicts, cut in stages:
+        for v in verdicts:
+            if v.counted and v.limit is not None and v.over is not None and v.known is not None:
+                counted.setdefault(v.slo, (v.limit, []))[1].append(Exceedance(rate, v.over, v.known))
+            else:
+                probe = cap.Probe(rate, math.nan) if cut else cap.Probe(rate, v.margin, v.verdict == MET)
+                margins.setdefault(v.slo, []).append(probe)
+    return fit_capacity(counted, margins, floor=floor, confidence=confidence)

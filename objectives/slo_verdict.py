@@ -151,7 +151,9 @@ class SLOVerdict:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SLOVerdict:
-        return cls(**d)
+        """As `as_dict` wrote it, through JSON (a NaN margin is stored as null)."""
+        margin = d.get("margin")
+        return cls(**{**d, "margin": math.nan if margin is None else float(margin)})
 
 
 def margin_verdict(slo: str, margin: float) -> SLOVerdict:

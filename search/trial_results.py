@@ -35,6 +35,7 @@ from objectives.capacity import CapacityEstimate
 from objectives.diagnosis import Diagnosis
 from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.scoring import Score
+from objectives.slo_verdict import SLOVerdict
 from objectives.stages import StageResult
 from serving import ServerArgs, StartAnatomy
 from storage.tables import ConfirmationRun, StageRecord, TrialRecord, TrialStatus, utcnow
@@ -231,6 +232,9 @@ def capacity_json(capacity: CapacityEstimate | None) -> dict[str, Any] | None:
             "summary": capacity.summary,
             "stop_reason": capacity.stop_reason,
             "censored": capacity.censored,
+            "fit_low": capacity.fit_low,
+            "fit_high": capacity.fit_high,
+            "binding": capacity.binding,
         }
     )
 
@@ -259,6 +263,8 @@ def stage_columns(stage: StageResult) -> dict[str, Any]:
             "notes": stage.notes,
             "samples": stage.samples,
             "raised": stage.raised,
+            "verdict": stage.verdict,
+            "verdicts": [v.as_dict() for v in stage.verdicts] or None,
         }
     )
 
@@ -300,6 +306,9 @@ def capacity_of(row: TrialRecord | ConfirmationRun) -> CapacityEstimate | None:
         stages=int(stored.get("stages") or 0),
         summary=stored.get("summary") or "",
         stop_reason=stored.get("stop_reason"),
+        fit_low=stored.get("fit_low"),
+        fit_high=stored.get("fit_high"),
+        binding=stored.get("binding"),
     )
 
 
@@ -382,6 +391,7 @@ def _stage_result(stored: StageRecord | Mapping[str, Any]) -> StageResult:
         # Not stored: a stage stopped early that passed stopped on a likely pass.
         stopped_passing=bool(c["passed"]) and c["aborted"] is not None,
         raised=c["raised"],
+        verdicts=[SLOVerdict.from_dict(v) for v in c.get("verdicts") or []],
     )
 
 

@@ -53,7 +53,7 @@ def _build() -> str:
 BUILD = _build()
 # The shape of these tables: raised with every change to a table or a column. A database stamped
 # with another number, or not stamped, was made by another build and is refused, not migrated.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # The first build that stamps its databases: one without a stamp was made before it.
 FIRST_STAMPED_BUILD = "0.1.0"
 
@@ -197,6 +197,11 @@ class StageRecord(Base):
     samples: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # The metric an early abort raised to its certain lower bound: its value is "at least".
     raised: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The stage's SLO verdict (met | violated | undecided) and per SLO: {"slo", "verdict", "basis",
+    # "margin", and for an SLO decided from counts "limit", "over", "known", "low", "high"}
+    # (objectives.slo_verdict.SLOVerdict). None: a stage stored without verdicts.
+    verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    verdicts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
     trial: Mapped[TrialRecord] = relationship(back_populates="stages")
 

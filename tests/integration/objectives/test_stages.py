@@ -21,6 +21,7 @@ from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, reset_prefix_cache, run_stages, wait_idle
+from objectives.stages.server import RESET_ATTEMPTS
 from tests.support.stub_server import StubConfig, StubServer
 
 
@@ -95,7 +96,7 @@ def test_reset_prefix_cache_retries_while_blocks_are_held(tok_dir, tok):
         assert (s.stats.resets, s.stats.reset_successes) == (3, 1)
     with stub(tok_dir, tok, reset_prefix_cache="busy:100") as s:
         assert asyncio.run(reset_prefix_cache(s.base_url)) is False
-        assert s.stats.resets == st.RESET_ATTEMPTS and s.stats.reset_successes == 0
+        assert s.stats.resets == RESET_ATTEMPTS and s.stats.reset_successes == 0
 
 
 def test_reset_prefix_cache_empty_200_is_a_reset(tok_dir, tok):

@@ -13,6 +13,7 @@ from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_sa
 from loadgen.records import ABORTED, HTTP_ERROR
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
+from objectives.stages import run as stage_run
 from search.trial_results import stage_columns
 from storage import queries
 from storage.tables import StageRecord, StudyRecord, TrialRecord
@@ -143,7 +144,8 @@ def test_stage_rows_store_their_samples(tmp_path):
 @pytest.mark.parametrize(
     "given, rule",
     [
-        (None, "likely"),
+        (None, "decided"),
+        ("decided", "decided"),
         ("likely", "likely"),
         ("certain", "certain"),
         (True, "certain"),
@@ -162,24 +164,24 @@ def test_a_bad_early_abort_is_one_clear_line():
 
     from search.scenario import ScenarioError, parse
 
-    text = Path("configs/mixed.yaml").read_text().replace("early_abort: likely", "early_abort: maybe")
+    text = Path("configs/mixed.yaml").read_text().replace("early_abort: decided", "early_abort: maybe")
     assert "early_abort: maybe" in text
     with pytest.raises(ScenarioError) as e:
         parse(text, "mixed.yaml", Path("configs").resolve())
     lines = [line for line in str(e.value).splitlines() if "early_abort" in line]
-    assert len(lines) == 1 and "'likely', 'certain' or 'off'" in lines[0] and "maybe" in lines[0]
+    assert len(lines) == 1 and "'decided', 'likely', 'certain' or 'off'" in lines[0] and "maybe" in lines[0]
 
 
 def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch):
     """The likely rule may stop a capacity stage as a pass (never the target stage): the stage
     is met, its measured margin enters the capacity search, its row says why it stopped."""
-    import objectives.stages as st
     from loadgen import Abort
     from loadgen.workload import WorkloadSpec as WL
+    from objectives.stages import run as st
 
     asked: list[bool] = []
 
-    def fake_check(slos, rate, rule, may_pass=False):
+    def fake_check(slos, rate, rule, may_pass=False, **decided):
         asked.append(may_pass)
         return None
 
@@ -204,10 +206,10 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     async def no_reset(*a, **k):
         return True
 
-    monkeypatch.setattr(st, "abort_check", fake_check)
-    monkeypatch.setattr(st, "run_load", fake_run_load)
-    monkeypatch.setattr(st, "wait_idle", no_wait)
-    monkeypatch.setattr(st, "reset_prefix_cache", no_reset)
+    monkeypatch.setattr(stage_run, "abort_check", fake_check)
+    monkeypatch.setattr(stage_run, "run_load", fake_run_load)
+    monkeypatch.setattr(stage_run, "wait_idle", no_wait)
+    monkeypatch.setattr(stage_run, "reset_prefix_cache", no_reset)
     wl = WL.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
@@ -217,7 +219,7 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
             None,
             wl,
             [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(stage_s=10, max_stages=1),
+            st.CapacitySpec(stage_s=10, max_stages=1, early_abort="likely"),
             screen=True,
         )
     )

@@ -12,6 +12,7 @@ import pytest
 from objectives import stages as st
 from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.stages import CapacitySpec
+from objectives.stages import run as stage_run
 
 
 async def _idle_at_once(base_url, timeout_s, watch=None):
@@ -25,8 +26,8 @@ async def _no_reset_endpoint(base_url, watch=None):
 def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypatch):
     """Requests cut short are left out of the partial numbers: without the fix the stage would
     report a TTFT tail under the bound it certainly broke."""
-    import objectives.stages as st
     from objectives.early_abort import Abort
+    from objectives.stages import run as st
 
     class Result:
         abort = Abort("ttft certain", 0.5, "ttft_p95_ms", 1500.0)
@@ -48,9 +49,9 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
     wl = WorkloadSpec.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
-    monkeypatch.setattr(st, "run_load", fake_run_load)
-    monkeypatch.setattr(st, "wait_idle", _idle_at_once)  # before the capacity stage: no server to ask
-    monkeypatch.setattr(st, "reset_prefix_cache", _no_reset_endpoint)
+    monkeypatch.setattr(stage_run, "run_load", fake_run_load)
+    monkeypatch.setattr(stage_run, "wait_idle", _idle_at_once)  # before the capacity stage: no server to ask
+    monkeypatch.setattr(stage_run, "reset_prefix_cache", _no_reset_endpoint)
     run = asyncio.run(
         st.run_stages(
             "http://127.0.0.1:9",
@@ -89,9 +90,9 @@ def test_a_metric_that_failed_requests_reach_is_unknown_after_an_abort_never_a_n
     wl = WorkloadSpec.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
-    monkeypatch.setattr(st, "run_load", fake_run_load)
-    monkeypatch.setattr(st, "wait_idle", _idle_at_once)
-    monkeypatch.setattr(st, "reset_prefix_cache", _no_reset_endpoint)
+    monkeypatch.setattr(stage_run, "run_load", fake_run_load)
+    monkeypatch.setattr(stage_run, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(stage_run, "reset_prefix_cache", _no_reset_endpoint)
     run = asyncio.run(
         st.run_stages(
             "http://127.0.0.1:9",

@@ -146,3 +146,25 @@ def test_a_failure_class_this_build_does_not_know_reads_as_other():
     newer = TrialRecord(failure_class="a_class_from_a_newer_worker", failure_phase="load", failure_line="x")
     assert tr.failure_of(newer) == Failure(FailureClass.OTHER, "x", FailurePhase.LOAD)
     assert tr.failure_of(TrialRecord(failure_class=None)) is None
+
+
+def test_a_stages_verdicts_and_the_capacity_fit_read_back(tmp_path):
+    """The stage row keeps the stage's verdict and, per SLO, the count over the bound and its
+    interval; the capacity keeps the fit's interval beside the bracket."""
+    from dataclasses import replace
+
+    from objectives.slo_verdict import counted_verdict, margin_verdict
+
+    verdicts = [
+        counted_verdict("ttft_p95_ms<=2000", 3, 41, 0.05, 0.1, most=82),
+        margin_verdict("tpot_mean_ms<=50", math.nan),
+    ]
+    stages = [stage(0, verdicts=verdicts)]
+    fitted = replace(CAPACITY, fit_low=2.6, fit_high=None, binding="ttft_p95_ms<=2000")
+    session, row = stored_trial(tmp_path, replace(OUTCOME, stages=stages, capacity=fitted))
+    with session:
+        back = tr.stages_of(row)[0]
+        assert row.stages[0].verdict == "violated"  # the mean's NaN violates; the count is undecided
+        assert back.verdicts[0] == verdicts[0] and back.verdicts[0].over == 3 and back.verdicts[0].known == 41
+        assert math.isnan(back.verdicts[1].margin) and back.verdict == "violated"
+        assert tr.capacity_of(row) == fitted
