@@ -138,3 +138,65 @@ def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
     est = st.final_estimate(stages, settings, why)
     assert est.stop_reason == why and "stopped: cannot reach the front" in est.summary
     assert est.low == 2.0 and est.high == 4.0
+
+
+def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(monkeypatch):
+    """Under `decided` the target stage's schedule runs to its cap (2 x 10 s); a stop that drains
+    (decided after it ran on) is the stage's end, not an early abort: the target is complete, the
+    stage's planned length is its nominal one, and its row says it ran on."""
+    from loadgen.workload import WorkloadSpec
+    from objectives.early_abort import Abort
+    from objectives.scoring import SLOSpec
+    from objectives.stages import run as st
+
+    sent: list[float] = []
+
+    class Result:
+        abort = Abort("decided after 15 s (ran on past its 10 s while undecided): ...", passed=True, drain=True)
+        aborted = abort.reason
+        planned_s, duration_s, records, requests_planned, notes = 20.0, 15.5, [], 0, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 400.0, "completed": 30.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(base_url, model, workload, **k):
+        sent.append(workload.duration_s)
+        return Result()
+
+    wl = WorkloadSpec.model_validate(
+        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+    )
+    monkeypatch.setattr(stage_run, "run_load", fake_run_load)
+    monkeypatch.setattr(stage_run, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(stage_run, "reset_prefix_cache", _no_reset_endpoint)
+    run = asyncio.run(
+        st.run_stages(
+            "http://127.0.0.1:9",
+            None,
+            wl,
+            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+            st.CapacitySpec(max_stages=1),
+            screen=True,
+            front=None,
+        )
+    )
+    target = run.stages[0]
+    assert sent[0] == 20.0 and target.planned_s == 10.0
+    assert target.aborted is None and run.metrics()["target_aborted"] == 0.0
+    assert any("ran on past its 10 s" in n for n in target.notes)
+
+
+def test_the_confirmations_target_stage_runs_as_planned_under_decided():
+    from loadgen.workload import WorkloadSpec
+
+    spec = CapacitySpec()
+    wl = WorkloadSpec.model_validate(
+        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+    )
+    planned, length, _rule = stage_run.planned_stage(wl, spec, 0, 2.0, 2.0, stoppable=False)
+    assert planned.duration_s == 10 and length is None
+    planned, length, rule = stage_run.planned_stage(wl, spec, 1, 4.0, 2.0, stoppable=True)
+    assert planned.duration_s == 2 * spec.stage_s and length.nominal_s == spec.stage_s and rule == "decided"
