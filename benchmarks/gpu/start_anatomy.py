@@ -161,7 +161,7 @@ def main() -> int:
         )
         (args.out / "starts.json").write_text(json.dumps({**runs, "failed": failed}, indent=1, default=str))
     if runs:
-        show(runs)  # the zygote's own log is OUT/zygote.log, beside the starts' directories
+        show(runs)  # the zygote's own log is beside the first forked start's server.log, which names it
     return 1 if failed else 0
 
 

@@ -221,9 +221,9 @@ class VllmServer:
                 timeout_s=self.spec.startup_timeout_s,
                 mode=self.spec.children,
             )
-            if forked.note:
-                self._log.write(f"autotune: {forked.note}\n".encode())  # appended: the log is opened "ab"
-                self._log.flush()
+            said = f"{forked.note}; " if forked.note else ""
+            self._log.write(f"autotune: {said}the zygote's log: {forked.zygote.log_path}\n".encode())  # appended ("ab")
+            self._log.flush()
             return forked
         except zygote.ZygoteTimeout as e:
             raise ServerFailed(

@@ -255,8 +255,7 @@ def fork_server(
             _current.close()
             _current = None
         if _current is None:
-            # beside the trial directories: run_dir/trial-N/server.log -> run_dir/zygote.log
-            _current = Zygote(python, env, api_module, log_path.parent.parent / "zygote.log", mode)
+            _current = Zygote(python, env, api_module, zygote_log(log_path), mode)
         zygote = _current
         try:
             forked = zygote.fork(argv, log_path, pipe_fd, nice, title, timeout_s)
@@ -268,6 +267,13 @@ def fork_server(
             zygote.close()
             _current = None
             raise
+
+
+def zygote_log(server_log: Path) -> Path:
+    """Where a zygote logs: beside the log of the server that started it (a study's calibration or
+    first trial), inside the directory its caller chose; never above it, where a server logging to
+    `test-artifacts/x.log` would put it in the working directory. Each forked server's log names it."""
+    return server_log.parent / "zygote.log"
 
 
 def _replaced_because(old: Zygote, key: tuple) -> str:

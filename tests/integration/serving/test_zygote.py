@@ -121,8 +121,13 @@ def test_each_server_gets_its_argv_environment_cwd_priority_and_own_process_grou
         assert api["cwd"] == os.getcwd() and api["marker"] == "m"
         assert api["preload"] is None  # vLLM's LD_PRELOAD is loaded, not left in the environment
         assert seen["members"] >= 2 and seen["left"] == [] and not seen["stop"].killed
-    log = (two_servers["work"] / "first" / "server.log").read_text()
+    work = two_servers["work"]
+    log = (work / "first" / "server.log").read_text()
     assert "forked by the study's zygote" in log and "engine done" in log
+    # the zygote logs beside the server that started it, and every server it forks says where
+    zygote_log = work / "first" / "zygote.log"
+    assert zygote_log.exists() and not (work / "zygote.log").exists()
+    assert f"the zygote's log: {zygote_log}" in (work / "second" / "server.log").read_text()
 
 
 def by_server(ran: list[dict]) -> list[dict]:

@@ -2,6 +2,8 @@
 never values (serving.process.server, serving.process.zygote).
 """
 
+from pathlib import Path
+
 from serving.process import server as server_mod
 from serving.process import zygote
 from serving.process.server import LaunchSpec, VllmServer
@@ -23,3 +25,32 @@ def test_a_replaced_zygote_is_explained_by_names_never_values(tmp_path):
     old.key, old.gone = zygote.zygote_key("py", {"A": "1", "TOKEN": "secret-1"}), False
     why = zygote._replaced_because(old, zygote.zygote_key("py", {"A": "1", "TOKEN": "secret-2", "B": "x"}))
     assert why == "the environment differs from the last one's in B, TOKEN" and "secret" not in why
+
+
+class FakeZygote:
+    """A zygote that starts no process: it records where it would log and forks nothing."""
+
+    def __init__(self, python, env, api_module, log_path, mode):
+        self.key, self.log_path, self.gone, self.forks = zygote.zygote_key(python, env, mode), log_path, False, 0
+
+    def fork(self, *args):
+        self.forks += 1
+        return zygote.ForkedServer(self, pid=1)
+
+    def close(self):
+        self.gone = True
+
+
+def test_the_zygote_logs_beside_the_server_that_started_it_never_above_its_directory(monkeypatch):
+    monkeypatch.setattr(zygote, "Zygote", FakeZygote)
+    monkeypatch.setattr(zygote, "_current", None)
+    # A real-server test's log sits in test-artifacts/ of the working directory: the zygote's
+    # log went one level up, into the working directory (the repository's root).
+    forked = zygote.fork_server("py", {}, "api", [], Path("test-artifacts/real-server.log"), 0, 0, "t", 1.0)
+    assert forked.zygote.log_path == Path("test-artifacts/zygote.log")
+    # A study: the calibration's server starts it, every trial's server reuses it.
+    monkeypatch.setattr(zygote, "_current", None)
+    run_dir = Path("/runs/study")
+    first = zygote.fork_server("py", {}, "api", [], run_dir / "calibration" / "server.log", 0, 0, "t", 1.0)
+    again = zygote.fork_server("py", {}, "api", [], run_dir / "trial-0001" / "server.log", 0, 0, "t", 1.0)
+    assert first.zygote is again.zygote and again.zygote.log_path == run_dir / "calibration" / "zygote.log"
