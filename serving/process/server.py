@@ -78,6 +78,10 @@ POLL_S = 0.25
 # Passed on, they changed the servers' environment mid-study (and so needed a second zygote).
 TUNER_LIBRARY_ENV = frozenset({"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 _NOT_THE_USERS = TUNER_LIBRARY_ENV - os.environ.keys()  # those unset when the tuner started
+# libpq's password and password file: how a worker reaches the study's database (storage.url
+# for_child), never a server's business. A server's environment is readable wherever its
+# processes are (/proc/PID/environ, a plugin, a crash report), so it carries no credential.
+DATABASE_SECRET_ENV = frozenset({"PGPASSWORD", "PGPASSFILE"})
 
 
 class ServerFailed(RuntimeError):
@@ -143,7 +147,7 @@ class VllmServer:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        for key in _NOT_THE_USERS:
+        for key in _NOT_THE_USERS | DATABASE_SECRET_ENV:
             env.pop(key, None)
         for key, value in server_cache_env().items():
             env.setdefault(key, value)

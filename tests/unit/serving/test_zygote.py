@@ -1,5 +1,5 @@
-"""What a server inherits from the tuner's environment, and why a zygote was replaced: names only,
-never values (serving.process.server, serving.process.zygote).
+"""What a server inherits from the tuner's environment (no database password), and why a zygote
+was replaced: names only, never values (serving.process.server, serving.process.zygote).
 """
 
 from pathlib import Path
@@ -18,6 +18,16 @@ def test_variables_the_tuners_libraries_set_for_themselves_do_not_reach_the_serv
     assert "KMP_DUPLICATE_LIB_OK" not in server._env()
     monkeypatch.setattr(server_mod, "_NOT_THE_USERS", frozenset({"KMP_INIT_AT_FORK"}))  # the user set the other
     assert server._env()["KMP_DUPLICATE_LIB_OK"] == "True"
+
+
+def test_the_database_password_a_worker_was_given_does_not_reach_its_servers(monkeypatch, tmp_path):
+    server = VllmServer(LaunchSpec(model=None, args=[], log_path=tmp_path / "s.log"))
+    monkeypatch.setenv("PGPASSWORD", "s3cret")
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "passfile"))
+    monkeypatch.setenv("PGHOST", "db.internal")  # not a secret: left as the user set it
+    env = server._env()
+    assert "PGPASSWORD" not in env and "PGPASSFILE" not in env and "s3cret" not in env.values()
+    assert env["PGHOST"] == "db.internal"
 
 
 def test_a_replaced_zygote_is_explained_by_names_never_values(tmp_path):
