@@ -33,7 +33,7 @@ from loadgen.metrics import (
     timed_tpot_median_ms,
 )
 from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
-from loadgen.preparation import ServerTokenCounter, cached_requests
+from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, fetch_metrics_text, scan_gauges
@@ -100,6 +100,7 @@ __all__ = [
     "json_safe",
     "liveness_before_verdict",
     "open_loop_offsets",
+    "prepare_requests",
     "rate_over_time",
     "read_trace",
     "records_from_samples",

@@ -35,6 +35,7 @@ from loadgen.preparation import (
     ServerTokenCounter,
     cached_requests,
     discover_model,
+    planned_requests,
 )
 from loadgen.prompts import Request
 from loadgen.records import RequestRecord
@@ -154,7 +155,7 @@ async def run_load(
         model, root = await discover_model(control, base_url, model)
         counter = ServerTokenCounter(control, base_url, model) if spec.endpoint == "chat" else None
         tokenizer = LazyTokenizer(tokenizer_path, model, root)
-        needed = len(offsets) if offsets is not None else (spec.num_requests or CLOSED_LOOP_BATCH)
+        needed = planned_requests(spec, offsets)
         if requests is None or len(requests) < needed:
             requests = await cached_requests(spec, tokenizer.get(), needed, False, counter, notes)
         warm = (

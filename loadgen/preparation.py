@@ -1,7 +1,8 @@
 """What a load run prepares before it sends: the served model (`discover_model`) and its tokenizer,
 the workload's requests (chat prompts checked against the server's `/tokenize` and realigned there
 if the local count disagrees; built once per workload shape and cached, so a study's trials reuse
-them), and the pool of prepared bodies and records the dispatch loops draw from."""
+them, and built ahead where the caller knows the workload before the server answers:
+`prepare_requests`), and the pool of prepared bodies and records the dispatch loops draw from."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from loadgen.arrivals import open_loop_offsets
 from loadgen.load_result import LoadRunError
 from loadgen.prompts import Request, build_requests, plan_requests, realize_async
 from loadgen.records import RequestRecord
@@ -45,7 +47,7 @@ async def discover_model(session, base_url: str, model: str | None = None) -> tu
 def _tokenizer_for(tokenizer_path: str | Path | None, model: str, root: str | None) -> PromptTokenizer:
     for candidate in (tokenizer_path, root, model):
         if candidate and Path(candidate).expanduser().is_dir():
-            return PromptTokenizer.load(candidate)
+            return load_tokenizer(candidate)
     raise TokenizerError(
         f"no local tokenizer for model {model!r} (root {root!r}); pass tokenizer_path "
         "(a directory with tokenizer.json or tokenizer files)"
@@ -69,12 +71,68 @@ class ServerTokenCounter:
 
 _BUILD_CACHE: dict[tuple, list[Request]] = {}
 _BUILD_CACHE_SIZE = 4
+# The workload's request streams as counted with the local tokenizer, per (workload shape,
+# tokenizer, warm-up or measured): request i depends on the seed and i alone
+# (`prompts.plan_requests`), so a stream is built once and extended, and a run that needs its
+# first n takes them from here, whether `prepare_requests` built them ahead or the run does.
+_LOCAL_BUILDS: dict[tuple, list[Request]] = {}
+_TOKENIZERS: dict[Path, PromptTokenizer] = {}
+
+
+def _shape_key(spec: WorkloadSpec, tokenizer: PromptTokenizer) -> tuple:
+    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
+    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace"})
+    return shape, tuple(spec.class_names), tokenizer.fingerprint
 
 
 def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool, server_checked: bool) -> tuple:
-    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
-    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace"})
-    return shape, tuple(spec.class_names), tokenizer.fingerprint, n, warmup, server_checked
+    return *_shape_key(spec, tokenizer), n, warmup, server_checked
+
+
+def local_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool) -> list[Request]:
+    """The first n requests of the workload's warm-up or measured stream, counted locally."""
+    key = (*_shape_key(spec, tokenizer), warmup)
+    built = _LOCAL_BUILDS.get(key)
+    if built is None:
+        if len(_LOCAL_BUILDS) >= _BUILD_CACHE_SIZE:
+            _LOCAL_BUILDS.pop(next(iter(_LOCAL_BUILDS)))
+        built = _LOCAL_BUILDS[key] = []
+    if len(built) < n:
+        built.extend(build_requests(spec, tokenizer, n - len(built), warmup=warmup, start=len(built)))
+    return built[:n]
+
+
+def load_tokenizer(path: str | Path) -> PromptTokenizer:
+    """A local tokenizer, loaded once per directory in this process (its derived tables with it)."""
+    key = Path(path).expanduser().resolve()
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = PromptTokenizer.load(key)
+    return _TOKENIZERS[key]
+
+
+def planned_requests(spec: WorkloadSpec, offsets: list[float] | None) -> int:
+    """How many measured requests a run sends: one per arrival of an open loop; a closed loop's
+    `num_requests`, or a first batch where its duration bounds it."""
+    return len(offsets) if offsets is not None else (spec.num_requests or CLOSED_LOOP_BATCH)
+
+
+def prepare_requests(spec: WorkloadSpec, tokenizer_path: str | Path) -> int:
+    """Build the requests a run of `spec` sends (its warm-up and measured ones, counted with the
+    local tokenizer at `tokenizer_path`) before the run, e.g. while its server starts: the run then
+    finds them built (`local_requests`) and only checks a few against the server's /tokenize.
+    How many were built; 0 where only the server can count them (chat without a local template)."""
+    tokenizer = load_tokenizer(tokenizer_path)
+    if spec.endpoint == "chat" and not tokenizer.can_render_chat:
+        return 0
+    offsets = None
+    if spec.arrival.mode != "closed":
+        offsets = open_loop_offsets(
+            spec.arrival, spec.num_requests, spec.duration_s, spec.seed, spec.replayed_trace()
+        ).tolist()
+    n = planned_requests(spec, offsets)
+    local_requests(spec, tokenizer, spec.warmup_requests, True)
+    local_requests(spec, tokenizer, n, False)
+    return spec.warmup_requests + n
 
 
 async def cached_requests(
@@ -103,9 +161,9 @@ async def _build_uncached(
     notes: list[str],
 ) -> list[Request]:
     if spec.endpoint == "completions" or n == 0:
-        return build_requests(spec, tokenizer, n, warmup=warmup)
+        return local_requests(spec, tokenizer, n, warmup)
     if tokenizer.can_render_chat:
-        requests = build_requests(spec, tokenizer, n, warmup=warmup)
+        requests = local_requests(spec, tokenizer, n, warmup)
         if counter is None:
             return requests
         probe = requests[:CHAT_PROBE_REQUESTS]
