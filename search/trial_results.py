@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
@@ -52,15 +52,36 @@ class RetriedStart:
     log_path: str | None  # its server log, set aside (server.N.log)
 
 
+@dataclass(frozen=True)
+class ServerReuse:
+    """A trial measured on the server an earlier trial started, after lowering its scheduler
+    limits in place (`search.executor.reuse`; docs/measurement.md, "Screening without a
+    restart"), or why the server kept for it was not used (`declined`: the trial started fresh)."""
+
+    server: str | None = None  # the log directory of the trial whose start it was ("trial-0003")
+    saved_start_s: float | None = None  # that start's spawn to /health: what this trial did not pay
+    knobs: dict[str, int] = field(default_factory=dict)  # the limits set for this trial
+    reconfigure_s: float | None = None  # the drain and the reconfiguration
+    declined: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, {})}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServerReuse:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
 @dataclass
 class Timings:
     """Where a trial's seconds went (None: the trial did not get that far)."""
 
-    start_s: float | None = None  # spawn to /health
+    start_s: float | None = None  # spawn to /health (None on a reused server: `reuse`)
     load_s: float | None = None  # warm-up, every load stage, the drains between them
-    stop_s: float | None = None
+    stop_s: float | None = None  # None where the server was kept for the next trial
     total_s: float | None = None  # every start of the trial, retried ones included
     start_anatomy: StartAnatomy | None = None  # the start's phases, from the server's log
+    reuse: ServerReuse | None = None  # measured on a reconfigured server, or why a kept one was not used
 
 
 @dataclass
@@ -284,10 +305,12 @@ def _timings_json(timings: Timings) -> dict[str, Any]:
     out: dict[str, Any] = {
         f.name: getattr(timings, f.name)
         for f in fields(timings)
-        if f.name != "start_anatomy" and getattr(timings, f.name) is not None
+        if f.name not in ("start_anatomy", "reuse") and getattr(timings, f.name) is not None
     }
     if timings.start_anatomy is not None:
         out["start_anatomy"] = timings.start_anatomy.as_dict()
+    if timings.reuse is not None:
+        out["reuse"] = timings.reuse.as_dict()
     return json_safe(out)
 
 
@@ -333,13 +356,14 @@ def retried_of(row: TrialRecord | ConfirmationRun) -> list[RetriedStart]:
 
 def timings_of(row: TrialRecord | ConfirmationRun) -> Timings:
     stored = row.timings or {}
-    anatomy = stored.get("start_anatomy")
+    anatomy, reuse = stored.get("start_anatomy"), stored.get("reuse")
     return Timings(
         start_s=stored.get("start_s"),
         load_s=stored.get("load_s"),
         stop_s=stored.get("stop_s"),
         total_s=stored.get("total_s"),
         start_anatomy=StartAnatomy.from_dict(anatomy) if anatomy else None,
+        reuse=ServerReuse.from_dict(reuse) if reuse else None,
     )
 
 

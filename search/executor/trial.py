@@ -58,6 +58,9 @@ class Measurement:
     slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
     screen: bool = False  # the search phase's: a trial that cannot matter stops (objectives.stages.search_step)
     full_target: bool = False  # the confirmation's: its target stages run in full (objectives.stages.run_stages)
+    # The search phase's, where `screening: {reconfigure: true}`: a trial may be measured on the
+    # last trial's server with its scheduler limits lowered in place (search.executor.reuse).
+    reconfigure: bool = False
 
     @property
     def stall_bound_s(self) -> float:
@@ -77,7 +80,14 @@ class Measurement:
         capacity = self.capacity
         if capacity is not None and screening.max_stages is not None:
             capacity = capacity.model_copy(update={"max_stages": screening.max_stages})
-        return replace(self, workload=workload, capacity=capacity, screen=True, full_target=False)
+        return replace(
+            self,
+            workload=workload,
+            capacity=capacity,
+            screen=True,
+            full_target=False,
+            reconfigure=screening.reconfigure,
+        )
 
     def planned_s(self) -> float | None:
         """The longest the load part can take, in sending time: the target stage and every
@@ -98,6 +108,13 @@ class TrialExecutor(Protocol):
         A plan with `problems` is not started: its outcome is FAILED with a failure at phase
         "precheck", which the study's budget does not count."""
         ...
+
+
+def close_executor(executor: TrialExecutor) -> None:
+    """Stop what an executor keeps between trials (a server kept for the next one: `VllmExecutor.close`)."""
+    close = getattr(executor, "close", None)
+    if callable(close):
+        close()
 
 
 def plan(

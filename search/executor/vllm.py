@@ -1,21 +1,36 @@
-"""The real executor: each trial on a vLLM server started for it. Pre-check, start the server,
-warm up and load it, stop it, hand back the numbers. No Optuna and no database here: the study
-decides what to run and records what came back.
+"""The real executor: each trial on a vLLM server started for it. Pre-check, start the server
+(its first load stage's requests built meanwhile), warm up and load it, stop it, hand back the
+numbers. No Optuna and no database here: the study decides what to run and records what came back.
+
+Where the measurement says so (`Measurement.reconfigure`, the search phase of a scenario with
+`screening: {reconfigure: true}`), a trial's server is kept for the next trial, which is measured
+on it after a live reconfiguration if it qualifies (`search.executor.reuse`), else on a fresh
+start; `close` stops the kept server.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from loadgen import LoadRunError, RequestRecord, WorkloadSpec, compute_metrics, run_async, run_load
-from objectives.stages import RESET_ENDPOINT_ENV, run_stages
+from loadgen import (
+    LoadRunError,
+    RequestRecord,
+    WorkloadSpec,
+    compute_metrics,
+    prepare_requests,
+    run_async,
+    run_load,
+)
+from objectives.stages import RESET_ENDPOINT_ENV, run_stages, wait_idle
+from search.executor.reuse import KeptServer, reconfiguration
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
-from search.trial_results import RetriedStart, TrialOutcome
+from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
     DEFAULT_STARTUP_TIMEOUT_S,
     Failure,
@@ -24,7 +39,16 @@ from serving import (
     LaunchContext,
     kv_cache_check_at_start,
 )
-from serving.process import FirstTokenWatch, ServerFailed, VllmServer, command_line, launch, set_aside, while_serving
+from serving.process import (
+    FirstTokenWatch,
+    ServerFailed,
+    VllmServer,
+    command_line,
+    launch,
+    reconfigure,
+    set_aside,
+    while_serving,
+)
 from storage.tables import TrialStatus
 
 # How long a load error waits for the server to exit before it is taken for the load generator's
@@ -69,6 +93,26 @@ STAGED_SERVER_ENV = RESET_ENDPOINT_ENV
 # Server starts one trial may take when a start fails for a reason that says nothing about its
 # flags (`FailureClass.transient`: a lost port race, a one-off start timeout, a kill from outside).
 MAX_STARTS = 2
+# The longest a kept server is waited on to drain before a reconfiguration (a capacity search's
+# own `idle_timeout_s` where it has one).
+DRAIN_TIMEOUT_S = 60.0
+
+
+def in_background(build: Callable[[], object]) -> Callable[[], object]:
+    """Run `build` on a thread of its own; the function returned waits for it to end. An error is
+    left to the load run, which then builds what `build` did not and says why it cannot."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            build()
+        except Exception:  # the load run meets the same error, and says it in its own words
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="autotune-request-build", daemon=True).start()
+    return done.wait
 
 
 @dataclass
@@ -81,6 +125,14 @@ class VllmExecutor:
     run_dir: Path  # trial-NNNN/server.log go here
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     launch: Launch | None = None  # None: `launch`; a benchmark's own where it starts servers ahead, side by side
+    _kept: KeptServer | None = field(default=None, init=False, repr=False)  # for the next trial (reconfigure)
+
+    def close(self) -> None:
+        """Stop the server kept for a next trial: the phase is over (no vLLM outlives the tuner)."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.server.note("stopped: no further trial is measured on it")
+            kept.server.stop()
 
     def _measure(
         self,
@@ -182,17 +234,28 @@ class VllmExecutor:
                 FailureClass.INVALID_CONFIG, "; ".join(plan.problems), phase=FailurePhase.PRECHECK
             )
             return outcome
-        on_phase("starting")
-        env = STAGED_SERVER_ENV if self.measurement.capacity is not None else None
-        server = (self.launch or launch)(
-            ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env
-        )
+        m = self.measurement
+        # The first stage's requests, built while the server starts instead of after it answers.
+        requests_built = in_background(lambda: prepare_requests(m.workload, ctx.model.path))
         t0, kv_check = time.monotonic(), dict[str, float]()
-        watch, healthy_at = FirstTokenWatch(self.measurement.stall_bound_s), None  # the first token served
+        kept = self._reconfigured(plan, outcome, on_phase)
+        if kept is None:
+            on_phase("starting")
+            env = STAGED_SERVER_ENV if m.capacity is not None else None
+            server = (self.launch or launch)(
+                ctx, plan.server_args, log_path, startup_timeout_s=self.startup_timeout_s, env=env
+            )
+        else:
+            server = kept.server
+            outcome.log_path = log_path = server.spec.log_path  # the log of the start it runs on
+        watch, healthy_at = FirstTokenWatch(m.stall_bound_s), None  # the first token served
         try:
-            server.start()
-            outcome.timings.start_s, healthy_at = server.ready_s, time.perf_counter()
-            kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)  # the memory arithmetic, checked
+            if kept is None:
+                server.start()
+                outcome.timings.start_s, healthy_at = server.ready_s, time.perf_counter()
+            # the memory arithmetic, checked
+            kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)
+            requests_built()
             self._measure(server, outcome, on_phase, plan, watch)
             outcome.status = TrialStatus.OK
         except ServerFailed as e:
@@ -202,16 +265,56 @@ class VllmExecutor:
                 raise
             outcome.failure = load_failure(e, server)
         finally:
-            on_phase("stopping")
-            hung = outcome.failure is not None and outcome.failure.cls is FailureClass.HANG
-            report = server.stop(kill=hung)
-            if report is not None:
-                outcome.timings.stop_s = report.seconds
-                if report.start_anatomy is not None:
-                    first, measured = watch.first_token_at(), watch.first_measured_at()
-                    outcome.timings.start_anatomy = report.start_anatomy.with_first_token(
-                        *(None if t is None or healthy_at is None else t - healthy_at for t in (first, measured))
-                    )
+            anatomy = None
+            if m.reconfigure and outcome.status is TrialStatus.OK:  # kept for the next trial
+                self._kept = kept or KeptServer(server, plan.server_args.flags, plan.log_dir, server.ready_s or 0.0)
+                anatomy = server.start_anatomy() if kept is None else None
+            else:
+                on_phase("stopping")
+                hung = outcome.failure is not None and outcome.failure.cls is FailureClass.HANG
+                report = server.stop(kill=hung)
+                if report is not None:
+                    outcome.timings.stop_s = report.seconds
+                    anatomy = report.start_anatomy if kept is None else None
+            if anatomy is not None:
+                first, measured = watch.first_token_at(), watch.first_measured_at()
+                outcome.timings.start_anatomy = anatomy.with_first_token(
+                    *(None if t is None or healthy_at is None else t - healthy_at for t in (first, measured))
+                )
             outcome.timings.total_s = time.monotonic() - t0
             outcome.server_diagnostics.update(kv_check)
         return outcome
+
+    def _reconfigured(self, plan: TrialPlan, outcome: TrialOutcome, on_phase: PhaseCallback) -> KeptServer | None:
+        """The kept server with its scheduler limits set for `plan` (recorded in the outcome's
+        timings), or None: no server was kept, or it does not qualify or refused, and is stopped
+        (why, recorded) so that the trial starts fresh."""
+        kept, self._kept = self._kept, None
+        if kept is None:
+            return None
+        t0 = time.monotonic()
+        knobs, why = reconfiguration(kept.flags, plan.server_args.flags, self.ctx.hardware.is_gpu)
+        if knobs is not None and kept.server.poll_failure(FailurePhase.LOAD) is not None:
+            knobs, why = None, "it has exited"
+        if knobs is not None:
+            on_phase("reconfiguring")
+            idle_s = self.measurement.capacity.idle_timeout_s if self.measurement.capacity else DRAIN_TIMEOUT_S
+            run_async(wait_idle(kept.server.base_url, idle_s))  # the engine itself refuses if it did not drain
+            answer = reconfigure(kept.server.port, knobs)
+            if answer.applied:
+                kept.server.note(
+                    f"{plan.log_dir} is measured on this server with its limits set to {answer.values} "
+                    f"(started with {answer.start}; prefix cache reset: {answer.prefix_cache_reset})"
+                )
+                outcome.timings.reuse = ServerReuse(
+                    server=kept.log_dir,
+                    saved_start_s=kept.start_s,
+                    knobs=answer.values,
+                    reconfigure_s=time.monotonic() - t0,
+                )
+                return kept
+            why = f"its reconfiguration was {answer.describe()}"
+        kept.server.note(f"stopped: {plan.log_dir} is not measured on it: {why}")
+        kept.server.stop()
+        outcome.timings.reuse = ServerReuse(server=kept.log_dir, declined=why)
+        return None

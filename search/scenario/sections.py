@@ -122,6 +122,12 @@ class Screening(Strict):
     duration_s: float | None = Field(default=None, gt=0)  # the target stage's sending window
     num_requests: int | None = Field(default=None, ge=1)  # for workloads sized in requests
     max_stages: int | None = Field(default=None, ge=1)  # capacity stages after the target
+    # A config that differs from the last trial's server only in max_num_seqs,
+    # max_num_batched_tokens and long_prefill_token_threshold, each at or below the server's
+    # start value, is measured on that server with its limits lowered in place instead of on a
+    # fresh start (search.executor.reuse). Off: its fidelity A/B is in docs/measurement.md,
+    # "Screening without a restart".
+    reconfigure: bool = False
 
 
 class Confirmation(Strict):

@@ -28,6 +28,7 @@ from search.executor import (
     Measurement,
     TrialExecutor,
     VllmExecutor,
+    close_executor,
 )
 from search.executor import (
     calibrate as measure_calibration,
@@ -208,7 +209,10 @@ class StudyRunner:
                         recording.ride(lambda: self.opening.enqueue_baselines(opened.record, opened.ctx))
                         if self.warm is not None:
                             recording.ride(lambda: enqueue_winner(self.engine, self.study, opened.record, self.warm))
-                        self._search(recording, opened, executor)
+                        try:
+                            self._search(recording, opened, executor)
+                        finally:  # a server it kept for a next trial stops before anything else starts one
+                            close_executor(executor)
                     if self.confirm_runs > 0:
                         verdict = confirm(
                             recording,
