@@ -91,7 +91,7 @@ def practical_call(
     excludes_zero = low > 0 or high < 0
     if not excludes_zero or abs(value) <= threshold:
         return "tie"
-    better = value < 0 if direction == "minimize" else value > 0
+    better = high < 0 if direction == "minimize" else low > 0
     return "win" if better else "loss"
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from scipy import stats
 
 from loadgen import MetricName
+from objectives.practical import PracticalCall, practical_call
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 4999
@@ -29,7 +30,7 @@ SEED = 20261123
 # requests: warn (a p95 over 70 requests is decided by its 4 slowest, a p99 over 100 by one).
 MIN_TAIL_REQUESTS = 5
 
-Call = Literal["win", "loss", "tie"]
+Call = PracticalCall  # win, loss, equal (within what matters), tie
 Kind = Literal["relative", "absolute"]
 
 
@@ -243,11 +244,15 @@ def _ratio_to_fixed(a: np.ndarray, b: np.ndarray):
     return statistic
 
 
-def call(diff: Interval, direction: Literal["minimize", "maximize"]) -> Call:
+def call(diff: Interval, direction: Literal["minimize", "maximize"], threshold: float = 0.0) -> Call:
     """A difference (candidate vs reference, relative or absolute) as a verdict: a win when its whole interval
-    lies on the good side of 0, a loss when on the bad side, else a tie (the noise can explain it).
-    A side with a single run says nothing of its noise: a tie, whatever the difference.
+    lies on the good side of 0 and the difference is larger than `threshold` (what matters for the
+    metric, `objectives.practical`), a loss on the bad side likewise, "equal" when the whole interval
+    lies within the threshold either way, else a tie (the noise can explain it, or its size is not
+    known to matter). A side with a single run says nothing of its noise: a tie, whatever the difference.
     """
+    if threshold > 0:
+        return practical_call(diff.value, diff.low, diff.high, diff.n, direction, threshold)
     if diff.n < 2 or not math.isfinite(diff.low) or diff.contains(0.0):
         return "tie"
     better = diff.high < 0 if direction == "minimize" else diff.low > 0

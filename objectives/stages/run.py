@@ -153,8 +153,8 @@ async def run_stages(
             base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput, abort=check, watch=watch
         )
         flat = result.flat_metrics()
-        abort, drained = result.abort, result.abort is not None and result.abort.drain
-        if drained:  # decided: the stage ended as one planned to end there (not cut short)
+        abort = result.abort
+        if abort is not None and abort.drain:  # decided: the stage ended as one planned to end there
             notes += [abort.reason] if length is not None and result.duration_s > length.nominal_s else []
             abort = None
         elif length is not None and result.abort is None:

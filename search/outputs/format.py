@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from loadgen import MetricName
+from objectives.practical import equal_text
 from objectives.statistics import Difference, Interval, ratio
 
 MISSING = "n/a"
@@ -122,18 +123,38 @@ def fmt_ratio(diff: Difference) -> str | None:
     return text
 
 
-CALL_WORDS = {"win": "better beyond the noise", "loss": "worse beyond the noise", "tie": "within the noise"}
+CALL_WORDS = {
+    "win": "better beyond the noise",
+    "loss": "worse beyond the noise",
+    "tie": "within the noise",
+    "equal": "equal within what matters",
+}
+
+
+def call_words(call: str, threshold: float | None = None, relative: bool = True) -> str:
+    """What a call says; "equal within 5%" where the threshold is known."""
+    if call == "equal" and threshold:
+        return equal_text(threshold, relative)
+    return CALL_WORDS[call]
 
 
 def comparison_line(
-    metric: str, candidate: Interval, reference_name: str, reference: Interval, diff: Interval, call: str | None = None
+    metric: str,
+    candidate: Interval,
+    reference_name: str,
+    reference: Interval,
+    diff: Interval,
+    call: str | None = None,
+    threshold: float | None = None,
 ) -> str:
     """One objective of a candidate against a reference, confirmed: `ttft_p95_ms@short 412 ms
     [398, 431] vs vllm_defaults 1,310 ms [1,270, 1,365]: -69% [-71, -66], 3+3 runs` (`call`, a
-    `objectives.statistics.Call`, adds what the interval says: `; better beyond the noise`)."""
+    `objectives.statistics.Call`, adds what the interval says: `; better beyond the noise`, or
+    `; equal within 5%` below the metric's practical `threshold`)."""
     unit = unit_of(metric)
     line = (
         f"{metric} {fmt_interval(candidate, unit=unit)} vs {reference_name} "
         f"{fmt_interval(reference, unit=unit)}: {fmt_difference(diff, unit)}, {candidate.n}+{reference.n} runs"
     )
-    return line + (f"; {CALL_WORDS[call]}" if call else "")
+    relative = not isinstance(diff, Difference) or diff.kind == "relative"
+    return line + (f"; {call_words(call, threshold, relative)}" if call else "")

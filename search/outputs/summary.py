@@ -25,7 +25,7 @@ from search.outputs.trial_views import FAILED, TrialView, baseline_views
 from storage.queries import open_db
 
 WITHIN_NOISE = "~"
-_CALL_COLOURS = {"win": "green", "loss": "red", "tie": "default"}
+_CALL_COLOURS = {"win": "green", "loss": "red", "tie": "default", "equal": "default"}
 
 
 def within_noise(ls: LoadedStudy, view: TrialView, metric: str, baselines: dict[str, TrialView]) -> bool:

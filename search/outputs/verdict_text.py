@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
-from search.outputs.format import comparison_line, fmt_difference, fmt_interval, fmt_percent, fmt_ratio, unit_of
+from search.outputs.format import (
+    call_words,
+    comparison_line,
+    fmt_difference,
+    fmt_interval,
+    fmt_percent,
+    fmt_ratio,
+    unit_of,
+)
 from search.outputs.verdict_notes import bound_notes, noise_line, pooled_runs, thin_percentiles
 from search.scenario import Scenario
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
@@ -118,6 +126,17 @@ def _calls(v: Verdict, candidate: CandidateResult, reference: CandidateResult) -
     return cmp.with_call("win"), cmp.with_call("tie"), cmp.with_call("loss")
 
 
+def _equals(v: Verdict, candidate: CandidateResult, reference: CandidateResult) -> list[str]:
+    """`slo_capacity_rps equal within 5%` for each objective whose difference is smaller than what matters."""
+    cmp = v.comparison(candidate.trial_number, reference.trial_number)
+    if cmp is None:
+        return []
+    return [
+        f"{m} {call_words('equal', cmp.thresholds.get(m), cmp.diffs[m].kind == 'relative')}"
+        for m in cmp.with_call("equal")
+    ]
+
+
 def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) -> str:
     """How `candidate` fares against one baseline: `wins on X beyond the noise against B (ties on Y)`."""
     wins, ties, losses = _calls(v, candidate, baseline)
@@ -130,6 +149,7 @@ def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) 
         text, rest = f"loses on {_names(losses)} against {name}", [f"ties on {_names(ties)}"] if ties else []
     else:
         text, rest = f"is within the noise of {name} on every objective", []
+    rest += _equals(v, candidate, baseline)
     if not baseline.feasible:
         rest.append(f"{name} misses the SLOs")
     return text + (f" ({'; '.join(rest)})" if rest else "")
@@ -177,6 +197,7 @@ def _headline(v: Verdict, scenario: Scenario) -> str:
     else:
         said = [f"loses on {_names(losses)}"] if losses else []
         said += [f"ties on {_names(ties)}"] if ties else []
+        said += _equals(v, challenger, rec)
         why = f"nothing beats it beyond the noise ({challenger.label} {', '.join(said)})"
     return f"keep {rec.label}: {why}"
 
@@ -266,7 +287,15 @@ def comparison_block(v: Verdict, candidate: CandidateResult, baseline: Candidate
     cmp = v.comparison(candidate.trial_number, baseline.trial_number)
     title = f"{candidate.label} against {baseline.label}" + ("" if baseline.feasible else " (misses the SLOs)")
     lines = [
-        comparison_line(m, candidate.metrics[m], baseline.baseline, baseline.metrics[m], cmp.diffs[m], cmp.calls[m])
+        comparison_line(
+            m,
+            candidate.metrics[m],
+            baseline.baseline,
+            baseline.metrics[m],
+            cmp.diffs[m],
+            cmp.calls[m],
+            cmp.thresholds.get(m),
+        )
         for m in scenario.objective_names
     ]
     return Block(title, lines)

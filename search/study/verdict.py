@@ -5,7 +5,9 @@ to deploy. Pure: stored runs in, a `Verdict` out; outputs turn it into sentences
 The selection rule of the scenario is applied to the confirmed medians, with the baselines as
 candidates like any other. A configuration is recommended over the best feasible baseline only
 if it wins beyond the noise on some objective (its relative difference's 95% interval excludes
-0) without losing on the rule's primary objective; otherwise the baseline is kept. Candidates
+0, and the difference passes the metric's practical threshold, `verdict.practical`: 5% by
+default) without losing on the rule's primary objective; otherwise the baseline is kept. A
+difference whose whole interval lies within the threshold is "equal within 5%". Candidates
 whose every objective is within the noise of the top one are its ties: the rule's tie-break
 (the medians) decided between them, and the verdict says so. A candidate whose load client fell
 behind its schedule in a run is ranked only when every feasible candidate's did.
@@ -26,6 +28,7 @@ from loadgen import CLIENT_BEHIND, MetricName
 from objectives import pooled
 from objectives import statistics as st
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, TARGET_ABORTED
+from objectives.practical import absolute_threshold
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from objectives.stages import TARGET, StageResult
 from search import pareto, trial_results
@@ -116,6 +119,7 @@ class Comparison:
     reference: int
     diffs: dict[str, st.Difference]
     calls: dict[str, st.Call]
+    thresholds: dict[str, float] = field(default_factory=dict)  # what a difference must pass to win (practical)
 
     def with_call(self, call: st.Call) -> list[str]:
         return [m for m, c in self.calls.items() if c == call]
@@ -279,7 +283,7 @@ def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Sc
     """Each objective's difference with its bootstrap interval: from pooled requests where both
     sides stored them (resampling rounds, then requests), across the runs' brackets for
     capacities, of the runs' values otherwise (each side resampled on its own, as before)."""
-    diffs, calls = {}, {}
+    diffs, calls, thresholds = {}, {}, {}
     for name, direction in zip(scenario.objective_names, scenario.directions):
         if name in candidate.requests and name in reference.requests:
             diff = pooled.pooled_difference(
@@ -289,8 +293,10 @@ def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Sc
             diff = st.bracketed_difference(candidate.brackets[name], reference.brackets[name])
         else:
             diff = st.difference(candidate.runs[name], reference.runs[name])
-        diffs[name], calls[name] = diff, st.call(diff, direction)
-    return Comparison(candidate.trial_number, reference.trial_number, diffs, calls)
+        relative = not isinstance(diff, st.Difference) or diff.kind == "relative"
+        thresholds[name] = scenario.verdict.practical.threshold(name) if relative else absolute_threshold(name)
+        diffs[name], calls[name] = diff, st.call(diff, direction, thresholds[name])
+    return Comparison(candidate.trial_number, reference.trial_number, diffs, calls, thresholds)
 
 
 def _primary(scenario: Scenario) -> list[str]:
@@ -335,7 +341,9 @@ def decide(runs: Iterable[RunView], scenario: Scenario, order: Sequence[int], ru
     top = ordered[0]
     verdict.top = top
     verdict.reference = next((c for c in ordered if c.baseline), None)
-    verdict.ties = [c for c in ordered[1:] if all(call == "tie" for call in compare(c, top, scenario).calls.values())]
+    verdict.ties = [
+        c for c in ordered[1:] if all(call in ("tie", "equal") for call in compare(c, top, scenario).calls.values())
+    ]
     if top.baseline or verdict.reference is None:
         verdict.outcome = Outcome.KEEP_BASELINE if top.baseline else Outcome.RECOMMEND
         verdict.recommended = top

@@ -55,3 +55,15 @@ def test_metric_families():
 def test_the_equal_text_says_the_threshold():
     assert equal_text(0.05) == "equal within 5%"
     assert equal_text(0.005, relative=False) == "equal within 0.005"
+
+
+def test_the_confirmations_call_is_equal_below_the_threshold_where_it_was_a_win():
+    """The verdict's call (`statistics.call`) on a RAG-like scenario's output throughput:
+    +0.2% [+0.2, +1.4] over 3+3 runs was "better beyond the noise"; with the throughput
+    family's 5% it is equal."""
+    from objectives.statistics import Difference, call
+
+    tiny = Difference(0.002, 0.002, 0.014, 3)
+    assert call(tiny, "maximize") == "win"  # no threshold: beyond the noise is a win
+    assert call(tiny, "maximize", PracticalSpec().threshold("output_throughput")) == "equal"
+    assert call(Difference(0.3, 0.2, 0.4, 3), "maximize", 0.05) == "win"

@@ -123,7 +123,7 @@ def test_best_yaml_deploys_the_confirmed_winner_and_quotes_its_confirmed_numbers
     assert body == flags_of(url, BETTER)  # not the search's lucky pick (trial 0)
     assert (
         "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
-        "(ties on output_throughput)" in header
+        "(output_throughput equal within 5%)" in header
     )
     assert (
         "  ttft_p95_ms 600 ms [588, 612] vs vllm_defaults 1,000 ms [980, 1,020]: -40% [-42, -38], 3+3 runs; "
@@ -153,7 +153,7 @@ def test_best_yaml_keeps_the_baseline_when_nothing_beats_it_and_says_why(kept, t
     assert done.deployment.trial_number == BASELINE and body == flags_of(url, BASELINE)
     assert (
         "verdict: keep vllm_defaults (trial 3): nothing beats it beyond the noise "
-        "(trial 0 ties on ttft_p95_ms, output_throughput)"
+        "(trial 0 ttft_p95_ms equal within 5%, output_throughput equal within 5%)"
     ) in header
     # The ties: the front's second and the baseline are within the noise of the rule's first.
     assert (
@@ -225,7 +225,7 @@ def test_summary_tables_the_confirmed_medians_and_marks_search_differences_withi
     row = next(x for x in table.splitlines() if "trial 1 *" in x)
     assert "3/3" in row and "600 ms [588, 612]" in row and "100 tok/s [98, 102]" in row
     assert "met (closest: ttft_p95_ms<=2000, 70% headroom)" in row
-    assert "ttft_p95_ms win, output_throughput tie" in row
+    assert "ttft_p95_ms win, output_throughput equal" in row
     # The search's single values: throughput 100-102 vs the defaults' 99 is within a 2% noise; TTFT is not.
     search = rendered(summary_table(ls))
     trial0 = next(x for x in search.splitlines() if x.lstrip("│ ").startswith("0 p"))
@@ -272,7 +272,7 @@ def test_progress_prints_each_confirmation_run_and_the_verdict(recommended, none
     )  # the run is the current "trial"
     assert (
         "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
-        "(ties on output_throughput)"
+        "(output_throughput equal within 5%)"
     ) in printed
     failed = none_feasible[1]
     assert "  confirm 4/6 (round 2): vllm_defaults (trial 3): failed: oom: scripted: killed by the OOM killer" in failed
@@ -327,7 +327,7 @@ def test_the_confirmation_table_is_built_once_and_drawn_alike_by_the_terminal_an
         "ttft_p95_ms": ("600 ms [588, 612]", 600.0),
         "output_throughput": ("100 tok/s [98, 102]", 100.0),
     }
-    assert deployed.calls == [{"ttft_p95_ms": "win", "output_throughput": "tie"}] and t.rows[2].calls == [None]
+    assert deployed.calls == [{"ttft_p95_ms": "win", "output_throughput": "equal"}] and t.rows[2].calls == [None]
     terminal = rendered(confirmation_table(ls))
     page = write_report(recommended[0], "loop", tmp_path / "report.html").read_text()
     html = page.split('id="confirmation-table">', 1)[1].split("</table>", 1)[0]
@@ -361,7 +361,7 @@ def test_dashboard_study_note_quotes_the_verdict_and_the_noise_and_draws_the_run
         "median [95% interval]",
     }
     assert note.splitlines()[2] == (
-        "- deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults (ties on output_throughput)"
+        "- deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults (output_throughput equal within 5%)"
     )
     assert "## Confirmation (re-measured on fresh servers)" in note
     assert (
