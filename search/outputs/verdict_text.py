@@ -22,7 +22,7 @@ from search.outputs.format import (
     unit_of,
 )
 from search.outputs.verdict_notes import bound_notes, noise_line, pooled_runs, thin_percentiles
-from search.scenario import Scenario
+from search.scenario import Scenario, deployment_differences
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
 SUSPECT = (
@@ -298,7 +298,22 @@ def comparison_block(v: Verdict, candidate: CandidateResult, baseline: Candidate
         )
         for m in scenario.objective_names
     ]
-    return Block(title, lines)
+    note = deployment_note(scenario, baseline.baseline)
+    return Block(title, lines + ([note] if note else []))
+
+
+def deployment_note(scenario: Scenario, baseline: str | None) -> str | None:
+    """Where a baseline does not run on the scenario's fixed deployment facts (it set its own):
+    `not like for like: seed_recommended runs max_model_len 8192, every trial 4096 (server.fixed)`."""
+    if baseline is None or baseline not in scenario.baselines:
+        return None
+    shared = scenario.server.deployment()
+    own = scenario.baselines[baseline]
+    differ = {k: v for k, v in deployment_differences(own, shared).items() if k in own and k in shared}
+    if not differ:
+        return None
+    said = ", ".join(f"{k} {mine}, every trial {held}" for k, (mine, held) in differ.items())
+    return f"not like for like: {baseline} runs {said} (server.fixed)"
 
 
 def medians_block(c: CandidateResult, scenario: Scenario) -> Block:

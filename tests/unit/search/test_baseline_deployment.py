@@ -54,3 +54,13 @@ def test_deployment_differences_name_the_facts_set_differently():
     assert diff == {"max_model_len": (4096, 8192)}
     assert scenario.deployment_differences({"dtype": "float32"}, {}) == {"dtype": ("float32", None)}
     assert scenario.deployment_differences({"max_num_seqs": 8}, {"max_num_seqs": 16}) == {}
+
+
+def test_the_verdict_says_where_a_baseline_is_not_like_for_like(tmp_path):
+    from search.outputs.verdict_text import deployment_note
+
+    sc = prepared(tmp_path).scenario
+    assert deployment_note(sc, "own_context") == (
+        "not like for like: own_context runs max_model_len 1024, every trial 2048 (server.fixed)"
+    )
+    assert deployment_note(sc, "vllm_defaults") is None
