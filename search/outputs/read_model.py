@@ -75,7 +75,7 @@ class LoadedStudy:
             return None
         served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
         return verdict_text.describe(
-            self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", [])
+            self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", []), self.views
         )
 
     def calibration(self) -> CalibrationResult | None:

@@ -12,8 +12,10 @@ import numpy as np
 
 from loadgen import MetricName, class_key
 from objectives import statistics as st
-from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
+from objectives.agreement import Agreement, Call, CandidateAgreement, agreement
+from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, CapacityEstimate
 from search.outputs.format import fmt_bracket, fmt_percent
+from search.outputs.trial_views import TrialView
 from search.scenario import Scenario
 from search.study.verdict import Verdict, measured_metrics
 
@@ -86,3 +88,58 @@ def pooled_runs(v: Verdict) -> dict[str, int]:
         if all(m in c.requests for c in v.candidates if c.rounds > len(c.failures)):
             out[m] = min(sum(1 for r in c.requests[m] if r is not None) for c in v.candidates if m in c.requests)
     return out
+
+
+def _screened_capacity(cap: CapacityEstimate | None) -> tuple[float | None, float | None, float | None]:
+    """A screened trial's capacity and its interval: the fit's where it has one, else the bracket."""
+    if cap is None or not math.isfinite(cap.rps):
+        return None, None, None
+    if cap.fit_low is not None:
+        return cap.rps, cap.fit_low, cap.fit_high if cap.fit_high is not None else math.inf
+    return cap.rps, cap.low if cap.low is not None else 0.0, cap.high if cap.high is not None else math.inf
+
+
+def screening_agreement(v: Verdict, views: Sequence[TrialView]) -> Agreement:
+    """Per confirmed candidate, the search's screening (its trial: feasible at the target, its
+    capacity with its interval) beside the confirmation (its runs' verdict and capacity)."""
+    by_number = {view.number: view for view in views}
+    rows = []
+    for c in v.candidates:
+        view = by_number.get(c.trial_number)
+        if view is None:
+            continue
+        screened = None if view.category == "failed" else view.category == "feasible"
+        confirmed = c.metrics.get(SLO_CAPACITY_RPS)
+        rows.append(
+            CandidateAgreement(
+                c.label,
+                Call(screened, *_screened_capacity(view.capacity)),
+                Call(
+                    None if c.failures else c.feasible,
+                    *((confirmed.value, confirmed.low, confirmed.high) if confirmed is not None else ()),
+                ),
+            )
+        )
+    return agreement(rows)
+
+
+def agreement_lines(a: Agreement) -> list[str]:
+    """The screening against the confirmation, candidate by candidate, then the shares."""
+    if not a.candidates:
+        return []
+
+    def feasible(call: Call) -> str:
+        return "?" if call.feasible is None else ("feasible" if call.feasible else "infeasible")
+
+    def capacity(call: Call) -> str:
+        if call.capacity is None:
+            return "no capacity"
+        high = "inf" if call.high is None or math.isinf(call.high) else f"{call.high:.3g}"
+        return f"{call.capacity:.3g} req/s [{call.low:.3g}, {high}]"
+
+    lines = [
+        f"{c.name}: screened {feasible(c.screen)}, {capacity(c.screen)}; confirmed {feasible(c.confirmed)}, "
+        f"{capacity(c.confirmed)}" + ("" if c.feasibility_agrees in (True, None) else " (disagree)")
+        for c in a.candidates
+    ]
+    return ["screening against confirmation, per confirmed candidate:", *lines, *a.lines()]

@@ -21,7 +21,15 @@ from search.outputs.format import (
     fmt_ratio,
     unit_of,
 )
-from search.outputs.verdict_notes import bound_notes, noise_line, pooled_runs, thin_percentiles
+from search.outputs.trial_views import TrialView
+from search.outputs.verdict_notes import (
+    agreement_lines,
+    bound_notes,
+    noise_line,
+    pooled_runs,
+    screening_agreement,
+    thin_percentiles,
+)
 from search.scenario import Scenario, deployment_differences
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
 
@@ -74,6 +82,7 @@ class VerdictText:
     noise: str | None = None
     warnings: list[str] = field(default_factory=list)  # percentiles too few requests decide
     notes: list[str] = field(default_factory=list)  # the phase's: candidates left out, and why
+    agreement: list[str] = field(default_factory=list)  # the screening's calls against the confirmation's
 
     def summary_lines(self, indent: str = "  ") -> list[str]:
         """The headline, the ties and the comparisons that decided: the top of every output."""
@@ -95,6 +104,7 @@ class VerdictText:
             *([self.noise] if self.noise else []),
             *(f"warning: {w}" for w in self.warnings),
             *(f"note: {n}" for n in self.notes),
+            *self.agreement,
         ]
 
 
@@ -337,10 +347,15 @@ def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
 
 
 def describe(
-    v: Verdict, scenario: Scenario, run_metrics: Sequence[dict[str, Any]] = (), notes: Sequence[str] = ()
+    v: Verdict,
+    scenario: Scenario,
+    run_metrics: Sequence[dict[str, Any]] = (),
+    notes: Sequence[str] = (),
+    views: Sequence[TrialView] = (),
 ) -> VerdictText:
     """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
-    served (for the thin-percentile warnings); `notes`: the phase's own."""
+    served (for the thin-percentile warnings); `notes`: the phase's own; `views`: the study's
+    trials, for the screening's agreement with the confirmation."""
     blocks = []
     for c in v.candidates:
         if c.baseline:
@@ -365,4 +380,5 @@ def describe(
         noise=noise_line(v),
         warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, pooled_runs(v)),
         notes=list(notes) + bound_notes(v, scenario),
+        agreement=agreement_lines(screening_agreement(v, views)) if views else [],
     )

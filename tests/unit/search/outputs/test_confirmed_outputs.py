@@ -163,7 +163,7 @@ def test_best_yaml_keeps_the_baseline_when_nothing_beats_it_and_says_why(kept, t
     ) in header
     assert (
         "  ttft_p95_ms 1,000 ms [980, 1,020] vs vllm_defaults 1,000 ms [980, 1,020]: +0.0% [-3.9, +4.1], "
-        "3+3 runs; within the noise" in header
+        "3+3 runs; equal within 5%" in header
     )
 
 
@@ -370,3 +370,14 @@ def test_dashboard_study_note_quotes_the_verdict_and_the_noise_and_draws_the_run
     ) in note
     assert "- run-to-run noise (CV over 3 runs each): ttft_p95_ms 2.0%, output_throughput 2.0%" in note
     assert "- calibration: capacity 3.70 req/s [3.56, 3.98] over 3 rounds" in note
+
+
+def test_the_verdict_shows_the_screening_against_the_confirmation(recommended):
+    """Per confirmed candidate the search's screening call beside the confirmation's, and the
+    share that agree: the search read 16 seqs lucky but it met the SLOs there and in confirmation."""
+    ls = loaded(recommended[0])
+    lines = ls.verdict_text().agreement
+    assert lines[0] == "screening against confirmation, per confirmed candidate:"
+    assert any(line.startswith("trial 0: screened feasible") and "confirmed feasible" in line for line in lines)
+    assert any(line.startswith("feasibility at the target: screening agrees") for line in lines)
+    assert "screening against confirmation, per confirmed candidate:" in ls.verdict_text().lines()
