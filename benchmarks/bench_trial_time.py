@@ -9,7 +9,9 @@ and worker processes, model load, compile, KV cache, kernel warm-ups, CUDA graph
 server, health, first token, the load's warm-up; trials stored before it was recorded show none).
 `total_s` runs from before the server's start to after its stop (search/executor/vllm.py), so the
 start is inside it; what is neither start, stage, idle wait nor stop is warm-up, request
-building and the executor's own work. Then the same shares over the whole study.
+building and the executor's own work. Then the same shares over the whole study, and, where the
+study has a confirmation, the screening's calls beside the confirmation's (feasible at the target,
+capacity with its interval) and the share that agree.
 
     .venv/bin/python -m benchmarks.bench_trial_time [--storage runs/autotune.db] [--study mixed]
 
@@ -29,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from search.outputs import fmt_value
+from search.outputs import fmt_value, load_study
 from serving import START_PHASES, describe_kv_check
 from storage import queries
 from storage.tables import TrialRecord
@@ -203,14 +205,26 @@ def main() -> int:
             console.print(f"no study {args.study!r} in {url}")
             return 0
         times = [tt for row in queries.trial_records(session, study) if (tt := trial_time(row))]
+        agreement = screening_lines(session, url, args.study)
         if not times:
             console.print(f"study {args.study!r}: no trial started a server yet")
+            for line in agreement:
+                console.print(line, highlight=False)
             return 0
         console.print(trials_table(times, f"study {args.study}: where each trial's time goes"))
     if (starts := start_table(times)) is not None:
         console.print(starts)
     console.print(study_table(times))
+    for line in agreement:
+        console.print(line, highlight=False)
     return 0
+
+
+def screening_lines(session: Session, url: str, study: str) -> list[str]:
+    """The screening's calls against the confirmation's, where the study has a verdict: whether
+    the search phase's shorter measurement says what the confirmation says."""
+    text = load_study(session, url, study).verdict_text()
+    return text.agreement if text is not None else []
 
 
 if __name__ == "__main__":
