@@ -2,6 +2,7 @@
 data file the replay executor (search.replay) fits its surrogates on.
 
     python -m benchmarks.bench_landscape record [--scenario mixed] [--n 48] [--repeats 12] [--runs 3] [--seed 0]
+                                          [--repeat-like benchmarks/data/landscape-mixed-cpu.json]
                                           [--model PATH] [--side-by-side K]
     python -m benchmarks.bench_landscape export [--out benchmarks/data/landscape-mixed-cpu.json]
     python -m benchmarks.bench_landscape synthetic [--out benchmarks/data/landscape-mixed-synthetic.json]
@@ -98,6 +99,7 @@ def record(
     runs_dir: Path = REPO / "runs",
     model: str | None = None,
     side_by_side: int = 1,
+    repeat_like: Path | None = None,
     ctx=None,
     executor=None,
     calibrate=None,
@@ -126,7 +128,8 @@ def record(
         if pool is not None:
             pool.close()
     stored = _stored_calibration(storage, study)
-    for r, order in enumerate(repeat_rounds(n, repeats, runs, seed), start=2):
+    prefer = repeated_in(Landscape.load(repeat_like), design) if repeat_like is not None else []
+    for r, order in enumerate(repeat_rounds(n, repeats, runs, seed, prefer), start=2):
         round_opts = _opts(scenario, storage, f"{study}-r{r}", repeats, seed, runs_dir, model)
         runner = StudyRunner(
             prepare(round_opts, ctx=prep.ctx), round_opts, executor=executor, calibrate=lambda *a, **k: stored
@@ -135,6 +138,13 @@ def record(
         _enqueue_missing(runner, [design[i] for i in order])
         runner.run()
     return study
+
+
+def repeated_in(earlier: Landscape, design: list[dict[str, Any]]) -> list[int]:
+    """The design's indices of the configurations an earlier landscape measured more than once
+    (the same Sobol design and seed give the same points), in design order."""
+    again = [c.params for c in earlier.configs if c.baseline is None and len(c.measurements) > 1]
+    return [i for i, p in enumerate(design) if p in again]
 
 
 def _stored_calibration(storage: str, study: str) -> CalibrationResult | None:
@@ -156,6 +166,9 @@ def _measurement(row, run: int) -> ScreenedRun:
         feasible=bool(row.feasible),
         capacity_low=cap.low if cap is not None else None,
         capacity_high=cap.high if cap is not None else None,
+        capacity=cap.rps if cap is not None and cap.fit_low is not None else None,
+        capacity_fit_low=cap.fit_low if cap is not None else None,
+        capacity_fit_high=cap.fit_high if cap is not None else None,
         trial_s=(row.timings or {}).get("total_s"),
         start_s=(row.timings or {}).get("start_s"),
         started_at=row.started_at.isoformat() if row.started_at else None,
@@ -240,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         help="start K servers at a time, each measured alone; on a GPU the scenario's "
         "server.fixed and baselines pin kv_cache_memory_bytes (benchmarks/gpu/landscape_8b.sh)",
     )
+    rec.add_argument(
+        "--repeat-like",
+        type=Path,
+        default=None,
+        metavar="LANDSCAPE.json",
+        help="repeat first the configurations that this earlier landscape repeated (the same design's points)",
+    )
     exp = sub.add_parser("export")
     exp.add_argument("--storage", default=DEFAULT_STORAGE)
     exp.add_argument("--study", default="landscape-mixed")
@@ -269,6 +289,7 @@ def _run(args: argparse.Namespace) -> int:
                 storage=args.storage,
                 model=args.model,
                 side_by_side=args.side_by_side,
+                repeat_like=args.repeat_like,
             )
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from a time limit (the GPU recipe's)
             print(

@@ -6,6 +6,7 @@ difference between configurations."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from optuna.distributions import BaseDistribution
@@ -19,14 +20,17 @@ def space_filling(dists: dict[str, BaseDistribution], n: int, seed: int) -> list
     return sobol_points(dists, n, seed, first_at_random=True)
 
 
-def repeat_rounds(count: int, repeats: int, runs: int, seed: int) -> list[list[int]]:
+def repeat_rounds(count: int, repeats: int, runs: int, seed: int, prefer: Sequence[int] = ()) -> list[list[int]]:
     """Indices (into the first pass's `count` configurations) re-measured in each later round:
     the same `repeats` configurations, spread over the first pass, each round in its own
-    shuffled order; `runs` measurements each in all (the first pass included)."""
+    shuffled order; `runs` measurements each in all (the first pass included). `prefer`: indices
+    repeated first (those an earlier landscape repeated, so the two compare), the rest drawn."""
     if repeats > count:
         raise ValueError(f"{repeats} repeated configurations of {count}")
     rng = random.Random(seed)
-    chosen = sorted(rng.sample(range(count), repeats))
+    first = list(dict.fromkeys(i for i in prefer if 0 <= i < count))[:repeats]
+    rest = [i for i in range(count) if i not in first]
+    chosen = sorted(first + rng.sample(rest, repeats - len(first)))
     rounds = []
     for _ in range(runs - 1):
         order = list(chosen)

@@ -54,3 +54,28 @@ def test_the_typical_width_is_read_from_the_fits():
     ]
     landscape = Landscape("mixed", [], [], {}, {}, {}, configs)
     assert math.isclose(_bracket_ratio(landscape), 1.6 / 1.4)
+
+
+def test_repeats_prefer_what_an_earlier_landscape_repeated():
+    from search.replay import repeat_rounds
+
+    rounds = repeat_rounds(24, 12, 3, 0, prefer=[2, 13, 16, 19, 22, 40])
+    assert len(rounds) == 2 and all(len(r) == 12 for r in rounds)
+    assert {2, 13, 16, 19, 22} <= set(rounds[0]) and set(rounds[0]) == set(rounds[1])
+    assert repeat_rounds(24, 12, 3, 0) == repeat_rounds(24, 12, 3, 0, prefer=[])
+
+
+def test_the_earlier_landscapes_repeated_points_are_found_in_the_design():
+    from benchmarks.bench_landscape import repeated_in
+
+    design = [{"x": 1}, {"x": 2}, {"x": 3}]
+    earlier = Landscape(
+        "mixed",
+        [],
+        [],
+        {},
+        {},
+        {},
+        [Config({"x": 3}, {}, None, [run(), run()]), Config({"x": 1}, {}, None, [run()])],
+    )
+    assert repeated_in(earlier, design) == [2]
