@@ -92,14 +92,19 @@ class ReplayExecutor:
         )
 
     def _capacity(self, rps: float | None) -> CapacityEstimate | None:
-        """The drawn capacity inside a bracket as wide as the landscape's typical one, found by a
-        search that used the study's whole stage budget."""
+        """The drawn capacity inside an interval as wide as the landscape's typical one (the fit's
+        where the landscape recorded fits, else the bracket), found by a search that used the
+        study's whole stage budget."""
         if rps is None:
             return None
         half = math.sqrt(self.surrogate.bracket_ratio)
         low, high = rps / half, rps * half
         capacity = self.measurement.capacity if self.measurement is not None else None
         stages = 1 + (capacity.max_stages if capacity else 0)
+        if self.surrogate.fitted:
+            return CapacityEstimate(
+                rps, low, high, stages, f"{rps:.3g} req/s [{low:.3g}, {high:.3g}] (replayed fit)", None, low, high
+            )
         return CapacityEstimate(
             rps, low, high, stages, f"{rps:.3g} req/s (replayed: met at {low:.3g}, violated at {high:.3g})"
         )

@@ -122,6 +122,7 @@ class Surrogate:
     served: RandomForestClassifier | None  # None: every measured config served
     failure_class: str | None  # what a config that does not serve fails with
     bracket_ratio: float  # high / low of a typical capacity interval (the bracket, before the fit)
+    fitted: bool = False  # the landscape recorded capacities fitted on every stage, with their intervals
     _cache: dict[tuple, tuple[dict[str, float], bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -136,7 +137,8 @@ class Surrogate:
             served = RandomForestClassifier(n_estimators=TREES, random_state=seed).fit(x, labels)
         failures = [m.failure_class for _, m in pairs if not m.served and m.failure_class]
         failure = max(set(failures), key=failures.count) if failures else None
-        return cls(landscape, models, served, failure, _bracket_ratio(landscape))
+        fitted = any(m.capacity_fit_low is not None for _, m in pairs)
+        return cls(landscape, models, served, failure, _bracket_ratio(landscape), fitted)
 
     def prime(self, configs: Sequence[dict[str, Any]]) -> None:
         """Predict many configs in one call per model (a forest's call costs the same for 1 or 1000)."""

@@ -79,3 +79,28 @@ def test_the_earlier_landscapes_repeated_points_are_found_in_the_design():
         [Config({"x": 3}, {}, None, [run(), run()]), Config({"x": 1}, {}, None, [run()])],
     )
     assert repeated_in(earlier, design) == [2]
+
+
+def test_a_replay_of_a_fitted_landscape_reports_the_fits_interval():
+    from search.replay.executor import ReplayExecutor
+    from search.replay.surrogate import Surrogate
+
+    def measured(x: float) -> Config:
+        fit = run(
+            capacity_low=x, capacity_high=2 * x, capacity=1.5 * x, capacity_fit_low=1.4 * x, capacity_fit_high=1.6 * x
+        )
+        return Config({"x": x}, {"x": x}, None, [fit])
+
+    landscape = Landscape(
+        "mixed",
+        [{"metric": "slo_capacity_rps", "direction": "maximize"}],
+        [],
+        {"x": {"low": 1.0, "high": 8.0}},
+        {},
+        {},
+        [measured(x) for x in (1.0, 2.0, 4.0, 8.0)],
+    )
+    surrogate = Surrogate.fit(landscape)
+    assert surrogate.fitted and math.isclose(surrogate.bracket_ratio, 1.6 / 1.4)
+    est = ReplayExecutor(surrogate, None, 0)._capacity(3.0)
+    assert est.fit_low is not None and math.isclose(est.fit_high / est.fit_low, 1.6 / 1.4)
