@@ -1,16 +1,19 @@
 """How long must the screening's target stage be to agree with the confirmation? Read from
 stored studies; nothing is started.
 
-Every confirmation run stores its target stage's requests (70 s at the target load in `mixed`),
-and the confirmation's call on each candidate (feasible at the target, from the pooled requests
-of all its runs) is the reference. A screening of nominal length L is emulated on each run's
-stored target stage: the stage is looked at every `slice` x L, run on while an SLO is undecided
-up to `cap` x L (`objectives.slo_verdict.StageLength`, the stage rule of `objectives.stages`),
-and called by its verdict there (`stage_passed`). Per L the table gives the share of (candidate,
-run) screenings that agree with the confirmation's call, with its exact 90% interval, and the
-mean seconds a stage ran; the shortest L that agrees on at least 90% is the one to set
-(`objectives.agreement.shortest_agreeing`). Counted SLOs only (percentiles, the error rate):
-the cut stages have no means or throughputs.
+Every confirmation run stores its target stage's requests (the full target stage: 45 s at the
+target load in `mixed`), and the confirmation's call on each candidate (feasible at the target,
+from the pooled requests of all its runs) is the reference. A screening of nominal length L is
+emulated on each run's stored target stage: the stage is looked at every `slice` x L, run on
+while an SLO is undecided up to `cap` x L (`objectives.slo_verdict.StageLength`, the stage rule
+of `objectives.stages`), and called by its verdict there (`stage_passed`); a stored stage shorter
+than the cap leaves that run out, so with 45 s stages and `--cap 2` the lengths go up to 22.5 s
+(`--cap 1`: plain lengths up to 45 s). Per L the table gives the share of (candidate, run)
+screenings that agree with the confirmation's call, with its exact 90% interval, and the mean
+seconds a stage ran; the shortest L that agrees on at least 90% is the one to set
+(`objectives.agreement.shortest_agreeing`). Then each study's own screening (its trials) against
+its confirmation, and all the studies' candidates pooled: the table of the default studies.
+Counted SLOs only (percentiles, the error rate): the cut stages have no means or throughputs.
 
     .venv/bin/python -m benchmarks.bench_screening_length --storage runs/autotune.db --study mixed \\
         [--study mixed-2 ...] [--lengths 15,20,30,45] [--cap 2] [--slice 0.5] [--confidence 0.9]
@@ -30,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from objectives.agreement import Agreement, Call, CandidateAgreement, agreement, shortest_agreeing
+from objectives.agreement import Agreement, Call, CandidateAgreement, agreement, pooled, shortest_agreeing
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import (
     DEFAULT_CONFIDENCE,
@@ -140,19 +143,41 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     storage = args.storage if "://" in args.storage else f"sqlite:///{Path(args.storage).resolve()}"
     runs = [r for name in args.study for r in stored_runs(storage, name)]
-    if not runs:
-        print("no confirmation run with a stored target stage in these studies", file=sys.stderr)
-        return 2
+    if runs:
+        emulated(runs, args)
+    else:
+        print("no confirmation run with a stored target stage in these studies: nothing to emulate")
+    print("\nthe studies' own screening against their confirmation (per confirmed candidate):")
+    studies = [(name, a) for name in args.study if (a := study_agreement(storage, name)) is not None]
+    for name, a in studies:
+        print(f"  {name}: feasibility {a.feasibility.text()}; capacity within interval {a.capacity.text()}")
+    if studies:
+        print("  all studies: " + "; ".join(pooled([a for _, a in studies]).lines()))
+    return 0 if runs or studies else 2
+
+
+def emulated(runs: Sequence[StoredRun], args: argparse.Namespace) -> None:
+    """The table of emulated screening lengths (see the module docstring)."""
     lengths = [float(x) for x in args.lengths.split(",") if x.strip()]
     results = table(runs, lengths, args.cap, args.slice, args.confidence)
-    print(f"{len(runs)} confirmation runs of {len({r.candidate for r in runs})} candidates, {len(args.study)} studies")
+    print(f"{len(runs)} confirmation runs of {len({r.candidate for r in runs})} candidates")
     print(f"cap {args.cap:g}x, looked at every {args.slice:g}x, confidence {args.confidence:g}")
     print(f"{'nominal s':>9}  {'mean s':>7}  agreement with the confirmation's feasibility call")
     for nominal, (agree, seconds) in results.items():
         print(f"{nominal:>9g}  {seconds:>7.1f}  {agree.feasibility.text()}")
     best = shortest_agreeing({k: a for k, (a, _) in results.items()})
     print(f"shortest agreeing on >= 90%: {best:g} s" if best is not None else "no length agrees on >= 90% of the runs")
-    return 0
+
+
+def study_agreement(storage: str, study: str) -> Agreement | None:
+    """A study's screening against its confirmation (`LoadedStudy.screening_agreement`)."""
+    from sqlalchemy.orm import Session
+
+    from search.outputs import load_study
+    from storage import queries
+
+    with Session(queries.open_db(storage)) as s:
+        return load_study(s, storage, study).screening_agreement()
 
 
 if __name__ == "__main__":

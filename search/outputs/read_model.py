@@ -16,10 +16,11 @@ import yaml
 from sqlalchemy.orm import Session
 
 from loadgen import WorkloadSpec
+from objectives.agreement import Agreement
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
-from search.outputs import verdict_text
+from search.outputs import verdict_notes, verdict_text
 from search.outputs.trial_views import TrialView, view_of
 from search.proposals import origin
 from search.scenario import Scenario, unloaded_reference
@@ -77,6 +78,10 @@ class LoadedStudy:
         return verdict_text.describe(
             self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", []), self.views
         )
+
+    def screening_agreement(self) -> Agreement | None:
+        """The search's screening against the confirmation, per confirmed candidate (None: no verdict)."""
+        return verdict_notes.screening_agreement(self.verdict, self.views) if self.verdict is not None else None
 
     def calibration(self) -> CalibrationResult | None:
         return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
