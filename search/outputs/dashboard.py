@@ -24,6 +24,7 @@ tells Optuna; notes can be written any time, so a trial's note follows once it i
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 from dataclasses import dataclass
@@ -90,9 +91,16 @@ def trial_note(v: TrialView, scenario: Scenario) -> str:
     elif v.on_front:
         lines += ["On the feasible Pareto front.", ""]
     if v.values:
+        names = scenario.objective_names
         lines += ["| objective | value |", "|---|---|"]
-        lines += [f"| {n} | {fmt_value(x)} |" for n, x in zip(scenario.objective_names, v.values)]
+        lines += [f"| {n} | {text} |" for n, text in zip(names, v.objective_texts(names, digits=3))]
         lines.append("")
+        if unmeasured := [n for n, x in zip(names, v.measured_values(names) or []) if math.isnan(x)]:
+            lines += [
+                f"Optuna's value for {', '.join(unmeasured)} is the penalty told to the sampler for a "
+                "metric with no value, not a measurement.",
+                "",
+            ]
     if v.violated:
         lines.append(
             "**Violated SLOs** (by how much of the bound): "

@@ -151,7 +151,8 @@ def pareto_yaml(ls: LoadedStudy) -> str:
             {
                 "trial": t.number,
                 "baseline": row.baseline,
-                "objectives": {n: float(v) for n, v in zip(ls.scenario.objective_names, t.values)},
+                # as measured (null: no value), not the values told, which hold a penalty for none
+                "objectives": {n: row.metrics.get(n) for n in ls.scenario.objective_names},
                 "slo_metrics": {s.metric: row.metrics.get(s.metric) for s in ls.scenario.slos},
                 "config": serve_config(ls, t.number),
                 "command": row.command,

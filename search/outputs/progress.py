@@ -15,7 +15,9 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from objectives.scoring import penalty_values
 from search.outputs.format import fmt_value
+from search.outputs.trial_views import measured_text
 from search.outputs.verdict_text import gain_headline, headline
 from search.scenario import Scenario
 from search.study.events import (
@@ -56,12 +58,15 @@ class StudyProgress(StudyObserver):
         self.objective_names: list[str] = []
         self.scenario: Scenario | None = None
         self.confirming: tuple[int, int] | None = None  # (runs done, runs to do) once the phase starts
+        self.measured: dict[int, dict] = {}  # the metrics of the trials recorded here, by number
+        self.penalties: list[float] = []  # what the sampler is told for an objective with no value
         self._live: Live | None = None
 
     def study_started(self, event: StudyStarted) -> None:
         self.study_name, self.budget = event.study_name, event.budget
         self.scenario = event.scenario
         self.objective_names = event.scenario.objective_names
+        self.penalties = penalty_values(event.scenario.objectives, event.scenario.workload.request_timeout_s)
         if self.console.is_terminal:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2, get_renderable=self._render)
             self._live.start(refresh=True)
@@ -106,8 +111,18 @@ class StudyProgress(StudyObserver):
         self.trial = label
         self.phase("planning")
 
-    def objectives_text(self, values) -> str:
-        return ", ".join(f"{n} {fmt_value(v, digits=4)}" for n, v in zip(self.objective_names, values))
+    def objectives_text(self, metrics: dict) -> str:
+        """The objectives as measured: a metric with no value reads `no value (3 failed requests)`,
+        never as the penalty the sampler was told for it."""
+        return ", ".join(f"{n} {measured_text(metrics, n)}" for n in self.objective_names)
+
+    def best_text(self, best) -> str:
+        """The best trial's objectives, as measured where its row was recorded here; one recorded
+        before (a resumed study) shows the values told, a penalty as no value."""
+        if (metrics := self.measured.get(best.number)) is not None:
+            return self.objectives_text(metrics)
+        told = zip(self.objective_names, best.values, self.penalties)
+        return ", ".join(f"{n} {'no value' if v == p else fmt_value(v, digits=4)}" for n, v, p in told)
 
     def trial_summary(self, row: TrialRecord) -> str:
         """One line: the objective values and feasibility (with load stages: the capacity found
@@ -117,7 +132,7 @@ class StudyProgress(StudyObserver):
     def _summary(self, row: TrialRecord) -> str:
         if row.status == TrialStatus.FAILED:
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
-        text = f"{self.objectives_text(row.values)}; {'feasible' if row.feasible else 'violates SLOs'}"
+        text = f"{self.objectives_text(row.metrics or {})}; {'feasible' if row.feasible else 'violates SLOs'}"
         if (capacity := capacity_of(row)) is not None:
             text += f"; capacity {capacity.summary}"
         saved = sum(s.saved_s or 0 for s in row.stages)
@@ -129,11 +144,10 @@ class StudyProgress(StudyObserver):
 
     def trial_recorded(self, event: TrialRecorded) -> None:
         self.done += 1
+        self.measured[event.row.trial_number] = event.row.metrics or {}
         self.last = self.trial_summary(event.row)
         self.best = (
-            f"trial {event.best.number}: {self.objectives_text(event.best.values)}"
-            if event.best
-            else "no feasible trial yet"
+            f"trial {event.best.number}: {self.best_text(event.best)}" if event.best else "no feasible trial yet"
         )
         self.console.print(f"{'' if self._live else '  '}{self.trial}: {self.last}")
 
@@ -160,9 +174,10 @@ class StudyProgress(StudyObserver):
     def _run_summary(self, row: ConfirmationRun) -> str:
         if row.status != TrialStatus.OK:
             return f"failed: {row.failure_class}: {(row.failure_line or '')[:120]}"
-        values = [row.metrics.get(n) for n in self.objective_names]
         violated = [k for k, v in (row.constraints or {}).items() if v is not None and v > 0]
-        text = f"{self.objectives_text(values)}; " + ("feasible" if not violated else "violates " + ", ".join(violated))
+        text = f"{self.objectives_text(row.metrics or {})}; " + (
+            "feasible" if not violated else "violates " + ", ".join(violated)
+        )
         if (capacity := capacity_of(row)) is not None:
             text += f"; capacity {capacity.summary}"
         return text

@@ -21,7 +21,7 @@ from search.outputs.export import export
 from search.outputs.format import fmt_value
 from search.outputs.read_model import LoadedStudy, load_study
 from search.outputs.report import REPORT_NAME, write_report
-from search.outputs.trial_views import FAILED, TrialView, baseline_views
+from search.outputs.trial_views import FAILED, TrialView, baseline_views, measured_text
 from storage.queries import open_db
 
 WITHIN_NOISE = "~"
@@ -69,7 +69,7 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
             slo = f"[red]failed: {v.failure_class}[/]"
         else:
             values = [
-                fmt_value(v.metrics.get(n), digits=4)
+                measured_text(v.metrics, n)  # `no value (3 failed requests)`, never the penalty told
                 + (f" {WITHIN_NOISE}" if within_noise(ls, v, n, baselines) else "")
                 for n in sc.objective_names
             ]

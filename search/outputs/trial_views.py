@@ -7,9 +7,12 @@ which hold Optuna 5's constraints, so nothing here depends on what optuna-dashbo
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadgen import MetricName, class_key
 from objectives.capacity import CapacityEstimate
 from objectives.diagnosis import Diagnosis
 from objectives.scoring import SERVER_OK
@@ -89,13 +92,39 @@ def stages_summary(stages: list[StageView]) -> str:
     return f"{len(stages)} load stage{'s' if len(stages) != 1 else ''}: " + ", ".join(parts)
 
 
+def measured(metrics: Mapping[str, Any], metric: str) -> float:
+    """`metric` as the run measured it; NaN where it has no value (a percentile that failed
+    requests reach, a run that served nothing). The sampler was told a penalty for it then
+    (`objectives.scoring.penalty_values`), which no output shows as a measurement."""
+    v = metrics.get(metric)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
+def failed_requests(metrics: Mapping[str, Any], metric: str) -> int:
+    """The run's failed requests, in the metric's class for a per-class metric."""
+    cls = MetricName.parse(metric).cls
+    n = metrics.get(class_key("failed", cls) if cls else "failed")
+    return int(n) if isinstance(n, (int, float)) and math.isfinite(n) else 0
+
+
+def measured_text(metrics: Mapping[str, Any], metric: str, digits: int = 4) -> str:
+    """`metric` as people read it: its value, or `no value (3 failed requests)`."""
+    v = measured(metrics, metric)
+    if math.isfinite(v):
+        return fmt_value(v, digits=digits)
+    n = failed_requests(metrics, metric)
+    return f"no value ({n} failed request{'s' if n != 1 else ''})" if n else "no value"
+
+
 @dataclass
 class TrialView:
     number: int
     kind: str  # baseline name, "search" or "duplicate"
     status: str  # a TrialStatus value
     category: str  # feasible | infeasible | failed
-    values: list[float] | None  # objective values, None for failed trials (only penalties told)
+    # the objective values told to the sampler, None for failed trials (only penalties told); a
+    # served trial's objective without a value was told a penalty too: show `measured_values`
+    values: list[float] | None
     params: dict[str, Any]
     config: dict[str, Any]
     flags: dict[str, Any]
@@ -114,6 +143,14 @@ class TrialView:
     failure_class: str | None = None
     client_behind: bool = False  # its load client fell behind its schedule: numbers suspect
     origin: str | None = None  # why its configuration was proposed (search.proposals.origin), if not by the model
+
+    def measured_values(self, names: Sequence[str]) -> list[float] | None:
+        """The objectives `names` as measured (NaN: no value); None for a failed trial."""
+        return [measured(self.metrics, n) for n in names] if self.values else None
+
+    def objective_texts(self, names: Sequence[str], digits: int = 4) -> list[str]:
+        """The objectives `names` as people read them: `412`, `no value (3 failed requests)`."""
+        return [measured_text(self.metrics, n, digits) for n in names]
 
     @property
     def placement(self) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from search.outputs.figures.style import CHOSEN_COLOR, FRONT_COLOR, STYLE, axis_title, hover, worst_edge
+from search.outputs.figures.style import CHOSEN_COLOR, FRONT_COLOR, STYLE, axis_title, hover, plotted, worst_edge
 from search.outputs.format import fmt_value
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 from storage.tables import ParetoSnapshot
@@ -23,12 +23,12 @@ def pareto_figure(
     if len(names) == 1:  # one objective: against the trial number
         return _single_objective(views, names[0], directions[0])
     i, j = pair
-    measured = [v for v in views if v.values]
-    edge_x = worst_edge([v.values[i] for v in measured], directions[i])
-    edge_y = worst_edge([v.values[j] for v in measured], directions[j])
+    measured = [m for v in views if (m := v.measured_values(names))]
+    edge_x = worst_edge([m[i] for m in measured], directions[i])
+    edge_y = worst_edge([m[j] for m in measured], directions[j])
 
     def xy(v: TrialView) -> tuple[float, float]:
-        return (v.values[i], v.values[j]) if v.values else (edge_x, edge_y)
+        return plotted(v, names, i, edge_x), plotted(v, names, j, edge_y)
 
     for cat in (FEASIBLE, INFEASIBLE, FAILED):
         group = [v for v in views if v.category == cat]
@@ -46,12 +46,12 @@ def pareto_figure(
                 customdata=[[v.number, cat] for v in group],
             )
         )
-    front = sorted((v for v in views if v.on_front), key=lambda v: v.values[i])
+    front = sorted((v for v in views if v.on_front), key=lambda v: xy(v)[0])
     if front:
         fig.add_trace(
             go.Scatter(
-                x=[v.values[i] for v in front],
-                y=[v.values[j] for v in front],
+                x=[xy(v)[0] for v in front],
+                y=[xy(v)[1] for v in front],
                 mode="lines+markers",
                 name=f"feasible Pareto front: {len(front)}",
                 line=dict(color=FRONT_COLOR, width=2, shape="hv"),
@@ -79,8 +79,8 @@ def pareto_figure(
     if chosen:
         fig.add_trace(
             go.Scatter(
-                x=[chosen[0].values[i]],
-                y=[chosen[0].values[j]],
+                x=[xy(chosen[0])[0]],
+                y=[xy(chosen[0])[1]],
                 mode="markers",
                 name="chosen",
                 marker=dict(symbol="star", size=22, color=CHOSEN_COLOR, line=dict(width=1.5, color="#000")),
@@ -101,15 +101,15 @@ def pareto_figure(
 
 def _single_objective(views, name, direction) -> go.Figure:
     fig = go.Figure()
-    measured = [v for v in views if v.values]
-    edge = worst_edge([v.values[0] for v in measured], direction)
+    measured = [m[0] for v in views if (m := v.measured_values([name]))]
+    edge = worst_edge(measured, direction)
     for cat in (FEASIBLE, INFEASIBLE, FAILED):
         group = [v for v in views if v.category == cat]
         st = STYLE[cat]
         fig.add_trace(
             go.Scatter(
                 x=[v.number for v in group] or [None],
-                y=[v.values[0] if v.values else edge for v in group] or [None],
+                y=[plotted(v, [name], 0, edge) for v in group] or [None],
                 mode="markers",
                 name=f"{st['name']}: {len(group)}",
                 marker=dict(color=st["color"], symbol=st["symbol"], size=11),

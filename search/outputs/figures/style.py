@@ -4,6 +4,7 @@ axis titles, each trial's hover text, and where trials with no measured value ar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from search.outputs.format import fmt_value
@@ -40,7 +41,7 @@ def axis_title(metric: str, direction: str) -> str:
 def hover(v: TrialView, names: Sequence[str]) -> str:
     lines = [f"<b>{v.label}</b> [{v.category}]"]
     if v.values:
-        lines += [f"{n}: {fmt_value(x, digits=4)}" for n, x in zip(names, v.values)]
+        lines += [f"{n}: {text}" for n, text in zip(names, v.objective_texts(names))]
     if v.violated:
         lines.append("violates: " + ", ".join(v.violated))
     if v.failure:
@@ -51,8 +52,17 @@ def hover(v: TrialView, names: Sequence[str]) -> str:
     return "<br>".join(lines)
 
 
+def plotted(v: TrialView, names: Sequence[str], k: int, edge: float) -> float:
+    """Where trial `v` is drawn on objective `names[k]`: its measured value, or `edge` where it
+    has none (a failed trial; a percentile failed requests reach), never the penalty told."""
+    values = v.measured_values(names)
+    x = values[k] if values else math.nan
+    return x if math.isfinite(x) else edge
+
+
 def worst_edge(values: list[float], direction: str) -> float:
-    """Where unmeasured trials are drawn: just past the worst measured value."""
+    """Where unmeasured trials are drawn: just past the worst measured value (NaN: none)."""
+    values = [x for x in values if math.isfinite(x)]
     if not values:
         return 0.0
     lo, hi = min(values), max(values)

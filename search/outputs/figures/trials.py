@@ -10,8 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from objectives.diagnosis import BOTTLENECKS
-from search.outputs.figures.style import STYLE, axis_title, hover, worst_edge
-from search.outputs.format import fmt_value
+from search.outputs.figures.style import STYLE, axis_title, hover, plotted, worst_edge
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 
 
@@ -34,14 +33,14 @@ def objective_param_figure(
     )
     failed = [v for v in views if v.category == FAILED]
     for r, name in enumerate(names, start=1):
-        edge = worst_edge([v.values[r - 1] for v in measured], directions[r - 1])
+        edge = worst_edge([m[r - 1] for v in measured if (m := v.measured_values(names))], directions[r - 1])
         for c, p in enumerate(params, start=1):
             for cat in (FEASIBLE, INFEASIBLE, FAILED):
                 group = [v for v in (failed if cat == FAILED else measured) if v.category == cat and p in v.config]
                 fig.add_trace(
                     go.Scatter(
                         x=[_plain(v.config[p]) for v in group],
-                        y=[v.values[r - 1] if v.values else edge for v in group],
+                        y=[plotted(v, names, r - 1, edge) for v in group],
                         mode="markers",
                         marker=dict(color=STYLE[cat]["color"], symbol=STYLE[cat]["symbol"], size=9),
                         name=STYLE[cat]["name"],
@@ -100,7 +99,7 @@ def trials_table_figure(views: list[TrialView], names: Sequence[str]) -> go.Figu
             f"{v.number}{' *' if v.chosen else ' p' if v.on_front else ''}",
             v.kind,
             v.category,
-            *([fmt_value(x, digits=4) for x in v.values] if v.values else ["-"] * len(names)),
+            *(v.objective_texts(names) if v.values else ["-"] * len(names)),
             ", ".join(k.split("<=")[0].split(">=")[0] for k in v.violated) or "-",
             v.failure.split(" ", 1)[0] if v.failure else "-",
             v.diagnosis.bottleneck,
