@@ -11,7 +11,11 @@ Pure and vectorised (numpy), seeded as `objectives.statistics`, so a report read
 Percentiles are numpy's linear ones over milliseconds, as the per-run metrics. A request an
 early abort cut short before its first token (completion) is censored: it had waited at least
 from its sending to the stage's end. It enters as that lower bound, and a percentile it moves is
-marked `at_least` (its value is a lower bound on the true one).
+marked `at_least` (its value is a lower bound on the true one). A failed request (an error, a
+timeout, no token) has no latency: as in the per-run metrics (`loadgen.metrics`, `failed_above`)
+it counts as a value above every measured one (+inf here), so a pooled percentile it reaches has
+no value (NaN), a resample it reaches lies above every value, and losing requests never makes
+a configuration look faster.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ POOLED_FAMILIES = ("ttft", "tpot", "e2el")
 class RunRequests:
     """One run's requests for one metric: latencies in ms, and which are only lower bounds."""
 
-    values: np.ndarray
+    values: np.ndarray  # +inf: a failed request, above every measured value
     censored: np.ndarray  # bool, same length
 
     def __len__(self) -> int:
@@ -55,9 +59,9 @@ def pooled_metric(metric: str) -> bool:
 
 def run_requests(samples: dict[str, list[Any]], metric: str, elapsed_s: float | None = None) -> RunRequests:
     """The requests of one run's stage (its columnar "samples") that `metric` reads, in ms.
-    Failed requests are left out, as the per-run metrics leave them out; a request cut short by
-    an abort enters as `elapsed_s - sent_s` (a lower bound) for TTFT and E2EL when `elapsed_s`
-    (the stage's length) is known, else is left out."""
+    A failed request enters as +inf (above every value, as the per-run metrics count it); a
+    request cut short by an abort enters as `elapsed_s - sent_s` (a lower bound) for TTFT and
+    E2EL when `elapsed_s` (the stage's length) is known, else is left out."""
     name = MetricName.parse(metric)
     values, censored = [], []
     n = len(samples.get("sent_s", []))
@@ -76,7 +80,10 @@ def run_requests(samples: dict[str, list[Any]], metric: str, elapsed_s: float | 
             if value is not None:
                 values.append(value)
                 censored.append(False)
-        elif samples["aborted"][i] and elapsed_s is not None and name.family in ("ttft", "e2el"):
+        elif not samples["aborted"][i]:  # failed
+            values.append(math.inf)
+            censored.append(False)
+        elif elapsed_s is not None and name.family in ("ttft", "e2el"):
             own = ttft if name.family == "ttft" else e2e
             if own is None:
                 values.append(max(0.0, elapsed_s - samples["sent_s"][i]))
@@ -84,15 +91,32 @@ def run_requests(samples: dict[str, list[Any]], metric: str, elapsed_s: float | 
     return RunRequests(np.asarray(values, dtype=float) * 1000.0, np.asarray(censored, dtype=bool))
 
 
-def _percentile_of_rows(draws: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
-    """numpy's linear q-quantile of each row's first `counts[row]` values (the rest are NaN pads)."""
-    ordered = np.sort(draws, axis=-1)  # NaN pads sort last
+def _between(a: np.ndarray, b: np.ndarray, frac: np.ndarray) -> np.ndarray:
+    """numpy's linear interpolation from `a` to `b` (a <= b), +inf where it reads a failed
+    request (+inf): numpy itself gives NaN there (inf - inf) or a number for `frac` 0."""
+    with np.errstate(invalid="ignore"):
+        out = np.where(frac == 0, a, a + frac * (b - a))
+    return np.where(np.isinf(a) | ((frac > 0) & np.isinf(b)), np.inf, out)
+
+
+def _percentile_of_rows(draws: np.ndarray, counts: np.ndarray, q: float | np.ndarray) -> np.ndarray:
+    """numpy's linear q-quantile of each row's first `counts[row]` values (the rest are NaN pads);
+    +inf where it reads a failed request."""
+    ordered = np.sort(draws, axis=-1)  # +inf (failed) before the NaN pads, which sort last
     h = (counts - 1) * q
     lo = np.floor(h).astype(int)
     hi = np.minimum(lo + 1, counts - 1)
     a = np.take_along_axis(ordered, lo[:, None], axis=-1)[:, 0]
     b = np.take_along_axis(ordered, hi[:, None], axis=-1)[:, 0]
-    return a + (h - lo) * (b - a)
+    return _between(a, b, h - lo)
+
+
+def _quantiles(values: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    """numpy's linear quantiles `qs` of `values`, +inf where one reads a +inf (a failed request)."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    if np.isfinite(ordered).all():
+        return np.percentile(ordered, np.asarray(qs) * 100)
+    return _percentile_of_rows(np.tile(ordered, (len(qs), 1)), np.full(len(qs), len(ordered)), np.asarray(qs))
 
 
 def _padded(runs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -123,8 +147,12 @@ def draws(rng: np.random.Generator, n_runs: int, longest: int, n_resamples: int)
 
 
 def _ends(stats: np.ndarray) -> tuple[float, float]:
-    tail = (1.0 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(stats, [tail, 100 - tail])
+    """The 95 % interval of the resampled statistics; an end that resamples reached by failed
+    requests decide is +inf (unbounded); NaN (a resample that says nothing) makes both NaN."""
+    if np.isnan(stats).any():
+        return math.nan, math.nan
+    tail = (1.0 - CONFIDENCE) / 2
+    low, high = _quantiles(stats, [tail, 1 - tail])
     return float(low), float(high)
 
 
@@ -133,20 +161,29 @@ def _lifted(run: RunRequests) -> np.ndarray:
 
 
 def _pooled_point(runs: Sequence[np.ndarray], q: float) -> float:
-    """The q-quantile of the runs' values pooled (numpy's linear one, as the per-run metrics)."""
-    return float(np.percentile(np.concatenate(runs), q * 100))
+    """The q-quantile of the runs' values pooled (numpy's linear one, as the per-run metrics);
+    +inf where it reads a failed request."""
+    return float(_quantiles(np.concatenate(runs), [q])[0])
+
+
+def _no_value(x: float) -> float:
+    """A percentile that failed requests reach has no value (NaN), as in the per-run metrics."""
+    return x if math.isfinite(x) else math.nan
 
 
 def pooled_percentile(
     runs: Sequence[RunRequests], q: float, *, n_resamples: int = N_RESAMPLES, seed: int = SEED
 ) -> Interval:
     """The q-quantile of every run's requests pooled, its two-level bootstrap 95% interval, and
-    whether it is only a lower bound (censored requests decide it). `n` is the number of runs."""
+    whether it is only a lower bound (censored requests decide it). `n` is the number of runs.
+    Failed requests reach it: no value (NaN); its interval's high end +inf where they reach
+    the resamples that decide it."""
     runs = [r for r in runs if len(r)]
     if not runs:
         return Interval(math.nan, math.nan, math.nan, 0)
-    point = _pooled_point([r.values for r in runs], q)
-    at_least = _pooled_point([_lifted(r) for r in runs], q) > point
+    point = _no_value(_pooled_point([r.values for r in runs], q))
+    # lifting the censored requests to their unknown true values moves it (into the failed too)
+    at_least = math.isfinite(point) and not _pooled_point([_lifted(r) for r in runs], q) <= point
     if len(runs) == 1 and len(runs[0]) == 1:
         return Interval(point, point, point, 1, at_least)
     picks, u = draws(np.random.default_rng(seed), len(runs), max(len(r) for r in runs), n_resamples)
@@ -165,7 +202,10 @@ def pooled_difference(
     """The candidate's pooled q-quantile against the reference's, round by round (`candidate[i]`
     and `reference[i]` ran in round i; a round where either failed, None or empty, is left
     out): relative where the reference's pooled value is positive, absolute otherwise. The
-    interval resamples rounds (the same for both sides), then requests within each run."""
+    interval resamples rounds (the same for both sides), then requests within each run. Where
+    failed requests reach either side's pooled value the difference has no value (NaN); a
+    resample they reach on one side lies above every value there (the candidate's: +inf, the
+    reference's: -100 % or -inf), on both sides it says nothing and leaves the interval NaN."""
     rounds = [(a, b) for a, b in zip(candidate, reference) if a is not None and b is not None and len(a) and len(b)]
     if not rounds:
         return NAN_DIFFERENCE
@@ -175,9 +215,10 @@ def pooled_difference(
     kind: Kind = "relative" if relative else "absolute"
 
     def diff(x, y):
-        return x / y - 1.0 if relative else x - y
+        with np.errstate(invalid="ignore"):
+            return x / y - 1.0 if relative else x - y
 
-    point = float(diff(a_point, b_point))
+    point = _no_value(float(diff(a_point, b_point))) if math.isfinite(a_point + b_point) else math.nan
     n = len(rounds)
     if n == 1:
         return Difference(point, point, point, 1, kind=kind)  # one round says nothing of the runs' noise

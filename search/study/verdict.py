@@ -29,7 +29,7 @@ from objectives import pooled
 from objectives import statistics as st
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, TARGET_ABORTED
 from objectives.practical import absolute_threshold
-from objectives.scoring import SERVER_OK, TARGET_COMPLETED
+from objectives.scoring import NAN_VIOLATION, SERVER_OK, TARGET_COMPLETED
 from objectives.stages import TARGET, StageResult
 from search import pareto, trial_results
 from search.scenario import Scenario
@@ -254,15 +254,18 @@ def pooled_constraints(
     constraints: dict[str, float], intervals: dict[str, st.Interval], requests: dict[str, Any]
 ) -> dict[str, float]:
     """The SLO constraints on percentiles read from pooled requests, held to the pooled value
-    (the key states the bound as resolved: `ttft_p95_ms@short<=1101`; `SLOSpec.violation`)."""
+    (the key states the bound as resolved: `ttft_p95_ms@short<=1101`; `SLOSpec.violation`).
+    A pooled value that failed requests reach (NaN from served runs) violates its bound, as a
+    run's NaN does."""
     out = {}
     for key in constraints:
         for op in ("<=", ">="):
             metric, _, bound = key.partition(op)
-            if bound and metric in requests and math.isfinite(intervals[metric].value):
-                b = float(bound)
-                if b != 0:
-                    value = intervals[metric].value
+            if bound and metric in requests and intervals[metric].n > 0:
+                b, value = float(bound), intervals[metric].value
+                if math.isnan(value):
+                    out[key] = NAN_VIOLATION
+                elif b != 0:
                     out[key] = (value - b) / abs(b) if op == "<=" else (b - value) / abs(b)
                 break
     return out

@@ -67,8 +67,10 @@ def test_a_runs_requests_for_a_metric_by_class_and_family():
         [True, True, False, True],
         [False, False, False, False],
     )
-    assert list(pooled.run_requests(s, "ttft_p95_ms@short").values) == pytest.approx([100.0, 200.0])
-    assert list(pooled.run_requests(s, "tpot_p95_ms").values) == pytest.approx([100.0, 2500 / 49])  # tokens > 1
+    # the third request failed: no latency, above every value (+inf), as the per-run metrics count it
+    assert list(pooled.run_requests(s, "ttft_p95_ms@short").values) == pytest.approx([100.0, math.inf, 200.0])
+    tpot = [100.0, 2500 / 49, math.inf]  # served: tokens > 1; failed: whatever it asked
+    assert list(pooled.run_requests(s, "tpot_p95_ms").values) == pytest.approx(tpot)
     assert list(pooled.run_requests(s, "e2el_p99_ms@long").values) == pytest.approx([3000.0])
     assert pooled.pooled_metric("ttft_p95_ms@short") and not pooled.pooled_metric("ttft_median_ms")
     assert not pooled.pooled_metric(SLO_CAPACITY_RPS) and not pooled.pooled_metric("output_throughput")
@@ -118,3 +120,36 @@ def test_a_comparison_of_sides_with_different_request_counts_per_run():
 def test_a_pool_of_requests_for_tail_puts_that_many_above_the_percentile():
     assert st.requests_for_tail(0.95, 5) == 100
     assert st.tail_requests(0.95, st.requests_for_tail(0.95, 5)) == 5
+
+
+def test_failed_requests_count_above_every_value_so_losing_the_slowest_never_looks_faster():
+    """Three runs of 20 requests; in `lossy` the slowest two of each run failed instead of
+    answering. Left out, they made its p95 the faster one; counted above every value, its p95
+    has no value and its median is no lower than the served runs'."""
+    rng = np.random.default_rng(8)
+    served = [np.sort(rng.lognormal(6, 0.4, 20)) for _ in range(3)]
+    lossy = [np.concatenate([v[:-2], [math.inf, math.inf]]) for v in served]
+
+    def runs(values):
+        return [pooled.RunRequests(v, np.zeros(len(v), bool)) for v in values]
+
+    p95 = pooled.pooled_percentile(runs(lossy), 0.95, n_resamples=200)
+    assert math.isnan(p95.value) and not p95.at_least and p95.n == 3
+    assert p95.high == math.inf  # the resamples failed requests reach lie above every value
+    assert pooled.pooled_percentile(runs(served), 0.95, n_resamples=200).value < np.max(np.concatenate(served))
+    median = pooled.pooled_percentile(runs(lossy), 0.5, n_resamples=200)
+    assert median.value == pooled.pooled_percentile(runs(served), 0.5, n_resamples=200).value  # not reached
+    diff = pooled.pooled_difference(runs(lossy), runs(served), 0.95, n_resamples=200)
+    assert math.isnan(diff.value) and st.call(diff, "minimize") != "win"
+    # a few failures below the percentile's reach leave it a number, and never a lower one
+    one = [np.concatenate([v[:-1], [math.inf]]) if i == 0 else v for i, v in enumerate(served)]
+    p90 = pooled.pooled_percentile(runs(one), 0.9, n_resamples=200)
+    assert p90.value >= pooled.pooled_percentile(runs(served), 0.9, n_resamples=200).value
+    assert math.isfinite(p90.low) and p90.low <= p90.value <= p90.high
+
+
+def test_a_failed_request_in_the_samples_is_counted_not_left_out():
+    s = _samples(["a"] * 4, [0.1, 0.2, 0.3, None], [1.0] * 3 + [None], [5] * 4, [True] * 3 + [False], [False] * 4)
+    run = pooled.run_requests(s, "ttft_p95_ms")
+    assert len(run) == 4 and math.isnan(pooled.pooled_percentile([run], 0.95).value)
+    assert pooled.pooled_percentile([run], 0.5).value == pytest.approx(250.0)  # 100, 200, 300, failed

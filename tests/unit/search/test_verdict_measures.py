@@ -147,3 +147,19 @@ def test_the_slos_are_held_to_the_pooled_percentile_not_to_the_median_run():
     pooled_p95 = c.metrics["ttft_p95_ms"].value
     assert pooled_p95 > 2000 and c.constraints["ttft_p95_ms<=2000"] == pytest.approx(pooled_p95 / 2000 - 1)
     assert not c.feasible
+
+
+def test_a_pooled_percentile_that_failed_requests_reach_has_no_value_and_misses_its_slo():
+    # two runs meet ttft_p95 <= 2000 ms; in the third, 5 of 20 requests failed (no latency): left
+    # out, the pooled p95 would read the served requests only and pass
+    runs = []
+    for k in range(3):
+        r = run(0, k, 999.0, 2.0, 1.8, 2.2, ttft_samples=[0.5] * 20)
+        if k == 2:
+            for i in range(15, 20):
+                r.stages[0]["samples"]["ok"][i] = False
+            r.constraints = {**MET, "ttft_p95_ms<=2000": 1.0}  # its own p95 had no value either
+        runs.append(r)
+    c = decide(runs, SCENARIO, [0], runs_per_candidate=3).candidates[0]
+    assert np.isnan(c.metrics["ttft_p95_ms"].value) and c.metrics["ttft_p95_ms"].n == 3
+    assert c.constraints["ttft_p95_ms<=2000"] > 0 and not c.feasible
