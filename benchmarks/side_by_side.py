@@ -1,5 +1,5 @@
 """Servers started side by side, measured one at a time: how a landscape is recorded on a GPU
-within a short lease (`landscape.py record --side-by-side K`).
+within a short lease (`bench_landscape.py record --side-by-side K`).
 
 A trial's server costs a start (30-60 s eager for an 8B model on vLLM 0.26, more compiled) that
 measures nothing. On one GPU with room for K servers, the next K trials' servers start together,
