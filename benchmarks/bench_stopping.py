@@ -9,8 +9,10 @@ that saved, and its wrong stops: a stop as a miss of a stage whose full run met 
 stop as a pass of one whose full run missed. Stages an abort already cut short are left out:
 their full verdict is unknown. The rules:
 
-  certain             today's exact rule (`capacity.early_abort: certain`)
-  likely              the 95 %-likely rule (`likely`, the default; a likely pass on capacity stages)
+  certain             the exact rule (`capacity.early_abort: certain`)
+  decided             the stage verdict at its looks (`decided`, the default), the stored stage
+                      taken as the cap of a stage half as long: a stop at the half is its end
+  likely              the 95 %-likely rule (`likely`; a likely pass on capacity stages)
   over-saturation     the queue and TTFT both climbing, alone
 
 The server's waiting-queue gauge is not stored with a stage, so the replay stands in for it with
@@ -34,8 +36,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from loadgen import AbortCheck, RequestRecord, records_from_samples
-from objectives.early_abort import CERTAIN, LIKELY, abort_check, over_saturated, replay, waiting_proxy
+from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check, over_saturated, replay, waiting_proxy
 from objectives.scoring import SLOSpec
+from objectives.slo_verdict import StageLength
 from objectives.stages import CAPACITY, stage_slos
 from search.calibration import CalibrationResult, resolve
 from search.expected_errors import reported
@@ -88,8 +91,17 @@ def _saturation_only(slos: Sequence[SLOSpec], stage: StoredStage) -> AbortCheck:
     return lambda records, now, gauges: over_saturated(gauges, records, now)
 
 
+def _decided(slos: Sequence[SLOSpec], stage: StoredStage) -> AbortCheck:
+    """The decided rule as if the stored stage were the cap of one half as long, looked at every
+    quarter (`capacity.extend_to` 2, `look_every` 0.5): a stop at the half is its planned end."""
+    length = StageLength(stage.elapsed_s / 2, stage.elapsed_s, stage.elapsed_s / 4)
+    first = stage.samples["sent_s"][0] if stage.samples.get("sent_s") else 0.0
+    return abort_check(slos, stage.rate, DECIDED, stage.kind == CAPACITY, length=length, first_offset=first)
+
+
 RULES: dict[str, RuleFactory] = {
     "certain": lambda slos, stage: abort_check(slos, stage.rate, CERTAIN),
+    "decided": _decided,
     "likely": lambda slos, stage: abort_check(slos, stage.rate, LIKELY, may_pass=stage.kind == CAPACITY),
     "over-saturation": _saturation_only,
 }

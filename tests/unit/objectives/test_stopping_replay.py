@@ -123,3 +123,18 @@ def test_the_script_prints_a_table_per_study(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "built: 3 stages replayed" in out and "over-saturation" in out and "likely" in out
     assert sr.main(["--storage", str(tmp_path / "missing.db")]) == 1
+
+
+def test_the_decided_rule_replays_a_stored_stage_as_the_cap_of_one_half_as_long(tmp_path):
+    """The slow stage (a third over 2 s) is decided a miss at its first look; a fast one is
+    decided met at its half (the planned end of the stage it stands for), neither wrongly."""
+    slos = sr.study_slos(StudyRecord(study_name="x", scenario_source=SCENARIO))
+    slow = [done(i, float(i) / 4, 3.0 if i % 3 == 0 else 0.2) for i in range(160)]
+    fast = [done(i, float(i) / 4, 0.2) for i in range(160)]
+    stages = [
+        sr.StoredStage("capacity", 4.0, 40.0, 160, False, request_samples(slow, 0.0)),
+        sr.StoredStage("capacity", 4.0, 40.0, 160, True, request_samples(fast, 0.0)),
+    ]
+    decided = sr.replay_stages(stages, slos)["decided"]
+    assert decided.stopped == 2 and decided.wrong == 0
+    assert decided.stopped_missing == 1 and decided.stopped_passing == 1
