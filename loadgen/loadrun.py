@@ -169,6 +169,12 @@ async def run_load(
                 warm_pool = RequestPool(spec, tokenizer, lc, model, warm, warmup=True)
                 if watch is not None:
                     watch.track(warm_pool.records)
+                # The warm-up is there so that no measured request pays for a first time (the
+                # API server's first chat template and detokenizer, the engine's first prefill of
+                # each kind and first decode batch) and to size the connections opened below. So
+                # a workload needs as many as it takes to send each of its kinds of request once:
+                # sent side by side they cost about the longest one's latency, not their sum
+                # (mixed's 6: docs/gpu.md, "The warm-up requests").
                 if warm:
                     width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
                     await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
