@@ -151,6 +151,7 @@ def bench(
             runs = list(pool.map(run_study, *zip(*tasks), chunksize=1))
     else:
         runs = [run_study(*t) for t in tasks]
+    runs.sort(key=lambda r: (samplers.index(r["sampler"]), r["budget"], r["seed"]))  # the table's order
     return summarize(runs, world(str(landscape_path)), budgets, seeds), runs
 
 
