@@ -33,7 +33,7 @@ STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 # A built-in scenario's name, or a scenario file's stem.
 SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay clean
+.PHONY: setup test test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
 
 setup:
 	@bash scripts/setup.sh
@@ -95,6 +95,9 @@ bench: bench-startup bench-load bench-trial-time
 
 bench-startup: setup   ## servers: start-to-healthy time of vLLM on the built-in model, eager and compiled
 	$(BIN)/python -m benchmarks.bench_startup
+
+bench-start-anatomy: setup   ## servers: where a start's seconds go, the tuner's path cold and warm against vLLM as it is (runs/start-anatomy)
+	$(BIN)/python -m benchmarks.bench_start_anatomy --out runs/start-anatomy $(call opt,--model,$(MODEL))
 
 bench-load: setup   ## the load generator's capacity against a stub, then parity with `vllm bench serve` (servers)
 	$(BIN)/python -m benchmarks.bench_load_capacity

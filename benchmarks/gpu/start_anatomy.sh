@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a GPU start's seconds go, before and after (start_anatomy.py beside this file says which
+# Where a GPU start's seconds go, before and after (benchmarks/bench_start_anatomy.py says which
 # three starts, in which order): the Llama-3-8B shape (configs/models/llama-3-8b.json, dummy
 # weights, TP 1), each start followed by the tuner's warm-up and a short load whose TTFT and TPOT
 # are printed beside its anatomy. About 5-6 minutes on an H100; BUDGET_S (default 500) bounds it.
@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMP
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 echo "start_anatomy: $(date -u +%T) starting (budget ${BUDGET_S:-500} s)"
 rc=0
-timeout --signal=TERM --kill-after=30 "${BUDGET_S:-500}" python3 benchmarks/gpu/start_anatomy.py \
+timeout --signal=TERM --kill-after=30 "${BUDGET_S:-500}" python3 -m benchmarks.bench_start_anatomy \
   --model "$MODEL_DIR" --out "$OUT" --cache "$CACHE" --values '{"load_format": "dummy"}' \
   2>&1 | tee "$OUT/start_anatomy.txt" || rc=$?
 echo "start_anatomy: $(date -u +%T) exit $rc"

@@ -13,7 +13,9 @@ Prints each start's anatomy (serving/start_anatomy.py) side by side with what th
 then the served TTFT and TPOT of each; writes starts.json and each server log under --out. On
 the CPU build (the tiny built-in model, eager) it checks every step but the GPU's.
 
-    python3 benchmarks/gpu/start_anatomy.py --model DIR --out DIR [--cache DIR] [--values JSON]
+    python3 -m benchmarks.bench_start_anatomy --model DIR --out DIR [--cache DIR] [--values JSON]
+
+(`make bench-start-anatomy` on this machine; benchmarks/gpu/start_anatomy.sh on a GPU lease.)
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen import WorkloadSpec, run_async, run_load
-from serving import START_PHASES, launch_context, resolve_server_args
-from serving.process import FirstTokenWatch, launch_spec, while_serving
-from serving.process.server import ServerFailed, VllmServer
+from serving import START_PHASES, launch_context, process, resolve_server_args
+from serving.process import FirstTokenWatch, ServerFailed, VllmServer, while_serving
 
 # The short fixed load after each start: the same requests every time (one seed), about 10 s on an
 # H100. Its two warm-up requests run side by side, so the "load warm-up" phase is about one
@@ -54,7 +55,8 @@ STARTS = (("tuner, cold", TUNER), ("before", BEFORE), ("tuner, warm", TUNER))
 
 
 def one_start(ctx, values: dict, how: tuple, log: Path, timeout_s: float) -> dict:
-    spec = launch_spec(ctx, resolve_server_args(values, ctx), log, startup_timeout_s=timeout_s)
+    # process.launch_spec: the function (serving.process also has a module of that name)
+    spec = process.launch_spec(ctx, resolve_server_args(values, ctx), log, startup_timeout_s=timeout_s)
     spec.zygote, spec.plugin, spec.fork_engine, spec.warm_children = how
     server = VllmServer(spec)
     t0 = time.monotonic()
