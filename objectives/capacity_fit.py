@@ -9,7 +9,9 @@ one model per counted SLO: the proportion over the bound grows with the offered 
 
 where p0 is the SLO's limit (5% for a p95), so `c` is the rate where the proportion crosses the
 limit: that SLO's capacity. The fit is binomial (each stage weighs by its requests), monotone by
-construction (b > 0), and a weak log-normal prior on b keeps it finite when the stages separate
+construction (b > 0); far above capacity the proportion may top out below 1 (a lapse, the
+first requests of a stage sent to an empty server: p(r) = (1 - lapse) expit(...), still crossing
+p0 at c), and a weak log-normal prior on b keeps it finite when the stages separate
 perfectly (met below some rate, violated above: the likelihood alone is then flat between the
 two, and the interval is about the bracket) and away from 0, where c would mean nothing (a
 proportion that does not move with the rate). The prior's median `SLOPE_MEDIAN` is what a
@@ -39,13 +41,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
 from objectives import capacity as cap
-from objectives.slo_verdict import MET, SLOVerdict
+from objectives.slo_verdict import MET, VIOLATED, SLOVerdict
 
 DEFAULT_CONFIDENCE = 0.90
 # The prior of b: log b ~ Normal(log SLOPE_MEDIAN, SLOPE_SPREAD). b = 15: a p95's proportion goes
@@ -54,6 +56,11 @@ SLOPE_MEDIAN = 15.0
 SLOPE_SPREAD = 1.5
 GRID_PAD = 4.0  # the grid of c runs from the lowest rate / GRID_PAD to the highest x GRID_PAD
 GRID_C = 481
+# Far above its capacity a stage still has requests within the bound: its first ones, sent to an
+# empty server before the queue builds. The proportion over the bound tops out below 1 (by the
+# lapse, profiled over these values) rather than forcing a shallow slope on every stage.
+LAPSES = (0.0, 0.05, 0.1, 0.2, 0.3)
+LAPSE_PENALTY = 1.0  # log-prior per lapse step above 0: a top below 1 only where the counts ask for it
 SLOPES = np.geomspace(0.05, 400.0, 160)
 
 
@@ -104,16 +111,22 @@ class CapacityFit:
 
 
 def _log_likelihood(points: Sequence[Exceedance], limit: float, log_c: np.ndarray, slopes: np.ndarray) -> np.ndarray:
-    """The penalized log-likelihood on the grid: shape (len(log_c), len(slopes))."""
+    """The penalized log-likelihood on the grid, the lapse profiled out: shape (len(log_c), len(slopes))."""
     x = np.log([p.rate for p in points])  # (S,)
     k = np.array([p.over for p in points], dtype=float)
     n = np.array([p.known for p in points], dtype=float)
-    eta = math.log(limit / (1 - limit)) + slopes[None, :, None] * (x[None, None, :] - log_c[:, None, None])
-    # log p and log (1 - p) without overflow: -log(1 + e^-eta), -log(1 + e^eta)
-    log_p, log_q = -np.logaddexp(0.0, -eta), -np.logaddexp(0.0, eta)
-    ll = (k * log_p + (n - k) * log_q).sum(axis=-1)
+    best = None
+    for step, lapse in enumerate(lp for lp in LAPSES if limit < 1.0 - lp):
+        top = 1.0 - lapse
+        eta = math.log(limit / (top - limit)) + slopes[None, :, None] * (x[None, None, :] - log_c[:, None, None])
+        # log p and log (1 - p) without overflow, p = top * expit(eta)
+        log_f, log_g = -np.logaddexp(0.0, -eta), -np.logaddexp(0.0, eta)
+        log_p = math.log(top) + log_f
+        log_q = np.logaddexp(log_g, math.log(lapse) + log_f) if lapse > 0 else log_g
+        ll = (k * log_p + (n - k) * log_q).sum(axis=-1) - LAPSE_PENALTY * step
+        best = ll if best is None else np.maximum(best, ll)
     prior = -0.5 * ((np.log(slopes) - math.log(SLOPE_MEDIAN)) / SLOPE_SPREAD) ** 2
-    return ll + prior[None, :]
+    return best + prior[None, :]
 
 
 def fit_crossing(
@@ -201,4 +214,13 @@ def fit_stages(
             else:
                 probe = cap.Probe(rate, math.nan) if cut else cap.Probe(rate, v.margin, v.verdict == MET)
                 margins.setdefault(v.slo, []).append(probe)
-    return fit_capacity(counted, margins, floor=floor, confidence=confidence)
+    fit = fit_capacity(counted, margins, floor=floor, confidence=confidence)
+    # Decided stages bound the estimate: not above a rate where an SLO was decidedly violated,
+    # not below one where every SLO was decidedly met (the fit's shape can lean past them).
+    violated = [r for r, vs, _ in stages if any(v.verdict == VIOLATED and v.basis == "interval" for v in vs)]
+    met = [r for r, vs, cut in stages if vs and not cut and all(v.verdict == MET and v.basis != "share" for v in vs)]
+    if not math.isfinite(fit.rps) or fit.rps == 0:
+        return fit
+    rps = min([fit.rps, *violated])
+    rps = max([rps, *(r for r in met if r <= min(violated, default=math.inf))])
+    return replace(fit, rps=rps, low=min(fit.low, rps), high=max(fit.high, rps))

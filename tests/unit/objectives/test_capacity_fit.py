@@ -126,3 +126,26 @@ def test_shares_that_barely_move_with_the_rate_still_bound_the_crossing():
     prior's slope (a queue's knee) puts it between the stages, with a finite interval."""
     c = fit_crossing("p95", stages((1.0, 1, 40), (2.0, 4, 40)), P95)
     assert 1.0 < c.rps < 2.0 and c.low > 0.5 and c.high < 3.0
+
+
+def test_a_stage_far_above_capacity_with_a_few_fast_requests_does_not_drag_the_fit():
+    """A queue's first requests of a stage are fast even far above capacity (1 of 10 under at
+    6 req/s): the proportion tops out below 1, and the crossing stays below the stage at 4.24
+    whose requests were mostly over (a median SLO; the stub's measured stages)."""
+    c = fit_crossing("median", stages((3.0, 0, 6), (6.0, 9, 10), (4.2426, 5, 7), (3.5676, 0, 7)), 0.5)
+    assert 3.5676 < c.rps < 4.2426 and c.low <= 1 / 0.257 <= c.high
+
+
+def test_the_estimate_stays_below_a_decidedly_violated_stage():
+    from objectives.capacity_fit import fit_stages
+    from objectives.slo_verdict import counted_verdict
+
+    def stage(rate, over, known):
+        return rate, [counted_verdict("p95", over, known, P95, math.nan)], False
+
+    # 6 of 40 over at 2.0 is a decided violation; the stages above it met (noise, or a burst that
+    # fell at 2.0): the counts alone put the crossing at 2.35, above the decided miss
+    rows = [(1.0, 0, 40), (2.0, 6, 40), (2.4, 0, 40), (3.0, 0, 40), (3.5, 40, 40)]
+    assert fit_crossing("p95", stages(*rows), P95).rps > 2.0
+    fit = fit_stages([stage(*row) for row in rows])
+    assert fit.rps == 2.0 and fit.low <= fit.rps <= fit.high
