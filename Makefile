@@ -33,7 +33,7 @@ STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 # A built-in scenario's name, or a scenario file's stem.
 SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
+.PHONY: setup test test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
 
 setup:
 	@bash scripts/setup.sh
@@ -105,6 +105,9 @@ bench-load: setup   ## the load generator's capacity against a stub, then parity
 
 bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
 	$(BIN)/python -m benchmarks.bench_capacity --scenario $(SCENARIO)
+
+bench-reconfigure: setup   ## servers: a reconfigured server against fresh starts, 7 configs x 3 repeats (the A/B of screening without a restart, ~2 h)
+	$(BIN)/python -m benchmarks.bench_reconfigure --scenario $(SCENARIO)
 
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
 	$(BIN)/python -m benchmarks.bench_fidelity $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))

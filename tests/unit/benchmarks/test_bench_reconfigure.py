@@ -1,0 +1,38 @@
+"""make bench-reconfigure: the A/B's verdict reads "within the noise" only when the reconfigured
+runs measure what the fresh ones do, and gives none for a run too small to tell."""
+
+from __future__ import annotations
+
+import random
+
+from benchmarks.bench_reconfigure import FRESH, METRICS, RECONFIGURED, pooled_ratio, verdict
+
+CONFIGS = [f"c{i}" for i in range(7)]
+
+
+def runs(shift: float, repeats: int = 3, configs=CONFIGS, seed: int = 3) -> list[dict]:
+    """Each config at its own level with 5% run-to-run noise; the reconfigured arm `shift` off."""
+    rng, out = random.Random(seed), []
+    for i, config in enumerate(configs):
+        for repeat in range(repeats):
+            for arm, factor in ((FRESH, 1.0), (RECONFIGURED, 1.0 + shift)):
+                level = 100.0 * (i + 1)
+                metrics = {m: level * factor * rng.gauss(1.0, 0.05) for m in METRICS}
+                out.append({"config": config, "repeat": repeat, "arm": arm, "ok": True, "metrics": metrics})
+    return out
+
+
+def test_the_same_measurement_on_both_arms_is_within_the_noise():
+    assert verdict(runs(0.0), list(METRICS), CONFIGS, 3).startswith("within the noise")
+
+
+def test_a_reconfigured_arm_that_reads_a_fifth_slower_is_not():
+    said = verdict(runs(0.2), list(METRICS), CONFIGS, 3)
+    assert said.startswith("NOT within the noise") and "pooled ratio off 1" in said
+    ratio, low, high = pooled_ratio(runs(0.2), "tpot_p95_ms", CONFIGS, 3)
+    assert 1.1 < low <= ratio <= high
+
+
+def test_too_few_configurations_or_repeats_give_no_verdict():
+    assert "no verdict" in verdict(runs(0.0, repeats=2), list(METRICS), CONFIGS, 2)
+    assert "no verdict" in verdict(runs(0.0, configs=CONFIGS[:3]), list(METRICS), CONFIGS[:3], 3)
