@@ -1,0 +1,106 @@
+"""Queue runaway and over-saturation: a rate above capacity measuring its own backlog (see the package)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+from loadgen import Abort, GaugeSample, RequestRecord
+
+QUEUE_WINDOW_S = 15.0
+QUEUE_GROWTH_SHARE = 0.25
+QUEUE_MIN_SAMPLES = 8
+QUEUE_MIN_DEPTH = 8
+SATURATION_P = 0.01
+SATURATION_MIN_POINTS = 8
+# TTFT climbing by at least this many seconds per second of sending: arrivals at least 5 % above
+# what the server serves (a backlog grows at (arrivals - served) / served s per s).
+SATURATION_MIN_SLOPE = 0.05
+# Not read from a stage's first seconds: a stage starts on an empty server, whose queue and TTFT
+# climb to their steady level at any rate near capacity: read over the whole window, the rule
+# stopped capacity stages just below capacity that met the SLOs run in full (docs/results.md,
+# "Early abort").
+SATURATION_SETTLE_S = 5.0
+
+
+def _recent_queue(samples: Sequence[GaugeSample], now: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """(times, waiting) of the gauges over the last window, if they span enough of it."""
+    recent = [s for s in samples if now - s.t <= QUEUE_WINDOW_S and not math.isnan(s.waiting)]
+    if len(recent) < QUEUE_MIN_SAMPLES:
+        return None
+    t = np.array([s.t for s in recent])
+    if np.ptp(t) < QUEUE_WINDOW_S / 2:
+        return None
+    return t, np.array([s.waiting for s in recent])
+
+
+def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Abort | None:
+    """The waiting queue has grown steadily over the last window (see the module docstring)."""
+    queue = _recent_queue(samples, now)
+    if queue is None or rate <= 0:
+        return None
+    t, waiting = queue
+    slope = float(np.polyfit(t - t[0], waiting, 1)[0])
+    # A burst queues a few seconds of arrivals and drains; a runaway keeps climbing: ask for a
+    # steady climb and a queue deeper than half the window's arrivals.
+    depth = max(QUEUE_MIN_DEPTH, 0.5 * rate * QUEUE_WINDOW_S)
+    if slope >= QUEUE_GROWTH_SHARE * rate and waiting[-1] >= depth:
+        return Abort(
+            f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
+            f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)"
+        )
+    return None
+
+
+def _climbing(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    """(fitted y at the first x, at the last x) when y rises with x at one-sided p < SATURATION_P."""
+    if len(x) < SATURATION_MIN_POINTS or np.ptp(x) <= 0 or np.ptp(y) <= 0:
+        return None
+    fit = stats.linregress(x, y)
+    if not fit.slope > 0 or fit.pvalue / 2 >= SATURATION_P:
+        return None
+    return fit.intercept + fit.slope * x.min(), fit.intercept + fit.slope * x.max()
+
+
+def over_saturated(samples: Sequence[GaugeSample], records: Sequence[RequestRecord], now: float) -> Abort | None:
+    """The waiting queue and TTFT both climbing over the last window (see the module docstring).
+
+    A request sent in the window counts with its TTFT, or, still waiting for its first token,
+    with its wait so far once that is longer than the last TTFT measured (a lower bound that
+    already shows the climb; shorter waits say nothing yet)."""
+    sent_at = [r.send_time for r in records if math.isfinite(r.send_time)]
+    if not sent_at:
+        return None
+    settled = min(sent_at) + SATURATION_SETTLE_S
+    queue = _recent_queue([s for s in samples if s.t >= settled], now)
+    if queue is None:
+        return None
+    queued = _climbing(*queue)
+    if queued is None or queued[1] - queued[0] < QUEUE_MIN_DEPTH / 2:
+        return None
+    sent = sorted(
+        (r for r in records if max(now - QUEUE_WINDOW_S, settled) <= r.send_time <= now and r.error_kind is None),
+        key=lambda r: r.send_time,
+    )
+    points: list[tuple[float, float]] = []
+    last_ttft = math.inf
+    for r in sent:
+        if r.chunk_times:
+            last_ttft = r.chunk_times[0] - r.send_time
+            points.append((r.send_time, last_ttft))
+        elif now - r.send_time > last_ttft:
+            points.append((r.send_time, now - r.send_time))
+    if not points:
+        return None
+    x, y = (np.array(v) for v in zip(*points))
+    ttft = _climbing(x, y)
+    if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
+        return None
+    return Abort(
+        f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
+        f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
+        f"{QUEUE_WINDOW_S:.0f} s)"
+    )
