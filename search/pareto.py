@@ -17,6 +17,28 @@ from search.scenario import Scenario, Selection
 # Trial user attr the selection rule reads: the study sets it with the trial's record.
 CLIENT_BEHIND_ATTR = CLIENT_BEHIND
 
+# A told trial's constraints are stored once, as Optuna's pre-5.0 positional list (this system
+# attr): Optuna 5's samplers read it (`FrozenTrial.constraints`, keys "0".."n-1") and so does
+# optuna-dashboard 0.21, which reads nothing else. Optuna merges that list with the named
+# constraints of `Trial.set_constraint`, so storing both would show its samplers each constraint
+# twice. The names, in the list's order, are this user attr beside it (`named_constraints`).
+CONSTRAINT_LIST = "constraints"
+CONSTRAINT_NAMES_ATTR = "constraint_names"
+
+
+def constraint_attrs(constraints: dict[str, float]) -> tuple[list[str], list[float]]:
+    """The names and the positional list a trial's constraints are stored as."""
+    return list(constraints), [float(v) for v in constraints.values()]
+
+
+def named_constraints(trial: FrozenTrial) -> dict[str, float]:
+    """The trial's constraints by name: from the list and its names, as the study stores them, or
+    Optuna's own named ones (a trial made by `create_trial(constraints=...)`)."""
+    names, listed = trial.user_attrs.get(CONSTRAINT_NAMES_ATTR), trial.system_attrs.get(CONSTRAINT_LIST)
+    if names is None or listed is None:
+        return trial.constraints
+    return dict(zip(names, listed, strict=True))
+
 
 def feasible(trial: FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values())
@@ -24,12 +46,11 @@ def feasible(trial: FrozenTrial) -> bool:
 
 def slo_miss(trial: FrozenTrial) -> float:
     """The trial's worst SLO violation, as a fraction of its bound (> 0: missed by that much; inf:
-    it served nothing), leaving out the bookkeeping constraints (served, target stage completed)
-    and Optuna's positional mirror of them."""
-    constraints = trial.constraints
+    it served nothing), leaving out the bookkeeping constraints (served, target stage completed)."""
+    constraints = named_constraints(trial)
     if constraints.get(SERVER_OK, -1.0) > 0:
         return math.inf
-    misses = [v for k, v in constraints.items() if k not in (SERVER_OK, TARGET_COMPLETED) and not k.isdigit()]
+    misses = [v for k, v in constraints.items() if k not in (SERVER_OK, TARGET_COMPLETED)]
     return max(misses, default=math.inf)
 
 
