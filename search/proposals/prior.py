@@ -22,6 +22,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from search.pareto import named_constraints
 from search.proposals.delegating import DelegatingSampler
 from search.proposals.initial_design import SpaceFillingStart
 from search.proposals.proposer import DiagnosisProposer
@@ -43,7 +44,7 @@ def prior_trials(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistributio
                 params={k: t.params[k] for k in dists},
                 distributions=dict(dists),
                 values=t.values,
-                constraints=t.constraints,
+                constraints=named_constraints(t),
             )
         )
     return kept

@@ -10,8 +10,8 @@ database is away, each step is ridden out (`outage`); a measured row waits in th
 The one holder of a database session in `search.study` (a run's opening and confirmation phase
 write through the one it holds), and the one place besides `coordination` (whose heartbeats and
 retries Optuna's storage keys by its private trial id) that touches Optuna's private API: the
-constraint list optuna-dashboard reads (`_mirror_constraint_list`) and a `Trial` for a trial an
-earlier process asked (`recover`).
+constraint list Optuna's samplers and optuna-dashboard read (`_set_constraints`) and a `Trial` for
+a trial an earlier process asked (`recover`).
 """
 
 from __future__ import annotations
@@ -45,13 +45,17 @@ from storage.tables import ParetoMember, StudyRecord, TrialRecord, TrialStatus, 
 T = TypeVar("T")
 
 
-def _mirror_constraint_list(trial: optuna.Trial, constraints: dict[str, float]) -> None:
-    """The constraints again as Optuna's pre-5.0 `constraints` list system attr: optuna-dashboard
-    0.21 reads only that list (it colours infeasible trials from it). Optuna 5 has no public way
-    to write a system attr (Trial.set_system_attr is removed; the deprecated sampler
-    `constraints_func` writes the list, but not for every sampler), so this is the study's one
-    write through Optuna's private storage."""
-    trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [float(v) for v in constraints.values()])
+def _set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None:
+    """The constraints in the one format Optuna's samplers and optuna-dashboard 0.21 both read,
+    the pre-5.0 positional list, with their names beside it (`pareto.CONSTRAINT_LIST`); never also
+    by `Trial.set_constraint`, which the samplers would read as a second copy of each. Optuna 5
+    has no public way to write that list (Trial.set_system_attr is removed; the deprecated sampler
+    `constraints_func` writes it, but not for every sampler), so this is the study's one write
+    through Optuna's private storage. Both writes overwrite: a tell a kill cut short is told again
+    whole."""
+    names, listed = pareto.constraint_attrs(constraints)
+    trial.set_user_attr(pareto.CONSTRAINT_NAMES_ATTR, names)
+    trial.storage.set_trial_system_attr(trial._trial_id, pareto.CONSTRAINT_LIST, listed)
 
 
 class Recording:
@@ -259,11 +263,7 @@ class Recording:
                 self.session.refresh(rec)
 
     def tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
-        already = trial.constraints  # a run killed while telling may have set some (set twice: a warning)
-        for key, value in constraints.items():
-            if key not in already:
-                trial.set_constraint(key, value)
-        _mirror_constraint_list(trial, constraints)
+        _set_constraints(trial, constraints)
         self.study.tell(trial, values)
 
     # -- the front -----------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class Recording:
             if row is not None and row.values:
                 # Optuna hands out a Trial only from ask(); for a trial asked by an earlier process,
                 # this constructor (what ask() itself calls) with the frozen trial's id is the least
-                # private route to the public set_constraint and tell.
+                # private route to its constraints and tell.
                 try:
                     self.tell(optuna.trial.Trial(self.study, t._trial_id), row.values, row.constraints)
                 except optuna.exceptions.UpdateFinishedTrialError:
