@@ -6,6 +6,7 @@ data file the replay executor (search.replay) fits its surrogates on.
                                           [--model PATH] [--side-by-side K]
     python -m benchmarks.bench_landscape export [--out benchmarks/data/landscape-mixed-cpu.json]
     python -m benchmarks.bench_landscape synthetic [--out benchmarks/data/landscape-mixed-synthetic.json]
+    python -m benchmarks.bench_landscape repeats OLD.json NEW.json   (the repeat tables side by side)
 
 `record` is resumable (run the same command again): the first pass is one study on the project's
 storage (a space-filling design of `n` configurations, Optuna's scrambled Sobol QMC, and the
@@ -269,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         default="flock /tmp/vllm.lock python -m benchmarks.bench_landscape record",
         help="the record command, as run (kept in the provenance)",
     )
+    rep = sub.add_parser("repeats", help="the repeat table of one or more exported landscapes, side by side")
+    rep.add_argument("landscapes", nargs="+", type=Path)
     syn = sub.add_parser("synthetic")
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--out", type=Path, default=REPO / "benchmarks" / "data" / "landscape-mixed-synthetic.json")
@@ -301,6 +304,9 @@ def _run(args: argparse.Namespace) -> int:
             f"study {name} recorded ({time.monotonic() - t0:.0f} s this run); "
             f"export: python -m benchmarks.bench_landscape export --study {name}"
         )
+    elif args.cmd == "repeats":
+        for path in args.landscapes:
+            print(Landscape.load(path).repeats().line(path.name))
     elif args.cmd == "export":
         queries.existing_study_check(
             args.storage, args.study, "record it first (python -m benchmarks.bench_landscape record)"

@@ -76,6 +76,28 @@ class Config:
     measurements: list[ScreenedRun] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class RepeatSummary:
+    """A landscape's repeat table: how far one configuration's screenings agree with each other."""
+
+    configs: int  # served configurations measured more than once
+    feasibility_agree: int  # of those, how many got the same feasibility call every time
+    capacity_cv: float  # the repeats' capacity CV, root mean square over configurations
+    interval_ratio: float  # a measurement's capacity interval (fit) or bracket, high / low, median
+    trial_s: float  # median seconds a trial took
+    server_starts: int
+    wall_s: float | None
+
+    def line(self, name: str) -> str:
+        share = self.feasibility_agree / self.configs if self.configs else math.nan
+        wall = f", {self.wall_s / 60:.0f} min" if self.wall_s else ""
+        return (
+            f"{name}: feasibility agrees across repeats on {self.feasibility_agree} of {self.configs} "
+            f"configs ({share:.0%}); capacity repeat CV {self.capacity_cv:.0%}; interval {self.interval_ratio:.2f}x; "
+            f"{self.trial_s:.0f} s a trial; {self.server_starts} server starts{wall}"
+        )
+
+
 @dataclass
 class Landscape:
     scenario: str
@@ -113,6 +135,28 @@ class Landscape:
         return (
             float(statistics.median(m.trial_s for m in served)),
             float(statistics.median(m.start_s or 0.0 for m in served)),
+        )
+
+    def repeats(self) -> RepeatSummary:
+        """How a configuration's repeats agree (the served configurations measured more than once)."""
+        repeated = [c for c in self.configs if sum(m.served for m in c.measurements) > 1]
+        agree, cvs = 0, []
+        for c in repeated:
+            served = [m for m in c.measurements if m.served]
+            agree += len({m.feasible for m in served}) == 1
+            caps = [v for m in served if (v := m.capacity_point()) is not None and v > 0]
+            if len(caps) > 1:
+                cvs.append(statistics.stdev(caps) / statistics.fmean(caps))
+        widths = [r for _, m in self.measurements() if m.served and (r := m.capacity_ratio()) is not None]
+        trial_s = [m.trial_s for _, m in self.measurements() if m.served and m.trial_s is not None]
+        return RepeatSummary(
+            configs=len(repeated),
+            feasibility_agree=agree,
+            capacity_cv=math.sqrt(statistics.fmean(v * v for v in cvs)) if cvs else math.nan,
+            interval_ratio=statistics.median(widths) if widths else math.nan,
+            trial_s=statistics.median(trial_s) if trial_s else math.nan,
+            server_starts=int(self.provenance.get("server_starts") or len(self.measurements())),
+            wall_s=self.provenance.get("wall_s"),
         )
 
     def to_json(self) -> str:

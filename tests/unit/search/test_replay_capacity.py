@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from objectives.capacity import SLO_CAPACITY_RPS
 from search.replay import Landscape
 from search.replay.landscape import Config, ScreenedRun
@@ -104,3 +106,22 @@ def test_a_replay_of_a_fitted_landscape_reports_the_fits_interval():
     assert surrogate.fitted and math.isclose(surrogate.bracket_ratio, 1.6 / 1.4)
     est = ReplayExecutor(surrogate, None, 0)._capacity(3.0)
     assert est.fit_low is not None and math.isclose(est.fit_high / est.fit_low, 1.6 / 1.4)
+
+
+def test_the_repeat_table_counts_flips_and_the_capacity_spread():
+    steady = Config({}, {}, None, [run(feasible=True, capacity_low=2.0, capacity_high=4.0, trial_s=60.0)] * 3)
+    flips = Config(
+        {},
+        {},
+        None,
+        [
+            run(feasible=True, capacity_low=1.0, capacity_high=2.0, trial_s=60.0),
+            run(feasible=False, capacity_low=None, capacity_high=1.0, trial_s=60.0),
+        ],
+    )
+    once = Config({}, {}, None, [run(feasible=True, capacity_low=1.0, capacity_high=2.0, trial_s=60.0)])
+    table = Landscape("mixed", [], [], {}, {}, {}, [steady, flips, once]).repeats()
+    assert (table.configs, table.feasibility_agree) == (2, 1)
+    # steady: CV 0; flips: capacities sqrt(1 x 2) and 1 / 2 (CV 0.675); root mean square of the two
+    assert table.capacity_cv == pytest.approx(math.sqrt(0.6754**2 / 2), rel=1e-3) and table.trial_s == 60.0
+    assert "1 of 2 configs (50%)" in table.line("x")
