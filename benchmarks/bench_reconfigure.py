@@ -124,7 +124,7 @@ def _row(outcome: TrialOutcome, name: str, repeat: int, arm: str, metrics: list[
         "metrics": {m: outcome.metrics.get(m, math.nan) for m in metrics},
         "start_s": outcome.timings.start_s,
         "total_s": outcome.timings.total_s,
-        "reconfigure_s": reuse.reconfigure_s if reused else None,
+        "reconfigure_s": reuse.reconfigure_s if reuse is not None and reused else None,
         # a fresh start's phases, the tuner's clock included: /health to the first token and the warm-up
         "start_phases": outcome.timings.start_anatomy.as_dict()["phases"] if outcome.timings.start_anatomy else None,
     }

@@ -300,7 +300,7 @@ class VllmExecutor:
             on_phase("reconfiguring")
             idle_s = self.measurement.capacity.idle_timeout_s if self.measurement.capacity else DRAIN_TIMEOUT_S
             run_async(wait_idle(kept.server.base_url, idle_s))  # the engine itself refuses if it did not drain
-            answer = reconfigure(kept.server.port, knobs)
+            answer = reconfigure(kept.server.port or 0, knobs)  # a kept server answered: it has its port
             if answer.applied:
                 kept.server.note(
                     f"{plan.log_dir} is measured on this server with its limits set to {answer.values} "
