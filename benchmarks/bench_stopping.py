@@ -11,7 +11,7 @@ their full verdict is unknown. The rules:
 
   certain             the exact rule (`capacity.early_abort: certain`)
   decided             the stage verdict at its looks (`decided`, the default), the stored stage
-                      taken as the cap of a stage half as long: a stop at the half is its end
+                      taken as the cap of a stage 1.5 times shorter: a stop there is its end
   likely              the 95 %-likely rule (`likely`; a likely pass on capacity stages)
   over-saturation     the queue and TTFT both climbing, alone
 
@@ -38,8 +38,7 @@ from sqlalchemy.orm import Session
 from loadgen import AbortCheck, RequestRecord, records_from_samples
 from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check, over_saturated, replay, waiting_proxy
 from objectives.scoring import SLOSpec
-from objectives.slo_verdict import StageLength
-from objectives.stages import CAPACITY, stage_slos
+from objectives.stages import CAPACITY, CapacitySpec, stage_slos
 from search.calibration import CalibrationResult, resolve
 from search.expected_errors import reported
 from search.scenario import CONFIG_DIR, ScenarioError, parse
@@ -92,9 +91,9 @@ def _saturation_only(slos: Sequence[SLOSpec], stage: StoredStage) -> AbortCheck:
 
 
 def _decided(slos: Sequence[SLOSpec], stage: StoredStage) -> AbortCheck:
-    """The decided rule as if the stored stage were the cap of one half as long, looked at every
-    quarter (`capacity.extend_to` 2, `look_every` 0.5): a stop at the half is its planned end."""
-    length = StageLength(stage.elapsed_s / 2, stage.elapsed_s, stage.elapsed_s / 4)
+    """The decided rule as if the stored stage were the cap of one 1.5 times shorter, looked at
+    every half of that (the defaults, `CapacitySpec().length`): a stop there is its planned end."""
+    length = CapacitySpec().length(stage.elapsed_s / CapacitySpec().extend_to)
     first = stage.samples["sent_s"][0] if stage.samples.get("sent_s") else 0.0
     return abort_check(slos, stage.rate, DECIDED, stage.kind == CAPACITY, length=length, first_offset=first)
 

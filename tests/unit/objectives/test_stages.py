@@ -141,7 +141,7 @@ def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
 
 
 def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(monkeypatch):
-    """Under `decided` the target stage's schedule runs to its cap (2 x 10 s); a stop that drains
+    """Under `decided` the target stage's schedule runs to its cap (1.5 x 10 s); a stop that drains
     (decided after it ran on) is the stage's end, not an early abort: the target is complete, the
     stage's planned length is its nominal one, and its row says it ran on."""
     from loadgen.workload import WorkloadSpec
@@ -184,7 +184,7 @@ def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(mo
         )
     )
     target = run.stages[0]
-    assert sent[0] == 20.0 and target.planned_s == 10.0
+    assert sent[0] == 15.0 and target.planned_s == 10.0
     assert target.aborted is None and run.metrics()["target_aborted"] == 0.0
     assert any("ran on past its 10 s" in n for n in target.notes)
 
@@ -199,4 +199,6 @@ def test_the_confirmations_target_stage_runs_as_planned_under_decided():
     planned, length, _rule = stage_run.planned_stage(wl, spec, 0, 2.0, 2.0, stoppable=False)
     assert planned.duration_s == 10 and length is None
     planned, length, rule = stage_run.planned_stage(wl, spec, 1, 4.0, 2.0, stoppable=True)
-    assert planned.duration_s == 2 * spec.stage_s and length.nominal_s == spec.stage_s and rule == "decided"
+    assert (
+        planned.duration_s == spec.extend_to * spec.stage_s and length.nominal_s == spec.stage_s and rule == "decided"
+    )

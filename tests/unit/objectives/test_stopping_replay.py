@@ -125,9 +125,9 @@ def test_the_script_prints_a_table_per_study(tmp_path, capsys):
     assert sr.main(["--storage", str(tmp_path / "missing.db")]) == 1
 
 
-def test_the_decided_rule_replays_a_stored_stage_as_the_cap_of_one_half_as_long(tmp_path):
+def test_the_decided_rule_replays_a_stored_stage_as_the_cap_of_a_shorter_one(tmp_path):
     """The slow stage (a third over 2 s) is decided a miss at its first look; a fast one is
-    decided met at its half (the planned end of the stage it stands for), neither wrongly."""
+    decided met at the end of the stage it stands for (2/3 of it), neither wrongly."""
     slos = sr.study_slos(StudyRecord(study_name="x", scenario_source=SCENARIO))
     slow = [done(i, float(i) / 4, 3.0 if i % 3 == 0 else 0.2) for i in range(160)]
     fast = [done(i, float(i) / 4, 0.2) for i in range(160)]
