@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,9 @@ _BUILD_CACHE_SIZE = 4
 # (`prompts.plan_requests`), so a stream is built once and extended, and a run that needs its
 # first n takes them from here, whether `prepare_requests` built them ahead or the run does.
 _LOCAL_BUILDS: dict[tuple, list[Request]] = {}
+# A stream is extended by one thread at a time: a build left running by a server start that
+# failed must not extend it beside the retry's (each would append the same requests).
+_LOCAL_BUILDS_LOCK = threading.Lock()
 _TOKENIZERS: dict[Path, PromptTokenizer] = {}
 
 
@@ -92,14 +96,15 @@ def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: b
 def local_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool) -> list[Request]:
     """The first n requests of the workload's warm-up or measured stream, counted locally."""
     key = (*_shape_key(spec, tokenizer), warmup)
-    built = _LOCAL_BUILDS.get(key)
-    if built is None:
-        if len(_LOCAL_BUILDS) >= _BUILD_CACHE_SIZE:
-            _LOCAL_BUILDS.pop(next(iter(_LOCAL_BUILDS)))
-        built = _LOCAL_BUILDS[key] = []
-    if len(built) < n:
-        built.extend(build_requests(spec, tokenizer, n - len(built), warmup=warmup, start=len(built)))
-    return built[:n]
+    with _LOCAL_BUILDS_LOCK:
+        built = _LOCAL_BUILDS.get(key)
+        if built is None:
+            if len(_LOCAL_BUILDS) >= _BUILD_CACHE_SIZE:
+                _LOCAL_BUILDS.pop(next(iter(_LOCAL_BUILDS)))
+            built = _LOCAL_BUILDS[key] = []
+        if len(built) < n:
+            built.extend(build_requests(spec, tokenizer, n - len(built), warmup=warmup, start=len(built)))
+        return built[:n]
 
 
 def load_tokenizer(path: str | Path) -> PromptTokenizer:

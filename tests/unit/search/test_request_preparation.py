@@ -144,3 +144,27 @@ def test_the_executor_builds_the_first_stages_requests_while_the_server_starts(
     outcome = VllmExecutor(ctx, Measurement(spec), tmp_path).run(plan)
     assert outcome.status is TrialStatus.OK, outcome.failure
     assert measured == [requests_digest(build_requests(spec, prep.load_tokenizer(tok_dir), 10))]
+
+
+def test_two_builds_of_one_stream_at_once_extend_it_once(tok, empty_caches, monkeypatch):
+    """A build left running by a failed start and the retry's: the stream holds each request once."""
+    spec = WorkloadSpec.model_validate(WORKLOAD)
+    second_inside = threading.Event()
+    calls = []
+
+    def build(*args, **kwargs):
+        calls.append(kwargs.get("start"))
+        if len(calls) == 1:
+            second_inside.wait(timeout=0.5)  # the other thread gets in here only without the lock
+        else:
+            second_inside.set()
+        return build_requests(*args, **kwargs)
+
+    monkeypatch.setattr(prep, "build_requests", build)
+    threads = [threading.Thread(target=prep.local_requests, args=(spec, tok, 8, False)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    longer = prep.local_requests(spec, tok, 12, False)
+    assert requests_digest(longer) == requests_digest(build_requests(spec, tok, 12))
