@@ -11,6 +11,7 @@ import pytest
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, run_stages
+from search.trial_results import stage_columns
 from tests.support.stub_server import StubConfig, StubServer
 
 
@@ -30,7 +31,7 @@ def test_every_stage_row_carries_its_samples(tok_dir, tok):
         run = asyncio.run(run_stages(s.base_url, None, workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
     assert len(run.stages) == 2
     for stage in run.stages:
-        row = stage.as_row()
+        row = stage_columns(stage)
         samples = row["samples"]
         assert len(samples["sent_s"]) == stage.requests_sent  # the warm-up left out
         assert all(0 <= t <= stage.planned_s + 0.5 for t in samples["sent_s"])
