@@ -9,6 +9,7 @@ import sys
 
 from serving.process import server as server_mod
 from serving.process import zygote
+from serving.process.entry.autotune_vllm_plugin import CONCERNS
 from serving.process.server import LaunchSpec, VllmServer
 
 FAKE_TORCH = "class cuda:\n    is_initialized = staticmethod(lambda: {initialized})\n"
@@ -70,7 +71,7 @@ def test_a_zygote_with_a_cuda_context_refuses_and_the_server_is_execd(tmp_path, 
     log = (tmp_path / "trial" / "server.log").read_text()
     assert "not forked: the study's zygote is gone (exit code 3: autotune zygote: a CUDA context exists" in log
     assert "this server is exec'd" in log
-    assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": ["warmups"]}]  # exec'd, as the tuner's server
+    assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": list(CONCERNS)}]  # exec'd, as the tuner's server
 
 
 def test_a_zygote_without_a_cuda_context_forks_the_server(tmp_path, monkeypatch):
@@ -78,7 +79,7 @@ def test_a_zygote_without_a_cuda_context_forks_the_server(tmp_path, monkeypatch)
     assert forked
     log = (tmp_path / "trial" / "server.log").read_text()
     assert "forked by the study's zygote" in log and "not forked" not in log
-    assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": ["warmups"]}]
+    assert ran == [{"pid": ran[0]["pid"], "mp": "fork", "plugin": list(CONCERNS)}]
 
 
 def test_a_zygote_whose_children_cannot_use_cuda_refuses_and_the_server_is_execd(tmp_path, monkeypatch):
