@@ -123,9 +123,11 @@ def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same
     print(figures)
     assert killed, "the API server was never found to kill"
     assert outcome.failure is None and outcome.metrics["completed"] == 4
-    assert [(r["cls"], r["phase"]) for r in outcome.retried] == [("killed", "startup")]
-    assert outcome.retried[0]["line"].startswith("the API server was killed by SIGKILL"), outcome.retried[0]["line"]
-    assert 0 < outcome.retried[0]["seconds"] < 60
+    assert [(r.failure.cls, r.failure.phase) for r in outcome.retried] == [("killed", "startup")]
+    lost = outcome.retried[0]
+    assert lost.failure.line.startswith("the API server was killed by SIGKILL"), lost.failure.line
+    assert 0 < lost.seconds < 60
+    assert lost.log_path == str(tmp_path / "trial-0000" / "server.1.log")
     assert (tmp_path / "trial-0000" / "server.1.log").exists()  # the lost start's own log, kept
     assert "$ " in (tmp_path / "trial-0000" / "server.log").read_text().splitlines()[0]
     assert server_groups(os.getpid()) == set()
