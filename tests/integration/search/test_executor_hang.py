@@ -115,8 +115,8 @@ STAGED_SLOS = [SLOSpec(metric="ttft_p90_ms", max=300.0)]
 
 
 def _freeze_in_stage(stub: StubServer, stage: int, after_s: float, stages: list[str]):
-    """An `on_stage` callback that notes each stage and freezes the stub `after_s` into stage
-    `stage` (1: the target)."""
+    """An `on_stage` callback that notes each stage as it begins and freezes the stub `after_s`
+    into stage `stage` (1: the target)."""
     app = stub.stub
 
     def freeze() -> None:
@@ -124,6 +124,8 @@ def _freeze_in_stage(stub: StubServer, stage: int, after_s: float, stages: list[
         app.config.freeze_after_s = time.perf_counter() - app.first_request
 
     def on_stage(message: str) -> None:
+        if ": " in message:  # a stage's verdict, said as it ends
+            return
         stages.append(message)
         if message.startswith(f"stage {stage}/"):
             threading.Timer(after_s, freeze).start()
@@ -224,11 +226,29 @@ def test_a_freeze_the_abort_of_a_screened_target_stage_reads_as_a_miss_is_a_hang
     assert len(stages) == 1
 
 
+def test_an_engine_that_hangs_behind_a_live_api_server_reading_idle_fails_as_hang(tok_dir, tok, tmp_path):
+    """/health answers and the gauges read idle (the engine's last figures): neither is progress.
+    The target stage misses at once (nothing answered) and its early abort cuts it short; the
+    verdict waits for the engine to show it is live (a one-token request), which it never does."""
+    stages: list[str] = []
+    with _live_stub(tok_dir, tok, freeze_engine_only=True) as s:
+        with pytest.raises(ServerFailed) as caught:
+            _watched_stages(s, tok_dir, tmp_path, _freeze_in_stage(s, 1, 0.5, stages), screen=True)
+        failed_at = time.perf_counter()
+        frozen_at = s.stub.frozen_at
+    failure = caught.value.failure
+    assert failure.cls is FailureClass.HANG and failure.phase == "load", failure.line
+    assert failure.line.startswith("no token and no finished request for "), failure.line
+    assert "/health did not answer" not in failure.line  # it did: the silence decided, at the bound
+    assert STAGED_BOUND_S <= failed_at - frozen_at < STAGED_BOUND_S + 0.5 + 2.0 + 3.0
+    assert len(stages) == 1
+
+
 def test_a_freeze_in_a_capacity_stage_fails_as_hang(tok_dir, tok, tmp_path):
     stages: list[str] = []
     with _live_stub(tok_dir, tok) as s:
         line = _fails_as_hang_in_bounded_time(s, tok_dir, tmp_path, _freeze_in_stage(s, 2, 0.6, stages))
-    assert line.startswith("no token and no finished request for ") and len(stages) == 2
+    assert line.startswith("no token and no finished request for ") and len(stages) == 2, stages
 
 
 def test_a_freeze_as_a_capacity_stage_begins_fails_as_hang_on_its_first_request(tok_dir, tok, tmp_path):
