@@ -17,7 +17,7 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
-from loadgen.liveness import ServerHung, engine_moved, liveness_before_verdict
+from loadgen.liveness import ServerHung, credit_idle, engine_answers, engine_moved, liveness_before_verdict, reads_idle
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
@@ -94,6 +94,8 @@ __all__ = [
     "class_key",
     "clipped",
     "compute_metrics",
+    "credit_idle",
+    "engine_answers",
     "engine_moved",
     "engine_pinned_cpus",
     "fetch_metrics_text",
@@ -103,6 +105,7 @@ __all__ = [
     "prepare_requests",
     "rate_over_time",
     "read_trace",
+    "reads_idle",
     "records_from_samples",
     "replay_offsets",
     "request_samples",

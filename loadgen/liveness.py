@@ -5,11 +5,15 @@ run, like a very slow one: the early abort sees requests over their bound and cu
 short within seconds, long before the stall bound (`loadgen.stall`) is reached, and the stage
 would be scored as a certain SLO miss of a live configuration. So a run does not hand back its
 result while the server owes it something without having shown progress: `liveness_before_verdict`
-asks /health (within `HEALTH_TIMEOUT_S`), then reads the engine's gauges until they move (or show
-it idle: it let go of what it was asked), and raises `ServerHung` once the watch's one rule says
-the server hung (`ProgressWatch.check`): silent for the stall bound, or /health silent. A live
-server shows progress within a poll or two (it drops the requests the abort cut off), so this
-costs a healthy run a fraction of a second, and a hung one at most the stall bound.
+asks /health (within `HEALTH_TIMEOUT_S`), then reads the engine's gauges until they move, and raises
+`ServerHung` once the watch's one rule says the server hung (`ProgressWatch.check`): silent for
+the stall bound, or /health silent. A live server shows progress within a poll or two (it drops
+the requests the abort cut off), so this costs a healthy run a fraction of a second, and a hung
+one at most the stall bound.
+
+Gauges that read idle prove nothing by themselves: the API server keeps the last figures its
+engine sent, so an engine stopped between two requests reads idle for ever. An idle reading is
+checked with one request of a single token (`engine_answers`), which only a live engine answers.
 
 Every phase's load runs through it (`run_load`, given a watch): calibration, warm-up, target
 and capacity stages, the confirmation's runs, and whatever else scores what a run measured.
@@ -43,15 +47,42 @@ def health_silence(timeout_s: float = HEALTH_TIMEOUT_S) -> str:
 
 
 def engine_moved(seen: GaugeSample | None, now: GaugeSample) -> bool:
-    """The engine's gauges show progress: nothing running or waiting, or a change since `seen`
-    (requests let go of or taken up, KV blocks freed or filled). A hung engine's stand still."""
-    if now.running == 0 and now.waiting == 0:
-        return True
+    """The engine's gauges changed since `seen` (requests let go of or taken up, KV blocks freed
+    or filled). A hung engine's stand still."""
     if seen is None:
         return False
     return (seen.running, seen.waiting) != (now.running, now.waiting) or not (
         seen.kv_usage == now.kv_usage or (math.isnan(seen.kv_usage) and math.isnan(now.kv_usage))
     )
+
+
+def reads_idle(gauges: GaugeSample) -> bool:
+    return gauges.running == 0 and gauges.waiting == 0
+
+
+async def engine_answers(session, base_url: str, timeout_s: float) -> bool:
+    """Whether the engine generates a token for a one-token request within `timeout_s`: the
+    evidence that gauges reading idle are the engine's present state, not the last figures a
+    stopped engine sent. Asked only while the server owes the run something, so never under load."""
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.get(base_url + "/v1/models", timeout=timeout) as resp:
+            model = (await resp.json())["data"][0]["id"]
+        body = {"model": model, "prompt": "ok", "max_tokens": 1}
+        async with session.post(base_url + "/v1/completions", json=body, timeout=timeout) as resp:
+            await resp.read()
+            return resp.status == 200
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, IndexError):
+        return False
+
+
+async def credit_idle(watch: ProgressWatch, session, base_url: str) -> None:
+    """Gauges read idle: if the server owes the run something, credit it with progress only once
+    a one-token request shows its engine is live (idle now, not stopped idle)."""
+    if watch.owes(time.perf_counter()) and await engine_answers(session, base_url.rstrip("/"), watch.bound_s):
+        watch.progress(time.perf_counter())
 
 
 async def _health_answered(session, base_url: str, timeout_s: float) -> bool:
@@ -101,5 +132,9 @@ async def liveness_before_verdict(watch: ProgressWatch | None, base_url: str, se
             if engine_moved(seen, gauges):
                 watch.progress(gauges.t)
                 continue
+            if reads_idle(gauges):
+                await credit_idle(watch, session, base_url)
+                if not watch.owes(time.perf_counter()):
+                    return
             seen = gauges
         await asyncio.sleep(POLL_S)

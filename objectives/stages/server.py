@@ -7,7 +7,16 @@ import json
 import math
 import time
 
-from loadgen import GaugeSample, ProgressWatch, engine_moved, fetch_metrics_text, scan_gauges, traced
+from loadgen import (
+    GaugeSample,
+    ProgressWatch,
+    credit_idle,
+    engine_moved,
+    fetch_metrics_text,
+    reads_idle,
+    scan_gauges,
+    traced,
+)
 
 IDLE_POLL_S = 0.25
 RESET_ATTEMPTS = 5
@@ -17,8 +26,9 @@ async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None
     """Wait until the server runs and queues nothing. (seconds waited, a note if it never did).
 
     `watch` sees the polls, and the engine's progress they show: gauges that moved (requests
-    let go of, KV blocks freed) or none left. A hung engine's gauges stand still, so the
-    requests an aborted stage cut off stay owed (`loadgen.stall`)."""
+    let go of, KV blocks freed), or gauges at idle with a one-token request answered. A hung
+    engine's gauges stand still, so the requests an aborted stage cut off stay owed
+    (`loadgen.stall`)."""
     import aiohttp
 
     t0 = time.perf_counter()
@@ -33,7 +43,9 @@ async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None
                 return time.perf_counter() - t0, "no request gauges in /metrics: did not wait to drain"
             if watch is not None and engine_moved(seen, g):
                 watch.progress(g.t)
-            if g.running == 0 and g.waiting == 0:
+            if reads_idle(g):
+                if watch is not None:
+                    await credit_idle(watch, session, base_url)
                 return time.perf_counter() - t0, None
             seen = g
             waited = time.perf_counter() - t0

@@ -79,6 +79,10 @@ class StubConfig:
     # A hung server (as after SIGSTOP): this long after the first request (warm-up included),
     # every stream stops mid-way and no request of any kind gets an answer.
     freeze_after_s: float | None = None
+    # Only the engine hangs (deadlocked behind a live API server): /health, /v1/models, /tokenize
+    # and /metrics still answer, the gauges with the last figures an engine stopped between two
+    # requests sent (idle); streams stop and completions get nothing.
+    freeze_engine_only: bool = False
 
 
 _COMPLETION = (
@@ -152,8 +156,10 @@ class StubApp:
         """perf_counter when the stub froze (StubConfig.freeze_after_s), once it has."""
         return self.first_request + self.config.freeze_after_s if self.frozen() else None
 
-    async def _hang_if_frozen(self) -> None:
-        while self.frozen():
+    async def _hang_if_frozen(self, api: bool = False) -> None:
+        """Hang, once frozen; `api`: an answer of the API server's own, given while only the
+        engine is frozen."""
+        while self.frozen() and not (api and self.config.freeze_engine_only):
             await asyncio.sleep(3600)
 
     def pin_gauges(self, running: float = 0.0, waiting: float = 0.0, for_s: float = 1.0) -> None:
@@ -204,11 +210,11 @@ class StubApp:
 
     async def health(self, request: web.Request) -> web.Response:
         self.stats.health_checks += 1
-        await self._hang_if_frozen()
+        await self._hang_if_frozen(api=True)
         return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
-        await self._hang_if_frozen()
+        await self._hang_if_frozen(api=True)
         return web.json_response(
             {
                 "object": "list",
@@ -225,7 +231,7 @@ class StubApp:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
-        await self._hang_if_frozen()
+        await self._hang_if_frozen(api=True)
         if self.tokenizer is None:
             return web.json_response({"error": "no tokenizer"}, status=501)
         if "messages" in body:
@@ -235,12 +241,12 @@ class StubApp:
         return web.json_response({"count": count, "max_model_len": 4096, "tokens": []})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        await self._hang_if_frozen()
+        await self._hang_if_frozen(api=True)
         if not self.config.metrics_enabled:
             return web.Response(status=404, text="404: Not Found")
         s = self.stats
         labels = f'engine="0",model_name="{self.config.model}"'
-        running, waiting = self.gauges()
+        running, waiting = (0.0, 0.0) if self.frozen() else self.gauges()
         if running == 0 and waiting == 0:
             self._event("idle")
         lines = [
