@@ -41,6 +41,7 @@ from rich.table import Table
 from scipy import stats
 
 from benchmarks.bench_capacity import parse_config
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.statistics import beyond_noise, difference, pooled_cv, ratio
 from search import calibration
 from search.executor import Measurement, TrialPlan, VllmExecutor, calibrate
@@ -59,7 +60,7 @@ CONFIGS = (
     "s8-t1024-l512=max_num_seqs:8,max_num_batched_tokens:1024,long_prefill_token_threshold:512",
     "s24-t768=max_num_seqs:24,max_num_batched_tokens:768,long_prefill_token_threshold:0",
 )
-METRICS = ("ttft_p95_ms@short", "tpot_p95_ms", "slo_capacity_rps")
+METRICS = ("ttft_p95_ms@short", "tpot_p95_ms", SLO_CAPACITY_RPS)
 MIN_CONFIGS, MIN_REPEATS = 6, 3
 FRESH, RECONFIGURED = "fresh", "reconfigured"
 
