@@ -1,0 +1,109 @@
+"""What one server start brings back (`TrialOutcome`), its parts (`RetriedStart`, `Timings`,
+`ServerReuse`) and what a trial's row takes from its plan and its worker."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, TypedDict
+
+from objectives.capacity import CapacityEstimate
+from objectives.failure import Failure
+from objectives.stages import StageResult
+from serving import ServerArgs, StartAnatomy
+from storage.tables import TrialStatus
+
+
+@dataclass(frozen=True)
+class RetriedStart:
+    """A server start of a trial lost to a transient failure, and retried on the same flags."""
+
+    failure: Failure
+    seconds: float  # the lost start took this long
+    log_path: str | None  # its server log, set aside (server.N.log)
+
+
+@dataclass(frozen=True)
+class ServerReuse:
+    """A trial measured on the server an earlier trial started, after lowering its scheduler
+    limits in place (`search.executor.reuse`; docs/measurement.md, "Screening without a
+    restart"), or why the server kept for it was not used (`declined`: the trial started fresh)."""
+
+    server: str | None = None  # the log directory of the trial whose start it was ("trial-0003")
+    saved_start_s: float | None = None  # that start's spawn to /health: what this trial did not pay
+    knobs: dict[str, int] = field(default_factory=dict)  # the limits set for this trial
+    reconfigure_s: float | None = None  # the drain and the reconfiguration
+    declined: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, {})}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServerReuse:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass
+class Timings:
+    """Where a trial's seconds went (None: the trial did not get that far)."""
+
+    start_s: float | None = None  # spawn to /health (None on a reused server: `reuse`)
+    load_s: float | None = None  # warm-up, every load stage, the drains between them
+    stop_s: float | None = None  # None where the server was kept for the next trial
+    total_s: float | None = None  # every start of the trial, retried ones included
+    start_anatomy: StartAnatomy | None = None  # the start's phases, from the server's log
+    reuse: ServerReuse | None = None  # measured on a reconfigured server, or why a kept one was not used
+
+
+@dataclass
+class TrialOutcome:
+    """What one trial (or confirmation run) measured on its server start, as the executor hands it back."""
+
+    status: TrialStatus  # OK or FAILED
+    failure: Failure | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # flat: the target stage's, and the capacity's
+    server_diagnostics: dict[str, float] = field(default_factory=dict)
+    timings: Timings = field(default_factory=Timings)
+    log_path: Path | None = None
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
+    command: str = ""
+    stages: list[StageResult] = field(default_factory=list)  # in order: the target stage first
+    capacity: CapacityEstimate | None = None  # when a capacity search ran
+    retried: list[RetriedStart] = field(default_factory=list)  # earlier starts lost to a transient failure
+
+
+class Neighbour(TypedDict):
+    """A trial another worker of the study was running when this one started."""
+
+    trial: int
+    worker: str  # host:pid
+    slot: str | None
+
+
+class Placement(TypedDict):
+    """Who ran a trial where (`search.study.coordination.placement`)."""
+
+    host: str
+    pid: int
+    slot: str | None  # the worker's devices ("cpu 0", "gpu 2,3"); None: the machine
+    neighbours: list[Neighbour]
+
+
+class PlannedTrial(Protocol):
+    """What a trial's row takes from its plan (`search.executor.TrialPlan`)."""
+
+    @property
+    def baseline(self) -> str | None: ...
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    @property
+    def server_args(self) -> ServerArgs: ...
+
+    @property
+    def fingerprint(self) -> str: ...
