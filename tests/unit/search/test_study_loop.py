@@ -475,6 +475,35 @@ def test_a_load_error_is_recorded_with_its_cause_and_the_study_goes_on(tmp_path)
     assert stored[0].diagnosis["headline"] == "The load generator failed (load_error); nothing was measured."
 
 
+HUNG = "no token and no finished request for 15 s with 3 requests in flight (bound 15 s); /health answered 200"
+
+
+def hung_twice(plan):
+    """The executor's outcome when a trial's server hung, and the fresh server it got hung too."""
+    failure = Failure(FailureClass.HANG, HUNG, phase="load")
+    return TrialOutcome(
+        status=TrialStatus.FAILED,
+        failure=failure,
+        command=f"scripted {plan.server_args.flags}",
+        retried=[RetriedStart(failure, 41.0, None)],
+    )
+
+
+def test_a_trial_whose_servers_hung_is_recorded_as_a_hang_and_the_study_goes_on(tmp_path):
+    scripts = iter([hung_twice, measured, measured])
+    executor = ScriptedExecutor(script=lambda plan: next(scripts)(plan))
+    r = runner(tmp_path, executor, trials=3)
+    r.run()
+    stored = rows(r)
+    assert [(row.status, row.failure_class, row.failure_phase, row.failure_line) for row in stored] == [
+        ("failed", "hang", "load", HUNG),
+        ("ok", None, None, None),
+        ("ok", None, None, None),
+    ]
+    assert [f.failure.cls for f in retried_of(stored[0])] == ["hang"]  # the first server's hang, kept
+    assert not stored[0].feasible and len(executor.plans) == 3
+
+
 def test_a_load_error_in_every_trial_stops_the_study_with_a_message(tmp_path):
     executor, events = ScriptedExecutor(script=load_error), Recorder()
     with pytest.raises(StudyStopped) as stopped:
