@@ -6,7 +6,8 @@ scenario whose traffic is closest to the trace's (`closest`): its search space, 
 server settings, capacity search, confirmation and budget, and its SLOs and objectives with
 their request class dropped (a trace is one class unless its JSONL names classes). SLOs stay
 relative to the unloaded latencies the study measures (`x_unloaded`), so the file means the
-same on the CPU model as on a GPU. `--objective` replaces the objectives and the selection:
+same on the CPU model as on a GPU; a TTFT tail bound grows by the trace's prompt tail over its
+median (`prompt_tail_ratio`), which one trace class carries in its tail. `--objective` replaces the objectives and the selection:
 `latency`: the best TTFT tail, and among configs within 10 % of it the highest capacity;
 `throughput`: the highest capacity, and among configs within 10 % of it the best TTFT tail;
 `balanced`: the knee of the front.
@@ -153,12 +154,64 @@ def _objectives(source: dict[str, Any], objective: str | None) -> tuple[list[dic
     return [latency, capacity], {"rule": "knee"}
 
 
-def _slos(source: dict[str, Any]) -> list[dict]:
+def prompt_tail_ratio(stats: TrafficStats, quantile: float) -> float:
+    """The trace's prompt length at `quantile` (its p90 or p99, whichever is at or above it) over
+    its median, at least 1. A relative bound multiplies the unloaded *median*, which a median
+    prompt pays; prefill grows about linearly with the prompt, so an idle server's TTFT at that
+    quantile is about this many times its median."""
+    key = "p90" if quantile <= 0.9 else "p99"
+    tail, median = stats.prompt_tokens.get(key, math.nan), stats.prompt_tokens.get("p50", math.nan)
+    if not (tail > 0 and median > 0):
+        return 1.0
+    return max(1.0, tail / median)
+
+
+def _scaled(bound: Any, ratio: float) -> Any:
+    if isinstance(bound, dict) and "x_unloaded" in bound and ratio > 1.0:
+        return {"x_unloaded": math.ceil(bound["x_unloaded"] * ratio)}
+    return bound
+
+
+def _slos(source: dict[str, Any], stats: TrafficStats) -> list[dict]:
+    """The shipped scenario's SLOs, unclassed; a relative TTFT tail bound is taken over the
+    trace's own length tail (`prompt_tail_ratio`), so that an idle server meets it: a shipped
+    scenario's classes keep a long prompt out of the short class's tail, one trace class does not."""
     out: dict[str, dict] = {}
     for s in source.get("slos") or []:
         metric = _unclassed(s["metric"])
-        out.setdefault(metric, {**s, "metric": metric})
+        name = MetricName.parse(metric)
+        slo = {**s, "metric": metric}
+        if name.family == "ttft" and name.quantile is not None and "max" in slo:
+            slo["max"] = _scaled(slo["max"], prompt_tail_ratio(stats, name.quantile))
+        out.setdefault(metric, slo)
     return list(out.values())
+
+
+def _goodput(source: dict[str, Any], stats: TrafficStats) -> dict | None:
+    """The shipped scenario's per-request goodput bounds, its TTFT bound over the trace's p99
+    prompt (as `_slos`): a request counts as good if an idle server could have served it so."""
+    goodput = source.get("goodput")
+    if not goodput:
+        return goodput
+    out = dict(goodput)
+    if "ttft_ms" in out:
+        out["ttft_ms"] = _scaled(out["ttft_ms"], prompt_tail_ratio(stats, 0.99))
+    return out
+
+
+def slo_lines(slos: list[dict], stats: TrafficStats) -> list[str]:
+    """What the scaling of the TTFT bounds did, for the scenario file's head."""
+    lines = []
+    for slo in slos:
+        name = MetricName.parse(slo["metric"])
+        if name.family == "ttft" and name.quantile is not None:
+            ratio = prompt_tail_ratio(stats, name.quantile)
+            if ratio > 1.0 and isinstance(slo.get("max"), dict):
+                lines.append(
+                    f"{slo['metric']} <= {slo['max']['x_unloaded']}x the unloaded median: the shipped "
+                    f"scenario's multiple times the prompt tail's {ratio:.1f}x the median prompt"
+                )
+    return lines
 
 
 def scenario_name(path: Path) -> str:
@@ -194,14 +247,16 @@ def build(path: Path, out: Path, objective: str | None = None, context: int | No
         "description": summary_line(found),
         "workload": workload,
         "objectives": objectives,
-        "slos": _slos(source),
+        "slos": _slos(source, found.stats),
         "selection": selection,
     }
     data.update({k: source[k] for k in _COPIED if k in source})
+    if data.get("goodput"):
+        data["goodput"] = _goodput(source, found.stats)
     server = dict(data.get("server") or {})
     server["fixed"] = {**(server.get("fixed") or {}), "max_model_len": found.context}
     data["server"] = server
-    header = "".join(f"# {line}\n" for line in findings_lines(found))
+    header = "".join(f"# {line}\n" for line in [*findings_lines(found), *slo_lines(data["slos"], found.stats)])
     text = header + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
     scenario_mod.parse(text, str(out), out.resolve().parent)  # what make search will read
     return text, found

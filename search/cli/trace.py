@@ -19,14 +19,16 @@ def _write_scenario(trace: Path, out: Path | None, objective: str | None, contex
     from rich.markup import escape
 
     from search.disk import write_atomic
-    from search.trace_scenario import OBJECTIVES, build, findings_lines, scenario_name
+    from search.trace_scenario import OBJECTIVES, build, scenario_name
 
     if objective is not None and objective not in OBJECTIVES:  # argparse checks; kept for direct callers
         raise ValueError(f"--objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
     out = out if out is not None else Path.cwd() / f"{scenario_name(trace)}.yaml"
-    text, found = build(trace, out, objective, context)
-    for line in findings_lines(found):
-        console.print(escape(line), highlight=False)
+    text, _ = build(trace, out, objective, context)
+    for line in text.splitlines():  # the file's head: what the trace holds, how its bounds were set
+        if not line.startswith("# "):
+            break
+        console.print(escape(line[2:]), highlight=False)
     write_atomic(out, text)
     console.print(f"wrote [bold]{escape(str(out))}[/]: tune for it with `make search SCENARIO={escape(str(out))}`")
     return out

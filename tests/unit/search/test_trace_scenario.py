@@ -4,6 +4,7 @@ holds, and bad input in one line."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -118,3 +119,26 @@ def test_a_trace_longer_than_the_context_is_refused_before_any_server(azure, tmp
         prepare.prepare(opts, fake_ctx())
     msg = str(e.value)
     assert "\n" not in msg and "23 of 2400 requests" in msg and "max_total_tokens: 4096" in msg
+
+
+def test_a_ttft_tail_bound_is_taken_over_the_traces_prompt_tail(azure, tmp_path):
+    """A relative bound multiplies the unloaded median; a trace whose p99 prompt is many times its
+    median would miss a p99 TTFT bound on an idle server. The bound grows by that ratio (and the
+    goodput's TTFT by the p99's); TPOT, set by decoding, stays."""
+    from loadgen import MetricName
+    from search.trace_scenario import prompt_tail_ratio
+
+    text, found = build(azure, tmp_path / "t.yaml")
+    data = yaml.safe_load(text)
+    closest = scenario_mod.read_mapping((scenario_mod.CONFIG_DIR / f"{found.closest}.yaml").read_text(), "x")
+    shipped = {MetricName.parse(s["metric"]).base: s for s in closest["slos"]}
+    p = found.stats.prompt_tokens
+    for slo in data["slos"]:
+        name = slo["metric"]
+        if name.startswith("ttft_p"):
+            ratio = prompt_tail_ratio(found.stats, 0.99 if name == "ttft_p99_ms" else 0.9)
+            assert ratio == max(1.0, (p["p99"] if name == "ttft_p99_ms" else p["p90"]) / p["p50"]) > 1.5
+            assert slo["max"]["x_unloaded"] == math.ceil(shipped[name]["max"]["x_unloaded"] * ratio)
+            assert f"{name} <= {slo['max']['x_unloaded']}x the unloaded median" in text
+        elif name.startswith("tpot_"):
+            assert slo["max"] == shipped[name]["max"]
