@@ -82,7 +82,7 @@ class RepeatSummary:
 
     configs: int  # served configurations measured more than once
     feasibility_agree: int  # of those, how many got the same feasibility call every time
-    capacity_cv: float  # the repeats' capacity CV, root mean square over configurations
+    capacity_cv: float  # the repeats' capacity CV over their feasible runs, root mean square over configurations
     interval_ratio: float  # a measurement's capacity interval (fit) or bracket, high / low, median
     trial_s: float  # median seconds a trial took
     server_starts: int
@@ -144,7 +144,9 @@ class Landscape:
         for c in repeated:
             served = [m for m in c.measurements if m.served]
             agree += len({m.feasible for m in served}) == 1
-            caps = [v for m in served if (v := m.capacity_point()) is not None and v > 0]
+            # Feasible runs only: a flip shows in the agreement, and an infeasible run's capacity
+            # is censored below the target (a stand-in for ranking), not a measured spread.
+            caps = [v for m in served if m.feasible and (v := m.capacity_point()) is not None and v > 0]
             if len(caps) > 1:
                 cvs.append(statistics.stdev(caps) / statistics.fmean(caps))
         widths = [r for _, m in self.measurements() if m.served and (r := m.capacity_ratio()) is not None]

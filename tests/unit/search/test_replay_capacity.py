@@ -119,9 +119,20 @@ def test_the_repeat_table_counts_flips_and_the_capacity_spread():
             run(feasible=False, capacity_low=None, capacity_high=1.0, trial_s=60.0),
         ],
     )
+    spread = Config(
+        {},
+        {},
+        None,
+        [
+            run(feasible=True, capacity_low=1.0, capacity_high=2.0, trial_s=60.0),
+            run(feasible=True, capacity_low=2.0, capacity_high=4.0, trial_s=60.0),
+        ],
+    )
+    never = Config({}, {}, None, [run(feasible=False, capacity_low=None, capacity_high=1.0, trial_s=60.0)] * 2)
     once = Config({}, {}, None, [run(feasible=True, capacity_low=1.0, capacity_high=2.0, trial_s=60.0)])
-    table = Landscape("mixed", [], [], {}, {}, {}, [steady, flips, once]).repeats()
-    assert (table.configs, table.feasibility_agree) == (2, 1)
-    # steady: CV 0; flips: capacities sqrt(1 x 2) and 1 / 2 (CV 0.675); root mean square of the two
-    assert table.capacity_cv == pytest.approx(math.sqrt(0.6754**2 / 2), rel=1e-3) and table.trial_s == 60.0
-    assert "1 of 2 configs (50%)" in table.line("x")
+    table = Landscape("mixed", [], [], {}, {}, {}, [steady, flips, spread, never, once]).repeats()
+    assert (table.configs, table.feasibility_agree) == (4, 3)
+    # The CV over feasible runs only: steady 0; spread: sqrt(1 x 2) and sqrt(2 x 4), CV 0.4714; the
+    # flip (one feasible run) and the never-feasible config (censored values) do not dilute it.
+    assert table.capacity_cv == pytest.approx(math.sqrt(0.4714**2 / 2), rel=1e-3) and table.trial_s == 60.0
+    assert "3 of 4 configs (75%)" in table.line("x")
