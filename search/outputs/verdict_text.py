@@ -58,8 +58,9 @@ def behind_lines(v: Verdict) -> list[str]:
 def unconfirmed(scenario: Scenario) -> str:
     """What single measurements are worth, said wherever they are quoted without a verdict."""
     return (
-        f"single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, or the study "
-        f"predates it); `autotune confirm {scenario.name}` re-measures the front's best and the baselines"
+        "single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, no configuration "
+        "near the SLOs to confirm, or the study predates it); "
+        f"`autotune confirm {scenario.name}` re-measures the front's best and the baselines"
     )
 
 
