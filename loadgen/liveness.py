@@ -78,11 +78,13 @@ async def engine_answers(session, base_url: str, timeout_s: float) -> bool:
         return False
 
 
-async def credit_idle(watch: ProgressWatch, session, base_url: str) -> None:
+async def credit_idle(watch: ProgressWatch, session, base_url: str) -> bool:
     """Gauges read idle: if the server owes the run something, credit it with progress only once
-    a one-token request shows its engine is live (idle now, not stopped idle)."""
+    a one-token request shows its engine is live (idle now, not stopped idle). Whether it was."""
     if watch.owes(time.perf_counter()) and await engine_answers(session, base_url.rstrip("/"), watch.bound_s):
         watch.progress(time.perf_counter())
+        return True
+    return False
 
 
 async def _health_answered(session, base_url: str, timeout_s: float) -> bool:
@@ -132,9 +134,7 @@ async def liveness_before_verdict(watch: ProgressWatch | None, base_url: str, se
             if engine_moved(seen, gauges):
                 watch.progress(gauges.t)
                 continue
-            if reads_idle(gauges):
-                await credit_idle(watch, session, base_url)
-                if not watch.owes(time.perf_counter()):
-                    return
+            if reads_idle(gauges) and await credit_idle(watch, session, base_url):
+                continue
             seen = gauges
         await asyncio.sleep(POLL_S)
