@@ -31,6 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.bench_startup import SERVED
 from loadgen import WorkloadSpec, run_async, run_load
 from serving import START_PHASES, launch_context, process, resolve_server_args
 from serving.process import FirstTokenWatch, ServerFailed, VllmServer, while_serving
@@ -48,7 +49,6 @@ FIXED_LOAD = {
     "seed": 7,
     "request_timeout_s": 120,
 }
-SERVED = ("ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "tpot_p95_ms")
 # (zygote, plugin, fork_engine, warm_children): serving/process/launch_spec.py
 TUNER, BEFORE = (True, True, True, True), (False, False, False, False)
 STARTS = (("tuner, cold", TUNER), ("before", BEFORE), ("tuner, warm", TUNER))

@@ -7,7 +7,8 @@ server settings, capacity search, confirmation and budget, and its SLOs and obje
 their request class dropped (a trace is one class unless its JSONL names classes). SLOs stay
 relative to the unloaded latencies the study measures (`x_unloaded`), so the file means the
 same on the CPU model as on a GPU; a TTFT tail bound grows by the trace's prompt tail over its
-median (`prompt_tail_ratio`), which one trace class carries in its tail. `--objective` replaces the objectives and the selection:
+median (`prompt_tail_ratio`), which one trace class carries in its tail. `--objective` replaces
+the objectives and the selection:
 `latency`: the best TTFT tail, and among configs within 10 % of it the highest capacity;
 `throughput`: the highest capacity, and among configs within 10 % of it the best TTFT tail;
 `balanced`: the knee of the front.
