@@ -8,3 +8,6 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 MODEL_DIR=runs/models/llama-3-8b
 # `autotune model dummy`, without the tuner's CLI (and so without its wheels): serving alone makes it
 [ -f $MODEL_DIR/tokenizer.json ] || python3 -c "import sys; from pathlib import Path; from serving import build_dummy_architecture as b; b(Path(sys.argv[1]), Path(sys.argv[2]))" configs/models/llama-3-8b.json $MODEL_DIR
+# Any server process left: vLLM's own titles and the tuner's entry and zygote (not a bare "vllm",
+# which also matches the command line that ran this script, through vllm_env.sh).
+vllm_left() { pgrep -fa "VLLM::|vllm.entrypoints|autotune_vllm_entry|autotune_vllm_zygote" || echo "${1:-}no vLLM process left"; }

@@ -44,4 +44,4 @@ python3 -m benchmarks.bench_landscape export --storage $STORAGE --study landscap
 cp runs/gpu/landscape.db "$OUT/" 2>/dev/null
 tar czf "$OUT/logs.tgz" runs/landscape-mixed-8b-landscape runs/gpu/mixed-8b-landscape.yaml 2>/dev/null
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv
-pgrep -fa "vllm.entrypoints" || echo "no vLLM process left"
+vllm_left

@@ -24,6 +24,6 @@ timeout --signal=TERM --kill-after=30 "${BUDGET_S:-500}" python3 -m benchmarks.b
   --model "$MODEL_DIR" --out "$OUT" --cache "$CACHE" --values '{"load_format": "dummy"}' \
   2>&1 | tee "$OUT/start_anatomy.txt" || rc=$?
 echo "start_anatomy: $(date -u +%T) exit $rc"
-pgrep -fa "vllm|VLLM|autotune_vllm" || echo "start_anatomy: no vLLM process left"
+vllm_left "start_anatomy: "
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
 exit $rc

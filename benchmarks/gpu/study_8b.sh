@@ -42,5 +42,5 @@ rm -f "$OUT"/carry/cache.tgz.*
 tar czf - -C "$AUTOTUNE_CACHE_DIR" --exclude=./models . | split -b 60m -d -a 2 - "$OUT/carry/cache.tgz."
 du -sh "$OUT"/carry/*
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv
-pgrep -fa "vllm|VLLM" || echo "no vLLM process left"
+vllm_left
 exit $rc
