@@ -16,7 +16,11 @@ its confirmation, and all the studies' candidates pooled: the table of the defau
 Counted SLOs only (percentiles, the error rate): the cut stages have no means or throughputs.
 
     .venv/bin/python -m benchmarks.bench_screening_length --storage runs/autotune.db --study mixed \\
-        [--study mixed-2 ...] [--lengths 15,20,30,45] [--cap 2] [--slice 0.5] [--confidence 0.9]
+        [--study mixed-2 ...] [--study mixed@/tmp/fresh/runs/autotune.db] [--lengths 15,20,30,45]
+        [--cap 2] [--slice 0.5] [--confidence 0.9]
+
+`NAME@DB` reads that study from another database (a file path or a storage URL), so studies run
+on other clones pool in one table.
 """
 
 from __future__ import annotations
@@ -132,23 +136,37 @@ def stored_runs(storage: str, study: str) -> list[StoredRun]:
     return out
 
 
+def storage_url(where: str) -> str:
+    """A storage URL from a URL or an SQLite file's path."""
+    return where if "://" in where else f"sqlite:///{Path(where).resolve()}"
+
+
+def study_refs(studies: Sequence[str], default_storage: str) -> list[tuple[str, str]]:
+    """(storage URL, study name) per `--study`: `NAME`, in `--storage`, or `NAME@DB`."""
+    out = []
+    for ref in studies:
+        name, at, where = ref.partition("@")
+        out.append((storage_url(where) if at else storage_url(default_storage), name))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--storage", default=f"sqlite:///{REPO / 'runs' / 'autotune.db'}")
-    ap.add_argument("--study", action="append", required=True, help="a study with a confirmation phase (repeatable)")
+    ap.add_argument("--study", action="append", required=True, help="a study with a confirmation phase, NAME or NAME@DB (repeatable)")
     ap.add_argument("--lengths", default=",".join(f"{x:g}" for x in DEFAULT_LENGTHS), help="nominal lengths (s)")
     ap.add_argument("--cap", type=float, default=2.0, help="the most a stage runs on to, x its nominal length")
     ap.add_argument("--slice", type=float, default=0.5, help="how often a stage is looked at, x its nominal length")
     ap.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
     args = ap.parse_args(argv)
-    storage = args.storage if "://" in args.storage else f"sqlite:///{Path(args.storage).resolve()}"
-    runs = [r for name in args.study for r in stored_runs(storage, name)]
+    refs = study_refs(args.study, args.storage)
+    runs = [r for storage, name in refs for r in stored_runs(storage, name)]
     if runs:
         emulated(runs, args)
     else:
         print("no confirmation run with a stored target stage in these studies: nothing to emulate")
     print("\nthe studies' own screening against their confirmation (per confirmed candidate):")
-    studies = [(name, a) for name in args.study if (a := study_agreement(storage, name)) is not None]
+    studies = [(name, a) for storage, name in refs if (a := study_agreement(storage, name)) is not None]
     for name, a in studies:
         print(f"  {name}: feasibility {a.feasibility.text()}; capacity within interval {a.capacity.text()}")
     if studies:

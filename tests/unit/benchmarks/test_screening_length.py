@@ -38,3 +38,10 @@ def test_the_table_finds_the_shortest_length_that_agrees():
 def test_a_stage_shorter_than_the_cap_is_left_out():
     results = sl.table([stored("clean", 3.0, None, True, seconds=40.0)], [30.0], cap=2.0, slice_share=0.5)
     assert results[30.0][0].feasibility.of == 0
+
+
+def test_a_study_may_name_its_own_database():
+    refs = sl.study_refs(["mixed", "mixed@/tmp/fresh/runs/autotune.db", "s@postgresql://h/db"], "runs/autotune.db")
+    assert refs[0] == (f"sqlite:///{sl.Path('runs/autotune.db').resolve()}", "mixed")
+    assert refs[1] == ("sqlite:////tmp/fresh/runs/autotune.db", "mixed")
+    assert refs[2] == ("postgresql://h/db", "s")
