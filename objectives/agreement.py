@@ -148,8 +148,9 @@ def confirmed_call(feasible_runs: Sequence[bool | None], capacities: Sequence[fl
 
 def shortest_agreeing(by_length: Mapping[float, Agreement], target: float = TARGET_SHARE) -> float | None:
     """The shortest screening length whose feasibility calls agree on at least `target` of the
-    candidates, where every longer length does too (None: none does)."""
-    lengths = sorted(by_length)
+    candidates, where every longer length does too (None: none does). A length with no call
+    (no stored stage long enough to emulate it) is no evidence either way and is left out."""
+    lengths = sorted(k for k, a in by_length.items() if a.feasibility.of > 0)
     ok = [by_length[s].meets(target) for s in lengths]
     for i, length in enumerate(lengths):
         if all(ok[i:]):

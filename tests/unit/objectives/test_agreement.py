@@ -73,3 +73,8 @@ def test_the_shortest_screening_that_agrees_and_keeps_agreeing():
     by_length: dict[float, Agreement] = {15.0: bad, 30.0: good, 45.0: bad, 60.0: good, 90.0: good}
     assert shortest_agreeing(by_length) == 60.0
     assert shortest_agreeing({15.0: bad}) is None
+
+
+def test_a_length_without_calls_does_not_hide_a_shorter_one_that_agrees():
+    good = agreement([PICK] * 10)
+    assert shortest_agreeing({20.0: good, 30.0: agreement([]), 45.0: agreement([])}) == 20.0
