@@ -41,7 +41,8 @@ setup:
 test: setup lint   ## the checks, then every test: tests/unit and tests/integration
 	@bash scripts/setup_browser.sh   ## Debian chromium for tests/integration/test_browser.py
 	@bash scripts/setup_postgres.sh  ## Debian postgresql for tests/integration/test_postgres.py
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	@# the in-process tree on every core (as test-fast), then the real-server tree one test at a time
+	$(if $(PYTEST_ARGS),$(BIN)/python -m pytest -q $(PYTEST_ARGS),$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit && $(BIN)/python -m pytest -q tests/integration)
 
 test-fast: setup lint   ## the checks, then tests/unit (in-process: no vLLM, network, browser, PostgreSQL, subprocess or make) on every core
 	$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit $(PYTEST_ARGS)
