@@ -107,7 +107,7 @@ bench-load: setup   ## the load generator's capacity against a stub, then parity
 bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
 	$(BIN)/python -m benchmarks.bench_capacity --scenario $(SCENARIO)
 
-bench-reconfigure: setup   ## servers: a reconfigured server against fresh starts, 7 configs x 3 repeats (the A/B of screening without a restart, ~2 h)
+bench-reconfigure: setup   ## servers: a reconfigured server against fresh starts, 7 configs x 3 repeats (the A/B of screening without a restart, ~30 min)
 	$(BIN)/python -m benchmarks.bench_reconfigure --scenario $(SCENARIO)
 
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=

@@ -28,7 +28,7 @@ def test_the_same_measurement_on_both_arms_is_within_the_noise():
 
 def test_a_reconfigured_arm_that_reads_a_fifth_slower_is_not():
     said = verdict(runs(0.2), list(METRICS), CONFIGS, 3)
-    assert said.startswith("NOT within the noise") and "pooled ratio off 1" in said
+    assert said.startswith("NOT shown within the noise") and "pooled ratio off 1" in said
     ratio, low, high = pooled_ratio(runs(0.2), "tpot_p95_ms", CONFIGS, 3)
     assert 1.1 < low <= ratio <= high
 
@@ -36,3 +36,16 @@ def test_a_reconfigured_arm_that_reads_a_fifth_slower_is_not():
 def test_too_few_configurations_or_repeats_give_no_verdict():
     assert "no verdict" in verdict(runs(0.0, repeats=2), list(METRICS), CONFIGS, 2)
     assert "no verdict" in verdict(runs(0.0, configs=CONFIGS[:3]), list(METRICS), CONFIGS[:3], 3)
+
+
+def test_a_metric_without_pairs_valued_on_both_arms_is_not_compared():
+    """The configurations missed at the target in both arms but once: a capacity of 0 is no
+    evidence either way, said as such, and no verdict of "within the noise" rests on it."""
+    zero = runs(0.0)
+    for r in zero:
+        r["metrics"]["slo_capacity_rps"] = 0.0
+    zero[1]["metrics"]["slo_capacity_rps"] = 3.4  # one reconfigured run met the target
+    said = verdict(zero, list(METRICS), CONFIGS, 3)
+    assert said.startswith("NOT shown within the noise")
+    assert "not compared (fewer than 2 pairs valued on both arms): slo_capacity_rps" in said
+    assert "pooled ratio off 1" not in said
