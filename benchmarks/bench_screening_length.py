@@ -153,7 +153,12 @@ def study_refs(studies: Sequence[str], default_storage: str) -> list[tuple[str, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--storage", default=f"sqlite:///{REPO / 'runs' / 'autotune.db'}")
-    ap.add_argument("--study", action="append", required=True, help="a study with a confirmation phase, NAME or NAME@DB (repeatable)")
+    ap.add_argument(
+        "--study",
+        action="append",
+        required=True,
+        help="a study with a confirmation phase, NAME or NAME@DB (repeatable)",
+    )
     ap.add_argument("--lengths", default=",".join(f"{x:g}" for x in DEFAULT_LENGTHS), help="nominal lengths (s)")
     ap.add_argument("--cap", type=float, default=2.0, help="the most a stage runs on to, x its nominal length")
     ap.add_argument("--slice", type=float, default=0.5, help="how often a stage is looked at, x its nominal length")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from pathlib import Path
 
 from benchmarks.bench_screening_length import slos_of, storage_url
 from objectives.agreement import Call, CandidateAgreement, agreement
