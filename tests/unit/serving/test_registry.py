@@ -6,10 +6,9 @@ from optuna.distributions import IntDistribution
 from serving import registry
 from serving import resolve as resolve_mod
 from serving.checks import check_combination
-from serving.registry import ConfigError, LaunchContext
+from serving.registry import ConfigError
 from serving.resolve import resolve
-from serving.vllm_flags import load_installed
-from tests.support.fakes import CPU, H100, MODEL, ctx
+from tests.support.fakes import H100, ctx
 
 
 def test_delay_factor_is_dropped_when_the_installed_vllm_lacks_it_and_no_substitute_acts():
@@ -124,20 +123,6 @@ def test_every_registry_flag_is_spelled_as_vllm_spells_flags():
             assert spec.flag.startswith("--") and "_" not in spec.flag
 
 
-def test_real_installed_vllm_parser_decides_support():
-    """Reads the installed vLLM's own argument parser (cached after the first call)."""
-    real = load_installed()
-    assert real.accepts("--max-num-seqs") and real.accepts("--kv-cache-memory-bytes")
-    if real.version_tuple >= (0, 11):
-        assert not real.accepts("--scheduler-delay-factor")
-    if real.version_tuple >= (0, 18):
-        assert not real.accepts("--swap-space")
-    c = LaunchContext(installed=real, hardware=CPU, model=MODEL, cpu_kv_budget_bytes=2**30)
-    cli = resolve({"scheduler_delay_factor": 0.2, "swap_space": 4, "max_num_seqs": 8}, c).cli(real)
-    assert "--scheduler-delay-factor" not in cli and "--swap-space" not in cli
-    assert cli[:2] == ["--max-num-seqs", "8"]
-
-
 @pytest.mark.parametrize(
     "name, value",
     [
@@ -203,12 +188,6 @@ def test_allowed_pass_through_flags_pass_where_the_installed_vllm_has_them():
         r"has no --stream-interval",
     ):
         resolve(values, ctx(extra=["--kv-cache-dtype", "--async-scheduling"]))
-
-
-def test_every_allowed_flag_is_a_flag_of_the_installed_vllm():
-    real = load_installed()
-    assert [name for name in registry.PASS_THROUGH if not real.accepts("--" + name.replace("_", "-"))] == []
-    assert not set(registry.PASS_THROUGH) & (set(registry.REGISTRY) | set(registry.TUNER_OWNED))  # each fact once
 
 
 @pytest.mark.parametrize("successor_set", [False, True])
