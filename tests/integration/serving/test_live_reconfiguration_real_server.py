@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 
-from loadgen import scan_gauges
 from serving import resolve as resolve_mod
 from serving.process import reconfigure
 from serving.process.server import LaunchSpec, VllmServer
@@ -20,24 +19,36 @@ from tests.support.servers import quick_server_values
 pytestmark = pytest.mark.vllm
 
 
-def stream(base_url: str, model: str, max_tokens: int, first_chunk: threading.Event | None = None) -> int:
+def stream(
+    base_url: str,
+    model: str,
+    max_tokens: int,
+    first_chunk: threading.Event | None = None,
+    spans: list[tuple[float, float]] | None = None,
+) -> int:
+    """Streams one completion; its (first chunk, last chunk) times go to `spans`."""
     body = {"model": model, "prompt": [11, 12, 13], "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
     req = urllib.request.Request(
         base_url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    chunks = 0
+    chunks, first, last = 0, None, None
     with urllib.request.urlopen(req, timeout=120) as resp:
         for raw in resp:
             if raw.startswith(b"data: {"):
                 chunks += 1
+                last = time.perf_counter()
+                first = first if first is not None else last
                 if first_chunk is not None:
                     first_chunk.set()
+    if spans is not None and first is not None and last is not None:
+        spans.append((first, last))
     return chunks
 
 
-def gauges(base_url: str):
-    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as resp:
-        return scan_gauges(resp.read().decode())
+def most_at_once(spans: list[tuple[float, float]], slack_s: float = 0.02) -> int:
+    """The most streams producing tokens at one instant (each from its first chunk to its last;
+    `slack_s` for the client threads' own jitter, where one stream ends as the next begins)."""
+    return max(sum(1 for a, b in spans if a <= t < b - slack_s) for t, _ in spans)
 
 
 @pytest.mark.parametrize("zygote", [True, False], ids=["forked", "execd"])
@@ -64,12 +75,17 @@ def test_a_drained_server_lowers_its_limits_and_keeps_them(launch_ctx, tmp_path,
 
         applied = reconfigure(server.port, {"max_num_seqs": 2, "max_num_batched_tokens": 512})
         assert applied.applied and applied.values["max_num_seqs"] == 2 and applied.prefix_cache_reset
-        threads = [threading.Thread(target=stream, args=(server.base_url, model, 64)) for _ in range(4)]
+        # Six streams of 200 tokens, timed at the client: with max_num_seqs 2 they run two at a
+        # time, so no more than two produce tokens at once and the last ones start after the first
+        # ones end; the start value, 8, would run all six at once. (The server's gauges, sampled
+        # every 0.1 s, sometimes read 0 running throughout on the exec'd server: not a measure.)
+        spans: list[tuple[float, float]] = []
+        threads = [threading.Thread(target=stream, args=(server.base_url, model, 200, None, spans)) for _ in range(6)]
         for t in threads:
             t.start()
-        seen = []
-        while any(t.is_alive() for t in threads):
-            seen.append(gauges(server.base_url))
-            time.sleep(0.1)
-        assert max(g.running for g in seen) == 2 and max(g.waiting for g in seen) >= 1
+        for t in threads:
+            t.join()
+        assert len(spans) == 6
+        assert most_at_once(spans) == 2
+        assert sorted(a for a, _ in spans)[2] >= min(b for _, b in spans) - 0.05  # the third waited
     assert "scheduler limits set to" in spec.log_path.read_text()
