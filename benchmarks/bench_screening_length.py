@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.bench_stopping import storage_url
 from objectives.agreement import Agreement, Call, CandidateAgreement, agreement, pooled, shortest_agreeing
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import (
@@ -134,11 +135,6 @@ def stored_runs(storage: str, study: str) -> list[StoredRun]:
                 )
             )
     return out
-
-
-def storage_url(where: str) -> str:
-    """A storage URL from a URL or an SQLite file's path."""
-    return where if "://" in where else f"sqlite:///{Path(where).resolve()}"
 
 
 def study_refs(studies: Sequence[str], default_storage: str) -> list[tuple[str, str]]:

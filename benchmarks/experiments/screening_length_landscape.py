@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from benchmarks.bench_screening_length import slos_of, storage_url
+from benchmarks.bench_screening_length import slos_of
+from benchmarks.bench_stopping import storage_url
 from objectives.agreement import Call, CandidateAgreement, agreement
 from objectives.slo_verdict import DEFAULT_CONFIDENCE, StageLength, emulate, stage_passed
 
