@@ -211,11 +211,6 @@ def pooled_ratio(runs: list[dict], metric: str, configs: list[str], repeats: int
     return math.exp(float(np.mean(logs))), math.exp(ci.low), math.exp(ci.high)
 
 
-def pooled_holds_one(runs: list[dict], metric: str, configs: list[str], repeats: int) -> bool:
-    _ratio, low, high = pooled_ratio(runs, metric, configs, repeats)
-    return low <= 1.0 <= high
-
-
 def rows(runs: list[dict], metrics: list[str], configs: list[str], repeats: int):
     for metric in metrics:
         cv = noise(runs, metric, configs, repeats)
@@ -260,11 +255,12 @@ def verdict(runs: list[dict], metrics: list[str], configs: list[str], repeats: i
         )
     # A metric with fewer than two pairs valued on both arms (a capacity where the configurations
     # missed at the target, 0: the screening does not search below it) is no evidence either way.
-    unmeasured = [m for m in metrics if math.isnan(pooled_ratio(runs, m, configs, repeats)[0])]
+    pooled = {m: pooled_ratio(runs, m, configs, repeats) for m in metrics}
+    unmeasured = [m for m in metrics if math.isnan(pooled[m][0])]
     compared = [m for m in metrics if m not in unmeasured]
     flagged = [(m, c) for m, c, *_rest, beyond in rows(runs, compared, configs, repeats) if beyond]
     allowed = int(0.05 * len(configs) * len(compared))
-    off = [m for m in compared if not pooled_holds_one(runs, m, configs, repeats)]
+    off = [m for m in compared if not pooled[m][1] <= 1.0 <= pooled[m][2]]
     why = [f"pooled ratio off 1 for {', '.join(off)}"] if off else []
     if len(flagged) > allowed:
         why.append(f"{len(flagged)} rows beyond the noise: {', '.join(f'{c} {m}' for m, c in flagged)}")
