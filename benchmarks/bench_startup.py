@@ -5,9 +5,10 @@ TORCHINDUCTOR_CACHE_DIR pointed at a fresh directory, or at one a previous start
 Prints the median of N starts per mode, with min/max, and vLLM's own engine-init split.
 
 `--compare`: starts of one config by different entries (serving/process/server.py),
-interleaved ABAB..., each start followed by the same short fixed load: the start seconds (median,
-range), each start's anatomy and the served TTFT/TPOT median/p95 per entry, so "the same server"
-is a measured claim. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
+interleaved ABAB..., each start followed by the same fixed load (180 requests, 90 s): the start
+seconds (median, range), each start's anatomy, its processes' nice value, CPUs and threads, its
+slowest first tokens with their send times, and the served TTFT/TPOT median/p95 per entry, so "the
+same server" is a measured claim. About 12 min for 3 pairs of `lean,zygote` on the 2-core CPU. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
 server module: vLLM's spawned EngineCore and CPU worker re-import the whole HTTP stack), `lean`
 (`LEAN_ENTRY`: the module run from `-c`, vLLM as it is: no plugin, vLLM's own start method for
 its EngineCore), `warm` (the tuner's entry, exec'd per start: its vLLM plugin and, on the CPU
@@ -28,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -35,13 +37,15 @@ from loadgen import WorkloadSpec, run_async, run_load
 from serving import launch_context, process, resolve_server_args
 from serving.process import FirstTokenWatch, VllmServer, launch, while_serving
 
-# The short fixed load after each start of --compare: the same requests every time (one seed).
+# The fixed load after each start of --compare: the same requests every time (one seed). 180, not
+# fewer: a p95 of 60 requests is about their third-slowest, and three slow requests read as a
+# different server (docs/results.md, "Server starts").
 FIXED_LOAD = {
     "endpoint": "completions",
     "prompt_tokens": 200,
     "output_tokens": 32,
     "arrival": {"mode": "poisson", "rate": 2.0},
-    "num_requests": 60,
+    "num_requests": 180,
     "warmup_requests": 4,
     "seed": 7,
     "request_timeout_s": 120,
@@ -72,6 +76,32 @@ ENTRIES = {
 }
 
 
+def placement(server: VllmServer) -> str:
+    """Where each process of the server's group runs: its title, nice value, allowed CPUs and
+    threads, so that "the same server" covers scheduling as well as the served figures."""
+    rows = []
+    guard = psutil.Process(server.pgid)
+    for p in (guard, *guard.children(recursive=True)):
+        try:
+            with p.oneshot():
+                title = " ".join(p.cmdline()) or p.name()
+                rows.append(f"{title[:48]} nice {p.nice()} cpus {p.cpu_affinity()} threads {p.num_threads()}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return "; ".join(sorted(rows))
+
+
+def slowest(records, n: int = 8) -> str:
+    """The `n` slowest first tokens with their send times from the load's start: slow requests
+    that cluster after the start are the start's doing; at the same times in every start, the
+    load's own bursts."""
+    done = [r for r in records if r.first_token_time is not None]
+    t0 = min(r.send_time for r in done)
+    return ", ".join(
+        f"{r.ttft * 1e3:.0f} ms @{r.send_time - t0:.1f} s" for r in sorted(done, key=lambda r: -r.ttft)[:n]
+    )
+
+
 def served_start(ctx, entry: str, log: Path) -> dict:
     """One start (by `entry`, of ENTRIES) of the compared config, the fixed load on it, its stop."""
     values = {"dtype": ctx.dtype, "enforce_eager": True, "max_model_len": 2048, "memory_utilization": 0.25}
@@ -82,6 +112,7 @@ def served_start(ctx, entry: str, log: Path) -> dict:
     server = VllmServer(spec)
     server.start()
     healthy_at = time.perf_counter()
+    where = placement(server)
     try:
         model, watch = str(ctx.model.path), FirstTokenWatch(60.0)
         result = run_async(
@@ -99,7 +130,13 @@ def served_start(ctx, entry: str, log: Path) -> dict:
     metrics = result.flat_metrics()
     first = watch.first_token_at()  # perf_counter, like `healthy_at`
     anatomy = report.start_anatomy.with_first_token(first - healthy_at if first is not None else None)
-    return {"start_s": server.ready_s, "anatomy": anatomy.phases, **{k: metrics[k] for k in SERVED}}
+    return {
+        "start_s": server.ready_s,
+        "anatomy": anatomy.phases,
+        "placement": where,
+        "slowest": slowest(result.records),
+        **{k: metrics[k] for k in SERVED},
+    }
 
 
 def compare(ctx, n: int, work: Path, entries: list[str]) -> None:
@@ -112,7 +149,8 @@ def compare(ctx, n: int, work: Path, entries: list[str]) -> None:
             phases = " + ".join(f"{p} {s:.1f}" for p, s in r["anatomy"].items() if s is not None)
             print(
                 f"run {i + 1}/{n} {mode}: /health after {r['start_s']:.1f} s ({phases}); "
-                + ", ".join(f"{k} {r[k]:.1f}" for k in SERVED),
+                + ", ".join(f"{k} {r[k]:.1f}" for k in SERVED)
+                + f"\n  processes: {r['placement']}\n  slowest first tokens: {r['slowest']}",
                 flush=True,
             )
     table = Table(
