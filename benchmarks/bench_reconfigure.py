@@ -19,7 +19,8 @@ chance alone flags). Fewer: a smoke run, no verdict.
 
     .venv/bin/python -m benchmarks.bench_reconfigure [--scenario mixed] [--repeats 3]
         [--big max_num_seqs:64,max_num_batched_tokens:2048,long_prefill_token_threshold:0]
-        [--config NAME=key:value,...] [--calibration FILE] [--json runs/reconfigure_ab.json]
+        [--config NAME=key:value,...] [--calibration FILE] [--capacity-fraction F]
+        [--json runs/reconfigure_ab.json]
 
 `--target-s`, `--max-stages` shorten the measurement (a smoke run of the code path only). 28 min
 on the 2-core CPU with the defaults (a calibration, then 3 repeats of 14 screening measurements
@@ -48,6 +49,7 @@ from search.executor import Measurement, TrialPlan, VllmExecutor, calibrate
 from search.executor import plan as plan_trial
 from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
+from search.scenario import Scenario
 from search.trial_results import TrialOutcome
 
 BIG = "max_num_seqs:64,max_num_batched_tokens:2048,long_prefill_token_threshold:0"
@@ -73,17 +75,34 @@ def main() -> int:
     ap.add_argument("--config", action="append", default=None, help="NAME=key:value,... (default: six)")
     ap.add_argument("--metrics", default=",".join(METRICS))
     ap.add_argument("--calibration", type=Path, help="a --json file of an earlier run: its calibration")
+    ap.add_argument(
+        "--capacity-fraction",
+        type=float,
+        help="the target load as a fraction of the calibrated capacity, instead of the scenario's: "
+        "lower it until the configurations meet the SLOs there, or their capacity is never compared",
+    )
     ap.add_argument("--target-s", type=float, help="the target stage's sending window (smoke runs)")
     ap.add_argument("--max-stages", type=int, help="capacity stages after the target (smoke runs)")
     ap.add_argument("--run-dir", type=Path, default=Path("runs/reconfigure_ab"))
     ap.add_argument("--json", type=Path, default=Path("runs/reconfigure_ab.json"))
     args = ap.parse_args()
+    if args.capacity_fraction is not None and not 0 < args.capacity_fraction <= 1:
+        ap.error(f"--capacity-fraction: {args.capacity_fraction}; allowed: above 0, at most 1")
     return reported("bench_reconfigure.py", lambda: _run(args))
+
+
+def at_capacity_fraction(sc: Scenario, fraction: float | None) -> Scenario:
+    """`sc` with its target load at `fraction` of the calibrated capacity (None: as it is)."""
+    if fraction is None:
+        return sc
+    given = sc.workload.arrival
+    arrival = type(given).model_validate({**given.model_dump(), "capacity_fraction": fraction, "rate": None})
+    return sc.model_copy(update={"workload": sc.workload.model_copy(update={"arrival": arrival})})
 
 
 def _measurement(args: argparse.Namespace, console: Console):
     prep = prepare(StudyOptions(args.scenario))
-    sc = prep.scenario
+    sc = at_capacity_fraction(prep.scenario, args.capacity_fraction)
     longest = sc.workload.longest_request_tokens()
     defaults = prep.baselines.get("vllm_defaults", prep.fixed)
     if args.calibration is not None:
@@ -151,7 +170,8 @@ def _run(args: argparse.Namespace) -> int:
         if arm == RECONFIGURED and name != "BIG" and row["arm"] != RECONFIGURED:
             console.print(f"    [yellow]not reconfigured: {row['declined']}[/]")
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"calibration": cal.as_dict(), "runs": runs}, indent=1, default=str))
+        kept = {"calibration": cal.as_dict(), "target_rps": screened.workload.arrival.rate, "runs": runs}
+        args.json.write_text(json.dumps(kept, indent=1, default=str))
 
     for repeat in range(args.repeats):
         order = lowered[repeat % len(lowered) :] + lowered[: repeat % len(lowered)]

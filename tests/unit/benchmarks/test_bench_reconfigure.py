@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import random
 
-from benchmarks.bench_reconfigure import FRESH, METRICS, RECONFIGURED, pooled_ratio, verdict
+import pytest
+
+from benchmarks.bench_reconfigure import FRESH, METRICS, RECONFIGURED, at_capacity_fraction, pooled_ratio, verdict
+from search import calibration, scenario
 
 CONFIGS = [f"c{i}" for i in range(7)]
 
@@ -49,3 +52,19 @@ def test_a_metric_without_pairs_valued_on_both_arms_is_not_compared():
     assert said.startswith("NOT shown within the noise")
     assert "not compared (fewer than 2 pairs valued on both arms): slo_capacity_rps" in said
     assert "pooled ratio off 1" not in said
+
+
+def test_capacity_fraction_sets_the_target_load_the_calibration_resolves():
+    """--capacity-fraction: a lower target, so that configurations meet the SLOs there and their
+    capacity is compared at all."""
+    sc, _, _ = scenario.load("mixed")
+    cal = calibration.CalibrationResult(
+        unloaded={"ttft_median_ms@short": 50.0, "tpot_median_ms": 10.0, "ttft_median_ms": 80.0},
+        saturation={},
+        capacity_rps=4.0,
+        seconds=1.0,
+    )
+    workload, _, _ = calibration.resolve(at_capacity_fraction(sc, 0.25), cal)
+    assert workload.arrival.rate == pytest.approx(1.0)
+    assert at_capacity_fraction(sc, None) is sc
+    assert calibration.resolve(sc, cal)[0].arrival.rate == pytest.approx(sc.workload.arrival.capacity_fraction * 4.0)
