@@ -22,9 +22,12 @@ chance alone flags). Fewer: a smoke run, no verdict.
         [--config NAME=key:value,...] [--calibration FILE] [--capacity-fraction F]
         [--json runs/reconfigure_ab.json]
 
-`--target-s`, `--max-stages` shorten the measurement (a smoke run of the code path only). 28 min
-on the 2-core CPU with the defaults (a calibration, then 3 repeats of 14 screening measurements
-of 33-37 s and 7 starts).
+`--capacity-fraction` sets the target load (`make bench-reconfigure`: 0.25): where the
+configurations miss the SLOs at the target, the screening runs no capacity stage and their
+capacity is not compared. `--target-s`, `--max-stages` shorten the measurement (a smoke run of the
+code path only). On the 2-core CPU (a calibration, then 3 repeats of 14 screening measurements and
+7 starts): 28 min at mixed's own 0.4 (33-37 s a measurement), 67 min at 0.25 (92-99 s: the
+capacity stages run).
 """
 
 from __future__ import annotations
@@ -283,9 +286,13 @@ def verdict(runs: list[dict], metrics: list[str], configs: list[str], repeats: i
     off = [m for m in compared if not pooled[m][1] <= 1.0 <= pooled[m][2]]
     why = [f"pooled ratio off 1 for {', '.join(off)}"] if off else []
     if len(flagged) > allowed:
-        why.append(f"{len(flagged)} rows beyond the noise: {', '.join(f'{c} {m}' for m, c in flagged)}")
+        why.append(
+            f"{len(flagged)} of {len(configs) * len(compared)} rows beyond the noise ({allowed} allowed): "
+            + ", ".join(f"{c} {m}" for m, c in flagged)
+        )
     if unmeasured:
-        why.append(f"not compared (fewer than 2 pairs valued on both arms): {', '.join(unmeasured)}")
+        hint = " (lower --capacity-fraction until they meet the target)" if SLO_CAPACITY_RPS in unmeasured else ""
+        why.append(f"not compared (fewer than 2 pairs valued on both arms): {', '.join(unmeasured)}{hint}")
     if not why:
         return f"within the noise ({len(flagged)} of {len(configs) * len(compared)} rows beyond it, {allowed} allowed)"
     return "NOT shown within the noise: " + "; ".join(why)
