@@ -282,19 +282,20 @@ def verdict(runs: list[dict], metrics: list[str], configs: list[str], repeats: i
     unmeasured = [m for m in metrics if math.isnan(pooled[m][0])]
     compared = [m for m in metrics if m not in unmeasured]
     flagged = [(m, c) for m, c, *_rest, beyond in rows(runs, compared, configs, repeats) if beyond]
-    allowed = int(0.05 * len(configs) * len(compared))
+    total = len(configs) * len(compared)
+    allowed = int(0.05 * total)
     off = [m for m in compared if not pooled[m][1] <= 1.0 <= pooled[m][2]]
     why = [f"pooled ratio off 1 for {', '.join(off)}"] if off else []
     if len(flagged) > allowed:
         why.append(
-            f"{len(flagged)} of {len(configs) * len(compared)} rows beyond the noise ({allowed} allowed): "
+            f"{len(flagged)} of {total} rows beyond the noise ({allowed} allowed): "
             + ", ".join(f"{c} {m}" for m, c in flagged)
         )
     if unmeasured:
         hint = " (lower --capacity-fraction until they meet the target)" if SLO_CAPACITY_RPS in unmeasured else ""
         why.append(f"not compared (fewer than 2 pairs valued on both arms): {', '.join(unmeasured)}{hint}")
     if not why:
-        return f"within the noise ({len(flagged)} of {len(configs) * len(compared)} rows beyond it, {allowed} allowed)"
+        return f"within the noise ({len(flagged)} of {total} rows beyond it, {allowed} allowed)"
     return "NOT shown within the noise: " + "; ".join(why)
 
 

@@ -4,18 +4,18 @@ Eager vs compiled, and compiled with a cold vs a warm compile cache (VLLM_CACHE_
 TORCHINDUCTOR_CACHE_DIR pointed at a fresh directory, or at one a previous start filled).
 Prints the median of N starts per mode, with min/max, and vLLM's own engine-init split.
 
-`--compare`: starts of one config by different entries (serving/process/server.py),
-interleaved ABAB..., each start followed by the same fixed load (180 requests, 90 s): the start
-seconds (median, range), each start's anatomy, its processes' nice value, CPUs and threads, its
-slowest first tokens with their send times, and the served TTFT/TPOT median/p95 per entry, so "the
-same server" is a measured claim. About 12 min for 3 pairs of `lean,zygote` on the 2-core CPU. Entries (`--entries`, default `lean,warm`): `module` (`python -m` the API
-server module: vLLM's spawned EngineCore and CPU worker re-import the whole HTTP stack), `lean`
-(`LEAN_ENTRY`: the module run from `-c`, vLLM as it is: no plugin, vLLM's own start method for
-its EngineCore), `warm` (the tuner's entry, exec'd per start: its vLLM plugin and, on the CPU
-build, the EngineCore and its worker forked from a forkserver that imported vLLM beside the API
-server; on a GPU vLLM forks its EngineCore), `zygote` (the default: that server forked by an
-interpreter that imported vLLM once, at its first start; that first start pays the import, the
-later ones do not).
+`--compare`: starts of one config by different entries (serving/process/server.py), interleaved
+ABAB..., each start followed by the same fixed load (180 requests, 90 s): the start seconds (median,
+range), each start's anatomy, its processes' nice value, CPUs and threads, its slowest first tokens
+with their send times, and the served TTFT/TPOT median/p95 per entry, so "the same server" is a
+measured claim; about 12 min for 3 pairs of `lean,zygote` on the 2-core CPU. Entries (`--entries`,
+default `lean,warm`): `module` (`python -m` the API server module: vLLM's spawned EngineCore and CPU
+worker re-import the whole HTTP stack), `lean` (`LEAN_ENTRY`: the module run from `-c`, vLLM as it
+is: no plugin, vLLM's own start method for its EngineCore), `warm` (the tuner's entry, exec'd per
+start: its vLLM plugin and, on the CPU build, the EngineCore and its worker forked from a forkserver
+that imported vLLM beside the API server; on a GPU vLLM forks its EngineCore), `zygote` (the
+default: that server forked by an interpreter that imported vLLM once, at its first start; that
+first start pays the import, the later ones do not).
 
     .venv/bin/python -m benchmarks.bench_startup [--repeats 3] [--compare [--entries lean,warm]]
 """
