@@ -23,6 +23,7 @@ SEEDS    ?=
 BUDGETS  ?=
 PORT     ?=
 RECORDS  ?=
+CAPACITY_FRACTION ?= 0.25
 
 opt = $(if $(2),$(1) $(2),)
 # The URL reaches the commands through the environment: make echoes "$STORAGE", never the
@@ -110,7 +111,7 @@ bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults an
 # At mixed's own target (0.4 of the calibrated capacity) every A/B configuration misses the short-TTFT
 # bound, so their capacity would never be compared; at 0.25 they meet it (docs/measurement.md).
 bench-reconfigure: setup   ## servers: a reconfigured server against fresh starts, 7 configs x 3 repeats (the A/B of screening without a restart, ~70 min); CAPACITY_FRACTION=
-	$(BIN)/python -m benchmarks.bench_reconfigure --scenario $(SCENARIO) --capacity-fraction $(or $(CAPACITY_FRACTION),0.25)
+	$(BIN)/python -m benchmarks.bench_reconfigure --scenario $(SCENARIO) --capacity-fraction $(CAPACITY_FRACTION)
 
 bench-fidelity: setup   ## a stored study's screened values against its confirmed ones; STORAGE=, STUDY=
 	$(BIN)/python -m benchmarks.bench_fidelity $(if $(STORAGE),--storage "$$STORAGE",--storage sqlite:///runs/autotune.db) $(call opt,--study,$(if $(STUDY),$(STUDY),$(SCENARIO)))
