@@ -63,31 +63,48 @@ def burst_offsets(n: int, rate: float, peak_multiplier: float, period_s: float, 
     return periods * period_s + within
 
 
+def slice_seed(seed: int, first: int) -> int:
+    """The arrival process's seed for a run whose requests start at `first` in the workload's
+    sequence: the workload's own from the start (so a plain run's schedule is `vllm bench
+    serve`'s for the same seed), one drawn from both for any later slice, so that each load stage
+    has bursts of its own, the same in every trial."""
+    if first == 0:
+        return seed
+    return int(np.random.SeedSequence([int(seed), int(first)]).generate_state(1)[0])
+
+
 def open_loop_offsets(
-    arrival: ArrivalSpec, n: int | None, duration_s: float | None, seed: int, trace: Trace | None = None
+    arrival: ArrivalSpec,
+    n: int | None,
+    duration_s: float | None,
+    seed: int,
+    trace: Trace | None = None,
+    first: int = 0,
 ) -> np.ndarray:
     """Due times (s from the start) of an open-loop run, bounded by n and/or duration_s; mode `trace`
-    replays `trace`'s gaps (the workload's `replayed_trace()`), rescaled as the gamma gaps are."""
+    replays `trace`'s gaps (the workload's `replayed_trace()`) from its request `first` on,
+    rescaled as the gamma gaps are. `first`: the run's first request in the workload's sequence."""
     if arrival.mode == "closed":
         raise ValueError("a closed loop has no precomputed schedule")
     arrival.require_resolved()
     if n is None and duration_s is None:
         raise ValueError("give num_requests, duration_s, or both")
     rate = arrival.rate
+    drawn = slice_seed(seed, first)  # the gaps' seed; a trace's window starts where the workload's does
     count = _need(n, duration_s, arrival.mean_rate())
     if n is None and arrival.mode in ("poisson", "gamma", "trace"):
         count = max(1, math.floor(rate * duration_s + 1e-9))  # what the duration holds at the rate
     if arrival.mode in ("poisson", "gamma"):
         shape = arrival.burstiness if arrival.mode == "gamma" else 1.0
-        offsets = gamma_offsets(count, rate, shape, seed)
+        offsets = gamma_offsets(count, rate, shape, drawn)
     elif arrival.mode == "trace":
         if trace is None:
             raise ValueError("arrival mode=trace needs the workload's trace")
-        offsets = replay_offsets(trace, seed, count, rate)
+        offsets = replay_offsets(trace, seed, count, rate, first)
     elif arrival.mode == "constant":
         offsets = constant_offsets(count, rate)
     else:
-        offsets = burst_offsets(count, rate, arrival.peak_multiplier, arrival.period_s, arrival.duty, seed)
+        offsets = burst_offsets(count, rate, arrival.peak_multiplier, arrival.period_s, arrival.duty, drawn)
     if duration_s is not None:
         offsets = offsets[offsets <= duration_s]
     return offsets

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from scipy import special
 
 DistName = Literal["fixed", "uniform", "normal", "lognormal", "empirical"]
 
@@ -159,6 +160,24 @@ class LengthDist(BaseModel):
         return min(hi, self.max) if self.max is not None else hi
 
     # -- sampling -----------------------------------------------------------------------
+
+    def quantile(self, u: np.ndarray | float) -> np.ndarray:
+        """The lengths at cumulative probabilities `u` in (0, 1), clipped as `sample` clips them:
+        a stratified `u` (`loadgen.request_order.unit_points`) spans the distribution evenly."""
+        u = np.atleast_1d(np.asarray(u, dtype=np.float64))
+        if self.dist == "fixed":
+            raw = np.full(u.shape, float(self.value))
+        elif self.dist == "uniform":
+            raw = self.low + np.floor(u * (self.high - self.low + 1))
+        elif self.dist == "normal":
+            raw = self.mean + self.std * special.ndtri(u)
+        elif self.dist == "lognormal":
+            mu, sigma = self._lognormal_params()
+            raw = np.exp(mu + sigma * special.ndtri(u))
+        else:
+            values = np.sort(self._values)
+            raw = values[np.minimum((u * len(values)).astype(np.int64), len(values) - 1)].astype(float)
+        return np.clip(np.rint(raw), self.lower_bound(), self.upper_bound()).astype(np.int64)
 
     def sample(self, rng: np.random.Generator, n: int = 1) -> np.ndarray:
         if self.dist == "fixed":

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from loadgen.abort import Abort, AbortCheck
-from loadgen.arrivals import open_loop_offsets
 from loadgen.client import make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
@@ -146,9 +145,7 @@ async def run_load(
     closed = spec.arrival.mode == "closed"
     offsets = None
     if not closed:
-        offsets = open_loop_offsets(
-            spec.arrival, spec.num_requests, spec.duration_s, spec.seed, spec.replayed_trace()
-        ).tolist()
+        offsets = spec.schedule().tolist()
         if not offsets:
             raise LoadRunError("the arrival schedule is empty (duration too short for the rate)")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), trace_configs=traced(watch)) as control:

@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from loadgen.arrivals import open_loop_offsets
 from loadgen.load_result import LoadRunError
 from loadgen.prompts import Request, build_requests, plan_requests, realize_async
 from loadgen.records import RequestRecord
@@ -71,7 +70,7 @@ class ServerTokenCounter:
 
 
 _BUILD_CACHE: dict[tuple, list[Request]] = {}
-_BUILD_CACHE_SIZE = 4
+_BUILD_CACHE_SIZE = 16  # a trial's stages each build their own slice
 # The workload's request streams as counted with the local tokenizer, per (workload shape,
 # tokenizer, warm-up or measured): request i depends on the seed and i alone
 # (`prompts.plan_requests`), so a stream is built once and extended, and a run that needs its
@@ -84,8 +83,9 @@ _TOKENIZERS: dict[Path, PromptTokenizer] = {}
 
 
 def _shape_key(spec: WorkloadSpec, tokenizer: PromptTokenizer) -> tuple:
-    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them.
-    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace"})
+    # Requests depend on these only (not on arrivals or bounds): trials of a study reuse them,
+    # each load stage its own slice of the sequence.
+    shape = spec.model_dump_json(include={"endpoint", "classes", "seed", "trace", "first_request"})
     return shape, tuple(spec.class_names), tokenizer.fingerprint
 
 
@@ -93,8 +93,14 @@ def _cache_key(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: b
     return *_shape_key(spec, tokenizer), n, warmup, server_checked
 
 
+def _first(spec: WorkloadSpec, warmup: bool) -> int:
+    """Where a run's requests start in their stream: the warm-up's at 0, the measured ones at the
+    run's slice."""
+    return 0 if warmup else spec.first_request
+
+
 def local_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmup: bool) -> list[Request]:
-    """The first n requests of the workload's warm-up or measured stream, counted locally."""
+    """The run's first n warm-up or measured requests (from its slice), counted locally."""
     key = (*_shape_key(spec, tokenizer), warmup)
     with _LOCAL_BUILDS_LOCK:
         built = _LOCAL_BUILDS.get(key)
@@ -103,7 +109,8 @@ def local_requests(spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, warmu
                 _LOCAL_BUILDS.pop(next(iter(_LOCAL_BUILDS)))
             built = _LOCAL_BUILDS[key] = []
         if len(built) < n:
-            built.extend(build_requests(spec, tokenizer, n - len(built), warmup=warmup, start=len(built)))
+            start = _first(spec, warmup) + len(built)
+            built.extend(build_requests(spec, tokenizer, n - len(built), warmup=warmup, start=start))
         return built[:n]
 
 
@@ -131,9 +138,7 @@ def prepare_requests(spec: WorkloadSpec, tokenizer_path: str | Path) -> int:
         return 0
     offsets = None
     if spec.arrival.mode != "closed":
-        offsets = open_loop_offsets(
-            spec.arrival, spec.num_requests, spec.duration_s, spec.seed, spec.replayed_trace()
-        ).tolist()
+        offsets = spec.schedule().tolist()
     n = planned_requests(spec, offsets)
     local_requests(spec, tokenizer, spec.warmup_requests, True)
     local_requests(spec, tokenizer, n, False)
@@ -182,7 +187,7 @@ async def _build_uncached(
         notes.append("local chat template count differs from the server's: prompts aligned with /tokenize")
     elif counter is None:
         raise LoadRunError("chat prompts need the tokenizer's chat template or the server's /tokenize")
-    plans = plan_requests(spec, tokenizer, n, warmup=warmup)
+    plans = plan_requests(spec, tokenizer, n, warmup=warmup, start=_first(spec, warmup))
     return list(await asyncio.gather(*(realize_async(p, tokenizer, counter) for p in plans)))
 
 
@@ -222,7 +227,11 @@ class RequestPool:
         while i >= len(self.records):  # local chat counts here: no awaiting in the middle of a run
             self._add(
                 build_requests(
-                    self.spec, self.tokenizer.get(), CLOSED_LOOP_BATCH, warmup=self.warmup, start=len(self.records)
+                    self.spec,
+                    self.tokenizer.get(),
+                    CLOSED_LOOP_BATCH,
+                    warmup=self.warmup,
+                    start=_first(self.spec, self.warmup) + len(self.records),
                 )
             )
             self.extended += 1

@@ -1,8 +1,10 @@
 """The deterministic request builder: same workload and seed => the same requests, byte for byte.
 
-Request i draws everything (class, lengths, token ids, prefix) from its own generator seeded
-with (seed, stream, i), so it does not depend on how many requests are built, on the process,
-or on hash randomization; warmup requests use another stream.
+Request i's class, lengths and shared prefix come from the workload's representative order
+(`loadgen.request_order`: a quota order of the classes, stratified lengths within each), its
+prompt's own tokens from a generator seeded with (seed, stream, i); all of it depends on (seed,
+stream, i) alone, not on how many requests are built, the process or hash randomization.
+Warm-up requests use another stream.
 
 Completions prompts are token ids: exact lengths, no template. Chat prompts are text decoded
 from random token ids, trimmed or extended until the templated prompt has exactly the target
@@ -27,6 +29,7 @@ from loadgen.request_class import (
     SHAREGPT_MIN_TOKENS,
     RequestClass,
 )
+from loadgen.request_order import ClassOrder, unit_points
 from loadgen.tokenizer import PromptTokenizer
 from loadgen.trace import trace_drafts
 from loadgen.workload import WorkloadSpec
@@ -172,15 +175,12 @@ class _ShareGPTSource:
 # -- planning (all random draws) --------------------------------------------------------------
 
 
-def _class_index(rng: np.random.Generator, weights: np.ndarray) -> int:
-    if len(weights) == 1:
-        return 0
-    return int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right"))
-
-
 def plan_requests(
     spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *, warmup: bool = False, start: int = 0
 ) -> list[_Plan]:
+    """Plans of requests start .. start+n-1 of the workload's measured (or warm-up) sequence:
+    each one's class and lengths from the representative order (`loadgen.request_order`), its
+    prompt's own tokens from its own generator."""
     stream = WARMUP_STREAM if warmup else MEASURED_STREAM
     trace = spec.replayed_trace()
     if trace is not None:  # each request a row of the trace: its lengths, its shared tokens
@@ -202,30 +202,33 @@ def plan_requests(
                 )
             )
         return out
-    weights = np.array([c.weight for c in spec.classes], dtype=float)
+    order = ClassOrder([c.weight for c in spec.classes], spec.seed, stream)
     sources: dict[int, _ShareGPTSource] = {}
     prefix_cache: dict[tuple[int, int], np.ndarray] = {}
     plans = []
     for index in range(start, start + n):
-        rng = _rng(spec.seed, stream, index)
-        ci = _class_index(rng, weights)
+        ci, rank = order.class_of(index), order.rank_of(index)
         cls: RequestClass = spec.classes[ci]
+        u_prompt, u_output, u_prefix = unit_points(spec.seed, stream, ci, rank)[0]
         prefix_id = prefix = None
-        if cls.shared_prefix is not None and rng.random() < cls.shared_prefix.fraction:
-            prefix_id = int(rng.integers(cls.shared_prefix.count))
+        if cls.shared_prefix is not None and u_prefix < cls.shared_prefix.fraction:
+            # the point below the fraction, stretched over the prefixes: each as often as the others
+            prefix_id = min(
+                int(u_prefix / cls.shared_prefix.fraction * cls.shared_prefix.count), cls.shared_prefix.count - 1
+            )
             key = (ci, prefix_id)
             if key not in prefix_cache:
                 prefix_cache[key] = _prefix_ids(spec, ci, prefix_id, cls.shared_prefix.tokens, tokenizer)
             prefix = prefix_cache[key]
-        output = int(cls.output_tokens.sample(rng)[0]) if cls.output_tokens is not None else None
+        output = int(cls.output_tokens.quantile(u_output)[0]) if cls.output_tokens is not None else None
+        rng = _rng(spec.seed, stream, index)  # the request's own tokens
         if cls.sharegpt is not None:
             if ci not in sources:
                 sources[ci] = _ShareGPTSource(
                     cls.sharegpt, spec.seed, stream, ci, tokenizer, need_output=cls.output_tokens is None
                 )
-            # Request i takes the i-th valid exchange of the seeded order (some go unused when
-            # classes mix): independent of where the build starts.
-            text, text_ids, ref_out = sources[ci].get(index)
+            # the class's j-th request takes the j-th valid exchange of the seeded order
+            text, text_ids, ref_out = sources[ci].get(rank)
             plans.append(
                 _Plan(
                     index,
@@ -240,7 +243,7 @@ def plan_requests(
                 )
             )
             continue
-        target = int(cls.prompt_tokens.sample(rng)[0])
+        target = int(cls.prompt_tokens.quantile(u_prompt)[0])
         body_len = target - (len(prefix) if prefix is not None else 0)
         ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
         pool = rng.choice(ids, size=body_len + _POOL_EXTRA)

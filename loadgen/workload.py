@@ -20,7 +20,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+import numpy as np
+
 from loadgen.arrival_spec import ArrivalSpec
+from loadgen.arrivals import open_loop_offsets
 from loadgen.lengths import LengthDist
 from loadgen.request_class import RequestClass, SharedPrefix
 from loadgen.trace import Trace, TraceSpec
@@ -68,6 +71,14 @@ class WorkloadSpec(BaseModel):
     duration_s: float | None = Field(None, gt=0, description="stop sending after this long")
     warmup_requests: int = Field(0, ge=0, description="sent first, excluded from the metrics")
     seed: int = Field(0, ge=0)
+    first_request: int = Field(
+        0,
+        ge=0,
+        description=(
+            "the run's first measured request in the workload's seeded sequence (a study's load "
+            "stages each take their own slice of it)"
+        ),
+    )
     request_timeout_s: float = Field(300.0, gt=0)
     temperature: float | None = Field(0.0, ge=0, description="sent with every request; null: server default")
 
@@ -117,6 +128,12 @@ class WorkloadSpec(BaseModel):
         path = Path(path)
         data = yaml.safe_load(path.read_text())
         return cls.model_validate(data, context={"base_dir": path.parent.resolve()})
+
+    def schedule(self) -> np.ndarray:
+        """An open loop's due times (s from the run's start), for its slice of the sequence."""
+        return open_loop_offsets(
+            self.arrival, self.num_requests, self.duration_s, self.seed, self.replayed_trace(), self.first_request
+        )
 
     @property
     def class_names(self) -> list[str]:

@@ -76,11 +76,12 @@ def scale_to_rate(gaps: np.ndarray, rate: float) -> np.ndarray:
     return np.minimum(np.cumsum(gaps) * ((n / rate) / total), n / rate)
 
 
-def replay_offsets(trace: Trace, seed: int, n: int, rate: float) -> np.ndarray:
-    """Due times of the first n requests of the seeded window, at `rate` requests/s on average."""
+def replay_offsets(trace: Trace, seed: int, n: int, rate: float, first: int = 0) -> np.ndarray:
+    """Due times of requests first .. first+n-1 of the seeded window, at `rate` requests/s on
+    average (a load stage replays its own slice of the trace, in the trace's order)."""
     if n < 1:
         raise TraceError(f"{trace.source}: an empty window: the run asks for {n} requests")
-    rows = window_rows(len(trace), window_start(len(trace), seed), 0, n)
+    rows = window_rows(len(trace), window_start(len(trace), seed), first, n)
     return scale_to_rate(gaps_before(trace.arrival_s, rows), rate)
 
 
