@@ -18,9 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
-
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
