@@ -78,13 +78,11 @@ def _scenario_path(landscape: Landscape) -> Path:
     except scenario_mod.ScenarioError:
         if not landscape.scenario_source:
             raise
-    path = (
-        Path(tempfile.gettempdir())
-        / f"autotune-{landscape.scenario}-{scenario_mod.digest(landscape.scenario_source)}.yaml"
-    )
+    source = landscape.replayable_source()
+    path = Path(tempfile.gettempdir()) / f"autotune-{landscape.scenario}-{scenario_mod.digest(source)}.yaml"
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(landscape.scenario_source)
+        tmp.write_text(source)
         tmp.replace(path)
     return path
 

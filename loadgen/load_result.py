@@ -10,7 +10,7 @@ from typing import Any
 from loadgen.abort import Abort
 from loadgen.metrics import RunMetrics
 from loadgen.records import RequestRecord
-from loadgen.server_metrics import ServerDiagnostics
+from loadgen.server_metrics import GaugeSample, ServerDiagnostics
 from loadgen.workload import WorkloadSpec
 
 
@@ -36,6 +36,7 @@ class LoadResult:
     planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
     requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
     client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
+    gauges: list[GaugeSample] = field(default_factory=list)  # the server's gauges over the run (about 1 Hz)
 
     @property
     def client_cpu_share(self) -> float:

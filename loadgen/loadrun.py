@@ -274,6 +274,7 @@ async def run_load(
         offsets[-1] if offsets else math.nan,
         len(offsets) if offsets else len(records),
         client_cpus,
+        list(samples),
     )
     if metrics.client_behind:
         share = result.client_cpu_share

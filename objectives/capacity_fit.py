@@ -209,6 +209,8 @@ def fit_stages(
     margins: dict[str, list[cap.Probe]] = {}
     for rate, verdicts, cut in stages:
         for v in verdicts:
+            if v.basis == "mix":  # whether the stage's counts can be read, not where the capacity lies
+                continue
             if v.counted and v.limit is not None and v.over is not None and v.known is not None:
                 counted.setdefault(v.slo, (v.limit, []))[1].append(Exceedance(rate, v.over, v.known))
             else:
@@ -217,7 +219,9 @@ def fit_stages(
     fit = fit_capacity(counted, margins, floor=floor, confidence=confidence)
     # Decided stages bound the estimate: not above a rate where an SLO was decidedly violated,
     # not below one where every SLO was decidedly met (the fit's shape can lean past them).
-    violated = [r for r, vs, _ in stages if any(v.verdict == VIOLATED and v.basis == "interval" for v in vs)]
+    # An over-saturated stage (`steady_state` violated) is as decided a miss as an interval's.
+    decided = ("interval", "steady")
+    violated = [r for r, vs, _ in stages if any(v.verdict == VIOLATED and v.basis in decided for v in vs)]
     met = [r for r, vs, cut in stages if vs and not cut and all(v.verdict == MET and v.basis != "share" for v in vs)]
     if not math.isfinite(fit.rps) or fit.rps == 0:
         return fit

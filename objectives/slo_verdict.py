@@ -52,7 +52,10 @@ from objectives.scoring import SLOSpec, slo_key
 
 MET, VIOLATED, UNDECIDED = "met", "violated", "undecided"
 Verdict = Literal["met", "violated", "undecided"]
-Basis = Literal["interval", "share", "margin"]  # how the verdict was reached
+# How the verdict was reached: an SLO's counts (`interval`, or `share` where too few to decide) or
+# its value (`margin`); a stage's steady state (`steady`) and its counted requests' mix (`mix`),
+# which `objectives.stages.steady` adds beside the SLOs.
+Basis = Literal["interval", "share", "margin", "steady", "mix"]
 DEFAULT_CONFIDENCE = 0.90
 COUNTED_FAMILIES = ("ttft", "tpot", "e2el")  # a latency per request, so a count over the bound
 
@@ -137,6 +140,11 @@ class SLOVerdict:
         return MET if self.margin <= 0 else VIOLATED
 
     def text(self) -> str:
+        if self.basis == "steady":
+            return f"{self.slo}: {self.verdict} ({'settled' if self.verdict == MET else 'over-saturated: still filling its queue at its end'})"
+        if self.basis == "mix":
+            held = "hold" if self.verdict == MET else "do not hold"
+            return f"{self.slo}: {self.verdict} (the requests counted {held} the stage's class mix)"
         if not self.counted:
             return f"{self.slo}: {self.verdict} (margin {self.margin:+.0%})"
         interval = f"[{self.low:.1%}, {self.high:.1%}]"

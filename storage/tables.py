@@ -53,7 +53,7 @@ def _build() -> str:
 BUILD = _build()
 # The shape of these tables: raised with every change to a table or a column. A database stamped
 # with another number, or not stamped, was made by another build and is refused, not migrated.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The first build that stamps its databases: one without a stamp was made before it.
 FIRST_STAMPED_BUILD = "0.1.0"
 
@@ -202,6 +202,16 @@ class StageRecord(Base):
     # (objectives.slo_verdict.SLOVerdict). None: a stage stored without verdicts.
     verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
     verdicts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    # Its size and slice: the requests planned (objectives.stages.sizing) and where they start in
+    # the workload's sequence; what its time cap cut, if it did.
+    stage_requests: Mapped[int] = mapped_column(Integer, default=0)
+    first_request: Mapped[int] = mapped_column(Integer, default=0)
+    capped: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What the `steady_state` and `class_mix` verdicts rest on (objectives.stages.steady): the
+    # window judged, the first-token lag's and the queue's fitted trends; the requests sent and
+    # known by class and the test of their mix.
+    steady: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    mix: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     trial: Mapped[TrialRecord] = relationship(back_populates="stages")
 

@@ -2,12 +2,18 @@
 
 A trial's server is started once. The first stage is the scenario's own load (warm-up
 included, excluded from the metrics): latency objectives are read there. Then, when the
-scenario has a `capacity:` section, further stages of `stage_s` seconds each probe other
-request rates, chosen by `objectives.capacity` from the SLO margins measured so far, until the
-highest rate that meets every SLO is bracketed tightly enough or the stage budget is spent.
-A stage below the target rate is lengthened so that it holds as many requests as a stage at the
-target rate (`stage_s` x the target rate), up to `max_stage_s`: its percentiles rest on as many
-requests as the others'. The search goes down to `floor_fraction` of the target rate.
+scenario has a `capacity:` section, further stages probe other request rates, chosen by
+`objectives.capacity` from the SLO margins measured so far, until the highest rate that meets
+every SLO is bracketed tightly enough or the stage budget is spent. The search goes down to
+`floor_fraction` of the target rate.
+
+Every stage holds the same number of requests, whatever its rate: what its SLO verdicts need
+(`sizing`, at the scenario's `capacity.resolution`), or the workload's `num_requests`; the
+workload's `duration_s` caps its sending time, and a stage the cap cuts says so (`plan`). Stage k
+sends its own slice of the workload's one seeded sequence (`plan.STAGE_STRIDE`): the same
+requests in every trial (common random numbers), a different slice from every other stage, and
+the target stage's slice from the sequence's start, so a confirmation's longer target stage sends
+the screening's requests and more.
 
 In the search phase (`screen`), a trial stops once it cannot matter: a target stage that missed
 an SLO runs no capacity stages (the confirmation searches below the target), and a bracket whose
@@ -15,50 +21,86 @@ high end still leaves the trial dominated by a member of the study's front is no
 
 Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
 prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
-so one stage's queue and cached prompts do not flatter or burden the next. Every stage sends
-the same request sequence (the workload's seed) at its own rate: common random numbers, so two
-rates differ by their rate only.
+so one stage's queue and cached prompts do not flatter or burden the next.
 
 Each stage's SLOs get a verdict from its requests' counts (`objectives.slo_verdict`: met,
-violated or undecided, with the count over each bound and its interval), and the capacity is read
-from every stage together (`objectives.capacity_fit`), the bracket kept as the evidence. With
-`early_abort: decided` (the default) a stage is planned to its cap and looked at in slices: a
-decided violation stops it, a decided verdict from its planned length on ends it (the requests in
-flight finish), and an undecided one runs on (`objectives.early_abort`); `likely` and `certain`
-stop a stage once its verdict is very likely, or certain. A stop is a measurement for the capacity
-search, not a failure. The confirmation's target stages run in full (`full_target`), since the
-verdict pools their requests.
+violated or undecided, with the count over each bound and its interval); beside them the stage's
+steady state (`steady`: a stage still filling its queue at its end is over-saturated, violated)
+and whether the requests it counted hold its class mix (a stage that fails it is never met). The
+capacity is read from every stage together (`objectives.capacity_fit`), the bracket kept as the
+evidence, and above the calibrated saturation throughput only where a steady stage there met
+every SLO. With `early_abort: decided` (the default) a stage is planned to its cap and looked at
+in slices: a decided violation stops it, a decided verdict from its planned length on ends it
+(the requests in flight finish), and an undecided one runs on (`objectives.early_abort`);
+`likely` and `certain` stop a stage once its verdict is very likely, or certain. A stop is a
+measurement for the capacity search, not a failure. The confirmation's target stages run in full
+(`StageSearch.full_target`), since the verdict pools their requests.
 
-Modules: `spec` (the scenario's `capacity:` section), `result` (a stage's and a run's results),
-`server` (the drain and the prefix-cache reset between stages), `run` (the stage loop, the
-search's next step and the final estimate). Import from here.
+Modules: `spec` (the scenario's `capacity:` section), `sizing` (a stage's size in requests),
+`plan` (one stage as planned), `steady` (the steady-state and class-mix checks), `result` (a
+stage's and a run's results), `server` (the drain and the prefix-cache reset between stages),
+`run` (the stage loop, the search's next step and the final estimate). Import from here.
 
 Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
+from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
-from objectives.stages.run import at_rate, final_estimate, optimistic_metrics, planned_stage, run_stages, search_step
+from objectives.stages.run import (
+    StageSearch,
+    final_estimate,
+    judged_stage,
+    optimistic_metrics,
+    run_stages,
+    search_step,
+    within_saturation,
+)
 from objectives.stages.server import RESET_ENDPOINT_ENV, reset_prefix_cache, wait_idle
-from objectives.stages.spec import MIN_STAGE_REQUESTS, CapacitySpec, margin, stage_slos
+from objectives.stages.sizing import (
+    DEFAULT_RESOLUTION,
+    MIN_STAGE_REQUESTS,
+    SLOSize,
+    StageSize,
+    class_requests_needed,
+    stage_size,
+)
+from objectives.stages.spec import CapacitySpec, margin, stage_slos
+from objectives.stages.steady import CLASS_MIX, STEADY_STATE, ClassMix, SteadyState, class_mix, steady_state
 
 __all__ = [
     "CAPACITY",
+    "CLASS_MIX",
+    "DEFAULT_RESOLUTION",
     "MIN_STAGE_REQUESTS",
     "RESET_ENDPOINT_ENV",
+    "STAGE_STRIDE",
+    "STEADY_STATE",
     "TARGET",
     "CapacitySpec",
+    "ClassMix",
+    "PlannedStage",
+    "SLOSize",
     "StageResult",
+    "StageSearch",
+    "StageSize",
     "StagedRun",
+    "SteadyState",
     "at_rate",
     "capacity_metrics",
+    "class_mix",
+    "class_requests_needed",
     "final_estimate",
+    "judged_stage",
     "margin",
     "optimistic_metrics",
-    "planned_stage",
+    "plan_stage",
     "reset_prefix_cache",
     "run_stages",
     "search_step",
+    "stage_size",
     "stage_slos",
+    "steady_state",
     "wait_idle",
+    "within_saturation",
 ]

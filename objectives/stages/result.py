@@ -10,6 +10,7 @@ from loadgen import LoadResult
 from objectives import capacity as cap
 from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED
 from objectives.slo_verdict import SLOVerdict, stage_passed, stage_verdict
+from objectives.stages.steady import ClassMix, SteadyState
 
 TARGET, CAPACITY = "target", "capacity"
 
@@ -34,7 +35,14 @@ class StageResult:
     samples: dict[str, list] | None = None  # the measured requests (loadgen.request_samples)
     stopped_passing: bool = False  # `aborted` says why: every SLO very likely met
     raised: str | None = None  # the metric an abort raised to its certain lower bound (an "at least")
-    verdicts: list[SLOVerdict] = field(default_factory=list)  # per SLO (objectives.slo_verdict); []: not kept
+    # per SLO (objectives.slo_verdict), then the stage's steady state and class mix as two more
+    # (`steady_state`, `class_mix`: objectives.stages.steady); []: not kept
+    verdicts: list[SLOVerdict] = field(default_factory=list)
+    stage_requests: int = 0  # its planned size (objectives.stages.sizing); 0: sized in seconds
+    first_request: int = 0  # where its slice starts in the workload's sequence
+    capped: str | None = None  # what its time cap cut, where it did
+    steady: SteadyState | None = None  # the evidence behind the `steady_state` verdict
+    mix: ClassMix | None = None  # ... behind the `class_mix` verdict
 
     @property
     def missed(self) -> bool:
@@ -52,6 +60,21 @@ class StageResult:
     def verdict(self) -> str | None:
         """met, violated or undecided (objectives.slo_verdict); None for a stage without verdicts."""
         return stage_verdict(self.verdicts) if self.verdicts else None
+
+    @property
+    def steady_ok(self) -> bool:
+        """Ended in a steady state (or has no evidence either way: a stage without requests)."""
+        return self.steady is None or self.steady.steady
+
+    @property
+    def class_counts(self) -> dict[str, int]:
+        """The requests it sent, by class."""
+        if self.mix is not None:
+            return dict(self.mix.sent)
+        counts: dict[str, int] = {}
+        for c in (self.samples or {}).get("class", []):
+            counts[c] = counts.get(c, 0) + 1
+        return counts
 
     @property
     def saved_s(self) -> float:

@@ -4,31 +4,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from loadgen import GoodputSLO, LoadResult, ProgressWatch, WorkloadSpec, open_loop_offsets, request_samples, run_load
+from loadgen import AbortCheck, GoodputSLO, LoadResult, ProgressWatch, WorkloadSpec, request_samples, run_load
 from objectives import capacity as cap
 from objectives.capacity_fit import fit_stages
-from objectives.early_abort import CERTAIN, DECIDED, OFF, abort_check
+from objectives.early_abort import OFF, abort_check
 from objectives.scoring import SLOSpec, slo_key
-from objectives.slo_verdict import DEFAULT_CONFIDENCE, StageLength, slo_verdicts
-from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
+from objectives.slo_verdict import DEFAULT_CONFIDENCE, slo_verdicts
+from objectives.stages.plan import PlannedStage, plan_stage
+from objectives.stages.result import CAPACITY, StagedRun, StageResult, capacity_metrics
 from objectives.stages.server import reset_prefix_cache, wait_idle
 from objectives.stages.spec import CapacitySpec, margin, stage_slos
-
-
-def at_rate(workload: WorkloadSpec, rate: float, duration_s: float) -> WorkloadSpec:
-    """The workload's arrival process at another mean rate, for `duration_s`, without warm-up."""
-    arrival = workload.arrival
-    mean = arrival.mean_rate()
-    if arrival.rate is None or not mean:
-        raise ValueError("a load stage at another rate needs an open-loop workload with a resolved rate")
-    scaled = arrival.model_copy(update={"rate": arrival.rate * rate / mean})
-    return workload.model_copy(
-        update={"arrival": scaled, "duration_s": duration_s, "num_requests": None, "warmup_requests": 0}
-    )
-
+from objectives.stages.steady import class_mix, steady_state
 
 StageCallback = Callable[[str], None]
 
@@ -76,10 +65,12 @@ def final_estimate(
     settings: cap.SearchSettings,
     stop_reason: str | None,
     confidence: float = DEFAULT_CONFIDENCE,
+    saturation_rps: float | None = None,
 ) -> cap.CapacityEstimate:
     """The capacity the stages say: read from all of them together where they kept their
     verdicts (`capacity_fit`), the bracket as the evidence; a screened target miss is "below the
-    target rate"."""
+    target rate". Above `saturation_rps` (the calibrated saturation throughput) only with positive
+    evidence: a steady stage at or above it that met every SLO."""
     if stop_reason == "target missed (screen)":
         return cap.below_target(stages[0].rate)
     estimate = cap.estimate([s.probe for s in stages], floor=settings.min_rate)
@@ -92,9 +83,51 @@ def final_estimate(
             bracket = estimate.summary
             estimate = replace(estimate, rps=fit.rps, fit_low=fit.low, fit_high=high, binding=fit.binding)
             estimate = replace(estimate, summary=f"{fit.text()}; bracket: {bracket}")
+    estimate = within_saturation(estimate, stages, saturation_rps)
     if stop_reason is None:
         return estimate
     return replace(estimate, summary=f"{estimate.summary}; stopped: {stop_reason}", stop_reason=stop_reason)
+
+
+def within_saturation(
+    estimate: cap.CapacityEstimate, stages: Sequence[StageResult], saturation_rps: float | None
+) -> cap.CapacityEstimate:
+    """The estimate, held to the calibrated saturation throughput unless a stage at or above it
+    was steady and met every SLO: an open loop there measures a backlog unless shown otherwise."""
+    if not saturation_rps or not estimate.rps > saturation_rps:
+        return estimate
+    if any(s.rate >= saturation_rps * (1 - 1e-9) and s.passed and s.steady_ok for s in stages):
+        return estimate
+    held = min(saturation_rps, estimate.rps)
+    return replace(
+        estimate,
+        rps=held,
+        fit_low=min(estimate.fit_low, held) if estimate.fit_low is not None else None,
+        fit_high=held if estimate.fit_high is None else min(estimate.fit_high, held),
+        summary=(
+            f"{estimate.summary}; held to the calibrated saturation throughput {saturation_rps:.3g} req/s: "
+            "no steady stage at or above it met every SLO"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class StageSearch:
+    """What a trial asks of its stages beyond the workload and the SLOs.
+
+    `capacity_hint`: rates an earlier measurement bracketed the capacity at (`capacity.next_rate`);
+    `screen`, `front`: the search phase's stops (`search_step`); `full_target`: the target stage
+    runs in full (the confirmation, whose verdict pools its requests); `target_requests`: the
+    target stage's size where the confirmation lengthens it for its pooled percentiles (its
+    requests are the screening's and then more of the same sequence); `saturation_rps`: the
+    calibrated saturation throughput (`within_saturation`)."""
+
+    capacity_hint: tuple[float, ...] = ()
+    screen: bool = False
+    front: cap.Front | None = None
+    full_target: bool = False
+    target_requests: int | None = None
+    saturation_rps: float | None = None
 
 
 async def run_stages(
@@ -104,132 +137,166 @@ async def run_stages(
     slos: Sequence[SLOSpec],
     spec: CapacitySpec,
     *,
+    search: StageSearch = StageSearch(),
     tokenizer_path: str | Path | None = None,
     goodput: GoodputSLO | None = None,
     on_stage: StageCallback = lambda _: None,
     watch: ProgressWatch | None = None,
-    capacity_hint: Sequence[float] = (),
-    screen: bool = False,
-    front: cap.Front | None = None,
-    full_target: bool = False,
 ) -> StagedRun:
-    """The target stage, then capacity stages until the search is done (see the module docstring;
-    `capacity_hint`: rates an earlier measurement bracketed the capacity at, `capacity.next_rate`;
-    `screen`, `front`: the search phase's stops, `search_step`). `watch` sees every request of
-    every stage, the drains and resets between them included."""
+    """The target stage, then capacity stages until the search is done (see the package
+    docstring). `watch` sees every request of every stage, the drains and resets between them
+    included."""
     target_rate = workload.arrival.mean_rate()
     if target_rate is None:
         raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
     held = stage_slos(slos)
-    settings = spec.search_settings(target_rate)
+    size = spec.size(workload, slos)
+    settings = spec.search_settings(target_rate, workload.duration_s)
     stages: list[StageResult] = []
     target: LoadResult | None = None
     rate: float | None = target_rate
     stop_reason: str | None = None
-    limit = 1 + spec.max_stages
     while rate is not None:
         index = len(stages)
-        kind = TARGET if index == 0 else CAPACITY
-        idle_s, reset, notes = 0.0, None, []
-        if index:
-            idle_s, note = await wait_idle(base_url, spec.idle_timeout_s, watch)
-            notes += [note] if note else []
-            reset = await reset_prefix_cache(base_url, watch)
-            if reset is None:
-                notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
-        head = f"stage {index + 1}/{limit} ({kind}) at {rate:.3g} req/s"
+        notes, idle_s, reset = await _between_stages(base_url, spec, watch) if index else ([], 0.0, None)
+        # The confirmation's target stage runs in full: its requests are the verdict's pooled
+        # percentiles, and a stage cut short reads its early, less loaded part.
+        stoppable = spec.early_abort != OFF and (index > 0 or not search.full_target)
+        requests = search.target_requests if index == 0 and search.target_requests else size.requests
+        planned = plan_stage(workload, spec, requests, index, rate, stoppable=stoppable)
+        head = (
+            f"stage {index + 1}/{1 + spec.max_stages} ({planned.kind}) at {rate:.3g} req/s, {planned.requests} requests"
+        )
         on_stage(head)
-        # `full_target` (the confirmation): the target stage runs in full, since its requests are
-        # the verdict's pooled percentiles and a stage cut short reads its early, less loaded part.
-        stoppable = spec.early_abort != OFF and (kind == CAPACITY or not full_target)
-        stage_wl, length, rule = planned_stage(workload, spec, index, rate, target_rate, stoppable)
-        check = None
-        if stoppable:
-            first = _first_offset(stage_wl) if length is not None else 0.0
-            check = abort_check(
-                held, rate, rule, kind == CAPACITY, length=length, first_offset=first, confidence=spec.confidence
-            )
         result = await run_load(
-            base_url, model, stage_wl, tokenizer_path=tokenizer_path, goodput=goodput, abort=check, watch=watch
+            base_url,
+            model,
+            planned.workload,
+            tokenizer_path=tokenizer_path,
+            goodput=goodput,
+            abort=_abort_check(planned, held, spec) if stoppable else None,
+            watch=watch,
         )
-        flat = result.flat_metrics()
-        abort = result.abort
-        if abort is not None and abort.drain:  # decided: the stage ended as one planned to end there
-            notes += [abort.reason] if length is not None and result.duration_s > length.nominal_s else []
-            abort = None
-        elif length is not None and result.abort is None:
-            notes.append(f"ran to its cap of {length.cap_s:.0f} s, undecided at every look")
-        stopped_passing = abort is not None and abort.passed
-        raised = None
-        if abort is not None and abort.metric is not None:
-            # The cut-short requests are left out of the partial numbers, so the metric that
-            # stopped the stage would look better than it was: raise it to what was certain.
-            partial = flat.get(abort.metric, math.nan)
-            if math.isnan(abort.value):  # failed requests reach it: unknown, never a number
-                flat[abort.metric] = math.nan
-            elif not partial >= abort.value:
-                flat[abort.metric], raised = abort.value, abort.metric
-        worst, violated = margin(flat, held)
-        if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
-            known = [m for m in (worst, abort.margin) if math.isfinite(m) and m > 0]
-            worst = max(known) if known else math.nan
-        samples = request_samples(result.records, result.start) if result.records else None
-        every = {slo_key(x): x.violation(flat.get(x.metric, math.nan)) for x in held}
-        looks = length.looks if length is not None else 1
-        stage = StageResult(
-            index=index,
-            kind=kind,
-            rate=rate,
-            planned_s=length.nominal_s if length is not None else result.planned_s,
-            elapsed_s=result.duration_s,
-            margin=worst,
-            violations=violated,
-            metrics=flat,
-            server_diagnostics=result.server_diagnostics(),
-            aborted=abort.reason if abort is not None else None,
-            idle_wait_s=idle_s,
-            prefix_cache_reset=reset,
-            requests_planned=result.requests_planned,
-            requests_sent=len(result.records),
-            notes=notes + result.notes,
-            samples=samples,
-            stopped_passing=stopped_passing,
-            raised=raised,
-            verdicts=slo_verdicts(
-                held, samples, every, end_s=result.duration_s, confidence=spec.confidence, looks=looks
-            ),
-        )
+        stage = judged_stage(planned, result, held, spec.confidence, notes, idle_s, reset)
         stages.append(stage)
         on_stage(f"{head}: {stage.verdict_line()}")
-        if index == 0:
-            target = result
-        rate, stop_reason = search_step(stages, settings, hint=capacity_hint, screen=screen, front=front)
+        target = target or result
+        rate, stop_reason = search_step(
+            stages, settings, hint=search.capacity_hint, screen=search.screen, front=search.front
+        )
     if stop_reason is not None:
         stages[-1].notes.append(f"trial stopped after this stage: {stop_reason}")
     assert target is not None  # the target stage always runs: the loop starts at the target rate
-    return StagedRun(stages, target, final_estimate(stages, settings, stop_reason, spec.confidence))
+    capacity = final_estimate(stages, settings, stop_reason, spec.confidence, search.saturation_rps)
+    return StagedRun(stages, target, capacity)
 
 
-def planned_stage(
-    workload: WorkloadSpec, spec: CapacitySpec, index: int, rate: float, target_rate: float, stoppable: bool
-) -> tuple[WorkloadSpec, StageLength | None, str]:
-    """A stage's workload, its length under the decided rule (None: it runs as planned) and the
-    stopping rule it runs under. Under `decided` a stage is planned to its cap, so it can run on
-    while undecided; a target sized in requests rather than seconds runs as planned, under the
-    certain rule."""
-    planned_s = workload.duration_s if index == 0 else spec.stage_seconds(rate, target_rate)
-    decided = stoppable and spec.early_abort == DECIDED
-    length = spec.length(planned_s) if decided and planned_s and (index or workload.num_requests is None) else None
-    rule = CERTAIN if decided and length is None else spec.early_abort
-    sending_s = length.cap_s if length is not None else planned_s
-    if index == 0:
-        return (workload if length is None else workload.model_copy(update={"duration_s": sending_s})), length, rule
-    return at_rate(workload, rate, sending_s or spec.stage_s), length, rule
+async def _between_stages(
+    base_url: str, spec: CapacitySpec, watch: ProgressWatch | None
+) -> tuple[list[str], float, bool | None]:
+    """The drain and the prefix-cache reset before a capacity stage: (notes, seconds waited, reset)."""
+    idle_s, note = await wait_idle(base_url, spec.idle_timeout_s, watch)
+    notes = [note] if note else []
+    reset = await reset_prefix_cache(base_url, watch)
+    if reset is None:
+        notes.append("no /reset_prefix_cache on this server: prompts cached by earlier stages stay")
+    return notes, idle_s, reset
 
 
-def _first_offset(workload: WorkloadSpec) -> float:
-    """When a stage's first request is due, from its start (s): the decided rule's clock."""
-    offsets = open_loop_offsets(
-        workload.arrival, workload.num_requests, workload.duration_s, workload.seed, workload.replayed_trace()
+def _abort_check(planned: PlannedStage, held: Sequence[SLOSpec], spec: CapacitySpec) -> AbortCheck:
+    first = float(planned.workload.schedule()[0]) if planned.length is not None else 0.0
+    return abort_check(
+        held,
+        planned.rate,
+        planned.rule,
+        planned.kind == CAPACITY,
+        length=planned.length,
+        first_offset=first,
+        confidence=spec.confidence,
     )
-    return float(offsets[0]) if len(offsets) else 0.0
+
+
+def judged_stage(
+    planned: PlannedStage,
+    result: LoadResult,
+    held: Sequence[SLOSpec],
+    confidence: float,
+    notes: list[str],
+    idle_s: float = 0.0,
+    reset: bool | None = None,
+) -> StageResult:
+    """What a stage measured, judged: its SLO verdicts from its counts, whether it ended steady,
+    whether the requests it counted hold its mix, and what its time cap cut."""
+    flat = result.flat_metrics()
+    abort, length = result.abort, planned.length
+    notes = list(notes)
+    if abort is not None and abort.drain:  # decided: the stage ended as one planned to end there
+        notes += [abort.reason] if length is not None and result.duration_s > length.nominal_s else []
+        abort = None
+    elif length is not None and result.abort is None and len(result.records) > planned.requests:
+        notes.append(f"ran to its cap of {length.cap_s:.0f} s, undecided at every look")
+    stopped_passing = abort is not None and abort.passed
+    raised = None
+    if abort is not None and abort.metric is not None:
+        # The cut-short requests are left out of the partial numbers, so the metric that
+        # stopped the stage would look better than it was: raise it to what was certain.
+        partial = flat.get(abort.metric, math.nan)
+        if math.isnan(abort.value):  # failed requests reach it: unknown, never a number
+            flat[abort.metric] = math.nan
+        elif not partial >= abort.value:
+            flat[abort.metric], raised = abort.value, abort.metric
+    worst, violated = margin(flat, held)
+    if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
+        known = [m for m in (worst, abort.margin) if math.isfinite(m) and m > 0]
+        worst = max(known) if known else math.nan
+    samples = request_samples(result.records, result.start) if result.records else None
+    every = {slo_key(x): x.violation(flat.get(x.metric, math.nan)) for x in held}
+    verdicts = slo_verdicts(
+        held,
+        samples,
+        every,
+        end_s=result.duration_s,
+        confidence=confidence,
+        looks=length.looks if length is not None else 1,
+    )
+    steady = mix = None
+    if samples is not None:
+        sending_s = max(samples["sent_s"], default=0.0)
+        steady = steady_state(
+            samples, result.gauges, start=result.start, sending_s=sending_s, end_s=result.duration_s, rate=planned.rate
+        )
+        mix = class_mix(samples, confidence)
+        verdicts += [steady.verdict(), mix.verdict()]
+        if not steady.steady:
+            notes.append(steady.reason)
+        if not mix.representative:
+            notes.append(f"the requests counted do not hold the stage's mix: {mix.text()}")
+    capped = planned.cap_note(len(result.records)) if planned.capped else None
+    if capped:
+        notes.append(capped)
+    return StageResult(
+        index=planned.index,
+        kind=planned.kind,
+        rate=planned.rate,
+        planned_s=length.nominal_s if length is not None else result.planned_s,
+        elapsed_s=result.duration_s,
+        margin=worst,
+        violations=violated,
+        metrics=flat,
+        server_diagnostics=result.server_diagnostics(),
+        aborted=abort.reason if abort is not None else None,
+        idle_wait_s=idle_s,
+        prefix_cache_reset=reset,
+        requests_planned=result.requests_planned,
+        requests_sent=len(result.records),
+        notes=notes + result.notes,
+        samples=samples,
+        stopped_passing=stopped_passing,
+        raised=raised,
+        verdicts=verdicts,
+        stage_requests=planned.requests,
+        first_request=planned.first_request,
+        capped=capped,
+        steady=steady,
+        mix=mix,
+    )

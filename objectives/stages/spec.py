@@ -1,4 +1,4 @@
-"""A scenario's `capacity:` section, and what a single stage is held to."""
+"""A scenario's `capacity:` section, a stage's size from it, and what a single stage is held to."""
 
 from __future__ import annotations
 
@@ -8,23 +8,33 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from loadgen import WorkloadSpec
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS
-from objectives.early_abort import CERTAIN, OFF
+from objectives.early_abort import CERTAIN, DECIDED, OFF
 from objectives.scoring import SLOSpec, slo_key
 from objectives.slo_verdict import DEFAULT_CONFIDENCE, StageLength
-
-# Below this many requests a stage measures nothing worth bisecting on: no floor goes below the
-# rate that gives a stage of `max_stage_s` this many.
-MIN_STAGE_REQUESTS = 10
+from objectives.stages.sizing import DEFAULT_RESOLUTION, MIN_STAGE_REQUESTS, StageSize, stage_size
 
 
 class CapacitySpec(BaseModel):
-    """A scenario's `capacity:` section: how far a trial searches for its capacity under the SLO."""
+    """A scenario's `capacity:` section: how far a trial searches for its capacity under the SLO,
+    and how large its stages are.
+
+    Every stage (the target and each capacity stage) holds the same number of requests, sized
+    from the SLO verdicts' needs at `resolution` (`objectives.stages.sizing`), or the workload's
+    own `num_requests`; the workload's `duration_s` caps each stage's sending time."""
 
     model_config = ConfigDict(extra="forbid")
 
-    stage_s: float = Field(15.0, gt=0, description="sending window of each capacity stage (s)")
+    resolution: float = Field(
+        DEFAULT_RESOLUTION,
+        gt=1,
+        description=(
+            "a stage holds enough requests to decide a percentile SLO when the share over its bound is "
+            "1/resolution or resolution times the allowed share"
+        ),
+    )
     max_stages: int = Field(5, ge=1, le=12, description="capacity stages after the target stage")
     precision: float = Field(0.1, gt=0, lt=1, description="stop when high / low - 1 is at most this")
     step: float = Field(2.0, gt=1, description="bracketing factor from the target rate")
@@ -38,11 +48,11 @@ class CapacitySpec(BaseModel):
     confidence: float = Field(
         DEFAULT_CONFIDENCE, gt=0.5, lt=1, description="two-sided confidence of the stage verdicts and the capacity fit"
     )
-    # 1.5: a stage of the target's size that met everything can still be called met by then (at
-    # mixed's CPU rates 0 of 115 requests over, not 0 of 77), one of a capacity stage's size is
-    # not held open for nothing (docs/measurement.md, "A stage's length").
+    # 1.5: a stage near its bound runs on to what its verdict needs with the looks' correction
+    # (`sizing`: the cap, not the planned end, decides at `resolution`), one far from it stops at
+    # its planned end.
     extend_to: float = Field(
-        1.5, ge=1, le=10, description="with decided: the longest an undecided stage runs, x its planned length"
+        1.5, ge=1, le=10, description="with decided: the longest an undecided stage runs, x its planned requests"
     )
     look_every: float = Field(
         0.5, gt=0, le=1, description="with decided: how often a stage's verdict is looked at, x its planned length"
@@ -57,14 +67,6 @@ class CapacitySpec(BaseModel):
             "there has capacity 0"
         ),
     )
-    max_stage_s: float | None = Field(
-        None,
-        gt=0,
-        description=(
-            "the longest a stage below the target rate is lengthened to (s); default stage_s / floor_fraction, "
-            "so every stage down to the floor holds as many requests as one at the target rate"
-        ),
-    )
     signal_steps: bool = Field(
         True,
         description=(
@@ -72,6 +74,19 @@ class CapacitySpec(BaseModel):
             "instead of by `step`"
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sized_in_requests(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for gone in ("stage_s", "max_stage_s"):
+                if gone in data:
+                    raise ValueError(
+                        f"{gone}: stages are sized in requests, not seconds: each holds what its SLO verdicts "
+                        "need (capacity.resolution) or workload.num_requests, and workload.duration_s caps "
+                        'its time (docs/scenarios.md, "Stage sizes")'
+                    )
+        return data
 
     @field_validator("early_abort", mode="before")
     @classmethod
@@ -84,40 +99,43 @@ class CapacitySpec(BaseModel):
             return OFF
         return value
 
-    @model_validator(mode="after")
-    def _longest_stage(self) -> CapacitySpec:
-        if self.max_stage_s is not None and self.max_stage_s < self.stage_s:
-            raise ValueError(f"max_stage_s ({self.max_stage_s:g}) must be at least stage_s ({self.stage_s:g})")
-        return self
-
     @property
-    def longest_stage_s(self) -> float:
-        return self.max_stage_s if self.max_stage_s is not None else self.stage_s / self.floor_fraction
+    def looks(self) -> int:
+        """How many times the decided rule looks at a stage (`slo_verdict.StageLength.looks`)."""
+        return max(1, math.ceil(self.extend_to / self.look_every - 1e-9))
 
-    def stage_seconds(self, rate: float, target_rate: float | None) -> float:
-        """A capacity stage's sending window: `stage_s`, lengthened below the target rate to hold
-        `stage_s` x `target_rate` requests, within `longest_stage_s`."""
-        if not target_rate or rate >= target_rate:
-            return self.stage_s
-        return min(self.longest_stage_s, self.stage_s * target_rate / rate)
+    def size(self, workload: WorkloadSpec, slos: Sequence[SLOSpec]) -> StageSize:
+        """How many requests every stage of this scenario holds (`sizing.stage_size`): the
+        workload's `num_requests`, or enough that a stage's cap decides its percentile SLOs at
+        `resolution` under the verdict rule with its looks (without the decided rule a stage
+        does not run on: its planned end decides, at one look)."""
+        decided = self.early_abort == DECIDED
+        return stage_size(
+            stage_slos(slos),
+            {c.name: c.weight for c in workload.classes},
+            confidence=self.confidence,
+            looks=self.looks if decided else 1,
+            extend_to=self.extend_to if decided else 1.0,
+            resolution=self.resolution,
+            given=workload.num_requests,
+        )
 
-    def floor(self, target_rate: float | None) -> float:
-        """The lowest rate the search measures (req/s). Without a target rate, stages are not
-        lengthened and the floor is where a `stage_s` stage holds MIN_STAGE_REQUESTS."""
-        if not target_rate:
-            return MIN_STAGE_REQUESTS / self.stage_s
-        return max(self.floor_fraction * target_rate, MIN_STAGE_REQUESTS / self.longest_stage_s)
+    def floor(self, target_rate: float | None, cap_s: float | None = None) -> float:
+        """The lowest rate the search measures (req/s): `floor_fraction` of the target rate, and
+        never below the rate at which a stage of `cap_s` seconds holds MIN_STAGE_REQUESTS."""
+        lowest = MIN_STAGE_REQUESTS / cap_s if cap_s else 0.0
+        return max(self.floor_fraction * target_rate, lowest) if target_rate else lowest
 
     def length(self, planned_s: float) -> StageLength:
         """A stage of `planned_s` seconds under the decided rule: its cap and its looks."""
         return StageLength(planned_s, planned_s * self.extend_to, planned_s * self.look_every)
 
-    def search_settings(self, target_rate: float | None = None) -> cap.SearchSettings:
+    def search_settings(self, target_rate: float | None = None, cap_s: float | None = None) -> cap.SearchSettings:
         return cap.SearchSettings(
             step=self.step,
             precision=self.precision,
             max_stages=self.max_stages,
-            min_rate=self.floor(target_rate),
+            min_rate=self.floor(target_rate, cap_s),
             signal_steps=self.signal_steps,
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
 from objectives.capacity import Front
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec
+from objectives.stages import CapacitySpec, StageSearch, StageSize, plan_stage
 from search.scenario import Screening
 from search.trial_results import TrialOutcome
 from serving import LaunchContext, ServerArgs, check_combination, resolve_server_args
@@ -61,6 +62,48 @@ class Measurement:
     # The search phase's, where `screening: {reconfigure: true}`: a trial may be measured on the
     # last trial's server with its scheduler limits lowered in place (search.executor.reuse).
     reconfigure: bool = False
+    saturation_rps: float | None = None  # the calibrated saturation throughput (objectives.stages.within_saturation)
+    target_requests: int | None = None  # the confirmation's target stage, lengthened for its pooled percentiles
+
+    def stage_size(self) -> StageSize | None:
+        """How many requests each load stage holds (None: one load run, as the workload states it)."""
+        return self.capacity.size(self.workload, self.slos) if self.capacity is not None else None
+
+    def expected_target_requests(self, class_name: str | None = None) -> float | None:
+        """About how many requests (of `class_name`, by its weight) the target stage measures: a
+        percentile over it rests on that many."""
+        size = self.stage_size()
+        if size is None:
+            return self.workload.expected_requests(class_name)
+        n = float(self.target_requests or size.requests)
+        if class_name is None:
+            return n
+        total = sum(c.weight for c in self.workload.classes)
+        return n * next(c.weight for c in self.workload.classes if c.name == class_name) / total
+
+    def stage_search(self, plan: TrialPlan) -> StageSearch:
+        """What the stage loop is asked for `plan` beyond the workload and SLOs."""
+        return StageSearch(
+            capacity_hint=plan.capacity_hint,
+            screen=self.screen,
+            front=plan.front,
+            full_target=self.full_target,
+            target_requests=self.target_requests,
+            saturation_rps=self.saturation_rps,
+        )
+
+    def stage_workloads(self) -> list[WorkloadSpec]:
+        """What each load stage of a trial sends (its warm-up and its slice of the sequence; a
+        capacity stage's rate is not known before the trial, so it is shown at the target's):
+        built ahead while the server starts, since a stage's requests do not depend on its rate."""
+        size, rate = self.stage_size(), self.workload.arrival.mean_rate()
+        if size is None or self.capacity is None or rate is None:
+            return [self.workload]
+        out = []
+        for index in range(1 + self.capacity.max_stages):
+            requests = self.target_requests if index == 0 and self.target_requests else size.requests
+            out.append(plan_stage(self.workload, self.capacity, requests, index, rate, stoppable=True).workload)
+        return out
 
     @property
     def stall_bound_s(self) -> float:
@@ -91,12 +134,19 @@ class Measurement:
 
     def planned_s(self) -> float | None:
         """The longest the load part can take, in sending time: the target stage and every
-        capacity stage (None for a workload sized in requests)."""
-        if self.workload.duration_s is None:
+        capacity stage run on to their caps, the capacity stages at the floor of the search
+        (None: an open loop without a resolved rate, or a workload with no bound)."""
+        rate, size = self.workload.arrival.mean_rate(), self.stage_size()
+        if size is None or self.capacity is None:
+            if self.workload.duration_s is not None:
+                return self.workload.duration_s
+            return self.workload.num_requests / rate if rate and self.workload.num_requests else None
+        if not rate:
             return None
-        return self.workload.duration_s + (
-            self.capacity.max_stages * self.capacity.longest_stage_s if self.capacity else 0.0
-        )
+        cap_s = self.workload.duration_s or math.inf
+        floor = self.capacity.floor(rate, self.workload.duration_s)
+        target = min(cap_s, (self.target_requests or size.requests) * self.capacity.extend_to / rate)
+        return target + self.capacity.max_stages * min(cap_s, size.most / floor)
 
 
 class TrialExecutor(Protocol):

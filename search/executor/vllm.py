@@ -176,14 +176,11 @@ class VllmExecutor:
                         m.workload,
                         m.slos,
                         m.capacity,
+                        search=m.stage_search(plan),
                         tokenizer_path=model,
                         goodput=m.goodput,
                         on_stage=on_phase,
                         watch=watch,
-                        capacity_hint=plan.capacity_hint,
-                        screen=m.screen,
-                        front=plan.front,
-                        full_target=m.full_target,
                     ),
                     FailurePhase.LOAD,
                     watch,
@@ -235,8 +232,8 @@ class VllmExecutor:
             )
             return outcome
         m = self.measurement
-        # The first stage's requests, built while the server starts instead of after it answers.
-        requests_built = in_background(lambda: prepare_requests(m.workload, ctx.model.path))
+        # The stages' requests, built while the server starts instead of after it answers.
+        requests_built = in_background(lambda: [prepare_requests(w, ctx.model.path) for w in m.stage_workloads()])
         t0, kv_check = time.monotonic(), dict[str, float]()
         kept = self._reconfigured(plan, outcome, on_phase)
         if kept is None:

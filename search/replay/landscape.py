@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from objectives.capacity import SLO_CAPACITY_RPS
 
 SCHEMA = 1
@@ -115,6 +117,18 @@ class Landscape:
     @property
     def metric_names(self) -> list[str]:
         return [o["metric"] for o in self.objectives]
+
+    def replayable_source(self) -> str:
+        """The recorded scenario as this build reads it. A landscape recorded while stages were
+        sized in seconds names `capacity.stage_s` (and `max_stage_s`), which a scenario no longer
+        takes: a replay reads the objectives, SLOs and space, never the stages, so they are dropped."""
+        data = yaml.safe_load(self.scenario_source)
+        capacity = data.get("capacity") if isinstance(data, dict) else None
+        if not isinstance(capacity, dict) or not {"stage_s", "max_stage_s"} & set(capacity):
+            return self.scenario_source
+        for gone in ("stage_s", "max_stage_s"):
+            capacity.pop(gone, None)
+        return yaml.safe_dump(data, sort_keys=False)
 
     @property
     def directions(self) -> list[str]:

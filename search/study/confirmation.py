@@ -187,7 +187,7 @@ def pooled_plan(
     stretch, planned, lines = 1.0, runs, []
     for metric in metrics:
         name = MetricName.parse(metric)
-        per_run = workload.expected_requests(name.cls)
+        per_run = full.expected_target_requests(name.cls)
         if not pooled.pooled_metric(metric) or not per_run:
             continue
         need = requests_for_tail(name.quantile, MIN_TAIL_REQUESTS)
@@ -202,7 +202,7 @@ def pooled_plan(
         if per_run * s * n < need:
             lines.append(
                 f"{pool}; even {n} runs of a {MAX_STAGE_STRETCH:g}x longer target stage leave fewer "
-                f"than {MIN_TAIL_REQUESTS} above it: lengthen the target stage (workload.duration_s)"
+                f"than {MIN_TAIL_REQUESTS} above it: lengthen the target stage (workload.num_requests)"
             )
         else:
             lines.append(
@@ -210,7 +210,15 @@ def pooled_plan(
                 f"{tail_requests(name.quantile, int(per_run * s * n))} above it"
             )
         stretch, planned = max(stretch, s), max(planned, n)
-    if stretch > 1.0:
+    size = full.stage_size()
+    if stretch > 1.0 and size is not None:  # the same sequence's first requests, then more of it
+        longer = math.ceil(size.requests * stretch)
+        lines.append(
+            f"the confirmation's target stage sends {longer} requests instead of {size.requests} (the screening's "
+            f"and then more of the same sequence) so that every percentile is read from enough pooled requests"
+        )
+        full = dataclasses.replace(full, target_requests=longer)
+    elif stretch > 1.0:
         update = {
             k: math.ceil(getattr(workload, k) * stretch)
             for k in ("duration_s", "num_requests")

@@ -254,7 +254,12 @@ class Opening:
                     )
         workload, slos, goodput = calibration_mod.resolve(sc, cal)
         full = Measurement(
-            workload, goodput, tuple(slos), sc.capacity, cal.slowest_unloaded_ttft_ms() if cal is not None else None
+            workload,
+            goodput,
+            tuple(slos),
+            sc.capacity,
+            cal.slowest_unloaded_ttft_ms() if cal is not None else None,
+            saturation_rps=cal.capacity_rps if cal is not None else None,
         )
         screened = full.screened(sc.screening)
         if workload.arrival.rate is not None:
@@ -312,7 +317,7 @@ class Opening:
         load, in the search's measurement; confirmation takes the median of several runs)."""
         found = []
         for metric in dict.fromkeys(self.sc.objective_names + [s.metric for s in self.sc.slos]):
-            n = screened.workload.expected_requests(MetricName.parse(metric).cls)
+            n = screened.expected_target_requests(MetricName.parse(metric).cls)
             text = st.screening_note(metric, n) if n is not None else None
             if text:
                 found.append(text)

@@ -14,7 +14,7 @@ from objectives.diagnosis import Diagnosis
 from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.scoring import Score
 from objectives.slo_verdict import SLOVerdict
-from objectives.stages import StageResult
+from objectives.stages import ClassMix, StageResult, SteadyState
 from search.trial_results.outcome import Placement, PlannedTrial, RetriedStart, ServerReuse, Timings, TrialOutcome
 from serving import StartAnatomy
 from storage.tables import ConfirmationRun, StageRecord, TrialRecord, TrialStatus, utcnow
@@ -168,6 +168,11 @@ def stage_columns(stage: StageResult) -> dict[str, Any]:
             "raised": stage.raised,
             "verdict": stage.verdict,
             "verdicts": [v.as_dict() for v in stage.verdicts] or None,
+            "stage_requests": stage.stage_requests,
+            "first_request": stage.first_request,
+            "capped": stage.capped,
+            "steady": stage.steady.as_dict() if stage.steady is not None else None,
+            "mix": stage.mix.as_dict() if stage.mix is not None else None,
         }
     )
 
@@ -298,6 +303,11 @@ def _stage_result(stored: StageRecord | Mapping[str, Any]) -> StageResult:
         stopped_passing=bool(c["passed"]) and c["aborted"] is not None,
         raised=c["raised"],
         verdicts=[SLOVerdict.from_dict(v) for v in c.get("verdicts") or []],
+        stage_requests=c.get("stage_requests") or 0,
+        first_request=c.get("first_request") or 0,
+        capped=c.get("capped"),
+        steady=SteadyState.from_dict(c["steady"]) if c.get("steady") else None,
+        mix=ClassMix.from_dict(c["mix"]) if c.get("mix") else None,
     )
 
 

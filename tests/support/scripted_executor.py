@@ -102,10 +102,11 @@ def staged(executor: ScriptedExecutor) -> Callable[[TrialPlan], TrialOutcome]:
     def script(plan: TrialPlan) -> TrialOutcome:
         m = executor.measurement
         held, rate, stages = stage_slos(m.slos), m.workload.arrival.mean_rate(), []
+        size, settings = m.stage_size(), m.capacity.search_settings(rate, m.workload.duration_s)
         while rate is not None:
-            planned_s = m.workload.duration_s if not stages else m.capacity.stage_s
-            stages.append(_stage(plan, len(stages), rate, planned_s, held))
-            rate = cap.next_rate([s.probe for s in stages], m.capacity.search_settings(), plan.capacity_hint)
+            requests = m.target_requests if not stages and m.target_requests else size.requests
+            stages.append(_stage(plan, len(stages), rate, requests / rate, held))
+            rate = cap.next_rate([s.probe for s in stages], settings, plan.capacity_hint)
         run = StagedRun(stages, target=None, capacity=cap.estimate([s.probe for s in stages]))
         load_s = sum(s.elapsed_s + s.idle_wait_s for s in stages) + 2.0
         timings = Timings(start_s=30.0, load_s=load_s, stop_s=1.5, total_s=31.5 + load_s)

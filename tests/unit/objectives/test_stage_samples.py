@@ -211,7 +211,7 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     monkeypatch.setattr(stage_run, "wait_idle", no_wait)
     monkeypatch.setattr(stage_run, "reset_prefix_cache", no_reset)
     wl = WL.model_validate(
-        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+        {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
     run = asyncio.run(
         st.run_stages(
@@ -219,8 +219,8 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
             None,
             wl,
             [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(stage_s=10, max_stages=1, early_abort="likely"),
-            screen=True,
+            st.CapacitySpec(max_stages=1, early_abort="likely"),
+            search=st.StageSearch(screen=True),
         )
     )
     assert asked == [False, True]  # the target stage may not stop as a pass

@@ -58,7 +58,7 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
             None,
             wl,
             [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(stage_s=10, max_stages=1),
+            st.CapacitySpec(max_stages=1),
         )
     )
     assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
@@ -99,7 +99,7 @@ def test_a_metric_that_failed_requests_reach_is_unknown_after_an_abort_never_a_n
             None,
             wl,
             [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(stage_s=10, max_stages=1),
+            st.CapacitySpec(max_stages=1),
         )
     )
     target = run.stages[0]
@@ -126,7 +126,7 @@ def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
     member with 500 ms and 4.5 req/s is at least as good on both: the search stops."""
     from objectives.capacity import Front
 
-    settings = CapacitySpec(stage_s=10, max_stages=5, precision=0.1).search_settings()
+    settings = CapacitySpec(max_stages=5, precision=0.1).search_settings()
     stages = [_stage(0, 2.0, -0.3, 600.0), _stage(1, 4.0, 0.4, 900.0)]
     dirs = {"ttft_p95_ms": "minimize", SLO_CAPACITY_RPS: "maximize"}
     beaten = Front(dirs, ({"ttft_p95_ms": 500.0, SLO_CAPACITY_RPS: 4.5},))
@@ -141,9 +141,9 @@ def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
 
 
 def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(monkeypatch):
-    """Under `decided` the target stage's schedule runs to its cap (1.5 x 10 s); a stop that drains
-    (decided after it ran on) is the stage's end, not an early abort: the target is complete, the
-    stage's planned length is its nominal one, and its row says it ran on."""
+    """Under `decided` the target stage's schedule runs to its cap (1.5 x its 20 requests, 10 s at
+    2 req/s); a stop that drains (decided after it ran on) is the stage's end, not an early abort:
+    the target is complete, the stage's planned length is its nominal one, and its row says it ran on."""
     from loadgen.workload import WorkloadSpec
     from objectives.early_abort import Abort
     from objectives.scoring import SLOSpec
@@ -163,11 +163,11 @@ def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(mo
             return {}
 
     async def fake_run_load(base_url, model, workload, **k):
-        sent.append(workload.duration_s)
+        sent.append(workload.num_requests)
         return Result()
 
     wl = WorkloadSpec.model_validate(
-        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+        {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
     monkeypatch.setattr(stage_run, "run_load", fake_run_load)
     monkeypatch.setattr(stage_run, "wait_idle", _idle_at_once)
@@ -179,26 +179,26 @@ def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(mo
             wl,
             [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
             st.CapacitySpec(max_stages=1),
-            screen=True,
-            front=None,
+            search=st.StageSearch(screen=True),
         )
     )
     target = run.stages[0]
-    assert sent[0] == 15.0 and target.planned_s == 10.0
+    assert sent[0] == 30 and target.planned_s == 10.0
     assert target.aborted is None and run.metrics()["target_aborted"] == 0.0
     assert any("ran on past its 10 s" in n for n in target.notes)
 
 
 def test_the_confirmations_target_stage_runs_as_planned_under_decided():
+    """Not stoppable (the confirmation's target): its planned requests, no run-on, no looks. A
+    capacity stage: planned to its cap, 1.5 x its requests, looked at under the decided rule."""
     from loadgen.workload import WorkloadSpec
 
     spec = CapacitySpec()
     wl = WorkloadSpec.model_validate(
-        {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
+        {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
-    planned, length, _rule = stage_run.planned_stage(wl, spec, 0, 2.0, 2.0, stoppable=False)
-    assert planned.duration_s == 10 and length is None
-    planned, length, rule = stage_run.planned_stage(wl, spec, 1, 4.0, 2.0, stoppable=True)
-    assert (
-        planned.duration_s == spec.extend_to * spec.stage_s and length.nominal_s == spec.stage_s and rule == "decided"
-    )
+    target = st.plan_stage(wl, spec, 20, 0, 2.0, stoppable=False)
+    assert target.workload.num_requests == 20 and target.length is None and target.first_request == 0
+    capacity = st.plan_stage(wl, spec, 20, 1, 4.0, stoppable=True)
+    assert capacity.workload.num_requests == 30 and capacity.length.nominal_s == 5.0 and capacity.rule == "decided"
+    assert capacity.length.cap_s == 7.5 and capacity.first_request == st.STAGE_STRIDE

@@ -194,8 +194,8 @@ def test_repeated_calibration_takes_each_medians_and_keeps_the_rounds_spread():
 
 def test_screening_must_be_cheaper_than_the_full_measurement(tmp_path):
     base = (CONFIG_DIR / "mixed.yaml").read_text()
-    with pytest.raises(ScenarioError, match=r"screening.duration_s: 60 must be at most workload.duration_s \(45\)"):
-        scenario.load(write(tmp_path, base + "\nscreening: {duration_s: 60}\n"))
+    with pytest.raises(ScenarioError, match=r"screening.duration_s: 900 must be at most workload.duration_s \(600\)"):
+        scenario.load(write(tmp_path, base + "\nscreening: {duration_s: 900}\n"))
     with pytest.raises(ScenarioError, match=r"screening.max_stages: 9 must be at most capacity.max_stages \(5\)"):
         scenario.load(write(tmp_path, base + "\nscreening: {max_stages: 9}\n"))
     sc, _, _ = scenario.load(write(tmp_path, base + "\nscreening: {duration_s: 20, max_stages: 2}\n"))
@@ -298,12 +298,12 @@ def test_the_flat_objective_warning_is_said_before_the_study_starts(tmp_path):
     assert any(n.startswith("warning: objectives.1: output_throughput") for n in prep.space_notes)
 
 
-def test_capacity_floor_and_longest_stage_are_checked(tmp_path):
-    base = GOOD.replace("objectives:", "capacity: {stage_s: 15, floor_fraction: %s, max_stage_s: %s}\nobjectives:")
+def test_capacity_floor_is_checked_and_stages_sized_in_seconds_are_refused(tmp_path):
+    base = GOOD.replace("objectives:", "capacity: {floor_fraction: %s}\nobjectives:")
     with pytest.raises(ScenarioError, match=r"capacity.floor_fraction: Input should be less than 1"):
-        scenario.load(write(tmp_path, base % (1.5, 60)))
-    with pytest.raises(ScenarioError, match=r"capacity: max_stage_s \(10\) must be at least stage_s \(15\)"):
-        scenario.load(write(tmp_path, base % (0.25, 10)))
-    spec = scenario.load(write(tmp_path, base % (0.25, "null")))[0].capacity
-    assert spec.longest_stage_s == 60 and spec.stage_seconds(0.5, 2.0) == 60 and spec.stage_seconds(1.0, 2.0) == 30
-    assert spec.floor(2.0) == 0.5 and spec.stage_seconds(4.0, 2.0) == 15
+        scenario.load(write(tmp_path, base % 1.5))
+    spec = scenario.load(write(tmp_path, base % 0.25))[0].capacity
+    assert spec.floor(2.0) == 0.5 and spec.floor(2.0, cap_s=10) == 1.0  # 10 requests in the 10 s cap
+    for old in ("stage_s: 15", "max_stage_s: 60"):
+        with pytest.raises(ScenarioError, match=rf"capacity: {old.split(':')[0]}: stages are sized in requests"):
+            scenario.load(write(tmp_path, GOOD.replace("objectives:", f"capacity: {{{old}}}\nobjectives:")))

@@ -101,7 +101,7 @@ def test_a_loaded_study_carries_its_trial_views_past_its_session(study, loaded):
 def test_report_trials_table_folds_each_trials_stage_table(study, tmp_path):
     page = write_report(study[0], "loop", tmp_path / "report.html").read_text()
     row0 = page.split('<tr data-trial="0"', 1)[1].split('<tr data-trial="1"', 1)[0]
-    assert "5 load stages: 2 met, 1 violated, 2 aborted (saved 10 s)" in row0
+    assert "5 load stages: 2 met, 1 violated, 2 aborted (saved 3.02 s)" in row0
     assert "capacity 2.27 req/s (met at 2, violated at 2.38)" in row0
     assert "<td>3</td><td>capacity</td><td>4</td><td>aborted: " in row0
     assert "<th>load stages</th>" in page
@@ -116,11 +116,12 @@ def test_dashboard_note_tables_the_stages_and_states_the_capacity(study, loaded)
     note = get_note(optuna.trial.Trial(st, st.trials[0]._trial_id))  # written live, by the publisher
     assert note == dashboard.trial_note(views[0], ls.scenario)  # the same as `autotune dashboard` writes
     assert "**Capacity under the SLO**: 2.27 req/s (met at 2, violated at 2.38)" in note
-    assert "### Load stages (5 load stages: 2 met, 1 violated, 2 aborted (saved 10 s))" in note
+    assert "### Load stages (5 load stages: 2 met, 1 violated, 2 aborted (saved 3.02 s))" in note
     assert "| stage | kind | rate (req/s) | outcome | elapsed (s) | saved (s) | idle wait (s) |" in note
-    assert "| 1 | target | 1 | met every SLO | 20 |  |  |" in note
+    assert "| 1 | target | 1 | met every SLO | 10 |  |  |" in note
     assert (
-        "| 3 | capacity | 4 | aborted: ttft_p95_ms<=2000 is certain to be violated (scripted) | 5 | 5 | 0.5 |" in note
+        "| 3 | capacity | 4 | aborted: ttft_p95_ms<=2000 is certain to be violated (scripted) | 1.25 | 1.25 | 0.5 |"
+        in note
     )
     starved = dashboard.trial_note(views[1], ls.scenario)
     assert "**Capacity under the SLO**: misses the SLO even at 1 req/s" in starved
@@ -151,9 +152,9 @@ def test_progress_summary_adds_the_capacity_and_what_early_aborts_saved(study):
     printed = study[2]
     assert (
         "trial 0 (baseline vllm_defaults): ttft_p95_ms 637, slo_capacity_rps 2.271; feasible; "
-        "capacity 2.27 req/s (met at 2, violated at 2.38); early aborts saved 10 s"
+        "capacity 2.27 req/s (met at 2, violated at 2.38); early aborts saved 3 s"
     ) in printed
     assert (
         "trial 1 (baseline starved): ttft_p95_ms 8512, slo_capacity_rps 0; violates SLOs; capacity "
-        "misses the SLO even at 1 req/s, the lowest rate tried; early aborts saved 10 s"
+        "misses the SLO even at 1 req/s, the lowest rate tried; early aborts saved 5 s"
     ) in printed
