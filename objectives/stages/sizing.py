@@ -31,7 +31,7 @@ from functools import lru_cache
 from scipy import stats
 
 from loadgen import MetricName
-from objectives.scoring import SLOSpec, slo_key
+from objectives.scoring import SLOSpec
 from objectives.slo_verdict import count_limit, look_confidence
 
 DEFAULT_RESOLUTION = 2.0
@@ -75,7 +75,7 @@ def class_requests_needed(limit: float, resolution: float, confidence: float) ->
 class SLOSize:
     """What one SLO asks of a stage."""
 
-    slo: str
+    slo: str  # its metric (the size does not depend on the bound)
     class_name: str | None  # None: every class
     limit: float
     class_requests: int  # of its class
@@ -106,9 +106,9 @@ class StageSize:
         b = self.binding
         if b is None:
             return f"{self.requests} requests a stage{run_on} (no SLO on a percentile to size it by)"
-        of = f" ({b.class_requests} {b.class_name})" if b.class_name else ""
+        held = f"its {b.class_requests} {b.class_name} requests" if b.class_name else f"its {b.class_requests} requests"
         return (
-            f"{self.requests} requests a stage{run_on}: {self.most}{of} decide {b.slo} when "
+            f"{self.requests} requests a stage{run_on}: at {self.most}, {held} decide {b.slo} when "
             f"{_pct(b.limit / self.resolution)} or {_pct(min(1.0, b.limit * self.resolution))} of them exceed "
             f"its bound (it allows {_pct(b.limit)})"
         )
@@ -143,7 +143,7 @@ def stage_size(
             continue
         share = shares[name.cls] / total if name.cls is not None else 1.0
         need = class_requests_needed(limit, resolution, per_look)
-        sizes.append(SLOSize(slo_key(slo), name.cls, limit, need, share, math.ceil(need / share)))
+        sizes.append(SLOSize(slo.metric, name.cls, limit, need, share, math.ceil(need / share)))
     most = max([MIN_STAGE_REQUESTS, *(s.requests for s in sizes)])
     planned = max(MIN_STAGE_REQUESTS, math.ceil(most / extend_to))
     return StageSize(planned, max(most, planned), tuple(sizes), resolution)

@@ -44,6 +44,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     )
     console = make_console()
     prep = prepare(opts)  # every check before any server starts
+    if searching and args.dry_run:
+        return _dry_run(prep, opts, console)
     if not searching:
         from storage.queries import existing_study_check
 
@@ -69,6 +71,18 @@ def _cmd_search(args: argparse.Namespace) -> int:
         )
         return 130
     return finish_outputs(console, result.storage_url, result.study_name, result.run_dir)
+
+
+def _dry_run(prep, opts, console) -> int:
+    """`autotune search --dry-run`: the study's plan and cost, starting nothing."""
+    from rich.markup import escape
+
+    from search.study.dry_run import plan_lines
+
+    console.print(f"dry run of study [bold]{prep.study_name}[/] ({prep.shown}): nothing started")
+    for line in plan_lines(prep, opts):
+        console.print(f"  {escape(line)}")
+    return 0
 
 
 def _cmd_search_workers(args: argparse.Namespace) -> int:
@@ -150,7 +164,8 @@ def register_search(sub) -> None:
         "--timeout-min",
         type=minutes,
         default=None,
-        help="wall-time budget of the search phase (the confirmation phase follows it)",
+        help="wall-time budget of the whole study: after calibration the plan fits as many trials as its "
+        "cost allows beside the confirmation, and says so",
     )
     search.add_argument(
         "--sampler",
@@ -201,6 +216,12 @@ def register_search(sub) -> None:
         default=None,
         metavar="ADDR",
         help="an existing Ray cluster for --backend ray (default: a local Ray instance)",
+    )
+    search.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the study's plan (each stage's requests, their seconds on this machine from a stored "
+        "calibration, a trial, the study) and start nothing",
     )
     add_db_outage(search)
     search.set_defaults(func=_cmd_search)

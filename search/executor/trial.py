@@ -19,7 +19,8 @@ from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
 from objectives.capacity import Front
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, StageSearch, StageSize, plan_stage
-from search.scenario import Screening
+from search.calibration import CalibrationResult, resolve
+from search.scenario import Scenario, Screening
 from search.trial_results import TrialOutcome
 from serving import LaunchContext, ServerArgs, check_combination, resolve_server_args
 
@@ -64,6 +65,20 @@ class Measurement:
     reconfigure: bool = False
     saturation_rps: float | None = None  # the calibrated saturation throughput (objectives.stages.within_saturation)
     target_requests: int | None = None  # the confirmation's target stage, lengthened for its pooled percentiles
+
+    @classmethod
+    def of(cls, scenario: Scenario, cal: CalibrationResult | None) -> Measurement:
+        """What a study of `scenario` measures in full on the machine `cal` calibrated: relative
+        loads and bounds resolved (the search phase's is `screened` from it)."""
+        workload, slos, goodput = resolve(scenario, cal)
+        return cls(
+            workload,
+            goodput,
+            tuple(slos),
+            scenario.capacity,
+            cal.slowest_unloaded_ttft_ms() if cal is not None else None,
+            saturation_rps=cal.capacity_rps if cal is not None else None,
+        )
 
     def stage_size(self) -> StageSize | None:
         """How many requests each load stage holds (None: one load run, as the workload states it)."""

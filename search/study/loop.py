@@ -10,12 +10,13 @@ ridden out while it is away (`outage`); a trial's measurement is never inside su
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -51,6 +52,7 @@ from search.samplers import make_sampler
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.confirmation_start import confirm, confirmation_note
+from search.study.cost import StudyCost, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
@@ -163,6 +165,8 @@ class StudyRunner:
             prep, opts, self.engine, self.study, self.events, calibrate or measure_calibration, self.budget, self.watch
         )
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
+        self._begun = time.monotonic()  # the wall-time budget (--timeout-min) counts from here
+        self._search_deadline: float | None = None  # where the search stops for the confirmation to fit
 
     def _recording(self) -> Recording:
         return Recording(
@@ -204,6 +208,8 @@ class StudyRunner:
                     spent = recording.spent(begun.record)
                     self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
+                    plan = self._planned(opened, spent if search else self.budget)
+                    planned_at = time.monotonic()
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
                         recording.ride(lambda: self.opening.enqueue_baselines(opened.record, opened.ctx))
@@ -223,6 +229,7 @@ class StudyRunner:
                             self.events,
                             self._make_executor,
                         )
+                    self._plan_kept(plan, time.monotonic() - planned_at)
         finally:
             signal.signal(signal.SIGTERM, previous)
             lock.close()
@@ -272,13 +279,53 @@ class StudyRunner:
         finally:
             self.events.study_finished(StudyFinished(completed))
 
+    # -- the plan and its cost -----------------------------------------------------------------
+
+    def _planned(self, opened: OpenedStudy, spent: int) -> StudyCost:
+        """The study's plan on this machine, said before its first trial; within a wall-time
+        budget, the trials that fit beside the confirmation (fewer than asked: said so)."""
+        cands = self.sc.confirmation.front + len(self.prep.baselines)
+        runs = cands * self.confirm_runs
+        cost = study_cost(
+            opened.screened,
+            opened.full,
+            opened.calibration,
+            trials=max(self.budget - spent, 0),
+            confirmation_runs=runs,
+            gpu=opened.ctx.hardware.is_gpu,
+        )
+        if self.opts.timeout_min:
+            left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)
+            reserve = cost.confirmation_s if math.isfinite(cost.confirmation_s) else 0.0
+            self._search_deadline = time.monotonic() + left_s - reserve
+            fit = cost.trials_within(left_s)
+            if fit < cost.trials:
+                self.events.note(
+                    f"the budget of {self.opts.timeout_min:g} min fits {fit} more trials and the confirmation "
+                    f"(about {cost.confirmation_s / 60:.0f} min): running {spent + fit} trials instead of {self.budget}"
+                )
+                self.budget = spent + fit
+                cost = replace(cost, trials=fit)
+        for line in cost.lines():
+            self.events.note(line)
+        return cost
+
+    def _plan_kept(self, plan: StudyCost, took_s: float) -> None:
+        """What the plan said beside what the search and the confirmation then took."""
+        if not plan.total_s > 0 or took_s <= 0:  # NaN: a plan that could not be made
+            return
+        self.events.note(
+            f"the plan said about {plan.total_s / 60:.0f} min for the search and the confirmation; "
+            f"they took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%})"
+        )
+
     # -- the search ----------------------------------------------------------------------------
 
     def _search(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor) -> None:
         """Trials until the study's budget is spent, counted over every worker's stored trials.
         While the others' running trials would fill it, wait: one may fail to cost a start, or
         its worker die and leave it to this one."""
-        deadline = time.monotonic() + self.opts.timeout_min * 60 if self.opts.timeout_min else None
+        deadline = self._search_deadline
         asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
         while True:
             step, spent = recording.ride(lambda: self._next_step(recording, opened, deadline, asked_cap))

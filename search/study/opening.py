@@ -252,15 +252,8 @@ class Opening:
                         f"{'; '.join(bad)}. Run again with --recalibrate if the study has no trials yet, else "
                         f"pass --study NEW_NAME to start another."
                     )
-        workload, slos, goodput = calibration_mod.resolve(sc, cal)
-        full = Measurement(
-            workload,
-            goodput,
-            tuple(slos),
-            sc.capacity,
-            cal.slowest_unloaded_ttft_ms() if cal is not None else None,
-            saturation_rps=cal.capacity_rps if cal is not None else None,
-        )
+        full = Measurement.of(sc, cal)
+        workload, slos, goodput = full.workload, full.slos, full.goodput
         screened = full.screened(sc.screening)
         if workload.arrival.rate is not None:
             self.events.note(f"load: {workload.arrival.mode} arrivals at {workload.arrival.rate:.2f} req/s")

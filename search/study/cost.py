@@ -1,0 +1,161 @@
+"""What a study will cost on this machine, said before it runs: each stage's requests and seconds,
+a trial, the confirmation, the whole study. Pure: from the measurements the calibration resolved.
+
+A stage holds the same requests on every machine (`objectives.stages.sizing`); what the machine
+changes is the time they take, requests / rate at the rate the calibration set. So after
+calibration (or from a stored one, `autotune search --dry-run`) the study can say: "this machine
+serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 s; a trial about
+6 min; 10 trials and the confirmation about 95 min". The model, and what it leaves out:
+
+* a stage: its planned requests at its rate (capped at the workload's `duration_s`), then the
+  drain of its last requests (the slowest class's unloaded latency) and the next stage's drain
+  and reset (`BETWEEN_STAGES_S`); the decided rule's run-on and early stops are not predicted;
+* a screened trial: a server start and stop (`START_STOP_S`), its warm-up, the target stage, and,
+  for the share of trials expected to pass the target (`PASS_SHARE`), `SEARCH_STAGES` capacity
+  stages at the geometric mean of the target rate and the calibrated saturation throughput
+  (where the capacity searches of a passing configuration go);
+* a confirmation run: the same with the target stage in full and `CONFIRM_STAGES` capacity stages.
+
+The constants come from measured studies (docs/results.md, "Study plans"); the study prints what
+its plan said beside what it took, so a machine the model misjudges shows it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from loadgen import MetricName
+from objectives.stages import StageSize
+from search.calibration import CalibrationResult
+from search.executor import Measurement
+
+# A server start and stop: on the CPU a start forked by the study's zygote (about 4 s, the first
+# one paying the zygote's imports) and its stop; on a GPU a warm start with the tuner's plugin
+# (about 21 s on an H200) and its stop.
+START_STOP_S = {False: 8.0, True: 35.0}
+BETWEEN_STAGES_S = 1.5  # the drain poll and the prefix-cache reset before a capacity stage
+REQUEST_BUILD_S = 2.0  # a run's request bodies prepared, the warm-up's connections opened
+PASS_SHARE = 0.5  # of screened trials, those expected to meet the SLOs at the target and search up
+SEARCH_STAGES = 2.0  # capacity stages a passing screened trial runs, on average
+CONFIRM_STAGES = 3.5  # ... a confirmation run (the full search, up or down)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    kind: str
+    rate: float
+    requests: int
+    seconds: float
+    capped: bool
+
+    def text(self) -> str:
+        capped = " (capped by workload.duration_s)" if self.capped else ""
+        return (
+            f"{self.kind} stage: {self.requests} requests at {self.rate:.3g} req/s, about {self.seconds:.0f} s{capped}"
+        )
+
+
+@dataclass(frozen=True)
+class StudyCost:
+    size: StageSize | None
+    capacity_rps: float | None  # the calibrated saturation throughput
+    target: StageCost | None
+    capacity_stage: StageCost | None  # a typical one
+    trial_s: float
+    confirmation_run_s: float
+    confirmation_runs: int  # candidates x runs
+    trials: int
+
+    @property
+    def search_s(self) -> float:
+        return self.trials * self.trial_s
+
+    @property
+    def confirmation_s(self) -> float:
+        return self.confirmation_runs * self.confirmation_run_s
+
+    @property
+    def total_s(self) -> float:
+        return self.search_s + self.confirmation_s
+
+    def trials_within(self, budget_s: float) -> int:
+        """How many trials fit `budget_s` beside the confirmation (0: not even the confirmation)."""
+        if not math.isfinite(self.trial_s) or self.trial_s <= 0:
+            return self.trials
+        return max(0, math.floor((budget_s - self.confirmation_s) / self.trial_s))
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.capacity_rps:
+            out.append(f"this machine serves {self.capacity_rps:.3g} req/s (the calibrated saturation throughput)")
+        if self.size is not None:
+            out.append(self.size.text())
+        out += [s.text() for s in (self.target, self.capacity_stage) if s is not None]
+        if not math.isfinite(self.trial_s):
+            out.append(
+                "plan: a trial's length is not known before the first one (its load runs at the server's own "
+                "pace); the progress lines say what each took"
+            )
+            return out
+        confirm = (
+            f" and the confirmation ({self.confirmation_runs} runs, about {self.confirmation_s / 60:.0f} min)"
+            if self.confirmation_runs
+            else ""
+        )
+        out.append(
+            f"plan: a trial about {self.trial_s / 60:.1f} min; {self.trials} trials{confirm}: about "
+            f"{self.total_s / 60:.0f} min"
+        )
+        return out
+
+
+def _drain_s(cal: CalibrationResult | None) -> float:
+    """How long a stage's last requests take after its sending ends: the slowest class's unloaded
+    end-to-end latency (a loaded server takes longer; the run-on and early stops even it out)."""
+    if cal is None:
+        return 1.0
+    values = [
+        v / 1000.0
+        for k, v in cal.unloaded.items()
+        if v is not None and MetricName.parse(k).base == "e2el_median_ms" and math.isfinite(v)
+    ]
+    return max(values, default=1.0)
+
+
+def _stage(kind: str, requests: int, rate: float, cap_s: float | None, drain_s: float) -> StageCost:
+    sending = requests / rate
+    capped = cap_s is not None and sending > cap_s
+    return StageCost(kind, rate, requests, (cap_s if capped else sending) + drain_s, capped)
+
+
+def study_cost(
+    screened: Measurement,
+    full: Measurement,
+    cal: CalibrationResult | None,
+    *,
+    trials: int,
+    confirmation_runs: int,
+    gpu: bool = False,
+) -> StudyCost:
+    """The plan of a study of `trials` screened trials and `confirmation_runs` confirmation runs."""
+    start = START_STOP_S[gpu]
+    drain = _drain_s(cal)
+    warmup = REQUEST_BUILD_S + (drain if screened.workload.warmup_requests else 0.0)
+    rate = screened.workload.arrival.mean_rate()
+    size = screened.stage_size()
+    cap_s = screened.workload.duration_s
+    if size is None or rate is None or screened.capacity is None:  # one load run, as the workload states it
+        load = screened.planned_s()  # None: a closed loop, at the server's own pace
+        trial = start + warmup + load + drain if load is not None else math.nan
+        return StudyCost(size, cal.capacity_rps if cal else None, None, None, trial, trial, confirmation_runs, trials)
+    saturation = cal.capacity_rps if cal is not None and cal.capacity_rps > 0 else rate / 0.5
+    target = _stage("target", size.requests, rate, cap_s, drain)
+    searched = _stage("capacity", size.requests, math.sqrt(rate * max(rate, saturation)), cap_s, drain)
+    between = searched.seconds + BETWEEN_STAGES_S
+    stages = min(SEARCH_STAGES, float(screened.capacity.max_stages))
+    trial = start + warmup + target.seconds + PASS_SHARE * stages * between
+    full_target = _stage("target", full.target_requests or size.requests, rate, cap_s, drain)
+    confirm_stages = min(CONFIRM_STAGES, float(full.capacity.max_stages if full.capacity else 0))
+    run = start + warmup + full_target.seconds + confirm_stages * between
+    return StudyCost(size, cal.capacity_rps if cal else None, target, searched, trial, run, confirmation_runs, trials)

@@ -1,0 +1,54 @@
+"""`autotune search --dry-run`: a study's plan and cost, starting nothing.
+
+The stages' sizes hold on any machine (`objectives.stages.sizing`); their seconds come from the
+study's stored calibration, where it has one (the first run of a study calibrates in its first
+minutes, then says the same plan before its first trial)."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from search.calibration import CalibrationResult
+from search.executor import Measurement
+from search.prepare import Prepared, StudyOptions
+from search.study.cost import study_cost
+from storage.queries import existing_engine, find_study
+from storage.url import redacted
+
+
+def stored_calibration(storage_url: str, study_name: str) -> CalibrationResult | None:
+    """The study's calibration as stored at `storage_url` (None: no such study, or not calibrated);
+    creates nothing."""
+    with existing_engine(storage_url) as engine:
+        if engine is None:
+            return None
+        with Session(engine) as session:
+            stored = find_study(session, study_name)
+            return (
+                CalibrationResult.from_dict(stored.calibration) if stored is not None and stored.calibration else None
+            )
+
+
+def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
+    """What the dry run says: the plan from the stored calibration, or the stages' sizes alone."""
+    sc = prep.scenario
+    cal = stored_calibration(prep.storage_url, prep.study_name)
+    if cal is None and sc.needs_calibration():
+        size = sc.capacity.size(sc.workload, sc.slos) if sc.capacity is not None else None
+        return [
+            *([size.text()] if size is not None else []),
+            f"no calibration stored for study {prep.study_name!r} in {redacted(prep.storage_url)}: the stages' "
+            "sizes hold on any machine; their seconds come after the study calibrates (its first minutes)",
+        ]
+    runs = sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
+    full = Measurement.of(sc, cal)
+    cost = study_cost(
+        full.screened(sc.screening),
+        full,
+        cal,
+        trials=opts.trials or sc.default_trials,
+        confirmation_runs=(sc.confirmation.front + len(prep.baselines)) * runs,
+        gpu=prep.ctx.hardware.is_gpu,
+    )
+    source = f"study {prep.study_name!r}'s stored calibration" if cal is not None else "the scenario's own rates"
+    return [f"from {source}:", *cost.lines()]

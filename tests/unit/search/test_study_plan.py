@@ -1,0 +1,81 @@
+"""The study's plan and cost, said before it runs: each stage's requests and seconds on this
+machine, a trial, the study; from a stored calibration without starting anything (the dry run);
+a wall-time budget turned into the trials that fit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from search.executor import Measurement
+from search.prepare import StudyOptions, prepare
+from search.scenario import load
+from search.study.cost import START_STOP_S, study_cost
+from search.study.dry_run import plan_lines
+from tests.support.fakes import ctx
+from tests.support.paths import FIXTURES
+from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, staged
+from tests.support.study_loop import Recorder, runner
+
+SCENARIO = FIXTURES / "scenarios" / "loop_calibrated_capacity.yaml"
+CAL = ScriptedCalibration(capacity_rps=8.0, ttft_median_ms=250.0)  # e2el median 600 ms
+
+
+def test_the_plan_gives_each_stages_requests_and_seconds_at_the_calibrated_rates():
+    """8 req/s calibrated, the target at half: 98 requests (a p95 at resolution 4) take 24.5 s at
+    4 req/s, a capacity stage (at sqrt(4 x 8) req/s) 17.3 s; each ends with a 0.6 s drain."""
+    sc = load(SCENARIO)[0]
+    full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    cost = study_cost(
+        full.screened(sc.screening), full, CAL(sc, None, None, None, lambda _: None), trials=10, confirmation_runs=3
+    )
+    assert cost.target.requests == 98 and cost.target.seconds == pytest.approx(98 / 4 + 0.6)
+    assert cost.capacity_stage.rate == pytest.approx(math.sqrt(32))
+    assert cost.trial_s > START_STOP_S[False] + cost.target.seconds
+    assert cost.total_s == pytest.approx(10 * cost.trial_s + 3 * cost.confirmation_run_s)
+    lines = cost.lines()
+    assert lines[0] == "this machine serves 8 req/s (the calibrated saturation throughput)"
+    assert "target stage: 98 requests at 4 req/s, about 25 s" in lines
+    assert lines[-1].startswith("plan: a trial about ") and "10 trials and the confirmation (3 runs" in lines[-1]
+
+
+def test_the_dry_run_plans_from_the_stored_calibration_and_starts_nothing(tmp_path):
+    """Before the study: the stages' sizes only. After it calibrated (and stored it): the plan,
+    from the stored calibration; nothing is measured again."""
+    opts = StudyOptions(
+        scenario=str(SCENARIO), storage=f"sqlite:///{tmp_path / 'loop.db'}", study_name="loop", runs_dir=tmp_path
+    )
+    before = plan_lines(prepare(opts, ctx=ctx()), opts)
+    assert before[0].startswith("98 requests a stage, run on to 147 while undecided")
+    assert "no calibration stored for study 'loop'" in before[-1]
+    calibrate, executor = ScriptedCalibration(capacity_rps=8.0), ScriptedExecutor()
+    executor.script = staged(executor)
+    runner(tmp_path, executor, scenario=SCENARIO, trials=1, calibrate=calibrate).run()
+    after = plan_lines(prepare(opts, ctx=ctx()), opts)
+    assert calibrate.calls == 1
+    assert after[0] == "from study 'loop''s stored calibration:"
+    assert "target stage: 98 requests at 4 req/s, about 25 s" in after
+    assert after[-1].startswith("plan: a trial about") and "4 trials" in after[-1]
+
+
+def test_a_wall_time_budget_runs_the_trials_that_fit_beside_the_confirmation(tmp_path):
+    """A 4-trial study in 1 minute: the plan says what a trial costs, runs the trials that fit
+    (none here, the confirmation's cost taken first) and says so; the plan's lines come first."""
+    events, executor = Recorder(), ScriptedExecutor()
+    executor.script = staged(executor)
+    r = runner(
+        tmp_path,
+        executor,
+        scenario=SCENARIO,
+        trials=4,
+        timeout_min=1.0,
+        calibrate=CAL,
+        observers=[events],
+        confirm_runs=0,
+    )
+    r.run()
+    budget = next(n for n in events.notes if n.startswith("the budget of 1 min fits"))
+    fit = int(budget.split("fits ")[1].split()[0])
+    assert f"running {fit} trials instead of 4" in budget and len(executor.plans) == fit < 4
+    assert any(n.startswith("plan: a trial about") for n in events.notes)
