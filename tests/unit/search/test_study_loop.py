@@ -245,15 +245,17 @@ def test_events_reach_every_subscriber_in_order(tmp_path):
     r = runner(tmp_path, ScriptedExecutor(), trials=2, observers=[first, second])
     r.run()
     per_trial = ["trial_started", "phase", "phase", "phase", "phase", "trial_scored", "trial_recorded"]
-    assert first.names == ["study_started", "note", "note", *per_trial, *per_trial, "study_finished"]
+    # the confirmation's line, the load, the plan (a closed loop's trials cannot be timed before one ran)
+    assert first.names == ["study_started", "note", "note", "note", *per_trial, *per_trial, "study_finished"]
     assert first.notes[0] == "no confirmation phase (--confirm-runs 0): the single measurements decide"
+    assert first.notes[2].startswith("plan: a trial's length is not known before the first one")
     assert [(n, e) for n, e in first.events if n != "study_started"] == [
         (n, e) for n, e in second.events if n != "study_started"
     ]
     started = first.events[0][1]
     assert (started.study_name, started.budget, started.study.study_name) == ("loop", 2, "loop")
     assert [e for n, e in first.events if n == "phase"][:4] == ["starting", "load", "stopping", "scoring"]
-    trial0 = first.events[3][1]
+    trial0 = first.events[4][1]
     assert (trial0.number, trial0.baseline, trial0.label) == (0, "vllm_defaults", "trial 0 (baseline vllm_defaults)")
     scored = [e for n, e in first.events if n == "trial_scored"]
     assert [e.trial.number for e in scored] == [e.row.trial_number for e in scored] == [0, 1]
