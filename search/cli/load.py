@@ -127,6 +127,10 @@ def build_workload(args: argparse.Namespace):
 
     data, base_dir, sc = read_source(args)
     data = dict(data)
+    if sc is not None and sc.capacity is not None and "num_requests" not in data:
+        # One run of a staged scenario's workload is its target stage: the requests every stage
+        # holds, its duration_s the cap.
+        data["num_requests"] = sc.capacity.size(sc.workload, sc.slos).requests
     if args.endpoint:
         data["endpoint"] = args.endpoint
     if args.prompt_tokens or args.output_tokens:

@@ -108,7 +108,7 @@ def _listens(pid: int) -> bool:
         return False
 
 
-def workload(duration_s: float):
+def workload(**bound):
     from loadgen.workload import WorkloadSpec
 
     return WorkloadSpec.model_validate(
@@ -117,7 +117,7 @@ def workload(duration_s: float):
             "prompt_tokens": 64,
             "output_tokens": 16,
             "arrival": {"mode": "constant", "rate": 2},
-            "duration_s": duration_s,
+            **bound,
             "request_timeout_s": 120,
             "warmup_requests": 2,
             "seed": 5,
@@ -126,16 +126,16 @@ def workload(duration_s: float):
 
 
 def staged(**kw):
-    """A target stage of 20 s at 2 req/s and one capacity stage of 15 s; the SLO holds on a live
-    server, and once it is silent the early abort is certain within a few seconds."""
+    """A target stage of 40 requests at 2 req/s (20 s) and one capacity stage of as many; the SLO
+    holds on a live server, and once it is silent the early abort is certain within a few seconds."""
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec
     from search.executor import Measurement
 
     return Measurement(
-        workload(20),
+        workload(num_requests=40),
         slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),),
-        capacity=CapacitySpec(stage_s=15, max_stages=1),
+        capacity=CapacitySpec(max_stages=1),
         **kw,
     )
 
@@ -143,7 +143,7 @@ def staged(**kw):
 def one_run():
     from search.executor import Measurement
 
-    return Measurement(workload(30))
+    return Measurement(workload(duration_s=30))
 
 
 # name: (measurement, the phase to stop in, seconds into it, the engine alone)

@@ -30,6 +30,7 @@ def stub(tok_dir, tok, **kw) -> StubServer:
 
 
 def open_loop(rate: float, duration_s: float, warmup: int = 0, **kw) -> WorkloadSpec:
+    """A run of `duration_s` at `rate`; in a capacity search, every stage holds its requests."""
     data = {
         "endpoint": "completions",
         "prompt_tokens": 20,
@@ -147,14 +148,12 @@ def test_the_same_run_without_abort_runs_its_full_schedule(tok_dir, tok):
 
 
 def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
-    """Always-met SLO: target 4 req/s (3 warm-ups), then 8 and 16 req/s; the budget of 2
-    capacity stages ends it, capacity censored at 16. The stub stays busy 0.5 s after its last
-    request: each capacity stage must wait for that, then reset the prefix cache, then send."""
+    """Always-met SLO: target 4 req/s (3 warm-ups), then 8 and 16 req/s, 6 requests each; the
+    budget of 2 capacity stages ends it, capacity censored at 16. The stub stays busy 0.5 s after
+    its last request: each capacity stage must wait for that, then reset the prefix cache, then send."""
     busy = 0.5
-    workload = open_loop(4.0, 1.5, warmup=3)
-    spec = CapacitySpec(
-        stage_s=1.5, max_stages=2, step=2.0, idle_timeout_s=10, signal_steps=False, early_abort="certain"
-    )
+    workload = open_loop(4.0, 60.0, warmup=3, num_requests=6)
+    spec = CapacitySpec(max_stages=2, step=2.0, idle_timeout_s=10, signal_steps=False, early_abort="certain")
     messages: list[str] = []
     with stub(tok_dir, tok, ttft_ms=20, itl_ms=0, busy_after_s=busy, record_events=True) as s:
         run = asyncio.run(
@@ -165,14 +164,15 @@ def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
     assert [x.kind for x in stages] == [st.TARGET, st.CAPACITY, st.CAPACITY]
     assert [x.index for x in stages] == [0, 1, 2]
     assert [x.rate for x in stages] == [4.0, 8.0, 16.0]  # up by `step` while the SLO holds
-    assert [x.requests_planned for x in stages] == [6, 12, 24]
+    assert [x.requests_planned for x in stages] == [6, 6, 6]  # the same requests at every rate
+    assert [x.first_request for x in stages] == [0, st.STAGE_STRIDE, 2 * st.STAGE_STRIDE]  # each its own slice
     assert all(x.passed and x.aborted is None for x in stages)
     # each stage said as it starts, then with its verdict
-    assert len(messages) == 6 and messages[0].startswith("stage 1/3 (target) at 4")
-    assert messages[1].startswith("stage 1/3 (target) at 4 req/s: met")
+    assert len(messages) == 6 and messages[0].startswith("stage 1/3 (target) at 4 req/s, 6 requests")
+    assert messages[1].startswith("stage 1/3 (target) at 4 req/s, 6 requests: met")
     # warm-up in the target stage only: the stub saw 3 warm-ups and the measured requests
     assert len(run.target.warmup_records) == 3
-    assert stats.requests == 3 + sum(x.requests_sent for x in stages) == 3 + 6 + 12 + 24
+    assert stats.requests == 3 + sum(x.requests_sent for x in stages) == 3 + 6 + 6 + 6
     # no drain or reset before the target; both before each capacity stage
     assert stages[0].idle_wait_s == 0 and stages[0].prefix_cache_reset is None
     assert all(x.prefix_cache_reset is True for x in stages[1:])
@@ -199,16 +199,16 @@ def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
 
 def test_stages_step_down_to_the_floor_when_every_rate_fails(tok_dir, tok):
     """Never-met SLO with early abort: target 20 req/s, then 10 and 5; 2.5 is below the floor
-    (10 requests per 2 s stage), so the search ends there with capacity 0. Every stage is
-    certain to miss about 0.5 s in."""
-    workload = open_loop(20.0, 2.0)
-    spec = CapacitySpec(stage_s=2.0, max_stages=6, step=2.0, idle_timeout_s=10)
+    (a quarter of the target), so the search ends there with capacity 0. Every stage is certain
+    to miss about 0.5 s in."""
+    workload = open_loop(20.0, 60.0, num_requests=40)
+    spec = CapacitySpec(max_stages=6, step=2.0, idle_timeout_s=10)
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec))
         resets = s.stats.resets
     stages = run.stages
     assert [x.rate for x in stages] == [20.0, 10.0, 5.0]  # down by `step`, stopped at min_rate
-    assert spec.search_settings().min_rate == 5.0
+    assert spec.search_settings(20.0).min_rate == 5.0
     assert all(x.aborted and not x.passed for x in stages)
     assert all(math.isfinite(x.margin) and x.margin > 0 for x in stages)  # the abort's lower bound
     assert all(x.requests_sent < x.requests_planned and x.saved_s > 0 for x in stages)
@@ -225,11 +225,18 @@ def test_stages_step_down_to_the_floor_when_every_rate_fails(tok_dir, tok):
 def test_the_confirmations_target_stage_runs_in_full_and_only_its_capacity_stages_stop_early(tok_dir, tok):
     """`full_target`: a target stage stopped early reads its first, less loaded part, and the
     verdict pools those requests; the confirmation runs it out."""
-    workload = open_loop(20.0, 2.0)
-    spec = CapacitySpec(stage_s=2.0, max_stages=1, step=2.0, idle_timeout_s=10, early_abort="certain")
+    workload = open_loop(20.0, 60.0, num_requests=40)
+    spec = CapacitySpec(max_stages=1, step=2.0, idle_timeout_s=10, early_abort="certain")
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
         run = asyncio.run(
-            run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec, full_target=True)
+            run_stages(
+                s.base_url,
+                None,
+                workload,
+                [slo("ttft_p90_ms", max=50.0)],
+                spec,
+                search=st.StageSearch(full_target=True),
+            )
         )
     target, capacity = run.stages
     assert target.aborted is None and target.requests_sent == target.requests_planned and not target.passed
@@ -241,15 +248,14 @@ def test_the_confirmations_target_stage_runs_in_full_and_only_its_capacity_stage
 # 285 ms is met; a late send delays one request, then the queue drains); below that each
 # request queues 257 ms - g longer than the one before. From 3 req/s with step 2 the search
 # probes 3 (met), 6 (missed), sqrt(18) = 4.24 (missed: +21 ms a request, median about 330 ms
-# over a 2 s stage), sqrt(3 x 4.24) = 3.57 (met: 23 ms spare between streams), then stops
-# (max_stages). The stub drops the streams of an aborted stage, so drains are short.
+# over a stage of 8 requests), sqrt(3 x 4.24) = 3.57 (met: 23 ms spare between streams), then
+# stops (max_stages). The stub drops the streams of an aborted stage, so drains are short.
 STREAM_S = 0.257
 
 
 def test_stages_bracket_a_real_capacity(tok_dir, tok):
-    workload = open_loop(3.0, 2.0)
+    workload = open_loop(3.0, 60.0, num_requests=8)
     spec = CapacitySpec(
-        stage_s=2.0,
         max_stages=3,
         step=2.0,
         precision=0.05,
@@ -284,21 +290,19 @@ def test_stages_bracket_a_real_capacity(tok_dir, tok):
 # -- below the target, and the search phase's stops -------------------------------------------------
 
 
-def test_stages_search_below_a_missed_target_with_lengthened_stages(tok_dir, tok):
+def test_stages_search_below_a_missed_target_each_holding_its_requests(tok_dir, tok):
     """The STREAM_S server (capacity 3.89 req/s) at a 6 req/s target misses; the search goes down
-    to 3 (met), then bisects. Each stage below the target is lengthened to hold the requests of
-    a 1 s stage at 6 req/s (6), within max_stage_s. Before: the floor of 10 requests per 1 s
-    stage sat above 3 req/s, and the capacity was 0."""
-    workload = open_loop(6.0, 2.0)
+    to 3 (met), then bisects. Every stage holds the same 6 requests, so one below the target
+    takes longer (6 / its rate), never holds fewer."""
+    workload = open_loop(6.0, 60.0, num_requests=6)
     spec = CapacitySpec(
-        stage_s=1.0,
         max_stages=3,
         step=2.0,
         precision=0.3,
         idle_timeout_s=10,
         floor_fraction=0.25,
-        max_stage_s=4.0,
         signal_steps=False,
+        early_abort="certain",
     )
     with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
         run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
@@ -307,18 +311,27 @@ def test_stages_search_below_a_missed_target_with_lengthened_stages(tok_dir, tok
     assert rates == pytest.approx([6.0, 3.0, math.sqrt(18), math.sqrt(3 * math.sqrt(18))])
     assert [x.passed for x in stages] == [False, True, False, True]
     for x in stages[1:]:
-        assert x.planned_s == pytest.approx(min(4.0, 6.0 / x.rate))  # stored lengthened
-        assert x.requests_planned >= 6
+        assert x.stage_requests == 6 and x.requests_planned == 6
+        assert x.planned_s == pytest.approx(6 / x.rate, rel=0.05)  # the schedule's last arrival
     est = run.capacity
     assert est.rps > 0 and est.low <= 1 / STREAM_S <= est.high < 6.0
     assert run.metrics()[SLO_CAPACITY_RPS] == pytest.approx(est.rps)
 
 
 def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir, tok):
-    workload = open_loop(20.0, 2.0)
-    spec = CapacitySpec(stage_s=2.0, max_stages=6, step=2.0, idle_timeout_s=10)
+    workload = open_loop(20.0, 60.0, num_requests=40)
+    spec = CapacitySpec(max_stages=6, step=2.0, idle_timeout_s=10)
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec, screen=True))
+        run = asyncio.run(
+            run_stages(
+                s.base_url,
+                None,
+                workload,
+                [slo("ttft_p90_ms", max=50.0)],
+                spec,
+                search=st.StageSearch(screen=True),
+            )
+        )
     assert len(run.stages) == 1 and not run.stages[0].passed
     est = run.capacity
     assert (est.rps, est.low, est.high) == (0.0, None, 20.0)

@@ -19,7 +19,7 @@ from loadgen.loadrun import run_async, run_load
 from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, run_stages
+from objectives.stages import CapacitySpec, StageSearch, run_stages
 from search.executor import measured_before
 from serving import FailureClass
 from serving.process import ServerFailed, while_serving
@@ -138,7 +138,7 @@ def _watched_stages(
     tok_dir,
     tmp_path: Path,
     on_stage=lambda _: None,
-    stage_s: float = 2.0,
+    requests: int = 20,
     max_stages: int = 2,
     limit_s: float = 40.0,
     bound_s: float = STAGED_BOUND_S,
@@ -153,12 +153,12 @@ def _watched_stages(
             "output_tokens": 20,
             "warmup_requests": 2,
             "arrival": {"mode": "constant", "rate": 10},
-            "duration_s": 2,
+            "num_requests": requests,
             "request_timeout_s": 60,
             "seed": 1,
         }
     )
-    capacity = CapacitySpec(stage_s=stage_s, max_stages=max_stages, idle_timeout_s=30)
+    capacity = CapacitySpec(max_stages=max_stages, idle_timeout_s=30)
     watch = ProgressWatch(bound_s)
     server = StubAsServer(stub, tmp_path / "server.log")
     measure = run_stages(
@@ -168,9 +168,9 @@ def _watched_stages(
         STAGED_SLOS,
         capacity,
         tokenizer_path=tok_dir,
+        search=StageSearch(screen=screen),
         on_stage=on_stage,
         watch=watch,
-        screen=screen,
     )
     return run_async(asyncio.wait_for(while_serving(server, measure, "load", watch), limit_s), "asyncio")
 
@@ -265,7 +265,7 @@ def test_a_live_server_that_drains_an_aborted_stage_longer_than_the_bound_is_not
     the client; its gauges move meanwhile, and that is progress (read first before the stage's
     verdict, `loadgen.liveness`, then by the drain)."""
     with _live_stub(tok_dir, tok, ttft_ms=1200, itl_ms=0, slots=1) as s:
-        run = _watched_stages(s, tok_dir, tmp_path, stage_s=4.0, max_stages=1)
+        run = _watched_stages(s, tok_dir, tmp_path, requests=40, max_stages=1)
     assert [x.aborted is not None for x in run.stages] == [True, True]
     assert run.stages[1].idle_wait_s > STAGED_BOUND_S
 
