@@ -38,7 +38,8 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         return [
             *([size.text()] if size is not None else []),
             f"no calibration stored for study {prep.study_name!r} in {redacted(prep.storage_url)}: the stages' "
-            "sizes hold on any machine; their seconds come after the study calibrates (its first minutes)",
+            "sizes hold on any machine; their seconds, and the trials a budget fits, come after the study "
+            "calibrates (its first minutes)",
         ]
     runs = sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
     full = Measurement.of(sc, cal)
@@ -51,4 +52,8 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         gpu=prep.ctx.hardware.is_gpu,
     )
     source = f"study {prep.study_name!r}'s stored calibration" if cal is not None else "the scenario's own rates"
-    return [f"from {source}:", *cost.lines()]
+    lines = [f"from {source}:", *cost.lines()]
+    if opts.timeout_min:
+        fit = min(cost.trials, cost.trials_within(opts.timeout_min * 60))
+        lines.append(f"within the budget of {opts.timeout_min:g} min: {fit} trials and the confirmation")
+    return lines
