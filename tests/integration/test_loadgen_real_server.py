@@ -23,7 +23,9 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
     spec = WorkloadSpec.model_validate(
         {
             "endpoint": "chat",
-            "prompt_tokens": {"dist": "uniform", "low": 320, "high": 480},
+            # above the 300-token system prompt and the template's ~30 (which no shorter prompt can
+            # undercut): the stratified lengths reach the class's low end in 12 requests
+            "prompt_tokens": {"dist": "uniform", "low": 340, "high": 480},
             "output_tokens": {"dist": "uniform", "low": 4, "high": 12},
             "shared_prefix": {"fraction": 1.0, "tokens": 300},
             "arrival": {"mode": "closed", "concurrency": 4},
