@@ -39,15 +39,41 @@ class StageView:
     aborted: str | None  # why it stopped early
     violations: dict[str, float]
     metrics: dict[str, float]
+    class_counts: dict[str, int] = field(default_factory=dict)  # the requests it sent, by class
+    planned_requests: int = 0  # its size (0: a stage sized in seconds)
+    over_saturated: str | None = None  # why its end was not steady, where it was not
+    capped: bool = False  # its time cap cut it short of its planned requests
 
     @property
     def outcome(self) -> str:
         if self.aborted:
             return f"aborted: {self.aborted}"
+        if self.over_saturated:
+            return f"violated: {self.over_saturated}"
         return "met every SLO" if self.passed else "violated: " + ", ".join(self.violations)
 
+    @property
+    def requests(self) -> str:
+        """What it sent of its plan, by class: "140 of 140 (short 98, long 42)"."""
+        sent = sum(self.class_counts.values())
+        if not sent:
+            return ""
+        of = f" of {self.planned_requests}" if self.planned_requests else ""
+        by_class = ", ".join(f"{c} {n}" for c, n in self.class_counts.items()) if len(self.class_counts) > 1 else ""
+        capped = ", capped" if self.capped else ""
+        return f"{sent}{of}" + (f" ({by_class}{capped})" if by_class or capped else "")
 
-STAGE_COLUMNS = ("stage", "kind", "rate (req/s)", "outcome", "elapsed (s)", "saved (s)", "idle wait (s)")
+
+STAGE_COLUMNS = (
+    "stage",
+    "kind",
+    "rate (req/s)",
+    "requests (by class)",
+    "outcome",
+    "elapsed (s)",
+    "saved (s)",
+    "idle wait (s)",
+)
 
 
 def stage_view(stage: StageResult) -> StageView:
@@ -62,6 +88,10 @@ def stage_view(stage: StageResult) -> StageView:
         aborted=stage.aborted,
         violations=stage.violations,
         metrics=stage.metrics,
+        class_counts=stage.class_counts,
+        planned_requests=stage.stage_requests,
+        over_saturated=stage.steady.reason if stage.steady is not None and not stage.steady.steady else None,
+        capped=stage.capped is not None,
     )
 
 
@@ -72,6 +102,7 @@ def stage_rows(stages: list[StageView]) -> list[tuple[str, ...]]:
             str(s.index + 1),
             s.kind,
             fmt_value(s.rate),
+            s.requests,
             s.outcome,
             fmt_value(s.elapsed_s),
             fmt_value(s.saved_s) if s.saved_s else "",

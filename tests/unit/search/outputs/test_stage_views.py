@@ -103,7 +103,7 @@ def test_report_trials_table_folds_each_trials_stage_table(study, tmp_path):
     row0 = page.split('<tr data-trial="0"', 1)[1].split('<tr data-trial="1"', 1)[0]
     assert "5 load stages: 2 met, 1 violated, 2 aborted (saved 3.02 s)" in row0
     assert "capacity 2.27 req/s (met at 2, violated at 2.38)" in row0
-    assert "<td>3</td><td>capacity</td><td>4</td><td>aborted: " in row0
+    assert "<td>3</td><td>capacity</td><td>4</td><td></td><td>aborted: " in row0
     assert "<th>load stages</th>" in page
 
 
@@ -117,10 +117,13 @@ def test_dashboard_note_tables_the_stages_and_states_the_capacity(study, loaded)
     assert note == dashboard.trial_note(views[0], ls.scenario)  # the same as `autotune dashboard` writes
     assert "**Capacity under the SLO**: 2.27 req/s (met at 2, violated at 2.38)" in note
     assert "### Load stages (5 load stages: 2 met, 1 violated, 2 aborted (saved 3.02 s))" in note
-    assert "| stage | kind | rate (req/s) | outcome | elapsed (s) | saved (s) | idle wait (s) |" in note
-    assert "| 1 | target | 1 | met every SLO | 10 |  |  |" in note
     assert (
-        "| 3 | capacity | 4 | aborted: ttft_p95_ms<=2000 is certain to be violated (scripted) | 1.25 | 1.25 | 0.5 |"
+        "| stage | kind | rate (req/s) | requests (by class) | outcome | elapsed (s) | saved (s) | idle wait (s) |"
+        in note
+    )
+    assert "| 1 | target | 1 |  | met every SLO | 10 |  |  |" in note  # scripted: no requests stored
+    assert (
+        "| 3 | capacity | 4 |  | aborted: ttft_p95_ms<=2000 is certain to be violated (scripted) | 1.25 | 1.25 | 0.5 |"
         in note
     )
     starved = dashboard.trial_note(views[1], ls.scenario)
@@ -158,3 +161,27 @@ def test_progress_summary_adds_the_capacity_and_what_early_aborts_saved(study):
         "trial 1 (baseline starved): ttft_p95_ms 8512, slo_capacity_rps 0; violates SLOs; capacity "
         "misses the SLO even at 1 req/s, the lowest rate tried; early aborts saved 5 s"
     ) in printed
+
+
+def test_a_stage_row_shows_its_requests_by_class_and_why_it_was_not_steady():
+    from objectives.stages import CAPACITY, ClassMix, StageResult, SteadyState
+    from search.outputs.trial_views import stage_rows, stage_view
+
+    stage = StageResult(
+        1,
+        CAPACITY,
+        4.0,
+        35.0,
+        36.0,
+        0.2,
+        {},
+        {},
+        {},
+        stage_requests=140,
+        capped="capped: ...",
+        mix=ClassMix({"short": 84, "long": 36}, {"short": 84, "long": 36}, 1.0, True),
+        steady=SteadyState(False, (5.0, 30.0), None, None, "over-saturated: still growing at its end (...)"),
+    )
+    [row] = stage_rows([stage_view(stage)])
+    assert row[3] == "120 of 140 (short 84, long 36, capped)"
+    assert row[4] == "violated: over-saturated: still growing at its end (...)"
