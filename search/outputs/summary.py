@@ -21,7 +21,7 @@ from search.outputs.export import export
 from search.outputs.format import fmt_value
 from search.outputs.read_model import LoadedStudy, load_study
 from search.outputs.report import REPORT_NAME, write_report
-from search.outputs.trial_views import FAILED, TrialView, baseline_views, measured_text
+from search.outputs.trial_views import FAILED, StageView, TrialView, baseline_views, measured_text
 from storage.queries import open_db
 
 WITHIN_NOISE = "~"
@@ -125,12 +125,44 @@ def confirmation_table(ls: LoadedStudy) -> Table | None:
 
 def verdict_lines(ls: LoadedStudy) -> list[str]:
     """The verdict in full (every comparison, the noise, warnings), or what single measurements
-    are worth; then the calibration reference with its spread."""
+    are worth; then the calibration reference with its spread, and what the search's stages sent."""
     text, note = ls.verdict_text(), ls.unconfirmed_note()
     return (
         (text.lines() if text is not None else [])
         + ([note] if note else [])
         + calibration_text.calibration_lines(ls.scenario, ls.calibration())
+        + stages_lines(ls)
+    )
+
+
+def stages_lines(ls: LoadedStudy) -> list[str]:
+    """What the search's load stages sent, by class against the scenario's weights, and how
+    many ended over-saturated or were cut by their time cap (nothing for a study without stages)."""
+    total = sum(c.weight for c in ls.scenario.workload.classes)
+    shares = {c.name: c.weight / total for c in ls.scenario.workload.classes}
+    line = stages_line([s for v in ls.views for s in v.stages], shares)
+    return [line] if line else []
+
+
+def stages_line(stages: list[StageView], shares: dict[str, float]) -> str | None:
+    """One line on stages that stored their requests (None: none did)."""
+    stages = [s for s in stages if sum(s.class_counts.values())]
+    if not stages:
+        return None
+    sent: dict[str, int] = {}
+    worst = 0.0
+    for s in stages:
+        n = sum(s.class_counts.values())
+        for c, k in s.class_counts.items():
+            sent[c] = sent.get(c, 0) + k
+        worst = max([worst, *(abs(s.class_counts.get(c, 0) - w * n) for c, w in shares.items())])
+    by_class = ", ".join(f"{c} {k:,}" for c, k in sent.items())
+    over = sum(s.over_saturated is not None for s in stages)
+    capped = sum(s.capped for s in stages)
+    return (
+        f"the search's {len(stages)} load stages sent {sum(sent.values()):,} requests ({by_class}); each stage's "
+        f"classes within {worst:.2f} of a request of the scenario's weights; {over} over-saturated at their end, "
+        f"{capped} cut by their time cap"
     )
 
 

@@ -185,3 +185,23 @@ def test_a_stage_row_shows_its_requests_by_class_and_why_it_was_not_steady():
     [row] = stage_rows([stage_view(stage)])
     assert row[3] == "120 of 140 (short 84, long 36, capped)"
     assert row[4] == "violated: over-saturated: still growing at its end (...)"
+
+
+def test_the_summary_says_what_the_stages_sent_by_class_against_the_weights():
+    from search.outputs.summary import stages_line
+    from search.outputs.trial_views import StageView
+
+    def view(short: int, long: int, **kw) -> StageView:
+        return StageView(
+            0, "target", 1.0, 10.0, 0.0, 0.0, True, None, {}, {}, {"short": short, "long": long}, 140, **kw
+        )
+
+    line = stages_line(
+        [view(98, 42), view(99, 41, over_saturated="over-saturated: ..."), view(70, 30, capped=True)],
+        {"short": 0.7, "long": 0.3},
+    )
+    assert line == (
+        "the search's 3 load stages sent 380 requests (short 267, long 113); each stage's classes within 1.00 of a "
+        "request of the scenario's weights; 1 over-saturated at their end, 1 cut by their time cap"
+    )
+    assert stages_line([view(0, 0)], {"short": 0.7, "long": 0.3}) is None
