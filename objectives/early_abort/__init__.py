@@ -15,7 +15,8 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
   the stage's percentile counts it above all it measured (`loadgen.metrics`).
 * An error-rate bound is lost once more requests have failed than it allows of the plan.
 * The server's waiting queue growing without bound (an open loop above capacity never reaches a
-  steady state, statistics.md): over the last `QUEUE_WINDOW_S`, the least-squares slope of
+  steady state, statistics.md): over the last window (`window_s`: 15 s, or as long as 30 arrivals
+  take at a lower rate, so that it holds more than a burst on any machine), the least-squares slope of
   `vllm:num_requests_waiting` is at least `QUEUE_GROWTH_SHARE` of the offered rate and the
   queue holds more than half the window's arrivals, and at least `QUEUE_MIN_DEPTH` requests (a
   burst's queue drains; this one does not. Measured: gamma bursts at 0.74 req/s queued 5
@@ -41,13 +42,13 @@ Four ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
   SLOs' miss probabilities, Boole's inequality), if every SLO it is held to has a rule here.
   When the percentile sits between two values, the undecided count is taken as a miss for a
   pass and as a pass for a miss: both stops lean to the full stage's verdict.
-  And over-saturation, its own reason: over the last `QUEUE_WINDOW_S`, the waiting queue and
+  And over-saturation, its own reason: over the last window (`window_s`), the waiting queue and
   the TTFT of the requests sent there both climb (least-squares slopes positive at one-sided
   p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at
   least `SATURATION_MIN_SLOPE` s per s of sending (arrivals 5 % above what is served): the rate
   is above capacity and the stage is measuring its own backlog (as GuideLLM's over-saturation
   stop reads it). The
-  stage's first `SATURATION_SETTLE_S` are left out: an empty server fills up near capacity.
+  stage's start (`settle_s`: 5 s, or 10 arrivals) is left out: an empty server fills up near capacity.
 * `decided` (the default): the certain rules, queue runaway and over-saturation as above, and
   the stage's verdict (`objectives.slo_verdict`): at each of the stage's looks
   (`slo_verdict.StageLength`: every slice of its length), each counted SLO is a Clopper-Pearson
@@ -90,13 +91,17 @@ from objectives.early_abort.saturation import (
     QUEUE_GROWTH_SHARE,
     QUEUE_MIN_DEPTH,
     QUEUE_MIN_SAMPLES,
+    QUEUE_WINDOW_REQUESTS,
     QUEUE_WINDOW_S,
     SATURATION_MIN_POINTS,
     SATURATION_MIN_SLOPE,
     SATURATION_P,
+    SATURATION_SETTLE_REQUESTS,
     SATURATION_SETTLE_S,
     over_saturated,
     queue_runaway,
+    settle_s,
+    window_s,
 )
 
 __all__ = [
@@ -111,10 +116,12 @@ __all__ = [
     "QUEUE_GROWTH_SHARE",
     "QUEUE_MIN_DEPTH",
     "QUEUE_MIN_SAMPLES",
+    "QUEUE_WINDOW_REQUESTS",
     "QUEUE_WINDOW_S",
     "SATURATION_MIN_POINTS",
     "SATURATION_MIN_SLOPE",
     "SATURATION_P",
+    "SATURATION_SETTLE_REQUESTS",
     "SATURATION_SETTLE_S",
     "STOP_RULES",
     "Abort",
@@ -130,6 +137,8 @@ __all__ = [
     "replay",
     "rules_for",
     "seen_at",
+    "settle_s",
     "violators_needed",
     "waiting_proxy",
+    "window_s",
 ]

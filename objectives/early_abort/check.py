@@ -89,15 +89,15 @@ def abort_check(
             started = records[0].scheduled_time - first_offset if records else math.nan
             t = now - started
             if not t >= look:  # NaN (nothing sent yet) or before the next look
-                return over_saturated(samples, records, now)
+                return over_saturated(samples, records, now, rate)
             while look <= t:
                 look = next(looks, math.inf)
             counted = [r for r in rules if isinstance(r, (PercentileRule, ErrorRateRule))]
-            return over_saturated(samples, records, now) or decided_verdict(
+            return over_saturated(samples, records, now, rate) or decided_verdict(
                 counted, records, now, t, length, confidence
             )
         # a likely pass only where every SLO the stage is held to has a rule that can tell
-        return over_saturated(samples, records, now) or likely_verdict(
+        return over_saturated(samples, records, now, rate) or likely_verdict(
             rules, records, now, may_pass and len(rules) == len(slos)
         )
 

@@ -6,8 +6,8 @@ request's wait for a first token grow for as long as it runs. A stage that ends 
 still growing has measured how far the backlog got in the time it had, not the server: on a
 short stage the requests over a TTFT bound can still be few, and the stage would read "met" at a
 rate the server cannot hold. So at its end every stage is judged over its window (after the first
-`SETTLE_SHARE` of it, at most `early_abort.SATURATION_SETTLE_S`: a stage starts on an empty
-server, whose queue fills to its level at any rate near capacity):
+`SETTLE_SHARE` of it, at most `early_abort.settle_s`, 5 s or 10 arrivals: a stage starts on an
+empty server, whose queue fills to its level at any rate near capacity):
 
 * the first-token lag: each request's TTFT against its send time (a request without a first token
   enters with its wait so far, a lower bound), least squares;
@@ -39,12 +39,12 @@ import numpy as np
 from scipy import stats
 
 from loadgen import GaugeSample
-from objectives.early_abort import QUEUE_MIN_DEPTH, SATURATION_MIN_SLOPE, SATURATION_P, SATURATION_SETTLE_S
+from objectives.early_abort import QUEUE_MIN_DEPTH, SATURATION_MIN_SLOPE, SATURATION_P, settle_s
 from objectives.slo_verdict import DEFAULT_CONFIDENCE, SLOVerdict, Verdict
 
 STEADY_STATE = "steady_state"
 CLASS_MIX = "class_mix"
-SETTLE_SHARE = 0.25  # of a stage's sending window, at most SATURATION_SETTLE_S, left out as its fill
+SETTLE_SHARE = 0.25  # of a stage's sending window, at most `early_abort.settle_s`, left out as its fill
 MIN_POINTS = 6  # fewer requests or gauge samples in the window say nothing either way
 
 
@@ -109,7 +109,7 @@ def steady_state(
     (`loadgen.request_samples`, times from its start), `gauges`: the server's samples (perf_counter
     times; `start` is the stage's start on that clock), `sending_s`: how long it sent,
     `end_s`: when it ended (its requests without a first token had waited until then)."""
-    settle = min(SATURATION_SETTLE_S, SETTLE_SHARE * sending_s)
+    settle = min(settle_s(rate), SETTLE_SHARE * sending_s)
     window = (settle, sending_s)
     x, y = [], []
     for sent, ttft, ok, aborted in zip(samples["sent_s"], samples["ttft_s"], samples["ok"], samples["aborted"]):

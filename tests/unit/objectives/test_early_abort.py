@@ -26,6 +26,7 @@ from objectives.early_abort import (
     queue_runaway,
     rules_for,
     violators_needed,
+    window_s,
 )
 from objectives.scoring import SLOSpec
 
@@ -317,14 +318,15 @@ def test_burst_that_drains_is_not_a_runaway():
     assert queue_runaway(samples(ts, shallow), rate=RATE, now=W) is None
 
 
-def test_low_rates_ask_for_the_minimum_depth():
-    """At 0.5 req/s half a window's arrivals is a few requests: QUEUE_MIN_DEPTH applies."""
-    ts = window()
-    assert 0.5 * 0.5 * W < QUEUE_MIN_DEPTH
-    below = (QUEUE_MIN_DEPTH - 1) * ts / W
-    assert queue_runaway(samples(ts, below), rate=0.5, now=W) is None
-    above = (QUEUE_MIN_DEPTH + 1) * ts / W
-    assert queue_runaway(samples(ts, above), rate=0.5, now=W) is not None
+def test_a_low_rate_reads_a_window_that_holds_thirty_arrivals():
+    """At 0.5 req/s the window is 60 s, not 15: a burst that queued 9 requests in its last 15 s
+    (a runaway to a 15 s window, whose depth floor of 8 it passed: one burst on a slow machine)
+    is not one; a queue that climbed to 16 over the whole minute is."""
+    assert window_s(0.5) == 60.0 and window_s(RATE) == W
+    ts = np.linspace(0.0, 60.0, 61)
+    burst = np.where(ts < 45.0, 0.0, (ts - 45.0) * 9 / 15)
+    assert queue_runaway(samples(ts, burst), rate=0.5, now=60.0) is None
+    assert queue_runaway(samples(ts, 16 * ts / 60.0), rate=0.5, now=60.0) is not None
 
 
 def test_too_few_or_too_short_samples_decide_nothing():
