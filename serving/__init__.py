@@ -22,8 +22,9 @@ from serving.kv_log import describe_kv_check, kv_cache_check_at_start
 from serving.model.hub import pinned as pinned_model
 from serving.model.hub import study_label as model_study_label
 from serving.model.info import ModelError, ModelInfo
+from serving.model.local import DEFAULT_SPEC as DEFAULT_MODEL_SPEC
+from serving.model.local import TinyLlamaSpec, build_dummy_architecture, default_model_dir
 from serving.model.local import build as build_default_model
-from serving.model.local import build_dummy_architecture
 from serving.model.memory import KvBudget, ModelShape
 from serving.registry import (
     PARAMS,
@@ -55,6 +56,7 @@ from serving.vllm_flags import (
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION",
+    "DEFAULT_MODEL_SPEC",
     "DEFAULT_STARTUP_TIMEOUT_S",
     "OLDEST_SUPPORTED_VLLM",
     "PARAMS",
@@ -81,6 +83,7 @@ __all__ = [
     "ServerArgs",
     "StartAnatomy",
     "Support",
+    "TinyLlamaSpec",
     "VllmNotInstalled",
     "VllmTooOld",
     "build_default_model",
@@ -88,6 +91,7 @@ __all__ = [
     "check_combination",
     "classify",
     "default_batch",
+    "default_model_dir",
     "describe_kv_check",
     "describe_start_anatomy",
     "facts_for_launch",

@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from serving.model.local import DEFAULT_SPEC, TinyLlamaSpec, build, default_model_dir
+from serving import DEFAULT_MODEL_SPEC, TinyLlamaSpec, build_default_model, default_model_dir
 
 SHAPES: dict[str, TinyLlamaSpec] = {
     "x3-costlier": replace(
-        DEFAULT_SPEC, hidden_size=768, num_layers=6, num_heads=12, num_kv_heads=6, intermediate_size=2016
+        DEFAULT_MODEL_SPEC, hidden_size=768, num_layers=6, num_heads=12, num_kv_heads=6, intermediate_size=2016
     ),
     "x3-cheaper": replace(
-        DEFAULT_SPEC, hidden_size=256, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=672
+        DEFAULT_MODEL_SPEC, hidden_size=256, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=672
     ),
 }
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("shape", choices=list(SHAPES))
     args = parser.parse_args(argv)
     spec = SHAPES[args.shape]
-    print(build(spec, default_model_dir(spec)))
+    print(build_default_model(spec, default_model_dir(spec)))
     return 0
 
 

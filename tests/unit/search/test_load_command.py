@@ -28,7 +28,11 @@ def test_a_scenario_name_and_its_path_give_the_same_validated_scenario(tmp_path,
     by_path, sc_by_path = load_command.build_workload(parse(CONFIG_DIR / "mixed.yaml"))
     expected, _, _ = scenario.load("mixed")
     assert sc_by_name == sc_by_path == expected
-    assert by_name == by_path == expected.workload
+    # one run of a staged scenario is its target stage: the requests every stage holds
+    stage = expected.workload.model_copy(
+        update={"num_requests": expected.capacity.size(expected.workload, expected.slos).requests}
+    )
+    assert by_name == by_path == stage and by_name.num_requests == 140
 
 
 def test_a_scenario_file_is_validated_whole(tmp_path):
