@@ -8,6 +8,7 @@ lives in `search.calibration`.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,11 @@ from search.calibration import MIN_TIMED_SHARE, CalibrationResult, closed_worklo
 from search.scenario import Calibration, Scenario
 from serving import FailurePhase, LaunchContext, ServerArgs
 from serving.process import ServerFailed, launch, while_serving
+
+# The stall bound of the calibration's first loads, before any class's unloaded TTFT is known: one
+# long prompt alone may take this long on a slow CPU (a 2,600-token prefill at 200 tokens/s is 13 s,
+# past the 15 s floor with a scheduling hiccup: seen on a 2-core CPU three times slower than usual).
+FIRST_STALL_BOUND_S = 60.0
 
 
 class CalibrationFailed(RuntimeError):
@@ -80,10 +86,15 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
     rounds: list[dict[str, Any]] = []
     saturations: list[dict[str, float]] = []
 
+    slowest_ttft_ms: list[float] = []  # each class's unloaded TTFT median, as the rounds measure them
+
     def watched(load):
         """`load(watch)`: a coroutine whose progress `watch` sees; a server that dies or hangs under
-        it fails the calibration as it fails a trial."""
-        watch = ProgressWatch(stall_bound_s())  # no unloaded TTFT yet: the floor
+        it fails the calibration as it fails a trial. Its stall bound is a trial's (5 x the slowest
+        unloaded TTFT) once a class has been measured; before that, what a long prefill on a slow
+        machine can take (`FIRST_STALL_BOUND_S`)."""
+        bound = stall_bound_s(max(slowest_ttft_ms)) if slowest_ttft_ms else FIRST_STALL_BOUND_S
+        watch = ProgressWatch(bound)
         return run_async(while_serving(server, load(watch), phase=FailurePhase.CALIBRATION, watch=watch))
 
     for i in range(cal.repeats):
@@ -101,6 +112,7 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
             warmup=i == 0,
             watched=watched,
             on_phase=lambda text: on_phase(text + tag),
+            measured=slowest_ttft_ms,
         )
         on_phase(f"saturation throughput{tag}")
         spec = saturation_workload(wl, cal)
@@ -120,7 +132,16 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
 
 
 def _unloaded(
-    url: str, model: str, ctx: LaunchContext, wl: WorkloadSpec, cal: Calibration, *, warmup: bool, watched, on_phase
+    url: str,
+    model: str,
+    ctx: LaunchContext,
+    wl: WorkloadSpec,
+    cal: Calibration,
+    *,
+    warmup: bool,
+    watched,
+    on_phase,
+    measured: list[float],
 ) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each request class alone, one request at a time: its latency medians (and the overall
     medians, weighted by class share), and the share of each class's streams whose decode the
@@ -144,6 +165,8 @@ def _unloaded(
         )
         result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
         flat = result.flat_metrics()
+        if math.isfinite(flat.get("ttft_median_ms", math.nan)):  # the later loads' stall bound
+            measured.append(flat["ttft_median_ms"])
         tpot, timed_share[cls.name] = timed_tpot_median_ms(result.records)
         flat["tpot_median_ms"] = tpot if timed_share[cls.name] >= MIN_TIMED_SHARE else None
         for key, value in flat.items():

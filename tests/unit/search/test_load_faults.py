@@ -13,6 +13,7 @@ import search.executor.calibration_run
 import search.executor.vllm
 from loadgen.loadrun import LoadRunError
 from loadgen.records import RequestRecord
+from loadgen.stall import stall_bound_s
 from search import scenario as scenario_mod
 from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan
 from serving import Failure, FailureClass
@@ -172,7 +173,7 @@ async def one_request_never_answered(*args, watch=None, **kw):
 
 
 def test_calibration_fails_as_hang_when_its_server_stops_answering(tmp_path, monkeypatch):
-    monkeypatch.setattr(search.executor.calibration_run, "stall_bound_s", lambda *a: 1.0)
+    monkeypatch.setattr(search.executor.calibration_run, "FIRST_STALL_BOUND_S", 1.0)
     server = FakeServer(tmp_path / "calibration" / "server.log")
     CANCELLED.clear()
     with pytest.raises(
@@ -184,3 +185,26 @@ def test_calibration_fails_as_hang_when_its_server_stops_answering(tmp_path, mon
     ):
         calibrated(tmp_path, monkeypatch, server, one_request_never_answered)
     assert CANCELLED == ["one_request_never_answered"] and server.stopped  # cut short, not run out
+
+
+def test_the_calibrations_first_loads_allow_a_long_prefill_then_a_trials_bound(tmp_path, monkeypatch):
+    """Before any class's unloaded TTFT is known a load may go FIRST_STALL_BOUND_S without a token
+    (a long prompt alone on a slow CPU); once one is, 5 x the slowest, as a trial's bound."""
+    bounds: list[float] = []
+
+    class Measured:
+        records = ()
+
+        def flat_metrics(self):
+            return {"ttft_median_ms": 8000.0, "request_throughput": 1.0}
+
+    async def measured(*args, watch=None, **kw):
+        bounds.append(watch.bound_s)
+        if len(bounds) == 2:  # the unloaded class, then the saturation run
+            raise RuntimeError("enough")
+        return Measured()
+
+    with pytest.raises(CalibrationFailed):
+        calibrated(tmp_path, monkeypatch, FakeServer(tmp_path / "calibration" / "server.log"), measured)
+    first = search.executor.calibration_run.FIRST_STALL_BOUND_S
+    assert bounds == [first, 40.0] and first > stall_bound_s()
