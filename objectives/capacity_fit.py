@@ -214,7 +214,10 @@ def fit_stages(
             if v.counted and v.limit is not None and v.over is not None and v.known is not None:
                 counted.setdefault(v.slo, (v.limit, []))[1].append(Exceedance(rate, v.over, v.known))
             else:
-                probe = cap.Probe(rate, math.nan) if cut else cap.Probe(rate, v.margin, v.verdict == MET)
+                # A cut stage's margin is a lower bound of a miss; its steady state was judged on
+                # what it ran, and stands (a stage cut by another SLO's miss settled or did not).
+                lower_bound = cut and v.basis != "steady"
+                probe = cap.Probe(rate, math.nan) if lower_bound else cap.Probe(rate, v.margin, v.verdict == MET)
                 margins.setdefault(v.slo, []).append(probe)
     fit = fit_capacity(counted, margins, floor=floor, confidence=confidence)
     # Decided stages bound the estimate: not above a rate where an SLO was decidedly violated,

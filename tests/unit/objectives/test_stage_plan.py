@@ -240,3 +240,25 @@ def test_a_run_whose_queue_still_grows_at_its_end_is_judged_over_saturated():
     assert stage.verdicts[0].verdict == MET  # the counts alone
     assert stage.verdict == VIOLATED and not stage.passed and not stage.steady_ok
     assert any(n.startswith("over-saturated") for n in stage.notes)
+
+
+def test_a_stage_cut_by_another_slos_miss_does_not_bound_the_capacity_by_its_steady_state():
+    """Stages that all settled: the steady state bounds nothing, even where a stage was cut short
+    by a certain TTFT miss (its steady state was judged on what it ran, and it settled)."""
+    from objectives.capacity import SearchSettings
+    from objectives.slo_verdict import SLOVerdict
+
+    steady = st.SteadyState(True, (5.0, 60.0), None, None, "settled").verdict()
+
+    def counted(over: int, known: int) -> SLOVerdict:
+        return SLOVerdict("ttft_p95_ms<=500", MET, -0.2, 0.05, over, known, 0.0, 0.1, "interval")
+
+    stages = [
+        st.StageResult(0, st.TARGET, 1.0, 60.0, 60.0, -0.5, {}, {}, {}, verdicts=[counted(1, 140), steady]),
+        st.StageResult(1, st.CAPACITY, 1.4, 60.0, 60.0, -0.2, {}, {}, {}, verdicts=[counted(5, 140), steady]),
+        st.StageResult(
+            2, st.CAPACITY, 1.6, 60.0, 20.0, 0.3, {}, {}, {}, aborted="certain", verdicts=[counted(9, 60), steady]
+        ),
+    ]
+    estimate = st.final_estimate(stages, SearchSettings(max_stages=2), None)
+    assert estimate.binding != "steady_state" and estimate.rps > 1.4
