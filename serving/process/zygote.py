@@ -407,6 +407,24 @@ def status() -> ZygoteStatus:
     return ZygoteStatus(tuple(_failures))
 
 
+def current_pid() -> int | None:
+    """The pid of the zygote the next server would be asked for (None: none started yet, or the
+    last one was closed or given up on). It leads its process group. For a caller that watches
+    it from outside, such as a test that stops or kills it."""
+    current = _current
+    return None if current is None else current.proc.pid
+
+
+def forget_failures() -> None:
+    """For tests only: this process's zygote failures forgotten (`status`, and the environments
+    refused a zygote), as at a tuner's start; the current zygote is kept. A test that fails
+    zygotes on purpose calls it, so that the tests after it in the same process get zygotes
+    again: a tuner never does (its record lasts its process)."""
+    with _pool_lock:
+        _failures.clear()
+        _failed.clear()
+
+
 def zygote_log(server_log: Path) -> Path:
     """Where a zygote logs: beside the log of the server that started it (a study's calibration or
     first trial), inside the directory its caller chose; never above it, where a server logging to

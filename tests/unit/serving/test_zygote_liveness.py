@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from objectives.failure import FailureClass
-from serving.process import ServerFailed, VllmServer, zygote_process, zygote_status
+from serving.process import ServerFailed, VllmServer, zygote_pid, zygote_process, zygote_status
 from serving.process import zygote as zygote_mod
 from serving.process.launch_spec import LaunchSpec
 from serving.process.zygote import ZygoteGone
@@ -245,6 +245,23 @@ def test_one_failure_is_said_with_the_new_zygote_that_took_its_place(zygotes, tm
     queue += [PlayedZygote(imported=False, state=psutil.STATUS_STOPPED), PlayedZygote()]
     fork(tmp_path)
     assert zygote_status().summary().endswith("while importing vLLM); a new one took its place")
+
+
+def test_the_zygotes_pid_is_the_current_ones_and_a_test_may_forget_the_failures(zygotes, tmp_path):
+    """`zygote_pid` names the zygote a test stops or kills; `forget_failures` (tests only) clears
+    this process's record and keeps the zygote, so that a later test gets zygotes again."""
+    queue, started = zygotes
+    queue += [PlayedZygote(imported=False, state=psutil.STATUS_STOPPED), PlayedZygote()]
+    queue[1].proc.pid = NO_SUCH_PID + 1
+    assert zygote_pid() is None
+    fork(tmp_path)
+    assert zygote_pid() == NO_SUCH_PID + 1 and len(zygote_status().failures) == 1
+    zygote_mod._failed.add(zygote_mod.zygote_key("py", {"OTHER": "1"}))
+    zygote_mod.forget_failures()
+    assert zygote_status().failures == () and zygote_mod._failed == set()
+    assert zygote_pid() == NO_SUCH_PID + 1 and fork(tmp_path).zygote.proc is started[1].proc
+    zygote_mod.close()
+    assert zygote_pid() is None
 
 
 def test_a_zygote_importing_past_the_start_timeout_fails_the_start_as_the_zygotes(zygotes, tmp_path):
