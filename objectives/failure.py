@@ -35,6 +35,7 @@ class FailureClass(StrEnum):
     START_TIMEOUT = "start_timeout"
     LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
     HANG = "hang"  # alive, but no token and no finished request for the stall bound (loadgen.stall)
+    ZYGOTE = "zygote"  # the study's zygote, not the server: it did not fork the server in time
     OTHER = "other"
 
     @property
@@ -42,8 +43,15 @@ class FailureClass(StrEnum):
         """May say nothing about the flags: the same flags may well run on a second try (a trial
         gets one more server start, `search.executor`). A hang may be the machine's (swap, a
         stopped process) or the configuration's (a deadlock): once is taken for the former, a
-        second hang on a fresh server fails the trial for good."""
-        return self in (FailureClass.KILLED, FailureClass.PORT_BUSY, FailureClass.START_TIMEOUT, FailureClass.HANG)
+        second hang on a fresh server fails the trial for good. A zygote's failure says nothing
+        about the server's flags at all."""
+        return self in (
+            FailureClass.KILLED,
+            FailureClass.PORT_BUSY,
+            FailureClass.START_TIMEOUT,
+            FailureClass.HANG,
+            FailureClass.ZYGOTE,
+        )
 
     @property
     def advice(self) -> list[str]:
@@ -83,6 +91,12 @@ _ADVICE: dict[FailureClass, list[str]] = {
     FailureClass.HANG: [
         "the server stopped producing tokens under load (stopped, deadlocked or swapped out), and again "
         "on a fresh server: read its log up to the failure line's time, and check the machine's memory and swap"
+    ],
+    FailureClass.ZYGOTE: [
+        "transient: the study's zygote (the interpreter that forks each server) did not fork this one within "
+        "the start timeout; the trial was retried on the same flags. A zygote that stops answering is killed "
+        "and replaced, and after two such failures the study execs its servers. If it recurs, read zygote.log "
+        "(beside the calibration's server log) and check the machine's memory and swap",
     ],
     FailureClass.OTHER: ["read the trial's server log for the root cause"],
 }

@@ -21,11 +21,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-# The two failure values storage must recognise, as stored: objectives.failure defines them
-# (FailurePhase.PRECHECK, FailureClass.LOAD_ERROR), and storage imports nothing from objectives;
-# tests/unit/storage ties each to its member.
+# The failure values storage must recognise, as stored: objectives.failure defines them
+# (FailurePhase.PRECHECK, FailureClass.LOAD_ERROR, FailureClass.ZYGOTE), and storage imports nothing
+# from objectives; tests/unit/storage ties each to its member.
 PRECHECK_PHASE = "precheck"  # rejected before any start: no server, no cost
 LOAD_ERROR_CLASS = "load_error"  # the load generator failed, not the server: says nothing of the flags
+ZYGOTE_CLASS = "zygote"  # the study's zygote did not fork the server: says nothing of the flags either
 
 
 class TrialStatus(StrEnum):
@@ -162,9 +163,9 @@ class TrialRecord(Base):
     @property
     def reusable(self) -> bool:
         """May stand for a later trial with the same flags, which then starts no server: a trial
-        that ran its own configuration, unless the load generator failed it (the flags were
-        never judged: they are measured again)."""
-        return TrialStatus(self.status).cost_a_start and self.failure_class != LOAD_ERROR_CLASS
+        that ran its own configuration, unless the load generator or the study's zygote failed it
+        (the flags were never judged: they are measured again)."""
+        return TrialStatus(self.status).cost_a_start and self.failure_class not in (LOAD_ERROR_CLASS, ZYGOTE_CLASS)
 
 
 class StageRecord(Base):

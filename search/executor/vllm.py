@@ -215,7 +215,11 @@ class VllmExecutor:
             ):
                 break
             kept = set_aside(log_path)
-            retried.append(RetriedStart(failure, outcome.timings.total_s or 0.0, str(kept) if kept else None))
+            retried.append(
+                RetriedStart(
+                    failure, outcome.timings.total_s or 0.0, str(kept) if kept else None, outcome.timings.zygote_failure
+                )
+            )
         outcome.retried, outcome.started_at = retried, started_at or outcome.started_at
         if retried:
             outcome.timings.total_s = time.monotonic() - t0
@@ -248,7 +252,14 @@ class VllmExecutor:
         watch, healthy_at = FirstTokenWatch(m.stall_bound_s), None  # the first token served
         try:
             if kept is None:
-                server.start()
+                try:
+                    server.start()
+                finally:
+                    # A zygote failure this start got past is a note on the start, not a failed start of
+                    # its own: the start went on (a new zygote, or exec'd) and is judged by its server; a
+                    # start it did fail is this start's failure (`FailureClass.ZYGOTE`). Either way it
+                    # stays in order with the trial's other starts (`run`: a retried start keeps it).
+                    outcome.timings.zygote_failure = server.zygote_failure
                 outcome.timings.start_s, healthy_at = server.ready_s, time.perf_counter()
             # the memory arithmetic, checked
             kv_check = kv_cache_check_at_start(plan.server_args.values, ctx, log_path)

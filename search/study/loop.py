@@ -60,6 +60,7 @@ from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
 from serving import Hardware, LaunchContext, unset_value
+from serving.process import zygote_status
 from storage import queries
 from storage.tables import TrialRecord
 from storage.url import redacted
@@ -230,6 +231,7 @@ class StudyRunner:
                             self._make_executor,
                         )
                     self._plan_kept(plan, time.monotonic() - planned_at)
+                    self._zygote_said()
         finally:
             signal.signal(signal.SIGTERM, previous)
             lock.close()
@@ -318,6 +320,13 @@ class StudyRunner:
             f"the plan said about {plan.total_s / 60:.0f} min for the search and the confirmation; "
             f"they took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%})"
         )
+
+    def _zygote_said(self) -> None:
+        """The study zygote's failures in this process, if it had any: each one is a line in its
+        server's log only, so the study's end says them once (and whether its later servers were exec'd)."""
+        said = zygote_status().summary()
+        if said is not None:
+            self.events.note(said)
 
     # -- the search ----------------------------------------------------------------------------
 

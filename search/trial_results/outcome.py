@@ -22,6 +22,7 @@ class RetriedStart:
     failure: Failure
     seconds: float  # the lost start took this long
     log_path: str | None  # its server log, set aside (server.N.log)
+    zygote_failure: str | None = None  # as `Timings.zygote_failure`, in this start
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Timings:
     total_s: float | None = None  # every start of the trial, retried ones included
     start_anatomy: StartAnatomy | None = None  # the start's phases, from the server's log
     reuse: ServerReuse | None = None  # measured on a reconfigured server, or why a kept one was not used
+    # The study's zygote failed in this start and was killed: a new zygote forked the server, or it
+    # was exec'd, in the same start (its lines; the start itself is judged by its server).
+    zygote_failure: str | None = None
 
 
 @dataclass

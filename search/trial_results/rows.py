@@ -178,13 +178,16 @@ def stage_columns(stage: StageResult) -> dict[str, Any]:
 
 
 def _retried_json(start: RetriedStart) -> dict[str, Any]:
-    return {
+    stored = {
         "cls": start.failure.cls.value,
         "phase": start.failure.phase.value,
         "line": start.failure.line,
         "seconds": round(start.seconds, 1),
         "log_path": start.log_path,
     }
+    if start.zygote_failure is not None:
+        stored["zygote_failure"] = start.zygote_failure
+    return stored
 
 
 def _timings_json(timings: Timings) -> dict[str, Any]:
@@ -236,6 +239,7 @@ def retried_of(row: TrialRecord | ConfirmationRun) -> list[RetriedStart]:
             ),
             _number(r.get("seconds")),
             r.get("log_path"),
+            r.get("zygote_failure"),
         )
         for r in row.retried or []
     ]
@@ -251,6 +255,7 @@ def timings_of(row: TrialRecord | ConfirmationRun) -> Timings:
         total_s=stored.get("total_s"),
         start_anatomy=StartAnatomy.from_dict(anatomy) if anatomy else None,
         reuse=ServerReuse.from_dict(reuse) if reuse else None,
+        zygote_failure=stored.get("zygote_failure"),
     )
 
 

@@ -5,7 +5,9 @@ servers (the executor, its calibration, the benchmarks).
 diagnosis needs) and starts nothing, so what only reads a stored study (the outputs) imports it
 without the process machinery; this module starts one (`launch`: a process group with its
 guard), watches a measurement against it (`while_serving`), lowers a drained one's scheduler
-limits in place (`reconfigure`) and stops it.
+limits in place (`reconfigure`) and stops it. `zygote_status` says whether the study's zygote
+failed in this process, and whether its servers are exec'd since (for the study's summary);
+`zygote_pid` which process the zygote is (for a test that stops or kills it).
 """
 
 from serving.process.launcher import command_line, launch, launch_spec
@@ -13,6 +15,9 @@ from serving.process.reconfiguration import KNOBS as RECONFIGURABLE
 from serving.process.reconfiguration import Reconfiguration, reconfigure, within_start
 from serving.process.server import ServerFailed, StopReport, VllmServer, set_aside
 from serving.process.watch import FirstTokenWatch, while_serving
+from serving.process.zygote import current_pid as zygote_pid
+from serving.process.zygote import status as zygote_status
+from serving.process.zygote_liveness import ZygoteFailure, ZygoteStatus
 
 __all__ = [
     "RECONFIGURABLE",
@@ -21,6 +26,8 @@ __all__ = [
     "ServerFailed",
     "StopReport",
     "VllmServer",
+    "ZygoteFailure",
+    "ZygoteStatus",
     "command_line",
     "launch",
     "launch_spec",
@@ -28,4 +35,6 @@ __all__ = [
     "set_aside",
     "while_serving",
     "within_start",
+    "zygote_pid",
+    "zygote_status",
 ]

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.process import zygote
+from serving.process import zygote, zygote_process
 from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 
 HOST = "127.0.0.1"
@@ -38,7 +38,7 @@ def tuner_entry(api_module: str, forkserver: bool) -> str:
     where `PLUGIN_ENV` turns it on, and on the CPU build (`forkserver`) the EngineCore and its
     worker forked from a forkserver that imported vLLM beside the API server, not spawned afresh."""
     return (
-        f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
+        f"import sys; sys.path.insert(0, {str(zygote_process.ENTRY_DIR)!r}); import autotune_vllm_entry; "
         f"autotune_vllm_entry.main({api_module!r}, forkserver={forkserver!r})"
     )
 

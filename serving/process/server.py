@@ -127,6 +127,9 @@ class VllmServer:
         self.spawned_at: datetime | None = None  # local wall time, the clock of vLLM's log lines
         self._gpu_baseline: list[float] | None = None
         self.pids: set[int] = set()  # every process seen in the group, for the kernel log's word
+        # The study's zygote failed during this start and was killed, and a new zygote forked the
+        # server or it was exec'd: the lines, for the trial's record (None: no zygote failed).
+        self.zygote_failure: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -207,7 +210,8 @@ class VllmServer:
 
     def _fork_from_zygote(self, env: dict[str, str], pipe_fd: int) -> zygote.ForkedServer | None:
         """The server forked by the study's zygote (the same command, without importing vLLM
-        again); None, with the reason in the log, where it cannot be."""
+        again); None, with the reason in the log, where it cannot be. A zygote that fails is
+        replaced within this start (`zygote.fork_server`): one line here says so."""
         argv, api_module = self.spec.server_argv(self.port), self.spec.api_module
         # Before the fork, so that it comes before the server's own lines.
         self._log.write(b"autotune: the command above is forked by the study's zygote (vLLM imported once per study)\n")
@@ -225,14 +229,11 @@ class VllmServer:
                 timeout_s=self.spec.startup_timeout_s,
                 mode=self.spec.children,
             )
-            said = f"{forked.note}; " if forked.note else ""
-            self._log.write(f"autotune: {said}the zygote's log: {forked.zygote.log_path}\n".encode())  # appended ("ab")
-            self._log.flush()
-            return forked
         except zygote.ZygoteTimeout as e:
+            self.zygote_failure = "; ".join(e.failures) or None
             raise ServerFailed(
                 Failure(
-                    FailureClass.START_TIMEOUT,
+                    FailureClass.ZYGOTE,
                     f"not forked after {self.spec.startup_timeout_s:.0f} s: {e}",
                     phase=FailurePhase.STARTUP,
                     elapsed_s=self.elapsed(),
@@ -240,9 +241,13 @@ class VllmServer:
                 )
             ) from None
         except zygote.ZygoteGone as e:
-            self._log.write(f"autotune: not forked: {e}; this server is exec'd\n".encode())
-            self._log.flush()
+            self.zygote_failure = "; ".join(e.failures) or None
+            self.note(f"not forked: {e}; this server is exec'd")
             return None
+        self.zygote_failure = "; ".join(forked.zygote_failures) or None
+        said = f"{forked.note}; " if forked.note else ""
+        self.note(f"{said}the zygote's log: {forked.zygote.log_path}")
+        return forked
 
     def _wait_healthy(self) -> None:
         deadline = self.started_at + self.spec.startup_timeout_s

@@ -3,28 +3,44 @@ per Python and environment, started at the first server that asks for it, reused
 one, closed when the tuner exits (and exiting by itself if the tuner dies).
 
 A server the zygote cannot fork (it failed to start or to import vLLM, or died) is exec'd as
-before; the server's log says why and where the zygote's own log is.
+before; the server's log says why and where the zygote's own log is. The zygote is watched like a
+server (`zygote_liveness`): one that does not answer, or stops making progress while it imports,
+is killed with its process group and replaced by a new one; after two such failures in one tuner
+process every later server is exec'd (`status`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import psutil
 
-ENTRY_DIR = Path(__file__).resolve().parent / "entry"
-ZYGOTE_ENTRY = (
-    f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import autotune_vllm_zygote as z; z.main(sys.argv[1:])"
+from serving.process import zygote_process
+from serving.process.zygote_liveness import (
+    ABOUT_THE_ZYGOTE,
+    ImportProgress,
+    Liveness,
+    ZygoteFailure,
+    ZygoteStatus,
 )
+from serving.process.zygote_process import EXITED, STOPPED, ZygoteProcess
+
 MAX_MESSAGE = 1 << 20
-UNKNOWN_EXIT = 1  # a guard whose zygote died before it could say how the guard ended
+LIVENESS = Liveness()  # the bounds a zygote is held to (`zygote_liveness` says why each)
+UNKNOWN_EXIT = 1  # a guard whose zygote died, or stopped, before it could say how the guard ended
+SEND_TIMEOUT_S = 5.0  # a message waits this long for room in the zygote's socket buffer
+CLOSE_GRACE_S = 10.0  # a zygote in its loop exits at once when its socket closes
 FORKSERVER, FORK = "forkserver", "fork"  # how a server's children start: the CPU build's forkserver, vLLM's fork
 # What the zygote imports besides the API server module: what the EngineCore runs (as the CPU
 # forkserver preloads it, entry/autotune_vllm_entry.py PRELOAD) and, on a GPU, the worker the
@@ -38,13 +54,28 @@ def preload(mode: str) -> list[list[str]]:
     return [list(ENGINE_MODULES), list(GPU_WORKER_MODULES) if mode == FORK else []]
 
 
-class ZygoteGone(RuntimeError):
-    """The zygote cannot fork a server (it never came up, or it has died): exec the server."""
+class ZygoteError(RuntimeError):
+    """Why the zygote did not fork a server, with the zygote failures this start got past
+    before (`failures`: a new zygote was started after each)."""
+
+    def __init__(self, why: str, failures: list[str] | None = None):
+        super().__init__(why)
+        self.failures = list(failures or [])
 
 
-class ZygoteTimeout(RuntimeError):
-    """The zygote did not fork within the server's start timeout (still importing vLLM): the
-    start timed out. A request it reads later finds the tuner's pipe closed and forks nothing."""
+class ZygoteGone(ZygoteError):
+    """The zygote cannot fork a server (it never came up, it has died, or the study gave up on
+    its zygote): exec the server."""
+
+
+class ZygoteTimeout(ZygoteError):
+    """The zygote, still importing vLLM and making progress, did not answer within the server's
+    start timeout: the start failed, and the zygote's import goes on for the next one."""
+
+
+class ZygoteFailed(ZygoteError):
+    """The zygote is alive but not serving: stopped, hung, or silent past its bound
+    (`zygote_liveness`). Kill it; start a new one or exec the server."""
 
 
 class ForkedServer:
@@ -52,8 +83,10 @@ class ForkedServer:
     forked by the zygote: not the tuner's child, so its exit code comes from the zygote."""
 
     def __init__(self, zygote: Zygote, pid: int):
-        self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.zygote, self.pid = zygote, pid
+        self.returncode: int | None = None
         self.note: str | None = None  # why this server needed a new zygote, for its log
+        self.zygote_failures: list[str] = []  # the zygote failures its start got past
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -62,84 +95,67 @@ class ForkedServer:
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if end is not None and time.monotonic() > end:
-                raise subprocess.TimeoutExpired(f"guard {self.pid}", timeout)
+                raise subprocess.TimeoutExpired(f"guard {self.pid}", timeout or 0.0)
             time.sleep(0.05)
-        return self.returncode
+        return code
 
 
 class Zygote:
-    def __init__(self, python: str, env: dict[str, str], api_module: str, log_path: Path, mode: str = FORKSERVER):
-        self.key = zygote_key(python, env, mode)
-        self.log_path = log_path
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    """One zygote: its process and the tuner's end of its control socket, both given (`start_zygote`
+    spawns the real one; a test plays one on a socketpair)."""
+
+    def __init__(
+        self,
+        key: tuple,
+        log_path: Path,
+        sock: socket.socket,
+        proc: ZygoteProcess,
+        liveness: Liveness = LIVENESS,
+    ):
+        self.key, self.log_path, self.proc, self.liveness = key, log_path, proc, liveness
+        self._sock = sock
         self._lock = threading.Lock()
         self._exits: dict[int, int] = {}
         self._forked: dict[int, int | None] = {}  # request id -> guard pid (None: not forked)
         self._requests = 0
+        self._pings = 0
+        self._ponged = 0  # the last ping answered
+        self.answered = False  # it has sent something: its imports are done, it runs its loop
         self.forks = 0
         self.gone = False
-        self.proc: subprocess.Popen | None = None
-        self._start_error: str | None = None
-        try:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        python,
-                        "-c",
-                        ZYGOTE_ENTRY,
-                        "boot",
-                        str(theirs.fileno()),
-                        api_module,
-                        mode,
-                        json.dumps(preload(mode)),
-                    ],
-                    env=env,
-                    pass_fds=(theirs.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-        except OSError as e:  # no such python, not executable, no room for the log
-            self.gone, self._start_error = True, f"{type(e).__name__}: {e}"
-        finally:
-            theirs.close()
 
     def fork(
         self, argv: list[str], log_path: Path, pipe_fd: int, nice: int, title: str, timeout_s: float
     ) -> ForkedServer:
         """A server group forked with `argv`, its streams appended to `log_path`, its guard
-        watching `pipe_fd`. Waits for the zygote's imports on its first call (at most
-        `timeout_s`); raises ZygoteGone when it cannot."""
+        watching `pipe_fd`: a ping first, then the request. Waits for the zygote's imports on its
+        first call (at most `timeout_s`, watched for progress). Raises ZygoteGone (it has died),
+        ZygoteFailed (stopped, or silent past a bound) or ZygoteTimeout."""
         with self._lock:
+            if self.gone:
+                raise ZygoteGone(self._why())
+            deadline = time.monotonic() + timeout_s
+            self._pings += 1
+            ping = self._pings
+            self._send({"ping": ping})
+            # Importing, it reads nothing: watched for progress instead of bounded.
+            bound = self.liveness.ping_s if self.answered else None
+            self._await(lambda: self._ponged >= ping, deadline, bound, "a ping")
             self._requests += 1
+            request_id = self._requests
             request = {
-                "id": self._requests,
+                "id": request_id,
                 "argv": argv,
                 "log": str(log_path),
                 "cwd": os.getcwd(),
                 "nice": nice,
                 "title": title,
             }
-            if self.gone:
-                raise ZygoteGone(self._why())
-            try:
-                self._sock.settimeout(5.0)
-                socket.send_fds(self._sock, [json.dumps(request).encode()], [pipe_fd])
-            except OSError:
-                self._mark_gone()
-                raise ZygoteGone(self._why()) from None
-            end = time.monotonic() + timeout_s
-            while request["id"] not in self._forked:
-                if not self._read(max(0.0, end - time.monotonic())):
-                    if self.gone:
-                        raise ZygoteGone(self._why())
-                    if time.monotonic() >= end:
-                        raise ZygoteTimeout(f"the study's zygote has not forked it yet (its log: {self.log_path})")
-            pid = self._forked.pop(request["id"])
+            self._send(request, pipe_fd)
+            self._await(lambda: request_id in self._forked, deadline, self.liveness.fork_s, "a fork request")
+            pid = self._forked.pop(request_id)
             if pid is None:
                 raise ZygoteGone(f"the study's zygote did not fork it ({self._why()})")
             self.forks += 1
@@ -151,9 +167,51 @@ class Zygote:
                 pass
             if pid in self._exits:
                 return self._exits.pop(pid)
-            if self.gone and not _alive(pid):
+            # A guard that has exited is reaped by the zygote's loop within 0.2 s, and said: one
+            # a stopped zygote cannot reap would otherwise look alive until the tuner's timeout.
+            if not _alive(pid) and (self.gone or self.proc.status() in STOPPED):
                 return UNKNOWN_EXIT
             return None
+
+    def _send(self, message: dict, fd: int | None = None) -> None:
+        data = json.dumps(message).encode()
+        try:
+            self._sock.settimeout(SEND_TIMEOUT_S)
+            if fd is None:
+                self._sock.send(data)
+            else:
+                socket.send_fds(self._sock, [data], [fd])
+        except TimeoutError:  # its socket's buffer is full: it reads nothing
+            raise ZygoteFailed(self._failed(f"did not take a message for {SEND_TIMEOUT_S:.0f} s")) from None
+        except OSError:
+            self._mark_gone()
+            raise ZygoteGone(self._why()) from None
+
+    def _await(self, done: Callable[[], bool], deadline: float, bound_s: float | None, what: str) -> None:
+        """Read the zygote's messages until `done()`. Bounded by `bound_s` once it has answered;
+        before that (None) it imports vLLM, as long as it is not stopped and its CPU time grows,
+        up to `deadline`."""
+        t0 = time.monotonic()
+        progress = None if bound_s is not None else ImportProgress(self.proc, t0)
+        while not done():
+            if self._read(self.liveness.poll_s):
+                continue
+            if self.gone:
+                raise ZygoteGone(self._why())
+            state, now = self.proc.status(), time.monotonic()
+            if state in EXITED:  # its socket's EOF is held by a child of its (the GPU probe)
+                self._mark_gone()
+                raise ZygoteGone(self._why())
+            doing = "while importing vLLM" if progress is not None else f"before answering {what}"
+            if state in STOPPED:
+                raise ZygoteFailed(self._failed(f"is stopped ({state}) {doing}"))
+            if bound_s is not None and now - t0 > bound_s:
+                raise ZygoteFailed(self._failed(f"did not answer {what} within {bound_s:g} s"))
+            if progress is not None and progress.stalled_for(now) > self.liveness.stall_s:
+                raise ZygoteFailed(self._failed(f"used no CPU for {self.liveness.stall_s:g} s {doing}"))
+            if now >= deadline:
+                waited = "is still importing vLLM" if progress is not None else f"has not answered {what} yet"
+                raise ZygoteTimeout(f"{ABOUT_THE_ZYGOTE}{waited} (its log: {self.log_path})")
 
     def _read(self, timeout_s: float) -> bool:
         """One message, if one comes within `timeout_s`; False on none, or on EOF (then `gone`)."""
@@ -167,8 +225,11 @@ class Zygote:
         if not data:
             self._mark_gone()
             return False
+        self.answered = True
         message = json.loads(data)
-        if "forked" in message:
+        if "pong" in message:
+            self._ponged = max(self._ponged, message["pong"])
+        elif "forked" in message:
             self._forked[message["id"]] = message["forked"]
         else:
             self._exits[message["exited"]] = message["code"]
@@ -176,32 +237,62 @@ class Zygote:
 
     def _mark_gone(self) -> None:
         self.gone = True
-        try:
-            if self.proc is not None:
-                self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
 
     def _why(self) -> str:
-        if self.proc is None:
-            return f"the study's zygote did not start ({self._start_error})"
         code = self.proc.poll()
         state = "still running" if code is None else f"exit code {code}"
         last = _last_line(self.log_path)
         return f"the study's zygote is gone ({state}{': ' + last if last else ''}; its log: {self.log_path})"
 
+    def _failed(self, what: str) -> str:
+        return f"{ABOUT_THE_ZYGOTE}(pid {self.proc.pid}) {what}"
+
+    def kill(self) -> None:
+        """Given up on: its group killed at once (a stopped one included), and any server it
+        forked for a request the tuner gave up waiting on (its answer may have come meanwhile)."""
+        with self._lock:
+            self.gone = True
+            self.proc.kill_group()
+            with contextlib.suppress(OSError):
+                while self._read(0.0):
+                    pass
+            self._sock.close()
+            for pid in self._forked.values():
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+
     def close(self) -> None:
-        """Done with it: closing the socket ends it (servers it forked run on, each under its own
-        guard, until they are stopped)."""
+        """Done with it: closing the socket ends one in its loop (servers it forked run on, each
+        under its own guard, until they are stopped). One that cannot read it, stopped or still
+        importing, or that does not exit within CLOSE_GRACE_S, has its group killed."""
         self.gone = True
         self._sock.close()
-        if self.proc is None:
+        if not self.answered or self.proc.status() in STOPPED:
+            self.proc.kill_group()
             return
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.kill_group()
+
+
+def start_zygote(python: str, env: dict[str, str], api_module: str, log_path: Path, mode: str) -> Zygote:
+    """A zygote for (`python`, `env`, `mode`), spawned and importing; raises ZygoteGone when it
+    cannot be spawned."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        proc = zygote_process.spawn(
+            python, env, [api_module, mode, json.dumps(preload(mode))], theirs.fileno(), log_path
+        )
+    except OSError as e:  # no such python, not executable, no room for the log
+        ours.close()
+        raise ZygoteGone(f"the study's zygote did not start ({type(e).__name__}: {e})") from None
+    finally:
+        theirs.close()
+    return Zygote(zygote_key(python, env, mode), log_path, ours, proc)
 
 
 def zygote_key(python: str, env: dict[str, str], mode: str = FORKSERVER) -> tuple:
@@ -219,13 +310,14 @@ def _last_line(path: Path) -> str:
 
 def _alive(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).status() not in EXITED
     except psutil.NoSuchProcess:
         return False
 
 
 _current: Zygote | None = None
 _failed: set[tuple] = set()  # keys whose zygote never forked a server: exec'd from then on
+_failures: list[ZygoteFailure] = []  # the zygotes killed for not serving, in order
 _pool_lock = threading.Lock()
 
 
@@ -242,31 +334,95 @@ def fork_server(
     mode: str = FORKSERVER,
 ) -> ForkedServer:
     """A server forked by the zygote for (`python`, `env`, `mode`), started here if need be (one
-    at a time: a zygote for another environment replaces it). Raises ZygoteGone (exec it
-    instead) or ZygoteTimeout."""
+    at a time: a zygote for another environment replaces it). A zygote that fails (ZygoteFailed)
+    is killed and a new one asked, within the same `timeout_s`. Raises ZygoteGone (exec it
+    instead) or ZygoteTimeout; either says which zygote failures it got past (`failures`)."""
     global _current
     key = zygote_key(python, env, mode)
+    deadline = time.monotonic() + timeout_s
+    recovered: list[str] = []  # the zygotes killed during this start
     with _pool_lock:
-        if key in _failed:
-            raise ZygoteGone("no zygote for this Python and environment: the last one never forked a server")
-        note = None
-        if _current is not None and (_current.key != key or _current.gone):
-            note = f"a new zygote: {_replaced_because(_current, key)}"
-            _current.close()
-            _current = None
-        if _current is None:
-            _current = Zygote(python, env, api_module, zygote_log(log_path), mode)
-        zygote = _current
-        try:
-            forked = zygote.fork(argv, log_path, pipe_fd, nice, title, timeout_s)
-            forked.note = note
-            return forked
-        except ZygoteGone:
-            if zygote.forks == 0:
+        while True:
+            if refused := _refusal(key):  # the refusal of a study that gave up names every failure
+                raise ZygoteGone(refused if status().exec_only else _after(recovered, refused), recovered)
+            note = f"a new zygote: {recovered[-1]} (killed)" if recovered else _fit(key)
+            try:
+                zygote = _current = _current or start_zygote(python, env, api_module, zygote_log(log_path), mode)
+            except ZygoteGone as e:
                 _failed.add(key)
-            zygote.close()
-            _current = None
-            raise
+                raise ZygoteGone(_after(recovered, str(e)), recovered) from e
+            try:
+                forked = zygote.fork(argv, log_path, pipe_fd, nice, title, max(0.0, deadline - time.monotonic()))
+            except ZygoteFailed as e:
+                _give_up_on(zygote, str(e))
+                recovered.append(str(e))
+                continue
+            except ZygoteGone as e:
+                if zygote.forks == 0:
+                    _failed.add(key)
+                zygote.close()
+                _current = None
+                raise ZygoteGone(_after(recovered, str(e)), recovered) from e
+            except ZygoteTimeout as e:
+                raise ZygoteTimeout(_after(recovered, str(e)), recovered) from e
+            forked.note, forked.zygote_failures = note, recovered
+            return forked
+
+
+def _after(recovered: list[str], why: str) -> str:
+    """`why`, after the zygote failures this start got past (each one's zygote killed)."""
+    return "; then ".join([*(f"{line} (killed)" for line in recovered), why])
+
+
+def _refusal(key: tuple) -> str | None:
+    """Why no zygote is asked for this server, if none is."""
+    if key in _failed:
+        return "no zygote for this Python and environment: the last one never forked a server"
+    if (now := status()).exec_only:
+        return f"the study's zygote failed {now.times} ({now.said}): no new zygote for the rest of the study"
+    return None
+
+
+def _fit(key: tuple) -> str | None:
+    """The current zygote closed if it cannot fork this server; why, if it was."""
+    global _current
+    if _current is None or (_current.key == key and not _current.gone):
+        return None
+    note = f"a new zygote: {_replaced_because(_current, key)}"
+    _current.close()
+    _current = None
+    return note
+
+
+def _give_up_on(zygote: Zygote, line: str) -> None:
+    global _current
+    zygote.kill()
+    _failures.append(ZygoteFailure(datetime.now(), line))
+    if _current is zygote:
+        _current = None
+
+
+def status() -> ZygoteStatus:
+    """The zygote failures of this tuner process so far, and whether its servers are now exec'd."""
+    return ZygoteStatus(tuple(_failures))
+
+
+def current_pid() -> int | None:
+    """The pid of the zygote the next server would be asked for (None: none started yet, or the
+    last one was closed or given up on). It leads its process group. For a caller that watches
+    it from outside, such as a test that stops or kills it."""
+    current = _current
+    return None if current is None else current.proc.pid
+
+
+def forget_failures() -> None:
+    """For tests only: this process's zygote failures forgotten (`status`, and the environments
+    refused a zygote), as at a tuner's start; the current zygote is kept. A test that fails
+    zygotes on purpose calls it, so that the tests after it in the same process get zygotes
+    again: a tuner never does (its record lasts its process)."""
+    with _pool_lock:
+        _failures.clear()
+        _failed.clear()
 
 
 def zygote_log(server_log: Path) -> Path:

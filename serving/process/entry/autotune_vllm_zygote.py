@@ -27,11 +27,17 @@ refuses to serve if one does (`cuda_context`), or if a child it forks cannot use
 EngineCore imports after the fork (its GPU worker) are imported only if a forked probe that
 imported them first passed both checks too (`probe`).
 
-Protocol (a SOCK_SEQPACKET socket the tuner made, fd in argv): the tuner sends
-{"id", "argv", "log", "cwd", "nice", "title"} with the guard's pipe fd attached; the zygote answers
-{"id", "forked": PID} (PID leads the server's process group; null: the pipe was closed already,
-the tuner gave up on this start) and, when that guard exits,
-{"exited": PID, "code": C} (C as `subprocess.Popen.returncode`: negative for a signal).
+Protocol (a SOCK_SEQPACKET socket the tuner made, fd in argv); a message with an fd attached is a
+fork request, one without is a ping:
+- before each fork request the tuner sends {"ping": N}, no fd; the zygote's loop answers
+  {"pong": N} (it reads nothing while it imports: the tuner watches its CPU time meanwhile, and
+  takes the first answer as the end of its imports);
+- the fork request {"id", "argv", "log", "cwd", "nice", "title"} with the guard's pipe fd
+  attached; the zygote answers {"id", "forked": PID} (PID leads the server's process group; null:
+  the pipe was closed already, the tuner gave up on this start) and, when that guard exits,
+  {"exited": PID, "code": C} (C as `subprocess.Popen.returncode`: negative for a signal).
+A zygote that does not answer in time is killed by the tuner with its process group
+(`serving/process/zygote.py`).
 
 Imported by path: standard library, and this directory's modules, only.
 """
@@ -204,9 +210,8 @@ def _at_eof(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str], mode: str) -> None:
+def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str], mode: str, tuner: int) -> None:
     guards: set[int] = set()
-    tuner = os.getppid()
     while True:
         ready, _, _ = select.select([ctl], [], [], 0.2)
         if os.getppid() != tuner:  # the tuner is gone, even if the socket's EOF has not come
@@ -221,44 +226,64 @@ def serve(ctl: socket.socket, api_module: str, server_env: dict[str, str], mode:
         data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 1)
         if not data:  # the tuner is gone, or done with this zygote; each guard watches the tuner itself
             return
-        request, pipe_fd = json.loads(data), fds[0]
-        if cuda_context():  # never forked: its servers could not use the GPU
-            print("autotune zygote: a CUDA context exists; refusing to fork", flush=True)
-            os._exit(REFUSED)
-        if _at_eof(pipe_fd):  # the tuner gave up on this start (it timed out while we imported)
-            os.close(pipe_fd)
-            _send(ctl, {"id": request["id"], "forked": None})
+        message = json.loads(data)
+        if not fds:  # a ping: this loop runs
+            _send(ctl, {"pong": message.get("ping")})
             continue
-        led_r, led_w = os.pipe()  # EOF once the guard leads its group: only then is its pid a pgid
-        pid = os.fork()
-        if pid == 0:
-            ctl.close()
-            os.close(led_r)
-            _guard(request, pipe_fd, led_w, api_module, server_env, mode)
+        _fork_guard(ctl, message, fds[0], guards, api_module, server_env, mode)
+
+
+def _fork_guard(
+    ctl: socket.socket,
+    request: dict,
+    pipe_fd: int,
+    guards: set[int],
+    api_module: str,
+    server_env: dict[str, str],
+    mode: str,
+) -> None:
+    """Answer one fork request: the guard forked (its pid, once it leads its group), or nothing
+    forked where the tuner gave up on the start."""
+    if cuda_context():  # never forked: its servers could not use the GPU
+        print("autotune zygote: a CUDA context exists; refusing to fork", flush=True)
+        os._exit(REFUSED)
+    if _at_eof(pipe_fd):  # the tuner gave up on this start already
         os.close(pipe_fd)
-        os.close(led_w)
-        os.read(led_r, 1)
+        _send(ctl, {"id": request["id"], "forked": None})
+        return
+    led_r, led_w = os.pipe()  # EOF once the guard leads its group: only then is its pid a pgid
+    pid = os.fork()
+    if pid == 0:
+        ctl.close()
         os.close(led_r)
-        guards.add(pid)
-        _send(ctl, {"id": request["id"], "forked": pid})
+        _guard(request, pipe_fd, led_w, api_module, server_env, mode)
+    os.close(pipe_fd)
+    os.close(led_w)
+    os.read(led_r, 1)
+    os.close(led_r)
+    guards.add(pid)
+    _send(ctl, {"id": request["id"], "forked": pid})
 
 
-def boot(ctl_fd: int, api_module: str, rest: list[str]) -> None:
+def boot(args: list[str]) -> None:
     """Exec this interpreter again with vLLM's LD_PRELOAD (`vllm_ld_preload`), recording the
     LD_PRELOAD the trial's environment had, to be put back before anything is imported."""
     current = os.environ.get("LD_PRELOAD")
     env = dict(os.environ, LD_PRELOAD=entry.vllm_ld_preload(current or ""))
     code = sys.orig_argv[sys.orig_argv.index("-c") + 1]  # the tuner's ZYGOTE_ENTRY, run again
-    argv = ["serve", str(ctl_fd), api_module, *rest, json.dumps(current)]
+    argv = ["serve", *args, json.dumps(current)]
     os.execve(sys.executable, [sys.executable, "-c", code, *argv], env)
 
 
 def main(argv: list[str]) -> None:
-    """argv: PHASE CTL_FD API_MODULE MODE PRELOAD_JSON [LD_PRELOAD_JSON]: PRELOAD_JSON is
-    [required modules, GPU modules probed first]."""
-    phase, ctl_fd, api_module, mode, preload = argv[0], int(argv[1]), argv[2], argv[3], json.loads(argv[4])
+    """argv: PHASE CTL_FD TUNER_PID API_MODULE MODE PRELOAD_JSON [LD_PRELOAD_JSON]: PRELOAD_JSON is
+    [required modules, GPU modules probed first]. TUNER_PID is the tuner that started it: the
+    zygote serves it only, and a later tuner finds a zygote whose tuner is gone by it
+    (`serving/process/zygote_process.py`, `kill_orphans`)."""
+    phase, ctl_fd, tuner, api_module, mode = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4]
+    preload = json.loads(argv[5])
     if phase == "boot" and mode == FORKSERVER:
-        boot(ctl_fd, api_module, argv[3:5])
+        boot(argv[1:6])
     try:  # before the environment changes: setproctitle finds its memory from the original one
         import setproctitle
 
@@ -267,7 +292,7 @@ def main(argv: list[str]) -> None:
         pass
     server_env = dict(os.environ)  # the forkserver's, as `entry.install` records it: what was loaded at exec
     if mode == FORKSERVER:
-        original = json.loads(argv[5])
+        original = json.loads(argv[6])
         if original is None:
             del os.environ["LD_PRELOAD"]
         else:
@@ -289,7 +314,7 @@ def main(argv: list[str]) -> None:
     else:
         print(f"autotune zygote: {why}: left to each server", flush=True)
     with socket.socket(fileno=ctl_fd) as ctl:
-        serve(ctl, api_module, server_env, mode)
+        serve(ctl, api_module, server_env, mode, tuner)
     # Nothing to clean up (each server has its own guard); an interpreter's exit with torch and
     # vLLM loaded takes seconds, in which this would look like a server left behind.
     sys.stdout.flush()

@@ -20,6 +20,8 @@ CPU_LOG = (FIXTURES / "logs" / "engine_killed.log").read_text()  # CPU KV cache 
 
 
 class LoggingServer:
+    zygote_failure = None  # as VllmServer: no zygote failed in its start
+
     def __init__(self, log_path, fails: bool):
         self.log_path, self.fails, self.ready_s = log_path, fails, 1.0
 

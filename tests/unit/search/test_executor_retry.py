@@ -17,6 +17,8 @@ from tests.support import fakes
 class ScriptedServer:
     """Fails its start (or its load) with the next scripted class, or serves; writes its log."""
 
+    zygote_failure = None  # as VllmServer: no zygote failed in its start
+
     def __init__(self, script: list[FailureClass | None], flags_seen: list, log_path, args):
         self.script, self.log_path, self.ready_s = script, log_path, 1.0
         flags_seen.append(args.flags)
@@ -137,3 +139,52 @@ def test_a_hang_under_load_gets_one_fresh_server_and_a_second_hang_fails_the_tri
         assert outcome.status is TrialStatus.OK and outcome.failure is None and outcome.metrics == {"completed": 10.0}
     else:
         assert outcome.status is TrialStatus.FAILED and outcome.failure.cls is FailureClass.HANG
+
+
+ZYGOTE_KILLED = "the study's zygote (pid 812) did not answer a ping within 5 s"
+
+
+def test_a_zygote_failure_a_retried_start_got_past_is_its_note_after_the_first_servers_hang(world, monkeypatch):
+    """The first server hangs under load; the retry's start finds the study's zygote hung, kills
+    it and is forked by a new one: the trial lists the hang as its lost start, then the zygote's
+    failure as a note on the start that measured it, not as a second lost start."""
+    ex, plan, script, _flags_seen, _ = world
+    script += [None, None]
+    hang = "no token and no finished request for 16 s with 3 requests in flight (bound 15 s)"
+    starts = iter([None, ZYGOTE_KILLED])
+    original_start = ScriptedServer.start
+
+    def start(self):
+        self.zygote_failure = next(starts)
+        original_start(self)
+
+    measured = iter([ServerFailed(Failure(FailureClass.HANG, hang, phase="load")), None])
+
+    def measure(self, server, outcome, on_phase, *_):
+        if (failure := next(measured)) is not None:
+            raise failure
+        outcome.metrics.update(completed=10.0)
+
+    monkeypatch.setattr(ScriptedServer, "start", start)
+    monkeypatch.setattr(VllmExecutor, "_measure", measure)
+    outcome = ex.run(plan)
+    assert outcome.status is TrialStatus.OK
+    assert [(r.failure.cls, r.zygote_failure) for r in outcome.retried] == [(FailureClass.HANG, None)]
+    assert outcome.timings.zygote_failure == ZYGOTE_KILLED
+
+
+def test_a_start_the_zygote_failed_is_retried_and_keeps_its_zygote_lines(world, monkeypatch):
+    ex, plan, script, flags_seen, _ = world
+    script += [FailureClass.ZYGOTE, None]
+    starts = iter([ZYGOTE_KILLED, None])
+    original_start = ScriptedServer.start
+
+    def start(self):
+        self.zygote_failure = next(starts)
+        original_start(self)
+
+    monkeypatch.setattr(ScriptedServer, "start", start)
+    outcome = ex.run(plan)
+    assert outcome.status is TrialStatus.OK and len(flags_seen) == 2
+    assert [(r.failure.cls, r.zygote_failure) for r in outcome.retried] == [(FailureClass.ZYGOTE, ZYGOTE_KILLED)]
+    assert outcome.timings.zygote_failure is None

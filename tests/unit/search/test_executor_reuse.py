@@ -27,6 +27,8 @@ BIG = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "long_prefill_token_t
 
 
 class KeepableServer:
+    zygote_failure = None  # as VllmServer: no zygote failed in its start
+
     def __init__(self, log_path, started: list):
         self.spec = type("Spec", (), {"log_path": log_path})()
         self.port, self.base_url, self.ready_s = 8000 + len(started), "http://127.0.0.1:1", None

@@ -14,6 +14,8 @@ from tests.support import fakes
 
 
 class AnatomyServer:
+    zygote_failure = None  # as VllmServer: no zygote failed in its start
+
     def __init__(self, log_path):
         self.log_path, self.ready_s = log_path, None
 

@@ -34,6 +34,7 @@ class FakeServer:
     dies_after_polls: int | None = None
     polls: int = 0
     ready_s: float | None = None
+    zygote_failure: str | None = None
     stopped: bool = False
     base_url: str = "http://127.0.0.1:9"
     spec: object = field(init=False)

@@ -118,6 +118,7 @@ def test_the_executor_builds_the_first_stages_requests_while_the_server_starts(
         its start, it would never answer."""
 
         ready_s = None
+        zygote_failure = None
 
         def start(self):
             if not built.wait(timeout=20):

@@ -67,6 +67,8 @@ def test_on_the_cpu_build_each_gpu_knob_is_passed_dropped_or_forced_and_recorded
 class GpuServer:
     """Starts at once and logs the KV cache size a GPU build would."""
 
+    zygote_failure = None  # as VllmServer: no zygote failed in its start
+
     def __init__(self, log_path):
         self.log_path, self.ready_s = log_path, 30.0
 

@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import signal
+from datetime import datetime
 from types import SimpleNamespace
 
 import optuna
@@ -27,6 +28,8 @@ from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, 
 from search.study.events import StudyObserver
 from search.trial_results import retried_of
 from serving import Failure, FailureClass
+from serving.process import ZygoteFailure, zygote_status
+from serving.process import zygote as zygote_mod
 from storage import queries
 from storage.tables import TrialStatus
 from tests.support.fakes import H100
@@ -757,3 +760,32 @@ def test_each_search_trial_is_planned_with_the_front_so_far(tmp_path):
     assert set(fronts[0].directions) == set(names)
     assert fronts[-1].points and all(set(p) == set(names) for p in fronts[-1].points)
     assert {tuple(p.values()) for p in fronts[-1].points} <= {tuple(t.values) for t in optuna_trials(r)}
+
+
+def test_the_study_says_its_zygotes_failures_at_its_end(tmp_path, monkeypatch):
+    """Each zygote failure is a line in its server's log; the study's end says them all once, after
+    the search and the confirmation (the progress display prints notes). Nothing when none failed."""
+    failures = [
+        ZygoteFailure(
+            datetime(2026, 1, 2, 10, 2, 3), "the study's zygote (pid 812) is stopped (stopped) while importing vLLM"
+        ),
+        ZygoteFailure(datetime(2026, 1, 2, 10, 9, 30), "the study's zygote (pid 977) did not answer a ping within 5 s"),
+    ]
+    monkeypatch.setattr(zygote_mod, "_failures", failures)  # what this process's zygotes did, as zygote_status says
+    events = Recorder()
+    r = runner(tmp_path, ScriptedExecutor(), trials=2, confirm_runs=1, observers=[events])
+    r.run()
+    said = (
+        "the study's zygote failed twice (10:02:03 (pid 812) is stopped (stopped) while importing vLLM; "
+        "10:09:30 (pid 977) did not answer a ping within 5 s); later servers were exec'd"
+    )
+    assert zygote_status().summary() == said
+    assert said in events.notes[-2:], events.notes[-3:]
+    # after the confirmation, before the study's end
+    assert events.names.index("confirmation_finished") < events.events.index(("note", said))
+    assert events.names[-1] == "study_finished"
+
+    monkeypatch.setattr(zygote_mod, "_failures", [])
+    quiet = Recorder()
+    runner(tmp_path / "quiet", ScriptedExecutor(), trials=1, observers=[quiet]).run()
+    assert not any("zygote" in n for n in quiet.notes)

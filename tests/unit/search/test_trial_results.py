@@ -57,13 +57,25 @@ OUTCOME = tr.TrialOutcome(
     status=TrialStatus.OK,
     metrics={"ttft_p95_ms": 512.0, SLO_CAPACITY_RPS: 3.1, CLIENT_BEHIND: 1.0},
     server_diagnostics={"kv_usage_peak": 0.5},
-    timings=tr.Timings(start_s=30.0, load_s=60.0, stop_s=1.5, total_s=95.0, start_anatomy=ANATOMY),
+    timings=tr.Timings(
+        start_s=30.0,
+        load_s=60.0,
+        stop_s=1.5,
+        total_s=95.0,
+        start_anatomy=ANATOMY,
+        zygote_failure="the study's zygote (pid 812) did not answer a ping within 5 s",
+    ),
     log_path=Path("/runs/trial-0001/server.log"),
     started_at=datetime(2026, 11, 25, 16, 0, 1),
     command="vllm serve ...",
     stages=STAGES,
     capacity=CAPACITY,
-    retried=[tr.RetriedStart(Failure(FailureClass.KILLED, "killed", FailurePhase.STARTUP), 12.34, "/x/server.1.log")],
+    retried=[
+        tr.RetriedStart(Failure(FailureClass.KILLED, "killed", FailurePhase.STARTUP), 12.34, "/x/server.1.log"),
+        tr.RetriedStart(
+            Failure(FailureClass.HANG, "no token", FailurePhase.LOAD), 40.0, "/x/server.2.log", "the study's zygote x"
+        ),
+    ],
 )
 DIAGNOSIS = Diagnosis("queueing", "requests wait", evidence=["waiting 12"])
 
@@ -111,7 +123,8 @@ def test_a_trials_results_read_back_as_the_executor_handed_them_over(tmp_path):
         assert len(back) == 3 and all(same_stage(a, b) for a, b in zip(back, STAGES))
         assert [s.passed for s in back] == [True, True, False]
         assert tr.retried_of(row) == [
-            tr.RetriedStart(Failure(FailureClass.KILLED, "killed", FailurePhase.STARTUP), 12.3, "/x/server.1.log")
+            tr.RetriedStart(Failure(FailureClass.KILLED, "killed", FailurePhase.STARTUP), 12.3, "/x/server.1.log"),
+            OUTCOME.retried[1],  # a zygote failure its start got past, kept in order
         ]
         assert tr.timings_of(row) == OUTCOME.timings
         assert tr.diagnosis_of(row) == DIAGNOSIS

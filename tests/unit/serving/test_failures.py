@@ -136,6 +136,8 @@ def test_the_kernel_logs_oom_kill_counts_only_for_the_servers_processes_since_it
         (FailureClass.PORT_BUSY, True),
         (FailureClass.START_TIMEOUT, True),
         (FailureClass.KILLED, True),
+        (FailureClass.HANG, True),
+        (FailureClass.ZYGOTE, True),
         (FailureClass.INVALID_FLAG, False),
         (FailureClass.INVALID_CONFIG, False),
         (FailureClass.KV_INSUFFICIENT, False),

@@ -52,7 +52,7 @@ class FakeZygote:
 
 
 def test_the_zygote_logs_beside_the_server_that_started_it_never_above_its_directory(monkeypatch):
-    monkeypatch.setattr(zygote, "Zygote", FakeZygote)
+    monkeypatch.setattr(zygote, "start_zygote", FakeZygote)
     monkeypatch.setattr(zygote, "_current", None)
     # A real-server test's log sits in test-artifacts/ of the working directory: the zygote's
     # log went one level up, into the working directory (the repository's root).

@@ -142,9 +142,13 @@ def test_unknown_study_lists_the_ones_there(tmp_path):
 
 def test_the_failure_values_storage_recognises_are_the_failure_vocabularys():
     from objectives.failure import FailureClass, FailurePhase
-    from storage.tables import LOAD_ERROR_CLASS, PRECHECK_PHASE
+    from storage.tables import LOAD_ERROR_CLASS, PRECHECK_PHASE, ZYGOTE_CLASS
 
-    assert (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value) == (PRECHECK_PHASE, LOAD_ERROR_CLASS)
+    assert (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value, FailureClass.ZYGOTE.value) == (
+        PRECHECK_PHASE,
+        LOAD_ERROR_CLASS,
+        ZYGOTE_CLASS,
+    )
 
 
 @pytest.mark.parametrize(
@@ -155,6 +159,7 @@ def test_the_failure_values_storage_recognises_are_the_failure_vocabularys():
         (dict(status="failed", failure_class="oom", failure_phase="load"), True, True),
         (dict(status="failed", failure_class="invalid_config", failure_phase="precheck"), False, True),
         (dict(status="failed", failure_class="load_error", failure_phase="load"), True, False),
+        (dict(status="failed", failure_class="zygote", failure_phase="startup"), True, False),
         (dict(status="duplicate"), False, False),
         (dict(status="duplicate", failure_class="invalid_config", failure_phase="precheck"), False, False),
     ],
