@@ -57,6 +57,7 @@ def measure(stub: StubServer, tok_dir, wl: WorkloadSpec):
         warmup=False,
         watched=watched,
         on_phase=lambda _: None,
+        measured=[],
     )
 
 
