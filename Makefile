@@ -15,6 +15,7 @@ URL      ?=
 CONFIRM_RUNS ?=
 RECALIBRATE ?=
 TIMEOUT_MIN ?=
+USD_PER_HOUR ?=
 DRY_RUN  ?=
 WORKERS  ?=
 SLOT     ?=
@@ -70,7 +71,7 @@ search: setup
 	$(BIN)/autotune search $(SCENARIO) $(call opt,--trials,$(TRIALS)) $(call opt,--model,$(MODEL)) \
 		$(call opt,--sampler,$(SAMPLER)) $(call opt,--seed,$(SEED)) $(call opt,--confirm-runs,$(CONFIRM_RUNS)) $(call opt,--workers,$(WORKERS)) \
 		$(STUDY_ARGS) $(if $(RECALIBRATE),--recalibrate,) $(call opt,--db-outage-s,$(DB_OUTAGE_S)) $(call opt,--warm-start,$(WARM_START)) \
-		$(call opt,--timeout-min,$(TIMEOUT_MIN)) $(if $(DRY_RUN),--dry-run,)
+		$(call opt,--timeout-min,$(TIMEOUT_MIN)) $(call opt,--usd-per-hour,$(USD_PER_HOUR)) $(if $(DRY_RUN),--dry-run,)
 
 worker: setup   ## one more worker on an existing study, from any host: STORAGE=, STUDY=, SLOT=gpu:0
 	$(BIN)/autotune worker --storage "$$STORAGE" --study $(STUDY) $(call opt,--slot,$(SLOT)) $(call opt,--model,$(MODEL)) $(call opt,--db-outage-s,$(DB_OUTAGE_S))

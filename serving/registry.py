@@ -1,7 +1,7 @@
 """The one place that knows each tunable vLLM parameter, and every other flag a scenario may set.
 
-For every parameter: its flag, its type and valid range, since when it does something, when
-it was removed and what stands in for it. Whether the *installed* vLLM accepts a flag is read
+For every parameter: its flag, its type and valid range, the release that added it, since when it
+does something, when it was removed and what stands in for it. Whether the *installed* vLLM accepts a flag is read
 from its own parser (`serving.vllm_flags`), never assumed from a version table; the versions
 here only explain, in plain words, why something was dropped.
 
@@ -52,6 +52,9 @@ class ParamSpec:
     high_exclusive: bool = False
     choices: tuple = ()  # a choice parameter without any: the installed vLLM's parser's choices
     cpu_choices: tuple = ()  # where the CPU build accepts fewer values
+    # The first release whose parser has the flag. The installed parser decides whether a flag is
+    # taken; this only says, in the reason a parameter is dropped, that the build predates it.
+    added_in: str | None = None
     removed_in: str | None = None
     effective_since: str | None = None  # parses earlier, but does nothing a study measures (`inert` says what)
     effective_until: str | None = None  # parses from this release on, but does nothing a study measures
@@ -155,8 +158,11 @@ PARAMS: tuple[ParamSpec, ...] = (
         "performance_mode",
         "--performance-mode",
         "choice",
-        "Preset that scales default batch sizes.",
+        "Workload preset: throughput doubles vLLM's default max_num_seqs and max_num_batched_tokens "
+        "where they are unset; interactivity captures a CUDA graph for every batch size up to 32 (GPU "
+        "only); balanced changes nothing.",
         choices=("balanced", "interactivity", "throughput"),
+        added_in="0.17.0",  # vLLM PR #34936
     ),
     ParamSpec(
         "disable_log_requests",

@@ -26,6 +26,8 @@ from serving.registry import (
 def _version_reason(spec: ParamSpec, ctx: LaunchContext) -> str | None:
     label = ctx.installed.label()
     if spec.flag is not None and not ctx.installed.accepts(spec.flag):
+        if spec.added_in and not ctx.version_at_least(spec.added_in):
+            return f"{spec.flag} was added in vLLM {spec.added_in}; the installed {label} does not accept it"
         since = f"removed in vLLM {spec.removed_in}" if spec.removed_in else "not a flag"
         return f"{spec.flag} is {since}; the installed {label} does not accept it"
     if spec.effective_since and not ctx.version_at_least(spec.effective_since):

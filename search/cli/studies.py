@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from search.arg_types import minutes, non_negative_int, positive_int
+from search.arg_types import minutes, non_negative_int, positive_float, positive_int
 from search.cli.common import add_db_outage, add_study_target, finish_outputs, make_console, study_name
 
 
@@ -41,6 +41,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         confirm_runs=args.confirm_runs,
         recalibrate=getattr(args, "recalibrate", False),
         warm_start=getattr(args, "warm_start", None),
+        usd_per_hour=getattr(args, "usd_per_hour", None),
     )
     console = make_console()
     prep = prepare(opts)  # every check before any server starts
@@ -104,6 +105,7 @@ def _cmd_search_workers(args: argparse.Namespace) -> int:
         seed=args.seed,
         runs_dir=Path(args.runs_dir),
         confirm_runs=args.confirm_runs,
+        usd_per_hour=args.usd_per_hour,
     )
     console = make_console()
     try:
@@ -195,6 +197,15 @@ def register_search(sub) -> None:
         help="an earlier study in the same storage, on the same model, vLLM build and machine: its "
         "winner is enqueued and its trials inform the TPE sampler; nothing of it is copied, "
         "everything is measured again (refused, saying what differs, otherwise)",
+    )
+    search.add_argument(
+        "--usd-per-hour",
+        type=positive_float,
+        default=None,
+        metavar="USD",
+        help="the price of the hardware one server uses, per hour (a TP-4 server: four GPUs' price), over "
+        "the scenario's cost.usd_per_hour; kept with the study: the summary, best.yaml and the report "
+        "quote the cost per million output tokens and requests at the capacity under the SLO",
     )
     search.add_argument(
         "--workers",

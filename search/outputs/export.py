@@ -5,8 +5,8 @@ the confirmation phase's verdict (a configuration that beats the baselines beyon
 the baseline kept); no best.yaml when no candidate met the SLOs on its confirmed medians; the
 front's pick by the selection rule when no confirmation ran (its header says so). The comment
 header says where the numbers came from: the verdict with the confirmed medians, their intervals
-and run counts against each baseline, the noise and the calibration reference, vLLM version,
-hardware, study and trial, and the exact command.
+and run counts against each baseline, what serving costs where the study has a price, the noise
+and the calibration reference, vLLM version, hardware, study and trial, and the exact command.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def _confirmed_numbers(ls: LoadedStudy, number: int) -> list[str]:
         "verdict: " + first,
         *rest,
         f"SLOs on its confirmed medians: {verdict_text.slo_margin(deployed)}",
+        *([f"{text.costs.title}:", *(f"  {x}" for x in text.costs.lines)] if text.costs else []),
         *([text.noise] if text.noise else []),
         *(f"warning: {w}" for w in text.warnings),
     ]

@@ -7,6 +7,7 @@ from typing import Any
 
 from loadgen import MetricName
 from objectives.practical import equal_text
+from objectives.serving_cost import CostInterval
 from objectives.statistics import Difference, Interval, ratio
 
 MISSING = "n/a"
@@ -121,6 +122,33 @@ def fmt_ratio(diff: Difference) -> str | None:
     if r.n >= 2 and math.isfinite(r.low) and math.isfinite(r.high):
         text += f" [{x(r.low)}, {x(r.high)}]"
     return text
+
+
+OPEN_END = "open"  # an end of a cost's interval that its capacity's does not bound
+
+
+def _cost(c: CostInterval, digits: int, prefix: str, suffix: str) -> str:
+    d = _decimals(c.value, digits)
+    point = ("at most " if c.at_most else "") + f"{prefix}{c.value:,.{d}f}{suffix}"
+    if c.n < 2:
+        return f"{point} ({c.n} run)"
+
+    def end(x: float | None) -> str:
+        return OPEN_END if x is None else f"{x:,.{d}f}"
+
+    return f"{point} [{end(c.low)}, {end(c.high)}]"
+
+
+def fmt_usd(c: CostInterval, digits: int = 3) -> str:
+    """Dollars with their interval, to the value's precision: `$0.412 [0.381, 0.447]`. An end the
+    capacity leaves unbounded reads `open`, and a cost from a capacity that was only a lower bound
+    `at most $0.412 [open, 0.447]`; one run: `$0.412 (1 run)`."""
+    return _cost(c, digits, "$", "")
+
+
+def fmt_cost_ratio(c: CostInterval) -> str:
+    """One cost over another with its interval, to two significant digits: `0.33x [0.28, 0.38]`."""
+    return _cost(c, 2, "", "x")
 
 
 CALL_WORDS = {

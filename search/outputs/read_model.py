@@ -20,10 +20,11 @@ from objectives.agreement import Agreement
 from objectives.scoring import SLOSpec
 from search import pareto
 from search.calibration import CalibrationResult, resolve
-from search.outputs import verdict_notes, verdict_text
+from search.outputs import cost_text, verdict_notes, verdict_text
 from search.outputs.trial_views import TrialView, view_of
 from search.proposals import origin
 from search.scenario import Scenario, unloaded_reference
+from search.study.price import Price, study_price
 from search.study.verdict import Outcome, Verdict, stored_verdict
 from search.trial_results import diagnosis_of
 from storage import queries
@@ -71,12 +72,22 @@ class LoadedStudy:
         best = self.chosen()
         return Deployment(best.number if best is not None else None, confirmed=False)
 
+    def price(self) -> Price | None:
+        """The hardware's price the outputs quote costs at (None: they quote none)."""
+        return study_price(self.scenario, self.study.user_attrs)
+
     def verdict_text(self) -> verdict_text.VerdictText | None:
         if self.verdict is None:
             return None
         served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
+        price = self.price()
+        cost = (
+            cost_text.cost_text(self.verdict, self.scenario, self.confirmation_runs, price)
+            if price is not None
+            else None
+        )
         return verdict_text.describe(
-            self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", []), self.views
+            self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", []), self.views, cost
         )
 
     def screening_agreement(self) -> Agreement | None:
@@ -101,7 +112,14 @@ class LoadedStudy:
         note = self.unconfirmed_note()
         best = None if self.confirmed else self.chosen()
         suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and pareto.client_behind(best) else []
-        return (text.summary_lines() if text is not None else []) + ([note] if note else []) + suspect
+        cost = self.cost_note()
+        return (text.summary_lines() if text is not None else []) + ([note] if note else []) + cost + suspect
+
+    def cost_note(self) -> list[str]:
+        """With a price but no confirmation phase (so no verdict, whose lines quote the cost): why
+        no cost is quoted; otherwise nothing."""
+        price = self.price()
+        return [cost_text.unquoted(price, self.scenario)] if self.verdict is None and price is not None else []
 
     def baselines(self) -> dict[str, TrialRecord]:
         out = {}

@@ -130,6 +130,7 @@ def verdict_lines(ls: LoadedStudy) -> list[str]:
     return (
         (text.lines() if text is not None else [])
         + ([note] if note else [])
+        + ls.cost_note()
         + calibration_text.calibration_lines(ls.scenario, ls.calibration())
         + stages_lines(ls)
     )

@@ -1,5 +1,6 @@
 """The confirmed result in words: the sentences the report, the terminal summary, best.yaml's
-header, the dashboard's study note and the live progress quote, each written here once.
+header, the dashboard's study note and the live progress quote, each written here once (the
+cost lines, where the study has a price, by `cost_text`).
 
 Pure: a `search.study.verdict.Verdict` (with its scenario and the confirmation runs' metrics) in,
 lines out; the calibration's reference and how far it could move, from the stored calibration.
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
+from search.outputs.cost_text import CostText
 from search.outputs.format import (
     call_words,
     comparison_line,
@@ -77,9 +79,11 @@ class VerdictText:
     headline: str
     ties: str | None = None
     gain: str | None = None  # capacity under the SLO and the primary latency, against the reference
+    cost: str | None = None  # with a price: what the deployed configuration costs, against the defaults
     key: list[Block] = field(default_factory=list)  # the comparisons behind the headline
     comparisons: list[Block] = field(default_factory=list)  # every candidate against every baseline
     infeasible: list[str] = field(default_factory=list)  # candidates that missed the SLOs, worst margin
+    costs: Block | None = None  # with a price: every candidate's cost at its capacity under the SLO
     noise: str | None = None
     warnings: list[str] = field(default_factory=list)  # percentiles too few requests decide
     notes: list[str] = field(default_factory=list)  # the phase's: candidates left out, and why
@@ -90,6 +94,7 @@ class VerdictText:
         return [
             self.headline,
             *([self.gain] if self.gain else []),
+            *([self.cost] if self.cost else []),
             *([self.ties] if self.ties else []),
             *_flat(self.key, indent),
         ]
@@ -99,9 +104,11 @@ class VerdictText:
         return [
             self.headline,
             *([self.gain] if self.gain else []),
+            *([self.cost] if self.cost else []),
             *([self.ties] if self.ties else []),
             *_flat(self.comparisons, indent),
             *self.infeasible,
+            *_flat([self.costs] if self.costs else [], indent),
             *([self.noise] if self.noise else []),
             *(f"warning: {w}" for w in self.warnings),
             *(f"note: {n}" for n in self.notes),
@@ -353,10 +360,12 @@ def describe(
     run_metrics: Sequence[dict[str, Any]] = (),
     notes: Sequence[str] = (),
     views: Sequence[TrialView] = (),
+    cost: CostText | None = None,
 ) -> VerdictText:
     """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
     served (for the thin-percentile warnings); `notes`: the phase's own; `views`: the study's
-    trials, for the screening's agreement with the confirmation."""
+    trials, for the screening's agreement with the confirmation; `cost`: the cost lines, where
+    the study has a price (`cost_text`)."""
     blocks = []
     for c in v.candidates:
         if c.baseline:
@@ -375,9 +384,11 @@ def describe(
         headline=headline(v, scenario),
         ties=ties_sentence(v, scenario),
         gain=gain_headline(v, scenario),
+        cost=cost.headline if cost is not None else None,
         key=_key_blocks(v, scenario),
         comparisons=blocks,
         infeasible=infeasible,
+        costs=Block(cost.title, cost.lines) if cost is not None and cost.lines else None,
         noise=noise_line(v),
         warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, pooled_runs(v)),
         notes=list(notes) + bound_notes(v, scenario),

@@ -18,6 +18,7 @@ from search.scenario.sections import (
     SLO,
     Calibration,
     Confirmation,
+    Cost,
     Domain,
     Goodput,
     RelativeThreshold,
@@ -61,6 +62,8 @@ class Scenario(Strict):
     screening: Screening | None = None
     confirmation: Confirmation = Field(default_factory=Confirmation)
     verdict: VerdictSection = Field(default_factory=VerdictSection)
+    # The hardware's price: with one, the outputs quote the cost per million tokens and requests.
+    cost: Cost | None = None
     default_trials: int = Field(default=12, ge=1)
     # The sampler a study of this scenario uses unless --sampler says otherwise (a name of
     # search.samplers, checked by search.prepare); None: search.samplers.DEFAULT_SAMPLER.

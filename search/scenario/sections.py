@@ -146,6 +146,15 @@ class VerdictSection(Strict):
     practical: PracticalSpec = Field(default_factory=PracticalSpec)
 
 
+class Cost(Strict):
+    """The price of the hardware one server runs on, per hour: the outputs quote what serving
+    costs at the capacity under the SLO (`objectives.serving_cost`). It covers everything the
+    server uses: one on four GPUs (tensor_parallel_size 4) costs four GPUs' price, or the
+    machine's. `autotune search --usd-per-hour` overrides it (`search.study.price`)."""
+
+    usd_per_hour: float = Field(gt=0, allow_inf_nan=False)
+
+
 # What is served, rather than how it is scheduled: the context length, the numerics, the weights.
 # A scenario's `server.fixed` values of these hold for its baselines too, so a baseline is
 # compared like for like; a baseline that sets one itself keeps its own, and the study says which

@@ -5,7 +5,7 @@ In the order a run takes them (`StudyRunner.run`):
 - `Opening.lock`: on SQLite, one tuner per study (`StudyBusy` for a second one);
 - `Opening.record`: the study's record, created if new, else checked (the same scenario file,
   vLLM build, model and machine) and kept on the CPU KV budget it began with; `--recalibrate`
-  refused once trials are stored (`OpenedRecord`);
+  refused once trials are stored; a run's `--usd-per-hour` kept (`OpenedRecord`);
 - `Opening.calibrated`: the calibration, measured once per study under the study's claim (the
   measuring itself is injected: `Calibrate`) or the stored one, checked; resolved into the
   workload, SLOs and measurements every trial runs (`OpenedStudy`);
@@ -45,6 +45,7 @@ from search.scenario import Scenario
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
+from search.study.price import keep_override
 from serving import Hardware, LaunchContext, ServerArgs, facts_for_launch
 from storage import claims, queries
 from storage.tables import StudyRecord
@@ -175,6 +176,7 @@ class Opening:
             self._check(rec)
             opened = self._kept_kv_budget(session, rec)
         self._refuse_recalibration_with_trials(session, rec)
+        keep_override(self.study, self.opts.usd_per_hour)  # a price, not a measurement: a later run may change it
         return opened
 
     def _check(self, rec: StudyRecord) -> None:

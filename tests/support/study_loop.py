@@ -89,6 +89,7 @@ def runner(
     recalibrate: bool = False,
     coordination=None,
     seed: int = 0,
+    usd_per_hour: float | None = None,
 ) -> StudyRunner:
     """A runner on `tmp_path/loop.db` (or `storage`): the same arguments reopen (resume) the same
     study. No confirmation phase unless `confirm_runs` says so (None: the scenario's)."""
@@ -102,6 +103,7 @@ def runner(
         confirm_runs=confirm_runs,
         recalibrate=recalibrate,
         seed=seed,
+        usd_per_hour=usd_per_hour,
         **({"sampler": sampler} if sampler else {}),
     )
     return StudyRunner(

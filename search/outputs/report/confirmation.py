@@ -11,14 +11,19 @@ from search.outputs.report.markup import esc, fig_html, mark
 from search.outputs.trial_views import FEASIBLE, INFEASIBLE
 
 
+def _block_html(block: verdict_text.Block) -> str:
+    return f"<p>{esc(block.title)}:</p><ul>" + "".join(f"<li>{esc(x)}</li>" for x in block.lines) + "</ul>"
+
+
 def _lines_html(text: verdict_text.VerdictText) -> str:
     """The verdict in full: headline, ties, each comparison block as a list, the rest as paragraphs."""
     out = [f"<p><b>{esc(text.headline)}</b></p>"] + ([f"<p><b>{esc(text.gain)}</b></p>"] if text.gain else [])
+    out += [f"<p><b>{esc(text.cost)}</b></p>"] if text.cost else []
     out += [f"<p>{esc(text.ties)}</p>"] if text.ties else []
-    for block in text.comparisons:
-        out.append(f"<p>{esc(block.title)}:</p><ul>" + "".join(f"<li>{esc(x)}</li>" for x in block.lines) + "</ul>")
+    out += [_block_html(block) for block in text.comparisons]
     if text.infeasible:
         out.append("<p>Missed the SLOs:</p><ul>" + "".join(f"<li>{esc(x)}</li>" for x in text.infeasible) + "</ul>")
+    out += [_block_html(text.costs)] if text.costs else []
     if text.noise:
         out.append(f"<p>{esc(text.noise)}</p>")
     out += [f'<p class="finding-warning">warning: {esc(w)}</p>' for w in text.warnings]

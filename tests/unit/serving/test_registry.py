@@ -44,6 +44,35 @@ def test_swap_space_is_dropped_with_its_removal_version():
     assert "0.18.0" in args.adjustments[0].detail
 
 
+def test_performance_mode_is_dropped_with_the_release_that_added_it_on_an_older_vllm():
+    c = ctx("0.16.0")  # its parser has no --performance-mode
+    args = resolve({"performance_mode": "throughput", "max_num_seqs": 64}, c)
+    assert args.cli(c.installed) == ["--max-num-seqs", "64"]
+    [adj] = args.adjustments
+    assert adj.param == "performance_mode" and adj.action == "dropped"
+    assert adj.detail == (
+        "--performance-mode was added in vLLM 0.17.0; the installed vllm 0.16.0 does not accept it; not passed"
+    )
+
+
+def test_performance_mode_is_kept_where_the_installed_parser_has_it():
+    c = ctx("0.32.0", extra=["--performance-mode"])
+    assert resolve_mod.unsupported_reason(registry.REGISTRY["performance_mode"], c) is None
+    args = resolve({"performance_mode": "throughput"}, c)
+    assert args.cli(c.installed) == ["--performance-mode", "throughput"] and args.adjustments == []
+    with pytest.raises(ConfigError, match=r"performance_mode='fast' is not allowed; allowed: balanced, interactivity"):
+        resolve({"performance_mode": "fast"}, c)
+
+
+def test_the_parser_not_the_release_decides_whether_performance_mode_is_taken():
+    spec = registry.REGISTRY["performance_mode"]
+    # A build that reports an older release but parses the flag (a backport) takes it ...
+    assert resolve_mod.unsupported_reason(spec, ctx("0.16.0", extra=["--performance-mode"])) is None
+    # ... and one past the release whose parser lacks it (a fork) drops it, without blaming the release.
+    reason = resolve_mod.unsupported_reason(spec, ctx("0.32.0"))
+    assert reason == "--performance-mode is not a flag; the installed vllm 0.32.0 does not accept it"
+
+
 def test_memory_utilization_maps_to_kv_bytes_on_cpu_and_gmu_on_gpu():
     cpu = ctx()
     assert resolve({"memory_utilization": 0.25}, cpu).flags == {"kv-cache-memory-bytes": 2**28}
