@@ -78,19 +78,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--storage", default="runs/autotune.db", help="the database (a path or a storage URL)")
     p.add_argument("--study", action="append", required=True, help="a study, or NAME@DB (repeatable)")
     args = p.parse_args(argv)
-    console = Console()
+    console = Console(width=120)
     table = Table(title="realised class mix of every stored stage")
     for col in ("study: phase stage kind", "stages", "requests", "largest deviation (requests)", "stages >= 1 off"):
         table.add_column(col, justify="left" if col.startswith("study") else "right")
     off: list[str] = []
-    for study, storage in study_refs(args.study, args.storage):
-        for name, t in study_mix(storage, study).items():
-            table.add_row(name, str(t.stages), str(t.requests), f"{t.worst:.2f}", str(len(t.off)))
-            off += t.off
-    console.print(table)
-    for line in off:
-        console.print(f"  off: {line}")
-    return 0
+
+    def run() -> int:
+        from storage import queries
+
+        refs = study_refs(args.study, args.storage)
+        for storage, study in refs:  # every name checked before anything is read
+            queries.existing_study_check(storage, study, "run `make search` first")
+        for storage, study in refs:
+            for name, t in study_mix(storage, study).items():
+                table.add_row(name, str(t.stages), str(t.requests), f"{t.worst:.2f}", str(len(t.off)))
+                off.extend(t.off)
+        console.print(table)
+        for line in off:
+            console.print(f"  off: {line}")
+        return 0
+
+    from search.expected_errors import reported
+
+    return reported("stage_mix.py", run)
 
 
 if __name__ == "__main__":

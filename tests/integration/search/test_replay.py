@@ -66,6 +66,10 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
             f"bench_fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
         ),
         (
+            ["-m", "benchmarks.stage_mix", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            f"stage_mix.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
+        ),
+        (
             ["-m", "benchmarks.bench_capacity", "--scenario", "no-such-scenario"],
             "bench_capacity.py: error: unknown scenario 'no-such-scenario'",
         ),
