@@ -184,13 +184,17 @@ def pooled_plan(
     costs a server start and the capacity stages besides its target stage. `run_s`: one run's
     estimated seconds, for the cost line. Beyond both caps the verdict warns that the pool is thin."""
     workload = full.workload
+    size = full.stage_size()
+    # The pool holds at least what one screened target stage holds at its cap: a confirmation of
+    # fewer runs than the cap's stretch would otherwise read fewer requests than the screening.
+    screened_cap = size.most / size.requests if size is not None and size.requests else 1.0
     stretch, planned, lines = 1.0, runs, []
     for metric in metrics:
         name = MetricName.parse(metric)
         per_run = full.expected_target_requests(name.cls)
         if not pooled.pooled_metric(metric) or not per_run:
             continue
-        need = requests_for_tail(name.quantile, MIN_TAIL_REQUESTS)
+        need = max(requests_for_tail(name.quantile, MIN_TAIL_REQUESTS), per_run * screened_cap)
         if per_run * runs >= need:
             continue
         pool = (
@@ -210,7 +214,6 @@ def pooled_plan(
                 f"{tail_requests(name.quantile, int(per_run * s * n))} above it"
             )
         stretch, planned = max(stretch, s), max(planned, n)
-    size = full.stage_size()
     if stretch > 1.0 and size is not None:  # the same sequence's first requests, then more of it
         longer = math.ceil(size.requests * stretch)
         lines.append(

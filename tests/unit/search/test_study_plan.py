@@ -79,3 +79,16 @@ def test_a_wall_time_budget_runs_the_trials_that_fit_beside_the_confirmation(tmp
     fit = int(budget.split("fits ")[1].split()[0])
     assert f"running {fit} trials instead of 4" in budget and len(executor.plans) == fit < 4
     assert any(n.startswith("plan: a trial about") for n in events.notes)
+
+
+def test_a_confirmation_of_fewer_runs_than_the_cap_reads_at_least_the_screenings_cap():
+    """98 requests a stage, run on to 147 while undecided: one confirmation run sends 147, so that
+    it never reads fewer requests than a screened target stage could; three runs pool enough."""
+    from search.study.confirmation import pooled_plan
+
+    sc = load(SCENARIO)[0]
+    full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    one = pooled_plan(["ttft_p95_ms"], full, 1)
+    assert one.runs == 1 and one.measurement.target_requests == 147
+    assert one.lines[-1].startswith("the confirmation's target stage sends 147 requests instead of 98")
+    assert pooled_plan(["ttft_p95_ms"], full, 3).measurement.target_requests is None
