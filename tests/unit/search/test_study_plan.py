@@ -11,7 +11,7 @@ import pytest
 from search.executor import Measurement
 from search.prepare import StudyOptions, prepare
 from search.scenario import load
-from search.study.cost import START_STOP_S, study_cost
+from search.study.cost import PASS_SHARE, START_STOP_S, study_cost
 from search.study.dry_run import plan_lines
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
@@ -34,6 +34,10 @@ def test_the_plan_gives_each_stages_requests_and_seconds_at_the_calibrated_rates
     assert cost.capacity_stage.rate == pytest.approx(math.sqrt(32))
     assert cost.trial_s > START_STOP_S[False] + cost.target.seconds
     assert cost.total_s == pytest.approx(10 * cost.trial_s + 3 * cost.confirmation_run_s)
+    # A confirmation run: its capacity stages bracket a capacity near the target, at its rate, run
+    # on to their cap of 147 requests (36.75 s each, then the drain and the reset).
+    searched = PASS_SHARE * 2 * (cost.capacity_stage.seconds + 1.5)
+    assert cost.confirmation_run_s - (cost.trial_s - searched) == pytest.approx(3.5 * (147 / 4 + 0.6 + 1.5))
     lines = cost.lines()
     assert lines[0] == "this machine serves 8 req/s (the calibrated saturation throughput)"
     assert "target stage: 98 requests at 4 req/s, about 25 s" in lines
