@@ -15,9 +15,10 @@ serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 
   stages at the geometric mean of the target rate and the calibrated saturation throughput
   (where the capacity searches of a passing configuration go);
 * a confirmation run: the same with the target stage in full and `CONFIRM_STAGES` capacity stages
-  at the target rate, each run on to its cap: the confirmed candidates' capacities lie near the
-  target (the pick just above it, the baselines often below), where the stages that bracket a
-  capacity stay undecided and run on, and a search down runs at rates below the target.
+  at the target rate, each halfway from its planned requests to its cap: the confirmed
+  candidates' capacities lie near the target (the pick just above it, the baselines often
+  below), where the stages that bracket a capacity stay undecided and run on, while a clear
+  miss stops early, and a search down runs at rates below the target.
 
 The constants come from measured studies (docs/results.md, "Study plans"); the study prints what
 its plan said beside what it took, so a machine the model misjudges shows it.
@@ -160,6 +161,6 @@ def study_cost(
     trial = start + warmup + target.seconds + PASS_SHARE * stages * between
     full_target = _stage("target", full.target_requests or size.requests, rate, cap_s, drain)
     confirm_stages = min(CONFIRM_STAGES, float(full.capacity.max_stages if full.capacity else 0))
-    bracketing = _stage("capacity", size.most, rate, cap_s, drain)
+    bracketing = _stage("capacity", math.ceil((size.requests + size.most) / 2), rate, cap_s, drain)
     run = start + warmup + full_target.seconds + confirm_stages * (bracketing.seconds + BETWEEN_STAGES_S)
     return StudyCost(size, cal.capacity_rps if cal else None, target, searched, trial, run, confirmation_runs, trials)
