@@ -248,21 +248,29 @@ def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate
 
 
 def estimate_s(
-    cands: Sequence[Candidate], rows: dict[int, TrialRecord], full: Measurement, screened: Measurement
+    cands: Sequence[Candidate],
+    rows: dict[int, TrialRecord],
+    full: Measurement,
+    screened: Measurement,
+    planned_run_s: float | None = None,
 ) -> float | None:
     """One run of each candidate, from its search trial's time: its load part scaled from the
-    screening measurement to the full one (stages cut short by an early abort stay short)."""
+    screening measurement to the full one (stages cut short by an early abort stay short), and at
+    least the study's planned confirmation run (`planned_run_s`, `search.study.cost`): a candidate
+    cut short at the target in the search searches its capacity down in its confirmation runs, at
+    lower rates, in stages that run on near its bound."""
     if not cands:
         return 0.0
     full_s, short_s = full.planned_s(), screened.planned_s()
     scale = full_s / short_s if full_s and short_s else 1.0
+    floor = planned_run_s if planned_run_s is not None and math.isfinite(planned_run_s) else 0.0
     total = 0.0
     for c in cands:
         t = trial_results.timings_of(rows[c.trial_number])
         if t.total_s is None:
             return None
         load = t.load_s or 0.0
-        total += t.total_s - load + load * scale
+        total += max(t.total_s - load + load * scale, floor)
     return total
 
 

@@ -45,10 +45,12 @@ def confirm(
     confirm_runs: int,
     events: Subscribers,
     make_executor: Callable[[LaunchContext, Measurement], TrialExecutor],
+    planned_run_s: float | None = None,
 ) -> verdict_mod.Verdict | None:
     """The confirmation phase after the search: its candidates (none: skipped, said why), the plan
     that pools their runs' requests, and `ConfirmationPhase` run on a fresh executor for that
-    measurement."""
+    measurement. `planned_run_s`: the study's plan of one confirmation run, the least its
+    estimate takes for one (`confirmation.estimate_s`)."""
     rows = recording.ride(lambda: recording.rows(opened.record))
     cands, notes = recording.ride(
         lambda: confirmation_mod.candidates(study, rows, prep, prep.scenario.confirmation.front)
@@ -59,7 +61,9 @@ def confirm(
             f"nor came within {confirmation_mod.NEAR_MISS:.0%} of them"
         )
         return None
-    per_run = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened))
+    per_run = recording.ride(
+        lambda: confirmation_mod.estimate_s(cands, rows, opened.full, opened.screened, planned_run_s)
+    )
     pool = confirmation_mod.pooled_plan(
         verdict_mod.measured_metrics(prep.scenario),
         opened.full,
@@ -77,5 +81,7 @@ def confirm(
         recording.ride,
         pool.lines,
     )
-    estimate = recording.ride(lambda: confirmation_mod.estimate_s(cands, rows, pool.measurement, opened.screened))
+    estimate = recording.ride(
+        lambda: confirmation_mod.estimate_s(cands, rows, pool.measurement, opened.screened, planned_run_s)
+    )
     return phase.run(recording.session, opened.record, cands, notes, estimate)

@@ -229,6 +229,7 @@ class StudyRunner:
                             self.confirm_runs,
                             self.events,
                             self._make_executor,
+                            plan.confirmation_run_s,
                         )
                     self._plan_kept(plan, time.monotonic() - planned_at)
                     self._zygote_said()

@@ -96,3 +96,23 @@ def test_a_confirmation_of_fewer_runs_than_the_cap_reads_at_least_the_screenings
     assert one.runs == 1 and one.measurement.target_requests == 147
     assert one.lines[-1].startswith("the confirmation's target stage sends 147 requests instead of 98")
     assert pooled_plan(["ttft_p95_ms"], full, 3).measurement.target_requests is None
+
+
+def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate_cut_short():
+    """A baseline that missed at the target took 100 s in the search (its load cut short), but
+    its confirmation runs search its capacity down: each run is estimated at least at the plan's."""
+    from types import SimpleNamespace
+
+    from search.study.confirmation import Candidate, estimate_s
+
+    sc = load(SCENARIO)[0]
+    full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    rows = {
+        0: SimpleNamespace(timings={"total_s": 100.0, "load_s": 80.0}),
+        1: SimpleNamespace(timings={"total_s": 900.0, "load_s": 880.0}),
+    }
+    cands = [Candidate(0, "vllm_defaults", {}, {}), Candidate(1, None, {}, {})]
+    scaled = estimate_s(cands, rows, full, full)  # full against full: nothing rescaled
+    assert scaled == pytest.approx(1000.0)
+    assert estimate_s(cands, rows, full, full, planned_run_s=500.0) == pytest.approx(500.0 + 900.0)
+    assert estimate_s(cands, rows, full, full, planned_run_s=math.nan) == pytest.approx(1000.0)
