@@ -33,8 +33,10 @@ class MixTally:
     off: list[str] = field(default_factory=list)  # stages one request or more off their weights
 
     def add(self, where: str, counts: dict[str, int], shares: dict[str, float]) -> None:
+        from loadgen import mix_deviation
+
         n = sum(counts.values())
-        deviation = max((abs(counts.get(c, 0) - w * n) for c, w in shares.items()), default=0.0)
+        deviation = mix_deviation(counts, shares)
         self.stages += 1
         self.requests += n
         self.worst = max(self.worst, deviation)

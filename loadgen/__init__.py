@@ -36,6 +36,7 @@ from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
 from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
+from loadgen.request_order import mix_deviation
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, fetch_metrics_text, scan_gauges
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
@@ -101,6 +102,7 @@ __all__ = [
     "fetch_metrics_text",
     "json_safe",
     "liveness_before_verdict",
+    "mix_deviation",
     "open_loop_offsets",
     "prepare_requests",
     "rate_over_time",

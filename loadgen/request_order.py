@@ -32,6 +32,7 @@ requests a .. a+n-1 sends the same ones in every trial, and a longer stage sends
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from functools import lru_cache
 
@@ -99,6 +100,14 @@ def window_bound(classes: int) -> float:
     """How far any window's count of a class can lie from its weight times the window's length
     (strictly less than this): 2 - 1/(k-1) for k classes, Tijdeman's bound doubled."""
     return 0.0 if classes < 2 else 2.0 - 1.0 / (classes - 1)
+
+
+def mix_deviation(counts: Mapping[str, int], weights: Mapping[str, float]) -> float:
+    """How far, in requests, a stage's count of a class lies at most from the class's share of the
+    stage's requests (`weights` need not sum to 1); below `window_bound` for a window of this
+    order."""
+    n, total = sum(counts.values()), sum(weights.values())
+    return max((abs(counts.get(c, 0) - w / total * n) for c, w in weights.items()), default=0.0)
 
 
 def _seeded(seed: int, *key: int) -> np.random.Generator:

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy.orm import Session
 
+from loadgen import mix_deviation
 from objectives.statistics import beyond_noise
 from search.outputs import calibration_text
 from search.outputs.confirmation_rows import confirmation_rows
@@ -139,13 +140,12 @@ def verdict_lines(ls: LoadedStudy) -> list[str]:
 def stages_lines(ls: LoadedStudy) -> list[str]:
     """What the search's load stages sent, by class against the scenario's weights, and how
     many ended over-saturated or were cut by their time cap (nothing for a study without stages)."""
-    total = sum(c.weight for c in ls.scenario.workload.classes)
-    shares = {c.name: c.weight / total for c in ls.scenario.workload.classes}
-    line = stages_line([s for v in ls.views for s in v.stages], shares)
+    weights = {c.name: c.weight for c in ls.scenario.workload.classes}
+    line = stages_line([s for v in ls.views for s in v.stages], weights)
     return [line] if line else []
 
 
-def stages_line(stages: list[StageView], shares: dict[str, float]) -> str | None:
+def stages_line(stages: list[StageView], weights: dict[str, float]) -> str | None:
     """One line on stages that stored their requests (None: none did)."""
     stages = [s for s in stages if sum(s.class_counts.values())]
     if not stages:
@@ -153,10 +153,9 @@ def stages_line(stages: list[StageView], shares: dict[str, float]) -> str | None
     sent: dict[str, int] = {}
     worst = 0.0
     for s in stages:
-        n = sum(s.class_counts.values())
         for c, k in s.class_counts.items():
             sent[c] = sent.get(c, 0) + k
-        worst = max([worst, *(abs(s.class_counts.get(c, 0) - w * n) for c, w in shares.items())])
+        worst = max(worst, mix_deviation(s.class_counts, weights))
     by_class = ", ".join(f"{c} {k:,}" for c, k in sent.items())
     over = sum(s.over_saturated is not None for s in stages)
     capped = sum(s.capped for s in stages)

@@ -151,3 +151,12 @@ def test_shared_prefixes_spread_evenly_over_a_class(tok):
         window = prefix[a : a + 20]
         assert 11 <= (window >= 0).sum() <= 13
         assert all(4 <= (window == p).sum() <= 8 for p in (0, 1))
+
+
+def test_a_stages_mix_deviation_is_read_against_the_normalised_weights():
+    from loadgen import mix_deviation
+
+    assert mix_deviation({"short": 98, "long": 42}, {"short": 7, "long": 3}) == pytest.approx(0.0)
+    assert mix_deviation({"short": 99, "long": 41}, {"short": 0.7, "long": 0.3}) == pytest.approx(1.0)
+    assert mix_deviation({"short": 10}, {"short": 0.5, "long": 0.5}) == pytest.approx(5.0)  # a class absent
+    assert mix_deviation({}, {}) == 0.0
