@@ -13,7 +13,7 @@ import http.server, sys, time
 def log(proc, text):
     print(f"({{proc}} pid=1) INFO {{time.strftime('%m-%d %H:%M:%S')}} [x.py:1] {{text}}", flush=True)
 log("APIServer", "non-default args")
-time.sleep(1.2)
+time.sleep(2.0)
 log("EngineCore", "Initializing a V1 LLM engine (v0.32.0) with config")
 log("Worker", "Starting to load model m...")
 log("Worker", "Loading weights took 0.03 seconds")
@@ -56,6 +56,8 @@ def test_a_started_server_reports_its_start_anatomy_when_stopped(tmp_path):
         "load warm-up",
     ]
     assert sum(s for s in anatomy.phases.values() if s is not None) == pytest.approx(server.ready_s, abs=0.02)
-    assert anatomy.phases["import"] < 1.0 and anatomy.phases["engine process"] > 0.4  # the fake's 1.2 s sleep
+    # the fake's 2 s sleep lands in the engine-process phase, not in the import before it (the
+    # import's own length is the interpreter's start: no bound holds on a loaded machine)
+    assert anatomy.phases["engine process"] >= 1.5
     assert anatomy.reported == {"weights_s": 0.03, "engine_init_s": 0.12}
     assert anatomy.with_first_token(0.3).as_dict()["phases"]["first token"] == 0.3
