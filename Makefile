@@ -109,6 +109,9 @@ bench-load: setup   ## the load generator's capacity against a stub, then parity
 	$(BIN)/python -m benchmarks.bench_load_capacity
 	$(BIN)/python -m benchmarks.bench_load_parity
 
+bench-sessions: setup   ## servers: prefix caching on and off under chat_sessions, TTFT by turn and the reuse against the hit rate (~10 min)
+	$(BIN)/python -m benchmarks.bench_sessions
+
 bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
 	$(BIN)/python -m benchmarks.bench_capacity --scenario $(SCENARIO)
 

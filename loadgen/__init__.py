@@ -9,6 +9,9 @@ computes the flat metrics as `vllm bench serve` defines them and `server_metrics
 own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are pinned
 to. Nothing here imports its parent package: the stages, the capacity search, scoring and the
 abort rules build on this, not the reverse.
+Requests may also be the turns of multi-turn sessions (`sessions`: the scripts and each turn's
+prompt; `session_dispatch`: turns sent as answers come back; `turn_metrics`: per-turn figures and
+the prefix reuse the sessions imply).
 Requests may also come from a trace file (`trace`: readers, the replay's window and time
 scaling, its prompts and statistics).
 Other packages import from here, never from the modules inside.
@@ -38,6 +41,7 @@ from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.request_order import mix_deviation
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, fetch_metrics_text, scan_gauges
+from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.trace import (
@@ -56,6 +60,7 @@ from loadgen.trace import (
     window_rows,
     window_start,
 )
+from loadgen.turn_metrics import SessionReport, TurnStats, cached_prefix_share, turn_stats
 from loadgen.workload import WorkloadSpec
 
 __all__ = [
@@ -83,14 +88,20 @@ __all__ = [
     "RequestRecord",
     "ServerHung",
     "ServerTokenCounter",
+    "SessionReport",
+    "SessionScript",
+    "SessionSpec",
     "Stall",
+    "ThinkTime",
     "TokenizerError",
     "Trace",
     "TraceError",
     "TraceSpec",
     "TrafficStats",
+    "TurnStats",
     "WorkloadSpec",
     "build_requests",
+    "cached_prefix_share",
     "cached_requests",
     "class_key",
     "clipped",
@@ -121,6 +132,8 @@ __all__ = [
     "timed_tpot_median_ms",
     "traced",
     "traffic_stats",
+    "turn_messages",
+    "turn_stats",
     "warmup_rows",
     "window_rows",
     "window_start",

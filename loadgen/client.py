@@ -63,6 +63,14 @@ def _chat_delta_has_token(delta: dict) -> bool:
     return delta.get("content") == "" and not delta.get("role")
 
 
+def _delta_text(payload: bytes, chat: bool) -> str:
+    """The text a token chunk adds to the answer."""
+    choices = json.loads(payload).get("choices") or [{}]
+    if chat:
+        return (choices[0].get("delta") or {}).get("content") or ""
+    return choices[0].get("text") or ""
+
+
 def _apply_usage(usage: dict | None, rec: RequestRecord) -> None:
     if not usage:
         return
@@ -228,6 +236,8 @@ class AiohttpClient:
                             elif b'"content":' not in payload and not any(k in payload for k in _OTHER_DELTA_KEYS):
                                 continue  # e.g. an empty closing delta: no token
                         times.append(now)
+                        if rec.answer is not None:  # a session's turn: a later turn resends its text
+                            rec.answer.append(_delta_text(payload, chat))
                         if b'"usage":{' in payload or b'"usage": {' in payload:
                             self._control(payload, rec)  # continuous_usage_stats
             end = perf()
@@ -323,6 +333,9 @@ class OpenAIClient:
                             ):
                                 continue
                         times.append(now)
+                        if rec.answer is not None:
+                            choice = chunk.choices[0]
+                            rec.answer.append((choice.delta.content if self.chat else choice.text) or "")
                     if chunk.usage is not None:
                         _apply_usage(chunk.usage.model_dump(), rec)
                         got_usage = True

@@ -11,6 +11,7 @@ from loadgen.abort import Abort
 from loadgen.metrics import RunMetrics
 from loadgen.records import RequestRecord
 from loadgen.server_metrics import GaugeSample, ServerDiagnostics
+from loadgen.turn_metrics import SessionReport
 from loadgen.workload import WorkloadSpec
 
 
@@ -37,6 +38,7 @@ class LoadResult:
     requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
     client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
     gauges: list[GaugeSample] = field(default_factory=list)  # the server's gauges over the run (about 1 Hz)
+    sessions: SessionReport | None = None  # a session workload's turns and prefix reuse
 
     @property
     def client_cpu_share(self) -> float:
@@ -96,6 +98,8 @@ class LoadResult:
             "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
             "abort_margin": self.abort.margin if self.abort is not None else None,
         }
+        if self.sessions is not None:
+            out["sessions"] = self.sessions.to_json()
         if include_records:
             out["records"] = [r.to_dict(self.start) for r in self.records]
         return out

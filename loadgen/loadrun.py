@@ -36,9 +36,11 @@ from loadgen.preparation import (
     discover_model,
     planned_requests,
 )
-from loadgen.prompts import Request
+from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
 from loadgen.records import RequestRecord
 from loadgen.server_metrics import GaugeSampler, MetricsSnapshot, diagnose, fetch_metrics_text
+from loadgen.session_dispatch import SessionRunner
+from loadgen.sessions import ScriptBook
 from loadgen.stall import ProgressWatch, traced
 from loadgen.workload import WorkloadSpec
 
@@ -152,12 +154,13 @@ async def run_load(
         model, root = await discover_model(control, base_url, model)
         counter = ServerTokenCounter(control, base_url, model) if spec.endpoint == "chat" else None
         tokenizer = LazyTokenizer(tokenizer_path, model, root)
+        sessions = spec.sessions
         needed = planned_requests(spec, offsets)
-        if requests is None or len(requests) < needed:
+        if sessions is None and (requests is None or len(requests) < needed):
             requests = await cached_requests(spec, tokenizer.get(), needed, False, counter, notes)
         warm = (
             await cached_requests(spec, tokenizer.get(), spec.warmup_requests, True, counter, notes)
-            if spec.warmup_requests
+            if spec.warmup_requests and sessions is None
             else []
         )
 
@@ -175,7 +178,26 @@ async def run_load(
                 if warm:
                     width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
                     await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
-                pool = RequestPool(spec, tokenizer, lc, model, requests[:needed], warmup=False)
+                runner = None
+                if sessions is not None:  # sessions: each turn built when the answer before it is in
+                    warm_runner = SessionRunner(
+                        sessions, ScriptBook(sessions, spec.seed, WARMUP_STREAM, tokenizer.get()), lc, model,
+                        spec.temperature, warmup=True,
+                    )  # fmt: skip
+                    warm_pool.records = warm_runner.records
+                    if spec.warmup_requests:
+                        n = spec.sessions_for(spec.warmup_requests)
+                        width = min(n, spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
+                        await warm_runner.closed_loop(width, n, None)
+                    runner = SessionRunner(
+                        sessions, ScriptBook(sessions, spec.seed, MEASURED_STREAM, tokenizer.get()), lc, model,
+                        spec.temperature, first=spec.first_request,
+                    )  # fmt: skip
+                pool = RequestPool(
+                    spec, tokenizer, lc, model, requests[:needed] if runner is None else [], warmup=False
+                )
+                if runner is not None:
+                    pool.records = runner.records
                 if watch is not None:
                     watch.track(pool.records)
                 if hasattr(lc, "preconnect"):
@@ -200,16 +222,23 @@ async def run_load(
                 cpu0 = time.process_time()
                 aborted = None
                 try:
-                    if closed:
+                    if closed and runner is not None:
+                        n = spec.sessions_for(spec.num_requests) if spec.num_requests is not None else None
+                        start, end, _sent = await runner.closed_loop(spec.arrival.concurrency, n, spec.duration_s)
+                    elif closed:
                         start, end, _sent = await run_closed_loop(
                             lc.send, pool.get, spec.arrival.concurrency, spec.num_requests, spec.duration_s
                         )
+                    elif abort is None and runner is not None:
+                        start, end = await runner.open_loop(offsets)
                     elif abort is None:
                         start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
                     else:
                         draining = Draining()
                         dispatch = asyncio.ensure_future(
                             run_open_loop(lc.send, pool.prepared, pool.records, offsets, draining)
+                            if runner is None
+                            else runner.open_loop(offsets, draining)
                         )
                         start, end, aborted = await _watched(dispatch, abort, pool.records, offsets, sampler, draining)
                 finally:
@@ -235,7 +264,11 @@ async def run_load(
             f"closed loop built {pool.extended * CLOSED_LOOP_BATCH} extra requests during "
             "the run (duration-bounded); their chat lengths were counted locally"
         )
-    mismatched = sum(1 for r in records if r.prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens)
+    mismatched = sum(
+        1
+        for r in records
+        if r.session is None and r.prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens
+    )
     if mismatched:
         notes.append(f"{mismatched} requests: the server counted a different prompt length than built")
     short = sum(
@@ -275,6 +308,7 @@ async def run_load(
         len(offsets) if offsets else len(records),
         client_cpus,
         list(samples),
+        runner.report(tokenizer.get(), after, warm_runner) if runner is not None else None,
     )
     if metrics.client_behind:
         share = result.client_cpu_share

@@ -35,6 +35,9 @@ class RequestRecord:
     status: int | None = None  # HTTP status
     error_kind: str | None = None
     error_text: str | None = None
+    session: int | None = None  # a session's turn: the session's index in the workload
+    turn: int | None = None  # ... and the turn's, from 1
+    answer: list[str] | None = None  # the answer's text pieces, kept where a later turn resends it
 
     @property
     def ok(self) -> bool:
@@ -115,6 +118,7 @@ class RequestRecord:
             "status": self.status,
             "error_kind": self.error_kind,
             "error_text": self.error_text,
+            **({"session": self.session, "turn": self.turn} if self.session is not None else {}),
         }
 
 

@@ -1,6 +1,6 @@
 """What a scenario asks of the server for one load run (`WorkloadSpec`): the endpoint, the request
-classes (`request_class`, with their `lengths`) or a trace (`trace`), the arrivals (`arrival_spec`),
-bounds and seed.
+classes (`request_class`, with their `lengths`), a trace (`trace`) or multi-turn sessions
+(`sessions`), the arrivals (`arrival_spec`), bounds and seed.
 
 These models validate scenario YAML (`extra="forbid"`: a misspelt key is an error naming the
 field). Relative file paths (`file`, `sharegpt`, `trace.file`) resolve against the YAML file's
@@ -15,6 +15,7 @@ at a time) replays only the trace's requests of those classes.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
 from loadgen.lengths import LengthDist
 from loadgen.request_class import RequestClass, SharedPrefix
+from loadgen.sessions import SessionSpec
 from loadgen.trace import Trace, TraceSpec
 
 Endpoint = Literal["chat", "completions"]
@@ -65,6 +67,14 @@ class WorkloadSpec(BaseModel):
     endpoint: Endpoint = "completions"
     classes: list[RequestClass] = Field(default_factory=list, description="at least one, unless a trace")
     trace: TraceSpec | None = Field(None, description="requests from a trace file (docs/traces.md)")
+    sessions: SessionSpec | None = Field(
+        None,
+        description=(
+            "multi-turn conversations instead of independent requests (chat endpoint). The workload "
+            "is still counted in requests, a session's turns: num_requests, warmup_requests and the "
+            "arrival rate are turns, and sessions start at the rate over the mean turns per session"
+        ),
+    )
     arrival: ArrivalSpec
     num_requests: int | None = Field(None, ge=1, description="measured requests (excl. warmup)")
     duration_s: float | None = Field(None, gt=0, description="stop sending after this long")
@@ -87,9 +97,11 @@ class WorkloadSpec(BaseModel):
         if not isinstance(data, dict):
             return data
         short = {k: data[k] for k in _CLASS_SHORTHAND if k in data}
-        if data.get("trace") is not None and (short or "classes" in data):
-            given = ", ".join([*short, *(["classes"] if "classes" in data else [])])
+        given = ", ".join([*short, *(["classes"] if "classes" in data else [])])
+        if data.get("trace") is not None and given:
             raise ValueError(f"a trace gives the requests' lengths and prefixes: remove {given}")
+        if data.get("sessions") is not None and given:
+            raise ValueError(f"sessions give each turn's lengths and name its class: remove {given}")
         if not short:
             return data
         if "classes" in data:
@@ -99,7 +111,13 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
-        if self.trace is not None:
+        if self.sessions is not None:
+            if self.trace is not None:
+                raise ValueError("give either sessions or a trace, not both")
+            if self.endpoint != "chat":
+                raise ValueError("sessions resend the conversation in the chat template: set endpoint: chat")
+            self.classes = self.sessions.request_classes()
+        elif self.trace is not None:
             self.classes = trace_classes(self.trace)
         elif not self.classes:
             raise ValueError("classes: give at least one request class (or a trace)")
@@ -116,8 +134,8 @@ class WorkloadSpec(BaseModel):
     @model_serializer(mode="wrap")
     def _without_trace_classes(self, handler: Any) -> Any:
         data = handler(self)
-        if self.trace is not None and isinstance(data, dict):
-            data.pop("classes", None)  # the trace's: validating the dump makes them again
+        if (self.trace is not None or self.sessions is not None) and isinstance(data, dict):
+            data.pop("classes", None)  # the trace's or the turns': validating the dump makes them again
         return data
 
     @classmethod
@@ -129,10 +147,26 @@ class WorkloadSpec(BaseModel):
         return cls.model_validate(data, context={"base_dir": path.parent.resolve()})
 
     def schedule(self) -> np.ndarray:
-        """An open loop's due times (s from the run's start), for its slice of the sequence."""
+        """An open loop's due times (s from the run's start), for its slice of the sequence: of its
+        requests, or of its sessions' starts."""
+        if self.sessions is not None:
+            n = self.sessions_for(self.num_requests) if self.num_requests is not None else None
+            return open_loop_offsets(self.session_arrival(), n, self.duration_s, self.seed, None, self.first_request)
         return open_loop_offsets(
             self.arrival, self.num_requests, self.duration_s, self.seed, self.replayed_trace(), self.first_request
         )
+
+    def sessions_for(self, requests: int) -> int:
+        """The sessions whose turns make about `requests` requests (at least one)."""
+        assert self.sessions is not None
+        return max(1, math.ceil(requests / self.sessions.mean_turns() - 1e-9)) if requests > 0 else 0
+
+    def session_arrival(self) -> ArrivalSpec:
+        """The arrivals of sessions: the workload's, at its request rate over the mean turns."""
+        assert self.sessions is not None
+        if self.arrival.mode == "closed" or self.arrival.rate is None:
+            return self.arrival
+        return self.arrival.model_copy(update={"rate": self.arrival.rate / self.sessions.mean_turns()})
 
     @property
     def class_names(self) -> list[str]:
@@ -142,6 +176,8 @@ class WorkloadSpec(BaseModel):
         """The largest prompt + output any request of this workload can have."""
         if self.trace is not None:
             return self.trace.longest_request_tokens()
+        if self.sessions is not None:
+            return self.sessions.longest_request_tokens()
         return max(c.longest_request_tokens(self.endpoint) for c in self.classes)
 
     def replayed_trace(self) -> Trace | None:

@@ -251,6 +251,7 @@ def print_result(result, console=None) -> None:
         f"closed loop, {a.concurrency} users"
         if a.mode == "closed"
         else f"{a.mode} at {_cell(a.rate)} req/s"
+        + (f" ({_cell(spec.session_arrival().rate)} sessions/s)" if spec.sessions is not None else "")
         + (f" (burstiness {_cell(a.burstiness)})" if a.mode == "gamma" else "")
     )
     console.print(f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, client {result.client}")
@@ -317,6 +318,8 @@ def print_result(result, console=None) -> None:
         ):
             cls.add_row(c, *[_cell(f[class_key(c, name)]) for name in names])
         console.print(cls)
+    if result.sessions is not None:
+        print_sessions(result, console)
     if result.metrics.error_kinds:
         console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
         first = next((r for r in result.records if r.error_kind), None)
@@ -324,6 +327,32 @@ def print_result(result, console=None) -> None:
             console.print(f"  first: {first.error_text}", markup=False)
     for note in result.notes:
         console.print(f"[yellow]note[/]: {note}")
+
+
+def print_sessions(result, console) -> None:
+    """A session workload's turns: how each turn index fared, and the prefix reuse against the
+    server's prefix-cache hit rate."""
+    from rich.table import Table
+
+    report = result.sessions
+    per_s = report.sessions / result.duration_s if result.duration_s > 0 else float("nan")
+    turns = Table(
+        title=f"By turn ({report.completed} of {report.sessions} sessions complete, {_cell(per_s)} sessions/s)"
+    )
+    for column in ("turn", "sent", "failed", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "prompt tokens"):
+        turns.add_column(column, justify="right")
+    for t in report.turns:
+        turns.add_row(
+            str(t.turn), str(t.sent), str(t.failed), _cell(t.ttft_p50_ms), _cell(t.ttft_p95_ms),
+            _cell(t.tpot_p50_ms), _cell(t.prompt_tokens_mean),
+        )  # fmt: skip
+    console.print(turns)
+    hit = result.server.prefix_cache_hit_rate if result.server is not None else float("nan")
+    block = f"{report.block_size}-token blocks" if report.block_size else "the server's blocks unknown"
+    console.print(
+        f"prefix reuse the sessions imply: {_cell(report.reuse_share)} of prompt tokens ({block}); "
+        f"the server's prefix-cache hit rate: {_cell(hit)}"
+    )
 
 
 def _cmd_load(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from loadgen import (
     LATENCY_FAMILIES,
     MetricName,
     ProgressWatch,
+    ThinkTime,
     WorkloadSpec,
     class_key,
     run_async,
@@ -154,6 +155,10 @@ def _unloaded(
     (docs/results.md, "Calibration")."""
     unloaded: dict[str, float | None] = {}
     timed_share: dict[str, float] = {}
+    if wl.sessions is not None:
+        return _unloaded_sessions(
+            url, model, ctx, wl, cal, warmup=warmup, watched=watched, on_phase=on_phase, measured=measured
+        )
     for i, cls in enumerate(wl.classes):
         on_phase(f"unloaded latency, class {cls.name}")
         spec = closed_workload(
@@ -180,4 +185,46 @@ def _unloaded(
             known = [(v, w) for v, w in medians if v is not None]
             total = sum(w for _, w in known)
             unloaded[f"{fam}_median_ms"] = sum(v * w / total for v, w in known) if known else None
+    return unloaded, timed_share
+
+
+def _unloaded_sessions(
+    url: str,
+    model: str,
+    ctx: LaunchContext,
+    wl: WorkloadSpec,
+    cal: Calibration,
+    *,
+    warmup: bool,
+    watched,
+    on_phase,
+    measured: list[float],
+) -> tuple[dict[str, float | None], dict[str, float]]:
+    """`_unloaded` for sessions: a turn class cannot be sent alone (a later turn resends the
+    earlier ones), so one user runs whole sessions, without think times (they change no
+    latency of a lone user, only the time it takes), until every turn class holds about
+    `unloaded_requests` turns; each class's medians are read from its turns."""
+    assert wl.sessions is not None
+    on_phase("unloaded latency, sessions one at a time")
+    rarest = min(wl.sessions.class_weights().values()) or 1.0
+    turns = math.ceil(cal.unloaded_requests / rarest)
+    lone = wl.model_copy(update={"sessions": wl.sessions.model_copy(update={"think_time_s": ThinkTime(mean_s=0.0)})})
+    spec = closed_workload(lone, 1, turns, warmup=2 if warmup else 0)
+    result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
+    flat = result.flat_metrics()
+    if math.isfinite(flat.get("ttft_median_ms", math.nan)):
+        measured.append(flat["ttft_median_ms"])
+    unloaded: dict[str, float | None] = {}
+    timed_share: dict[str, float] = {}
+    for name in wl.class_names:
+        of_class = [r for r in result.records if r.class_name == name]
+        tpot, timed_share[name] = timed_tpot_median_ms(of_class)
+        for key, value in flat.items():
+            parsed = MetricName.parse(key)
+            if parsed.cls == name:
+                unloaded[key] = value
+        unloaded[class_key("tpot_median_ms", name)] = tpot if timed_share[name] >= MIN_TIMED_SHARE else None
+    for key, value in flat.items():
+        if MetricName.parse(key).cls is None:
+            unloaded[key] = value
     return unloaded, timed_share

@@ -337,3 +337,27 @@ def test_connections_are_opened_before_the_measured_run(tok_dir, tok):
         run_load_sync(s.base_url, None, spec, scrape_metrics=False)
         pings = s.stats.health_checks
     assert pings >= 100 * 0.2 * 1.5 + 8
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_session_turn_resends_the_answers_the_server_streamed(tok_dir, tok, client):
+    spec = WorkloadSpec.model_validate(
+        {
+            "endpoint": "chat",
+            "arrival": {"mode": "poisson", "rate": 20.0},
+            "num_requests": 9,
+            "warmup_requests": 0,
+            "sessions": {"turns": 3, "user_tokens": 10, "output_tokens": 4, "system_prompt_tokens": 12},
+        }
+    )
+    with stub(tok_dir, tok, ttft_ms=5, itl_ms=2, record_bodies=True) as s:
+        r = run_load_sync(s.base_url, None, spec, client=client)
+        bodies = s.stub.stats.bodies
+    assert r.flat()["completed"] == 9 and r.sessions.sessions == 3 and r.sessions.completed == 3
+    assert [t.sent for t in r.sessions.turns] == [3, 3, 3]
+    last_turns = [b["messages"] for b in bodies if len(b["messages"]) == 6]
+    assert len(last_turns) == 3
+    for messages in last_turns:  # system, then user/assistant twice, then the third question
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+        assert messages[2]["content"] == messages[4]["content"] == " tok" * 4  # what the stub streamed
+    assert r.flat()["ttft_median_ms@later"] > 0 and r.to_json()["records"][0]["turn"] == 1

@@ -1,0 +1,138 @@
+"""Sends a workload's sessions: each session's turns one after another, each after the previous
+answer and the user's think time; the sessions themselves on the workload's schedule (open loop:
+a session starts at each arrival) or by users running sessions back to back (closed loop).
+
+A turn's body is built when it is sent, since it holds the answers before it; everything else
+(the scripts, the system prompt) is built before. A turn that fails ends its session: the
+conversation cannot go on without its answer, and later turns are not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
+from loadgen.prompts import Request
+from loadgen.records import RequestRecord
+from loadgen.server_metrics import MetricsSnapshot
+from loadgen.sessions import Messages, ScriptBook, SessionScript, SessionSpec, turn_messages
+from loadgen.tokenizer import PromptTokenizer
+from loadgen.turn_metrics import SessionReport, cached_prefix_share, turn_stats
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+@dataclass(slots=True)
+class SessionStart:
+    """When a session was due to start (set by the dispatch loop, as a request record's)."""
+
+    scheduled_time: float = math.nan
+
+
+class SessionRunner:
+    """Runs sessions first .. of one workload through a load client (`client.LoadClient`);
+    `records` holds every turn sent, in send order, and `answers` each session's answers so far."""
+
+    def __init__(
+        self,
+        spec: SessionSpec,
+        book: ScriptBook,
+        client: Any,
+        model: str,
+        temperature: float | None,
+        *,
+        first: int = 0,
+        warmup: bool = False,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
+        self.spec, self.book, self.client, self.model, self.temperature = spec, book, client, model, temperature
+        self.first, self.warmup, self.sleep = first, warmup, sleep
+        self.records: list[RequestRecord] = []
+        self.answers: dict[int, list[str]] = {}
+        self.scripts: dict[int, SessionScript] = {}
+
+    def script(self, i: int) -> SessionScript:
+        """The run's i-th session (the workload's session first + i), built once."""
+        index = self.first + i
+        if index not in self.scripts:
+            self.scripts[index] = self.book.script(index)
+        return self.scripts[index]
+
+    async def run_session(self, script: SessionScript, start: SessionStart) -> None:
+        answers = self.answers.setdefault(script.index, [])
+        due = start.scheduled_time if start.scheduled_time == start.scheduled_time else time.perf_counter()
+        for t, turn in enumerate(script.turns):
+            messages = turn_messages(script, answers, t)
+            request = Request(
+                len(self.records), self.spec.class_of_turn(t + 1), 0, turn.output_tokens, 0, messages=tuple(messages)
+            )
+            rec = RequestRecord(
+                request.index, request.class_name, due, 0, turn.output_tokens, warmup=self.warmup,
+                session=script.index, turn=t + 1, answer=[],
+            )  # fmt: skip
+            self.records.append(rec)
+            await self.client.send(self.client.prepare(request, self.model, self.temperature), rec)
+            if not rec.ok:
+                return
+            answers.append("".join(rec.answer or ()))
+            rec.answer = None  # the text lives in `answers`, once
+            if t + 1 < len(script.turns):
+                await self.sleep(turn.think_s)
+                due = time.perf_counter()
+
+    async def open_loop(self, offsets: list[float], draining: Draining | None = None) -> tuple[float, float]:
+        """Session i starts at offsets[i]; wait for every session (as `run_open_loop`)."""
+        scripts = [self.script(i) for i in range(len(offsets))]
+        starts = [SessionStart() for _ in offsets]
+        return await run_open_loop(self.run_session, scripts, starts, offsets, draining)  # type: ignore[arg-type]
+
+    async def closed_loop(self, users: int, sessions: int | None, duration_s: float | None) -> tuple[float, float, int]:
+        """`users` users, each starting its next session when its last one ended."""
+
+        def get(i: int) -> tuple[SessionScript, SessionStart]:
+            return self.script(i), SessionStart()
+
+        return await run_closed_loop(self.run_session, get, users, sessions, duration_s)  # type: ignore[arg-type]
+
+    def sent_prompts(self) -> list[Messages]:
+        """Every turn's prompt, in the order the turns were sent."""
+        out = []
+        for rec in sorted(self.records, key=lambda r: r.send_time):
+            if rec.send_time == rec.send_time and rec.session is not None and rec.turn is not None:
+                script = self.scripts[rec.session]
+                out.append(turn_messages(script, self.answers[rec.session], rec.turn - 1))
+        return out
+
+    def report(
+        self, tokenizer: PromptTokenizer, after: MetricsSnapshot | None, before: SessionRunner | None = None
+    ) -> SessionReport:
+        """The run's sessions, turns and the reuse share they imply (counted with the local chat
+        template, in the server's KV blocks as its /metrics states them; `before`'s turns, a
+        warm-up, fill the cache first)."""
+        ended = {r.session for r in self.records if not r.ok}
+        started = {r.session for r in self.records}
+        completed = sum(
+            1 for i in started if i not in ended and len(self.answers.get(i, ())) == len(self.scripts[i].turns)
+        )
+        block = _block_size(after)
+        share = float("nan")
+        if block is not None and tokenizer.can_render_chat:
+            seed = before.sent_prompts() if before is not None else []
+            prompts = [tokenizer.encode(tokenizer.render_chat(m)) for m in [*seed, *self.sent_prompts()]]
+            share = cached_prefix_share(prompts, block, counted_from=len(seed))
+        return SessionReport(len(started), completed, turn_stats(self.records), share, block)
+
+
+def _block_size(snapshot: MetricsSnapshot | None) -> int | None:
+    """The server's KV block size, from its `vllm:cache_config_info` labels."""
+    rows = snapshot.samples.get(CACHE_CONFIG_INFO) if snapshot is not None else None
+    for labels, _ in rows or ():
+        value = labels.get("block_size")
+        if value and value.isdigit():
+            return int(value)
+    return None
