@@ -9,10 +9,12 @@ lines out; the calibration's reference and how far it could move, from the store
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loadgen import SessionSpec
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
+from objectives.statistics import Interval
 from search.outputs.cost_text import CostText
 from search.outputs.format import (
     call_words,
@@ -234,14 +236,20 @@ def _capacity_objective(scenario: Scenario) -> str | None:
 
 
 def _gain_part(
-    v: Verdict, metric: str, candidate: CandidateResult, reference: CandidateResult, what: str, as_ratio: bool
+    v: Verdict,
+    metric: str,
+    candidate: CandidateResult,
+    reference: CandidateResult,
+    what: str,
+    as_ratio: bool,
+    also: str = "",
 ) -> str:
     unit = unit_of(metric)
     cmp = v.comparison(candidate.trial_number, reference.trial_number)
     diff = cmp.diffs.get(metric) if cmp is not None else None
     name = BASELINE_NAMES.get(reference.baseline, reference.baseline)
     text = (
-        f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)} vs {name} "
+        f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)}{also} vs {name} "
         f"{fmt_interval(reference.metrics[metric])}"
     )
     if diff is not None:
@@ -265,10 +273,23 @@ def gain_headline(v: Verdict, scenario: Scenario) -> str | None:
         return None
     parts = []
     if (capacity := _capacity_objective(scenario)) is not None:
-        parts.append(_gain_part(v, capacity, candidate, reference, "capacity under the SLO", True))
+        sessions = scenario.workload.sessions
+        also = (
+            f" ({_in_sessions(candidate.metrics[capacity], sessions)})"
+            if capacity == SLO_CAPACITY_RPS and sessions is not None
+            else ""
+        )
+        parts.append(_gain_part(v, capacity, candidate, reference, "capacity under the SLO", True, also))
     if (latency := _latency_objective(scenario)) is not None:
         parts.append(_gain_part(v, latency, candidate, reference, f"{latency} at the target load", False))
     return f"{candidate.label}: " + "; ".join(parts) if parts else None
+
+
+def _in_sessions(rps: Interval, sessions: SessionSpec) -> str:
+    """A capacity in requests/s as sessions/s: a session workload's capacity is counted in turns."""
+    turns = sessions.mean_turns()
+    scaled = replace(rps, value=rps.value / turns, low=rps.low / turns, high=rps.high / turns)
+    return f"{fmt_interval(scaled, unit='sessions/s')} of {turns:.3g} turns"
 
 
 def _closest(v: Verdict) -> str:

@@ -30,6 +30,27 @@ def test_the_headline_states_the_capacity_gain_as_a_ratio_with_the_latency_besid
     assert line in text.summary_lines() and line in text.lines()  # every output prints one of these
 
 
+def test_a_session_workloads_capacity_is_stated_in_sessions_per_second_too():
+    from loadgen import WorkloadSpec
+
+    v = _verdict((2.2, 2.0, 2.4), (0.7, 0.6, 0.8))
+    sessions = WorkloadSpec.model_validate(
+        {
+            "endpoint": "chat",
+            "arrival": {"mode": "poisson", "capacity_fraction": 0.5},
+            "duration_s": 60,
+            "sessions": {"turns": 4, "user_tokens": 20, "output_tokens": 8},
+        }
+    )
+    scenario = SCENARIO.model_copy(update={"workload": sessions})
+    line = verdict_text.gain_headline(v, scenario)
+    assert line.startswith(
+        "trial 0: capacity under the SLO: 2.20 req/s [1.67, 2.88] (0.550 sessions/s [0.417, 0.720] of"
+    )
+    assert " of 4 turns) vs vLLM defaults 0.700 [" in line
+    assert "sessions/s" not in verdict_text.gain_headline(v, SCENARIO)
+
+
 def test_against_a_baseline_that_sustains_none_the_gain_is_absolute_and_says_so():
     v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
     line = verdict_text.gain_headline(v, SCENARIO)
