@@ -83,3 +83,33 @@ def test_no_timed_stream_stops_the_study_with_what_to_do(tok_dir, tok):
     sc = parse(SCENARIO, "t.yaml", Path("."))
     (problem,) = calibration.problems(sc, cal)
     assert "could not time the decode" in problem and "absolute value" in problem
+
+
+def test_sessions_are_calibrated_whole_and_without_think_times_each_turn_range_on_its_own(tok_dir, tok):
+    import time
+
+    wl = WorkloadSpec.model_validate(
+        {
+            "endpoint": "chat",
+            "arrival": {"mode": "poisson", "rate": 1.0},
+            "num_requests": 6,
+            "sessions": {
+                "turns": 3,
+                "user_tokens": 10,
+                "output_tokens": LONG,
+                "system_prompt_tokens": 12,
+                "think_time_s": 30.0,  # a lone user's latency does not depend on it: left out
+            },
+        }
+    )
+    with StubServer(StubConfig(root=str(tok_dir), ttft_ms=15, itl_ms=6), tokenizer=tok) as stub:
+        t0 = time.monotonic()
+        unloaded, timed = measure(stub, tok_dir, wl)
+        elapsed = time.monotonic() - t0
+        sent = stub.stub.stats.requests
+    assert elapsed < 20  # with the think times: at least 2 x 30 s a session
+    assert timed == {"first": 1.0, "later": 1.0}
+    assert unloaded["ttft_median_ms@first"] > 0 and unloaded["ttft_median_ms@later"] > 0
+    assert unloaded["tpot_median_ms@later"] == pytest.approx(6.0, abs=3.0)
+    # whole sessions until the rarer range (first turns, 1 in 3) holds its 6 unloaded requests
+    assert sent == 18
