@@ -305,7 +305,7 @@ async def run_load(
         client_cpu,
         aborted,
         offsets[-1] if offsets else math.nan,
-        len(offsets) if offsets else len(records),
+        _requests_planned(offsets, records, runner),
         client_cpus,
         list(samples),
         runner.report(tokenizer.get(), after, warm_runner) if runner is not None else None,
@@ -323,6 +323,15 @@ async def run_load(
             f"{share:.0%} of a core: {why})"
         )
     return result
+
+
+def _requests_planned(offsets: list[float] | None, records: list[RequestRecord], runner: SessionRunner | None) -> int:
+    """An open loop's scheduled requests: one an arrival, or every turn of the sessions scheduled."""
+    if not offsets:
+        return len(records)
+    if runner is not None:
+        return sum(len(runner.script(i).turns) for i in range(len(offsets)))
+    return len(offsets)
 
 
 def default_loop() -> str:

@@ -354,6 +354,7 @@ def test_a_session_turn_resends_the_answers_the_server_streamed(tok_dir, tok, cl
         r = run_load_sync(s.base_url, None, spec, client=client)
         bodies = s.stub.stats.bodies
     assert r.flat()["completed"] == 9 and r.sessions.sessions == 3 and r.sessions.completed == 3
+    assert r.requests_planned == 9  # the scheduled sessions' turns
     assert [t.sent for t in r.sessions.turns] == [3, 3, 3]
     last_turns = [b["messages"] for b in bodies if len(b["messages"]) == 6]
     assert len(last_turns) == 3
