@@ -13,7 +13,7 @@ Requests may also be the turns of multi-turn sessions (`sessions`: the scripts a
 prompt; `session_dispatch`: turns sent as answers come back; `turn_metrics`: per-turn figures and
 the prefix reuse the sessions imply).
 Requests may also come from a trace file (`trace`: readers, the replay's window and time
-scaling, its prompts and statistics).
+scaling, its prompts and statistics, and the sessions a trace holds).
 Other packages import from here, never from the modules inside.
 """
 
@@ -47,10 +47,12 @@ from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.trace import (
     Trace,
     TraceError,
+    TraceSessions,
     TraceSpec,
     TrafficStats,
     clipped,
     rate_over_time,
+    read_sessions,
     read_trace,
     replay_offsets,
     shared_tokens_from_ids,
@@ -96,6 +98,7 @@ __all__ = [
     "TokenizerError",
     "Trace",
     "TraceError",
+    "TraceSessions",
     "TraceSpec",
     "TrafficStats",
     "TurnStats",
@@ -117,6 +120,7 @@ __all__ = [
     "open_loop_offsets",
     "prepare_requests",
     "rate_over_time",
+    "read_sessions",
     "read_trace",
     "reads_idle",
     "records_from_samples",

@@ -115,7 +115,7 @@ class SessionRunner:
         template, in the server's KV blocks as its /metrics states them; `before`'s turns, a
         warm-up, fill the cache first)."""
         ended = {r.session for r in self.records if not r.ok}
-        started = {r.session for r in self.records}
+        started = {r.session for r in self.records if r.session is not None}
         completed = sum(
             1 for i in started if i not in ended and len(self.answers.get(i, ())) == len(self.scripts[i].turns)
         )

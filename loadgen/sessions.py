@@ -91,7 +91,9 @@ class SessionSpec(BaseModel):
         if any(b <= a for a, b in itertools.pairwise(starts)):
             raise ValueError(f"turn classes must start at increasing turns, got {starts}")
         for name in v:
-            RequestClass(name=name, prompt_tokens=2, output_tokens=1)  # the class-name rule, one home
+            RequestClass.model_validate(
+                {"name": name, "prompt_tokens": 2, "output_tokens": 1}
+            )  # the name rule's one home
         return v
 
     def class_of_turn(self, turn: int) -> str:

@@ -13,6 +13,9 @@ the objectives and the selection:
 `throughput`: the highest capacity, and among configs within 10 % of it the best TTFT tail;
 `balanced`: the knee of the front.
 
+A trace of multi-turn sessions makes a `sessions:` workload instead (`search.session_scenario`,
+which builds on this module and tells the two apart: `scenario_from_trace`).
+
 Closeness: |log ratio| of the mean prompt and output lengths, half the difference of the
 inter-arrival CVs and the difference of the prompt-token shares that are shared; only
 open-loop scenarios qualify (a trace is an open loop).
@@ -136,9 +139,15 @@ def _unclassed(metric: str) -> str:
     return MetricName.parse(metric).base
 
 
-def _objectives(source: dict[str, Any], objective: str | None) -> tuple[list[dict], dict]:
+def _objectives(source: dict[str, Any], objective: str | None, keep_class: bool = False) -> tuple[list[dict], dict]:
+    """The objectives and selection: the source's (its metrics unclassed unless `keep_class`:
+    a sessions workload keeps the turn classes its metrics name) or those of `objective`."""
     slos = source.get("slos") or []
     ttft = next((_unclassed(s["metric"]) for s in slos if _unclassed(s["metric"]).startswith("ttft_")), "ttft_p95_ms")
+    if keep_class:
+        ttft = next((s["metric"] for s in slos if _unclassed(s["metric"]).startswith("ttft_")), ttft)
+        if objective is None:
+            return list(source["objectives"]), dict(source.get("selection") or {})
     if objective is None:
         objs = [{**o, "metric": _unclassed(o["metric"])} for o in source["objectives"]]
         sel = dict(source.get("selection") or {})

@@ -1,6 +1,7 @@
 """Requests from a trace file: read (`formats`), replayed (`replay`: the seeded window, the
 trace's gaps scaled to the run's rate, lengths clipped to the context), turned into prompts that
-really share their prefixes (`prompts`), described (`stats`), and named in a workload (`spec`).
+really share their prefixes (`prompts`), described (`stats`), and named in a workload (`spec`);
+the conversations a trace's session columns or ShareGPT file hold (`sessions`).
 
 The rest of the load generator imports from here, never from the modules inside.
 """
@@ -8,6 +9,7 @@ The rest of the load generator imports from here, never from the modules inside.
 from loadgen.trace.formats import DEFAULT_CLASS, FORMATS, OPTIONAL, REQUIRED, Trace, TraceError, read_trace
 from loadgen.trace.prompts import CHAT_RESERVE_TOKENS, TraceDraft, trace_drafts
 from loadgen.trace.replay import clip_lengths, clipped, replay_offsets, warmup_rows, window_rows, window_start
+from loadgen.trace.sessions import TraceSessions, read_sessions
 from loadgen.trace.spec import TraceSpec
 from loadgen.trace.stats import (
     TrafficStats,
@@ -28,6 +30,7 @@ __all__ = [
     "Trace",
     "TraceDraft",
     "TraceError",
+    "TraceSessions",
     "TraceSpec",
     "TrafficStats",
     "clip_lengths",
@@ -35,6 +38,7 @@ __all__ = [
     "interarrival_cv",
     "mean_rate",
     "rate_over_time",
+    "read_sessions",
     "read_trace",
     "replay_offsets",
     "shared_tokens_from_ids",

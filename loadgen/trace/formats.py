@@ -5,7 +5,8 @@ Four formats (docs/traces.md), told apart by their columns when `format` is `aut
 | format     | file  | columns                                                                        |
 |------------|-------|--------------------------------------------------------------------------------|
 | `jsonl`    | JSONL | `timestamp` (s, or ISO 8601), `prompt_tokens`, `output_tokens`; optional       |
-|            |       | `class`, `prefix_id` + `prefix_tokens`, `hash_ids` (blocks of `block_tokens`)  |
+|            |       | `class`, `prefix_id` + `prefix_tokens`, `hash_ids` (blocks of `block_tokens`), |
+|            |       | `session_id` + `turn` (read by `sessions`; a replay sends rows as they come)  |
 | `azure`    | CSV   | `TIMESTAMP` (date and time), `ContextTokens`, `GeneratedTokens`                |
 | `burstgpt` | CSV   | `Timestamp` (s), `Request tokens`, `Response tokens` (`Model`, `Log Type`, ...) |
 | `mooncake` | JSONL | `timestamp` (ms), `input_length`, `output_length`; optional `hash_ids`         |
@@ -44,7 +45,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "mooncake": ("timestamp", "input_length", "output_length"),
 }
 OPTIONAL: dict[str, tuple[str, ...]] = {
-    "jsonl": ("class", "prefix_id", "prefix_tokens", "hash_ids"),
+    "jsonl": ("class", "prefix_id", "prefix_tokens", "hash_ids", "session_id", "turn"),
     "azure": (),
     "burstgpt": ("Model", "Total tokens", "Log Type"),
     "mooncake": ("hash_ids",),

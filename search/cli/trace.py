@@ -19,12 +19,13 @@ def _write_scenario(trace: Path, out: Path | None, objective: str | None, contex
     from rich.markup import escape
 
     from search.disk import write_atomic
-    from search.trace_scenario import OBJECTIVES, build, scenario_name
+    from search.session_scenario import scenario_from_trace
+    from search.trace_scenario import OBJECTIVES, scenario_name
 
     if objective is not None and objective not in OBJECTIVES:  # argparse checks; kept for direct callers
         raise ValueError(f"--objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
     out = out if out is not None else Path.cwd() / f"{scenario_name(trace)}.yaml"
-    text, _ = build(trace, out, objective, context)
+    text, _ = scenario_from_trace(trace, out, objective, context)  # a replay, or sessions fitted to it
     for line in text.splitlines():  # the file's head: what the trace holds, how its bounds were set
         if not line.startswith("# "):
             break
@@ -89,10 +90,12 @@ def register_scenario(sub) -> None:
     group = scenario.add_subparsers(dest="scenario_command", required=True)
     p = group.add_parser(
         "from-trace",
-        help="a scenario that replays a trace, and what the trace holds (rate, lengths, bursts, prefixes)",
+        help="a scenario that replays a trace, and what the trace holds (rate, lengths, bursts, prefixes, sessions)",
         description="Formats: our JSONL, the Azure LLM inference trace CSV, BurstGPT's CSV, Mooncake's "
         "JSONL (docs/traces.md). The scenario replays the trace's own arrival pattern at a fraction of "
-        "the measured capacity; its SLOs, search space and baselines are the closest shipped scenario's.",
+        "the measured capacity; its SLOs, search space and baselines are the closest shipped scenario's. "
+        "A trace of multi-turn sessions (our JSONL's session_id and turn, or a ShareGPT file of "
+        "conversations) gives a sessions workload fitted to them instead.",
     )
     p.add_argument("trace", type=Path, help="the trace file")
     p.add_argument(

@@ -138,7 +138,9 @@ def test_a_scenario_name_stays_one_directory_under_runs(tmp_path, name):
 
 
 def test_unknown_scenario_lists_the_built_in_ones():
-    with pytest.raises(ScenarioError, match="built-in scenarios: api_service, batch_processing, mixed, online_chat"):
+    with pytest.raises(
+        ScenarioError, match="built-in scenarios: api_service, batch_processing, chat_sessions, mixed, online_chat"
+    ):
         scenario.load("chat")
 
 
