@@ -31,8 +31,7 @@ from rich.table import Table
 from loadgen import run_async
 from objectives.stages import run_stages
 from search import calibration
-from search.executor import STAGED_SERVER_ENV, calibrate
-from search.executor import plan as plan_trial
+from search.executor import STAGED_SERVER_ENV, calibrate, plan_trial
 from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.trial_results import capacity_json, stage_columns

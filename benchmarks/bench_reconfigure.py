@@ -48,8 +48,7 @@ from benchmarks.bench_capacity import parse_config
 from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.statistics import beyond_noise, difference, pooled_cv, ratio
 from search import calibration
-from search.executor import Measurement, TrialPlan, VllmExecutor, calibrate
-from search.executor import plan as plan_trial
+from search.executor import Measurement, TrialPlan, VllmExecutor, calibrate, plan_trial
 from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.scenario import Scenario

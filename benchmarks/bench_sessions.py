@@ -23,7 +23,7 @@ from rich.table import Table
 
 from loadgen import ArrivalSpec, run_load_sync
 from objectives.statistics import median_interval, relative_difference
-from search.executor import plan as plan_trial
+from search.executor import plan_trial
 from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from serving.process import launch

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from search.executor import plan
+from search.executor import plan_trial
 from serving import LaunchContext, ServerArgs, process
 from serving.process import VllmServer
 
@@ -97,7 +97,7 @@ class SideBySide:
         self, ctx: LaunchContext, args: ServerArgs, startup_timeout_s: float, env: dict[str, str] | None
     ) -> None:
         self.close()  # a server no trial took (a trial the study skipped) gives its memory back first
-        planned = [plan(-1, None, {}, config, ctx, self.longest_request, "landscape") for config in self.upcoming]
+        planned = [plan_trial(-1, None, {}, config, ctx, self.longest_request, "landscape") for config in self.upcoming]
         keys = [_key(ctx, p.server_args) for p in planned]
         asked = _key(ctx, args)
         if asked in keys:

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from search import scenario as scenario_mod
 from search import space as space_mod
-from search.executor import plan as plan_trial
+from search.executor import plan_trial
 from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
 from serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label

@@ -27,8 +27,7 @@ from rich.table import Table
 from benchmarks.bench_capacity import parse_config
 from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
 from search import calibration
-from search.executor import STAGED_SERVER_ENV
-from search.executor import plan as plan_trial
+from search.executor import STAGED_SERVER_ENV, plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
 

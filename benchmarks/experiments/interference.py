@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from loadgen import run_load_sync
-from search.executor import plan as plan_trial
+from search.executor import plan_trial
 from search.prepare import StudyOptions, prepare
 from search.workers import available_cpus, slots
 from serving.process import launch
@@ -33,7 +33,7 @@ NEIGHBOUR = """
 import sys, time
 from pathlib import Path
 from loadgen import run_load_sync
-from search.executor import plan as plan_trial
+from search.executor import plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
 from search.workers import Slot

@@ -8,7 +8,7 @@ server. Other packages import from here.
 """
 
 from search.executor.calibration_run import CalibrationFailed, calibrate
-from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialPlan, close_executor, plan
+from search.executor.trial import Measurement, PhaseCallback, TrialExecutor, TrialPlan, close_executor, plan_trial
 from search.executor.vllm import MAX_STARTS, STAGED_SERVER_ENV, VllmExecutor, load_failure, measured_before
 from search.trial_results import RetriedStart, Timings, TrialOutcome
 
@@ -28,5 +28,5 @@ __all__ = [
     "close_executor",
     "load_failure",
     "measured_before",
-    "plan",
+    "plan_trial",
 ]

@@ -182,7 +182,7 @@ def close_executor(executor: TrialExecutor) -> None:
         close()
 
 
-def plan(
+def plan_trial(
     number: int,
     baseline: str | None,
     params: dict[str, Any],

@@ -25,8 +25,7 @@ from objectives import pooled
 from objectives.scoring import Score
 from objectives.statistics import MIN_TAIL_REQUESTS, requests_for_tail, tail_requests
 from search import pareto, trial_results
-from search.executor import Measurement, TrialExecutor
-from search.executor import plan as plan_trial
+from search.executor import Measurement, TrialExecutor, plan_trial
 from search.prepare import Prepared
 from search.study import verdict as verdict_mod
 from search.study.events import (

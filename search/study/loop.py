@@ -30,12 +30,10 @@ from search.executor import (
     TrialExecutor,
     VllmExecutor,
     close_executor,
+    plan_trial,
 )
 from search.executor import (
     calibrate as measure_calibration,
-)
-from search.executor import (
-    plan as plan_trial,
 )
 from search.prepare import Prepared, StudyOptions
 from search.proposals import (

@@ -37,8 +37,7 @@ from search import calibration as calibration_mod
 from search import disk
 from search import scenario as scenario_mod
 from search import space as space_mod
-from search.executor import CalibrationFailed, Measurement, PhaseCallback
-from search.executor import plan as plan_trial
+from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan_trial
 from search.prepare import Prepared, StudyOptions
 from search.samplers import models_jointly
 from search.scenario import Scenario

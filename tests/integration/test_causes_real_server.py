@@ -86,7 +86,7 @@ def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same
     launch_ctx, tmp_path, artifacts_dir
 ):
     from loadgen.workload import WorkloadSpec
-    from search.executor import Measurement, VllmExecutor, plan
+    from search.executor import Measurement, VllmExecutor, plan_trial
 
     workload = WorkloadSpec.model_validate(
         {
@@ -99,7 +99,7 @@ def test_an_api_server_killed_from_outside_during_startup_is_retried_on_the_same
             "seed": 3,
         }
     )
-    trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 200, where="test")
+    trial = plan_trial(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 200, where="test")
     killed: list[str] = []
 
     def kill_first_api_server() -> None:

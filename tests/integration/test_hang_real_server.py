@@ -154,7 +154,7 @@ CASES = {
 def test_a_server_hung_mid_measurement_fails_its_start_as_hang_and_the_trial_gets_one_fresh_server(
     launch_ctx, tmp_path, artifacts_dir, case
 ):
-    from search.executor import VllmExecutor, plan
+    from search.executor import VllmExecutor, plan_trial
     from serving import FailureClass
     from storage.tables import TrialStatus
 
@@ -162,7 +162,7 @@ def test_a_server_hung_mid_measurement_fails_its_start_as_hang_and_the_trial_get
     measurement = make()
     bound = measurement.stall_bound_s
     executor = VllmExecutor(launch_ctx, measurement, tmp_path)
-    trial = plan(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 80, "test")
+    trial = plan_trial(0, None, {}, quick_server_values(launch_ctx), launch_ctx, 80, "test")
     stopper = Stopper(prefix, after_s, engine_only)
     thread = threading.Thread(target=stopper.run, daemon=True)
     thread.start()

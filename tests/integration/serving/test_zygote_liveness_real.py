@@ -235,7 +235,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
     """The module's one executor through the three steps (the module docstring); what each left
     behind, looked at right after it, for the tests to judge. The checks of a step never stop the
     steps after it, so that each test says what went wrong with its own."""
-    from search.executor import VllmExecutor, plan
+    from search.executor import VllmExecutor, plan_trial
 
     before = marked()
     zygote.forget_failures()  # a study's record, not what an earlier test's zygotes did
@@ -243,7 +243,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
     values, numbers = quick_server_values(launch_ctx), iter(range(10))
 
     def trial(on_phase: Callable[[str], None] = lambda _: None):
-        return executor.run(plan(next(numbers), None, {}, values, launch_ctx, 80, "test"), on_phase)
+        return executor.run(plan_trial(next(numbers), None, {}, values, launch_ctx, 80, "test"), on_phase)
 
     seen: dict[str, Any] = {}
     stopper = Stopper("stage 1/", STOP_AFTER_S)

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from benchmarks import side_by_side as sbs
-from search.executor import plan
+from search.executor import plan_trial
 from serving import Failure, FailureClass
 from serving.process import ServerFailed
 from tests.support.fakes import ctx
@@ -41,7 +41,7 @@ def fake(monkeypatch):
 
 
 def _args(c, config):
-    return plan(-1, None, {}, config, c, 4096, "test").server_args
+    return plan_trial(-1, None, {}, config, c, 4096, "test").server_args
 
 
 def test_the_next_trials_start_together_and_each_trial_takes_its_own(tmp_path, fake):
@@ -74,7 +74,7 @@ def test_a_configuration_a_precheck_rules_out_is_not_started(tmp_path, fake):
         {"max_num_seqs": 2, "memory_utilization": 1e-9},
         {"max_num_seqs": 4, "memory_utilization": 0.5},
     ]
-    assert plan(-1, None, {}, upcoming[1], c, 4096, "test").problems  # no room for one request's KV cache
+    assert plan_trial(-1, None, {}, upcoming[1], c, 4096, "test").problems  # no room for one request's KV cache
     pool = sbs.SideBySide(upcoming, 2, 4096, tmp_path / "pool")
     fake.barrier = threading.Barrier(2)
     pool(c, _args(c, upcoming[0]), tmp_path / "t" / "server.log", startup_timeout_s=60).start()

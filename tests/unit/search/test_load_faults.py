@@ -15,7 +15,7 @@ from loadgen.loadrun import LoadRunError
 from loadgen.records import RequestRecord
 from loadgen.stall import stall_bound_s
 from search import scenario as scenario_mod
-from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan
+from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan_trial
 from serving import Failure, FailureClass
 from storage.tables import TrialStatus
 from tests.support.fakes import ctx
@@ -111,7 +111,7 @@ def trial(tmp_path, monkeypatch, server: FakeServer, load):
     monkeypatch.setattr(search.executor.vllm, "launch", lambda *a, **kw: server)
     monkeypatch.setattr(search.executor.vllm, "run_load", load)
     sc = scenario_mod.load(str(LOOP_SCENARIO))[0]
-    p = plan(0, None, {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
+    p = plan_trial(0, None, {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
     return VllmExecutor(ctx(), Measurement(sc.workload), tmp_path).run(p)
 
 
@@ -143,7 +143,7 @@ def calibrated(tmp_path, monkeypatch, server: FakeServer, load):
     monkeypatch.setattr(search.executor.calibration_run, "launch", lambda *a, **kw: server)
     monkeypatch.setattr(search.executor.calibration_run, "run_load", load)
     sc = scenario_mod.load(str(FIXTURES / "scenarios" / "loop_calibrated.yaml"))[0]
-    p = plan(-1, "calibration", {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
+    p = plan_trial(-1, "calibration", {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
     return calibrate(sc, ctx(), p.server_args, tmp_path)
 
 

@@ -3,7 +3,7 @@
 from benchmarks import bench_landscape as landscape_bench
 from benchmarks.replayed_study import CPU_LANDSCAPE, SYNTHETIC_LANDSCAPE, run_study, world
 from objectives.capacity import SLO_CAPACITY_RPS
-from search.executor import plan
+from search.executor import plan_trial
 from search.replay import Landscape, Surrogate, cross_validated, replay_calibration, replay_context, replay_factory
 from tests.support.paths import REPO
 
@@ -18,13 +18,13 @@ def test_replay_is_deterministic_per_seed_and_each_run_draws_fresh_noise():
     w = world(path)
     config = w.landscape.configs[0].config
     ex = replay_factory(w.surrogate, 3)(replay_context(w.landscape), None)
-    p = plan(7, None, {}, config, replay_context(w.landscape), 4096, "test")
+    p = plan_trial(7, None, {}, config, replay_context(w.landscape), 4096, "test")
     first, same = ex.run(p).metrics, ex.run(p).metrics
     p.run_name = "confirm-r2-trial-0007"
     confirm = ex.run(p).metrics
     other_seed = (
         replay_factory(w.surrogate, 4)(replay_context(w.landscape), None)
-        .run(plan(7, None, {}, config, replay_context(w.landscape), 4096, "test"))
+        .run(plan_trial(7, None, {}, config, replay_context(w.landscape), 4096, "test"))
         .metrics
     )
     key = "ttft_p95_ms@short"
