@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
+# Where logs, exports and the default database go, relative to the working directory.
+DEFAULT_RUNS_DIR = Path("runs")
 
 # What a study writes: per server start its log and its database rows; report.html is mostly
 # the plotly.js it inlines. Sizes measured on a `mixed` study (docs/results.md, "Disk use"),

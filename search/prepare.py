@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from search import scenario as scenario_mod
 from search import space as space_mod
+from search.disk import DEFAULT_RUNS_DIR
 from search.executor import plan_trial
 from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
@@ -20,8 +21,6 @@ from serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, m
 from storage.queries import check_url, check_writable_dir, existing_engine
 from storage.tables import StudyRecord
 from storage.url import redacted
-
-DEFAULT_RUNS_DIR = Path("runs")
 
 
 @dataclass

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from search.arg_types import non_negative_int
+from search.disk import DEFAULT_RUNS_DIR
 
 
 def make_console():
@@ -42,7 +43,7 @@ def add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False
     )
     p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
     p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
-    p.add_argument("--runs-dir", default="runs", help="where logs, exports and the default database go")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
 
 
 def add_db_outage(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from search.disk import DEFAULT_RUNS_DIR
+
 
 def _cmd_db(args: argparse.Namespace) -> int:
     """The project's local PostgreSQL, for studies shared by many workers: start prints the URL."""
@@ -27,5 +29,5 @@ def register(sub) -> None:
         choices=("start", "stop", "url"),
         help="start (initialise on first use; prints the STORAGE URL), stop, or print the URL",
     )
-    db.add_argument("--runs-dir", default="runs")
+    db.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
     db.set_defaults(func=_cmd_db)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from search.arg_types import minutes, non_negative_int, positive_float, positive_int
 from search.cli.common import add_db_outage, add_study_target, finish_outputs, make_console, study_name
+from search.disk import DEFAULT_RUNS_DIR
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -248,7 +249,7 @@ def register_worker(sub) -> None:
     )
     worker.add_argument("--storage", required=True, help="the study's database URL (postgresql+psycopg://...)")
     worker.add_argument("--study", required=True, type=study_name)
-    worker.add_argument("--runs-dir", default="runs", help="where this worker's logs go")
+    worker.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where this worker's logs go")
     worker.add_argument(
         "--slot",
         default=None,

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from search.arg_types import minutes, positive_int
+from search.disk import DEFAULT_RUNS_DIR
 
 OBJECTIVE_HELP = (
     "latency: the best TTFT tail first; throughput: the highest request rate within the SLOs "
@@ -135,6 +136,6 @@ def register_tune(sub) -> None:
     )
     p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
     p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
-    p.add_argument("--runs-dir", default="runs", help="where logs, exports and the default database go")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
     add_db_outage(p)
     p.set_defaults(func=_cmd_tune)

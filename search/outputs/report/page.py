@@ -10,7 +10,7 @@ import yaml
 from plotly.offline import get_plotlyjs
 from sqlalchemy.orm import Session
 
-from search.disk import write_atomic
+from search.disk import DEFAULT_RUNS_DIR, write_atomic
 from search.outputs import export, figures
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
 from search.outputs.recommendation import verdict
@@ -199,5 +199,5 @@ def write_report(storage_url: str, study_name: str, out_path: Path | str | None 
         ls = load_study(session, storage_url, study_name)
         snapshots = queries.front_history(session, ls.record)
         page = build_html(ls, snapshots, storage_url)
-    out = Path(out_path) if out_path else Path("runs") / study_name / REPORT_NAME
+    out = Path(out_path) if out_path else DEFAULT_RUNS_DIR / study_name / REPORT_NAME
     return write_atomic(out, page)
