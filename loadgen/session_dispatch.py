@@ -36,7 +36,13 @@ class SessionStart:
 
 class SessionRunner:
     """Runs sessions first .. of one workload through a load client (`client.LoadClient`);
-    `records` holds every turn sent, in send order, and `answers` each session's answers so far."""
+    `records` holds a record for every turn, and `answers` each session's answers so far.
+
+    An open loop's sessions are known before it starts, so `records` holds every turn they plan
+    from the start (sent or not, as a request pool's records), session by session: what reads
+    the records while the run goes on (an early-abort check counting against the planned
+    requests of each class) sees the whole plan, not the few turns sent so far. A closed loop's
+    records are made as its turns are sent."""
 
     def __init__(
         self,
@@ -55,6 +61,21 @@ class SessionRunner:
         self.records: list[RequestRecord] = []
         self.answers: dict[int, list[str]] = {}
         self.scripts: dict[int, SessionScript] = {}
+        self.planned: dict[int, list[RequestRecord]] = {}  # an open loop's records, by session
+
+    def _record(self, script: SessionScript, t: int, due: float) -> RequestRecord:
+        turn = script.turns[t]
+        rec = RequestRecord(
+            len(self.records), self.spec.class_of_turn(t + 1), due, 0, turn.output_tokens, warmup=self.warmup,
+            session=script.index, turn=t + 1,
+        )  # fmt: skip
+        self.records.append(rec)
+        return rec
+
+    def plan(self, scripts: list[SessionScript]) -> None:
+        """A record for every turn of `scripts`, before any is sent."""
+        for script in scripts:
+            self.planned[script.index] = [self._record(script, t, math.nan) for t in range(len(script.turns))]
 
     def script(self, i: int) -> SessionScript:
         """The run's i-th session (the workload's session first + i), built once."""
@@ -66,16 +87,12 @@ class SessionRunner:
     async def run_session(self, script: SessionScript, start: SessionStart) -> None:
         answers = self.answers.setdefault(script.index, [])
         due = start.scheduled_time if start.scheduled_time == start.scheduled_time else time.perf_counter()
+        planned = self.planned.get(script.index)
         for t, turn in enumerate(script.turns):
+            rec = planned[t] if planned is not None else self._record(script, t, due)
+            rec.scheduled_time, rec.answer = due, []
             messages = turn_messages(script, answers, t)
-            request = Request(
-                len(self.records), self.spec.class_of_turn(t + 1), 0, turn.output_tokens, 0, messages=tuple(messages)
-            )
-            rec = RequestRecord(
-                request.index, request.class_name, due, 0, turn.output_tokens, warmup=self.warmup,
-                session=script.index, turn=t + 1, answer=[],
-            )  # fmt: skip
-            self.records.append(rec)
+            request = Request(rec.index, rec.class_name, 0, turn.output_tokens, 0, messages=tuple(messages))
             await self.client.send(self.client.prepare(request, self.model, self.temperature), rec)
             if not rec.ok:
                 return
@@ -88,6 +105,7 @@ class SessionRunner:
     async def open_loop(self, offsets: list[float], draining: Draining | None = None) -> tuple[float, float]:
         """Session i starts at offsets[i]; wait for every session (as `run_open_loop`)."""
         scripts = [self.script(i) for i in range(len(offsets))]
+        self.plan(scripts)
         starts = [SessionStart() for _ in offsets]
         return await run_open_loop(self.run_session, scripts, starts, offsets, draining)  # type: ignore[arg-type]
 
@@ -99,11 +117,14 @@ class SessionRunner:
 
         return await run_closed_loop(self.run_session, get, users, sessions, duration_s)  # type: ignore[arg-type]
 
+    def _sent(self) -> list[RequestRecord]:
+        return [r for r in self.records if r.send_time == r.send_time]
+
     def sent_prompts(self) -> list[Messages]:
         """Every turn's prompt, in the order the turns were sent."""
         out = []
-        for rec in sorted(self.records, key=lambda r: r.send_time):
-            if rec.send_time == rec.send_time and rec.session is not None and rec.turn is not None:
+        for rec in sorted(self._sent(), key=lambda r: r.send_time):
+            if rec.session is not None and rec.turn is not None:
                 script = self.scripts[rec.session]
                 out.append(turn_messages(script, self.answers[rec.session], rec.turn - 1))
         return out
@@ -114,8 +135,9 @@ class SessionRunner:
         """The run's sessions, turns and the reuse share they imply (counted with the local chat
         template, in the server's KV blocks as its /metrics states them; `before`'s turns, a
         warm-up, fill the cache first)."""
-        ended = {r.session for r in self.records if not r.ok}
-        started = {r.session for r in self.records if r.session is not None}
+        sent = self._sent()
+        ended = {r.session for r in sent if not r.ok}
+        started = {r.session for r in sent if r.session is not None}
         completed = sum(
             1 for i in started if i not in ended and len(self.answers.get(i, ())) == len(self.scripts[i].turns)
         )

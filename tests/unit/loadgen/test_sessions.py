@@ -183,3 +183,37 @@ def test_the_client_keeps_a_session_turns_answer_text():
     chunk = b'{"id":"x","choices":[{"index":0,"delta":{"content":" hi"},"finish_reason":null}]}'
     assert _delta_text(chunk, chat=True) == " hi"
     assert _delta_text(b'{"choices":[{"index":0,"text":"yo"}]}', chat=False) == "yo"
+
+
+def test_an_open_loop_holds_a_record_for_every_planned_turn_before_the_first_is_sent():
+    # What reads the records while a run goes on (an early-abort check counts against each
+    # class's planned requests) must see the whole plan, not the few turns sent so far.
+    at_first_send: list[tuple[int, int]] = []
+
+    class Watching(FakeClient):
+        async def send(self, request, rec):
+            if not at_first_send:
+                sent = sum(r.send_time == r.send_time for r in runner.records)
+                at_first_send.append((len(runner.records), sent))
+            await super().send(request, rec)
+
+    spec = SessionSpec.model_validate({**SESSIONS, "turns": {"dist": "uniform", "low": 1, "high": 4}})
+    runner = SessionRunner(spec, _Book(spec), Watching(latency_s=0.001), "m", 0.0)
+    asyncio.run(runner.open_loop([0.0, 0.01, 0.02, 0.03]))
+    planned = sum(len(runner.scripts[i].turns) for i in runner.scripts)
+    assert at_first_send == [(planned, 0)]
+    assert all(r.send_time == r.send_time for r in runner.records)  # every planned turn went out
+    assert [r.turn for r in runner.records if r.session == 0] == list(range(1, len(runner.scripts[0].turns) + 1))
+    report_sessions = {r.session for r in runner.records}
+    assert report_sessions == {0, 1, 2, 3}
+
+
+class _Book:
+    """Scripts without a tokenizer: 1 to 4 turns by index, fixed texts."""
+
+    def __init__(self, spec: SessionSpec):
+        self.spec = spec
+
+    def script(self, index: int) -> SessionScript:
+        n = 1 + index % 4
+        return SessionScript(index, None, tuple(Turn(f"q{index}.{t}", 3, 0.0) for t in range(n)))
