@@ -22,7 +22,7 @@ class ArrivalSpec(BaseModel):
     server does. `gamma` gaps have shape `burstiness` (1 = Poisson, < 1 burstier, > 1
     smoother), as `vllm bench serve --burstiness`. `burst`: Poisson at `rate`, with
     `peak_multiplier` x `rate` for the first `duty` of every `period_s`. `trace`: the gaps of
-    the workload's trace, scaled so that their mean rate is `rate` (`loadgen.trace.replay`).
+    the workload's trace, scaled so that their mean rate is `rate` (`loadgen.trace.replay_plan`).
     Closed loop (`closed`): `concurrency` users, each sending its next request when the last
     one finished.
     A rate may be given as `capacity_fraction` of measured capacity instead; the study turns

@@ -7,10 +7,7 @@ The rest of the load generator imports from here, never from the modules inside.
 """
 
 from loadgen.trace.formats import DEFAULT_CLASS, FORMATS, OPTIONAL, REQUIRED, Trace, TraceError, read_trace
-from loadgen.trace.prompts import CHAT_RESERVE_TOKENS, TraceDraft, trace_drafts
-from loadgen.trace.replay import clip_lengths, clipped, replay_offsets, warmup_rows, window_rows, window_start
-from loadgen.trace.sessions import TraceSessions, read_sessions
-from loadgen.trace.spec import TraceSpec
+from loadgen.trace.replay_plan import clip_lengths, clipped, replay_offsets, warmup_rows, window_rows, window_start
 from loadgen.trace.stats import (
     TrafficStats,
     interarrival_cv,
@@ -20,6 +17,9 @@ from loadgen.trace.stats import (
     shared_tokens_from_segments,
     traffic_stats,
 )
+from loadgen.trace.trace_prompts import CHAT_RESERVE_TOKENS, TraceDraft, trace_drafts
+from loadgen.trace.trace_sessions import TraceSessions, read_sessions
+from loadgen.trace.trace_spec import TraceSpec
 
 __all__ = [
     "CHAT_RESERVE_TOKENS",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadgen.trace.formats import Segments, Trace
-from loadgen.trace.replay import warmup_rows, window_rows, window_start
+from loadgen.trace.replay_plan import warmup_rows, window_rows, window_start
 
 _SEGMENT_STREAM = 12
 CHAT_RESERVE_TOKENS = 64

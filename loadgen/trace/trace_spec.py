@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from loadgen.trace.formats import MOONCAKE_BLOCK_TOKENS, Trace, read_trace
-from loadgen.trace.replay import clipped
+from loadgen.trace.replay_plan import clipped
 from loadgen.trace.stats import shared_tokens_from_segments
 
 TraceFormat = Literal["auto", "jsonl", "azure", "burstgpt", "mooncake"]

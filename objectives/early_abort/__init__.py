@@ -76,10 +76,7 @@ rule), `replay` (a recorded stage asked again). Import from here.
 """
 
 from loadgen import Abort
-from objectives.early_abort.check import CERTAIN, DECIDED, LIKELY, OFF, STOP_RULES, abort_check, decided_verdict
-from objectives.early_abort.likely import LIKELY_P, PASS_MIN_KNOWN, PRIOR, Chances, likely_verdict
-from objectives.early_abort.replay import replay, seen_at, waiting_proxy
-from objectives.early_abort.rules import (
+from objectives.early_abort.abort_rules import (
     PERCENTILE_RULE_FAMILIES,
     AbortRule,
     ErrorRateRule,
@@ -87,6 +84,8 @@ from objectives.early_abort.rules import (
     rules_for,
     violators_needed,
 )
+from objectives.early_abort.check import CERTAIN, DECIDED, LIKELY, OFF, STOP_RULES, abort_check, decided_verdict
+from objectives.early_abort.likely import LIKELY_P, PASS_MIN_KNOWN, PRIOR, Chances, likely_verdict
 from objectives.early_abort.saturation import (
     QUEUE_GROWTH_SHARE,
     QUEUE_MIN_DEPTH,
@@ -103,6 +102,7 @@ from objectives.early_abort.saturation import (
     settle_s,
     window_s,
 )
+from objectives.early_abort.stop_replay import replay, seen_at, waiting_proxy
 
 __all__ = [
     "CERTAIN",

@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from loadgen import Abort, AbortCheck, GaugeSample, RequestRecord
+from objectives.early_abort.abort_rules import AbortRule, ErrorRateRule, PercentileRule, rules_for
 from objectives.early_abort.likely import likely_verdict
-from objectives.early_abort.rules import AbortRule, ErrorRateRule, PercentileRule, rules_for
 from objectives.early_abort.saturation import over_saturated, queue_runaway
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import (

@@ -45,6 +45,8 @@ Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
+from objectives.stages.between_stages import RESET_ENDPOINT_ENV, reset_prefix_cache, wait_idle
+from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
 from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
 from objectives.stages.run import (
@@ -56,7 +58,6 @@ from objectives.stages.run import (
     search_step,
     within_saturation,
 )
-from objectives.stages.server import RESET_ENDPOINT_ENV, reset_prefix_cache, wait_idle
 from objectives.stages.sizing import (
     DEFAULT_RESOLUTION,
     MIN_STAGE_REQUESTS,
@@ -65,7 +66,6 @@ from objectives.stages.sizing import (
     class_requests_needed,
     stage_size,
 )
-from objectives.stages.spec import CapacitySpec, margin, stage_slos
 from objectives.stages.steady import CLASS_MIX, STEADY_STATE, ClassMix, SteadyState, class_mix, steady_state
 
 __all__ = [

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from loadgen import WorkloadSpec
 from objectives.early_abort import CERTAIN, DECIDED
 from objectives.slo_verdict import StageLength
+from objectives.stages.capacity_spec import CapacitySpec
 from objectives.stages.result import CAPACITY, TARGET
-from objectives.stages.spec import CapacitySpec
 
 # Stage k's requests start at k x this in the workload's sequence: far enough apart that no
 # stage of any length reaches the next one's slice.

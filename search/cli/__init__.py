@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from search.cli import db, load, model, outputs, params, studies, trace
+from search.cli import db, default_model, load, outputs, params, studies, trace
 from search.cli.exits import (
     EXIT_CODES,
     EXIT_OUTPUT_MISSING,
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="autotune", description=__doc__, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    model.register(sub)
+    default_model.register(sub)
     studies.register_search(sub)
     studies.register_worker(sub)
     studies.register_confirm(sub)

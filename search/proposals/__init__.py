@@ -10,6 +10,7 @@ Sobol start before the model-based sampler), `delegating` (what the three wrappe
 from search.proposals.delegating import DelegatingSampler
 from search.proposals.initial_design import SpaceFillingStart, sobol_points
 from search.proposals.prior import PriorSampler, prior_trials, takes_prior, with_prior
+from search.proposals.proposal_rules import RULES, Move, Step, move_for
 from search.proposals.proposer import (
     MOVE_ATTR,
     PROPOSAL_ATTR,
@@ -22,7 +23,6 @@ from search.proposals.proposer import (
     proposal_reason,
     propose,
 )
-from search.proposals.rules import RULES, Move, Step, move_for
 
 __all__ = [
     "MOVE_ATTR",

@@ -23,7 +23,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from search.proposals.delegating import DelegatingSampler
-from search.proposals.rules import Move, Step
+from search.proposals.proposal_rules import Move, Step
 from search.space import representable
 
 MOVE_ATTR = "next_move"  # trial user attr: the move its diagnosis calls for (`Move.as_dict()`)

@@ -9,8 +9,7 @@ Modules: `sections` (each section's model), `model` (the scenario and its checks
 sections), `files` (finding, reading and validating a file). Import from here.
 """
 
-from search.scenario.files import CONFIG_DIR, ScenarioError, digest, load, parse, read_mapping, resolve_path
-from search.scenario.model import (
+from search.scenario.definition import (
     DEFAULT_ERROR_RATE_MAX,
     OPEN_LOOP_THROUGHPUT,
     SAFE_NAME_RULE,
@@ -18,6 +17,7 @@ from search.scenario.model import (
     flat_objective_warnings,
     is_safe_name,
 )
+from search.scenario.files import CONFIG_DIR, ScenarioError, digest, load, parse, read_mapping, resolve_path
 from search.scenario.sections import (
     DEPLOYMENT_FACTS,
     SLO,

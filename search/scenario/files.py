@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from search.scenario.model import Scenario
+from search.scenario.definition import Scenario
 
 # The shipped scenarios: configs/ in a checkout, where search/scenarios links to it; in an installed
 # package (pip install without -e, a container image), the copy that the link became.

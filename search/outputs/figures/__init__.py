@@ -10,11 +10,11 @@ The latency-against-rate figure colours by trial instead; its subtitle says what
 The confirmation figure colours each re-measurement by its round.
 """
 
-from search.outputs.figures.confirmation import confirmation_figure
+from search.outputs.figures.confirmation_figure import confirmation_figure
 from search.outputs.figures.front import hypervolume_figure, pareto_figure
 from search.outputs.figures.importance import importance_figure, measured_study
 from search.outputs.figures.stages import latency_rate_figure
-from search.outputs.figures.trials import bottleneck_figure, objective_param_figure, trials_table_figure
+from search.outputs.figures.trials_figure import bottleneck_figure, objective_param_figure, trials_table_figure
 
 __all__ = [
     "bottleneck_figure",

@@ -14,9 +14,9 @@ from search.disk import DEFAULT_RUNS_DIR, write_atomic
 from search.outputs import export, figures
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
 from search.outputs.recommendation import verdict
-from search.outputs.report.confirmation import confirmation_section
+from search.outputs.report.confirmation_section import confirmation_section
 from search.outputs.report.markup import esc, fig_html, mark
-from search.outputs.report.trials import diagnosis_cell, metrics_table, trials_table
+from search.outputs.report.trials_section import diagnosis_cell, metrics_table, trials_table
 from search.outputs.trace_figure import trace_figure
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 from storage import queries

@@ -21,7 +21,7 @@ from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec, reset_prefix_cache, run_stages, wait_idle
-from objectives.stages.server import RESET_ATTEMPTS
+from objectives.stages.between_stages import RESET_ATTEMPTS
 from tests.support.stub_server import StubConfig, StubServer
 
 

@@ -8,8 +8,7 @@ import pytest
 
 from benchmarks.trace_synthetic import synthetic_trace
 from loadgen.trace.formats import Trace, TraceError
-from loadgen.trace.prompts import trace_drafts
-from loadgen.trace.replay import (
+from loadgen.trace.replay_plan import (
     clip_lengths,
     clipped,
     gaps_before,
@@ -25,6 +24,7 @@ from loadgen.trace.stats import (
     shared_tokens_from_segments,
     traffic_stats,
 )
+from loadgen.trace.trace_prompts import trace_drafts
 
 VOCAB = np.arange(1000, 5000, dtype=np.int64)
 

@@ -10,7 +10,7 @@ import pytest
 
 from loadgen import read_sessions
 from loadgen.trace.formats import TraceError
-from loadgen.trace.sessions import APPROXIMATE_NOTE, SessionRow, jsonl_sessions, sharegpt_sessions
+from loadgen.trace.trace_sessions import APPROXIMATE_NOTE, SessionRow, jsonl_sessions, sharegpt_sessions
 
 
 def jsonl(tmp_path, rows, name="s.jsonl"):
