@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from loadgen import MetricName
+from loadgen import MetricName, WorkloadSpec
 from objectives.stages import StageSize
 from search.calibration import CalibrationResult
 from search.executor import Measurement
@@ -114,17 +114,24 @@ class StudyCost:
         return out
 
 
-def _drain_s(cal: CalibrationResult | None) -> float:
+def _drain_s(cal: CalibrationResult | None, workload: WorkloadSpec) -> float:
     """How long a stage's last requests take after its sending ends: the slowest class's unloaded
-    end-to-end latency (a loaded server takes longer; the run-on and early stops even it out)."""
-    if cal is None:
-        return 1.0
-    values = [
-        v / 1000.0
-        for k, v in cal.unloaded.items()
-        if v is not None and MetricName.parse(k).base == "e2el_median_ms" and math.isfinite(v)
-    ]
-    return max(values, default=1.0)
+    end-to-end latency (a loaded server takes longer; the run-on and early stops even it out).
+    A session workload's stage ends with its last session: its turns and the pauses between them
+    go on after the last session started."""
+    latency = 1.0
+    if cal is not None:
+        values = [
+            v / 1000.0
+            for k, v in cal.unloaded.items()
+            if v is not None and MetricName.parse(k).base == "e2el_median_ms" and math.isfinite(v)
+        ]
+        latency = max(values, default=1.0)
+    sessions = workload.sessions
+    if sessions is None:
+        return latency
+    turns = sessions.mean_turns()
+    return turns * latency + (turns - 1) * sessions.think_time_s.mean_s
 
 
 def _stage(kind: str, requests: int, rate: float, cap_s: float | None, drain_s: float) -> StageCost:
@@ -144,7 +151,7 @@ def study_cost(
 ) -> StudyCost:
     """The plan of a study of `trials` screened trials and `confirmation_runs` confirmation runs."""
     start = START_STOP_S[gpu]
-    drain = _drain_s(cal)
+    drain = _drain_s(cal, screened.workload)
     warmup = REQUEST_BUILD_S + (drain if screened.workload.warmup_requests else 0.0)
     rate = screened.workload.arrival.mean_rate()
     size = screened.stage_size()

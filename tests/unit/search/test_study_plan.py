@@ -116,3 +116,20 @@ def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate
     assert scaled == pytest.approx(1000.0)
     assert estimate_s(cands, rows, full, full, planned_run_s=500.0) == pytest.approx(500.0 + 900.0)
     assert estimate_s(cands, rows, full, full, planned_run_s=math.nan) == pytest.approx(1000.0)
+
+
+def test_a_session_stage_is_planned_to_end_with_its_last_session():
+    """chat_sessions: the last session starts as the sending ends, then its 5.5 turns (0.6 s each
+    here) and the 4.5 pauses of 2 s between them go on."""
+    import dataclasses
+
+    from tests.support.paths import REPO
+
+    sc = load(REPO / "configs" / "chat_sessions.yaml")[0]
+    base = CAL(sc, None, None, None, lambda _: None)
+    turns = {f"{k}@{c}": v for k, v in base.unloaded.items() for c in ("first", "later")}
+    cal = dataclasses.replace(base, unloaded={**base.unloaded, **turns})
+    full = Measurement.of(sc, cal)
+    cost = study_cost(full.screened(sc.screening), full, cal, trials=3, confirmation_runs=1)
+    rate = cost.target.rate
+    assert cost.target.seconds == pytest.approx(cost.target.requests / rate + 5.5 * 0.6 + 4.5 * 2.0)
