@@ -141,12 +141,15 @@ def stages_lines(ls: LoadedStudy) -> list[str]:
     """What the search's load stages sent, by class against the scenario's weights, and how
     many ended over-saturated or were cut by their time cap (nothing for a study without stages)."""
     weights = {c.name: c.weight for c in ls.scenario.workload.classes}
-    line = stages_line([s for v in ls.views for s in v.stages], weights)
+    sessions = ls.scenario.workload.sessions is not None
+    line = stages_line([s for v in ls.views for s in v.stages], weights, sessions)
     return [line] if line else []
 
 
-def stages_line(stages: list[StageView], weights: dict[str, float]) -> str | None:
-    """One line on stages that stored their requests (None: none did)."""
+def stages_line(stages: list[StageView], weights: dict[str, float], sessions: bool = False) -> str | None:
+    """One line on stages that stored their requests (None: none did). A session workload's
+    classes are turn ranges: their mix follows the sessions a stage holds, not a quota order, so
+    no deviation from the weights is claimed for it."""
     stages = [s for s in stages if sum(s.class_counts.values())]
     if not stages:
         return None
@@ -159,10 +162,14 @@ def stages_line(stages: list[StageView], weights: dict[str, float]) -> str | Non
     by_class = ", ".join(f"{c} {k:,}" for c, k in sent.items())
     over = sum(s.over_saturated is not None for s in stages)
     capped = sum(s.capped for s in stages)
+    mix = (
+        "their turn ranges as the stages' sessions made them"
+        if sessions
+        else f"each stage's classes within {worst:.2f} of a request of the scenario's weights"
+    )
     return (
-        f"the search's {len(stages)} load stages sent {sum(sent.values()):,} requests ({by_class}); each stage's "
-        f"classes within {worst:.2f} of a request of the scenario's weights; {over} over-saturated at their end, "
-        f"{capped} cut by their time cap"
+        f"the search's {len(stages)} load stages sent {sum(sent.values()):,} requests ({by_class}); {mix}; "
+        f"{over} over-saturated at their end, {capped} cut by their time cap"
     )
 
 

@@ -205,3 +205,6 @@ def test_the_summary_says_what_the_stages_sent_by_class_against_the_weights():
         "request of the scenario's weights; 1 over-saturated at their end, 1 cut by their time cap"
     )
     assert stages_line([view(0, 0)], {"short": 0.7, "long": 0.3}) is None
+    # turn ranges follow the sessions a stage holds: no deviation from a quota order is claimed
+    sessions = stages_line([view(20, 100)], {"short": 0.18, "long": 0.82}, sessions=True)
+    assert "turn ranges as the stages' sessions made them" in sessions and "within" not in sessions
