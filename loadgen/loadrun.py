@@ -82,6 +82,15 @@ async def _watched(
             dispatch.cancel()
 
 
+def _session_runner(spec: WorkloadSpec, tokenizer: LazyTokenizer, lc, model: str, *, warmup: bool) -> SessionRunner:
+    """The warm-up's sessions (their own stream, from its start) or the run's (its slice)."""
+    assert spec.sessions is not None
+    stream = WARMUP_STREAM if warmup else MEASURED_STREAM
+    book = ScriptBook(spec.sessions, spec.seed, stream, tokenizer.get())
+    first = 0 if warmup else spec.first_request
+    return SessionRunner(spec.sessions, book, lc, model, spec.temperature, first=first, warmup=warmup)
+
+
 def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
     """Connections the run will need at once: the users of a closed loop; for an open loop,
     rate x request latency (from the warmup, else a guess of 1 s) with 50 % headroom."""
@@ -167,6 +176,11 @@ async def run_load(
         with off_engine_cpus(avoid_engine_cpus, notes) as client_cpus:
             async with make_client(client, base_url, spec.endpoint, spec.request_timeout_s) as lc:
                 warm_pool = RequestPool(spec, tokenizer, lc, model, warm, warmup=True)
+                warm_runner = runner = None
+                if sessions is not None:  # sessions: each turn built when the answer before it is in
+                    warm_runner = _session_runner(spec, tokenizer, lc, model, warmup=True)
+                    runner = _session_runner(spec, tokenizer, lc, model, warmup=False)
+                    warm_pool.records = warm_runner.records
                 if watch is not None:
                     watch.track(warm_pool.records)
                 # The warm-up is there so that no measured request pays for a first time (the
@@ -178,21 +192,10 @@ async def run_load(
                 if warm:
                     width = min(len(warm), spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
                     await run_closed_loop(lc.send, warm_pool.get, width, len(warm), None)
-                runner = None
-                if sessions is not None:  # sessions: each turn built when the answer before it is in
-                    warm_runner = SessionRunner(
-                        sessions, ScriptBook(sessions, spec.seed, WARMUP_STREAM, tokenizer.get()), lc, model,
-                        spec.temperature, warmup=True,
-                    )  # fmt: skip
-                    warm_pool.records = warm_runner.records
-                    if spec.warmup_requests:
-                        n = spec.sessions_for(spec.warmup_requests)
-                        width = min(n, spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
-                        await warm_runner.closed_loop(width, n, None)
-                    runner = SessionRunner(
-                        sessions, ScriptBook(sessions, spec.seed, MEASURED_STREAM, tokenizer.get()), lc, model,
-                        spec.temperature, first=spec.first_request,
-                    )  # fmt: skip
+                elif warm_runner is not None and spec.warmup_requests:
+                    n = spec.sessions_for(spec.warmup_requests)
+                    width = min(n, spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY)
+                    await warm_runner.closed_loop(width, n, None)
                 pool = RequestPool(
                     spec, tokenizer, lc, model, requests[:needed] if runner is None else [], warmup=False
                 )
