@@ -33,7 +33,7 @@ def test_unknown_scenario_name(tmp_path):
     proc = autotune("search", "chatbot", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2
     assert (
-        "unknown scenario 'chatbot'; built-in scenarios: api_service, batch_processing, mixed, online_chat"
+        "unknown scenario 'chatbot'; built-in scenarios: api_service, batch_processing, chat_sessions, mixed, online_chat"
         in proc.stderr
     )
 

@@ -21,7 +21,7 @@ def test_unknown_scenario_is_the_same_one_line_as_for_a_study(tmp_path):
     search = autotune("search", "chatbot", "--runs-dir", tmp_path, timeout=60)
     line = (
         "autotune: error: unknown scenario 'chatbot'; built-in scenarios: api_service, "
-        "batch_processing, mixed, online_chat (or pass a path to your own YAML file)"
+        "batch_processing, chat_sessions, mixed, online_chat (or pass a path to your own YAML file)"
     )
     assert load.returncode == search.returncode == 2
     assert load.stderr.strip() == search.stderr.strip() == line

@@ -9,7 +9,7 @@ from objectives.scoring import SLOSpec
 from search import calibration, scenario
 from search.scenario import CONFIG_DIR, ScenarioError
 
-BUILT_IN = ["online_chat", "api_service", "batch_processing", "mixed"]
+BUILT_IN = ["online_chat", "api_service", "batch_processing", "mixed", "chat_sessions"]
 
 GOOD = """
 name: mine
