@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from loadgen import SessionSpec, TraceError, TraceSessions, read_sessions
 from search import scenario as scenario_mod
@@ -44,6 +43,7 @@ from search.trace_scenario import (
     _objectives,
     build,
     scenario_name,
+    scenario_text,
     shipped_scenarios,
 )
 
@@ -201,13 +201,7 @@ def build_sessions(
         "selection": selection,
     }
     data.update({k: source[k] for k in _COPIED if k in source})
-    server = dict(data.get("server") or {})
-    server["fixed"] = {**(server.get("fixed") or {}), "max_model_len": context}
-    data["server"] = server
-    header = "".join(f"# {line}\n" for line in findings_lines(found))
-    text = header + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
-    scenario_mod.parse(text, str(out), out.resolve().parent)  # what make search will read
-    return text, found
+    return scenario_text(data, context, findings_lines(found), out), found
 
 
 def summary_line(f: SessionFindings) -> str:

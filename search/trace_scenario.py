@@ -263,13 +263,20 @@ def build(path: Path, out: Path, objective: str | None = None, context: int | No
     data.update({k: source[k] for k in _COPIED if k in source})
     if data.get("goodput"):
         data["goodput"] = _goodput(source, found.stats)
+    header = [*findings_lines(found), *slo_lines(data["slos"], found.stats)]
+    return scenario_text(data, found.context, header, out), found
+
+
+def scenario_text(data: dict[str, Any], context: int, header: list[str], out: Path) -> str:
+    """The scenario file from-trace writes: `header` as comments, then `data` with the model's
+    context fixed for every server; validated as `make search` will read it."""
     server = dict(data.get("server") or {})
-    server["fixed"] = {**(server.get("fixed") or {}), "max_model_len": found.context}
+    server["fixed"] = {**(server.get("fixed") or {}), "max_model_len": context}
     data["server"] = server
-    header = "".join(f"# {line}\n" for line in [*findings_lines(found), *slo_lines(data["slos"], found.stats)])
-    text = header + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    text = "".join(f"# {line}\n" for line in header)
+    text += "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
     scenario_mod.parse(text, str(out), out.resolve().parent)  # what make search will read
-    return text, found
+    return text
 
 
 def summary_line(f: Findings) -> str:
