@@ -5,17 +5,17 @@ configuration becomes a server's flags (`registry`, `resolve`), what is rejected
 (`checks`), the installed vLLM's parser and whether the tuner supports it (`vllm_flags`), vLLM's
 defaults (`vllm_defaults`), the machine (`hardware`), the model (the `model` package: its config,
 the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`,
-`startup`) and a diagnosis needs (`facts`), and what a server's log says: why a start failed
-(`failures`) and the KV cache it allocated (`kv_log`). Starting and stopping a server as one
-process group with a guard and watching a measurement against it is the second facade,
-`serving.process`. Other packages import from these two, never from the modules inside.
+`startup`), the failure vocabulary every package names a failed trial in (`failure_kinds`:
+classes with their advice, phases, the `Failure` record), and what a server's log says: why a
+start failed (`failures`) and the KV cache it allocated (`kv_log`). Starting and stopping a
+server as one process group with a guard and watching a measurement against it is the second
+facade, `serving.process`. Other packages import from these two, never from the modules inside.
 """
 
-from objectives.failure import Failure, FailureClass, FailurePhase
 from serving.checks import check_combination, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
-from serving.diagnosis_facts import facts_for_launch, serving_facts
+from serving.failure_kinds import Failure, FailureClass, FailurePhase
 from serving.failures import classify
 from serving.hardware import Gpu, Hardware
 from serving.kv_log import describe_kv_check, kv_cache_check_at_start
@@ -94,7 +94,6 @@ __all__ = [
     "default_model_dir",
     "describe_kv_check",
     "describe_start_anatomy",
-    "facts_for_launch",
     "kv_cache_check_at_start",
     "launch_context",
     "memory_budget",
@@ -104,7 +103,6 @@ __all__ = [
     "read_model_info",
     "resolve_server_args",
     "scenario_flag_problem",
-    "serving_facts",
     "start_anatomy",
     "support",
     "unset_value",

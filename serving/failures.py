@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from objectives.failure import FailureClass
+from serving.failure_kinds import FailureClass
 
 _RULES: list[tuple[FailureClass, re.Pattern]] = [
     (FailureClass.INVALID_FLAG, re.compile(r"error: (unrecognized arguments|argument --\S+: )")),

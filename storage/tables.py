@@ -21,9 +21,9 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-# The failure values storage must recognise, as stored: objectives.failure defines them
+# The failure values storage must recognise, as stored: serving.failure_kinds defines them
 # (FailurePhase.PRECHECK, FailureClass.LOAD_ERROR, FailureClass.ZYGOTE), and storage imports nothing
-# from objectives; tests/unit/storage ties each to its member.
+# from serving; tests/unit/storage ties each to its member.
 PRECHECK_PHASE = "precheck"  # rejected before any start: no server, no cost
 LOAD_ERROR_CLASS = "load_error"  # the load generator failed, not the server: says nothing of the flags
 ZYGOTE_CLASS = "zygote"  # the study's zygote did not fork the server: says nothing of the flags either

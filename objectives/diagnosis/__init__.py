@@ -15,20 +15,22 @@ slow), in an order that puts causes before their symptoms:
 Much tuning advice was written for vLLM's V0 engine. Where it names a knob V1 no longer has
 (`--scheduler-delay-factor`, `--swap-space`), the next steps name the V1 knob that does the same
 job, and say so. Which release removed a knob, whether the installed vLLM still has it, and vLLM's
-own defaults are not known here: they come in as `ServingFacts`, which `serving` fills from
-its flag registry (objectives never imports search).
+own defaults are not known to the checks: they come in as `ServingFacts`, which
+`facts_from_serving` fills from serving's flag registry, its defaults and the launch context.
 
 `antipatterns` checks a configuration for settings that tuning practice or vLLM itself warns
 against, saying for each whether it still applies on vLLM V1.
 
 Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine),
-`readings` (metrics and workload sizes), `thresholds`, `tree` (with its `scheduler_branches` and
-`compute_branches`), `antipatterns` (its rule types in `antipattern_rule`), and `trial_diagnosis`
-(both together, as the study stores them).
+`facts_from_serving` (those facts filled from `serving`), `readings` (metrics and workload
+sizes), `thresholds`, `tree` (with its `scheduler_branches` and `compute_branches`),
+`antipatterns` (its rule types in `antipattern_rule`), and `trial_diagnosis` (both together, as
+the study stores them).
 """
 
 from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
+from objectives.diagnosis.facts_from_serving import facts_for_launch, serving_facts
 from objectives.diagnosis.readings import violated_metrics
 from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
@@ -46,6 +48,8 @@ __all__ = [
     "antipatterns",
     "diagnose",
     "diagnose_trial",
+    "facts_for_launch",
+    "serving_facts",
     "summarize",
     "violated_metrics",
 ]

@@ -11,10 +11,10 @@ from typing import Any
 class ServingFacts:
     """What the checks need to know about the installed vLLM and the machine (None: unknown).
 
-    objectives does not import search, so these come in from the caller:
-    `serving.serving_facts` fills them from the flag registry (which parameters vLLM
-    removed, and in which release) and vLLM's defaults, for a study's launch context or for what
-    a stored study recorded. Nothing here is a vLLM version or default of its own.
+    They come in from the caller, so the checks are pure: `serving_facts` (`facts_from_serving`)
+    fills them from serving's flag registry (which parameters vLLM removed, and in which release)
+    and vLLM's defaults, for a study's launch context or for what a stored study recorded.
+    Nothing here is a vLLM version or default of its own.
     """
 
     accepts: Callable[[str], bool] | None = None  # does the installed vLLM take this parameter (canonical name)?

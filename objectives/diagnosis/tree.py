@@ -17,7 +17,7 @@ from objectives.diagnosis.readings import fmt_ms, has_shared_prefix, known, num,
 from objectives.diagnosis.results import Diagnosis
 from objectives.diagnosis.scheduler_branches import preemption, queueing
 from objectives.diagnosis.thresholds import BATCH_HALF, CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE_OF_TTFT, ERROR_RATE_MAX
-from objectives.failure import Failure, FailureClass, FailurePhase
+from serving import Failure, FailureClass, FailurePhase
 
 # --- startup failures ----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.facts import ServingFacts
 from objectives.diagnosis.results import Diagnosis
 from objectives.diagnosis.tree import diagnose
-from objectives.failure import Failure
+from serving import Failure
 
 
 def diagnose_trial(
@@ -25,7 +25,7 @@ def diagnose_trial(
     """Diagnosis and anti-patterns of one trial (stored as `as_dict()` in `autotune_trials.diagnosis`).
 
     `facts`: which parameters the installed vLLM takes, CPU or GPU, the KV budget, vLLM's defaults
-    (`serving.facts_for_launch(ctx)` in a study); without them the checks assume a current
+    (`facts_for_launch(ctx)` in a study); without them the checks assume a current
     V1 vLLM and skip hardware-specific ones.
     """
     d = diagnose(metrics, config, workload, constraints=constraints, failure=failure, unloaded=unloaded, facts=facts)

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     import optuna
 
     from objectives.diagnosis import Diagnosis
-    from objectives.failure import Failure
     from search.scenario import Scenario
     from search.study.verdict import Verdict
+    from serving import Failure
     from storage.tables import ConfirmationRun, TrialRecord
 
 

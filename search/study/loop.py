@@ -22,7 +22,6 @@ from pathlib import Path
 import optuna
 
 from loadgen import json_safe
-from objectives.failure import FailureClass
 from search import pareto
 from search import space as space_mod
 from search.executor import (
@@ -57,7 +56,7 @@ from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
-from serving import Hardware, LaunchContext, unset_value
+from serving import FailureClass, Hardware, LaunchContext, unset_value
 from serving.process import zygote_status
 from storage import queries
 from storage.tables import TrialRecord

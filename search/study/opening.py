@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from loadgen import GoodputSLO, MetricName, WorkloadSpec, json_safe
 from objectives import statistics as st
-from objectives.diagnosis import ServingFacts
+from objectives.diagnosis import ServingFacts, facts_for_launch
 from objectives.scoring import SLOSpec
 from search import calibration as calibration_mod
 from search import disk
@@ -45,7 +45,7 @@ from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
 from search.study.price import keep_override
-from serving import Hardware, LaunchContext, ServerArgs, facts_for_launch
+from serving import Hardware, LaunchContext, ServerArgs
 from storage import claims, queries
 from storage.tables import StudyRecord
 from storage.url import single_writer

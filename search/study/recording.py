@@ -27,7 +27,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from objectives.diagnosis import Diagnosis, diagnose_trial
-from objectives.failure import Failure
 from objectives.scoring import Score, score
 from search import pareto, trial_results
 from search.executor import TrialOutcome, TrialPlan
@@ -39,6 +38,7 @@ from search.study.events import StudyObserver, TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
 from search.study.outage import DatabaseWatch
 from search.trial_results import Placement
+from serving import Failure
 from storage import claims, queries
 from storage.tables import ParetoMember, StudyRecord, TrialRecord, TrialStatus, utcnow
 

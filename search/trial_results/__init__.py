@@ -3,7 +3,7 @@
 What one server start brings back is a `TrialOutcome`: its load stages
 (`objectives.stages.StageResult`), the capacity estimate (`objectives.capacity.CapacityEstimate`),
 the starts lost to a transient failure (`RetriedStart`), where the seconds went (`Timings`) and
-the failure (`objectives.failure.Failure`). The study scores it and diagnoses it
+the failure (`serving.Failure`). The study scores it and diagnoses it
 (`objectives.diagnosis.Diagnosis`). These stay typed until storage takes them:
 
 * write: `trial_record`, `duplicate_record` and `confirmation_record` build the rows

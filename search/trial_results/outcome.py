@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from objectives.capacity import CapacityEstimate
-from objectives.failure import Failure
 from objectives.stages import StageResult
-from serving import ServerArgs, StartAnatomy
+from serving import Failure, ServerArgs, StartAnatomy
 from storage.tables import TrialStatus
 
 

@@ -11,12 +11,11 @@ from typing import Any
 from loadgen import CLIENT_BEHIND, json_safe
 from objectives.capacity import CapacityEstimate
 from objectives.diagnosis import Diagnosis
-from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.scoring import Score
 from objectives.slo_verdict import SLOVerdict
 from objectives.stages import ClassMix, StageResult, SteadyState
 from search.trial_results.outcome import Placement, PlannedTrial, RetriedStart, ServerReuse, Timings, TrialOutcome
-from serving import StartAnatomy
+from serving import Failure, FailureClass, FailurePhase, StartAnatomy
 from storage.tables import ConfirmationRun, StageRecord, TrialRecord, TrialStatus, utcnow
 
 # --- write: typed results -> row --------------------------------------------------------------

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from objectives.failure import Failure, FailureClass, FailurePhase
+from serving.failure_kinds import Failure, FailureClass, FailurePhase
 from serving.failures import SIGKILL_CODES, classify
 from serving.hardware import gpu_memory_used_mib
 from serving.paths import server_cache_env

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from objectives.failure import FailureClass
+from serving import FailureClass
 from serving import resolve as resolve_mod
 from serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
 from tests.support.servers import alive, quick_server_values, server_groups, zygotes

@@ -16,7 +16,7 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
-from objectives.failure import FailureClass
+from serving import FailureClass
 from serving.process.server import LaunchSpec, VllmServer
 from storage import queries
 from tests.support.cli import autotune

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from objectives.failure import FailureClass
+from serving import FailureClass
 from serving.process.server import LaunchSpec, ServerFailed, VllmServer, reserve_port
 
 

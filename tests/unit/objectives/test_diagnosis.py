@@ -14,11 +14,12 @@ from objectives.diagnosis import (
     antipatterns,
     diagnose,
     diagnose_trial,
+    facts_for_launch,
+    serving_facts,
     summarize,
     violated_metrics,
 )
-from objectives.failure import Failure, FailureClass, FailurePhase
-from serving import facts_for_launch, serving_facts
+from serving import Failure, FailureClass, FailurePhase
 from serving.failures import classify
 from tests.support.paths import FIXTURES
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from objectives.failure import Failure, FailureClass
 from search.executor import load_failure
+from serving import Failure, FailureClass
 
 
 class ShuttingDown:

@@ -12,12 +12,11 @@ from sqlalchemy.orm import Session
 from loadgen import CLIENT_BEHIND
 from objectives.capacity import SLO_CAPACITY_RPS, CapacityEstimate
 from objectives.diagnosis import Diagnosis
-from objectives.failure import Failure, FailureClass, FailurePhase
 from objectives.scoring import Score
 from objectives.stages import StageResult
 from search import trial_results as tr
 from search.executor import TrialPlan
-from serving import StartAnatomy, resolve_server_args
+from serving import Failure, FailureClass, FailurePhase, StartAnatomy, resolve_server_args
 from storage import queries
 from storage.tables import StudyRecord, TrialRecord, TrialStatus
 from tests.support import fakes

@@ -2,7 +2,7 @@
 
 import pytest
 
-from objectives.failure import FailureClass
+from serving import FailureClass
 from serving.failures import classify, oom_kill_in
 from tests.support.paths import FIXTURES
 

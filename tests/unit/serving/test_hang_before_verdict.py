@@ -17,8 +17,8 @@ import pytest
 from loadgen import ProgressWatch, RequestRecord, ServerHung, liveness_before_verdict
 from loadgen.records import ABORTED
 from objectives.early_abort import CERTAIN, abort_check
-from objectives.failure import FailureClass, FailurePhase
 from objectives.scoring import SLOSpec
+from serving import FailureClass, FailurePhase
 from serving.process import ServerFailed, while_serving
 from serving.process.watch import PROCESSES_STOPPED
 

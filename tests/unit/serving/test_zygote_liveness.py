@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from objectives.failure import FailureClass
+from serving import FailureClass
 from serving.process import ServerFailed, VllmServer, zygote_pid, zygote_process, zygote_status
 from serving.process import zygote as zygote_mod
 from serving.process.launch_spec import LaunchSpec

@@ -141,7 +141,7 @@ def test_unknown_study_lists_the_ones_there(tmp_path):
 
 
 def test_the_failure_values_storage_recognises_are_the_failure_vocabularys():
-    from objectives.failure import FailureClass, FailurePhase
+    from serving import FailureClass, FailurePhase
     from storage.tables import LOAD_ERROR_CLASS, PRECHECK_PHASE, ZYGOTE_CLASS
 
     assert (FailurePhase.PRECHECK.value, FailureClass.LOAD_ERROR.value, FailureClass.ZYGOTE.value) == (

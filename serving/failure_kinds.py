@@ -1,8 +1,10 @@
 """Why a trial failed, in one vocabulary: the failure classes, the phase a failure happened in,
 and what to do about each class.
 
-The serving layer names the class from a server's log (`serving.classify`); the study
-stores `Failure.cls` and `Failure.phase` by value; the diagnosis reads the advice from the class.
+It lives with the server library because a server's failures are named here first: a start
+that failed or a measurement the server broke (`serving.process`), its log read by
+`failures.classify`. The study stores `Failure.cls` and `Failure.phase` by value, and the
+diagnosis (`objectives.diagnosis`) reads the advice from the class.
 A new class is one member here with its advice (`_ADVICE`) and, where a log line gives it away,
 one rule in `serving/failures.py`.
 """

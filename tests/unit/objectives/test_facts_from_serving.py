@@ -3,14 +3,9 @@
 import dataclasses
 import json
 
-import serving.diagnosis_facts as facts_module
-from objectives.diagnosis import antipatterns, diagnose
-from serving import (
-    REGISTRY,
-    default_batch,
-    facts_for_launch,
-    serving_facts,
-)
+import objectives.diagnosis.facts_from_serving as facts_module
+from objectives.diagnosis import antipatterns, diagnose, facts_for_launch, serving_facts
+from serving import REGISTRY, default_batch
 from tests.support import fakes
 from tests.support.paths import FIXTURES
 

@@ -1,9 +1,10 @@
-"""The serving facts diagnosis needs, filled from where each one lives.
+"""The serving facts diagnosis needs, filled from where each one lives in `serving`.
 
-`objectives.diagnosis` may not import search, so its `ServingFacts` are built here and handed
-in: which parameters the installed vLLM takes and which release removed the others (the
-registry's `removed_in`), vLLM's defaults (`vllm_defaults`), the model and the CPU KV budget.
-One builder, `serving_facts`, behind a study's live launch context (`facts_for_launch`).
+The checks take `ServingFacts` as plain data (`facts`), so they run on any facts a test or a
+stored study gives; this module fills them from the server library: which parameters the
+installed vLLM takes and which release removed the others (the registry's `removed_in`), vLLM's
+defaults (`vllm_defaults`), the model and the CPU KV budget. One builder, `serving_facts`,
+behind a study's live launch context (`facts_for_launch`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from objectives.diagnosis import ServingFacts
-from serving.hardware import Hardware
-from serving.model.info import ModelInfo
-from serving.registry import REGISTRY, LaunchContext
-from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch
-from serving.vllm_flags import InstalledVllm, parse_version
+from objectives.diagnosis.facts import ServingFacts
+from serving import (
+    DEFAULT_MEMORY_UTILIZATION,
+    REGISTRY,
+    Hardware,
+    InstalledVllm,
+    LaunchContext,
+    ModelInfo,
+    default_batch,
+    parse_version,
+)
 
 
 def serving_facts(
