@@ -25,10 +25,11 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench_capacity import parse_config
-from objectives.stages import margin, reset_prefix_cache, stage_slos, wait_idle
+from objectives.stages import margin, stage_slos
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, plan_trial
 from search.prepare import StudyOptions, prepare
+from serving import reset_prefix_cache, wait_idle
 from serving.process import launch
 
 REPO = Path(__file__).resolve().parents[2]

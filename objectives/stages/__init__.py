@@ -21,7 +21,8 @@ high end still leaves the trial dominated by a member of the study's front is no
 
 Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
 prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
-so one stage's queue and cached prompts do not flatter or burden the next.
+so one stage's queue and cached prompts do not flatter or burden the next; both requests are
+the server library's (`serving.wait_idle`, `serving.reset_prefix_cache`).
 
 Each stage's SLOs get a verdict from its requests' counts (`objectives.slo_verdict`: met,
 violated or undecided, with the count over each bound and its interval); beside them the stage's
@@ -36,16 +37,15 @@ in slices: a decided violation stops it, a decided verdict from its planned leng
 measurement for the capacity search, not a failure. The confirmation's target stages run in full
 (`StageSearch.full_target`), since the verdict pools their requests.
 
-Modules: `spec` (the scenario's `capacity:` section), `sizing` (a stage's size in requests),
-`plan` (one stage as planned), `steady` (the steady-state and class-mix checks), `result` (a
-stage's and a run's results), `server` (the drain and the prefix-cache reset between stages),
-`run` (the stage loop, the search's next step and the final estimate). Import from here.
+Modules: `capacity_spec` (the scenario's `capacity:` section), `sizing` (a stage's size in
+requests), `plan` (one stage as planned), `steady` (the steady-state and class-mix checks),
+`result` (a stage's and a run's results), `run` (the stage loop, the drain and reset between
+stages, the search's next step and the final estimate). Import from here.
 
 Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
-from objectives.stages.between_stages import RESET_ENDPOINT_ENV, reset_prefix_cache, wait_idle
 from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
 from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
@@ -73,7 +73,6 @@ __all__ = [
     "CLASS_MIX",
     "DEFAULT_RESOLUTION",
     "MIN_STAGE_REQUESTS",
-    "RESET_ENDPOINT_ENV",
     "STAGE_STRIDE",
     "STEADY_STATE",
     "TARGET",
@@ -95,12 +94,10 @@ __all__ = [
     "margin",
     "optimistic_metrics",
     "plan_stage",
-    "reset_prefix_cache",
     "run_stages",
     "search_step",
     "stage_size",
     "stage_slos",
     "steady_state",
-    "wait_idle",
     "within_saturation",
 ]

@@ -13,11 +13,11 @@ from objectives.capacity_fit import fit_stages
 from objectives.early_abort import OFF, abort_check
 from objectives.scoring import SLOSpec, slo_key
 from objectives.slo_verdict import DEFAULT_CONFIDENCE, slo_verdicts
-from objectives.stages.between_stages import reset_prefix_cache, wait_idle
 from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
 from objectives.stages.plan import PlannedStage, plan_stage
 from objectives.stages.result import CAPACITY, StagedRun, StageResult, capacity_metrics
 from objectives.stages.steady import class_mix, steady_state
+from serving import reset_prefix_cache, wait_idle
 
 StageCallback = Callable[[str], None]
 

@@ -25,10 +25,9 @@ from loadgen import (
     stall_bound_s,
     timed_tpot_median_ms,
 )
-from objectives.stages import RESET_ENDPOINT_ENV, reset_prefix_cache
 from search.calibration import MIN_TIMED_SHARE, CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
-from serving import FailurePhase, LaunchContext, ServerArgs
+from serving import RESET_ENDPOINT_ENV, FailurePhase, LaunchContext, ServerArgs, reset_prefix_cache
 from serving.process import ServerFailed, launch, while_serving
 
 # The stall bound of the calibration's first loads, before any class's unloaded TTFT is known: one

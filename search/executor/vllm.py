@@ -27,17 +27,19 @@ from loadgen import (
     run_async,
     run_load,
 )
-from objectives.stages import RESET_ENDPOINT_ENV, run_stages, wait_idle
+from objectives.stages import run_stages
 from search.executor.reuse import KeptServer, reconfiguration
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
     DEFAULT_STARTUP_TIMEOUT_S,
+    RESET_ENDPOINT_ENV,
     Failure,
     FailureClass,
     FailurePhase,
     LaunchContext,
     kv_cache_check_at_start,
+    wait_idle,
 )
 from serving.process import (
     FirstTokenWatch,

@@ -1,6 +1,7 @@
 """The tuner's side of a live reconfiguration: ask a running server of its own to lower its
 scheduler limits (the plugin's route and engine utility, `entry/autotune_vllm_plugin/reconfigure.py`
-says what is set and what is refused), and read the answer.
+says what is set and what is refused), and read the answer. The request goes through
+`serving.http_control`, the one home of the tuner's HTTP to a server.
 
 A server without the route (the plugin off, an older tuner's server) answers 404: unavailable,
 like every other answer that is not the utility's own.
@@ -8,12 +9,12 @@ like every other answer that is not the utility's own.
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from serving.http_control import Unanswered, exchange
 from serving.process.entry.autotune_vllm_plugin.reconfigure import APPLIED, KNOBS, REFUSED, UNAVAILABLE, limit
 from serving.process.entry.autotune_vllm_plugin.route import PATH
 from serving.process.launch_spec import HOST
@@ -61,15 +62,11 @@ def parse(status_code: int, body: bytes, seconds: float = 0.0) -> Reconfiguratio
 def reconfigure(port: int, knobs: Mapping[str, int | None], timeout_s: float = 30.0) -> Reconfiguration:
     """POST the knobs (None: back to the start value) to the tuner's server on `port`."""
     t0 = time.monotonic()
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
     try:
-        conn.request("POST", PATH, body=json.dumps(dict(knobs)), headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        return parse(response.status, response.read(), time.monotonic() - t0)
-    except (OSError, http.client.HTTPException) as e:
+        status, body = exchange(HOST, port, "POST", PATH, json_body=dict(knobs), timeout_s=timeout_s)
+    except Unanswered as e:
         return Reconfiguration(UNAVAILABLE, f"POST {PATH} failed: {e}", seconds=time.monotonic() - t0)
-    finally:
-        conn.close()
+    return parse(status, body, time.monotonic() - t0)
 
 
 def within_start(knob: str, value: int, start: int) -> bool:

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import atexit
-import http.client
 import os
 import shlex
 import signal
@@ -27,6 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from serving import http_control
 from serving.failure_kinds import Failure, FailureClass, FailurePhase
 from serving.failures import SIGKILL_CODES, classify
 from serving.hardware import gpu_memory_used_mib
@@ -273,14 +273,7 @@ class VllmServer:
             time.sleep(POLL_S)
 
     def healthy(self, timeout: float = 2.0) -> bool:
-        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
-        try:
-            conn.request("GET", "/health")
-            return conn.getresponse().status == 200
-        except (OSError, http.client.HTTPException):
-            return False
-        finally:
-            conn.close()
+        return http_control.healthy(HOST, self.port, timeout)
 
     def processes_stopped(self) -> bool:
         """Every process of the server is stopped (SIGSTOP, a tracer): it answers nothing until

@@ -11,6 +11,8 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from serving.http_control import Unanswered
+from serving.process import reconfiguration
 from serving.process.entry import autotune_vllm_plugin as plugin
 from serving.process.entry.autotune_vllm_plugin import hooks, reconfigure, route
 from serving.process.launch_spec import PLUGIN_ENV
@@ -196,3 +198,24 @@ def test_the_tuner_reads_a_server_without_the_route_as_unavailable():
     assert parse(500, b"oops").status == reconfigure.UNAVAILABLE
     body = json.dumps({"status": "applied", "values": {"max_num_seqs": 8}, "start": START}).encode()
     assert parse(200, body).values == {"max_num_seqs": 8}
+
+
+def test_the_tuner_posts_the_knobs_to_the_route_and_a_server_that_does_not_answer_is_unavailable(monkeypatch):
+    asked = []
+
+    def answered(host, port, method, path, *, json_body=None, timeout_s):
+        asked.append((host, port, method, path, json_body))
+        return 200, json.dumps({"status": "applied", "values": {"max_num_seqs": 8}}).encode()
+
+    monkeypatch.setattr(reconfiguration, "exchange", answered)
+    got = reconfiguration.reconfigure(8123, {"max_num_seqs": 8, "long_prefill_token_threshold": None})
+    assert got.applied and got.values == {"max_num_seqs": 8}
+    assert asked == [("127.0.0.1", 8123, "POST", route.PATH, {"max_num_seqs": 8, "long_prefill_token_threshold": None})]
+
+    def unanswered(*args, **kwargs):
+        raise Unanswered("Connection refused")
+
+    monkeypatch.setattr(reconfiguration, "exchange", unanswered)
+    got = reconfiguration.reconfigure(8123, {"max_num_seqs": 8})
+    assert got.status == reconfigure.UNAVAILABLE
+    assert got.reason == f"POST {route.PATH} failed: Connection refused"

@@ -1,11 +1,23 @@
-"""Between two stages on one server: wait until it has drained, then reset its prefix cache."""
+"""The tuner's HTTP requests to a running vLLM server, in one place: whether it answers
+`GET /health`, waiting until it has drained (`/metrics`: nothing running or waiting), resetting
+its prefix cache (`POST /reset_prefix_cache`), and the request behind a live reconfiguration
+(`exchange`; `serving.process.reconfiguration` owns that route's protocol).
+
+The drain and the reset run between load stages on an aiohttp session a `ProgressWatch` sees
+(`loadgen.traced`: a request the server leaves unanswered counts towards a stall). The health
+check and the reconfiguration are short blocking requests from the thread that starts or keeps a
+server. What `/metrics` says is read by `loadgen` (`fetch_metrics_text`, `scan_gauges`), which
+scrapes it for its own measurements too.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import math
 import time
+from typing import Any
 
 from loadgen import (
     GaugeSample,
@@ -20,6 +32,37 @@ from loadgen import (
 
 IDLE_POLL_S = 0.25
 RESET_ATTEMPTS = 5
+
+
+class Unanswered(Exception):
+    """No HTTP answer: nothing listens, the connection broke, or the time ran out."""
+
+
+def exchange(
+    host: str, port: int, method: str, path: str, *, json_body: Any = None, timeout_s: float
+) -> tuple[int, bytes]:
+    """One blocking request on a fresh connection: (status, body), or `Unanswered`."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        if json_body is None:
+            conn.request(method, path)
+        else:
+            conn.request(method, path, body=json.dumps(json_body), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise Unanswered(str(e)) from e
+    finally:
+        conn.close()
+
+
+def healthy(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether the server answers `GET /health` with 200."""
+    try:
+        status, _ = exchange(host, port, "GET", "/health", timeout_s=timeout_s)
+    except Unanswered:
+        return False
+    return status == 200
 
 
 async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None = None) -> tuple[float, str | None]:
