@@ -296,6 +296,16 @@ class StudyRunner:
         )
         if self.opts.timeout_min:
             left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)
+            if cost.trials_within(left_s) == 0 and cost.confirmation_runs and spent < self.budget:
+                # A confirmation with nothing screened to confirm is no study: the budget goes to the
+                # search, and the confirmation can follow later with its own budget.
+                self.events.note(
+                    f"the budget of {self.opts.timeout_min:g} min does not fit the confirmation (about "
+                    f"{cost.confirmation_s / 60:.0f} min) beside a single trial: no confirmation in this run; "
+                    f"`autotune confirm {self.opts.scenario} --study {self.study.study_name}` runs it on what the search found"
+                )
+                self.confirm_runs = 0
+                cost = replace(cost, confirmation_runs=0)
             reserve = cost.confirmation_s if math.isfinite(cost.confirmation_s) else 0.0
             self._search_deadline = time.monotonic() + left_s - reserve
             fit = cost.trials_within(left_s)

@@ -133,3 +133,26 @@ def test_a_session_stage_is_planned_to_end_with_its_last_session():
     cost = study_cost(full.screened(sc.screening), full, cal, trials=3, confirmation_runs=1)
     rate = cost.target.rate
     assert cost.target.seconds == pytest.approx(cost.target.requests / rate + 5.5 * 0.6 + 4.5 * 2.0)
+
+
+def test_a_budget_that_fits_no_trial_beside_the_confirmation_spends_itself_on_the_search(tmp_path):
+    """A 4-trial study in 2 minutes whose confirmation alone would take longer: the search runs
+    the trials that fit, the confirmation is left for `autotune confirm` (said with the study's
+    name), rather than a study that runs nothing."""
+    events, executor = Recorder(), ScriptedExecutor()
+    executor.script = staged(executor)
+    r = runner(
+        tmp_path,
+        executor,
+        scenario=SCENARIO,
+        trials=4,
+        timeout_min=2.0,
+        calibrate=CAL,
+        observers=[events],
+        confirm_runs=3,
+    )
+    r.run()
+    dropped = next(n for n in events.notes if "does not fit the confirmation" in n)
+    assert dropped.endswith("runs it on what the search found") and "--study loop" in dropped
+    assert len(executor.plans) >= 1
+    assert not [e for e in events.events if e[0] == "confirmation_started"]
