@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from objectives import statistics as st
 from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.serving_cost import CapacityCost, CostInterval, capacity_cost, cost_ratio, output_tokens_per_request
+from search.outputs.commands import confirm_command
 from search.outputs.format import fmt_cost_ratio, fmt_usd, fmt_value
 from search.scenario import Scenario
 from search.study.price import Price
@@ -38,7 +39,7 @@ def price_words(price: Price) -> str:
     return f"${fmt_value(price.usd_per_hour)} an hour ({price.source})"
 
 
-def unquoted(price: Price, scenario: Scenario) -> str:
+def unquoted(price: Price, scenario: Scenario, study_name: str | None = None) -> str:
     """Why a study with a price quotes no cost: its scenario measures no capacity under the SLO,
     or no complete confirmation has confirmed one yet."""
     if scenario.capacity is None:
@@ -48,7 +49,7 @@ def unquoted(price: Price, scenario: Scenario) -> str:
         )
     return (
         f"cost at {price_words(price)}: quoted from confirmed capacities under the SLO; "
-        f"`autotune confirm {scenario.name}` confirms them"
+        f"{confirm_command(scenario, study_name)} confirms them"
     )
 
 
@@ -100,11 +101,13 @@ def _body(capacity: CandidateResult, cost: CapacityCost, defaults: CandidateResu
     return text
 
 
-def cost_text(v: Verdict, scenario: Scenario, runs: Sequence[RunView], price: Price) -> CostText:
+def cost_text(
+    v: Verdict, scenario: Scenario, runs: Sequence[RunView], price: Price, study_name: str | None = None
+) -> CostText:
     """The cost lines of a study with a price: the deployed configuration's in one line, and every
     confirmed candidate's, each at its confirmed capacity under the SLO."""
     if scenario.capacity is None or v.outcome == Outcome.INCOMPLETE:
-        return CostText(unquoted(price, scenario))
+        return CostText(unquoted(price, scenario, study_name))
     said = price_words(price)
     capacities = _capacities(v, runs)
     # One figure for the study, not one per candidate: every candidate is sent the same requests

@@ -180,10 +180,10 @@ def pareto_yaml(ls: LoadedStudy) -> str:
 def why_none(ls: LoadedStudy) -> str:
     """Why no configuration is recommended (the deployment has none)."""
     if ls.confirmed:
-        return verdict_text.headline(ls.verdict, ls.scenario)
+        return verdict_text.headline(ls.verdict, ls.scenario, ls.record.study_name)
     return (
         "no configuration is recommended: no trial met every SLO in the search "
-        f"({verdict_text.unconfirmed(ls.scenario)})"
+        f"({verdict_text.unconfirmed(ls.scenario, ls.record.study_name)})"
     )
 
 

@@ -189,7 +189,7 @@ class StudyProgress(StudyObserver):
         self.console.print(f"{'' if self._live else '  '}{escape(event.label)}: {escape(self.last)}")
 
     def confirmation_finished(self, event: ConfirmationFinished) -> None:
-        self.best = headline(event.verdict, self.scenario)
+        self.best = headline(event.verdict, self.scenario, self.study_name)
         self.console.print(f"[bold]verdict[/]: {escape(self.best)}")
         if gain := gain_headline(event.verdict, self.scenario):
             self.console.print(f"[bold]verdict[/]: {escape(gain)}")

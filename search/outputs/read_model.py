@@ -82,12 +82,18 @@ class LoadedStudy:
         served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
         price = self.price()
         cost = (
-            cost_text.cost_text(self.verdict, self.scenario, self.confirmation_runs, price)
+            cost_text.cost_text(self.verdict, self.scenario, self.confirmation_runs, price, self.record.study_name)
             if price is not None
             else None
         )
         return verdict_text.describe(
-            self.verdict, self.scenario, served, (self.record.confirmation or {}).get("notes", []), self.views, cost
+            self.verdict,
+            self.scenario,
+            served,
+            (self.record.confirmation or {}).get("notes", []),
+            self.views,
+            cost,
+            study_name=self.record.study_name,
         )
 
     def screening_agreement(self) -> Agreement | None:
@@ -102,7 +108,7 @@ class LoadedStudy:
         if self.confirmed:
             return None
         if self.verdict is None:
-            return verdict_text.unconfirmed(self.scenario)
+            return verdict_text.unconfirmed(self.scenario, self.record.study_name)
         return "until then, the numbers are single, unconfirmed measurements"
 
     def result_lines(self) -> list[str]:
@@ -119,7 +125,11 @@ class LoadedStudy:
         """With a price but no confirmation phase (so no verdict, whose lines quote the cost): why
         no cost is quoted; otherwise nothing."""
         price = self.price()
-        return [cost_text.unquoted(price, self.scenario)] if self.verdict is None and price is not None else []
+        return (
+            [cost_text.unquoted(price, self.scenario, self.record.study_name)]
+            if self.verdict is None and price is not None
+            else []
+        )
 
     def baselines(self) -> dict[str, TrialRecord]:
         out = {}

@@ -15,6 +15,7 @@ from typing import Any
 from loadgen import SessionSpec
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
 from objectives.statistics import Interval
+from search.outputs.commands import confirm_command
 from search.outputs.cost_text import CostText
 from search.outputs.format import (
     call_words,
@@ -59,12 +60,12 @@ def behind_lines(v: Verdict) -> list[str]:
     return lines
 
 
-def unconfirmed(scenario: Scenario) -> str:
+def unconfirmed(scenario: Scenario, study_name: str | None = None) -> str:
     """What single measurements are worth, said wherever they are quoted without a verdict."""
     return (
         "single, unconfirmed measurements: no confirmation phase ran (--confirm-runs 0, no configuration "
         "near the SLOs to confirm, or the study predates it); "
-        f"`autotune confirm {scenario.name}` re-measures the front's best and the baselines"
+        f"{confirm_command(scenario, study_name)} re-measures the front's best and the baselines"
     )
 
 
@@ -181,20 +182,20 @@ def _challenger(v: Verdict) -> CandidateResult | None:
     return min(ranked, key=lambda c: c.rank, default=None)
 
 
-def headline(v: Verdict, scenario: Scenario) -> str:
+def headline(v: Verdict, scenario: Scenario, study_name: str | None = None) -> str:
     """What to deploy and why, in one line; a warning with it when its numbers are suspect."""
-    text = _headline(v, scenario)
+    text = _headline(v, scenario, study_name)
     rec = v.recommended
     if rec is not None and rec.behind and v.outcome != Outcome.INCOMPLETE:
         text += f"; {chosen_behind(rec.label)}"
     return text
 
 
-def _headline(v: Verdict, scenario: Scenario) -> str:
+def _headline(v: Verdict, scenario: Scenario, study_name: str | None) -> str:
     if v.outcome == Outcome.INCOMPLETE:
         return (
             f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
-            f"`autotune confirm {scenario.name}` to finish"
+            f"{confirm_command(scenario, study_name)} to finish"
         )
     if v.outcome == Outcome.NONE_FEASIBLE:
         return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
@@ -382,6 +383,7 @@ def describe(
     notes: Sequence[str] = (),
     views: Sequence[TrialView] = (),
     cost: CostText | None = None,
+    study_name: str | None = None,
 ) -> VerdictText:
     """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
     served (for the thin-percentile warnings); `notes`: the phase's own; `views`: the study's
@@ -402,7 +404,7 @@ def describe(
         if not c.feasible
     ]
     return VerdictText(
-        headline=headline(v, scenario),
+        headline=headline(v, scenario, study_name),
         ties=ties_sentence(v, scenario),
         gain=gain_headline(v, scenario),
         cost=cost.headline if cost is not None else None,

@@ -204,7 +204,7 @@ def test_an_interrupted_confirmation_says_how_to_finish_and_deploys_nothing_it_h
     done = exported(url, tmp_path / "out")
     header, _ = header_and_body(done.best)
     assert not done.deployment.confirmed
-    assert "confirmation incomplete: 4 of 9 runs; run `autotune confirm loop_confirm` to finish" in header
+    assert "confirmation incomplete: 4 of 9 runs; run `autotune confirm loop_confirm --study loop` to finish" in header
     assert "until then, the numbers are single, unconfirmed measurements" in header
 
 
