@@ -1,6 +1,8 @@
 """The cost of serving in words, where the study has a price (`search.study.price`): for each
 confirmed candidate, dollars per million output tokens and per million requests at its confirmed
-capacity under the SLO, each with its interval, and its cost against vLLM's defaults'.
+capacity under the SLO, each with its interval, and its cost against vLLM's defaults'. A closed
+loop without a capacity search (a batch job: its users send as fast as the server answers) is
+priced at its confirmed throughput instead, the rate it sustains at the workload's concurrency.
 
 Pure: the verdict, the confirmation runs and the price in, lines out; `objectives.serving_cost`
 does the arithmetic. Without a price nothing here is called and no output changes.
@@ -8,12 +10,20 @@ does the arithmetic. Without a price nothing here is called and no output change
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from objectives import statistics as st
 from objectives.capacity import SLO_CAPACITY_RPS
-from objectives.serving_cost import CapacityCost, CostInterval, capacity_cost, cost_ratio, output_tokens_per_request
+from objectives.serving_cost import (
+    CapacityCost,
+    CostInterval,
+    capacity_cost,
+    cost_ratio,
+    output_tokens_per_request,
+    usd_per_million,
+)
 from search.outputs.commands import confirm_command
 from search.outputs.format import fmt_cost_ratio, fmt_usd, fmt_value
 from search.scenario import Scenario
@@ -22,6 +32,7 @@ from search.study.verdict import CandidateResult, Outcome, RunView, Verdict, can
 from storage.tables import TrialStatus
 
 DEFAULTS = "vllm_defaults"  # the baseline every cost is set against
+OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT = "output_throughput", "request_throughput"
 
 
 @dataclass
@@ -39,13 +50,65 @@ def price_words(price: Price) -> str:
     return f"${fmt_value(price.usd_per_hour)} an hour ({price.source})"
 
 
+def _paced_by_the_server(scenario: Scenario) -> bool:
+    """A closed loop: its throughput is what the server sustains, not a rate the workload offers."""
+    return scenario.workload.arrival.mode == "closed"
+
+
+def _throughput_cost(v: Verdict, runs: Sequence[RunView], price: Price) -> CostText:
+    """The cost lines of a closed loop without a capacity search: each candidate priced at its
+    confirmed output and request throughput (medians over its runs, with their intervals), its
+    ratio to vLLM's defaults' the inverse of the throughput ratio; a candidate that missed its
+    SLOs has no cost under them."""
+    metrics = [OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT]
+    by_trial: dict[int, list[RunView]] = {}
+    for r in runs:
+        by_trial.setdefault(r.trial_number, []).append(r)
+    results = {
+        c.trial_number: candidate_result(c.trial_number, by_trial.get(c.trial_number, []), metrics)
+        for c in v.candidates
+    }
+    defaults = next((c for c in v.candidates if c.baseline == DEFAULTS), None)
+
+    def served(trial: int) -> list[float]:
+        return [
+            float(r.metrics.get(OUTPUT_THROUGHPUT, math.nan))
+            for r in by_trial.get(trial, [])
+            if r.status == TrialStatus.OK
+        ]
+
+    def body(c: CandidateResult) -> str:
+        if not c.feasible:
+            return "no cost under the SLOs: it missed them on its confirmed medians"
+        per_token = usd_per_million(price.usd_per_hour, results[c.trial_number].metrics[OUTPUT_THROUGHPUT])
+        if per_token is None:
+            return "no cost: no output was measured"
+        per_request = usd_per_million(price.usd_per_hour, results[c.trial_number].metrics[REQUEST_THROUGHPUT])
+        text = f"{fmt_usd(per_token)} per million output tokens"
+        if per_request is not None:
+            text += f", {fmt_usd(per_request)} per million requests"
+        if defaults is not None and defaults.trial_number != c.trial_number and defaults.feasible:
+            ratio = cost_ratio(st.ratio(st.difference(served(c.trial_number), served(defaults.trial_number))))
+            text += f"; {fmt_cost_ratio(ratio)} vLLM defaults' cost" if ratio is not None else ""
+        return text
+
+    said = price_words(price)
+    bodies = {c.trial_number: body(c) for c in v.candidates}
+    title = f"cost at the confirmed throughput (a closed loop: the server's own pace), at {said}"
+    lines = [f"{c.label}: {bodies[c.trial_number]}" for c in v.candidates]
+    rec = v.recommended
+    headline = f"cost at {said}: {rec.label}: {bodies[rec.trial_number]}" if rec is not None else None
+    return CostText(headline, title, lines)
+
+
 def unquoted(price: Price, scenario: Scenario, study_name: str | None = None) -> str:
-    """Why a study with a price quotes no cost: its scenario measures no capacity under the SLO,
-    or no complete confirmation has confirmed one yet."""
-    if scenario.capacity is None:
+    """Why a study with a price quotes no cost: its scenario measures no capacity under the SLO
+    (and is no closed loop, whose throughput would be one), or no complete confirmation has
+    confirmed one yet."""
+    if scenario.capacity is None and not _paced_by_the_server(scenario):
         return (
             f"cost at {price_words(price)}: none quoted: the scenario has no capacity: section, so no "
-            f"capacity under the SLO to price"
+            f"capacity under the SLO to price (its open loop's throughput is the rate it offers)"
         )
     return (
         f"cost at {price_words(price)}: quoted from confirmed capacities under the SLO; "
@@ -106,8 +169,10 @@ def cost_text(
 ) -> CostText:
     """The cost lines of a study with a price: the deployed configuration's in one line, and every
     confirmed candidate's, each at its confirmed capacity under the SLO."""
-    if scenario.capacity is None or v.outcome == Outcome.INCOMPLETE:
+    if v.outcome == Outcome.INCOMPLETE or (scenario.capacity is None and not _paced_by_the_server(scenario)):
         return CostText(unquoted(price, scenario, study_name))
+    if scenario.capacity is None:
+        return _throughput_cost(v, runs, price)
     said = price_words(price)
     capacities = _capacities(v, runs)
     # One figure for the study, not one per candidate: every candidate is sent the same requests

@@ -55,6 +55,7 @@ def world(
             metrics={
                 "ttft_p95_ms": ttft,
                 "output_throughput": tput,
+                "request_throughput": tput / 16.0,  # 16 output tokens a request (loop_confirm.yaml)
                 "error_rate": 0.0,
                 "completed": 8.0,
                 "failed": 0.0,

@@ -15,11 +15,12 @@ from sqlalchemy.orm import Session
 
 from objectives import statistics as st
 from objectives.capacity import SLO_CAPACITY_RPS
-from objectives.serving_cost import CostInterval
+from objectives.serving_cost import CostInterval, usd_per_million
 from search.outputs import export_study, load_study, write_report
 from search.outputs.format import fmt_cost_ratio, fmt_usd
 from search.outputs.summary import verdict_lines
 from storage import queries
+from tests.support.confirmation_world import TRUTH, enqueued, world
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor, staged
 from tests.support.study_loop import runner
@@ -115,3 +116,34 @@ def test_without_a_price_nothing_changes_and_a_later_usd_per_hour_adds_only_the_
 
     run_study(tmp_path, SCENARIO)  # a later run without the flag keeps the study's price
     assert outputs(url, tmp_path)[0] == priced_lines
+
+
+def test_a_closed_loop_without_a_capacity_search_is_priced_at_its_confirmed_throughput(tmp_path):
+    """A batch job (closed loop, no capacity: section) with a price: each confirmed candidate's
+    cost at its confirmed output and request throughput (median of 3 runs, with its interval),
+    in the verdict lines and best.yaml's header; its ratio to vLLM's defaults' the inverse of
+    the throughput ratio. tests/support/confirmation_world.py: every configuration serves 98, 100
+    and 102 output tokens/s over its three rounds, 16 tokens a request."""
+    doc = yaml.safe_load((FIXTURES / "scenarios" / "loop_confirm.yaml").read_text())
+    doc["cost"] = {"usd_per_hour": 3.5}
+    scenario = tmp_path / "loop_confirm.yaml"
+    scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = runner(tmp_path, ScriptedExecutor(script=world(TRUTH)), scenario=scenario, confirm_runs=None)
+    enqueued(r).run()
+    lines, best, _, ls = outputs(r.prep.storage_url, tmp_path)
+
+    throughput = st.median_interval([98.0, 100.0, 102.0])
+    per_token = usd_per_million(3.5, throughput)
+    per_request = usd_per_million(3.5, st.median_interval([98.0 / 16, 100.0 / 16, 102.0 / 16]))
+    deployed = ls.verdict.recommended
+    expected = (
+        f"cost at $3.5 an hour (the scenario's cost.usd_per_hour): {deployed.label}: {fmt_usd(per_token)} per "
+        f"million output tokens, {fmt_usd(per_request)} per million requests; "
+    )
+    [headline] = [x for x in lines if x.startswith("cost at $3.5")]
+    assert headline.startswith(expected) and headline.endswith("vLLM defaults' cost")
+    assert (
+        "cost at the confirmed throughput (a closed loop: the server's own pace), at $3.5 an hour "
+        "(the scenario's cost.usd_per_hour):"
+    ) in lines
+    assert f"# {headline}\n" in best
