@@ -110,10 +110,8 @@ def unquoted(price: Price, scenario: Scenario, study_name: str | None = None) ->
             f"cost at {price_words(price)}: none quoted: the scenario has no capacity: section, so no "
             f"capacity under the SLO to price (its open loop's throughput is the rate it offers)"
         )
-    return (
-        f"cost at {price_words(price)}: quoted from confirmed capacities under the SLO; "
-        f"{confirm_command(scenario, study_name)} confirms them"
-    )
+    basis = "confirmed capacities under the SLO" if scenario.capacity is not None else "the confirmed throughput"
+    return f"cost at {price_words(price)}: quoted from {basis}; {confirm_command(scenario, study_name)} confirms it"
 
 
 def _capacities(v: Verdict, runs: Sequence[RunView]) -> dict[int, CandidateResult]:

@@ -49,9 +49,10 @@ def test_the_command_line_price_reaches_the_summary(tmp_path, monkeypatch, capsy
     storage = f"sqlite:///{tmp_path / 'cli.db'}"
     args = ["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]
     assert main([*args, "--confirm-runs", "0", "--usd-per-hour", "2.5"]) == 0
-    # loop.yaml measures no capacity under the SLO: the summary says so instead of a cost.
+    # loop.yaml is a closed loop, priced at its confirmed throughput: with no confirmation, the
+    # summary says so instead of a cost, and names the command that confirms it.
     assert (
-        "cost at $2.5 an hour (--usd-per-hour): none quoted: the scenario has no capacity: section, so no "
-        "capacity under the SLO to price"
+        "cost at $2.5 an hour (--usd-per-hour): quoted from the confirmed throughput; "
+        "`autotune confirm loop --study loop` confirms it"
     ) in capsys.readouterr().out
     assert optuna.load_study(study_name="loop", storage=storage).user_attrs["usd_per_hour"] == 2.5
