@@ -81,14 +81,11 @@ def searched_params(ls: LoadedStudy, views: list[TrialView]) -> list[str]:
     return [p for p in ls.scenario.search_space if p in sampled] + sorted(sampled - set(ls.scenario.search_space))
 
 
-def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
-    sc, rec = ls.scenario, ls.record
+def _figure_sections(ls: LoadedStudy, snapshots) -> list[tuple[str, str, str]]:
+    """The figures' sections in page order: (section id, title, html)."""
+    sc, rec, views = ls.scenario, ls.record, ls.views
     names, directions = sc.objective_names, sc.directions
-    views = ls.views
-    chosen, lines = verdict(ls, views)
-    baselines = [v for v in views if v.baseline]
-
-    figs: list[tuple[str, str, str]] = []  # (section id, title, html)
+    figs: list[tuple[str, str, str]] = []
     pairs = [(0, 1)] if len(names) == 2 else [(0, 1), (0, 2), (1, 2)] if len(names) == 3 else [(0, 0)]
     pareto_html = "".join(
         fig_html(figures.pareto_figure(views, names, directions, p), f"pareto-{a}-{b}") for p in pairs for a, b in [p]
@@ -131,50 +128,68 @@ def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
     replayed = trace_figure(sc.workload)
     if replayed is not None:
         figs.append(("trace", "The replayed trace (its rate over time, the lengths sent)", fig_html(replayed, "trace")))
+    return figs
 
-    verdict_html = "".join(
+
+def _verdict_html(lines: list[str]) -> str:
+    return "".join(
         f'<p class="sub">{esc(x.strip())}</p>' if x.startswith(" ") else f"<p>{esc(x)}</p>" for x in lines
     )  # indented: one objective of the comparison above
-    chosen_html = ""
-    if chosen is not None:
-        body = yaml.safe_dump(export.serve_config(ls, chosen.number), sort_keys=False)
-        chosen_html = (
-            f'<h2 id="chosen-config">Chosen configuration ({esc(chosen.label)})</h2>'
-            f"<p>As <code>best.yaml</code> (beside this report) holds it, for "
-            f"<code>vllm serve --config</code>:</p><pre>{esc(body)}</pre>"
-            + _findings_html("Anti-patterns in the chosen configuration", chosen.diagnosis.findings)
-            + f"<p><b>Its diagnosis</b>: {diagnosis_cell(chosen)}</p>"
-        )
+
+
+def _chosen_html(ls: LoadedStudy, chosen: TrialView | None) -> str:
+    """The chosen configuration as best.yaml holds it, its anti-patterns and its diagnosis."""
+    if chosen is None:
+        return ""
+    body = yaml.safe_dump(export.serve_config(ls, chosen.number), sort_keys=False)
+    return (
+        f'<h2 id="chosen-config">Chosen configuration ({esc(chosen.label)})</h2>'
+        f"<p>As <code>best.yaml</code> (beside this report) holds it, for "
+        f"<code>vllm serve --config</code>:</p><pre>{esc(body)}</pre>"
+        + _findings_html("Anti-patterns in the chosen configuration", chosen.diagnosis.findings)
+        + f"<p><b>Its diagnosis</b>: {diagnosis_cell(chosen)}</p>"
+    )
+
+
+def _summary_json(ls: LoadedStudy, chosen: TrialView | None, n_by: dict[str, int]) -> str:
+    """The page's machine-readable summary (a script element tests and tools read)."""
+    return json.dumps(
+        {
+            "study": ls.record.study_name,
+            "trials": len(ls.views),
+            **n_by,
+            "chosen": chosen.number if chosen else None,
+            "verdict": ls.verdict.outcome.value if ls.verdict is not None else None,
+        }
+    )
+
+
+def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
+    sc, rec = ls.scenario, ls.record
+    views = ls.views
+    chosen, lines = verdict(ls, views)
+    figs = _figure_sections(ls, snapshots)
     base_findings = "".join(
-        _findings_html(f"Baseline {v.baseline} (trial {v.number})", v.diagnosis.findings) for v in baselines
+        _findings_html(f"Baseline {v.baseline} (trial {v.number})", v.diagnosis.findings) for v in views if v.baseline
     )
     n_by = {c: sum(v.category == c for v in views) for c in (FEASIBLE, INFEASIBLE, FAILED)}
     created = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     toc = "".join(f'<a href="#{sid}">{esc(t)}</a> · ' for sid, t, _ in figs)
     sections = "".join(f'<h2 id="{sid}">{esc(t)}</h2>{h}' for sid, t, h in figs)
     slo_metrics = [s.metric for s in sc.slos]
-    summary = json.dumps(
-        {
-            "study": rec.study_name,
-            "trials": len(views),
-            **n_by,
-            "chosen": chosen.number if chosen else None,
-            "verdict": ls.verdict.outcome.value if ls.verdict is not None else None,
-        }
-    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>vllm-autotune report: {esc(rec.study_name)}</title>
 <style>{_CSS}</style>
 <script type="text/javascript">{get_plotlyjs()}</script>
-<script type="application/json" id="report-summary">{summary}</script>
+<script type="application/json" id="report-summary">{_summary_json(ls, chosen, n_by)}</script>
 </head><body>
 <h1>vllm-autotune report: study {esc(rec.study_name)}</h1>
 <p class="meta">Scenario <b>{esc(sc.name)}</b> ({esc(sc.title)}); {esc(rec.vllm_version)};
 {esc(rec.hardware.get("description", ""))}; model {esc(rec.model_path)}; storage {esc(redacted(storage_url))};
 written {created}.</p>
-<div class="verdict" id="verdict">{verdict_html}</div>
-{chosen_html}
+<div class="verdict" id="verdict">{_verdict_html(lines)}</div>
+{_chosen_html(ls, chosen)}
 {confirmation_section(ls)}
 <h2 id="bottlenecks">What limited the trials</h2>
 {fig_html(figures.bottleneck_figure(views), "bottlenecks")}
@@ -184,7 +199,7 @@ written {created}.</p>
 <h2 id="trials">Trials</h2>
 <p>Click a column to sort. Feasibility: {mark(FEASIBLE)} {n_by[FEASIBLE]} · {mark(INFEASIBLE)}
 {n_by[INFEASIBLE]} · {mark(FAILED)} {n_by[FAILED]}. Latencies in ms, throughputs per second.</p>
-{trials_table(views, names, slo_metrics)}
+{trials_table(views, sc.objective_names, slo_metrics)}
 <h2 id="all-metrics">All metrics</h2>
 <details><summary>every measured metric of every trial (client side, per class, server /metrics)</summary>
 {metrics_table(views)}</details>
