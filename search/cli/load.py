@@ -237,14 +237,8 @@ def _cell(v: Any) -> str:
     return fmt_value(v, digits=4, missing="-")
 
 
-def print_result(result, console=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from loadgen import CLIENT_BEHIND, class_key
-
-    console = console or Console()
-    f = result.flat()
+def _load_line(result) -> str:
+    """The run's header: the server, the endpoint, the arrival process and the client."""
     spec = result.spec
     a = spec.arrival
     load = (
@@ -254,7 +248,11 @@ def print_result(result, console=None) -> None:
         + (f" ({_cell(spec.session_arrival().rate)} sessions/s)" if spec.sessions is not None else "")
         + (f" (burstiness {_cell(a.burstiness)})" if a.mode == "gamma" else "")
     )
-    console.print(f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, client {result.client}")
+    return f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, client {result.client}"
+
+
+def _latency_table(f: dict[str, Any]):
+    from rich.table import Table
 
     lat = Table(title="Latency (ms)")
     lat.add_column("metric")
@@ -262,7 +260,13 @@ def print_result(result, console=None) -> None:
         lat.add_column(s, justify="right")
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (per chunk)"), ("e2el", "E2EL")):
         lat.add_row(label, *[_cell(f[f"{name}_{s}_ms"]) for s in ("mean", "median", "p90", "p95", "p99")])
-    console.print(lat)
+    return lat
+
+
+def _outcome_table(result, f: dict[str, Any]):
+    from rich.table import Table
+
+    from loadgen import CLIENT_BEHIND
 
     run = Table(title="Throughput and outcome")
     run.add_column("metric")
@@ -289,42 +293,69 @@ def print_result(result, console=None) -> None:
     ]
     for k, v in rows:
         run.add_row(k, v)
-    console.print(run)
+    return run
 
+
+def _server_table(server):
+    from rich.table import Table
+
+    srv = Table(title="Server (/metrics, over the run)")
+    srv.add_column("metric")
+    srv.add_column("value", justify="right")
+    for k, v in server.flat().items():
+        srv.add_row(k, _cell(v))
+    return srv
+
+
+def _per_class_table(result, f: dict[str, Any]):
+    from rich.table import Table
+
+    from loadgen import class_key
+
+    cls = Table(title="Per class")
+    cls.add_column("metric")
+    names = list(result.metrics.per_class)
+    for name in names:
+        cls.add_column(name, justify="right")
+    for c in (
+        "completed",
+        "failed",
+        "ttft_median_ms",
+        "ttft_p99_ms",
+        "tpot_median_ms",
+        "tpot_p99_ms",
+        "e2el_p99_ms",
+        "output_throughput",
+        "goodput",
+    ):
+        cls.add_row(c, *[_cell(f[class_key(c, name)]) for name in names])
+    return cls
+
+
+def _print_errors(result, console) -> None:
+    """The error kinds counted, and the first failed request's text as it came."""
+    console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
+    first = next((r for r in result.records if r.error_kind), None)
+    if first is not None:
+        console.print(f"  first: {first.error_text}", markup=False)
+
+
+def print_result(result, console=None) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    f = result.flat()
+    console.print(_load_line(result))
+    console.print(_latency_table(f))
+    console.print(_outcome_table(result, f))
     if result.server is not None:
-        srv = Table(title="Server (/metrics, over the run)")
-        srv.add_column("metric")
-        srv.add_column("value", justify="right")
-        for k, v in result.server.flat().items():
-            srv.add_row(k, _cell(v))
-        console.print(srv)
-
+        console.print(_server_table(result.server))
     if len(result.metrics.per_class) > 1:
-        cls = Table(title="Per class")
-        cls.add_column("metric")
-        names = list(result.metrics.per_class)
-        for name in names:
-            cls.add_column(name, justify="right")
-        for c in (
-            "completed",
-            "failed",
-            "ttft_median_ms",
-            "ttft_p99_ms",
-            "tpot_median_ms",
-            "tpot_p99_ms",
-            "e2el_p99_ms",
-            "output_throughput",
-            "goodput",
-        ):
-            cls.add_row(c, *[_cell(f[class_key(c, name)]) for name in names])
-        console.print(cls)
+        console.print(_per_class_table(result, f))
     if result.sessions is not None:
         print_sessions(result, console)
     if result.metrics.error_kinds:
-        console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
-        first = next((r for r in result.records if r.error_kind), None)
-        if first is not None:
-            console.print(f"  first: {first.error_text}", markup=False)
+        _print_errors(result, console)
     for note in result.notes:
         console.print(f"[yellow]note[/]: {note}")
 
