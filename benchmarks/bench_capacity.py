@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen import run_async
-from objectives.stages import run_stages
+from objectives.stages import StagedLoad, run_stages
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, calibrate, plan_trial
 from search.expected_errors import reported
@@ -100,11 +100,8 @@ def _run(args: argparse.Namespace) -> int:
                     run_stages(
                         server.base_url,
                         str(prep.ctx.model.path),
-                        workload,
-                        slos,
-                        sc.capacity,
+                        StagedLoad(workload, slos, sc.capacity, goodput=goodput),
                         tokenizer_path=prep.ctx.model.path,
-                        goodput=goodput,
                         on_stage=lambda s: console.print(f"  {name} #{repeat}: {s}"),
                     )
                 )

@@ -50,6 +50,7 @@ from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
 from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
 from objectives.stages.run import (
+    StagedLoad,
     StageSearch,
     final_estimate,
     judged_stage,
@@ -83,6 +84,7 @@ __all__ = [
     "StageResult",
     "StageSearch",
     "StageSize",
+    "StagedLoad",
     "StagedRun",
     "SteadyState",
     "at_rate",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from loadgen import AbortCheck, GoodputSLO, LoadResult, ProgressWatch, WorkloadSpec, request_samples, run_load
+from loadgen import Abort, AbortCheck, GoodputSLO, LoadResult, ProgressWatch, WorkloadSpec, request_samples, run_load
 from objectives import capacity as cap
 from objectives.capacity_fit import fit_stages
 from objectives.early_abort import OFF, abort_check
@@ -16,7 +17,7 @@ from objectives.slo_verdict import DEFAULT_CONFIDENCE, slo_verdicts
 from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
 from objectives.stages.plan import PlannedStage, plan_stage
 from objectives.stages.result import CAPACITY, StagedRun, StageResult, capacity_metrics
-from objectives.stages.steady import class_mix, steady_state
+from objectives.stages.steady import ClassMix, SteadyState, class_mix, steady_state
 from serving import reset_prefix_cache, wait_idle
 
 StageCallback = Callable[[str], None]
@@ -130,27 +131,50 @@ class StageSearch:
     saturation_rps: float | None = None
 
 
+@dataclass(frozen=True)
+class StagedLoad:
+    """What the stages put on a server and judge it by: the workload at its target rate, the
+    SLOs, the scenario's `capacity:` section, the goodput bounds the load generator counts
+    against, and what the trial asks beyond them (`StageSearch`)."""
+
+    workload: WorkloadSpec
+    slos: Sequence[SLOSpec]
+    spec: CapacitySpec
+    search: StageSearch = StageSearch()
+    goodput: GoodputSLO | None = None
+
+    def stoppable(self, index: int) -> bool:
+        """Whether stage `index`'s verdict may stop it. The confirmation's target stage runs in
+        full: its requests are the verdict's pooled percentiles, and a stage cut short reads its
+        early, less loaded part."""
+        return self.spec.early_abort != OFF and (index > 0 or not self.search.full_target)
+
+    def plan(self, index: int, rate: float, stage_requests: int) -> PlannedStage:
+        """Stage `index` at `rate`, planned: the confirmation's lengthened target stage, or
+        `stage_requests` (every stage's size)."""
+        target = self.search.target_requests
+        requests = target if index == 0 and target else stage_requests
+        return plan_stage(self.workload, self.spec, requests, index, rate, stoppable=self.stoppable(index))
+
+
 async def run_stages(
     base_url: str,
     model: str | None,
-    workload: WorkloadSpec,
-    slos: Sequence[SLOSpec],
-    spec: CapacitySpec,
+    load: StagedLoad,
     *,
-    search: StageSearch = StageSearch(),
     tokenizer_path: str | Path | None = None,
-    goodput: GoodputSLO | None = None,
     on_stage: StageCallback = lambda _: None,
     watch: ProgressWatch | None = None,
 ) -> StagedRun:
     """The target stage, then capacity stages until the search is done (see the package
     docstring). `watch` sees every request of every stage, the drains and resets between them
     included."""
+    workload, spec, search = load.workload, load.spec, load.search
     target_rate = workload.arrival.mean_rate()
     if target_rate is None:
         raise ValueError("a capacity search needs an open-loop workload with a resolved rate")
-    held = stage_slos(slos)
-    size = spec.size(workload, slos)
+    held = stage_slos(load.slos)
+    size = spec.size(workload, load.slos)
     settings = spec.search_settings(target_rate, workload.duration_s)
     stages: list[StageResult] = []
     target: LoadResult | None = None
@@ -159,11 +183,7 @@ async def run_stages(
     while rate is not None:
         index = len(stages)
         notes, idle_s, reset = await _between_stages(base_url, spec, watch) if index else ([], 0.0, None)
-        # The confirmation's target stage runs in full: its requests are the verdict's pooled
-        # percentiles, and a stage cut short reads its early, less loaded part.
-        stoppable = spec.early_abort != OFF and (index > 0 or not search.full_target)
-        requests = search.target_requests if index == 0 and search.target_requests else size.requests
-        planned = plan_stage(workload, spec, requests, index, rate, stoppable=stoppable)
+        planned = load.plan(index, rate, size.requests)
         head = (
             f"stage {index + 1}/{1 + spec.max_stages} ({planned.kind}) at {rate:.3g} req/s, {planned.requests} requests"
         )
@@ -173,8 +193,8 @@ async def run_stages(
             model,
             planned.workload,
             tokenizer_path=tokenizer_path,
-            goodput=goodput,
-            abort=_abort_check(planned, held, spec) if stoppable else None,
+            goodput=load.goodput,
+            abort=_abort_check(planned, held, spec) if load.stoppable(index) else None,
             watch=watch,
         )
         stage = judged_stage(planned, result, held, spec.confidence, notes, idle_s, reset)
@@ -228,29 +248,17 @@ def judged_stage(
     """What a stage measured, judged: its SLO verdicts from its counts, whether it ended steady,
     whether the requests it counted hold its mix, and what its time cap cut."""
     flat = result.flat_metrics()
-    abort, length = result.abort, planned.length
     notes = list(notes)
-    if abort is not None and abort.drain:  # decided: the stage ended as one planned to end there
-        notes += [abort.reason] if length is not None and result.duration_s > length.nominal_s else []
-        abort = None
-    elif length is not None and result.abort is None and len(result.records) > planned.requests:
-        notes.append(f"ran to its cap of {length.cap_s:.0f} s, undecided at every look")
+    abort = _undecided_abort(planned, result, notes)
     stopped_passing = abort is not None and abort.passed
-    raised = None
-    if abort is not None and abort.metric is not None:
-        # The cut-short requests are left out of the partial numbers, so the metric that
-        # stopped the stage would look better than it was: raise it to what was certain.
-        partial = flat.get(abort.metric, math.nan)
-        if math.isnan(abort.value):  # failed requests reach it: unknown, never a number
-            flat[abort.metric] = math.nan
-        elif not partial >= abort.value:
-            flat[abort.metric], raised = abort.value, abort.metric
+    raised = _raise_stopping_metric(flat, abort)
     worst, violated = margin(flat, held)
     if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
         known = [m for m in (worst, abort.margin) if math.isfinite(m) and m > 0]
         worst = max(known) if known else math.nan
     samples = request_samples(result.records, result.start) if result.records else None
     every = {slo_key(x): x.violation(flat.get(x.metric, math.nan)) for x in held}
+    length = planned.length
     verdicts = slo_verdicts(
         held,
         samples,
@@ -261,11 +269,7 @@ def judged_stage(
     )
     steady = mix = None
     if samples is not None:
-        sending_s = max(samples["sent_s"], default=0.0)
-        steady = steady_state(
-            samples, result.gauges, start=result.start, sending_s=sending_s, end_s=result.duration_s, rate=planned.rate
-        )
-        mix = class_mix(samples, confidence)
+        steady, mix = _steady_and_mix(planned, result, samples, confidence)
         verdicts += [steady.verdict(), mix.verdict()]
         if not steady.steady:
             notes.append(steady.reason)
@@ -300,3 +304,41 @@ def judged_stage(
         steady=steady,
         mix=mix,
     )
+
+
+def _undecided_abort(planned: PlannedStage, result: LoadResult, notes: list[str]) -> Abort | None:
+    """The stop that cut the stage short, None where it ran as planned; appends to `notes` what
+    its planned length says of how it ended."""
+    abort, length = result.abort, planned.length
+    if abort is not None and abort.drain:  # decided: the stage ended as one planned to end there
+        notes += [abort.reason] if length is not None and result.duration_s > length.nominal_s else []
+        return None
+    if length is not None and result.abort is None and len(result.records) > planned.requests:
+        notes.append(f"ran to its cap of {length.cap_s:.0f} s, undecided at every look")
+    return abort
+
+
+def _raise_stopping_metric(flat: dict[str, float], abort: Abort | None) -> str | None:
+    """The metric that stopped the stage, raised in `flat` to what was certain (the cut-short
+    requests are left out of the partial numbers, so it would look better than it was): its
+    name where raised; a NaN where failed requests reach it (unknown, never a number)."""
+    if abort is None or abort.metric is None:
+        return None
+    partial = flat.get(abort.metric, math.nan)
+    if math.isnan(abort.value):
+        flat[abort.metric] = math.nan
+    elif not partial >= abort.value:
+        flat[abort.metric] = abort.value
+        return abort.metric
+    return None
+
+
+def _steady_and_mix(
+    planned: PlannedStage, result: LoadResult, samples: Mapping[str, Sequence[Any]], confidence: float
+) -> tuple[SteadyState, ClassMix]:
+    """Whether the stage ended steady, and whether the requests it counted hold its class mix."""
+    sending_s = max(samples["sent_s"], default=0.0)
+    steady = steady_state(
+        samples, result.gauges, start=result.start, sending_s=sending_s, end_s=result.duration_s, rate=planned.rate
+    )
+    return steady, class_mix(samples, confidence)

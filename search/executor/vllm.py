@@ -27,7 +27,7 @@ from loadgen import (
     run_async,
     run_load,
 )
-from objectives.stages import run_stages
+from objectives.stages import StagedLoad, run_stages
 from search.executor.reuse import KeptServer, reconfiguration
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
@@ -175,12 +175,8 @@ class VllmExecutor:
                     run_stages(
                         server.base_url,
                         str(model),
-                        m.workload,
-                        m.slos,
-                        m.capacity,
-                        search=m.stage_search(plan),
+                        StagedLoad(m.workload, m.slos, m.capacity, search=m.stage_search(plan), goodput=m.goodput),
                         tokenizer_path=model,
-                        goodput=m.goodput,
                         on_stage=on_phase,
                         watch=watch,
                     ),

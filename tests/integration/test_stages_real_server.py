@@ -44,18 +44,17 @@ def _workload(rate: float, requests: int = 4):
 def _run(server, ctx, rate, slos, screen=False, requests=4, **capacity):
     from loadgen.loadrun import run_async
     from objectives.scoring import SLOSpec
-    from objectives.stages import CapacitySpec, StageSearch, run_stages
+    from objectives.stages import CapacitySpec, StagedLoad, StageSearch, run_stages
 
     spec = CapacitySpec(**capacity)
     return run_async(
         run_stages(
             server.base_url,
             None,
-            _workload(rate, requests),
-            [SLOSpec(**s) for s in slos],
-            spec,
+            StagedLoad(
+                _workload(rate, requests), [SLOSpec(**s) for s in slos], spec, search=StageSearch(screen=screen)
+            ),
             tokenizer_path=ctx.model.path,
-            search=StageSearch(screen=screen),
         )
     )
 

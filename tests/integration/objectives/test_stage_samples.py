@@ -10,7 +10,7 @@ import pytest
 
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, run_stages
+from objectives.stages import CapacitySpec, StagedLoad, run_stages
 from search.trial_results import stage_columns
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -28,7 +28,9 @@ def test_every_stage_row_carries_its_samples(tok_dir, tok):
     )
     spec = CapacitySpec(max_stages=1, idle_timeout_s=10, early_abort="off")  # every request runs out
     with StubServer(StubConfig(root=str(tok_dir), ttft_ms=20, itl_ms=0), tokenizer=tok) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
+        run = asyncio.run(
+            run_stages(s.base_url, None, StagedLoad(workload, [SLOSpec(metric="ttft_p90_ms", max=5000.0)], spec))
+        )
     assert len(run.stages) == 2
     for stage in run.stages:
         row = stage_columns(stage)

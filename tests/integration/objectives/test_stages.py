@@ -21,7 +21,7 @@ from objectives import stages as st
 from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, run_stages
+from objectives.stages import CapacitySpec, StagedLoad, run_stages
 from tests.support.stub_server import StubConfig, StubServer
 
 
@@ -97,7 +97,9 @@ def test_stages_step_up_with_a_drain_and_a_reset_before_each(tok_dir, tok):
     messages: list[str] = []
     with stub(tok_dir, tok, ttft_ms=20, itl_ms=0, busy_after_s=busy, record_events=True) as s:
         run = asyncio.run(
-            run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=5000.0)], spec, on_stage=messages.append)
+            run_stages(
+                s.base_url, None, StagedLoad(workload, [slo("ttft_p90_ms", max=5000.0)], spec), on_stage=messages.append
+            )
         )
         stats = s.stats
     stages = run.stages
@@ -144,7 +146,7 @@ def test_stages_step_down_to_the_floor_when_every_rate_fails(tok_dir, tok):
     workload = open_loop(20.0, 60.0, num_requests=40)
     spec = CapacitySpec(max_stages=6, step=2.0, idle_timeout_s=10)
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_p90_ms", max=50.0)], spec))
+        run = asyncio.run(run_stages(s.base_url, None, StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec)))
         resets = s.stats.resets
     stages = run.stages
     assert [x.rate for x in stages] == [20.0, 10.0, 5.0]  # down by `step`, stopped at min_rate
@@ -172,10 +174,7 @@ def test_the_confirmations_target_stage_runs_in_full_and_only_its_capacity_stage
             run_stages(
                 s.base_url,
                 None,
-                workload,
-                [slo("ttft_p90_ms", max=50.0)],
-                spec,
-                search=st.StageSearch(full_target=True),
+                StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec, search=st.StageSearch(full_target=True)),
             )
         )
     target, capacity = run.stages
@@ -204,7 +203,7 @@ def test_stages_bracket_a_real_capacity(tok_dir, tok):
         early_abort="certain",
     )
     with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
+        run = asyncio.run(run_stages(s.base_url, None, StagedLoad(workload, [slo("ttft_median_ms", max=285.0)], spec)))
     stages = run.stages
     rates = [x.rate for x in stages]
     assert rates == pytest.approx([3.0, 6.0, math.sqrt(18), math.sqrt(3 * math.sqrt(18))])
@@ -245,7 +244,7 @@ def test_stages_search_below_a_missed_target_each_holding_its_requests(tok_dir, 
         early_abort="certain",
     )
     with stub(tok_dir, tok, ttft_ms=STREAM_S * 1000, itl_ms=0, slots=1, cancel_on_disconnect=True) as s:
-        run = asyncio.run(run_stages(s.base_url, None, workload, [slo("ttft_median_ms", max=285.0)], spec))
+        run = asyncio.run(run_stages(s.base_url, None, StagedLoad(workload, [slo("ttft_median_ms", max=285.0)], spec)))
     stages = run.stages
     rates = [x.rate for x in stages]
     assert rates == pytest.approx([6.0, 3.0, math.sqrt(18), math.sqrt(3 * math.sqrt(18))])
@@ -266,10 +265,7 @@ def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir,
             run_stages(
                 s.base_url,
                 None,
-                workload,
-                [slo("ttft_p90_ms", max=50.0)],
-                spec,
-                search=st.StageSearch(screen=True),
+                StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec, search=st.StageSearch(screen=True)),
             )
         )
     assert len(run.stages) == 1 and not run.stages[0].passed

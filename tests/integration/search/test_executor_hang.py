@@ -20,7 +20,7 @@ from loadgen.loadrun import run_async, run_load
 from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, StageSearch, run_stages
+from objectives.stages import CapacitySpec, StagedLoad, StageSearch, run_stages
 from search.executor import measured_before
 from serving import FailureClass
 from serving.process import ServerFailed, while_serving
@@ -165,11 +165,8 @@ def _watched_stages(
     measure = run_stages(
         stub.base_url,
         None,
-        workload,
-        STAGED_SLOS,
-        capacity,
+        StagedLoad(workload, STAGED_SLOS, capacity, search=StageSearch(screen=screen)),
         tokenizer_path=tok_dir,
-        search=StageSearch(screen=screen),
         on_stage=on_stage,
         watch=watch,
     )

@@ -217,10 +217,12 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
         st.run_stages(
             "http://127.0.0.1:9",
             None,
-            wl,
-            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(max_stages=1, early_abort="likely"),
-            search=st.StageSearch(screen=True),
+            st.StagedLoad(
+                wl,
+                [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+                st.CapacitySpec(max_stages=1, early_abort="likely"),
+                search=st.StageSearch(screen=True),
+            ),
         )
     )
     assert asked == [False, True]  # the target stage may not stop as a pass

@@ -56,9 +56,7 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
         st.run_stages(
             "http://127.0.0.1:9",
             None,
-            wl,
-            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(max_stages=1),
+            st.StagedLoad(wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)], st.CapacitySpec(max_stages=1)),
         )
     )
     assert run.stages[0].metrics["ttft_p95_ms"] == 1500.0
@@ -97,9 +95,7 @@ def test_a_metric_that_failed_requests_reach_is_unknown_after_an_abort_never_a_n
         st.run_stages(
             "http://127.0.0.1:9",
             None,
-            wl,
-            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(max_stages=1),
+            st.StagedLoad(wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)], st.CapacitySpec(max_stages=1)),
         )
     )
     target = run.stages[0]
@@ -176,10 +172,12 @@ def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(mo
         st.run_stages(
             "http://127.0.0.1:9",
             None,
-            wl,
-            [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-            st.CapacitySpec(max_stages=1),
-            search=st.StageSearch(screen=True),
+            st.StagedLoad(
+                wl,
+                [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
+                st.CapacitySpec(max_stages=1),
+                search=st.StageSearch(screen=True),
+            ),
         )
     )
     target = run.stages[0]
