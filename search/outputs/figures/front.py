@@ -4,7 +4,7 @@ the front's hypervolume after each trial."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -13,6 +13,9 @@ from search.outputs.figures.style import CHOSEN_COLOR, FRONT_COLOR, STYLE, axis_
 from search.outputs.format import fmt_value
 from search.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 from storage.tables import ParetoSnapshot
+
+# Where a trial is drawn: (x, y), a value it has none of at the worst edge (`style.plotted`).
+Place = Callable[[TrialView], tuple[float, float]]
 
 
 def pareto_figure(
@@ -30,10 +33,29 @@ def pareto_figure(
     def xy(v: TrialView) -> tuple[float, float]:
         return plotted(v, names, i, edge_x), plotted(v, names, j, edge_y)
 
+    for trace in _category_traces(views, names, xy):
+        fig.add_trace(trace)
+    for trace in (_front_trace(views, names, xy), _baselines_trace(views, names, xy), _chosen_trace(views, names, xy)):
+        if trace is not None:
+            fig.add_trace(trace)
+    fig.update_layout(
+        title=f"Pareto front: {names[i]} vs {names[j]}",
+        xaxis_title=axis_title(names[i], directions[i]),
+        yaxis_title=axis_title(names[j], directions[j]),
+        legend=dict(orientation="h", y=-0.2),
+        height=560,
+        margin=dict(t=60),
+    )
+    return fig
+
+
+def _category_traces(views: list[TrialView], names: Sequence[str], xy: Place) -> list[go.Scatter]:
+    """Every trial, one trace per category (feasible, infeasible, failed)."""
+    traces = []
     for cat in (FEASIBLE, INFEASIBLE, FAILED):
         group = [v for v in views if v.category == cat]
         st = STYLE[cat]
-        fig.add_trace(
+        traces.append(
             go.Scatter(  # an empty category keeps its legend entry (count 0): [None]
                 x=[xy(v)[0] for v in group] or [None],
                 y=[xy(v)[1] for v in group] or [None],
@@ -46,57 +68,58 @@ def pareto_figure(
                 customdata=[[v.number, cat] for v in group],
             )
         )
+    return traces
+
+
+def _front_trace(views: list[TrialView], names: Sequence[str], xy: Place) -> go.Scatter | None:
+    """The feasible Pareto front as a step line, None while it is empty."""
     front = sorted((v for v in views if v.on_front), key=lambda v: xy(v)[0])
-    if front:
-        fig.add_trace(
-            go.Scatter(
-                x=[xy(v)[0] for v in front],
-                y=[xy(v)[1] for v in front],
-                mode="lines+markers",
-                name=f"feasible Pareto front: {len(front)}",
-                line=dict(color=FRONT_COLOR, width=2, shape="hv"),
-                marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2, color=FRONT_COLOR)),
-                text=[hover(v, names) for v in front],
-                hoverinfo="text",
-            )
-        )
-    baselines = [v for v in views if v.baseline]
-    if baselines:
-        fig.add_trace(
-            go.Scatter(
-                x=[xy(v)[0] for v in baselines],
-                y=[xy(v)[1] for v in baselines],
-                mode="markers+text",
-                name="baselines",
-                text=[v.baseline for v in baselines],
-                textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(baselines))],
-                marker=dict(symbol="diamond-open", size=20, color="#7f3fbf", line=dict(width=2)),
-                hovertext=[hover(v, names) for v in baselines],
-                hoverinfo="text",
-            )
-        )
-    chosen = [v for v in views if v.chosen]
-    if chosen:
-        fig.add_trace(
-            go.Scatter(
-                x=[xy(chosen[0])[0]],
-                y=[xy(chosen[0])[1]],
-                mode="markers",
-                name="chosen",
-                marker=dict(symbol="star", size=22, color=CHOSEN_COLOR, line=dict(width=1.5, color="#000")),
-                text=[hover(chosen[0], names)],
-                hoverinfo="text",
-            )
-        )
-    fig.update_layout(
-        title=f"Pareto front: {names[i]} vs {names[j]}",
-        xaxis_title=axis_title(names[i], directions[i]),
-        yaxis_title=axis_title(names[j], directions[j]),
-        legend=dict(orientation="h", y=-0.2),
-        height=560,
-        margin=dict(t=60),
+    if not front:
+        return None
+    return go.Scatter(
+        x=[xy(v)[0] for v in front],
+        y=[xy(v)[1] for v in front],
+        mode="lines+markers",
+        name=f"feasible Pareto front: {len(front)}",
+        line=dict(color=FRONT_COLOR, width=2, shape="hv"),
+        marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2, color=FRONT_COLOR)),
+        text=[hover(v, names) for v in front],
+        hoverinfo="text",
     )
-    return fig
+
+
+def _baselines_trace(views: list[TrialView], names: Sequence[str], xy: Place) -> go.Scatter | None:
+    """The baselines, labelled by name (alternately above and below, so neighbours stay legible)."""
+    baselines = [v for v in views if v.baseline]
+    if not baselines:
+        return None
+    return go.Scatter(
+        x=[xy(v)[0] for v in baselines],
+        y=[xy(v)[1] for v in baselines],
+        mode="markers+text",
+        name="baselines",
+        text=[v.baseline for v in baselines],
+        textposition=["top center" if k % 2 == 0 else "bottom center" for k in range(len(baselines))],
+        marker=dict(symbol="diamond-open", size=20, color="#7f3fbf", line=dict(width=2)),
+        hovertext=[hover(v, names) for v in baselines],
+        hoverinfo="text",
+    )
+
+
+def _chosen_trace(views: list[TrialView], names: Sequence[str], xy: Place) -> go.Scatter | None:
+    """The chosen configuration as a star, None where none is chosen."""
+    chosen = next((v for v in views if v.chosen), None)
+    if chosen is None:
+        return None
+    return go.Scatter(
+        x=[xy(chosen)[0]],
+        y=[xy(chosen)[1]],
+        mode="markers",
+        name="chosen",
+        marker=dict(symbol="star", size=22, color=CHOSEN_COLOR, line=dict(width=1.5, color="#000")),
+        text=[hover(chosen, names)],
+        hoverinfo="text",
+    )
 
 
 def _single_objective(views, name, direction) -> go.Figure:
