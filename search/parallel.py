@@ -10,7 +10,6 @@ the study's database (`search.study.coordination`); placing them is `search.work
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from rich.console import Console
 
@@ -20,6 +19,7 @@ from search.prepare import Prepared, StudyOptions, prepare
 from search.study import StudyResult, StudyRunner
 from search.study.coordination import Coordination
 from search.study.outage import DEFAULT_BOUND_S
+from search.worker_options import WorkerOptions
 from storage.queries import check_url
 from storage.url import PasswordInArgv, redacted, single_writer
 
@@ -41,7 +41,7 @@ def search_on_workers(
     *,
     backend: str = "local",
     ray_address: str | None = None,
-    db_outage_s: float = DEFAULT_BOUND_S,
+    db_outage_s: int = DEFAULT_BOUND_S,
 ) -> Prepared:
     """The search on `n` workers, then the confirmation phase; returns the prepared study (where
     its outputs go). Refused (SlotError) before anything starts without a shared database, or
@@ -80,23 +80,19 @@ def search_on_workers(
         f"{hw.describe()}; storage {redacted(prep.storage_url)}; {n} workers on "
         f"{', '.join(s.label for s in slots)}"
     )
+    given = WorkerOptions(
+        storage=prep.storage_url,
+        study=prep.study_name,
+        runs_dir=opts.runs_dir,
+        scenario=opts.scenario or None,
+        model=opts.model or None,
+        trials=runner.budget,
+        timeout_min=opts.timeout_min or None,
+        sampler=prep.sampler,
+        db_outage_s=db_outage_s,
+    )
     commands = [
-        (
-            f"[w{i} {slot.label}]",
-            workers.worker_argv(
-                storage=prep.storage_url,
-                study=prep.study_name,
-                runs_dir=str(opts.runs_dir),
-                slot=slot,
-                seed=opts.seed + i,
-                trials=runner.budget,
-                sampler=prep.sampler,
-                scenario=opts.scenario,
-                model=opts.model,
-                timeout_min=opts.timeout_min,
-                db_outage_s=db_outage_s,
-            ),
-        )
+        (f"[w{i} {slot.label}]", workers.worker_argv(given.model_copy(update={"seed": opts.seed + i}), slot))
         for i, slot in enumerate(slots)
     ]
     if backend == "ray":
@@ -112,39 +108,14 @@ def search_on_workers(
     return prep
 
 
-def run_worker(
-    storage: str,
-    study: str,
-    runs_dir: Path,
-    console: Console,
-    *,
-    slot: workers.Slot | None = None,
-    scenario: str | None = None,
-    model: str | None = None,
-    trials: int | None = None,
-    timeout_min: float | None = None,
-    sampler: str | None = None,
-    seed: int | None = None,
-    db_outage_s: float = DEFAULT_BOUND_S,
-) -> StudyResult:
+def run_worker(options: WorkerOptions, console: Console, slot: workers.Slot | None = None) -> StudyResult:
     """One more worker on an existing study: the scenario, model and budget are the study's own
-    unless given; on `slot`'s devices (held while it runs) when given; the seed, unless given,
-    its process id."""
-    joined = workers.joined_study(storage, study, runs_dir)
-    opts = StudyOptions(
-        scenario=scenario or joined.scenario,
-        trials=trials or joined.budget,
-        timeout_min=timeout_min,
-        model=model or joined.model,
-        storage=storage,
-        study_name=study,
-        sampler=sampler,
-        seed=seed if seed is not None else os.getpid(),
-        runs_dir=runs_dir,
-        confirm_runs=0,
-    )
+    unless `options` give them; on `slot`'s devices (held while it runs) when given; the seed,
+    unless given, its process id."""
+    joined = workers.joined_study(options.storage, options.study, options.runs_dir)
+    opts = options.study_options(joined)
     if slot is not None:
-        held = workers.hold(slot, study)  # noqa: F841 - held until this worker ends
+        held = workers.hold(slot, options.study)  # noqa: F841 - held until this worker ends
         slot.apply()  # before anything starts: every server and the load client inherit it
     prep = prepare(opts)
     console.print(
@@ -155,6 +126,6 @@ def run_worker(
         prep,
         opts,
         observers=[StudyProgress(console), DashboardPublisher()],
-        coordination=Coordination(slot=slot.label if slot else None, db_outage_s=db_outage_s),
+        coordination=Coordination(slot=slot.label if slot else None, db_outage_s=options.db_outage_s),
     )
     return runner.run()

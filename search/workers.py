@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from search.worker_options import JoinedStudy, WorkerOptions
 from storage.url import for_child
 
 GPU, CPU = "gpu", "cpu"
@@ -194,15 +195,6 @@ def run_all(
     return codes
 
 
-@dataclass(frozen=True)
-class JoinedStudy:
-    """What a worker takes from the study it joins, unless told otherwise."""
-
-    scenario: str  # a path: the stored scenario file, written under the runs directory
-    model: str
-    budget: int | None
-
-
 def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     """The stored scenario (a worker's host may not have the file: it is written to
     RUNS_DIR/STUDY/scenario.yaml as the study began with it), model path and budget."""
@@ -228,51 +220,12 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
     return JoinedStudy(str(path), model, budget)
 
 
-def worker_argv(
-    *,
-    storage: str,
-    study: str,
-    runs_dir: str,
-    slot: Slot,
-    seed: int,
-    trials: int,
-    sampler: str,
-    scenario: str | None,
-    model: str | None,
-    timeout_min: float | None,
-    db_outage_s: int | None = None,
-) -> list[str]:
-    """The command line of one `autotune worker`: everything `ps` may show, so the storage URL
-    without its password (`worker_env` gives that)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "search.cli",
-        "worker",
-        "--storage",
-        for_child(storage)[0],
-        "--study",
-        study,
-        "--runs-dir",
-        runs_dir,
-        "--slot",
-        slot.arg,
-        "--seed",
-        str(seed),
-        "--trials",
-        str(trials),
-        "--sampler",
-        sampler,
-    ]
-    if db_outage_s is not None:
-        argv += ["--db-outage-s", str(db_outage_s)]
-    if scenario:
-        argv += ["--scenario", scenario]
-    if model:
-        argv += ["--model", model]
-    if timeout_min:
-        argv += ["--timeout-min", str(timeout_min)]
-    return argv
+def worker_argv(options: WorkerOptions, slot: Slot) -> list[str]:
+    """The command line of one `autotune worker`: its options as one JSON argument, everything
+    `ps` may show, so the storage URL without its password (`worker_env` gives that). The slot
+    is an argument of its own: on Ray it is rewritten to the GPUs the task was given."""
+    shown = options.model_copy(update={"storage": for_child(options.storage)[0]})
+    return [sys.executable, "-m", "search.cli", "worker", "--options", shown.model_dump_json(), "--slot", slot.arg]
 
 
 def worker_env(storage: str) -> dict[str, str]:

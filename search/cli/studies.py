@@ -4,22 +4,29 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from search.arg_types import minutes, non_negative_int, positive_float, positive_int
 from search.cli.common import add_db_outage, add_study_target, finish_outputs, make_console, study_name
 from search.disk import DEFAULT_RUNS_DIR
 
+if TYPE_CHECKING:
+    from search.prepare import StudyOptions
+    from search.worker_options import WorkerOptions
+
 
 def _cmd_search(args: argparse.Namespace) -> int:
     """`autotune search`: the search, then the confirmation phase; `autotune confirm`: the phase alone."""
     from search.outputs import DashboardPublisher, StudyProgress
-    from search.prepare import StudyOptions, prepare
+    from search.prepare import prepare
     from search.study import StudyRunner
     from search.study.coordination import Coordination
     from storage.url import redacted
 
     searching = args.command == "search"
+    opts = study_options(args)
     if searching and args.workers > 1:
         if args.warm_start:
             from search.study import StudyMismatch
@@ -28,22 +35,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 "--warm-start runs in one process: drop --workers, or warm-start first and add "
                 "workers to the study with `autotune worker`"
             )
-        return _cmd_search_workers(args)
-    opts = StudyOptions(
-        scenario=args.scenario,
-        trials=getattr(args, "trials", None),
-        timeout_min=getattr(args, "timeout_min", None),
-        model=args.model,
-        storage=args.storage,
-        study_name=args.study,
-        sampler=getattr(args, "sampler", None),
-        seed=getattr(args, "seed", 0),
-        runs_dir=Path(args.runs_dir),
-        confirm_runs=args.confirm_runs,
-        recalibrate=getattr(args, "recalibrate", False),
-        warm_start=getattr(args, "warm_start", None),
-        usd_per_hour=getattr(args, "usd_per_hour", None),
-    )
+        # The workers' parent opens the study on its stored calibration: --recalibrate is taken
+        # by a search in one process only.
+        return _cmd_search_workers(args, replace(opts, recalibrate=False))
     console = make_console()
     prep = prepare(opts)  # every check before any server starts
     if searching and args.dry_run:
@@ -87,27 +81,35 @@ def _dry_run(prep, opts, console) -> int:
     return 0
 
 
-def _cmd_search_workers(args: argparse.Namespace) -> int:
+def study_options(args: argparse.Namespace) -> StudyOptions:
+    """The options of `autotune search` and `autotune confirm` (which has no budget, sampler,
+    seed, calibration, warm start or price flags: their defaults)."""
+    from search.prepare import StudyOptions
+
+    return StudyOptions(
+        scenario=args.scenario,
+        trials=getattr(args, "trials", None),
+        timeout_min=getattr(args, "timeout_min", None),
+        model=args.model,
+        storage=args.storage,
+        study_name=args.study,
+        sampler=getattr(args, "sampler", None),
+        seed=getattr(args, "seed", 0),
+        runs_dir=Path(args.runs_dir),
+        confirm_runs=args.confirm_runs,
+        recalibrate=getattr(args, "recalibrate", False),
+        warm_start=getattr(args, "warm_start", None),
+        usd_per_hour=getattr(args, "usd_per_hour", None),
+    )
+
+
+def _cmd_search_workers(args: argparse.Namespace, opts: StudyOptions) -> int:
     """`autotune search --workers N`: N `autotune worker` processes on disjoint device slots, then
     (on all of them again) the confirmation phase and the outputs (`search.parallel`)."""
     from rich.markup import escape
 
     from search.parallel import WorkersStopped, search_on_workers
-    from search.prepare import StudyOptions
 
-    opts = StudyOptions(
-        scenario=args.scenario,
-        trials=args.trials,
-        timeout_min=args.timeout_min,
-        model=args.model,
-        storage=args.storage,
-        study_name=args.study,
-        sampler=args.sampler,
-        seed=args.seed,
-        runs_dir=Path(args.runs_dir),
-        confirm_runs=args.confirm_runs,
-        usd_per_hour=args.usd_per_hour,
-    )
     console = make_console()
     try:
         prep = search_on_workers(
@@ -132,22 +134,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from search.parallel import run_worker
     from search.workers import Slot
 
+    options = _worker_options(args)
     console = make_console()
     try:
-        result = run_worker(
-            args.storage,
-            args.study,
-            Path(args.runs_dir),
-            console,
-            slot=Slot.parse(args.slot) if args.slot else None,
-            scenario=args.scenario,
-            model=args.model,
-            trials=args.trials,
-            timeout_min=args.timeout_min,
-            sampler=args.sampler,
-            seed=args.seed,
-            db_outage_s=args.db_outage_s,
-        )
+        result = run_worker(options, console, slot=Slot.parse(args.slot) if args.slot else None)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: no server is left running; its trial goes to the other workers")
         return 130
@@ -155,11 +145,74 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_search(sub) -> None:
-    from search.samplers import DEFAULT_SAMPLER, SAMPLERS
+def _worker_options(args: argparse.Namespace) -> WorkerOptions:
+    """The worker's options: as `autotune search --workers N` handed them over (`--options`), or
+    from the flags of a worker started by hand, which must name the study (`--storage`, `--study`)."""
+    from search.worker_options import WorkerOptions
 
+    flags = {
+        "storage": args.storage,
+        "study": args.study,
+        "runs_dir": Path(args.runs_dir),
+        "scenario": args.scenario,
+        "model": args.model,
+        "trials": args.trials,
+        "timeout_min": args.timeout_min,
+        "sampler": args.sampler,
+        "seed": args.seed,
+        "db_outage_s": args.db_outage_s,
+    }
+    if args.options is not None:
+        given = [k for k, v in flags.items() if v is not None and v != WorkerOptions.model_fields[k].default]
+        if given:
+            args.usage_error(f"--options holds every option; drop {', '.join(_flag(k) for k in given)}")
+        return args.options
+    missing = [_flag(k) for k in ("storage", "study") if flags[k] is None]
+    if missing:
+        args.usage_error(f"the following arguments are required: {', '.join(missing)}")
+    return WorkerOptions.model_validate(flags)
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _worker_options_arg(text: str) -> WorkerOptions:
+    """`--options`: a worker's options as JSON (`search.workers.worker_argv` writes them)."""
+    from pydantic import ValidationError
+
+    from search.worker_options import WorkerOptions
+
+    try:
+        return WorkerOptions.model_validate_json(text)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise argparse.ArgumentTypeError(
+            f"not a worker's options: {where + ': ' if where else ''}{first['msg']}"
+        ) from None
+
+
+def register_search(sub) -> None:
     search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
     add_study_target(search, scenario_required=True)
+    _add_budget_args(search)
+    _add_study_start_args(search)
+    _add_worker_args(search)
+    search.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the study's plan (each stage's requests, their seconds on this machine from a stored "
+        "calibration, a trial, the study) and start nothing",
+    )
+    add_db_outage(search)
+    search.set_defaults(func=_cmd_search)
+
+
+def _add_budget_args(search: argparse.ArgumentParser) -> None:
+    """What the search spends and samples with: its budget, the sampler and its seed, the confirmation's runs."""
+    from search.samplers import DEFAULT_SAMPLER, SAMPLERS
+
     search.add_argument(
         "--trials", type=positive_int, default=None, help="budget in finished trials (baselines included)"
     )
@@ -185,6 +238,10 @@ def register_search(sub) -> None:
         help="runs per candidate in the confirmation phase after the search "
         "(default: the scenario's confirmation.runs, 3); 0 skips the phase",
     )
+
+
+def _add_study_start_args(search: argparse.ArgumentParser) -> None:
+    """How a study begins: a new calibration, an earlier study to start from, the hardware's price."""
     search.add_argument(
         "--recalibrate",
         action="store_true",
@@ -208,6 +265,10 @@ def register_search(sub) -> None:
         "the scenario's cost.usd_per_hour; kept with the study: the summary, best.yaml and the report "
         "quote the cost per million output tokens and requests at the capacity under the SLO",
     )
+
+
+def _add_worker_args(search: argparse.ArgumentParser) -> None:
+    """Trials in parallel: how many workers, and where they run."""
     search.add_argument(
         "--workers",
         type=positive_int,
@@ -229,14 +290,6 @@ def register_search(sub) -> None:
         metavar="ADDR",
         help="an existing Ray cluster for --backend ray (default: a local Ray instance)",
     )
-    search.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the study's plan (each stage's requests, their seconds on this machine from a stored "
-        "calibration, a trial, the study) and start nothing",
-    )
-    add_db_outage(search)
-    search.set_defaults(func=_cmd_search)
 
 
 def register_worker(sub) -> None:
@@ -247,8 +300,11 @@ def register_worker(sub) -> None:
         help="join an existing study as one more worker, from any host that "
         "reaches its database (what a cluster scheduler starts)",
     )
-    worker.add_argument("--storage", required=True, help="the study's database URL (postgresql+psycopg://...)")
-    worker.add_argument("--study", required=True, type=study_name)
+    # --storage and --study are required unless --options (what `autotune search --workers N`
+    # hands each worker) names the study: `_worker_options` says which are missing.
+    worker.add_argument("--storage", default=None, help="the study's database URL (postgresql+psycopg://...); required")
+    worker.add_argument("--study", default=None, type=study_name, help="the study's name; required")
+    worker.add_argument("--options", default=None, type=_worker_options_arg, help=argparse.SUPPRESS)
     worker.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where this worker's logs go")
     worker.add_argument(
         "--slot",
@@ -268,7 +324,7 @@ def register_worker(sub) -> None:
     )
     worker.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the process id)")
     add_db_outage(worker)
-    worker.set_defaults(func=_cmd_worker)
+    worker.set_defaults(func=_cmd_worker, usage_error=worker.error)
 
 
 def register_confirm(sub) -> None:

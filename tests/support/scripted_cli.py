@@ -27,8 +27,8 @@ def scripted() -> None:
     search.study.loop.vllm_executor = lambda prep: executor.factory
     real_argv = search.workers.worker_argv
 
-    def worker_argv(**kw) -> list[str]:  # the workers' real command line, run by this module
-        argv = real_argv(**kw)
+    def worker_argv(*args, **kw) -> list[str]:  # the workers' real command line, run by this module
+        argv = real_argv(*args, **kw)
         argv[argv.index("search.cli")] = "tests.support.scripted_cli"
         return argv
 

@@ -4,9 +4,11 @@ interleaved output, and the refusals (one clear line, exit 2, nothing started)."
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from search.worker_options import WorkerOptions
 from search.workers import (
     CPU,
     DEVICE_LOCK_DIR_ENV,
@@ -49,19 +51,9 @@ def test_a_slot_is_what_its_servers_inherit():
 
 def test_a_workers_command_line_holds_no_database_password_and_its_environment_does():
     storage = "postgresql+psycopg://tuner:s3cret@db.example:5432/studies?sslmode=require"
-    argv = worker_argv(
-        storage=storage,
-        study="mixed",
-        runs_dir="runs",
-        slot=Slot(CPU, (0,)),
-        seed=1,
-        trials=4,
-        sampler="tpe",
-        scenario=None,
-        model=None,
-        timeout_min=None,
-    )
-    assert argv[argv.index("--storage") + 1] == "postgresql+psycopg://tuner@db.example:5432/studies?sslmode=require"
+    argv = worker_argv(WorkerOptions(storage=storage, study="mixed", seed=1, trials=4, sampler="tpe"), Slot(CPU, (0,)))
+    shown = WorkerOptions.model_validate_json(argv[argv.index("--options") + 1])
+    assert shown.storage == "postgresql+psycopg://tuner@db.example:5432/studies?sslmode=require"
     assert not any("s3cret" in arg for arg in argv)
     assert worker_env(storage) == {"PGPASSWORD": "s3cret"}  # what run_all passes to the child
 
@@ -69,19 +61,98 @@ def test_a_workers_command_line_holds_no_database_password_and_its_environment_d
 def test_a_url_without_a_password_adds_nothing_to_a_workers_environment():
     local = "postgresql+psycopg://autotune@127.0.0.1:5433/autotune?passfile=/srv/runs/postgres/pgpass"
     assert worker_env(local) == {}
-    argv = worker_argv(
-        storage=local,
+    argv = worker_argv(WorkerOptions(storage=local, study="mixed", seed=1, trials=4, sampler="tpe"), Slot(CPU, (0,)))
+    assert WorkerOptions.model_validate_json(argv[argv.index("--options") + 1]).storage == local
+
+
+def _worker_options_of(argv: list[str]) -> WorkerOptions:
+    """The options `autotune worker` runs with for `argv` (after `autotune`), as its parser reads them."""
+    from search.cli import build_parser
+    from search.cli.studies import _worker_options
+
+    return _worker_options(build_parser().parse_args(argv))
+
+
+def test_a_workers_options_travel_whole_through_its_command_line():
+    given = WorkerOptions(
+        storage="postgresql+psycopg://tuner:s3cret@db.example:5432/studies",
         study="mixed",
-        runs_dir="runs",
-        slot=Slot(CPU, (0,)),
-        seed=1,
-        trials=4,
+        runs_dir=Path("elsewhere/runs"),
+        scenario="configs/mixed.yaml",
+        model="org/name@abc",
+        trials=12,
+        timeout_min=90.5,
         sampler="tpe",
-        scenario=None,
-        model=None,
-        timeout_min=None,
+        seed=8,
+        db_outage_s=45,
     )
-    assert argv[argv.index("--storage") + 1] == local
+    argv = worker_argv(given, Slot(GPU, (2, 3)))
+    assert argv[argv.index("search.cli") + 1 :] == ["worker", "--options", argv[-3], "--slot", "gpu:2-3"]
+    received = _worker_options_of(argv[argv.index("search.cli") + 1 :])
+    assert received == given.model_copy(update={"storage": "postgresql+psycopg://tuner@db.example:5432/studies"})
+
+
+def test_a_worker_started_by_hand_builds_the_same_options_from_its_flags():
+    flags = ["--storage", "sqlite:///s.db", "--study", "mixed", "--runs-dir", "r", "--scenario", "s.yaml"]
+    flags += ["--model", "m", "--trials", "5", "--timeout-min", "30", "--sampler", "tpe", "--seed", "3"]
+    assert _worker_options_of(["worker", *flags, "--db-outage-s", "60"]) == WorkerOptions(
+        storage="sqlite:///s.db",
+        study="mixed",
+        runs_dir=Path("r"),
+        scenario="s.yaml",
+        model="m",
+        trials=5,
+        timeout_min=30.0,
+        sampler="tpe",
+        seed=3,
+        db_outage_s=60,
+    )
+    assert _worker_options_of(["worker", "--storage", "", "--study", "mixed"]) == WorkerOptions(
+        storage="", study="mixed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["worker"], "the following arguments are required: --storage, --study"),
+        (["worker", "--study", "mixed"], "the following arguments are required: --storage"),
+        (
+            [
+                "worker",
+                "--options",
+                WorkerOptions(storage="sqlite:///s.db", study="a").model_dump_json(),
+                "--study",
+                "b",
+            ],
+            "--options holds every option; drop --study",
+        ),
+        (
+            ["worker", "--options", '{"storage": "sqlite:///s.db"}'],
+            "--options: not a worker's options: study: Field required",
+        ),
+        (
+            ["worker", "--options", '{"storage": "x", "study": "a", "bogus": 1}'],
+            "not a worker's options: bogus: Extra inputs",
+        ),
+    ],
+)
+def test_a_worker_without_its_study_or_with_options_twice_is_refused(capsys, argv, line):
+    with pytest.raises(SystemExit) as refused:
+        _worker_options_of(argv)
+    assert refused.value.code == 2
+    assert line in capsys.readouterr().err
+
+
+def test_a_worker_takes_the_joined_studys_scenario_model_and_budget_where_not_given(tmp_path):
+    from search.worker_options import JoinedStudy
+
+    joined = JoinedStudy("runs/mixed/scenario.yaml", "/models/stored", 10)
+    opts = WorkerOptions(storage="sqlite:///s.db", study="mixed", runs_dir=tmp_path, seed=4).study_options(joined)
+    assert (opts.scenario, opts.model, opts.trials, opts.seed) == ("runs/mixed/scenario.yaml", "/models/stored", 10, 4)
+    assert (opts.storage, opts.study_name, opts.runs_dir, opts.confirm_runs) == ("sqlite:///s.db", "mixed", tmp_path, 0)
+    own = WorkerOptions(storage="s", study="mixed", scenario="mine.yaml", model="m", trials=3).study_options(joined)
+    assert (own.scenario, own.model, own.trials, own.seed) == ("mine.yaml", "m", 3, os.getpid())
 
 
 def test_a_second_tuner_on_the_same_devices_is_refused(tmp_path, monkeypatch):
@@ -153,9 +224,10 @@ def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, m
     )
     assert [prefix for prefix, _ in started] == ["[w0 cpu 0]", "[w1 cpu 1]"]
     argv = [dict(zip(a[4::2], a[5::2])) for _, a in started]  # after: python -m search.cli worker
-    assert [(a["--slot"], a["--seed"], a["--trials"], a["--study"]) for a in argv] == [
-        ("cpu:0", "7", "3", "loop"),
-        ("cpu:1", "8", "3", "loop"),
+    options = [WorkerOptions.model_validate_json(a["--options"]) for a in argv]
+    assert [(a["--slot"], o.seed, o.trials, o.study) for a, o in zip(argv, options)] == [
+        ("cpu:0", 7, 3, "loop"),
+        ("cpu:1", 8, 3, "loop"),
     ]
     failed = "; ".join(f"{prefix} exit {code}" for (prefix, _), code in zip(started, codes) if code)
     out = " ".join(capsys.readouterr().out.split())
