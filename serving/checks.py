@@ -55,8 +55,7 @@ def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None
             int(fixed), memory.kv_bytes_per_token(m.num_layers, m.num_kv_heads, m.head_dim, element, tp), block
         )
     mnbt, mns = _batch(values, ctx, values.get("max_model_len") or ctx.model.max_position_embeddings)
-    return memory.gpu_budget(
-        ctx.shape,
+    gpu = memory.GpuServing(
         device_bytes=int(ctx.hardware.gpus[0].memory_gib * GIB),
         utilization=values.get("memory_utilization", DEFAULT_MEMORY_UTILIZATION),
         dtype=dtype,
@@ -68,6 +67,7 @@ def memory_budget(values: dict[str, Any], ctx: LaunchContext) -> KvBudget | None
         cuda_graphs=not values.get("enforce_eager") and values.get("optimization_level") != 0,
         quantization=values.get("quantization"),
     )
+    return memory.gpu_budget(ctx.shape, gpu)
 
 
 # Methods vLLM lets take over another method's checkpoint (its `override_quantization_method`),

@@ -291,35 +291,47 @@ def bytes_budget(kv_bytes: int, bytes_per_token: int, block_size: int) -> KvBudg
     return KvBudget(whole_blocks(kv_bytes, bytes_per_token, block_size), kv_bytes, bytes_per_token)
 
 
-def gpu_budget(
-    shape: ModelShape,
-    *,
-    device_bytes: int,
-    utilization: float,
-    dtype: str,
-    element_bytes: int,
-    block_size: int,
-    batched_tokens: int,
-    seqs: int,
-    cuda_graphs: bool,
-    tp: int = 1,
-    quantization: str | None = None,
-) -> KvBudget | None:
+@dataclass(frozen=True)
+class GpuServing:
+    """What decides a server's memory on one of its GPUs: the device's memory and the share vLLM
+    may take of it (`utilization`), the serving dtype and the KV cache's element size, the KV
+    block, the profiling run's batch (`batched_tokens` over `seqs` sequences), CUDA graphs, the
+    tensor-parallel size and the quantization method."""
+
+    device_bytes: int
+    utilization: float
+    dtype: str
+    element_bytes: int
+    block_size: int
+    batched_tokens: int
+    seqs: int
+    cuda_graphs: bool
+    tp: int = 1
+    quantization: str | None = None
+
+
+def gpu_budget(shape: ModelShape, gpu: GpuServing) -> KvBudget | None:
     """One GPU's KV cache as vLLM's profiling will size it (None: weights this arithmetic cannot
     size). Each of the TP GPUs holds 1/TP of the weights and of the KV heads."""
-    weights = shape.weight_bytes(dtype, quantization)
+    weights = shape.weight_bytes(gpu.dtype, gpu.quantization)
     if weights is None:
         return None
-    requested = int(device_bytes * utilization)
+    requested = int(gpu.device_bytes * gpu.utilization)
     taken = (
-        ("weights", weights // tp),
+        ("weights", weights // gpu.tp),
         ("outside torch", OUTSIDE_TORCH_BYTES),
-        ("activations", activation_bytes(shape, batched_tokens, seqs, dtype, tp)),
-        ("CUDA graphs", GRAPH_BYTES_PER_LAYER * shape.layers if cuda_graphs else 0),
+        ("activations", activation_bytes(shape, gpu.batched_tokens, gpu.seqs, gpu.dtype, gpu.tp)),
+        ("CUDA graphs", GRAPH_BYTES_PER_LAYER * shape.layers if gpu.cuda_graphs else 0),
     )
     taken = tuple((what, size) for what, size in taken if size)
     kv = requested - sum(size for _, size in taken)
-    per_token = kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, element_bytes, tp)
+    per_token = kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, gpu.element_bytes, gpu.tp)
     return KvBudget(
-        whole_blocks(kv, per_token, block_size), kv, per_token, taken, device_bytes, utilization, GPU_TOLERANCE
+        whole_blocks(kv, per_token, gpu.block_size),
+        kv,
+        per_token,
+        taken,
+        gpu.device_bytes,
+        gpu.utilization,
+        GPU_TOLERANCE,
     )

@@ -55,7 +55,7 @@ def vllm_h100(s: ModelShape, **kw) -> memory.KvBudget:
         )
         | kw
     )
-    return memory.gpu_budget(s, **args)
+    return memory.gpu_budget(s, memory.GpuServing(**args))
 
 
 def test_llama3_8b_on_one_h100_lands_where_vllm_reports():
