@@ -217,7 +217,7 @@ class VllmServer:
         self._log.write(b"autotune: the command above is forked by the study's zygote (vLLM imported once per study)\n")
         self._log.flush()
         try:
-            forked = zygote.fork_server(
+            server = zygote.ServerFork(
                 self.spec.python,
                 env,
                 api_module,
@@ -226,9 +226,9 @@ class VllmServer:
                 pipe_fd,
                 server_nice(),
                 title=shlex.join(["python", "-m", api_module, *argv]),
-                timeout_s=self.spec.startup_timeout_s,
                 mode=self.spec.children,
             )
+            forked = zygote.fork_server(server, timeout_s=self.spec.startup_timeout_s)
         except zygote.ZygoteTimeout as e:
             self.zygote_failure = "; ".join(e.failures) or None
             raise ServerFailed(

@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -321,24 +322,30 @@ _failures: list[ZygoteFailure] = []  # the zygotes killed for not serving, in or
 _pool_lock = threading.Lock()
 
 
-def fork_server(
-    python: str,
-    env: dict[str, str],
-    api_module: str,
-    argv: list[str],
-    log_path: Path,
-    pipe_fd: int,
-    nice: int,
-    title: str,
-    timeout_s: float,
-    mode: str = FORKSERVER,
-) -> ForkedServer:
-    """A server forked by the zygote for (`python`, `env`, `mode`), started here if need be (one
-    at a time: a zygote for another environment replaces it). A zygote that fails (ZygoteFailed)
+@dataclass(frozen=True)
+class ServerFork:
+    """One server as the zygote is asked for it: which zygote forks it (one per `python`, `env`
+    and `mode`; `api_module` is the server's entry point it imports), and the server's command
+    line, log, the pipe its guard watches, its niceness and its process title."""
+
+    python: str
+    env: dict[str, str]
+    api_module: str
+    argv: list[str]
+    log_path: Path
+    pipe_fd: int
+    nice: int
+    title: str
+    mode: str = FORKSERVER
+
+
+def fork_server(server: ServerFork, timeout_s: float) -> ForkedServer:
+    """`server` forked by the zygote for its (`python`, `env`, `mode`), started here if need be
+    (one at a time: a zygote for another environment replaces it). A zygote that fails (ZygoteFailed)
     is killed and a new one asked, within the same `timeout_s`. Raises ZygoteGone (exec it
     instead) or ZygoteTimeout; either says which zygote failures it got past (`failures`)."""
     global _current
-    key = zygote_key(python, env, mode)
+    key = zygote_key(server.python, server.env, server.mode)
     deadline = time.monotonic() + timeout_s
     recovered: list[str] = []  # the zygotes killed during this start
     with _pool_lock:
@@ -347,12 +354,15 @@ def fork_server(
                 raise ZygoteGone(refused if status().exec_only else _after(recovered, refused), recovered)
             note = f"a new zygote: {recovered[-1]} (killed)" if recovered else _fit(key)
             try:
-                zygote = _current = _current or start_zygote(python, env, api_module, zygote_log(log_path), mode)
+                zygote = _current = _current or start_zygote(
+                    server.python, server.env, server.api_module, zygote_log(server.log_path), server.mode
+                )
             except ZygoteGone as e:
                 _failed.add(key)
                 raise ZygoteGone(_after(recovered, str(e)), recovered) from e
             try:
-                forked = zygote.fork(argv, log_path, pipe_fd, nice, title, max(0.0, deadline - time.monotonic()))
+                left_s = max(0.0, deadline - time.monotonic())
+                forked = zygote.fork(server.argv, server.log_path, server.pipe_fd, server.nice, server.title, left_s)
             except ZygoteFailed as e:
                 _give_up_on(zygote, str(e))
                 recovered.append(str(e))

@@ -56,11 +56,17 @@ def test_the_zygote_logs_beside_the_server_that_started_it_never_above_its_direc
     monkeypatch.setattr(zygote, "_current", None)
     # A real-server test's log sits in test-artifacts/ of the working directory: the zygote's
     # log went one level up, into the working directory (the repository's root).
-    forked = zygote.fork_server("py", {}, "api", [], Path("test-artifacts/real-server.log"), 0, 0, "t", 1.0)
+    forked = zygote.fork_server(
+        zygote.ServerFork("py", {}, "api", [], Path("test-artifacts/real-server.log"), 0, 0, "t"), 1.0
+    )
     assert forked.zygote.log_path == Path("test-artifacts/zygote.log")
     # A study: the calibration's server starts it, every trial's server reuses it.
     monkeypatch.setattr(zygote, "_current", None)
     run_dir = Path("/runs/study")
-    first = zygote.fork_server("py", {}, "api", [], run_dir / "calibration" / "server.log", 0, 0, "t", 1.0)
-    again = zygote.fork_server("py", {}, "api", [], run_dir / "trial-0001" / "server.log", 0, 0, "t", 1.0)
+    first = zygote.fork_server(
+        zygote.ServerFork("py", {}, "api", [], run_dir / "calibration" / "server.log", 0, 0, "t"), 1.0
+    )
+    again = zygote.fork_server(
+        zygote.ServerFork("py", {}, "api", [], run_dir / "trial-0001" / "server.log", 0, 0, "t"), 1.0
+    )
     assert first.zygote is again.zygote and again.zygote.log_path == run_dir / "calibration" / "zygote.log"

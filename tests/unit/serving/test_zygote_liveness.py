@@ -136,9 +136,8 @@ def zygotes(monkeypatch):
 def fork(tmp_path: Path, timeout_s: float = START_TIMEOUT_S) -> zygote_mod.ForkedServer:
     read_fd, write_fd = os.pipe()
     try:
-        return zygote_mod.fork_server(
-            "py", {}, "api", ["--port", "1"], tmp_path / "server.log", read_fd, 0, "t", timeout_s
-        )
+        server = zygote_mod.ServerFork("py", {}, "api", ["--port", "1"], tmp_path / "server.log", read_fd, 0, "t")
+        return zygote_mod.fork_server(server, timeout_s)
     finally:
         os.close(read_fd)
         os.close(write_fd)
