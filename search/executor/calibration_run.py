@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loadgen import (
     LATENCY_FAMILIES,
+    LoadResult,
     MetricName,
     ProgressWatch,
     ThinkTime,
@@ -38,6 +41,24 @@ FIRST_STALL_BOUND_S = 60.0
 
 class CalibrationFailed(RuntimeError):
     """The calibration server failed, or the load generator did, before a reference was measured."""
+
+
+@dataclass(frozen=True)
+class WatchedServer:
+    """The calibration's server as its loads reach it: its URL, the model it serves, the
+    tokenizer that counts its tokens, and `watched`, which runs a load under the server's watch
+    (a server that dies or hangs under it fails the calibration)."""
+
+    url: str
+    model: str
+    tokenizer_path: Path
+    watched: Callable[[Callable[[ProgressWatch], Any]], Any]
+
+    def load(self, spec: WorkloadSpec) -> LoadResult:
+        """`spec` run against the server, watched."""
+        return self.watched(
+            lambda watch: run_load(self.url, self.model, spec, tokenizer_path=self.tokenizer_path, watch=watch)
+        )
 
 
 def calibrate(
@@ -97,6 +118,7 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         watch = ProgressWatch(bound)
         return run_async(while_serving(server, load(watch), phase=FailurePhase.CALIBRATION, watch=watch))
 
+    target = WatchedServer(server.base_url, model, ctx.model.path, watched)
     for i in range(cal.repeats):
         tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
         # Every round replays the same requests: without a reset, a later round's prompts hit
@@ -104,21 +126,10 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         # many times better than the first round's (docs/results.md, "Calibration").
         reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
         unloaded, timed = _unloaded(
-            server.base_url,
-            model,
-            ctx,
-            wl,
-            cal,
-            warmup=i == 0,
-            watched=watched,
-            on_phase=lambda text: on_phase(text + tag),
-            measured=slowest_ttft_ms,
+            target, wl, cal, warmup=i == 0, on_phase=lambda text: on_phase(text + tag), measured=slowest_ttft_ms
         )
         on_phase(f"saturation throughput{tag}")
-        spec = saturation_workload(wl, cal)
-        saturation = watched(
-            lambda watch: run_load(server.base_url, model, spec, tokenizer_path=ctx.model.path, watch=watch)
-        ).flat_metrics()
+        saturation = target.load(saturation_workload(wl, cal)).flat_metrics()
         saturations.append(saturation)
         rounds.append(
             {
@@ -132,14 +143,11 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
 
 
 def _unloaded(
-    url: str,
-    model: str,
-    ctx: LaunchContext,
+    server: WatchedServer,
     wl: WorkloadSpec,
     cal: Calibration,
     *,
     warmup: bool,
-    watched,
     on_phase,
     measured: list[float],
 ) -> tuple[dict[str, float | None], dict[str, float]]:
@@ -155,9 +163,7 @@ def _unloaded(
     unloaded: dict[str, float | None] = {}
     timed_share: dict[str, float] = {}
     if wl.sessions is not None:
-        return _unloaded_sessions(
-            url, model, ctx, wl, cal, warmup=warmup, watched=watched, on_phase=on_phase, measured=measured
-        )
+        return _unloaded_sessions(server, wl, cal, warmup=warmup, on_phase=on_phase, measured=measured)
     for i, cls in enumerate(wl.classes):
         on_phase(f"unloaded latency, class {cls.name}")
         spec = closed_workload(
@@ -167,13 +173,16 @@ def _unloaded(
             classes=[cls.model_copy(update={"weight": 1.0})],
             warmup=2 if warmup and i == 0 else 0,
         )
-        result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
+        result = server.load(spec)
         flat = result.flat_metrics()
         if math.isfinite(flat.get("ttft_median_ms", math.nan)):  # the later loads' stall bound
             measured.append(flat["ttft_median_ms"])
         tpot, timed_share[cls.name] = timed_tpot_median_ms(result.records)
-        flat["tpot_median_ms"] = tpot if timed_share[cls.name] >= MIN_TIMED_SHARE else None
-        for key, value in flat.items():
+        alone: dict[str, float | None] = {
+            **flat,
+            "tpot_median_ms": tpot if timed_share[cls.name] >= MIN_TIMED_SHARE else None,
+        }
+        for key, value in alone.items():
             if MetricName.parse(key).cls is None:
                 unloaded[class_key(key, cls.name)] = value
                 if len(wl.classes) == 1:
@@ -188,14 +197,11 @@ def _unloaded(
 
 
 def _unloaded_sessions(
-    url: str,
-    model: str,
-    ctx: LaunchContext,
+    server: WatchedServer,
     wl: WorkloadSpec,
     cal: Calibration,
     *,
     warmup: bool,
-    watched,
     on_phase,
     measured: list[float],
 ) -> tuple[dict[str, float | None], dict[str, float]]:
@@ -209,7 +215,7 @@ def _unloaded_sessions(
     turns = math.ceil(cal.unloaded_requests / rarest)
     lone = wl.model_copy(update={"sessions": wl.sessions.model_copy(update={"think_time_s": ThinkTime(mean_s=0.0)})})
     spec = closed_workload(lone, 1, turns, warmup=2 if warmup else 0)
-    result = watched(lambda watch: run_load(url, model, spec, tokenizer_path=ctx.model.path, watch=watch))
+    result = server.load(spec)
     flat = result.flat_metrics()
     if math.isfinite(flat.get("ttft_median_ms", math.nan)):
         measured.append(flat["ttft_median_ms"])

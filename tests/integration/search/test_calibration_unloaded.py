@@ -8,14 +8,13 @@ that: short streams go out in one write, long ones one token every 6 ms.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from loadgen import ProgressWatch, run_async, stall_bound_s
 from loadgen.workload import WorkloadSpec
 from search import calibration
-from search.executor.calibration_run import _unloaded
+from search.executor.calibration_run import WatchedServer, _unloaded
 from search.scenario import Calibration, parse
 from tests.support.stub_server import StubConfig, StubServer
 
@@ -46,19 +45,9 @@ def two_classes() -> WorkloadSpec:
 
 
 def measure(stub: StubServer, tok_dir, wl: WorkloadSpec):
-    ctx = SimpleNamespace(model=SimpleNamespace(path=tok_dir))
     watched = lambda load: run_async(load(ProgressWatch(stall_bound_s())))  # noqa: E731
-    return _unloaded(
-        stub.base_url,
-        None,
-        ctx,
-        wl,
-        Calibration(unloaded_requests=6),
-        warmup=False,
-        watched=watched,
-        on_phase=lambda _: None,
-        measured=[],
-    )
+    server = WatchedServer(stub.base_url, None, tok_dir, watched)
+    return _unloaded(server, wl, Calibration(unloaded_requests=6), warmup=False, on_phase=lambda _: None, measured=[])
 
 
 def test_streams_that_arrive_in_one_read_leave_the_tpot_reference(tok_dir, tok):
