@@ -1,0 +1,59 @@
+"""The parameter limit as ruff applies it (PLR0913, max-args 8 in pyproject.toml): run on a copy
+of the repository's configuration beside a violator, and on the repository itself. Ruff is a
+process of its own, hence here; the function length checker's tests are tests/unit/test_lint_limits.py."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+RUFF = Path(sys.executable).parent / "ruff"
+
+SOURCE = """
+def eight(a, b, c, d, e, f, g, h):
+    return a
+
+
+def nine(a, b, c, d, e, f, g, h, i):
+    return a
+
+
+def nine_by_keyword(a, b, c, d, *, e, f, g, h, i):
+    return a
+
+
+class Server:
+    def start(self, a, b, c, d, e, f, g, h):
+        return a
+"""
+
+
+def ruff_params(root: Path, *paths: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(RUFF), "check", "--no-cache", "--select", "PLR0913", "--output-format", "concise", *paths],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_product_function_of_nine_parameters_fails_under_the_repositorys_config(tmp_path):
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    for where in ("search/violator.py", "tests/unit/test_violator.py", "benchmarks/violator.py"):
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(SOURCE)
+    proc = ruff_params(tmp_path, ".")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    flagged = [line.split(": ", 1)[0] for line in proc.stdout.splitlines() if "PLR0913" in line]
+    # keyword-only parameters count, self does not; only the product packages are held to it
+    assert flagged == ["search/violator.py:6:5", "search/violator.py:10:5"]
+
+
+def test_the_repository_passes_the_parameter_limit():
+    proc = ruff_params(REPO, ".")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
