@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loadgen import ArrivalSpec, run_load_sync
+from loadgen import ArrivalSpec, LoadOptions, run_load_sync
 from objectives.statistics import median_interval, relative_difference
 from search.executor import plan_trial
 from search.expected_errors import reported
@@ -68,7 +68,8 @@ def _run(args: argparse.Namespace) -> int:
             server_args = plan_trial(-1, name, {}, {**prep.fixed, **values}, prep.ctx, longest, prep.shown).server_args
             log = args.run_dir / f"{name.replace(' ', '_')}-{repeat}" / "server.log"
             with launch(prep.ctx, server_args, log, startup_timeout_s=prep.scenario.server.startup_timeout_s) as server:
-                result = run_load_sync(server.base_url, None, workload, tokenizer_path=prep.ctx.model.path)
+                options = LoadOptions(tokenizer_path=prep.ctx.model.path)
+                result = run_load_sync(server.base_url, None, workload, options=options)
             report = result.sessions
             hit = result.server.prefix_cache_hit_rate if result.server is not None else float("nan")
             for r in result.records:

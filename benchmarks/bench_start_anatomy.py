@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench_startup import SERVED
-from loadgen import WorkloadSpec, run_async, run_load
+from loadgen import LoadOptions, WorkloadSpec, run_async, run_load
 from serving import START_PHASES, launch_context, process, resolve_server_args
 from serving.process import FirstTokenWatch, ServerFailed, VllmServer, while_serving
 
@@ -64,9 +64,8 @@ def one_start(ctx, values: dict, how: tuple, log: Path, timeout_s: float) -> dic
     healthy_at = time.perf_counter()
     try:
         model, watch = str(ctx.model.path), FirstTokenWatch(60.0)
-        load = run_load(
-            server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch
-        )
+        options = LoadOptions(tokenizer_path=model, watch=watch)
+        load = run_load(server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), options=options)
         result = run_async(while_serving(server, load, "load", watch))
     finally:
         report = server.stop()

@@ -33,7 +33,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from loadgen import WorkloadSpec, run_async, run_load
+from loadgen import LoadOptions, WorkloadSpec, run_async, run_load
 from serving import launch_context, process, resolve_server_args
 from serving.process import FirstTokenWatch, VllmServer, launch, while_serving
 
@@ -119,7 +119,10 @@ def served_start(ctx, entry: str, log: Path) -> dict:
             while_serving(
                 server,
                 run_load(
-                    server.base_url, model, WorkloadSpec.model_validate(FIXED_LOAD), tokenizer_path=model, watch=watch
+                    server.base_url,
+                    model,
+                    WorkloadSpec.model_validate(FIXED_LOAD),
+                    options=LoadOptions(tokenizer_path=model, watch=watch),
                 ),
                 "load",
                 watch,

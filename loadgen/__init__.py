@@ -3,8 +3,9 @@
 A workload (`workload`, its classes in `request_class` with their `lengths`, its arrivals in
 `arrival_spec`) becomes requests (`prompts`, `tokenizer`, `arrivals`); the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
-one measured run (what it prepares in `preparation`, what it returns in `load_result`), watched
-for stalls (`stall`) and, where the caller gives one, an abort check (`abort`); `metrics`
+one measured run (made as its `load_options` say; what it prepares in `preparation`, what it
+returns in `load_result`, with the notes of `run_notes`), watched for stalls (`stall`) and, where
+the caller gives one, an abort check (`abort`, run by `abort_watch`); `metrics`
 computes the flat metrics as `vllm bench serve` defines them and `server_metrics` the server's
 own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are pinned
 to. Nothing here imports its parent package: the stages, the capacity search, scoring and the
@@ -21,6 +22,7 @@ from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
 from loadgen.liveness import ServerHung, credit_idle, engine_answers, engine_moved, liveness_before_verdict, reads_idle
+from loadgen.load_options import LoadOptions
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
@@ -81,6 +83,7 @@ __all__ = [
     "Bound",
     "GaugeSample",
     "GoodputSLO",
+    "LoadOptions",
     "LoadResult",
     "LoadRunError",
     "MetricName",

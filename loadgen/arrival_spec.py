@@ -85,6 +85,20 @@ class ArrivalSpec(BaseModel):
                 "give rate in requests/s"
             )
 
+    def resolved_rate(self) -> float:
+        """`rate` of an open loop, in requests/s: raises where it is a capacity fraction not yet
+        resolved, or where there is none (a closed loop)."""
+        self.require_resolved()
+        if self.rate is None:
+            raise ValueError(f"mode={self.mode} has no rate: it is a closed loop of {self.concurrency} users")
+        return self.rate
+
+    def users(self) -> int:
+        """A closed loop's concurrent users: raises for an open loop, which has none."""
+        if self.concurrency is None:
+            raise ValueError(f"mode={self.mode} has no users: it is an open loop")
+        return self.concurrency
+
     def mean_rate(self) -> float | None:
         """Long-run requests/s of an open loop (None for closed loop or unresolved)."""
         if self.rate is None:

@@ -26,7 +26,7 @@ measured is scored: an early abort, a stage's end, a capacity verdict must not r
 server as a slow one).
 
 Pure: `stalled` and `silence` read records and asks; `ProgressWatch` is the handle the load
-generator reports to (`run_load(watch=...)`, `run_stages(watch=...)`) and whoever runs the load
+generator reports to (`LoadOptions(watch=...)`, `run_stages(watch=...)`) and whoever runs the load
 asks twice a second (`serving.while_serving`). All run on one event loop, so no locking.
 
 The bound is one fact, `stall_bound_s`: `STALL_TTFT_FACTOR` times the slowest unloaded TTFT of

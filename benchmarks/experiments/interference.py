@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from loadgen import run_load_sync
+from loadgen import LoadOptions, run_load_sync
 from search.executor import plan_trial
 from search.prepare import StudyOptions, prepare
 from search.workers import available_cpus, slots
@@ -32,7 +32,7 @@ METRICS = ("output_throughput", "ttft_median_ms", "ttft_p95_ms", "tpot_median_ms
 NEIGHBOUR = """
 import sys, time
 from pathlib import Path
-from loadgen import run_load_sync
+from loadgen import LoadOptions, run_load_sync
 from search.executor import plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
@@ -47,8 +47,8 @@ with launch(prep.ctx, args, Path(log), startup_timeout_s=prep.scenario.server.st
     Path(ready).write_text("up")
     while Path(ready).exists():
         if Path(flag).exists():
-            run_load_sync(server.base_url, str(prep.ctx.model.path), spec, tokenizer_path=prep.ctx.model.path,
-                          scrape_metrics=False)
+            run_load_sync(server.base_url, str(prep.ctx.model.path), spec,
+                          options=LoadOptions(tokenizer_path=prep.ctx.model.path, scrape_metrics=False))
         else:
             time.sleep(0.2)
 """
@@ -109,9 +109,8 @@ def main() -> None:
                     if beside:
                         flag.write_text("busy")
                         time.sleep(3)  # the neighbour's load under way
-                    flat = run_load_sync(
-                        server.base_url, str(prep.ctx.model.path), spec, tokenizer_path=prep.ctx.model.path
-                    ).flat()
+                    options = LoadOptions(tokenizer_path=prep.ctx.model.path)
+                    flat = run_load_sync(server.base_url, str(prep.ctx.model.path), spec, options=options).flat()
                     flag.unlink(missing_ok=True)
                     time.sleep(2 if beside else 0)  # its last requests drain
                     run = {

@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loadgen import WorkloadSpec, run_load_sync
+from loadgen import LoadOptions, WorkloadSpec, run_load_sync
 from serving import launch_context, resolve_server_args
 from serving.process import launch
 
@@ -61,7 +61,8 @@ def main() -> None:
             args = resolve_server_args(values, ctx)
             with launch(ctx, args, logs / f"{i}-{k}.log") as server:
                 starts[name].append(server.ready_s)
-                flat = run_load_sync(server.base_url, None, WORKLOAD, tokenizer_path=ctx.model.path).flat()
+                options = LoadOptions(tokenizer_path=ctx.model.path)
+                flat = run_load_sync(server.base_url, None, WORKLOAD, options=options).flat()
             results[name].append(flat)
             print(f"run {i + 1}/{n} {name}: " + ", ".join(f"{key} {flat[key]:.1f}" for key in KEYS), flush=True)
     table = Table(

@@ -101,10 +101,10 @@ def _worker_core(server) -> int | None:
 
 def _run_client(base_url: str, model: str, spec_json: dict, out: Path) -> None:
     """--client mode: one load run, its result as JSON (run in a child so nice/taskset apply to it only)."""
-    from loadgen import WorkloadSpec, run_load_sync
+    from loadgen import LoadOptions, WorkloadSpec, run_load_sync
 
     spec = WorkloadSpec.model_validate(spec_json)
-    result = run_load_sync(base_url, None, spec, tokenizer_path=model)
+    result = run_load_sync(base_url, None, spec, options=LoadOptions(tokenizer_path=model))
     doc = result.to_json(include_records=False)
     doc["server_diagnostics"] = result.server_diagnostics()
     out.write_text(json.dumps(doc, default=float))

@@ -8,7 +8,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen import Abort, AbortCheck, GoodputSLO, LoadResult, ProgressWatch, WorkloadSpec, request_samples, run_load
+from loadgen import (
+    Abort,
+    AbortCheck,
+    GoodputSLO,
+    LoadOptions,
+    LoadResult,
+    ProgressWatch,
+    WorkloadSpec,
+    request_samples,
+    run_load,
+)
 from objectives import capacity as cap
 from objectives.capacity_fit import fit_stages
 from objectives.early_abort import OFF, abort_check
@@ -188,15 +198,9 @@ async def run_stages(
             f"stage {index + 1}/{1 + spec.max_stages} ({planned.kind}) at {rate:.3g} req/s, {planned.requests} requests"
         )
         on_stage(head)
-        result = await run_load(
-            base_url,
-            model,
-            planned.workload,
-            tokenizer_path=tokenizer_path,
-            goodput=load.goodput,
-            abort=_abort_check(planned, held, spec) if load.stoppable(index) else None,
-            watch=watch,
-        )
+        abort = _abort_check(planned, held, spec) if load.stoppable(index) else None
+        options = LoadOptions(tokenizer_path=tokenizer_path, goodput=load.goodput, abort=abort, watch=watch)
+        result = await run_load(base_url, model, planned.workload, options=options)
         stage = judged_stage(planned, result, held, spec.confidence, notes, idle_s, reset)
         stages.append(stage)
         on_stage(f"{head}: {stage.verdict_line()}")

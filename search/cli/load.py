@@ -189,7 +189,7 @@ def build_workload(args: argparse.Namespace):
 def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
     """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
     (the scenario's `calibration:` settings, else their defaults)."""
-    from loadgen import run_load_sync
+    from loadgen import LoadOptions, run_load_sync
     from search.calibration import saturation_workload
 
     probe = saturation_workload(spec, sc.calibration if sc is not None else None)
@@ -198,15 +198,8 @@ def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
         f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
         "--capacity RPS or --rate skips this)"
     )
-    result = run_load_sync(
-        args.url,
-        args.model,
-        probe,
-        client=args.client,
-        loop=args.loop,
-        tokenizer_path=args.tokenizer,
-        scrape_metrics=False,
-    )
+    options = LoadOptions(client=args.client, tokenizer_path=args.tokenizer, scrape_metrics=False)
+    result = run_load_sync(args.url, args.model, probe, options=options, loop=args.loop)
     capacity = result.metrics.request_throughput
     if not capacity > 0:
         raise LoadCliError("the capacity probe completed no request; give --rate or --concurrency")
@@ -389,7 +382,7 @@ def print_sessions(result, console) -> None:
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from loadgen import LoadRunError, TokenizerError, json_safe, run_load_sync
+    from loadgen import LoadOptions, LoadRunError, TokenizerError, json_safe, run_load_sync
     from search.scenario import ScenarioError
 
     console = Console()
@@ -412,16 +405,13 @@ def _cmd_load(args: argparse.Namespace) -> int:
     except server_faults as e:
         return said(e, 1)
     try:
-        result = run_load_sync(
-            args.url,
-            args.model,
-            spec,
+        options = LoadOptions(
             client=args.client,
-            loop=args.loop,
             tokenizer_path=args.tokenizer,
             scrape_metrics=not args.no_server_metrics,
             goodput=goodput,
         )
+        result = run_load_sync(args.url, args.model, spec, options=options, loop=args.loop)
     except server_faults as e:
         return said(e, 1)
     if not args.quiet:

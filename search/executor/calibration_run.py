@@ -17,6 +17,7 @@ from typing import Any
 
 from loadgen import (
     LATENCY_FAMILIES,
+    LoadOptions,
     LoadResult,
     MetricName,
     ProgressWatch,
@@ -57,7 +58,9 @@ class WatchedServer:
     def load(self, spec: WorkloadSpec) -> LoadResult:
         """`spec` run against the server, watched."""
         return self.watched(
-            lambda watch: run_load(self.url, self.model, spec, tokenizer_path=self.tokenizer_path, watch=watch)
+            lambda watch: run_load(
+                self.url, self.model, spec, options=LoadOptions(tokenizer_path=self.tokenizer_path, watch=watch)
+            )
         )
 
 

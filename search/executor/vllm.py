@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from loadgen import (
+    LoadOptions,
     LoadRunError,
     RequestRecord,
     WorkloadSpec,
@@ -157,9 +158,7 @@ class VllmExecutor:
                             server.base_url,
                             str(model),
                             m.workload,
-                            tokenizer_path=model,
-                            goodput=m.goodput,
-                            watch=watch,
+                            options=LoadOptions(tokenizer_path=model, goodput=m.goodput, watch=watch),
                         ),
                         FailurePhase.LOAD,
                         watch,

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.vllm
 def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir):
     """One short chat run on the real server: prompts exactly as long as built (usage), outputs
     exact, and the server's own counters agree with what the client saw."""
+    from loadgen import LoadOptions
     from loadgen.loadrun import run_load_sync
     from loadgen.workload import WorkloadSpec
     from serving import resolve as resolve_mod
@@ -35,7 +36,8 @@ def test_real_server_run_exact_lengths_and_server_view(launch_ctx, artifacts_dir
         }
     )
     with launch(launch_ctx, args, artifacts_dir / "objectives-real-server.log") as server:
-        r = run_load_sync(server.base_url, None, spec, tokenizer_path=launch_ctx.model.path, sample_period_s=0.2)
+        options = LoadOptions(tokenizer_path=launch_ctx.model.path, sample_period_s=0.2)
+        r = run_load_sync(server.base_url, None, spec, options=options)
     f = r.flat()
     assert f["completed"] == 12 and f["failed"] == 0
     assert all(

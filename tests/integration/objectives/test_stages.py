@@ -14,6 +14,7 @@ import math
 
 import pytest
 
+from loadgen import LoadOptions
 from loadgen.loadrun import run_load
 from loadgen.records import ABORTED
 from loadgen.workload import WorkloadSpec
@@ -57,7 +58,7 @@ ABORT_RATE, ABORT_S, ABORT_SLO = 10.0, 3.0, [SLOSpec(metric="ttft_p90_ms", max=1
 def test_run_load_stops_once_the_slo_miss_is_certain(tok_dir, tok):
     spec = open_loop(ABORT_RATE, ABORT_S)
     with stub(tok_dir, tok, ttft_ms=300, itl_ms=0) as s:
-        r = asyncio.run(run_load(s.base_url, None, spec, abort=abort_check(ABORT_SLO, ABORT_RATE)))
+        r = asyncio.run(run_load(s.base_url, None, spec, options=LoadOptions(abort=abort_check(ABORT_SLO, ABORT_RATE))))
         sent_to_stub = s.stats.requests
     assert r.abort is not None and "ttft_p90_ms" in r.aborted and r.abort.margin > 0
     assert r.requests_planned == 30 and r.planned_s == pytest.approx(3.0)

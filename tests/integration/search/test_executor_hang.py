@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from loadgen import LoadOptions
 from loadgen.loadrun import run_async, run_load
 from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
@@ -73,7 +74,12 @@ def _workload(rate: float, duration_s: float) -> WorkloadSpec:
 def _watched_load(stub: StubServer, tok_dir, spec: WorkloadSpec, tmp_path: Path, watch: ProgressWatch):
     server = StubAsServer(stub, tmp_path / "server.log")
     return run_async(
-        while_serving(server, run_load(stub.base_url, None, spec, tokenizer_path=tok_dir, watch=watch), "load", watch),
+        while_serving(
+            server,
+            run_load(stub.base_url, None, spec, options=LoadOptions(tokenizer_path=tok_dir, watch=watch)),
+            "load",
+            watch,
+        ),
         "asyncio",
     )
 

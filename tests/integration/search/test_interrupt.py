@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from loadgen import LoadOptions
 from loadgen.loadrun import run_async, run_load
 from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
@@ -68,9 +69,9 @@ def test_an_interrupt_inside_a_running_load_ends_it_with_one_keyboard_interrupt(
                             s.base_url,
                             None,
                             spec,
-                            tokenizer_path=tok_dir,
-                            abort=interrupt_with_requests_in_flight,
-                            watch=watch,
+                            options=LoadOptions(
+                                tokenizer_path=tok_dir, abort=interrupt_with_requests_in_flight, watch=watch
+                            ),
                         ),
                         "load",
                         watch,

@@ -197,7 +197,7 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
         def server_diagnostics(self):
             return {}
 
-    async def fake_run_load(*a, abort=None, **k):
+    async def fake_run_load(*a, **k):
         return Result(None if len(asked) == 1 else Abort("likely pass: P(every SLO met) = 0.97", passed=True))
 
     async def no_wait(*a, **k):

@@ -166,10 +166,10 @@ def test_calibration_names_the_load_generator_error(tmp_path, monkeypatch):
     assert server.stopped
 
 
-async def one_request_never_answered(*args, watch=None, **kw):
+async def one_request_never_answered(*args, options, **kw):
     """A load run whose only request was sent and never hears back: a hung server."""
     records = [RequestRecord(0, "default", time.perf_counter(), 10, 10, send_time=time.perf_counter())]
-    watch.track(records)
+    options.watch.track(records)
     await cancellable("one_request_never_answered", 30)
 
 
@@ -199,8 +199,8 @@ def test_the_calibrations_first_loads_allow_a_long_prefill_then_a_trials_bound(t
         def flat_metrics(self):
             return {"ttft_median_ms": 8000.0, "request_throughput": 1.0}
 
-    async def measured(*args, watch=None, **kw):
-        bounds.append(watch.bound_s)
+    async def measured(*args, options, **kw):
+        bounds.append(options.watch.bound_s)
         if len(bounds) == 2:  # the unloaded class, then the saturation run
             raise RuntimeError("enough")
         return Measured()
