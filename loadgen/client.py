@@ -188,9 +188,6 @@ class AiohttpClient:
     async def send(self, body: bytes, rec: RequestRecord) -> None:
         perf = time.perf_counter
         aiohttp = self._aiohttp
-        times = rec.chunk_times
-        chat = self.chat
-        done = False
         task = asyncio.current_task()
         rec.send_time = perf()
         self._deadlines[task] = rec.send_time + self.request_timeout_s
@@ -201,45 +198,7 @@ class AiohttpClient:
                     text = await resp.text(errors="replace")
                     rec.fail(HTTP_ERROR, f"HTTP {resp.status}: {text}", perf())
                     return
-                content = resp.content
-                buf = b""
-                while True:
-                    data = await content.readany()
-                    if not data:
-                        break
-                    now = perf()
-                    if buf:
-                        data = buf + data
-                    if b"\r" in data:
-                        data = data.replace(b"\r\n", b"\n")
-                    *messages, buf = data.split(b"\n\n")
-                    for msg in messages:
-                        if msg.startswith(b"data:"):
-                            payload = msg[5:]
-                        else:  # comment (keep-alive), or other SSE fields before data:
-                            cut = msg.find(b"\ndata:")
-                            if cut < 0:
-                                continue
-                            payload = msg[cut + 6 :]
-                        payload = payload.strip()
-                        if payload[:1] != b"{":
-                            if payload == b"[DONE]":
-                                done = True
-                            continue
-                        if b'"choices":[]' in payload or b'"choices": []' in payload or b'"choices"' not in payload:
-                            self._control(payload, rec)
-                            continue
-                        if chat:
-                            if b'"role"' in payload:
-                                if self._role_only(payload):
-                                    continue
-                            elif b'"content":' not in payload and not any(k in payload for k in _OTHER_DELTA_KEYS):
-                                continue  # e.g. an empty closing delta: no token
-                        times.append(now)
-                        if rec.answer is not None:  # a session's turn: a later turn resends its text
-                            rec.answer.append(_delta_text(payload, chat))
-                        if b'"usage":{' in payload or b'"usage": {' in payload:
-                            self._control(payload, rec)  # continuous_usage_stats
+                done = await self._read_stream(resp.content, rec)
             end = perf()
         except asyncio.CancelledError:
             if task in self._expired:  # our timeout, not the caller's cancel
@@ -260,12 +219,62 @@ class AiohttpClient:
             return
         finally:
             self._deadlines.pop(task, None)
+        times = rec.chunk_times
         if rec.error_kind is not None:  # an error event inside the stream
             rec.end_time = end
         else:
             _close_stream(
                 rec, times, end, None if done else f"stream ended before [DONE] after {len(times)} token chunks"
             )
+
+    async def _read_stream(self, content, rec: RequestRecord) -> bool:
+        """Read a 200 response's SSE stream into `rec`: the time each token chunk arrived (its
+        text too, for a session's turn), the usage, an error event. Whether `[DONE]` ended it.
+
+        One `perf_counter()` per socket read, and a byte test per message; only the rare
+        messages that are not plain token chunks are JSON-parsed."""
+        perf = time.perf_counter
+        times = rec.chunk_times
+        chat = self.chat
+        done = False
+        buf = b""
+        while True:
+            data = await content.readany()
+            if not data:
+                return done
+            now = perf()
+            if buf:
+                data = buf + data
+            if b"\r" in data:
+                data = data.replace(b"\r\n", b"\n")
+            *messages, buf = data.split(b"\n\n")
+            for msg in messages:
+                if msg.startswith(b"data:"):
+                    payload = msg[5:]
+                else:  # comment (keep-alive), or other SSE fields before data:
+                    cut = msg.find(b"\ndata:")
+                    if cut < 0:
+                        continue
+                    payload = msg[cut + 6 :]
+                payload = payload.strip()
+                if payload[:1] != b"{":
+                    if payload == b"[DONE]":
+                        done = True
+                    continue
+                if b'"choices":[]' in payload or b'"choices": []' in payload or b'"choices"' not in payload:
+                    self._control(payload, rec)
+                    continue
+                if chat:
+                    if b'"role"' in payload:
+                        if self._role_only(payload):
+                            continue
+                    elif b'"content":' not in payload and not any(k in payload for k in _OTHER_DELTA_KEYS):
+                        continue  # e.g. an empty closing delta: no token
+                times.append(now)
+                if rec.answer is not None:  # a session's turn: a later turn resends its text
+                    rec.answer.append(_delta_text(payload, chat))
+                if b'"usage":{' in payload or b'"usage": {' in payload:
+                    self._control(payload, rec)  # continuous_usage_stats
 
 
 class OpenAIClient:
