@@ -10,12 +10,20 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
-from loadgen.records import RequestRecord
 
-Send = Callable[[Any, RequestRecord], "asyncio.Future"]
+class Scheduled(Protocol):
+    """What the loops send on a schedule: a request's record, or a session's start."""
+
+    scheduled_time: float  # perf_counter when it was due
+
+
+Body = TypeVar("Body")
+Item = TypeVar("Item", bound=Scheduled)
+# Sends one prepared body and fills its item in; a coroutine, since each send becomes a task.
+Send = Callable[[Body, Item], Coroutine[Any, Any, None]]
 
 
 class Draining:
@@ -25,9 +33,9 @@ class Draining:
 
 
 async def run_open_loop(
-    send: Send,
-    prepared: Sequence[Any],
-    records: Sequence[RequestRecord],
+    send: Send[Body, Item],
+    prepared: Sequence[Body],
+    records: Sequence[Item],
     offsets: Sequence[float],
     draining: Draining | None = None,
 ) -> tuple[float, float]:
@@ -38,7 +46,7 @@ async def run_open_loop(
     perf = time.perf_counter
     sleep = asyncio.sleep
     create_task = asyncio.get_running_loop().create_task
-    tasks = []
+    tasks: list[asyncio.Task[None]] = []
     append = tasks.append
     start = perf()
     try:
@@ -64,8 +72,8 @@ async def run_open_loop(
 
 
 async def run_closed_loop(
-    send: Send,
-    get: Callable[[int], tuple[Any, RequestRecord]],
+    send: Send[Body, Item],
+    get: Callable[[int], tuple[Body, Item]],
     concurrency: int,
     max_requests: int | None,
     duration_s: float | None,

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
@@ -27,7 +29,7 @@ def handled_between_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[None]
     """While inside, `loop` calls the Python handlers of SIGINT and SIGTERM; restored after.
     Signals with no Python handler (default or ignored), and other threads than the main one
     (where a loop cannot take signals), are left as they are."""
-    moved: dict[int, object] = {}
+    moved: dict[signal.Signals, Callable[[int, FrameType | None], Any]] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in INTERRUPTS:
             handler = signal.getsignal(signum)

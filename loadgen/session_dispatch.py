@@ -107,7 +107,7 @@ class SessionRunner:
         scripts = [self.script(i) for i in range(len(offsets))]
         self.plan(scripts)
         starts = [SessionStart() for _ in offsets]
-        return await run_open_loop(self.run_session, scripts, starts, offsets, draining)  # type: ignore[arg-type]
+        return await run_open_loop(self.run_session, scripts, starts, offsets, draining)
 
     async def closed_loop(self, users: int, sessions: int | None, duration_s: float | None) -> tuple[float, float, int]:
         """`users` users, each starting its next session when its last one ended."""
@@ -115,7 +115,7 @@ class SessionRunner:
         def get(i: int) -> tuple[SessionScript, SessionStart]:
             return self.script(i), SessionStart()
 
-        return await run_closed_loop(self.run_session, get, users, sessions, duration_s)  # type: ignore[arg-type]
+        return await run_closed_loop(self.run_session, get, users, sessions, duration_s)
 
     def _sent(self) -> list[RequestRecord]:
         return [r for r in self.records if r.send_time == r.send_time]
