@@ -103,6 +103,11 @@ class ArrivalSpec(BaseModel):
         """Long-run requests/s of an open loop (None for closed loop or unresolved)."""
         if self.rate is None:
             return None
+        return self.resolved_mean_rate()
+
+    def resolved_mean_rate(self) -> float:
+        """`mean_rate()` of an open loop whose rate is known: raises as `resolved_rate` does."""
+        rate = self.resolved_rate()
         if self.mode == "burst":
-            return self.rate * (1 - self.duty + self.duty * self.peak_multiplier)
-        return self.rate
+            return rate * (1 - self.duty + self.duty * self.peak_multiplier)
+        return rate

@@ -24,10 +24,8 @@ from loadgen.arrival_spec import ArrivalSpec
 from loadgen.trace import Trace, replay_offsets
 
 
-def _need(n: int | None, duration_s: float | None, rate: float) -> int:
+def _need(duration_s: float, rate: float) -> int:
     """Draws for a schedule that is trimmed to `duration_s` afterwards (constant and bursts)."""
-    if n is not None:
-        return n
     # Enough draws that the duration is covered with overwhelming probability; trimmed below.
     mean = duration_s * rate
     return int(mean + 10 * math.sqrt(mean) + 100)
@@ -86,14 +84,16 @@ def open_loop_offsets(
     rescaled as the gamma gaps are. `first`: the run's first request in the workload's sequence."""
     if arrival.mode == "closed":
         raise ValueError("a closed loop has no precomputed schedule")
-    arrival.require_resolved()
-    if n is None and duration_s is None:
+    rate = arrival.resolved_rate()
+    if n is not None:
+        count = n
+    elif duration_s is None:
         raise ValueError("give num_requests, duration_s, or both")
-    rate = arrival.rate
-    drawn = slice_seed(seed, first)  # the gaps' seed; a trace's window starts where the workload's does
-    count = _need(n, duration_s, arrival.mean_rate())
-    if n is None and arrival.mode in ("poisson", "gamma", "trace"):
+    elif arrival.mode in ("poisson", "gamma", "trace"):
         count = max(1, math.floor(rate * duration_s + 1e-9))  # what the duration holds at the rate
+    else:
+        count = _need(duration_s, arrival.resolved_mean_rate())
+    drawn = slice_seed(seed, first)  # the gaps' seed; a trace's window starts where the workload's does
     if arrival.mode in ("poisson", "gamma"):
         shape = arrival.burstiness if arrival.mode == "gamma" else 1.0
         offsets = gamma_offsets(count, rate, shape, drawn)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
@@ -294,6 +295,6 @@ def compute_metrics(
     return metrics
 
 
-def metric_names(class_names: list[str] = ()) -> list[str]:
+def metric_names(class_names: Sequence[str] = ()) -> list[str]:
     """Every key `RunMetrics.flat()` can hold for a workload with these classes."""
     return list(BASE_KEYS) + [class_key(k, c) for c in class_names for k in PER_CLASS_KEYS] + list(SERVER_KEYS)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -222,7 +223,7 @@ def _histogram_delta(before, after, name):
 
 
 def diagnose(
-    before: MetricsSnapshot | None, after: MetricsSnapshot | None, samples: list[GaugeSample] = ()
+    before: MetricsSnapshot | None, after: MetricsSnapshot | None, samples: Sequence[GaugeSample] = ()
 ) -> ServerDiagnostics:
     d = ServerDiagnostics()
     d.preemptions = _delta(before, after, PREEMPTIONS)
@@ -244,13 +245,11 @@ def diagnose(
     # Peaks include the scrapes around the run, so a short run still has two points.
     points = list(samples)
     for snap in (before, after):
-        if snap is not None and snap.total(RUNNING) is not None:
+        running = snap.total(RUNNING) if snap is not None else None
+        if snap is not None and running is not None:
             kv = snap.samples.get(KV_USAGE)
-            points.append(
-                GaugeSample(
-                    snap.taken_at, snap.total(RUNNING), snap.total(WAITING) or 0.0, max(v for _, v in kv) if kv else NAN
-                )
-            )
+            kv_usage = max(v for _, v in kv) if kv else NAN
+            points.append(GaugeSample(snap.taken_at, running, snap.total(WAITING) or 0.0, kv_usage))
     d.samples = len(samples)
     for attr, key in (("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "kv_usage")):
         values = np.array([getattr(p, key) for p in points], dtype=float)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -77,6 +77,8 @@ class PromptTokenizer:
         strings = _special_token_strings(path)
         tok_file = path / "tokenizer.json"
         digest = hashlib.sha256()
+        encode: Callable[[str], list[int]]
+        decode: Callable[[list[int]], str]
         if tok_file.is_file():
             from tokenizers import Tokenizer
 
@@ -95,7 +97,9 @@ class PromptTokenizer:
                 raise TokenizerError(f"tokenizer: cannot load one from {path}: {e}") from e
             specials = set(hf.all_special_ids)
             encode = lambda text: hf.encode(text, add_special_tokens=False)  # noqa: E731
-            decode = lambda ids: hf.decode(list(ids), skip_special_tokens=False)  # noqa: E731
+            # One sequence decodes to one str: transformers types decode as str | list[str] for
+            # both its one-sequence and its batch input, without an overload telling them apart.
+            decode = lambda ids: cast(str, hf.decode(list(ids), skip_special_tokens=False))  # noqa: E731
             vocab = len(hf)
             template = template or getattr(hf, "chat_template", None)
             digest.update(str(path).encode())

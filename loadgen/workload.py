@@ -196,7 +196,7 @@ class WorkloadSpec(BaseModel):
             n = float(self.num_requests)
             if self.duration_s is not None and rate is not None:
                 n = min(n, rate * self.duration_s)
-        elif rate is not None:
+        elif rate is not None and self.duration_s is not None:
             n = rate * self.duration_s
         else:
             return None
