@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -32,6 +32,15 @@ _DIST_PARAMS: dict[str, tuple[str, ...]] = {
     "empirical": ("file",),
 }
 _ALL_PARAMS = ("value", "low", "high", "mean", "std", "file")
+
+T = TypeVar("T")
+
+
+def _required(value: T | None, name: str, dist: str) -> T:
+    """A parameter its distribution needs (`LengthDist._check` has made sure it is given)."""
+    if value is None:
+        raise ValueError(f"dist={dist} needs {name}")
+    return value
 
 
 def resolve_yaml_path(value: Path | str | None, info: ValidationInfo) -> Path | None:
@@ -112,14 +121,17 @@ class LengthDist(BaseModel):
         unused = [f for f in _ALL_PARAMS if f not in needed and getattr(self, f) is not None]
         if unused:
             raise ValueError(f"dist={self.dist} takes {', '.join(needed)} (+ min, max); not used: {', '.join(unused)}")
-        if self.dist == "uniform" and self.low > self.high:
-            raise ValueError(f"uniform: low ({self.low}) > high ({self.high})")
+        if self.dist == "uniform":
+            low, high = self._uniform_range()
+            if low > high:
+                raise ValueError(f"uniform: low ({low}) > high ({high})")
         if self.max is not None and self.max < self.min:
             raise ValueError(f"max ({self.max}) < min ({self.min})")
         if self.dist == "empirical":
-            if not self.file.is_file():
-                raise ValueError(f"empirical: file not found: {self.file}")
-            self._values = read_empirical_values(self.file)
+            file = _required(self.file, "file", self.dist)
+            if not file.is_file():
+                raise ValueError(f"empirical: file not found: {file}")
+            self._values = read_empirical_values(file)
         if self.upper_bound() < self.lower_bound():
             raise ValueError(f"{self.dist}: no length is left between min and max")
         return self
@@ -131,23 +143,39 @@ class LengthDist(BaseModel):
         dist._values = np.asarray(values, dtype=np.int64)
         return dist
 
+    # -- the parameters of `dist`, as `_check` guarantees them ----------------------------
+
+    def _fixed_value(self) -> int:
+        return _required(self.value, "value", self.dist)
+
+    def _uniform_range(self) -> tuple[int, int]:
+        return _required(self.low, "low", self.dist), _required(self.high, "high", self.dist)
+
+    def _mean_std(self) -> tuple[float, float]:
+        return _required(self.mean, "mean", self.dist), _required(self.std, "std", self.dist)
+
+    def _empirical_values(self) -> np.ndarray:
+        return _required(self._values, "file", self.dist)
+
     # -- bounds -------------------------------------------------------------------------
 
     def _lognormal_params(self) -> tuple[float, float]:
-        sigma2 = math.log1p((self.std / self.mean) ** 2)
-        return math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2)
+        mean, std = self._mean_std()
+        sigma2 = math.log1p((std / mean) ** 2)
+        return math.log(mean) - sigma2 / 2, math.sqrt(sigma2)
 
     def _natural_bounds(self) -> tuple[int, int]:
         if self.dist == "fixed":
-            return self.value, self.value
+            return self._fixed_value(), self._fixed_value()
         if self.dist == "uniform":
-            return self.low, self.high
+            return self._uniform_range()
         if self.dist == "normal":
-            return (math.floor(self.mean - DEFAULT_SIGMAS * self.std), math.ceil(self.mean + DEFAULT_SIGMAS * self.std))
+            mean, std = self._mean_std()
+            return (math.floor(mean - DEFAULT_SIGMAS * std), math.ceil(mean + DEFAULT_SIGMAS * std))
         if self.dist == "lognormal":
             mu, sigma = self._lognormal_params()
             return (math.floor(math.exp(mu - DEFAULT_SIGMAS * sigma)), math.ceil(math.exp(mu + DEFAULT_SIGMAS * sigma)))
-        values = self._values
+        values = self._empirical_values()
         return int(values.min()), int(values.max())
 
     def lower_bound(self) -> int:
@@ -166,29 +194,33 @@ class LengthDist(BaseModel):
         a stratified `u` (`loadgen.request_order.unit_points`) spans the distribution evenly."""
         u = np.atleast_1d(np.asarray(u, dtype=np.float64))
         if self.dist == "fixed":
-            raw = np.full(u.shape, float(self.value))
+            raw = np.full(u.shape, float(self._fixed_value()))
         elif self.dist == "uniform":
-            raw = self.low + np.floor(u * (self.high - self.low + 1))
+            low, high = self._uniform_range()
+            raw = low + np.floor(u * (high - low + 1))
         elif self.dist == "normal":
-            raw = self.mean + self.std * special.ndtri(u)
+            mean, std = self._mean_std()
+            raw = mean + std * special.ndtri(u)
         elif self.dist == "lognormal":
             mu, sigma = self._lognormal_params()
             raw = np.exp(mu + sigma * special.ndtri(u))
         else:
-            values = np.sort(self._values)
+            values = np.sort(self._empirical_values())
             raw = values[np.minimum((u * len(values)).astype(np.int64), len(values) - 1)].astype(float)
         return np.clip(np.rint(raw), self.lower_bound(), self.upper_bound()).astype(np.int64)
 
     def sample(self, rng: np.random.Generator, n: int = 1) -> np.ndarray:
         if self.dist == "fixed":
-            raw = np.full(n, float(self.value))
+            raw = np.full(n, float(self._fixed_value()))
         elif self.dist == "uniform":
-            raw = rng.integers(self.low, self.high + 1, size=n).astype(float)
+            low, high = self._uniform_range()
+            raw = rng.integers(low, high + 1, size=n).astype(float)
         elif self.dist == "normal":
-            raw = rng.normal(self.mean, self.std, size=n)
+            mean, std = self._mean_std()
+            raw = rng.normal(mean, std, size=n)
         elif self.dist == "lognormal":
             mu, sigma = self._lognormal_params()
             raw = rng.lognormal(mu, sigma, size=n)
         else:
-            raw = rng.choice(self._values, size=n).astype(float)
+            raw = rng.choice(self._empirical_values(), size=n).astype(float)
         return np.clip(np.rint(raw), self.lower_bound(), self.upper_bound()).astype(np.int64)

@@ -178,7 +178,7 @@ async def _build_uncached(
             return requests
         probe = requests[:CHAT_PROBE_REQUESTS]
         try:
-            server_counts = await asyncio.gather(*(counter([dict(m) for m in r.messages]) for r in probe))
+            server_counts = await asyncio.gather(*(counter(r.chat_messages()) for r in probe))
         except Exception as e:
             notes.append(f"chat prompt lengths counted locally only (/tokenize failed: {e})")
             return requests

@@ -60,15 +60,17 @@ class Request:
         if self.prompt_ids is not None:
             body: dict[str, Any] = {"model": model, "prompt": list(self.prompt_ids), "max_tokens": self.output_tokens}
         else:
-            body = {
-                "model": model,
-                "messages": [dict(m) for m in self.messages],
-                "max_completion_tokens": self.output_tokens,
-            }
+            body = {"model": model, "messages": self.chat_messages(), "max_completion_tokens": self.output_tokens}
         body.update({"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
         if temperature is not None:
             body["temperature"] = temperature
         return body
+
+    def chat_messages(self) -> Messages:
+        """A chat request's messages, each a dict of its own (the request keeps them frozen)."""
+        if self.messages is None:
+            raise ValueError(f"request {self.index} is a completions request: it has no messages")
+        return [dict(m) for m in self.messages]
 
     def encoded_body(self, model: str, temperature: float | None) -> bytes:
         return json.dumps(self.body(model, temperature), separators=(",", ":"), ensure_ascii=False).encode()
@@ -88,6 +90,12 @@ class _Plan:
     pool: np.ndarray | None = None  # random ids: the body of a synthetic prompt
     text: str | None = None  # ShareGPT prompt
     text_ids: list[int] | None = field(default=None, repr=False)
+
+    def synthetic(self) -> tuple[int, np.ndarray]:
+        """A synthetic prompt's target length and the random ids it is built from."""
+        if self.target_prompt is None or self.pool is None:
+            raise ValueError(f"request {self.index}: a ShareGPT prompt is not built to a length")
+        return self.target_prompt, self.pool
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -243,6 +251,8 @@ def plan_requests(
                 )
             )
             continue
+        if cls.prompt_tokens is None or output is None:  # `RequestClass` asks for both without sharegpt
+            raise ValueError(f"class {cls.name}: needs prompt_tokens and output_tokens (or a sharegpt file)")
         target = int(cls.prompt_tokens.quantile(u_prompt)[0])
         body_len = target - (len(prefix) if prefix is not None else 0)
         ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
@@ -274,7 +284,7 @@ def _align_steps(plan: _Plan, tokenizer: PromptTokenizer) -> Generator[Messages,
         msgs = _chat_messages(plan, tokenizer, plan.text)
         n = yield msgs
         return msgs, n
-    target, pool = plan.target_prompt, plan.pool
+    target, pool = plan.synthetic()
     prefix = len(plan.prefix_ids) if plan.prefix_ids is not None else 0
     counts: dict[int, int] = {}
     best: tuple[int, Messages, int] | None = None
@@ -315,23 +325,33 @@ def _align_steps(plan: _Plan, tokenizer: PromptTokenizer) -> Generator[Messages,
             if consider(msgs, n):
                 return msgs, n
             fill += target - n
+    if best is None:  # every path above counts a candidate first
+        raise ValueError(f"request {plan.index}: no chat prompt was counted")
     return best[1], best[2]
 
 
-def _finish(plan: _Plan, msgs: Messages | None, count: int | None) -> Request:
-    if plan.endpoint == "completions":
-        head = [int(i) for i in plan.prefix_ids] if plan.prefix_ids is not None else []
-        body = plan.text_ids if plan.text is not None else [int(i) for i in plan.pool[: plan.target_prompt - len(head)]]
-        ids = tuple(head + list(body))
-        return Request(
-            plan.index,
-            plan.class_name,
-            len(ids),
-            plan.output_tokens,
-            plan.target_prompt or len(ids),
-            prompt_ids=ids,
-            prefix_id=plan.prefix_id,
-        )
+def _completion_request(plan: _Plan) -> Request:
+    """A completions request: its prompt the token ids themselves, exact."""
+    head = [int(i) for i in plan.prefix_ids] if plan.prefix_ids is not None else []
+    if plan.text_ids is not None:
+        body = plan.text_ids
+    else:
+        target, pool = plan.synthetic()
+        body = [int(i) for i in pool[: target - len(head)]]
+    ids = tuple(head + list(body))
+    return Request(
+        plan.index,
+        plan.class_name,
+        len(ids),
+        plan.output_tokens,
+        plan.target_prompt or len(ids),
+        prompt_ids=ids,
+        prefix_id=plan.prefix_id,
+    )
+
+
+def _chat_request(plan: _Plan, msgs: Messages, count: int) -> Request:
+    """A chat request: the messages its alignment chose, and their token count."""
     return Request(
         plan.index,
         plan.class_name,
@@ -345,7 +365,7 @@ def _finish(plan: _Plan, msgs: Messages | None, count: int | None) -> Request:
 
 def realize(plan: _Plan, tokenizer: PromptTokenizer, count: Callable[[Messages], int] | None = None) -> Request:
     if plan.endpoint == "completions":
-        return _finish(plan, None, None)
+        return _completion_request(plan)
     count = count or tokenizer.count_chat
     steps = _align_steps(plan, tokenizer)
     msgs = next(steps)
@@ -353,21 +373,21 @@ def realize(plan: _Plan, tokenizer: PromptTokenizer, count: Callable[[Messages],
         while True:
             msgs = steps.send(count(msgs))
     except StopIteration as done:
-        return _finish(plan, *done.value)
+        return _chat_request(plan, *done.value)
 
 
 async def realize_async(
     plan: _Plan, tokenizer: PromptTokenizer, count: Callable[[Messages], Awaitable[int]]
 ) -> Request:
     if plan.endpoint == "completions":
-        return _finish(plan, None, None)
+        return _completion_request(plan)
     steps = _align_steps(plan, tokenizer)
     msgs = next(steps)
     try:
         while True:
             msgs = steps.send(await count(msgs))
     except StopIteration as done:
-        return _finish(plan, *done.value)
+        return _chat_request(plan, *done.value)
 
 
 def build_requests(
