@@ -18,7 +18,8 @@ import json
 import os
 import re
 import time
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loadgen.prompts import Request
 from loadgen.records import (
@@ -32,6 +33,11 @@ from loadgen.records import (
     TRUNCATED,
     RequestRecord,
 )
+
+if TYPE_CHECKING:
+    import aiohttp
+    import openai
+    import yarl
 
 READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -85,10 +91,11 @@ class AiohttpClient:
 
     def __init__(self, base_url: str, endpoint: str, request_timeout_s: float):
         self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + PATHS[endpoint]
+        self.path = PATHS[endpoint]
         self.chat = endpoint == "chat"
         self.request_timeout_s = request_timeout_s
-        self.session = None
+        self.session: aiohttp.ClientSession | None = None
+        self._url: yarl.URL | None = None
         self._headers = {"Content-Type": "application/json", **_auth_headers()}
         self._deadlines: dict[asyncio.Task, float] = {}
         self._expired: set[asyncio.Task] = set()
@@ -99,7 +106,7 @@ class AiohttpClient:
         import yarl
 
         self._aiohttp = aiohttp
-        self.url = yarl.URL(self.url)  # parsed once, not per request
+        self._url = yarl.URL(self.base_url + self.path)  # parsed once, not per request
         # limit=0: no client-side connection cap (aiohttp's default of 100 silently caps concurrency).
         # keepalive 4 s: below uvicorn's 5 s (vLLM), so an idle connection is dropped here before
         # the server closes it under a request.
@@ -122,15 +129,20 @@ class AiohttpClient:
             await self.session.close()
             self.session = None
 
+    def _open(self) -> tuple[aiohttp.ClientSession, yarl.URL]:
+        """The session and the endpoint's URL, which exist between `__aenter__` and `__aexit__`."""
+        if self.session is None or self._url is None:
+            raise RuntimeError("the client is not open: send inside `async with` it")
+        return self.session, self._url
+
     async def preconnect(self, n: int) -> int:
         """Open up to n keep-alive connections now (n concurrent GET /health), so the run's first
         requests do not pay TCP setup, in their TTFT and in a burst of client CPU."""
+        session, _ = self._open()
 
         async def ping() -> bool:
             try:
-                async with self.session.get(
-                    self.base_url + "/health", timeout=self._aiohttp.ClientTimeout(total=10)
-                ) as r:
+                async with session.get(self.base_url + "/health", timeout=self._aiohttp.ClientTimeout(total=10)) as r:
                     await r.read()
                     return True
             except (TimeoutError, self._aiohttp.ClientError, OSError):
@@ -188,11 +200,14 @@ class AiohttpClient:
     async def send(self, body: bytes, rec: RequestRecord) -> None:
         perf = time.perf_counter
         aiohttp = self._aiohttp
+        session, url = self._open()
         task = asyncio.current_task()
+        if task is None:  # its deadline cancels the task that sends
+            raise RuntimeError("send runs in a task of the event loop")
         rec.send_time = perf()
         self._deadlines[task] = rec.send_time + self.request_timeout_s
         try:
-            async with self.session.post(self.url, data=body, headers=self._headers) as resp:
+            async with session.post(url, data=body, headers=self._headers) as resp:
                 rec.status = resp.status
                 if resp.status != 200:
                     text = await resp.text(errors="replace")
@@ -227,7 +242,7 @@ class AiohttpClient:
                 rec, times, end, None if done else f"stream ended before [DONE] after {len(times)} token chunks"
             )
 
-    async def _read_stream(self, content, rec: RequestRecord) -> bool:
+    async def _read_stream(self, content: aiohttp.StreamReader, rec: RequestRecord) -> bool:
         """Read a 200 response's SSE stream into `rec`: the time each token chunk arrived (its
         text too, for a session's turn), the usage, an error event. Whether `[DONE]` ended it.
 
@@ -286,18 +301,18 @@ class OpenAIClient:
         self.base_url = base_url.rstrip("/")
         self.chat = endpoint == "chat"
         self.request_timeout_s = request_timeout_s
-        self.client = None
+        self.client: openai.AsyncOpenAI | None = None
 
     async def __aenter__(self) -> OpenAIClient:
         import httpx
         import openai
 
         self._openai, self._httpx = openai, httpx
-        http_client = openai.DefaultAsyncHttpxClient(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            timeout=httpx.Timeout(self.request_timeout_s),
-        )
-        self.client = openai.AsyncOpenAI(
+        # Limits and timeout of the HTTP library the SDK is built on (httpx, or httpx2 in later
+        # SDKs), which need not be the httpx imported here: taken from the SDK's own defaults.
+        limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=None, max_keepalive_connections=None)
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits, timeout=openai.Timeout(self.request_timeout_s))
+        client = self.client = openai.AsyncOpenAI(
             base_url=self.base_url + "/v1",
             api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"),
             max_retries=0,
@@ -305,8 +320,8 @@ class OpenAIClient:
             http_client=http_client,
         )
         # The SDK's first request pays for lazy setup (~100 ms); pay it here, not in a TTFT.
-        await self.client.models.list()
-        self._create = self.client.chat.completions.create if self.chat else self.client.completions.create
+        await client.models.list()
+        self._create = client.chat.completions.create if self.chat else client.completions.create
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -386,7 +401,7 @@ def _close_stream(rec, times: list[float], end: float, truncated: str | None) ->
         rec.first_token_time = times[0]
 
 
-CLIENTS = {"aiohttp": AiohttpClient, "openai": OpenAIClient}
+CLIENTS: dict[str, Callable[[str, str, float], LoadClient]] = {"aiohttp": AiohttpClient, "openai": OpenAIClient}
 
 
 def make_client(name: str, base_url: str, endpoint: str, request_timeout_s: float) -> LoadClient:
