@@ -6,8 +6,9 @@ trial (score, diagnosis, row, Optuna, snapshot), `coordination` lets workers sha
 the database, `confirmation` re-measures the candidates on fresh servers after the search
 (`confirmation_start` starts it from the loop),
 `verdict` reads what those runs say, `events` is what the loop tells its subscribers (the
-terminal, the dashboard) and `errors` why a study will not run. Other packages import the loop
-from here; outputs read the pure `events` and `verdict` modules.
+terminal, the dashboard), `context` what a run's helpers share, and `errors` says why a study
+will not run. Other packages import the loop from here; outputs read the pure `events` and
+`verdict` modules.
 """
 
 from search.study.coordination import LocalStorage

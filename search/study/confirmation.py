@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import optuna
 from sqlalchemy.orm import Session
 
 from loadgen import MetricName
 from objectives import pooled
-from objectives.scoring import Score
 from objectives.statistics import MIN_TAIL_REQUESTS, requests_for_tail, tail_requests
 from search import pareto, trial_results
 from search.executor import Measurement, TrialExecutor, plan_trial
@@ -33,13 +32,11 @@ from search.study.events import (
     ConfirmationRunRecorded,
     ConfirmationRunStarted,
     ConfirmationStarted,
-    StudyObserver,
 )
-from serving import LaunchContext
+from search.study.opening import OpenedStudy
+from search.study.recording import Recording
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
-
-T = TypeVar("T")
 
 # A server start and stop on this CPU (benchmarks/bench_startup.py: 34-45 s eager), for the estimate
 # made before the search has timed any trial.
@@ -282,36 +279,19 @@ def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float
 
 
 class ConfirmationPhase:
-    """Runs the schedule on `executor` (built on the full measurement), planning each run on
-    `ctx` (the study's launch context), scoring it with `score` and storing it; the verdict is
-    then read from the stored runs (`stored_verdict`). Each read and write of the database goes
-    through `ride` (`Recording.ride`: again, while the database is away)."""
+    """Runs the schedule `pool` plans on `executor` (built on its measurement), planning each run
+    on the opened study's launch context, scoring it as `recording` scores a trial and storing it
+    through the recording's session, each read and write ridden out while the database is away
+    (`Recording.ride`); the verdict is then read from the stored runs (`stored_verdict`)."""
 
-    def __init__(
-        self,
-        prep: Prepared,
-        ctx: LaunchContext,
-        executor: TrialExecutor,
-        events: StudyObserver,
-        score: Callable[[dict[str, float], bool], Score],
-        runs: int,
-        ride: Callable[[Callable[[], T]], T] = lambda action: action(),
-        pool_lines: Sequence[str] = (),
-    ):
-        self.prep, self.ctx, self.executor, self.events, self.score, self.runs = (
-            prep,
-            ctx,
-            executor,
-            events,
-            score,
-            runs,
-        )
-        self.ride = ride
-        self.pool_lines = list(pool_lines)  # what `pooled_plan` lengthened or added, and its cost
+    def __init__(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor, pool: PooledPlan):
+        self.recording, self.opened, self.executor = recording, opened, executor
+        self.prep, self.events, self.ride = recording.context.prep, recording.context.events, recording.ride
+        self.runs = pool.runs
+        self.pool_lines = list(pool.lines)  # what `pooled_plan` lengthened or added, and its cost
 
-    def run(
-        self, session: Session, rec: StudyRecord, cands: Sequence[Candidate], notes: list[str], estimate: float | None
-    ) -> verdict_mod.Verdict:
+    def run(self, cands: Sequence[Candidate], notes: list[str], estimate: float | None) -> verdict_mod.Verdict:
+        session, rec = self.recording.session, self.opened.record
         per_run = estimate / len(cands) if estimate is not None and cands else None
         notes = [*notes, *self.pool_lines]
 
@@ -355,7 +335,7 @@ class ConfirmationPhase:
             cand.baseline,
             cand.params,
             cand.config,
-            self.ctx,
+            self.opened.ctx,
             p.scenario.workload.longest_request_tokens(),
             p.shown,
         )
@@ -364,7 +344,7 @@ class ConfirmationPhase:
         outcome = self.executor.run(plan, self.events.phase)
         self.events.phase("scoring")
         ok = outcome.status == TrialStatus.OK
-        s = self.score(outcome.metrics, ok)
+        s = self.recording.score(self.opened, outcome.metrics, ok)
 
         record = trial_results.confirmation_record(
             cand.trial_number, cand.baseline, round_, sequence, outcome, s.constraints

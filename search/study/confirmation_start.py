@@ -5,16 +5,11 @@ runs and the phase itself (`confirmation`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
-
-import optuna
 
 from search.executor import Measurement, TrialExecutor
-from search.prepare import Prepared
 from search.scenario import Scenario
 from search.study import confirmation as confirmation_mod
 from search.study import verdict as verdict_mod
-from search.study.events import Subscribers
 from search.study.opening import OpenedStudy
 from search.study.recording import Recording
 from serving import LaunchContext
@@ -40,10 +35,7 @@ def confirmation_note(sc: Scenario, baselines: int, confirm_runs: int) -> str:
 def confirm(
     recording: Recording,
     opened: OpenedStudy,
-    study: optuna.Study,
-    prep: Prepared,
     confirm_runs: int,
-    events: Subscribers,
     make_executor: Callable[[LaunchContext, Measurement], TrialExecutor],
     planned_run_s: float | None = None,
 ) -> verdict_mod.Verdict | None:
@@ -51,12 +43,14 @@ def confirm(
     that pools their runs' requests, and `ConfirmationPhase` run on a fresh executor for that
     measurement. `planned_run_s`: the study's plan of one confirmation run, the least its
     estimate takes for one (`confirmation.estimate_s`)."""
+    context = recording.context
+    prep = context.prep
     rows = recording.ride(lambda: recording.rows(opened.record))
     cands, notes = recording.ride(
-        lambda: confirmation_mod.candidates(study, rows, prep, prep.scenario.confirmation.front)
+        lambda: confirmation_mod.candidates(context.study, rows, prep, prep.scenario.confirmation.front)
     )
     if not any(c.baseline is None for c in cands):
-        events.note(
+        context.events.note(
             "confirmation skipped: no sampled configuration met the SLOs in the search, "
             f"nor came within {confirmation_mod.NEAR_MISS:.0%} of them"
         )
@@ -71,17 +65,8 @@ def confirm(
         per_run / len(cands) if per_run is not None else None,
         len(cands),
     )
-    phase = confirmation_mod.ConfirmationPhase(
-        prep,
-        opened.ctx,
-        make_executor(opened.ctx, pool.measurement),
-        events,
-        partial(recording.score, opened),
-        pool.runs,
-        recording.ride,
-        pool.lines,
-    )
+    phase = confirmation_mod.ConfirmationPhase(recording, opened, make_executor(opened.ctx, pool.measurement), pool)
     estimate = recording.ride(
         lambda: confirmation_mod.estimate_s(cands, rows, pool.measurement, opened.screened, planned_run_s)
     )
-    return phase.run(recording.session, opened.record, cands, notes, estimate)
+    return phase.run(cands, notes, estimate)

@@ -49,6 +49,7 @@ from search.samplers import make_sampler
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.confirmation_start import confirm, confirmation_note
+from search.study.context import StudyContext
 from search.study.cost import StudyCost, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
@@ -159,25 +160,16 @@ class StudyRunner:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
-        self.opening = Opening(
-            prep, opts, self.engine, self.study, self.events, calibrate or measure_calibration, self.budget, self.watch
+        self.context = StudyContext(
+            prep, self.engine, self.study, self.storage, self.coordination, self.watch, self.worker, self.events
         )
+        self.opening = Opening(self.context, opts, calibrate or measure_calibration, self.budget)
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
         self._begun = time.monotonic()  # the wall-time budget (--timeout-min) counts from here
         self._search_deadline: float | None = None  # where the search stops for the confirmation to fit
 
     def _recording(self) -> Recording:
-        return Recording(
-            self.engine,
-            self.study,
-            self.storage,
-            self.sc,
-            self.events,
-            self.coordination,
-            self.watch,
-            self.worker,
-            self.prep.run_dir,
-        )
+        return Recording(self.context)
 
     def open(self) -> None:
         """The study's record, created if new (and checked if not): what a parent does before
@@ -219,14 +211,7 @@ class StudyRunner:
                             close_executor(executor)
                     if self.confirm_runs > 0:
                         verdict = confirm(
-                            recording,
-                            opened,
-                            self.study,
-                            self.prep,
-                            self.confirm_runs,
-                            self.events,
-                            self._make_executor,
-                            plan.confirmation_run_s,
+                            recording, opened, self.confirm_runs, self._make_executor, plan.confirmation_run_s
                         )
                     self._plan_kept(plan, time.monotonic() - planned_at)
                     self._zygote_said()

@@ -25,7 +25,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-import optuna
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,12 +37,11 @@ from search import disk
 from search import scenario as scenario_mod
 from search import space as space_mod
 from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan_trial
-from search.prepare import Prepared, StudyOptions
+from search.prepare import StudyOptions
 from search.samplers import models_jointly
 from search.scenario import Scenario
+from search.study.context import StudyContext
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
-from search.study.events import StudyObserver
-from search.study.outage import DatabaseWatch
 from search.study.price import keep_override
 from serving import Hardware, LaunchContext, ServerArgs
 from storage import claims, queries
@@ -103,21 +101,11 @@ class OpenedStudy:
 
 
 class Opening:
-    """Opens the study `prep` names for one run of `StudyRunner`."""
+    """Opens the study `context` names for one run of `StudyRunner`."""
 
-    def __init__(
-        self,
-        prep: Prepared,
-        opts: StudyOptions,
-        engine,
-        study: optuna.Study,
-        events: StudyObserver,
-        calibrate: Calibrate,
-        budget: int,
-        watch: DatabaseWatch,
-    ):
-        self.prep, self.opts, self.engine, self.study, self.events = prep, opts, engine, study, events
-        self.calibrate, self.budget, self.sc, self.watch = calibrate, budget, prep.scenario, watch
+    def __init__(self, context: StudyContext, opts: StudyOptions, calibrate: Calibrate, budget: int):
+        self.context, self.opts, self.calibrate, self.budget = context, opts, calibrate, budget
+        self.prep, self.sc = context.prep, context.scenario
         self._warned_short = False
 
     def lock(self) -> IO:
@@ -169,13 +157,15 @@ class Opening:
             except IntegrityError:  # another worker created it first: join theirs
                 session.rollback()
                 return self.record(session)
-            self.study.set_user_attr(BUDGET_ATTR, self.budget)
+            self.context.study.set_user_attr(BUDGET_ATTR, self.budget)
             opened = OpenedRecord(rec, p.ctx)
         else:
             self._check(rec)
             opened = self._kept_kv_budget(session, rec)
         self._refuse_recalibration_with_trials(session, rec)
-        keep_override(self.study, self.opts.usd_per_hour)  # a price, not a measurement: a later run may change it
+        keep_override(
+            self.context.study, self.opts.usd_per_hour
+        )  # a price, not a measurement: a later run may change it
         return opened
 
     def _check(self, rec: StudyRecord) -> None:
@@ -233,14 +223,16 @@ class Opening:
         stored one, checked) and the measurements it resolves the scenario into."""
         sc, rec, cal = self.sc, opened.record, None
         if not sc.needs_calibration() and self.opts.recalibrate:
-            self.events.note(f"--recalibrate: {self.prep.shown} has no relative load or bound; nothing to measure")
+            self.context.events.note(
+                f"--recalibrate: {self.prep.shown} has no relative load or bound; nothing to measure"
+            )
         if sc.needs_calibration():
             if rec.calibration is None or self.opts.recalibrate:
                 cal = self._calibrate_once(rec, opened.ctx, again=self.opts.recalibrate)
-                self.watch.ride(lambda: session.refresh(rec))
+                self.context.watch.ride(lambda: session.refresh(rec))
             if cal is not None:
                 rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
-                self.events.note(
+                self.context.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
                     f"(closed loop, {sc.calibration.saturation_concurrency} users; median of rounds "
                     f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms"
@@ -257,9 +249,9 @@ class Opening:
         workload, slos, goodput = full.workload, full.slos, full.goodput
         screened = full.screened(sc.screening)
         if workload.arrival.rate is not None:
-            self.events.note(f"load: {workload.arrival.mode} arrivals at {workload.arrival.rate:.2f} req/s")
+            self.context.events.note(f"load: {workload.arrival.mode} arrivals at {workload.arrival.rate:.2f} req/s")
         for text in self._thin_percentiles(screened):
-            self.events.note(f"note: {text}")
+            self.context.events.note(f"note: {text}")
         return OpenedStudy(
             rec, opened.ctx, facts_for_launch(opened.ctx), cal, workload, tuple(slos), goodput, full, screened
         )
@@ -275,16 +267,16 @@ class Opening:
         measured: list[calibration_mod.CalibrationResult] = []
 
         def claim_and_store() -> calibration_mod.CalibrationResult | None:
-            with claims.claimed(self.engine, rec.id) as (_, locked):
+            with claims.claimed(self.context.engine, rec.id) as (_, locked):
                 if locked.calibration is not None and not again:
-                    self.events.note("calibration: measured by another worker of this study; reusing it")
+                    self.context.events.note("calibration: measured by another worker of this study; reusing it")
                     return None
                 if not measured:
                     measured.append(self._measure_calibration(ctx))
                 locked.calibration = json_safe(measured[0].as_dict())
             return measured[0]
 
-        return self.watch.ride(claim_and_store)
+        return self.context.watch.ride(claim_and_store)
 
     def _measure_calibration(self, ctx: LaunchContext) -> calibration_mod.CalibrationResult:
         """A new calibration, checked: one that failed or cannot scale the scenario raises StudyStopped."""
@@ -292,10 +284,10 @@ class Opening:
         args = plan_trial(
             -1, "calibration", {}, base, ctx, self.sc.workload.longest_request_tokens(), self.prep.shown
         ).server_args
-        self.events.calibration_started()
+        self.context.events.calibration_started()
         again = "nothing was stored; run the same command to calibrate again"
         try:
-            cal = self.calibrate(self.sc, ctx, args, self.prep.run_dir, self.events.phase)
+            cal = self.calibrate(self.sc, ctx, args, self.prep.run_dir, self.context.events.phase)
         except CalibrationFailed as e:
             raise StudyStopped(f"calibration of study {self.prep.study_name!r} failed: {e}; {again}") from e
         if bad := calibration_mod.problems(self.sc, cal):
@@ -325,7 +317,7 @@ class Opening:
         unset), so that the model fits on it like on any sampled trial; for the others (TPE reads
         each knob apart) the values it sets, as before."""
         config = self.prep.baselines[name]
-        if models_jointly(self.study.sampler):
+        if models_jointly(self.context.study.sampler):
             return space_mod.effective_params(
                 config, self.prep.dists, ctx, where=f"{self.prep.shown}: baselines.{name}"
             )
@@ -336,12 +328,12 @@ class Opening:
     def enqueue_baselines(self, rec: StudyRecord, ctx: LaunchContext) -> None:
         """Each baseline queued once per study: under the study's claim, so of several workers
         starting together one queues them and the others find them queued."""
-        with claims.claimed(self.engine, rec.id):
-            present = {t.user_attrs.get("baseline") for t in self.study.get_trials(deepcopy=False)}
+        with claims.claimed(self.context.engine, rec.id):
+            present = {t.user_attrs.get("baseline") for t in self.context.study.get_trials(deepcopy=False)}
             for name in self.prep.baselines:
                 if name in present:
                     continue
-                self.study.enqueue_trial(self.baseline_point(name, ctx), user_attrs={"baseline": name})
+                self.context.study.enqueue_trial(self.baseline_point(name, ctx), user_attrs={"baseline": name})
 
     # -- free space ----------------------------------------------------------------------------
 
@@ -356,4 +348,4 @@ class Opening:
             )
         if room.short and not self._warned_short:
             self._warned_short = True
-            self.events.note(f"warning: {room.short_line()}")
+            self.context.events.note(f"warning: {room.short_line()}")

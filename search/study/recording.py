@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import optuna
 from optuna.trial import TrialState
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -31,12 +30,11 @@ from objectives.scoring import Score, score
 from search import pareto, trial_results
 from search.executor import TrialOutcome, TrialPlan
 from search.pareto import CLIENT_BEHIND_ATTR
-from search.scenario import Scenario
 from search.study import coordination as coord
 from search.study import spool
-from search.study.events import StudyObserver, TrialRecorded, TrialScored
+from search.study.context import StudyContext
+from search.study.events import TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
-from search.study.outage import DatabaseWatch
 from search.trial_results import Placement
 from serving import Failure
 from storage import claims, queries
@@ -59,26 +57,14 @@ def _set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None
 
 
 class Recording:
-    """Writes a study's trials for one run of the loop (by `worker`, its measurements spooled
-    under `run_dir`), on one database session (closed with the block: `with Recording(...) as
-    recording`)."""
+    """Writes a study's trials for one run of the loop (by `context.worker`, its measurements
+    spooled under the study's runs directory), on one database session (closed with the block:
+    `with Recording(context) as recording`)."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        study: optuna.Study,
-        storage: coord.StudyStorage,
-        scenario: Scenario,
-        events: StudyObserver,
-        coordination: coord.Coordination,
-        watch: DatabaseWatch,
-        worker: coord.WorkerId,
-        run_dir: Path,
-    ):
-        self.engine, self.study, self.storage, self.sc = engine, study, storage, scenario
-        self.events, self.coordination, self.watch = events, coordination, watch
-        self.worker, self.run_dir = worker, run_dir
-        self.session = Session(engine, expire_on_commit=False)
+    def __init__(self, context: StudyContext):
+        self.context = context
+        self.study, self.sc, self.events, self.watch = context.study, context.scenario, context.events, context.watch
+        self.session = Session(context.engine, expire_on_commit=False)
 
     def __enter__(self) -> Recording:
         return self
@@ -120,8 +106,8 @@ class Recording:
         """The trials an earlier run measured while the database was away and could not store
         (it stopped waiting, or was killed): stored first, so that `recover` finishes each from
         its record instead of running it again. A live worker's (on this host) is its own."""
-        for kept in spool.kept(self.run_dir, self.study.study_name):
-            if kept.writer.get("token") != self.worker.token and not coord.gone_here(kept.writer):
+        for kept in spool.kept(self.context.run_dir, self.study.study_name):
+            if kept.writer.get("token") != self.context.worker.token and not coord.gone_here(kept.writer):
                 continue
             self.ride(lambda: self._commit_row(rec, kept.record))
             spool.drop(kept.path)
@@ -146,7 +132,9 @@ class Recording:
         def keep() -> None:
             self._rollback()
             if not kept:
-                kept.append(spool.keep(self.run_dir, self.study.study_name, record, self.worker.as_dict()))
+                kept.append(
+                    spool.keep(self.context.run_dir, self.study.study_name, record, self.context.worker.as_dict())
+                )
 
         row = self.watch.ride(
             lambda: self._commit_row(rec, record),
@@ -242,7 +230,7 @@ class Recording:
         try:
             self.ride(lambda: self.tell(trial, row.values, row.constraints))
         except optuna.exceptions.UpdateFinishedTrialError:
-            if self.ride(lambda: self.storage.get_trial(trial._trial_id).state) != TrialState.COMPLETE:
+            if self.ride(lambda: self.context.storage.get_trial(trial._trial_id).state) != TrialState.COMPLETE:
                 # Taken for dead (no heartbeat written for the grace period) and run again elsewhere;
                 # the measurement is stored with its trial number all the same.
                 self.events.note(
@@ -259,7 +247,9 @@ class Recording:
         if rec.hv_reference is None:
             self.session.refresh(rec)
             if rec.hv_reference is None:
-                claims.set_once(self.engine, rec.id, "hv_reference", pareto.reference_point(values, self.sc.directions))
+                claims.set_once(
+                    self.context.engine, rec.id, "hv_reference", pareto.reference_point(values, self.sc.directions)
+                )
                 self.session.refresh(rec)
 
     def tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
@@ -313,7 +303,7 @@ class Recording:
         or another worker whose heartbeat stopped); a live worker's trial is left alone."""
         self.session.expire_all()  # other workers write too: read the rows as they are now
         stored = self.rows(rec)
-        for dead in coord.dead_trials(self.study, self.storage, self.coordination, self.watch):
+        for dead in coord.dead_trials(self.study, self.context.storage, self.context.coordination, self.watch):
             t = dead.trial
             row = stored.get(t.number)
             if row is not None and row.values:
@@ -326,11 +316,11 @@ class Recording:
                     continue  # another worker finished it first
                 self.snapshot(rec, t.number)
                 self.events.note(f"trial {t.number}: finished from its stored record")
-            elif coord.requeue(self.study, self.storage, t) is not None:
+            elif coord.requeue(self.study, self.context.storage, t) is not None:
                 self.events.note(f"trial {t.number} was interrupted; it will run again")
                 self.events.note(f"trial {t.number}: {dead.why}")
             else:
                 self.events.note(
                     f"trial {t.number} was interrupted ({dead.why}); run "
-                    f"{self.coordination.max_retry} times again already, left failed"
+                    f"{self.context.coordination.max_retry} times again already, left failed"
                 )
