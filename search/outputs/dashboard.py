@@ -16,10 +16,11 @@ trials), and its "best trials" are a Pareto set that ignores constraints altoget
 * a note per trial: feasibility, violated SLOs, failure, the capacity found and the load stages,
   every measured metric, the diagnosis.
 
-While a study runs, `DashboardPublisher` (a subscriber of the loop's events) keeps this current
-trial by trial. User attributes can only be written before a trial finishes (Optuna refuses
-afterwards), so it sets `trial_user_attrs(diagnosis)` when a trial is scored, before the study
-tells Optuna; notes can be written any time, so a trial's note follows once it is recorded.
+While a study runs, `DashboardPublisher` (a subscriber of the loop's events) keeps the notes
+current trial by trial, once each is recorded. The user attributes the dashboard's trial table
+shows (how the trial went, every metric, its diagnosis) and the study's setup can only be written
+before a trial is told (Optuna refuses afterwards): the study writes them, with the trial, when a
+subscriber shows them (`shows_trial_attributes`; `search.study.attributes`); this module reads.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Any
 import optuna
 from sqlalchemy.orm import Session
 
-from loadgen import MetricName, json_safe
-from objectives.diagnosis import Diagnosis, summarize
+from loadgen import MetricName
+from objectives.diagnosis import summarize
 from search.outputs import calibration_text, figures
 from search.outputs.format import fmt_value
 from search.outputs.read_model import LoadedStudy, latency_slos, load_study
@@ -53,7 +54,7 @@ from search.outputs.trial_views import (
 from search.proposals import origin
 from search.scenario import Scenario
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
-from search.trial_results import capacity_of, diagnosis_of
+from search.trial_results import diagnosis_of
 from storage import queries
 from storage.tables import TrialRecord
 from storage.url import redacted
@@ -66,16 +67,6 @@ class Published:
     study_name: str
     figures: list[str]
     trial_notes: int
-
-
-def trial_user_attrs(diagnosis: Diagnosis) -> dict[str, Any]:
-    """User attributes for the dashboard's trial table (filterable, sortable); set before `tell`."""
-    return {
-        "bottleneck": diagnosis.bottleneck,
-        "diagnosis": diagnosis.headline,
-        "next_step": (diagnosis.next_steps or [""])[0],
-        "antipatterns": [f.code for f in diagnosis.findings],
-    }
 
 
 def trial_note(v: TrialView, scenario: Scenario) -> str:
@@ -212,51 +203,29 @@ def publish_trial(
 
 
 class DashboardPublisher(StudyObserver):
-    """Everything optuna-dashboard shows of a running study, as the loop's events come: the
-    study's setup as study user attrs; per trial, how it went (status, SLOs violated, flags
-    adjusted, failure, capacity, every metric as `m:<key>`) and its diagnosis as user attrs, set
-    before Optuna is told; then the trial's note. What the study itself needs of its trials'
-    attrs (budget, baseline, worker, client_behind) the study sets."""
+    """The trials' notes optuna-dashboard shows of a running study, each written once the trial is
+    recorded. It shows the attributes the study writes for it (`shows_trial_attributes`): the
+    study's setup, and per trial how it went (status, SLOs violated, flags adjusted, failure,
+    capacity, every metric as `m:<key>`) and its diagnosis (`search.study.attributes`)."""
 
     def __init__(self) -> None:
         self.scenario: Scenario | None = None
         self.scored: TrialScored | None = None  # the trial being recorded, from trial_scored
 
+    def shows_trial_attributes(self) -> bool:
+        return True
+
     def study_started(self, event: StudyStarted) -> None:
         self.scenario = event.scenario
-        for key, value in self.study_attrs(event).items():
-            event.study.set_user_attr(key, value)
 
     def trial_scored(self, event: TrialScored) -> None:
         self.scored = event
-        for key, value in {**self.trial_attrs(event), **trial_user_attrs(event.diagnosis)}.items():
-            event.trial.set_user_attr(key, json_safe(value))
 
     def trial_recorded(self, event: TrialRecorded) -> None:
         view = view_of(
             event.row, self.scored.diagnosis, on_front=False, chosen=False, origin=origin(self.scored.trial.user_attrs)
         )
         _save_note_if_changed(self.scored.trial, trial_note(view, self.scenario))
-
-    @staticmethod
-    def study_attrs(event: StudyStarted) -> dict[str, Any]:
-        return {"scenario": event.scenario.name, "vllm": event.vllm, "hardware": event.hardware, "notes": event.notes}
-
-    @staticmethod
-    def trial_attrs(event: TrialScored) -> dict[str, Any]:
-        row = event.row
-        attrs = {
-            "status": row.status,
-            "feasible": row.feasible,
-            "violated": [k for k, v in row.constraints.items() if v > 0],
-            "adjustments": [a["detail"] for a in row.adjustments],
-        }
-        if event.failure:
-            attrs["failure"] = event.failure.summary()
-        if (capacity := capacity_of(row)) is not None:
-            attrs["capacity"] = capacity.summary
-        attrs.update({f"m:{k}": v for k, v in event.metrics.items() if isinstance(v, (int, float))})
-        return attrs
 
 
 def build_figures(ls: LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:

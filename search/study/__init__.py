@@ -6,15 +6,16 @@ trial (score, diagnosis, row, Optuna, snapshot), `coordination` lets workers sha
 the database, `confirmation` re-measures the candidates on fresh servers after the search
 (`confirmation_start` starts it from the loop),
 `verdict` reads what those runs say, `events` is what the loop tells its subscribers (the
-terminal, the dashboard), `context` what a run's helpers share, and `errors` says why a study
-will not run. Other packages import the loop from here; outputs read the pure `events` and
-`verdict` modules.
+terminal, the dashboard), `context` what a run's helpers share, `attributes` writes what
+Optuna's study and trials hold, and `errors` says why a study will not run. Other packages
+import the loop from here; outputs read the pure `events` and `verdict` modules.
 """
 
+from search.study.attributes import BUDGET_ATTR
 from search.study.coordination import LocalStorage
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.loop import MAX_CONSECUTIVE_LOAD_ERRORS, StudyResult, StudyRunner, vllm_executor
-from search.study.opening import BUDGET_ATTR, setup_changes
+from search.study.opening import setup_changes
 
 __all__ = [
     "BUDGET_ATTR",

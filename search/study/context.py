@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from search.prepare import Prepared
 from search.scenario import Scenario
 from search.study import coordination as coord
+from search.study.attributes import TrialAttributes
 from search.study.events import StudyObserver
 from search.study.outage import DatabaseWatch
 
@@ -20,7 +21,8 @@ from search.study.outage import DatabaseWatch
 class StudyContext:
     """The study `prep` names, as this run (`worker`) reaches it: our tables on `engine`,
     Optuna's `study` on `storage`, shared with other workers as `coordination` says, every step
-    that touches the database ridden out by `watch`; what happens told to `events`."""
+    that touches the database ridden out by `watch`; what happens told to `events`, and what
+    Optuna's trials hold besides the constraints written as `attributes` says."""
 
     prep: Prepared
     engine: Engine
@@ -30,6 +32,7 @@ class StudyContext:
     watch: DatabaseWatch
     worker: coord.WorkerId
     events: StudyObserver
+    attributes: TrialAttributes
 
     @property
     def scenario(self) -> Scenario:

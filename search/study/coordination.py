@@ -30,13 +30,10 @@ import psutil
 from optuna.storages import InMemoryStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from search.study.attributes import NEIGHBOURS_ATTR, WORKER_ATTR, mark_claimed
 from search.study.outage import DEFAULT_BOUND_S, DatabaseWatch
 from search.trial_results import Neighbour, Placement
 from storage.connection import connection_lost
-
-WORKER_ATTR = "worker"  # user attr: which worker runs (ran) the trial, and on which slot
-NEIGHBOURS_ATTR = "neighbours"  # user attr: the trials other workers were running when it started
-RETRY_OF_ATTR = "retry_of"  # user attr: the trial number this one runs again
 
 
 @dataclass(frozen=True)
@@ -156,11 +153,7 @@ def claim(study: optuna.Study, store: StudyStorage, worker: WorkerId, watch: Dat
 
 def _mark(study: optuna.Study, store: StudyStorage, worker: WorkerId, trial: optuna.Trial) -> None:
     store.record_heartbeat(trial._trial_id)
-    trial.set_user_attr(WORKER_ATTR, worker.as_dict())
-    trial.set_user_attr(NEIGHBOURS_ATTR, neighbours(study, worker))
-    retry_of = retried_number(store, trial)
-    if retry_of is not None:
-        trial.set_user_attr(RETRY_OF_ATTR, retry_of)
+    mark_claimed(trial, worker.as_dict(), neighbours(study, worker), retried_number(store, trial))
 
 
 def placement(worker: WorkerId, trial: optuna.Trial) -> Placement:

@@ -4,7 +4,7 @@ The study loop publishes nothing itself (no terminal, no dashboard): it calls th
 its subscribers, in this order:
 
     study_started, [calibration_started, phase...], note..., then per trial:
-    trial_started, phase..., trial_scored, trial_recorded; then, unless skipped, the
+    trial_started, phase..., trial_scored (once Optuna is told), trial_recorded; then, unless skipped, the
     confirmation phase: confirmation_started, per run confirmation_run_started, phase...,
     confirmation_run_recorded, and confirmation_finished; finally study_finished (always, also
     when an exception ends the loop). A study whose record does not check out (another scenario
@@ -49,7 +49,9 @@ class TrialStarted:
 
 @dataclass
 class TrialScored:
-    """Stored in our tables; Optuna not told yet, so user attrs can still be set on `trial`."""
+    """Stored in our tables and told to Optuna: what the trial measured and its diagnosis, typed.
+    Read only: Optuna refuses a told trial's attributes (`search.study.attributes` writes them
+    before the tell)."""
 
     trial: optuna.Trial
     row: TrialRecord
@@ -100,6 +102,12 @@ class StudyFinished:
 class StudyObserver(Protocol):
     """Subscribers subclass this and override what they need; every method defaults to nothing."""
 
+    def shows_trial_attributes(self) -> bool:
+        """Whether it shows the trials' display attributes (optuna-dashboard's trial table,
+        `search.study.attributes.display_attrs`): the recording then writes them with each trial
+        before the tell, and the study's setup as it starts."""
+        return False
+
     def study_started(self, event: StudyStarted) -> None:
         return None
 
@@ -142,6 +150,9 @@ class Subscribers(StudyObserver):
 
     def __init__(self, observers: Iterable[StudyObserver] = ()):
         self.observers = list(observers)
+
+    def shows_trial_attributes(self) -> bool:
+        return any(o.shows_trial_attributes() for o in self.observers)
 
     def study_started(self, event: StudyStarted) -> None:
         for o in self.observers:

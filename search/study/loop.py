@@ -21,7 +21,6 @@ from pathlib import Path
 
 import optuna
 
-from loadgen import json_safe
 from search import pareto
 from search import space as space_mod
 from search.executor import (
@@ -36,28 +35,28 @@ from search.executor import (
 )
 from search.prepare import Prepared, StudyOptions
 from search.proposals import (
-    MOVE_ATTR,
     PROPOSAL_ATTR,
     follows_diagnoses,
-    move_for,
     origin,
     proposal_reason,
     takes_prior,
     with_prior,
 )
 from search.samplers import make_sampler
+from search.study import attributes
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
+from search.study.attributes import Moves, TrialAttributes
 from search.study.confirmation_start import confirm, confirmation_note
 from search.study.context import StudyContext
 from search.study.cost import StudyCost, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
-from search.study.opening import BUDGET_ATTR, Calibrate, OpenedStudy, Opening
+from search.study.opening import Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
-from serving import FailureClass, Hardware, LaunchContext, unset_value
+from serving import FailureClass, LaunchContext
 from serving.process import zygote_status
 from storage import queries
 from storage.tables import TrialRecord
@@ -86,20 +85,6 @@ class StudyResult:
 def vllm_executor(prep: Prepared) -> ExecutorFactory:
     """The real executor: a vLLM server per trial, on this machine."""
     return lambda ctx, measurement: VllmExecutor(ctx, measurement, prep.run_dir, prep.scenario.server.startup_timeout_s)
-
-
-class _MovesRecorded(StudyObserver):
-    """Stores with each trial the move its diagnosis calls for (`search.proposals.move_for`),
-    before Optuna is told: what a diagnosis-led sampler reads, whoever else subscribes."""
-
-    def __init__(self, searched: list[str], hardware: Hardware):
-        self.searched = searched
-        self.unset = {k: unset_value(k, hardware) for k in searched}  # a baseline's moves start from these
-
-    def trial_scored(self, event) -> None:
-        move = move_for(event.diagnosis, event.row.config, event.metrics, self.searched, self.unset)
-        if move is not None:
-            event.trial.set_user_attr(MOVE_ATTR, json_safe(move.as_dict()))
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
@@ -147,8 +132,6 @@ class StudyRunner:
         sampler = make_sampler(prep.sampler, opts.seed, prep.dists, self.budget)
         if self.warm is not None:
             sampler = with_prior(sampler, self.warm.prior, self.sc.directions)
-        if follows_diagnoses(sampler):
-            self.events.observers.append(_MovesRecorded(list(prep.dists), prep.ctx.hardware))
         self.study = optuna.create_study(
             storage=self.storage,
             study_name=prep.study_name,
@@ -161,7 +144,18 @@ class StudyRunner:
             self.study.set_metric_names(self.sc.objective_names)
         self._make_executor = executor or vllm_executor(prep)
         self.context = StudyContext(
-            prep, self.engine, self.study, self.storage, self.coordination, self.watch, self.worker, self.events
+            prep,
+            self.engine,
+            self.study,
+            self.storage,
+            self.coordination,
+            self.watch,
+            self.worker,
+            self.events,
+            TrialAttributes(
+                display=self.events.shows_trial_attributes(),
+                moves=Moves.of(prep.dists, prep.ctx.hardware) if follows_diagnoses(sampler) else None,
+            ),
         )
         self.opening = Opening(self.context, opts, calibrate or measure_calibration, self.budget)
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
@@ -177,7 +171,7 @@ class StudyRunner:
         with self._recording() as recording:
             for note in recording.ride(lambda: self.opening.record(recording.session)).notes:
                 self.events.note(note)
-        self.watch.ride(lambda: self.study.set_user_attr(BUDGET_ATTR, self.budget))  # `autotune worker`'s default
+        self.watch.ride(lambda: attributes.keep_budget(self.study, self.budget))  # `autotune worker`'s default
 
     def run(self, *, search: bool = True) -> StudyResult:
         """The search (unless `search` is False: `autotune confirm`), then the confirmation phase
@@ -245,7 +239,11 @@ class StudyRunner:
 
     @contextmanager
     def _announced(self, ctx: LaunchContext) -> Iterator[None]:
-        """study_started, then study_finished however the loop ends (subscribers clean up there)."""
+        """study_started, then study_finished however the loop ends (subscribers clean up there).
+        With a subscriber that shows the trials' attributes, the study's setup is shown beside them."""
+        if self.context.attributes.display:
+            notes = self.prep.space_notes + self.prep.baseline_notes
+            attributes.show_setup(self.study, self.sc.name, ctx.installed.label(), ctx.hardware.describe(), notes)
         self.events.study_started(
             StudyStarted(
                 self.prep.study_name,
@@ -374,10 +372,10 @@ class StudyRunner:
     def _run_claimed(
         self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor, trial: optuna.Trial
     ) -> TrialRecord:
-        baseline = trial.user_attrs.get("baseline")
+        baseline = trial.user_attrs.get(attributes.BASELINE_ATTR)
         proposed = proposal_reason(self.study.sampler, trial.number)
         if proposed:
-            self.watch.ride(lambda: trial.set_user_attr(PROPOSAL_ATTR, proposed))
+            self.watch.ride(lambda: attributes.mark_proposed(trial, proposed))
         why = f"baseline {baseline}" if baseline else origin({**trial.user_attrs, PROPOSAL_ATTR: proposed})
         label = f"trial {trial.number}" + (f" ({why})" if why else "")
         self.events.trial_started(TrialStarted(trial.number, baseline, label))

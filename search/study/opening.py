@@ -40,15 +40,13 @@ from search.executor import CalibrationFailed, Measurement, PhaseCallback, plan_
 from search.prepare import StudyOptions
 from search.samplers import models_jointly
 from search.scenario import Scenario
+from search.study import attributes
 from search.study.context import StudyContext
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
-from search.study.price import keep_override
 from serving import Hardware, LaunchContext, ServerArgs
 from storage import claims, queries
 from storage.tables import StudyRecord
 from storage.url import single_writer
-
-BUDGET_ATTR = "budget"  # study user attr: the trial budget its workers share (search.workers reads it)
 
 # search.executor.calibrate: measures the scenario on the baseline's server, logs under run_dir.
 Calibrate = Callable[[Scenario, LaunchContext, ServerArgs, Path, PhaseCallback], calibration_mod.CalibrationResult]
@@ -157,15 +155,14 @@ class Opening:
             except IntegrityError:  # another worker created it first: join theirs
                 session.rollback()
                 return self.record(session)
-            self.context.study.set_user_attr(BUDGET_ATTR, self.budget)
+            attributes.keep_budget(self.context.study, self.budget)
             opened = OpenedRecord(rec, p.ctx)
         else:
             self._check(rec)
             opened = self._kept_kv_budget(session, rec)
         self._refuse_recalibration_with_trials(session, rec)
-        keep_override(
-            self.context.study, self.opts.usd_per_hour
-        )  # a price, not a measurement: a later run may change it
+        # a price, not a measurement: a later run may change it
+        attributes.keep_price(self.context.study, self.opts.usd_per_hour)
         return opened
 
     def _check(self, rec: StudyRecord) -> None:
@@ -329,11 +326,13 @@ class Opening:
         """Each baseline queued once per study: under the study's claim, so of several workers
         starting together one queues them and the others find them queued."""
         with claims.claimed(self.context.engine, rec.id):
-            present = {t.user_attrs.get("baseline") for t in self.context.study.get_trials(deepcopy=False)}
+            present = {
+                t.user_attrs.get(attributes.BASELINE_ATTR) for t in self.context.study.get_trials(deepcopy=False)
+            }
             for name in self.prep.baselines:
                 if name in present:
                     continue
-                self.context.study.enqueue_trial(self.baseline_point(name, ctx), user_attrs={"baseline": name})
+                attributes.enqueue_baseline(self.context.study, self.baseline_point(name, ctx), name)
 
     # -- free space ----------------------------------------------------------------------------
 

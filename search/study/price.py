@@ -1,9 +1,10 @@
 """The price of the serving hardware a study quotes its costs at: the scenario's
 `cost.usd_per_hour`, or a run's `autotune search --usd-per-hour`, which wins.
 
-The flag's price is kept with the study, as an Optuna study user attribute, when the run opens
-it: `autotune export`, the report and the dashboard read the study back from storage and then
-quote the same figures as the run's own summary, and a later run without the flag keeps it. A
+The flag's price is kept with the study, as an Optuna study user attribute
+(`search.study.attributes.keep_price`), when the run opens it: `autotune export`, the report and
+the dashboard read the study back from storage and then quote the same figures as the run's own
+summary, and a later run without the flag keeps it. A
 user attribute rather than a column of `autotune_studies`, because a new column would make every
 database an earlier build made unreadable (storage refuses another schema, never migrates) for
 a number that is no measurement.
@@ -16,11 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
-
 from search.scenario import Scenario
+from search.study.attributes import PRICE_ATTR
 
-PRICE_ATTR = "usd_per_hour"  # the Optuna study user attribute that keeps a run's --usd-per-hour
 FROM_FLAG = "--usd-per-hour"
 FROM_SCENARIO = "the scenario's cost.usd_per_hour"
 
@@ -29,12 +28,6 @@ FROM_SCENARIO = "the scenario's cost.usd_per_hour"
 class Price:
     usd_per_hour: float
     source: str  # where it was set, as the outputs say it (FROM_FLAG, FROM_SCENARIO)
-
-
-def keep_override(study: optuna.Study, usd_per_hour: float | None) -> None:
-    """Keep a run's --usd-per-hour with the study (None: the run gave none; a stored one stays)."""
-    if usd_per_hour is not None:
-        study.set_user_attr(PRICE_ATTR, float(usd_per_hour))
 
 
 def study_price(scenario: Scenario, user_attrs: Mapping[str, Any]) -> Price | None:

@@ -8,10 +8,12 @@ database is away, each step is ridden out (`outage`); a measured row waits in th
 (`spool`), so that a kill or the end of the wait leaves it on disk for the next run to store.
 
 The one holder of a database session in `search.study` (a run's opening and confirmation phase
-write through the one it holds), and the one place besides `coordination` (whose heartbeats and
-retries Optuna's storage keys by its private trial id) that touches Optuna's private API: the
-constraint list Optuna's samplers and optuna-dashboard read (`_set_constraints`) and a `Trial` for
-a trial an earlier process asked (`recover`).
+write through the one it holds), and the one caller of Optuna's `tell`: what Optuna's trial holds
+besides its values is written just before, through `attributes` (which writes the constraint list
+through Optuna's private storage), and the subscribers hear of the trial once it is told. Besides
+`attributes` and `coordination` (whose heartbeats and retries Optuna's storage keys by its private
+trial id), the one place that touches Optuna's private API: a `Trial` for a trial an earlier
+process asked (`recover`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ from objectives.diagnosis import Diagnosis, diagnose_trial
 from objectives.scoring import Score, score
 from search import pareto, trial_results
 from search.executor import TrialOutcome, TrialPlan
-from search.pareto import CLIENT_BEHIND_ATTR
+from search.study import attributes, spool
 from search.study import coordination as coord
-from search.study import spool
 from search.study.context import StudyContext
 from search.study.events import TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
@@ -41,19 +42,6 @@ from storage import claims, queries
 from storage.tables import ParetoMember, StudyRecord, TrialRecord, TrialStatus, utcnow
 
 T = TypeVar("T")
-
-
-def _set_constraints(trial: optuna.Trial, constraints: dict[str, float]) -> None:
-    """The constraints in the one format Optuna's samplers and optuna-dashboard 0.21 both read,
-    the pre-5.0 positional list, with their names beside it (`pareto.CONSTRAINT_LIST`); never also
-    by `Trial.set_constraint`, which the samplers would read as a second copy of each. Optuna 5
-    has no public way to write that list (Trial.set_system_attr is removed; the deprecated sampler
-    `constraints_func` writes it, but not for every sampler), so this is the study's one write
-    through Optuna's private storage. Both writes overwrite: a tell a kill cut short is told again
-    whole."""
-    names, listed = pareto.constraint_attrs(constraints)
-    trial.set_user_attr(pareto.CONSTRAINT_NAMES_ATTR, names)
-    trial.storage.set_trial_system_attr(trial._trial_id, pareto.CONSTRAINT_LIST, listed)
 
 
 class Recording:
@@ -220,15 +208,14 @@ class Recording:
         )
 
     def _told(self, opened: OpenedStudy, scored: TrialScored, served: bool, label: str) -> TrialRecord:
-        """With the scored row committed: tell Optuna and snapshot the front. Each step may be
-        tried again after the database was away, so each is one that can be."""
+        """With the scored row committed: write the trial's attributes and tell Optuna, then the
+        subscribers, and snapshot the front. Each step may be tried again after the database was
+        away, so each is one that can be."""
         rec, row, trial = opened.record, scored.row, scored.trial
         if served:
             self.ride(lambda: self._first_reference(rec, row.values))
-        self.ride(lambda: trial.set_user_attr(CLIENT_BEHIND_ATTR, row.client_behind))
-        self.ride(lambda: self.events.trial_scored(scored))  # subscribers may add user attrs until told
         try:
-            self.ride(lambda: self.tell(trial, row.values, row.constraints))
+            self.ride(lambda: self._written_and_told(scored))
         except optuna.exceptions.UpdateFinishedTrialError:
             if self.ride(lambda: self.context.storage.get_trial(trial._trial_id).state) != TrialState.COMPLETE:
                 # Taken for dead (no heartbeat written for the grace period) and run again elsewhere;
@@ -238,9 +225,17 @@ class Recording:
                 )
                 return row
             # told already: by a tell whose answer the database lost, or from the stored row
+        self.ride(lambda: self.events.trial_scored(scored))
         self.ride(lambda: self.snapshot(rec, trial.number))
         self.ride(lambda: self.events.trial_recorded(TrialRecorded(row, pareto.chosen(self.study, self.sc))))
         return row
+
+    def _written_and_told(self, scored: TrialScored) -> None:
+        """The trial's attributes (`attributes`), then its tell: one step, so that a trial that
+        another worker took for dead meanwhile ends alike whichever write finds it finished."""
+        trial, row = scored.trial, scored.row
+        self.context.attributes.recorded(trial, row, scored.diagnosis, scored.failure, scored.metrics)
+        self.tell(trial, row.values, row.constraints)
 
     def _first_reference(self, rec: StudyRecord, values: list[float]) -> None:
         """The hypervolume's reference point: the first measured trial's, whichever worker ran it."""
@@ -253,7 +248,7 @@ class Recording:
                 self.session.refresh(rec)
 
     def tell(self, trial: optuna.Trial, values: list[float], constraints: dict[str, float]) -> None:
-        _set_constraints(trial, constraints)
+        attributes.write_constraints(trial, constraints)
         self.study.tell(trial, values)
 
     # -- the front -----------------------------------------------------------------------------

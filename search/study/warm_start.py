@@ -31,6 +31,7 @@ from search import scenario as scenario_mod
 from search import space as space_mod
 from search.prepare import Prepared
 from search.proposals import WARM_START_ATTR, prior_trials
+from search.study.attributes import enqueue_warm_start
 from search.study.errors import StudyMismatch
 from search.study.opening import setup_changes
 from search.study.verdict import Outcome, stored_verdict
@@ -138,4 +139,4 @@ def enqueue_winner(engine: Engine, study: optuna.Study, rec: StudyRecord, warm: 
     with claims.claimed(engine, rec.id):
         if any(WARM_START_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False)):
             return
-        study.enqueue_trial(warm.winner, user_attrs={WARM_START_ATTR: warm.winner_label})
+        enqueue_warm_start(study, warm.winner, warm.winner_label)

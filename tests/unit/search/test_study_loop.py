@@ -26,6 +26,7 @@ from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid
 from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
+from search.study.recording import Recording
 from search.trial_results import retried_of
 from serving import Failure, FailureClass
 from serving.process import ZygoteFailure, zygote_status
@@ -42,11 +43,9 @@ A = {"max_num_seqs": 8, "max_num_batched_tokens": 512}
 B = {"max_num_seqs": 3, "max_num_batched_tokens": 300}
 
 
-class InterruptWhenScored(StudyObserver):
+def interrupted_before_tell(self, *args, **kwargs):
     """Ctrl-C after the trial is stored and before Optuna is told: the narrowest window."""
-
-    def trial_scored(self, event):
-        raise KeyboardInterrupt
+    raise KeyboardInterrupt
 
 
 def interrupt_on_call(n: int):
@@ -60,9 +59,10 @@ def interrupt_on_call(n: int):
     return before
 
 
-def test_resume_finishes_a_running_trial_from_its_stored_record(tmp_path):
-    with pytest.raises(KeyboardInterrupt):
-        runner(tmp_path, ScriptedExecutor(), trials=1, observers=[InterruptWhenScored()]).run()
+def test_resume_finishes_a_running_trial_from_its_stored_record(tmp_path, monkeypatch):
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(Recording, "tell", interrupted_before_tell)
+        runner(tmp_path, ScriptedExecutor(), trials=1).run()
     [stored] = rows(runner(tmp_path, ScriptedExecutor(), trials=1))
     assert optuna_trials(runner(tmp_path, ScriptedExecutor()))[0].state == TrialState.RUNNING
 
@@ -268,7 +268,23 @@ def test_events_reach_every_subscriber_in_order(tmp_path):
     assert first.events[-1][1].completed
 
 
-def test_dashboard_subscriber_sets_the_diagnosis_attrs_before_tell_and_writes_the_note(tmp_path):
+class TrialStateWhenScored(StudyObserver):
+    """What Optuna holds of each trial as the subscribers hear it was scored."""
+
+    def __init__(self) -> None:
+        self.states: list[TrialState] = []
+
+    def trial_scored(self, event):
+        self.states.append(event.trial.study.trials[event.trial.number].state)
+
+
+def test_subscribers_hear_of_a_scored_trial_once_optuna_is_told(tmp_path):
+    seen = TrialStateWhenScored()
+    runner(tmp_path, ScriptedExecutor(), trials=2, observers=[seen]).run()
+    assert seen.states == [TrialState.COMPLETE] * 2
+
+
+def test_with_the_dashboard_subscriber_a_trial_carries_its_diagnosis_attrs_and_its_note(tmp_path):
     from optuna_dashboard import get_note
 
     r = runner(tmp_path, ScriptedExecutor(), trials=1, observers=[DashboardPublisher()])
@@ -686,7 +702,7 @@ def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line
     assert "after 1 retried start (killed, 12 s)" in console.export_text()
 
 
-def test_the_dashboard_subscriber_publishes_every_display_attr_and_the_loop_only_what_the_study_needs(tmp_path):
+def test_with_the_dashboard_subscriber_the_study_writes_every_display_attr_and_else_only_what_it_needs(tmp_path):
     bare = runner(tmp_path, ScriptedExecutor(), trials=1)
     bare.run()
     [t] = optuna_trials(bare)

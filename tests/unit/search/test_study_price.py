@@ -8,7 +8,8 @@ import search.prepare
 import search.study.loop
 from search.cli import main
 from search.scenario import Cost, load
-from search.study.price import FROM_FLAG, FROM_SCENARIO, Price, keep_override, study_price
+from search.study.attributes import keep_price
+from search.study.price import FROM_FLAG, FROM_SCENARIO, Price, study_price
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor
@@ -27,10 +28,10 @@ def test_a_runs_price_wins_over_the_scenarios_and_without_either_there_is_none()
 
 def test_a_run_without_the_flag_keeps_the_price_an_earlier_run_kept():
     study = optuna.create_study()
-    keep_override(study, None)
+    keep_price(study, None)
     assert study.user_attrs == {}
-    keep_override(study, 2.5)
-    keep_override(study, None)
+    keep_price(study, 2.5)
+    keep_price(study, None)
     assert study_price(UNPRICED, study.user_attrs) == Price(2.5, FROM_FLAG)
 
 

@@ -21,6 +21,7 @@ from search.outputs.report import write_report
 from search.prepare import StudyOptions, prepare
 from search.scenario import Scenario
 from search.study import StudyRunner
+from search.study.attributes import diagnosis_attrs
 from search.trial_results import diagnosis_of
 from serving import Failure
 from serving.failures import classify
@@ -166,7 +167,7 @@ def test_publish_trial_notes_one_trial_as_the_study_tells_it(study):
         dashboard.publish_trial(optuna.trial.Trial(st, st.trials[1]._trial_id), row, scenario)
     note = get_note(optuna.trial.Trial(st, st.trials[1]._trial_id))
     assert note.startswith("## trial 1: INFEASIBLE") and "Bottleneck: queueing" in note
-    assert dashboard.trial_user_attrs(diagnosis_of(row))["bottleneck"] == "queueing"
+    assert diagnosis_attrs(diagnosis_of(row))["bottleneck"] == "queueing"
 
 
 def test_best_yaml_and_report_state_the_selection_rule_in_the_same_words(study, tmp_path):
