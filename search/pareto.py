@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from loadgen import CLIENT_BEHIND
 from objectives.capacity import Front
 from objectives.scoring import SERVER_OK, TARGET_COMPLETED
 from search.scenario import Scenario, Selection
-
-# Trial user attr the selection rule reads: the study sets it with the trial's record.
-CLIENT_BEHIND_ATTR = CLIENT_BEHIND
 
 # A told trial's constraints are stored once, as Optuna's pre-5.0 positional list (this system
 # attr): Optuna 5's samplers read it (`FrozenTrial.constraints`, keys "0".."n-1") and so does
@@ -52,12 +48,6 @@ def slo_miss(trial: FrozenTrial) -> float:
         return math.inf
     misses = [v for k, v in constraints.items() if k not in (SERVER_OK, TARGET_COMPLETED)]
     return max(misses, default=math.inf)
-
-
-def client_behind(trial: FrozenTrial) -> bool:
-    """Its load client fell behind its schedule: the server got less load than planned, so its
-    numbers flatter it."""
-    return bool(trial.user_attrs.get(CLIENT_BEHIND_ATTR))
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
@@ -130,11 +120,13 @@ def select(
     return members[order[0]] if order else None
 
 
-def chosen(study: optuna.Study, scenario: Scenario) -> FrozenTrial | None:
+def chosen(study: optuna.Study, scenario: Scenario, behind: Container[int]) -> FrozenTrial | None:
     """The trial the scenario's selection rule picks from the study's feasible front, leaving out
-    members whose load client fell behind unless every member's did (the outputs then warn)."""
+    members whose load client fell behind its schedule (`behind`: their trial numbers, as their
+    rows say, `storage.queries.clients_behind`) unless every member's did (the outputs then
+    warn): the server got less load than planned, so their numbers flatter them."""
     members = front(study)
-    trusted = [t for t in members if not client_behind(t)] or members
+    trusted = [t for t in members if t.number not in behind] or members
     return select(trusted, scenario.directions, scenario.objective_names, scenario.selection)
 
 

@@ -310,6 +310,17 @@ def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:
     )
 
 
+def clients_behind(session: Session, study: StudyRecord) -> set[int]:
+    """The trials whose load client fell behind its schedule (`TrialRecord.client_behind`)."""
+    return set(
+        session.scalars(
+            select(TrialRecord.trial_number).where(
+                TrialRecord.study_id == study.id, TrialRecord.client_behind.is_(True)
+            )
+        )
+    )
+
+
 def save_confirmation_run(session: Session, study: StudyRecord, run: ConfirmationRun) -> ConfirmationRun:
     """Store `run` (a new row, in no session); a run redone after an interruption replaces the stored one."""
     run.study_id = study.id

@@ -58,7 +58,11 @@ class LoadedStudy:
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
         """The front's pick by the selection rule on the search's single measurements."""
-        return pareto.chosen(self.study, self.scenario)
+        return pareto.chosen(self.study, self.scenario, self.clients_behind())
+
+    def clients_behind(self) -> set[int]:
+        """The trials whose load client fell behind its schedule: their numbers are suspect."""
+        return {n for n, row in self.trials.items() if row.client_behind}
 
     @property
     def confirmed(self) -> bool:
@@ -117,7 +121,8 @@ class LoadedStudy:
         text = self.verdict_text()
         note = self.unconfirmed_note()
         best = None if self.confirmed else self.chosen()
-        suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and pareto.client_behind(best) else []
+        behind = best is not None and best.number in self.clients_behind()
+        suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and behind else []
         cost = self.cost_note()
         return (text.summary_lines() if text is not None else []) + ([note] if note else []) + cost + suspect
 

@@ -21,13 +21,13 @@ step tried again after the database was away writes the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 
-from loadgen import json_safe
+from loadgen import CLIENT_BEHIND, json_safe
 from objectives.diagnosis import Diagnosis
 from search import pareto
 from search.proposals import MOVE_ATTR, PROPOSAL_ATTR, WARM_START_ATTR, move_for
@@ -43,7 +43,6 @@ BASELINE_ATTR = "baseline"  # trial: the baseline an enqueued trial runs (a retr
 # judges a running trial's worker by, before any row exists, and all that is left of who ran a
 # trial that never finished.
 WORKER_ATTR = "worker"
-NEIGHBOURS_ATTR = "neighbours"  # trial: the trials other workers were running when it started
 RETRY_OF_ATTR = "retry_of"  # trial: the trial number this one runs again (Optuna's retry callback queued it)
 BUDGET_ATTR = "budget"  # study: the trial budget its workers share (`autotune worker`'s default)
 PRICE_ATTR = "usd_per_hour"  # study: a run's --usd-per-hour (`search.study.price`)
@@ -81,12 +80,9 @@ def enqueue_warm_start(study: optuna.Study, params: dict[str, Any], label: str) 
     study.enqueue_trial(params, user_attrs={WARM_START_ATTR: label})
 
 
-def mark_claimed(
-    trial: optuna.Trial, worker: dict[str, Any], beside: Sequence[Mapping[str, Any]], retry_of: int | None
-) -> None:
-    """Who runs `trial` (`WORKER_ATTR`), beside which other trials, and the trial it runs again, if it does."""
+def mark_claimed(trial: optuna.Trial, worker: dict[str, Any], retry_of: int | None) -> None:
+    """Who runs `trial` (`WORKER_ATTR`), and the trial it runs again, if it does."""
     trial.set_user_attr(WORKER_ATTR, worker)
-    trial.set_user_attr(NEIGHBOURS_ATTR, list(beside))
     if retry_of is not None:
         trial.set_user_attr(RETRY_OF_ATTR, retry_of)
 
@@ -132,9 +128,7 @@ class TrialAttributes:
         metrics: dict[str, float],
     ) -> None:
         """Written by the recording step with the trial's row stored, before Optuna is told."""
-        attrs: dict[str, Any] = {pareto.CLIENT_BEHIND_ATTR: row.client_behind}  # what the selection rule reads
-        if self.display:
-            attrs.update(display_attrs(row, diagnosis, failure, metrics))
+        attrs = display_attrs(row, diagnosis, failure, metrics) if self.display else {}
         if self.moves is not None:
             move = move_for(diagnosis, row.config, metrics, self.moves.searched, self.moves.unset)
             if move is not None:
@@ -165,6 +159,9 @@ def display_attrs(
     attrs: dict[str, Any] = {
         "status": row.status,
         "feasible": row.feasible,
+        # its numbers are suspect: a column for the dashboard only (the selection rule and the
+        # outputs read the row's `client_behind`)
+        CLIENT_BEHIND: row.client_behind,
         "violated": [k for k, v in row.constraints.items() if v > 0],
         "adjustments": [a["detail"] for a in row.adjustments],
     }

@@ -30,7 +30,7 @@ import psutil
 from optuna.storages import InMemoryStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from search.study.attributes import NEIGHBOURS_ATTR, WORKER_ATTR, mark_claimed
+from search.study.attributes import WORKER_ATTR, mark_claimed
 from search.study.outage import DEFAULT_BOUND_S, DatabaseWatch
 from search.trial_results import Neighbour, Placement
 from storage.connection import connection_lost
@@ -142,28 +142,27 @@ def ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
-def claim(study: optuna.Study, store: StudyStorage, worker: WorkerId, watch: DatabaseWatch) -> optuna.Trial:
+@dataclass(frozen=True)
+class Claimed:
+    """A trial this worker runs, and who runs it where beside which other trials, as its row keeps it."""
+
+    trial: optuna.Trial
+    placement: Placement
+
+
+def claim(study: optuna.Study, store: StudyStorage, worker: WorkerId, watch: DatabaseWatch) -> Claimed:
     """The next trial, marked as `worker`'s: heartbeat first (a trial with none is never found
-    stale), then who runs it, on which slot, beside which other trials. Each step is ridden out
-    on its own: asking again would leave the asked trial behind."""
+    stale), then who runs it (and which trial it runs again), and what the other workers run
+    beside it. Each step is ridden out on its own: asking again would leave the asked trial behind."""
     trial = watch.ride(lambda: ask(study))
-    watch.ride(lambda: _mark(study, store, worker, trial))
-    return trial
+    beside = watch.ride(lambda: _mark(study, store, worker, trial))
+    return Claimed(trial, {"host": worker.host, "pid": worker.pid, "slot": worker.slot, "neighbours": beside})
 
 
-def _mark(study: optuna.Study, store: StudyStorage, worker: WorkerId, trial: optuna.Trial) -> None:
+def _mark(study: optuna.Study, store: StudyStorage, worker: WorkerId, trial: optuna.Trial) -> list[Neighbour]:
     store.record_heartbeat(trial._trial_id)
-    mark_claimed(trial, worker.as_dict(), neighbours(study, worker), retried_number(store, trial))
-
-
-def placement(worker: WorkerId, trial: optuna.Trial) -> Placement:
-    """Who ran `trial` where, as its record keeps it: host, pid, slot and the neighbours' trials."""
-    return {
-        "host": worker.host,
-        "pid": worker.pid,
-        "slot": worker.slot,
-        "neighbours": trial.user_attrs.get(NEIGHBOURS_ATTR, []),
-    }
+    mark_claimed(trial, worker.as_dict(), retried_number(store, trial))
+    return neighbours(study, worker)
 
 
 class Heartbeat:

@@ -365,13 +365,14 @@ class StudyRunner:
         return "run", spent
 
     def _run_one(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor) -> TrialRecord:
-        trial = coord.claim(self.study, self.storage, self.worker, self.watch)
-        with coord.Heartbeat(self.storage, trial, self.coordination.heartbeat_interval_s, self.watch):
-            return self._run_claimed(recording, opened, executor, trial)
+        claimed = coord.claim(self.study, self.storage, self.worker, self.watch)
+        with coord.Heartbeat(self.storage, claimed.trial, self.coordination.heartbeat_interval_s, self.watch):
+            return self._run_claimed(recording, opened, executor, claimed)
 
     def _run_claimed(
-        self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor, trial: optuna.Trial
+        self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor, claimed: coord.Claimed
     ) -> TrialRecord:
+        trial = claimed.trial
         baseline = trial.user_attrs.get(attributes.BASELINE_ATTR)
         proposed = proposal_reason(self.study.sampler, trial.number)
         if proposed:
@@ -397,7 +398,7 @@ class StudyRunner:
             self.prep.shown,
         )
         plan.front = self.watch.ride(lambda: pareto.search_front(self.study, self.sc))
-        where = coord.placement(self.worker, trial)
+        where = claimed.placement
         earlier = recording.earlier_run(opened.record, plan.fingerprint)
         if earlier is not None:  # no server: the earlier trial's measurement stands for this one
             self.events.note(f"{label}: same flags as trial {earlier.trial_number}; reusing its result")
@@ -422,4 +423,6 @@ class StudyRunner:
         )
 
     def chosen(self) -> optuna.trial.FrozenTrial | None:
-        return pareto.chosen(self.study, self.sc)
+        with self._recording() as recording:
+            rec = queries.find_study(recording.session, self.prep.study_name)
+            return recording.chosen(rec) if rec is not None else None

@@ -227,7 +227,7 @@ class Recording:
             # told already: by a tell whose answer the database lost, or from the stored row
         self.ride(lambda: self.events.trial_scored(scored))
         self.ride(lambda: self.snapshot(rec, trial.number))
-        self.ride(lambda: self.events.trial_recorded(TrialRecorded(row, pareto.chosen(self.study, self.sc))))
+        self.ride(lambda: self.events.trial_recorded(TrialRecorded(row, self.chosen(rec))))
         return row
 
     def _written_and_told(self, scored: TrialScored) -> None:
@@ -236,6 +236,11 @@ class Recording:
         trial, row = scored.trial, scored.row
         self.context.attributes.recorded(trial, row, scored.diagnosis, scored.failure, scored.metrics)
         self.tell(trial, row.values, row.constraints)
+
+    def chosen(self, rec: StudyRecord) -> optuna.trial.FrozenTrial | None:
+        """The selection rule's pick now, passing over the trials whose load client fell behind
+        (as their rows say) unless every member's did."""
+        return pareto.chosen(self.study, self.sc, queries.clients_behind(self.session, rec))
 
     def _first_reference(self, rec: StudyRecord, values: list[float]) -> None:
         """The hypervolume's reference point: the first measured trial's, whichever worker ran it."""

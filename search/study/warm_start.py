@@ -76,7 +76,7 @@ def _winner(session: Session, rec: StudyRecord, earlier: optuna.Study, prep: Pre
         return verdict.recommended.trial_number, "the confirmed winner"
     if verdict is not None and verdict.outcome == Outcome.NONE_FEASIBLE:
         return None, "nothing (its confirmation found no configuration that met the SLOs)"
-    chosen = pareto.chosen(earlier, sc)
+    chosen = pareto.chosen(earlier, sc, queries.clients_behind(session, rec))
     return (
         (chosen.number, "the best feasible trial (not confirmed)") if chosen else (None, "nothing (no feasible trial)")
     )

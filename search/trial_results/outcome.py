@@ -85,7 +85,7 @@ class Neighbour(TypedDict):
 
 
 class Placement(TypedDict):
-    """Who ran a trial where (`search.study.coordination.placement`)."""
+    """Who ran a trial where (`search.study.coordination.claim`)."""
 
     host: str
     pid: int

@@ -134,11 +134,9 @@ def test_two_workers_share_one_study_without_running_anything_twice(postgres_url
     finished = sorted(t.number for t in trials if t.state == TrialState.COMPLETE)
     assert sorted(r.trial_number for r in rows) == finished
     assert [s.after_trial_number for s in snapshots] == finished  # one each, none lost, none twice
-    slots = {t.user_attrs["worker"]["slot"] for t in trials}
-    assert slots == {"cpu 0", "cpu 1"}
-    assert any(t.user_attrs["neighbours"] for t in trials)  # each trial says what ran beside it
-    # ... and so does its stored record, which the report shows
+    # each trial's stored record says where it ran and what ran beside it, which the report shows
     assert {r.worker["slot"] for r in rows} == {"cpu 0", "cpu 1"}
+    assert any(r.worker["neighbours"] for r in rows)
     beside = next(r for r in rows if r.worker["neighbours"])
     other = beside.worker["neighbours"][0]
     assert other["slot"] != beside.worker["slot"]

@@ -148,7 +148,7 @@ def test_a_heartbeat_missed_while_the_database_was_away_does_not_make_a_live_wor
     elsewhere = coord.WorkerId("another-host", 4242, 0.0, "their-loop")  # only its heartbeat can tell
     notes: list[str] = []
     watch = DatabaseWatch("sqlite", 60, notes.append)
-    trial = coord.claim(r.study, r.storage, elsewhere, watch)
+    trial = coord.claim(r.study, r.storage, elsewhere, watch).trial
     time.sleep(2.1)  # its heartbeat is now older than a grace period of 1 s (SQLite counts whole seconds)
     [dead] = coord.dead_trials(r.study, r.storage, grace, DatabaseWatch("sqlite", 60, notes.append))
     assert dead.trial.number == trial.number  # a worker that saw no outage: the silence is the worker's

@@ -706,8 +706,8 @@ def test_with_the_dashboard_subscriber_the_study_writes_every_display_attr_and_e
     bare = runner(tmp_path, ScriptedExecutor(), trials=1)
     bare.run()
     [t] = optuna_trials(bare)
-    study_needs = {"baseline", "worker", "neighbours", CLIENT_BEHIND, search.pareto.CONSTRAINT_NAMES_ATTR}
-    assert set(t.user_attrs) == study_needs  # no subscriber: no display
+    study_needs = {"baseline", "worker", search.pareto.CONSTRAINT_NAMES_ATTR}
+    assert set(t.user_attrs) == study_needs  # no subscriber: no display, nothing the trial's row holds
     assert optuna.load_study(study_name="loop", storage=bare.prep.storage_url).user_attrs == {"budget": 1}
 
     events = Recorder()

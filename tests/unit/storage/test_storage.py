@@ -98,6 +98,20 @@ def test_trials_upsert_and_earlier_runs_are_found_by_fingerprint(tmp_path):
         assert queries.earlier_run_of(session, rec, "nope") is None
 
 
+def test_the_trials_whose_load_client_fell_behind_are_read_from_their_rows_of_their_study(tmp_path):
+    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    with Session(engine) as session:
+        rec, other = new_study(session), new_study(session, "other")
+        queries.save_trial(session, rec, trial(0, client_behind=True))
+        queries.save_trial(session, rec, trial(1))  # the column's default: on schedule
+        queries.save_trial(session, rec, trial(2, client_behind=False))
+        queries.save_trial(session, rec, trial(3, client_behind=True))
+        queries.save_trial(session, other, trial(1, client_behind=True))
+        session.commit()
+        assert queries.clients_behind(session, rec) == {0, 3}
+        assert queries.clients_behind(session, other) == {1}
+
+
 def test_pareto_snapshots_keep_history(tmp_path):
     engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
