@@ -74,7 +74,8 @@ class Hardware:
 
 
 def _cpu_info() -> tuple[str, frozenset[str]]:
-    model, flags = platform.processor() or "unknown", frozenset()
+    model = platform.processor() or "unknown"
+    flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

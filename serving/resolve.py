@@ -98,7 +98,7 @@ def _check_value(spec: ParamSpec, value: Any, ctx: LaunchContext, where: str) ->
         return value
     if spec.kind == "choice":
         choices = spec.cpu_choices if (spec.cpu_choices and not ctx.hardware.is_gpu) else spec.choices
-        if not choices and (parsed := ctx.installed.flags.get(spec.flag)) is not None:
+        if not choices and spec.flag is not None and (parsed := ctx.installed.flags.get(spec.flag)) is not None:
             choices = parsed.choices or ()
         if choices and value not in choices:
             raise bad(", ".join(map(str, choices)))
@@ -130,6 +130,7 @@ def _render(name: str, value: Any, ctx: LaunchContext) -> dict[str, Any]:
         if ctx.hardware.is_gpu:
             return {"gpu-memory-utilization": value}
         return {"kv-cache-memory-bytes": ctx.cpu_kv_bytes(value)}
+    assert spec.flag is not None  # only memory_utilization has none: its flag is per device, above
     return {spec.flag.removeprefix("--"): value}
 
 

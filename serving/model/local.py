@@ -113,7 +113,9 @@ def write_config_and_weights(spec: TinyLlamaSpec, tokenizer, out: Path, weights:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
-        torch_dtype=spec.dtype,
+        # Transformers 5 calls it `dtype` and its typed signature lacks this name, which it still
+        # takes (and which is the only one transformers 4 knows).
+        torch_dtype=spec.dtype,  # type: ignore[call-arg]
     )
     if not weights:
         config.save_pretrained(out)

@@ -317,7 +317,7 @@ def gpu_budget(shape: ModelShape, gpu: GpuServing) -> KvBudget | None:
     if weights is None:
         return None
     requested = int(gpu.device_bytes * gpu.utilization)
-    taken = (
+    taken: tuple[tuple[str, int], ...] = (
         ("weights", weights // gpu.tp),
         ("outside torch", OUTSIDE_TORCH_BYTES),
         ("activations", activation_bytes(shape, gpu.batched_tokens, gpu.seqs, gpu.dtype, gpu.tp)),

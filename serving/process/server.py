@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import BinaryIO
 
 from serving import http_control
 from serving.failure_kinds import Failure, FailureClass, FailurePhase
@@ -121,7 +122,7 @@ class VllmServer:
         self.port: int | None = None
         self.proc: subprocess.Popen | zygote.ForkedServer | None = None
         self._pipe_w: int | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
         self.started_at: float | None = None
         self.ready_s: float | None = None
         self.spawned_at: datetime | None = None  # local wall time, the clock of vLLM's log lines
@@ -206,16 +207,16 @@ class VllmServer:
             os.close(read_fd)
             reservation.close()
         self.ready_s = time.monotonic() - self.started_at
-        self.pids.update(p.pid for p in group_members(self.pgid))
+        self.pids.update(p.pid for p in group_members(self.proc.pid))
 
     def _fork_from_zygote(self, env: dict[str, str], pipe_fd: int) -> zygote.ForkedServer | None:
         """The server forked by the study's zygote (the same command, without importing vLLM
         again); None, with the reason in the log, where it cannot be. A zygote that fails is
         replaced within this start (`zygote.fork_server`): one line here says so."""
+        assert self.port is not None  # `start` reserved it first
         argv, api_module = self.spec.server_argv(self.port), self.spec.api_module
         # Before the fork, so that it comes before the server's own lines.
-        self._log.write(b"autotune: the command above is forked by the study's zygote (vLLM imported once per study)\n")
-        self._log.flush()
+        self.note("the command above is forked by the study's zygote (vLLM imported once per study)")
         try:
             server = zygote.ServerFork(
                 self.spec.python,
@@ -250,9 +251,10 @@ class VllmServer:
         return forked
 
     def _wait_healthy(self) -> None:
+        assert self.proc is not None and self.started_at is not None  # `start` set both first
         deadline = self.started_at + self.spec.startup_timeout_s
         while True:
-            self.pids.update(p.pid for p in group_members(self.pgid))
+            self.pids.update(p.pid for p in group_members(self.proc.pid))
             failure = self.poll_failure(phase=FailurePhase.STARTUP)
             if failure is not None:
                 raise ServerFailed(failure)
@@ -273,7 +275,7 @@ class VllmServer:
             time.sleep(POLL_S)
 
     def healthy(self, timeout: float = 2.0) -> bool:
-        return http_control.healthy(HOST, self.port, timeout)
+        return self.port is not None and http_control.healthy(HOST, self.port, timeout)
 
     def processes_stopped(self) -> bool:
         """Every process of the server is stopped (SIGSTOP, a tracer): it answers nothing until
@@ -306,6 +308,7 @@ class VllmServer:
         """If the server has exited, why. Call during load to catch a crash mid-run."""
         if self.proc is None or self.proc.poll() is None:
             return None
+        assert self.started_at is not None  # `start` sets it before it starts the process
         rc = self.proc.returncode
         text = self.log_text()
         # Only a silent SIGKILL needs the kernel's word on who killed it.
@@ -349,7 +352,9 @@ class VllmServer:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
-        port_freed = self._wait(lambda: not port_listening(self.port), 30)
+        port = self.port
+        assert port is not None  # reserved before the process was started
+        port_freed = self._wait(lambda: not port_listening(port), 30)
         gpu_released = None
         if self.spec.gpu and self._gpu_baseline is not None and self.alone_on_gpu:
             base = self._gpu_baseline

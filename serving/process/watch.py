@@ -49,7 +49,7 @@ class FirstTokenWatch(ProgressWatch):
         return min(sent) if sent else None
 
 
-def hang_failure(server: VllmServer, stall: Stall, phase: str) -> Failure:
+def hang_failure(server: VllmServer, stall: Stall, phase: FailurePhase) -> Failure:
     """A server that stopped making progress, with what was seen (and whether /health answers,
     unless what showed the hang already says)."""
     line = stall.describe()

@@ -98,9 +98,15 @@ class EnvForkServerProcess(multiprocessing.context.ForkServerProcess):
     """A forkserver child with its parent's environment as of `start()`; spawned instead where
     that environment cannot be had by a fork (`fork_blocker`)."""
 
+    _parent_environ: dict[str, str]
+    _forkserver_address: str
+    _forkserver_env: dict[str, str]
+    _forked: bool  # set by `_Popen`, in the parent, and carried to the child with the rest
+
     def start(self) -> None:
         self._parent_environ = dict(os.environ)
-        self._forkserver_address = multiprocessing.forkserver._forkserver._forkserver_address
+        # multiprocessing's private state, which typeshed does not declare (likewise below)
+        self._forkserver_address = multiprocessing.forkserver._forkserver._forkserver_address  # type: ignore[attr-defined]
         self._forkserver_env = _forkserver_env
         super().start()
 
@@ -127,7 +133,7 @@ class EnvForkServerProcess(multiprocessing.context.ForkServerProcess):
             _adopt_forkserver(self._forkserver_address, self._forkserver_env)
             # The tuner's plugin, as in the API server (an exec'd forkserver never activated it;
             # one forked from an activated server did, and this is then a no-op).
-            import autotune_vllm_plugin
+            import autotune_vllm_plugin  # type: ignore[import-not-found]  # checked as serving.process.entry...
 
             autotune_vllm_plugin.activate()
         super().run()
@@ -151,8 +157,8 @@ def _adopt_forkserver(address, server_env: dict[str, str]) -> None:
     global _forkserver_env
     _forkserver_env = server_env
     server = multiprocessing.forkserver._forkserver
-    server._forkserver_address = address
-    server.ensure_running = multiprocessing.resource_tracker.ensure_running
+    server._forkserver_address = address  # type: ignore[attr-defined]
+    server.ensure_running = multiprocessing.resource_tracker.ensure_running  # type: ignore[method-assign]
     multiprocessing.get_context = _forkserver_for_spawn
 
 
@@ -206,7 +212,7 @@ def fork_forkserver(server_env: dict[str, str]) -> None:
     forked it): the forkserver is forked from it before it runs anything, rather than exec'd to
     import it all again. `server_env` is the environment this process was exec'd with."""
     global _forkserver_env
-    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+    address = multiprocessing.connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(address)
     os.chmod(address, 0o600)
@@ -222,7 +228,7 @@ def fork_forkserver(server_env: dict[str, str]) -> None:
     os.close(alive_r)
     listener.close()
     server = multiprocessing.forkserver._forkserver
-    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid  # type: ignore[attr-defined]
     _forkserver_env = server_env
     multiprocessing.get_context = _forkserver_for_spawn
 

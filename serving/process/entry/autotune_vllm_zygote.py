@@ -55,9 +55,11 @@ import sys
 import threading
 import traceback
 
-import autotune_vllm_entry as entry
-import autotune_vllm_plugin
-import server_guard
+# This directory's modules, by the names the server's sys.path gives them. mypy checks each under
+# its path in the tuner's package (serving.process.entry...) and cannot give one file two names.
+import autotune_vllm_entry as entry  # type: ignore[import-not-found]
+import autotune_vllm_plugin  # type: ignore[import-not-found]
+import server_guard  # type: ignore[import-not-found]
 
 MAX_MESSAGE = 1 << 20
 FORKSERVER, FORK = "forkserver", "fork"  # the CPU build's children from a forkserver; vLLM's fork on a GPU
@@ -134,7 +136,7 @@ def _exit_like_an_interpreter(code: int) -> None:
     """End a forked child as `python` would end: threads joined, atexit run (vLLM shuts its
     engine down there), streams flushed; never return into the zygote's loop."""
     try:
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]  # private to threading: typeshed leaves it out
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):

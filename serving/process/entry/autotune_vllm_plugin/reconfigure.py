@@ -114,7 +114,7 @@ def apply(scheduler: Any, values: Mapping[str, int]) -> None:
 def reconfigure(engine: Any, asked: Mapping[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
     """The utility's answer: {"status": applied | refused | unavailable, "reason", "values",
     "start", "prefix_cache_reset"}. Never raises for a refusal: the caller reads why."""
-    scheduler = getattr(engine, "scheduler", None)
+    scheduler: Any = getattr(engine, "scheduler", None)  # vLLM's; `shape_problem` checks what is used
     problem = shape_problem(scheduler)
     if problem is not None:
         say(f"reconfiguration unavailable: {problem}")

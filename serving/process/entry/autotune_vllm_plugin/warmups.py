@@ -30,6 +30,7 @@ COMPILER_INTERFACE = "vllm.compilation.compiler_interface"
 GPU_WORKER = "vllm.v1.worker.gpu_worker"
 ROUTER_WARMUP = "_warmup_ll_bf16_router_gemm"
 LAZY_INIT = "trigger_inductor_lazy_init"
+SAMPLER_WARMUP = "warmup_kernels"
 # Class names of the layers that route tokens to experts (vLLM's FusedMoE and its router gate,
 # and the model-specific MoE blocks that wrap them).
 MOE_LAYERS = ("FusedMoE", "GateLinear", "SharedFusedMoE")
@@ -90,7 +91,7 @@ def patch_lazy_init(module: ModuleType, say: Callable[[str], None]) -> None:
 
 def time_sampler_warmup(module: ModuleType, say: Callable[[str], None]) -> None:
     """The V2 model runner's execute-and-sample run after capture, timed (its line is unstamped)."""
-    original = getattr(module, "warmup_kernels", None)
+    original = getattr(module, SAMPLER_WARMUP, None)
     if not callable(original):
         return
 
@@ -101,7 +102,7 @@ def time_sampler_warmup(module: ModuleType, say: Callable[[str], None]) -> None:
         finally:
             say(f"the model runner's JIT warm-up run after capture took {time.monotonic() - t0:.1f} s")
 
-    module.warmup_kernels = timed_warmup_kernels
+    setattr(module, SAMPLER_WARMUP, timed_warmup_kernels)
 
 
 def install(say: Callable[[str], None]) -> None:
