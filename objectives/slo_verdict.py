@@ -43,14 +43,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from scipy import stats
 
 from loadgen import SAMPLE_KEYS, MetricName
 from objectives.scoring import SLOSpec, slo_key
 
-MET, VIOLATED, UNDECIDED = "met", "violated", "undecided"
+MET: Final = "met"
+VIOLATED: Final = "violated"
+UNDECIDED: Final = "undecided"
 Verdict = Literal["met", "violated", "undecided"]
 # How the verdict was reached: an SLO's counts (`interval`, or `share` where too few to decide) or
 # its value (`margin`); a stage's steady state (`steady`) and its counted requests' mix (`mix`),
@@ -128,7 +130,7 @@ class SLOVerdict:
 
     @property
     def share(self) -> float:
-        return self.over / self.known if self.counted and self.known else math.nan
+        return self.over / self.known if self.over is not None and self.known else math.nan
 
     @property
     def leaning(self) -> Verdict:
@@ -136,6 +138,7 @@ class SLOVerdict:
         if self.verdict != UNDECIDED:
             return self.verdict
         if self.counted:
+            assert self.limit is not None  # a counted verdict carries its limit (`counted_verdict`)
             return MET if self.known and self.share <= self.limit else VIOLATED
         return MET if self.margin <= 0 else VIOLATED
 
@@ -231,6 +234,7 @@ def count_samples(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: flo
                 known += 1
                 over += 0 if ok else 1
             continue
+        assert slo.max is not None  # a counted SLO is an upper bound (`count_limit`)
         bound_s = float(slo.max) / 1000.0
         latency = _latency_s(name.family, ttft, e2e, tokens or 0)
         if aborted:

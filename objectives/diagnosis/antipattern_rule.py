@@ -51,6 +51,12 @@ class Subject:
         return self.config.get("memory_utilization")
 
     @property
+    def closed_loop_users(self) -> int | None:
+        """The workload's users where it is a closed loop (its arrival has them exactly then)."""
+        arrival = self.workload.arrival if self.workload is not None else None
+        return arrival.concurrency if arrival is not None and arrival.mode == "closed" else None
+
+    @property
     def chunked_prefill(self) -> bool:
         return self.config.get("enable_chunked_prefill", True) is not False
 
@@ -60,8 +66,8 @@ class Subject:
         if self.metrics is not None and known(num(self.metrics, "server_running_peak")):
             need = num(self.metrics, "server_running_peak") + max(num(self.metrics, "server_waiting_peak"), 0)
             return need, "measured peak running + waiting"
-        if self.workload is not None and self.workload.arrival.mode == "closed":
-            return float(self.workload.arrival.concurrency), "the workload's closed-loop users"
+        if (users := self.closed_loop_users) is not None:
+            return float(users), "the workload's closed-loop users"
         return None, ""
 
     @cached_property
@@ -77,8 +83,8 @@ class Subject:
         ):
             return None
         width = effective_max_num_seqs(self.config, f)
-        if self.workload.arrival.mode == "closed" and width:
-            width = min(width, self.workload.arrival.concurrency)
+        if (users := self.closed_loop_users) is not None and width:
+            width = min(width, users)
         return util * f.cpu_kv_budget_bytes / f.kv_bytes_per_token, mean_request_tokens(self.workload), width
 
 

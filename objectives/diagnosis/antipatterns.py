@@ -31,13 +31,23 @@ from objectives.diagnosis.thresholds import (
 # --- what the table calls, where a lambda would be too long ---------------------------------------
 
 
+def _max_model_len_too_small(s: Subject) -> bool:
+    longest, mml = s.longest_request, s.max_model_len
+    if not longest or not mml:
+        return False
+    return longest > mml
+
+
 def _max_model_len_oversized(s: Subject) -> bool:
     longest, mml = s.longest_request, s.max_model_len
-    return bool(longest and mml) and longest <= mml and mml > MAX_MODEL_LEN_SLACK * longest
+    if not longest or not mml:
+        return False
+    return longest <= mml and mml > MAX_MODEL_LEN_SLACK * longest
 
 
 def _max_model_len_oversized_message(s: Subject) -> str:
     longest, mml = s.longest_request, s.max_model_len
+    assert longest and mml  # `_max_model_len_oversized` holds: both are known
     return (
         f"max_model_len {mml}{' (the model default)' if not s.config.get('max_model_len') else ''} "
         f"is {mml / longest:.0f}x the workload's longest request ({longest} tokens); "
@@ -70,20 +80,25 @@ def _max_num_seqs_excessive_message(s: Subject) -> str:
     )
 
 
-def _on_gpu(s: Subject) -> bool:
-    """memory_utilization is set, and it is a share of device memory (not of the CPU KV budget)."""
-    return s.memory_utilization is not None and bool(s.facts.is_gpu)
+def _device_share(s: Subject) -> float | None:
+    """memory_utilization where it is set and a share of device memory (not of the CPU KV
+    budget); None elsewhere."""
+    return s.memory_utilization if s.facts.is_gpu else None
 
 
 def _kv_cache_small(s: Subject) -> bool:
     if s.cpu_kv_cache is None:
         return False
     kv_tokens, mean_req, width = s.cpu_kv_cache
-    return bool(mean_req and width) and kv_tokens < width * mean_req
+    if not mean_req or not width:
+        return False
+    return kv_tokens < width * mean_req
 
 
 def _kv_cache_small_message(s: Subject) -> str:
+    assert s.cpu_kv_cache is not None  # `_kv_cache_small` holds: the cache is known
     kv_tokens, mean_req, width = s.cpu_kv_cache
+    assert mean_req  # and so is the mean request
     return (
         f"memory_utilization {s.memory_utilization:g} gives a KV cache of ~{kv_tokens:.0f} tokens, "
         f"~{kv_tokens / mean_req:.1f} average requests ({mean_req:.0f} tokens) for up to {width} "
@@ -91,18 +106,29 @@ def _kv_cache_small_message(s: Subject) -> str:
     )
 
 
+def _batched_tokens_below_max_num_seqs(s: Subject) -> bool:
+    mnbt, mns = s.max_num_batched_tokens, s.max_num_seqs
+    if mnbt is None or not mns:
+        return False
+    return mnbt < mns
+
+
 def _batched_tokens_below_prompt(s: Subject) -> bool:
-    mnbt = s.max_num_batched_tokens
-    return mnbt is not None and s.workload is not None and not s.chunked_prefill and mnbt < s.longest_prompt
+    mnbt, prompt = s.max_num_batched_tokens, s.longest_prompt  # prompt: None without a workload
+    return mnbt is not None and prompt is not None and not s.chunked_prefill and mnbt < prompt
 
 
 def _batched_tokens_tiny(s: Subject) -> bool:
-    mnbt = s.max_num_batched_tokens
+    mnbt, prompt = s.max_num_batched_tokens, s.longest_prompt  # prompt: None without a workload
+    return mnbt is not None and prompt is not None and s.chunked_prefill and mnbt * PREFILL_STEPS_MAX < prompt
+
+
+def _batched_tokens_tiny_message(s: Subject) -> str:
+    mnbt, prompt = s.max_num_batched_tokens, s.longest_prompt
+    assert mnbt is not None and prompt is not None  # `_batched_tokens_tiny` holds: both are known
     return (
-        mnbt is not None
-        and s.workload is not None
-        and s.chunked_prefill
-        and mnbt * PREFILL_STEPS_MAX < s.longest_prompt
+        f"max_num_batched_tokens {mnbt}: the longest prompt ({prompt} tokens) takes "
+        f"{math.ceil(prompt / mnbt)} steps to prefill, raising its TTFT"
     )
 
 
@@ -128,7 +154,7 @@ RULES: tuple[AntipatternRule, ...] = (
         "max_model_len_too_small",
         "error",
         "vLLM checks every request against max_model_len",
-        lambda s: bool(s.longest_request and s.max_model_len) and s.longest_request > s.max_model_len,
+        _max_model_len_too_small,
         lambda s: (
             f"max_model_len {s.max_model_len} is below the workload's longest request "
             f"({s.longest_request} tokens): vLLM rejects such prompts or silently truncates the output"
@@ -209,7 +235,7 @@ RULES: tuple[AntipatternRule, ...] = (
         "memory_utilization_high",
         "warning",
         "tuning practice: 0.80-0.95 of device memory, 10-15% kept free for spikes and other processes",
-        lambda s: _on_gpu(s) and s.memory_utilization > GPU_MEMORY_UTILIZATION_HIGH,
+        lambda s: (share := _device_share(s)) is not None and share > GPU_MEMORY_UTILIZATION_HIGH,
         lambda s: (
             f"memory_utilization {s.memory_utilization:g} > {GPU_MEMORY_UTILIZATION_HIGH}: no headroom "
             "for traffic spikes or other processes (OOM); keep 10-15% free"
@@ -220,7 +246,10 @@ RULES: tuple[AntipatternRule, ...] = (
         "memory_utilization_no_headroom",
         "info",
         "tuning practice: 10-15% of device memory kept free for spikes",
-        lambda s: _on_gpu(s) and GPU_MEMORY_UTILIZATION_HEADROOM < s.memory_utilization <= GPU_MEMORY_UTILIZATION_HIGH,
+        lambda s: (
+            (share := _device_share(s)) is not None
+            and GPU_MEMORY_UTILIZATION_HEADROOM < share <= GPU_MEMORY_UTILIZATION_HIGH
+        ),
         _no_headroom_message,
         "applies",
     ),
@@ -228,7 +257,7 @@ RULES: tuple[AntipatternRule, ...] = (
         "memory_utilization_low",
         "warning",
         "tuning practice: memory not given to the KV cache limits concurrency",
-        lambda s: _on_gpu(s) and s.memory_utilization < GPU_MEMORY_UTILIZATION_LOW,
+        lambda s: (share := _device_share(s)) is not None and share < GPU_MEMORY_UTILIZATION_LOW,
         lambda s: (
             f"memory_utilization {s.memory_utilization:g} < {GPU_MEMORY_UTILIZATION_LOW}: device memory "
             "left idle that could hold KV cache for more concurrent requests"
@@ -248,9 +277,7 @@ RULES: tuple[AntipatternRule, ...] = (
         "batched_tokens_below_max_num_seqs",
         "error",
         "vLLM's start-up check",
-        lambda s: (
-            s.max_num_batched_tokens is not None and bool(s.max_num_seqs) and s.max_num_batched_tokens < s.max_num_seqs
-        ),
+        _batched_tokens_below_max_num_seqs,
         lambda s: (
             f"max_num_batched_tokens {s.max_num_batched_tokens} < max_num_seqs {s.max_num_seqs}: vLLM refuses to start"
         ),
@@ -272,11 +299,7 @@ RULES: tuple[AntipatternRule, ...] = (
         "info",
         "with chunked prefill a prompt takes one step per max_num_batched_tokens",
         _batched_tokens_tiny,
-        lambda s: (
-            f"max_num_batched_tokens {s.max_num_batched_tokens}: the longest prompt ({s.longest_prompt} "
-            f"tokens) takes {math.ceil(s.longest_prompt / s.max_num_batched_tokens)} steps to prefill, "
-            "raising its TTFT"
-        ),
+        _batched_tokens_tiny_message,
         "applies",
     ),
     AntipatternRule(
