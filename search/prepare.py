@@ -52,7 +52,7 @@ class Prepared:
     source: str
     shown: str
     ctx: LaunchContext
-    dists: dict[str, Any]
+    dists: dict[str, space_mod.Distribution]
     space_notes: list[str]
     fixed: dict[str, Any]
     baselines: dict[str, dict[str, Any]]

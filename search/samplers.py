@@ -20,8 +20,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from search.proposals import DiagnosisProposer, SpaceFillingStart
+from search.space import Distribution
 
-SamplerFactory = Callable[[int, dict[str, BaseDistribution], int], optuna.samplers.BaseSampler]
+SamplerFactory = Callable[[int, dict[str, Distribution], int], optuna.samplers.BaseSampler]
 DEFAULT_SAMPLER = "tpe"
 
 
@@ -29,9 +30,9 @@ def _startup(budget: int) -> int:
     return max(3, min(10, budget // 3))
 
 
-def _grid(dists: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
+def _grid(dists: dict[str, Distribution]) -> dict[str, list[Any]]:
     """Every categorical choice; three points per range: both ends and the (geometric) middle."""
-    grid = {}
+    grid: dict[str, list[Any]] = {}
     for k, d in dists.items():
         if isinstance(d, CategoricalDistribution):
             grid[k] = list(d.choices)
@@ -47,7 +48,7 @@ class _TrialsWithEveryParameter:
     dimension of the space (a baseline set outside a searched range) left out, everything else
     (storage, directions) the study's own."""
 
-    def __init__(self, study: optuna.Study, dists: dict[str, BaseDistribution]):
+    def __init__(self, study: optuna.Study, dists: dict[str, Distribution]):
         self._study, self._dists = study, dists
 
     def __getattr__(self, name: str) -> Any:
@@ -76,7 +77,7 @@ class _WholeSpace:
     intersection of the completed trials' parameters, shrinks to nothing on one trial without a
     value for some dimension, and the sampler then draws at random without saying so."""
 
-    def __init__(self, *args: Any, dists: dict[str, BaseDistribution], **kwargs: Any):
+    def __init__(self, *args: Any, dists: dict[str, Distribution], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.dists = dists
 
@@ -86,7 +87,8 @@ class _WholeSpace:
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        return super().sample_relative(_TrialsWithEveryParameter(study, self.dists), trial, search_space)
+        # A mixin: the sampler it is mixed into (GP, NSGA-II) comes after it and has the method.
+        return super().sample_relative(_TrialsWithEveryParameter(study, self.dists), trial, search_space)  # type: ignore[misc]
 
 
 # Named as Optuna's: `--sampler gp` is Optuna's GP sampler, only held to the whole space.
@@ -103,7 +105,7 @@ def models_jointly(sampler: optuna.samplers.BaseSampler) -> bool:
     return isinstance(sampler, _WholeSpace)
 
 
-def _sobol_tpe(seed: int, dists: dict[str, BaseDistribution], budget: int) -> SpaceFillingStart:
+def _sobol_tpe(seed: int, dists: dict[str, Distribution], budget: int) -> SpaceFillingStart:
     """TPE after a Sobol design as large as its startup (search/proposals/initial_design.py)."""
     return SpaceFillingStart(
         optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(budget)), dists, _startup(budget), seed
@@ -132,7 +134,7 @@ def scenario_default(scenario: Any) -> str:
     return scenario.default_sampler or DEFAULT_SAMPLER
 
 
-def make_sampler(name: str, seed: int, dists: dict[str, BaseDistribution], budget: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int, dists: dict[str, Distribution], budget: int) -> optuna.samplers.BaseSampler:
     try:
         factory = SAMPLERS[name]
     except KeyError:

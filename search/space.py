@@ -11,20 +11,24 @@ import math
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from search.scenario import Domain
 from serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
+
+# A dimension of a study's space, as `distribution` makes it: choices, or a numeric range.
+Distribution = CategoricalDistribution | IntDistribution | FloatDistribution
 
 
 class SpaceError(ValueError):
     pass
 
 
-def distribution(name: str, domain: Domain, where: str) -> BaseDistribution:
+def distribution(name: str, domain: Domain, where: str) -> Distribution:
     spec = REGISTRY[name]
     if domain.choices is not None:
         return CategoricalDistribution(domain.choices)
+    assert domain.low is not None and domain.high is not None  # `Domain`: a range without choices has both
     if spec.kind == "int":
         if domain.low != int(domain.low) or domain.high != int(domain.high):
             raise SpaceError(f"{where}: search_space.{name}: low/high must be integers")
@@ -35,17 +39,15 @@ def distribution(name: str, domain: Domain, where: str) -> BaseDistribution:
     raise SpaceError(f"{where}: search_space.{name} is a {spec.kind} parameter: give choices")
 
 
-def _check_in_valid_range(name: str, dist: BaseDistribution, ctx: LaunchContext, where: str) -> None:
+def _check_in_valid_range(name: str, dist: Distribution, ctx: LaunchContext, where: str) -> None:
     """Every value the sampler may draw must be one vLLM accepts (else: an error now, not later)."""
     probe = list(dist.choices) if isinstance(dist, CategoricalDistribution) else [dist.low, dist.high]
     for value in probe:
         resolve_server_args({name: value}, ctx, where=f"{where}: search_space")
 
 
-def active_space(
-    space: dict[str, Domain], ctx: LaunchContext, where: str
-) -> tuple[dict[str, BaseDistribution], list[str]]:
-    dists: dict[str, BaseDistribution] = {}
+def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str) -> tuple[dict[str, Distribution], list[str]]:
+    dists: dict[str, Distribution] = {}
     notes: list[str] = []
     for name, domain in space.items():
         dist = distribution(name, domain, where)
@@ -54,6 +56,8 @@ def active_space(
         if found.reason is None:
             dists[name] = dist
         elif (sub := found.successor) is not None:
+            if isinstance(dist, CategoricalDistribution):  # the successor's range is mapped from this one's
+                raise SpaceError(f"{where}: search_space.{name}: {sub.flag} stands in for it here: give low/high")
             low, high = found.carry(dist.low), found.carry(dist.high)
             dists[sub.name] = IntDistribution(low, high) if sub.kind == "int" else FloatDistribution(low, high)
             notes.append(f"{name}: {found.substituted(f'searching {sub.flag} in [{low}, {high}]')}")
@@ -64,7 +68,7 @@ def active_space(
     return dists, notes
 
 
-def representable(value: Any, dist: BaseDistribution) -> bool:
+def representable(value: Any, dist: Distribution) -> bool:
     try:
         if isinstance(dist, CategoricalDistribution):
             return value in dist.choices
@@ -85,7 +89,7 @@ def representable(value: Any, dist: BaseDistribution) -> bool:
 
 
 def effective_params(
-    config: dict[str, Any], dists: dict[str, BaseDistribution], ctx: LaunchContext, where: str
+    config: dict[str, Any], dists: dict[str, Distribution], ctx: LaunchContext, where: str
 ) -> dict[str, Any]:
     """The point of the space a configuration (a baseline) runs at: on each searched dimension its
     own value as applied, else what vLLM runs with when the flag is unset. A dimension whose value
@@ -100,9 +104,7 @@ def effective_params(
     return point
 
 
-def suggest(
-    trial: optuna.Trial, dists: dict[str, BaseDistribution], only: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, dists: dict[str, Distribution], only: dict[str, Any] | None = None) -> dict[str, Any]:
     """Sample every dimension, or (for a baseline: `effective_params`) only those in `only`."""
     params = {}
     for name, dist in dists.items():

@@ -13,19 +13,21 @@ the design and do not use up its points.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, create_trial
 
 from search.proposals.delegating import DelegatingSampler
 from search.proposals.proposer import FIXED_PARAMS
+from search.space import Distribution
 
 
 def sobol_points(
-    dists: dict[str, BaseDistribution], n: int, seed: int, *, first_at_random: bool = False
+    dists: Mapping[str, Distribution], n: int, seed: int, *, first_at_random: bool = False
 ) -> list[dict[str, Any]]:
     """The first `n` points of a scrambled Sobol sequence over `dists` (Optuna's QMC sampler and
     its mapping of log, stepped and categorical dimensions). `first_at_random`: a random point,
@@ -50,21 +52,21 @@ def sobol_points(
         )
     points = []
     for _ in range(n):
-        trial = study.ask(dists)
+        trial = study.ask(dict(dists))
         points.append(dict(trial.params))
         study.tell(trial, 0.0)
     return points
 
 
-def _any(d: BaseDistribution) -> Any:
-    return d.choices[0] if hasattr(d, "choices") else d.low
+def _any(d: Distribution) -> Any:
+    return d.choices[0] if isinstance(d, CategoricalDistribution) else d.low
 
 
 class SpaceFillingStart(DelegatingSampler):
     """The design's points, in order, for the sampled trials until each has run; `base` after
     them (and for trials that a wrapping sampler, the diagnosis proposer, fills itself)."""
 
-    def __init__(self, base: BaseSampler, dists: dict[str, BaseDistribution], n: int, seed: int):
+    def __init__(self, base: BaseSampler, dists: dict[str, Distribution], n: int, seed: int):
         super().__init__(base)
         self.dists = dists
         self.points = sobol_points({k: d for k, d in dists.items() if not d.single()}, n, seed) if n > 0 else []

@@ -26,10 +26,10 @@ from search.pareto import named_constraints
 from search.proposals.delegating import DelegatingSampler
 from search.proposals.initial_design import SpaceFillingStart
 from search.proposals.proposer import DiagnosisProposer
-from search.space import representable
+from search.space import Distribution, representable
 
 
-def prior_trials(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistribution]) -> list[FrozenTrial]:
+def prior_trials(trials: Sequence[FrozenTrial], dists: dict[str, Distribution]) -> list[FrozenTrial]:
     """The earlier study's completed trials on this study's space: those whose values of every
     searched knob it would accept (parameters it no longer searches are dropped; a trial with a
     value outside the current range, or without a searched knob, a baseline's, is left out)."""
@@ -99,4 +99,5 @@ def with_prior(sampler: BaseSampler, prior: Sequence[FrozenTrial], directions: S
         return DiagnosisProposer(with_prior(sampler.base, prior, directions), sampler.dists)
     if isinstance(sampler, SpaceFillingStart):
         return with_prior(sampler.base, prior, directions)
+    assert isinstance(sampler, TPESampler)  # `takes_prior`: what the wrappers wrap is TPE
     return PriorSampler(sampler, prior, directions)

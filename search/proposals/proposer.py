@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from search.proposals.delegating import DelegatingSampler
 from search.proposals.proposal_rules import Move, Step
-from search.space import representable
+from search.space import Distribution, representable
 
 MOVE_ATTR = "next_move"  # trial user attr: the move its diagnosis calls for (`Move.as_dict()`)
 PROPOSAL_ATTR = "proposal"  # trial user attr: why the proposer proposed this trial
@@ -40,7 +40,7 @@ class Proposal:
     reason: str
 
 
-def _snap(value: float, dist: BaseDistribution) -> float | int:
+def _snap(value: float, dist: IntDistribution | FloatDistribution) -> float | int:
     value = min(max(value, dist.low), dist.high)
     step = getattr(dist, "step", None)
     if step:
@@ -48,7 +48,7 @@ def _snap(value: float, dist: BaseDistribution) -> float | int:
     return round(value) if isinstance(dist, IntDistribution) else value
 
 
-def moved(value: Any, dist: BaseDistribution, direction: str) -> Any | None:
+def moved(value: Any, dist: Distribution, direction: str) -> Any | None:
     """`value` one step `direction` within `dist`; None when it cannot move (at its bound, or
     already on for "enable"). Numbers double or halve on a log scale, else move a quarter of
     the range; ordered choices move to the next one. 0 is "off" for the threshold knobs: lowering
@@ -87,7 +87,7 @@ def _reason(source: int, move: Move, step: Step, old: Any, new: Any) -> str:
     )
 
 
-def propose(trials: Sequence[FrozenTrial], dists: dict[str, BaseDistribution]) -> Proposal | None:
+def propose(trials: Sequence[FrozenTrial], dists: dict[str, Distribution]) -> Proposal | None:
     """The move of the latest diagnosed trial (of the last `LOOK_BACK`) that the space allows
     and that proposes a configuration no trial has yet; None if there is none."""
     tried = [t.params for t in trials]
@@ -110,7 +110,7 @@ class DiagnosisProposer(DelegatingSampler):
     """`base` for every other sampled trial; the diagnosis' move (`propose`) for the others,
     whenever one applies."""
 
-    def __init__(self, base: BaseSampler, dists: dict[str, BaseDistribution]):
+    def __init__(self, base: BaseSampler, dists: dict[str, Distribution]):
         super().__init__(base)
         self.dists = dists
         self._proposals: dict[int, Proposal] = {}

@@ -6,15 +6,14 @@ difference between configurations."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from optuna.distributions import BaseDistribution
-
 from search.proposals import sobol_points
+from search.space import Distribution
 
 
-def space_filling(dists: dict[str, BaseDistribution], n: int, seed: int) -> list[dict[str, Any]]:
+def space_filling(dists: Mapping[str, Distribution], n: int, seed: int) -> list[dict[str, Any]]:
     """`n` parameter sets spread over the space (Optuna's QMC sampler draws the first at random,
     then the scrambled Sobol sequence)."""
     return sobol_points(dists, n, seed, first_at_random=True)

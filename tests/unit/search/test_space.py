@@ -32,6 +32,12 @@ def test_delay_factor_range_is_searched_through_its_substitute_where_it_acts():
     assert "searching --prefill-schedule-interval in [1, 6] instead" in notes[0]
 
 
+def test_choices_for_a_parameter_a_substitute_stands_in_for_are_an_error_that_says_so():
+    """The substitute's range is mapped from the parameter's low and high: a list of choices has none."""
+    with pytest.raises(SpaceError, match="--prefill-schedule-interval stands in for it here: give low/high"):
+        space.active_space({"scheduler_delay_factor": Domain(choices=[0.0, 0.5])}, ctx("0.33.0"), "x")
+
+
 def test_a_range_vllm_would_reject_is_an_error_before_anything_runs():
     with pytest.raises(Exception, match=r"x: search_space: block_size=16 is not allowed; allowed: 32, 64, 128, 256"):
         space.active_space({"block_size": Domain(choices=[16, 32])}, ctx(), "x")
