@@ -128,7 +128,12 @@ def _goodput_reference(field: str) -> str:
 
 def references(scenario: Scenario) -> set[str]:
     """The unloaded medians the scenario's relative bounds multiply."""
-    refs = {unloaded_reference(s.metric) for s in scenario.slos if isinstance(s.bound, RelativeThreshold)}
+    # A relative bound is only allowed where there is a reference (`search.scenario`'s SLO check).
+    refs = {
+        ref
+        for s in scenario.slos
+        if isinstance(s.bound, RelativeThreshold) and (ref := unloaded_reference(s.metric)) is not None
+    }
     if scenario.goodput is not None:
         refs |= {
             _goodput_reference(f)
@@ -171,15 +176,17 @@ def resolve_threshold(metric: str, value: Threshold, cal: CalibrationResult | No
     if not isinstance(value, RelativeThreshold):
         return float(value)
     ref = unloaded_reference(metric)
-    if cal is None or cal.unloaded.get(ref) is None:
+    if ref is None or cal is None or (reference := cal.unloaded.get(ref)) is None:
         raise ValueError(f"{metric}: a relative bound needs the calibration's {ref}")
-    return value.x_unloaded * cal.unloaded[ref]
+    return value.x_unloaded * reference
 
 
 def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[WorkloadSpec, list[SLOSpec], GoodputSLO | None]:
     """The scenario with every relative number turned into an absolute one for this machine."""
     workload = scenario.workload
     if workload.arrival.capacity_fraction is not None:
+        if cal is None:
+            raise ValueError("a load given as capacity_fraction needs the calibration's capacity")
         workload = workload.model_copy(update={"arrival": workload.arrival.resolve(cal.capacity_rps)})
     slos = []
     for slo in scenario.slos:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -140,7 +140,11 @@ class CapacitySpec(BaseModel):
         )
 
 
-def stage_slos(slos: Sequence[SLOSpec]) -> list[SLOSpec]:
+# An SLO with numeric bounds, or one whose bounds may still be relative (the scenario's, unresolved).
+AnySLO = TypeVar("AnySLO", bound="SLOSpec[Any]")
+
+
+def stage_slos(slos: Sequence[AnySLO]) -> list[AnySLO]:
     """The SLOs a single stage is held to: all but those on the trial's capacity itself."""
     return [s for s in slos if s.metric not in CAPACITY_KEYS]
 

@@ -133,7 +133,9 @@ def _installed(version: str) -> InstalledVllm:
     """A vLLM that accepts every flag the registry knows (the replay starts none)."""
     flags = {}
     for spec in REGISTRY.values():
-        for opt in filter(None, (spec.flag, spec.flag and spec.kind == "bool" and "--no-" + spec.flag[2:])):
+        if spec.flag is None:  # rendered per device: its flags are among those below
+            continue
+        for opt in (spec.flag, "--no-" + spec.flag[2:]) if spec.kind == "bool" else (spec.flag,):
             flags[opt] = FlagInfo((opt,), opt[2:].replace("-", "_"), None, None, None, spec.kind == "bool")
     for opt in ("--kv-cache-memory-bytes", "--gpu-memory-utilization", "--dtype", "--load-format"):
         flags[opt] = FlagInfo((opt,), opt[2:].replace("-", "_"), None, None, None, False)

@@ -143,12 +143,12 @@ class Landscape:
 
     def typical_trial_s(self) -> tuple[float, float]:
         """(median trial seconds, median start seconds) over the served measurements."""
-        served = [m for _, m in self.measurements() if m.served and m.trial_s is not None]
+        served = [(m.trial_s, m.start_s or 0.0) for _, m in self.measurements() if m.served and m.trial_s is not None]
         if not served:
             return 0.0, 0.0
         return (
-            float(statistics.median(m.trial_s for m in served)),
-            float(statistics.median(m.start_s or 0.0 for m in served)),
+            float(statistics.median(trial_s for trial_s, _ in served)),
+            float(statistics.median(start_s for _, start_s in served)),
         )
 
     def repeats(self) -> RepeatSummary:

@@ -35,7 +35,7 @@ CPU_DEFAULTS = {
         "enable_prefix_caching",
     )
 }
-UNLOADED = {
+UNLOADED: dict[str, float | None] = {
     "ttft_median_ms@short": 71.0,
     "ttft_median_ms@long": 310.0,
     "ttft_median_ms": 143.0,
@@ -81,7 +81,7 @@ def truth(p: dict[str, Any], target_rps: float) -> dict[str, float]:
     return {"ttft_p95_ms@short": ttft, "tpot_p95_ms": tpot, "error_rate": 0.0, CAPACITY: capacity}
 
 
-def _bracket(capacity: float, target_rps: float) -> tuple[float | None, float | None]:
+def _bracket(capacity: float, target_rps: float) -> tuple[float | None, float]:
     """The screening capacity search's bracket: rates on a factor-sqrt(2) grid from the target."""
     k = math.floor(math.log(capacity / target_rps) / math.log(math.sqrt(2)))
     low = target_rps * math.sqrt(2) ** k
@@ -117,7 +117,9 @@ def landscape(
 ) -> Landscape:
     """The synthetic counterpart of `benchmarks/bench_landscape.py`: the same design, invented numbers."""
     dists = {k: distribution(k, d, scenario.name) for k, d in scenario.search_space.items()}
-    target = CALIBRATION.capacity_rps * scenario.workload.arrival.capacity_fraction
+    fraction = scenario.workload.arrival.capacity_fraction
+    assert fraction is not None  # the replayed scenarios load at a share of the capacity
+    target = CALIBRATION.capacity_rps * fraction
     rng = random.Random(seed)
     configs = [Config(params, {**scenario.server.fixed, **params}) for params in space_filling(dists, n, seed)]
     configs += [Config({k: v for k, v in b.items() if k in dists}, dict(b), name) for name, b in baselines.items()]

@@ -181,7 +181,7 @@ class Scenario(Strict):
         return [o.metric for o in self.objectives]
 
     def thresholds(self) -> list[Threshold]:
-        found = [s.bound for s in self.slos]
+        found: list[Threshold | None] = [s.bound for s in self.slos]
         if self.goodput is not None:
             found += [self.goodput.ttft_ms, self.goodput.tpot_ms, self.goodput.e2el_ms]
         return [t for t in found if t is not None]
