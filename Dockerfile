@@ -25,6 +25,7 @@ COPY loadgen loadgen
 COPY storage storage
 # search/scenarios links to ../configs: the shipped scenarios become package data.
 COPY search search
+COPY app app
 
 # 1. what the image has, as constraints; 2. the tuner alone; 3. its dependencies that the image
 # lacks, nothing the image has moved; 4. the proof: no package of the image changed version.

@@ -28,11 +28,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from app.expected_errors import reported
 from loadgen import run_async
 from objectives.stages import StagedLoad, run_stages
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, calibrate, plan_trial
-from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.trial_results import capacity_json, stage_columns
 from serving.process import launch

@@ -22,9 +22,9 @@ from rich.table import Table
 from scipy import stats
 from sqlalchemy.orm import Session
 
+from app.expected_errors import reported
+from app.outputs import fmt_value, load_study
 from search import pareto
-from search.expected_errors import reported
-from search.outputs import fmt_value, load_study
 from search.study.verdict import stored_verdict
 from storage import queries
 

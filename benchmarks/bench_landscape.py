@@ -35,9 +35,9 @@ if str(REPO) not in sys.path:
 
 from sqlalchemy.orm import Session
 
+from app.expected_errors import reported
 from search import scenario as scenario_mod
 from search.calibration import CalibrationResult
-from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat_rounds, space_filling
 from search.study import StudyRunner

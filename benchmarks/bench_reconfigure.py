@@ -44,12 +44,12 @@ from rich.console import Console
 from rich.table import Table
 from scipy import stats
 
+from app.expected_errors import reported
 from benchmarks.bench_capacity import parse_config
 from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.statistics import beyond_noise, difference, pooled_cv, ratio
 from search import calibration
 from search.executor import Measurement, TrialPlan, VllmExecutor, calibrate, plan_trial
-from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from search.scenario import Scenario
 from search.trial_results import TrialOutcome

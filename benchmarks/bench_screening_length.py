@@ -192,7 +192,7 @@ def study_agreement(storage: str, study: str) -> Agreement | None:
     """A study's screening against its confirmation (`LoadedStudy.screening_agreement`)."""
     from sqlalchemy.orm import Session
 
-    from search.outputs import load_study
+    from app.outputs import load_study
     from storage import queries
 
     with Session(queries.open_db(storage)) as s:

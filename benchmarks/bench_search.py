@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from app.expected_errors import reported
 from benchmarks.replayed_study import (
     CPU_LANDSCAPE,
     PRIOR_BUDGET,
@@ -35,7 +36,6 @@ from benchmarks.replayed_study import (
     run_study,
     world,
 )
-from search.expected_errors import reported
 from search.replay import CAPACITY, Landscape, LandscapeError, cross_validated
 from search.samplers import SAMPLERS, scenario_default
 

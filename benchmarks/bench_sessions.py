@@ -21,10 +21,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from app.expected_errors import reported
 from loadgen import ArrivalSpec, LoadOptions, run_load_sync
 from objectives.statistics import median_interval, relative_difference
 from search.executor import plan_trial
-from search.expected_errors import reported
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
 

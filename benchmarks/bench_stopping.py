@@ -35,12 +35,12 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.expected_errors import reported
 from loadgen import AbortCheck, RequestRecord, records_from_samples
 from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check, over_saturated, replay, waiting_proxy
 from objectives.scoring import SLOSpec
 from objectives.stages import CAPACITY, CapacitySpec, stage_slos
 from search.calibration import CalibrationResult, resolve
-from search.expected_errors import reported
 from search.scenario import CONFIG_DIR, ScenarioError, parse
 from storage import queries
 from storage.tables import StudyRecord

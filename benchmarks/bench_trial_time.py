@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from search.outputs import fmt_value, load_study
+from app.outputs import fmt_value, load_study
 from serving import START_PHASES, describe_kv_check
 from storage import queries
 from storage.tables import TrialRecord

@@ -208,7 +208,7 @@ def run_ours(
     cmd = [
         PYTHON,
         "-m",
-        "search.cli",
+        "app.cli",
         "load",
         "--url",
         url,

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  off: {line}")
         return 0
 
-    from search.expected_errors import reported
+    from app.expected_errors import reported
 
     return reported("stage_mix.py", run)
 

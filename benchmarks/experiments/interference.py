@@ -1,6 +1,6 @@
 """Interference between workers on one host: one config measured alone and beside a busy worker.
 
-Two worker slots as `autotune search --workers 2` makes them (`search.workers.slots`). The
+Two worker slots as `autotune search --workers 2` makes them (`app.workers.slots`). The
 measured server and its load client run on slot 0; a neighbour server on slot 1 stays up the
 whole time and is loaded (closed loop, as a trial loads it) only in the "beside" rounds. Rounds
 alternate (alone, beside, alone, ...) on the same two servers, so drift hits both conditions.
@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
+from app.workers import available_cpus, slots
 from loadgen import LoadOptions, run_load_sync
 from search.executor import plan_trial
 from search.prepare import StudyOptions, prepare
-from search.workers import available_cpus, slots
 from serving.process import launch
 
 METRICS = ("output_throughput", "ttft_median_ms", "ttft_p95_ms", "tpot_median_ms", "e2el_median_ms")
@@ -36,7 +36,7 @@ from loadgen import LoadOptions, run_load_sync
 from search.executor import plan_trial
 from search.prepare import StudyOptions, prepare
 from serving.process import launch
-from search.workers import Slot
+from app.workers import Slot
 slot, scenario, requests, flag, ready, log = sys.argv[1:7]
 Slot.parse(slot).apply()
 prep = prepare(StudyOptions(scenario))

@@ -31,7 +31,7 @@ sc["search_space"]["kv_cache_dtype"] = {"choices": ["auto", "fp8"]}
 pathlib.Path("runs/gpu").mkdir(parents=True, exist_ok=True)
 pathlib.Path("runs/gpu/mixed-8b.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
 PY
-timeout --signal=TERM --kill-after=60 "${BUDGET_S:-660}" python3 -m search.cli search runs/gpu/mixed-8b.yaml \
+timeout --signal=TERM --kill-after=60 "${BUDGET_S:-660}" python3 -m app.cli search runs/gpu/mixed-8b.yaml \
   --model $MODEL_DIR --study "$STUDY" --storage "sqlite:///$DB" \
   --trials "${TRIALS:-3}" --confirm-runs "${CONFIRM_RUNS:-0}"
 rc=$?

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from sqlalchemy.orm import Session
 
-from search.outputs.trial_views import category_of
+from app.outputs.trial_views import category_of
 from storage import queries
 from tests.support.cli import autotune
 from tests.support.paths import E2E_SCENARIO, REPO
@@ -159,7 +159,7 @@ def dashboard(finished_study, artifacts_dir):
         [
             sys.executable,
             "-m",
-            "search.cli",
+            "app.cli",
             "dashboard",
             "--study",
             finished_study["study"],

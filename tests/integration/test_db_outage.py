@@ -18,7 +18,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-import search.cli
+import app.cli
 from search.study.coordination import Coordination
 from search.study.spool import spool_dir
 from tests.support.paths import REPO
@@ -111,8 +111,8 @@ def test_past_the_bound_the_study_stops_with_one_line_and_the_same_command_resum
         storage=postgres_url,
         coordination=Coordination(heartbeat_interval_s=1, grace_period_s=3, db_outage_s=3),
     )
-    monkeypatch.setattr(search.cli.studies, "_cmd_search", lambda args: r.run() and 0)
-    assert search.cli.main(["search", "loop", "--db-outage-s", "3"]) == 1  # the CLI's own mapping
+    monkeypatch.setattr(app.cli.studies, "_cmd_search", lambda args: r.run() and 0)
+    assert app.cli.main(["search", "loop", "--db-outage-s", "3"]) == 1  # the CLI's own mapping
     err = capsys.readouterr().err
     [kept] = spool_dir(tmp_path / "loop").glob("trial-*.json")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -80,7 +80,7 @@ def test_db_stop_leaves_no_server_and_the_cli_prints_one_line():
 
 
 def _start_and_stop_through_the_cli(base: Path) -> None:
-    cli = [sys.executable, "-m", "search.cli", "db"]
+    cli = [sys.executable, "-m", "app.cli", "db"]
     missing = subprocess.run([*cli, "url", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert (
@@ -141,10 +141,10 @@ def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_
     # report, dashboard.
     import optuna_dashboard
 
+    import app.workers
     import search.prepare
     import search.study.loop
-    import search.workers
-    from search.cli import main
+    from app.cli import main
     from tests.support.fakes import ctx
 
     postgres_url = with_password(postgres_url)  # as a user may give it: the password in the URL
@@ -155,7 +155,7 @@ def test_no_output_of_a_study_on_postgres_shows_its_password(tmp_path, postgres_
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
     monkeypatch.setattr(search.study.loop, "vllm_executor", lambda prep: executor.factory)
     monkeypatch.setattr(
-        search.workers, "run_all", lambda commands, show, env: to_workers.append((commands, env)) or [0] * len(commands)
+        app.workers, "run_all", lambda commands, show, env: to_workers.append((commands, env)) or [0] * len(commands)
     )
     monkeypatch.setattr(optuna_dashboard, "run_server", lambda *args, **kw: None)
     runs = tmp_path / "runs"

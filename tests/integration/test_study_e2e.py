@@ -142,7 +142,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     args = [
         sys.executable,
         "-m",
-        "search.cli",
+        "app.cli",
         "search",
         str(scenario),
         "--trials",

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from search.workers import DEVICE_LOCK_DIR_ENV, Slot, available_cpus, run_all_on_ray
+from app.workers import DEVICE_LOCK_DIR_ENV, Slot, available_cpus, run_all_on_ray
 from storage import queries
 from tests.support.paths import REPO
 from tests.support.postgres import REQUIRES_POSTGRES, with_password
@@ -140,7 +140,7 @@ def test_two_workers_share_one_study_without_running_anything_twice(postgres_url
     beside = next(r for r in rows if r.worker["neighbours"])
     other = beside.worker["neighbours"][0]
     assert other["slot"] != beside.worker["slot"]
-    from search.outputs import write_report
+    from app.outputs import write_report
 
     html = write_report(url, STUDY, tmp_path / "report.html").read_text()
     assert "<th>worker slot</th>" in html

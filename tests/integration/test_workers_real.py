@@ -49,7 +49,7 @@ def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
         [
             sys.executable,
             "-m",
-            "search.cli",
+            "app.cli",
             "search",
             str(SCENARIO),
             "--workers",

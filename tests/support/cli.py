@@ -8,5 +8,5 @@ from tests.support.paths import REPO
 
 def autotune(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "search.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kw
+        [sys.executable, "-m", "app.cli", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kw
     )

@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 import time
 
+import app.workers
 import search.prepare
 import search.study.loop
-import search.workers
-from search.cli import main
+from app.cli import main
 from tests.support.fakes import ctx
 from tests.support.scripted_executor import ScriptedExecutor
 
@@ -25,14 +25,14 @@ def scripted() -> None:
     executor = ScriptedExecutor(before=lambda plan: time.sleep(TRIAL_S))
     search.prepare.launch_context = lambda *args, **kw: ctx()
     search.study.loop.vllm_executor = lambda prep: executor.factory
-    real_argv = search.workers.worker_argv
+    real_argv = app.workers.worker_argv
 
     def worker_argv(*args, **kw) -> list[str]:  # the workers' real command line, run by this module
         argv = real_argv(*args, **kw)
-        argv[argv.index("search.cli")] = "tests.support.scripted_cli"
+        argv[argv.index("app.cli")] = "tests.support.scripted_cli"
         return argv
 
-    search.workers.worker_argv = worker_argv
+    app.workers.worker_argv = worker_argv
 
 
 if __name__ == "__main__":

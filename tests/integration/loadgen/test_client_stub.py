@@ -236,7 +236,7 @@ def test_chat_prompts_are_realigned_when_the_server_template_differs(tok_dir, tm
 
 
 def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys):
-    from search.cli import main
+    from app.cli import main
 
     out = tmp_path / "run.json"
     with stub(tok_dir, tok, ttft_ms=5, itl_ms=1) as s:
@@ -266,7 +266,7 @@ def test_load_cli_prints_a_table_and_writes_json(tok_dir, tok, tmp_path, capsys)
 
 
 def test_load_cli_json_that_cannot_be_written_is_one_line_and_exit_3(tok_dir, tok, tmp_path, capsys):
-    from search.cli import EXIT_OUTPUT_MISSING, main
+    from app.cli import EXIT_OUTPUT_MISSING, main
 
     (tmp_path / "not-a-dir").write_text("a file")
     out = tmp_path / "not-a-dir" / "run.json"
@@ -295,7 +295,7 @@ def test_load_cli_json_that_cannot_be_written_is_one_line_and_exit_3(tok_dir, to
 
 
 def test_load_cli_resolves_a_capacity_fraction(tok_dir, tok, tmp_path, capsys):
-    from search.cli import main
+    from app.cli import main
     from search.scenario import Calibration
 
     scenario = tmp_path / "sc.yaml"

@@ -201,7 +201,7 @@ def test_storage_that_cannot_hold_a_study_is_one_line_and_starts_nothing(tmp_pat
 def test_a_read_only_runs_directory_is_one_line(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
-    command = [sys.executable, "-m", "search.cli", "search", str(LOOP_SCENARIO), "--runs-dir", str(runs)]
+    command = [sys.executable, "-m", "app.cli", "search", str(LOOP_SCENARIO), "--runs-dir", str(runs)]
     if os.geteuid() == 0:  # root writes through any mode bits: a read-only bind mount in a private namespace
         if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
             pytest.skip("running as root without the right to make a read-only mount")
@@ -226,8 +226,8 @@ def test_export_on_a_file_that_is_not_a_database_is_one_line(tmp_path):
 
 def test_the_dashboard_serves_a_database_that_lacks_the_named_study(tmp_path, monkeypatch, capsys):
     # the dashboard shows every study of the database: a name it lacks is a note, not a refusal
+    from app.outputs import dashboard
     from search import cli
-    from search.outputs import dashboard
     from tests.support.scripted_executor import ScriptedExecutor
     from tests.support.study_loop import runner
 

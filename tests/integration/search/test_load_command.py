@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from search.cli import load as load_command
+from app.cli import load as load_command
 from tests.support.cli import autotune
 
 URL = "http://127.0.0.1:9"  # nothing listens: every test here fails or returns before sending

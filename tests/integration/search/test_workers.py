@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from search.workers import run_all, worker_env
+from app.workers import run_all, worker_env
 from tests.support.cli import autotune
 
 
@@ -20,7 +20,7 @@ def test_a_cpu_slot_pins_the_worker_and_what_it_starts():
     code = [
         sys.executable,
         "-c",
-        "import os, subprocess, sys; from search.workers import Slot; Slot.parse(sys.argv[1]).apply(); "
+        "import os, subprocess, sys; from app.workers import Slot; Slot.parse(sys.argv[1]).apply(); "
         "print(sorted(os.sched_getaffinity(0)), os.environ['VLLM_CPU_OMP_THREADS_BIND']); "
         "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])",
     ]

@@ -38,7 +38,7 @@ def hf_home(tmp_path, built_in_model, monkeypatch) -> Path:
 def _autotune(*args, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     return subprocess.run(
-        [sys.executable, "-m", "search.cli", *args],
+        [sys.executable, "-m", "app.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

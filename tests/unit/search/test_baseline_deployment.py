@@ -57,7 +57,7 @@ def test_deployment_differences_name_the_facts_set_differently():
 
 
 def test_the_verdict_says_where_a_baseline_is_not_like_for_like(tmp_path):
-    from search.outputs.verdict_text import deployment_note
+    from app.outputs.verdict_text import deployment_note
 
     sc = prepared(tmp_path).scenario
     assert deployment_note(sc, "own_context") == (

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.outputs import calibration_text
 from search import calibration
-from search.outputs import calibration_text
 from search.scenario import parse
 
 SCENARIO = """

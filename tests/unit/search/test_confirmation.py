@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy.orm import Session
 
+from app.outputs import verdict_text
 from loadgen import CLIENT_BEHIND
 from objectives.capacity import CapacityEstimate
-from search.outputs import verdict_text
 from search.study.verdict import Outcome, decide
 from storage import queries
 from tests.support.confirmation_world import (

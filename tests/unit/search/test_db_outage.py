@@ -162,13 +162,13 @@ def test_a_heartbeat_missed_while_the_database_was_away_does_not_make_a_live_wor
 
 def test_the_database_away_outside_a_ridden_step_is_one_line_and_exit_code_1(monkeypatch, capsys):
     """Its start, or the outputs after the study: no traceback either."""
-    import search.cli
+    import app.cli
 
     def away(args):
         raise _away()
 
-    monkeypatch.setattr(search.cli.outputs, "_cmd_export", away)
-    assert search.cli.main(["export", "loop"]) == 1
+    monkeypatch.setattr(app.cli.outputs, "_cmd_export", away)
+    assert app.cli.main(["export", "loop"]) == 1
     err = capsys.readouterr().err
     assert err == (
         f"autotune: stopped: the database is unreachable ({REFUSED}); what is stored stays stored. "
@@ -178,6 +178,6 @@ def test_the_database_away_outside_a_ridden_step_is_one_line_and_exit_code_1(mon
     def bug(args):
         raise OperationalError("SELECT 1", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
 
-    monkeypatch.setattr(search.cli.outputs, "_cmd_export", bug)
+    monkeypatch.setattr(app.cli.outputs, "_cmd_export", bug)
     with pytest.raises(OperationalError):  # not an outage: the traceback a bug deserves
-        search.cli.main(["export", "loop"])
+        app.cli.main(["export", "loop"])

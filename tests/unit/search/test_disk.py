@@ -15,8 +15,8 @@ import pytest
 
 import search.prepare
 import search.study.loop
+from app.cli import EXIT_OUTPUT_MISSING, main
 from search import disk
-from search.cli import EXIT_OUTPUT_MISSING, main
 from search.disk import KiB, MiB, OutputNotWritten, write_atomic
 from search.study import StudyStopped
 from tests.support.fakes import ctx

@@ -9,7 +9,7 @@ import yaml
 
 import search.prepare
 import search.study.loop
-from search.cli import main
+from app.cli import main
 from tests.support.fakes import ctx
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import LOOP_SCENARIO, runner

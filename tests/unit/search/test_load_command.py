@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.cli import load as load_command
 from search import calibration, scenario
-from search.cli import load as load_command
 from search.executor import calibration_run as measuring
 from search.scenario import CONFIG_DIR, ScenarioError
 

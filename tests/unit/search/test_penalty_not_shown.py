@@ -11,10 +11,10 @@ from optuna_dashboard import get_note
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from search.outputs import DashboardPublisher, StudyProgress, load_study, summary_table
-from search.outputs.figures import pareto_figure
-from search.outputs.figures.style import hover
-from search.outputs.read_model import trial_views
+from app.outputs import DashboardPublisher, StudyProgress, load_study, summary_table
+from app.outputs.figures import pareto_figure
+from app.outputs.figures.style import hover
+from app.outputs.read_model import trial_views
 from storage import queries
 from tests.support.scripted_executor import ScriptedExecutor, measured
 from tests.support.study_loop import optuna_trials, rows, runner

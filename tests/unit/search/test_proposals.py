@@ -10,11 +10,11 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import create_trial
 from optuna_dashboard import get_note
 
+from app.outputs import DashboardPublisher, write_report
 from loadgen import CLIENT_BEHIND
 from objectives.diagnosis import Diagnosis
 from search import space as space_mod
 from search.executor import TrialOutcome
-from search.outputs import DashboardPublisher, write_report
 from search.proposals import MOVE_ATTR, PROPOSAL_ATTR, move_for, moved, proposal_reason
 from search.samplers import make_sampler
 from storage.tables import TrialStatus

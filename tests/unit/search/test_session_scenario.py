@@ -7,10 +7,10 @@ import json
 
 import yaml
 
+from app.cli import main
 from benchmarks.sessions_synthetic import SHIPPED, sessions_jsonl
 from loadgen import read_sessions
 from search import scenario as scenario_mod
-from search.cli import main
 from search.session_scenario import scenario_from_trace
 
 

@@ -12,12 +12,12 @@ import optuna
 import pytest
 from sqlalchemy.orm import Session
 
+from app.outputs import DashboardPublisher
+from app.outputs.report import write_report
 from benchmarks.bench_trial_time import trial_time
 from loadgen import CLIENT_BEHIND
 from search.executor import VllmExecutor
 from search.executor import vllm as executor_mod
-from search.outputs import DashboardPublisher
-from search.outputs.report import write_report
 from serving.process import StopReport
 from storage import queries
 from tests.support.fakes import CPU, ctx

@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 import search.pareto
 import search.prepare
 import search.study.loop
+from app.outputs import DashboardPublisher
+from app.outputs.export import load_study
 from loadgen import CLIENT_BEHIND
 from search.executor import CalibrationFailed, RetriedStart, TrialOutcome
-from search.outputs import DashboardPublisher
-from search.outputs.export import load_study
 from search.samplers import SAMPLERS, _grid
 from search.study import MAX_CONSECUTIVE_LOAD_ERRORS, StudyBusy, StudyMismatch, StudyStopped
 from search.study.events import StudyObserver
@@ -321,7 +321,7 @@ def test_calibration_runs_once_on_the_injected_calibrate_and_is_stored(tmp_path)
 def test_the_cli_subscribes_the_progress_display_and_the_dashboard(tmp_path, monkeypatch, capsys):
     from optuna_dashboard import get_note
 
-    from search.cli import main
+    from app.cli import main
     from tests.support.fakes import ctx
     from tests.support.study_loop import LOOP_SCENARIO
 
@@ -648,7 +648,7 @@ def test_recalibrate_is_refused_on_a_study_with_trials(tmp_path):
 def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_with_trials(
     tmp_path, monkeypatch, capsys
 ):
-    from search.cli import main
+    from app.cli import main
     from tests.support.fakes import ctx
 
     executor = ScriptedExecutor(script=load_error)
@@ -681,7 +681,7 @@ def test_the_cli_says_why_a_study_stopped_in_one_line_and_refuses_recalibrate_wi
 def test_a_retried_start_is_stored_with_its_trial_and_shown_in_the_progress_line(tmp_path):
     from rich.console import Console
 
-    from search.outputs import StudyProgress
+    from app.outputs import StudyProgress
 
     lost = RetriedStart(
         Failure(FailureClass.KILLED, "the API server was killed by SIGKILL from outside"),

@@ -6,7 +6,7 @@ import pytest
 
 import search.prepare
 import search.study.loop
-from search.cli import main
+from app.cli import main
 from search.scenario import Cost, load
 from search.study.attributes import keep_price
 from search.study.price import FROM_FLAG, FROM_SCENARIO, Price, study_price

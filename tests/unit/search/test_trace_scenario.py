@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
+from app.cli import main
 from benchmarks.trace_synthetic import azure_csv, mooncake_jsonl, synthetic_trace
 from objectives.capacity import SLO_CAPACITY_RPS
 from search import scenario as scenario_mod
-from search.cli import main
 from search.trace_scenario import build, shipped_scenarios
 
 
@@ -98,7 +98,7 @@ def test_a_file_that_is_not_a_trace_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_tune_writes_the_scenario_then_searches_it(azure, tmp_path, monkeypatch):
     seen = {}
-    monkeypatch.setattr("search.cli.studies._cmd_search", lambda args: seen.setdefault("args", args) and 0)
+    monkeypatch.setattr("app.cli.studies._cmd_search", lambda args: seen.setdefault("args", args) and 0)
     out = tmp_path / "t.yaml"
     argv = ["tune", "--trace", str(azure), "--objective", "latency", "--out", str(out), "--trials", "3"]
     assert main(argv) == 0

@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from app.outputs import write_report
 from search import space as space_mod
-from search.outputs import write_report
 from search.prepare import StudyOptions, prepare
 from search.proposals import PriorSampler
 from search.study import StudyMismatch, StudyRunner
@@ -171,7 +171,7 @@ def test_the_cli_refuses_a_warm_start_from_elsewhere_in_one_line_with_exit_2_and
 ):
     import search.prepare
     import search.study.loop
-    from search.cli import main
+    from app.cli import main
 
     storage = f"sqlite:///{tmp_path / 'cli.db'}"
     args = ["search", str(LOOP_SCENARIO), "--trials", "1", "--storage", storage, "--runs-dir", str(tmp_path)]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from search.worker_options import WorkerOptions
-from search.workers import (
+from app.worker_options import WorkerOptions
+from app.workers import (
     CPU,
     DEVICE_LOCK_DIR_ENV,
     GPU,
@@ -67,8 +67,8 @@ def test_a_url_without_a_password_adds_nothing_to_a_workers_environment():
 
 def _worker_options_of(argv: list[str]) -> WorkerOptions:
     """The options `autotune worker` runs with for `argv` (after `autotune`), as its parser reads them."""
-    from search.cli import build_parser
-    from search.cli.studies import _worker_options
+    from app.cli import build_parser
+    from app.cli.studies import _worker_options
 
     return _worker_options(build_parser().parse_args(argv))
 
@@ -87,8 +87,8 @@ def test_a_workers_options_travel_whole_through_its_command_line():
         db_outage_s=45,
     )
     argv = worker_argv(given, Slot(GPU, (2, 3)))
-    assert argv[argv.index("search.cli") + 1 :] == ["worker", "--options", argv[-3], "--slot", "gpu:2-3"]
-    received = _worker_options_of(argv[argv.index("search.cli") + 1 :])
+    assert argv[argv.index("app.cli") + 1 :] == ["worker", "--options", argv[-3], "--slot", "gpu:2-3"]
+    received = _worker_options_of(argv[argv.index("app.cli") + 1 :])
     assert received == given.model_copy(update={"storage": "postgresql+psycopg://tuner@db.example:5432/studies"})
 
 
@@ -145,7 +145,7 @@ def test_a_worker_without_its_study_or_with_options_twice_is_refused(capsys, arg
 
 
 def test_a_worker_takes_the_joined_studys_scenario_model_and_budget_where_not_given(tmp_path):
-    from search.worker_options import JoinedStudy
+    from app.worker_options import JoinedStudy
 
     joined = JoinedStudy("runs/mixed/scenario.yaml", "/models/stored", 10)
     opts = WorkerOptions(storage="sqlite:///s.db", study="mixed", runs_dir=tmp_path, seed=4).study_options(joined)
@@ -172,7 +172,7 @@ def test_a_second_tuner_on_the_same_devices_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_worker_joins_with_the_studys_own_scenario_model_and_budget(tmp_path):
-    from search.workers import joined_study
+    from app.workers import joined_study
     from tests.support.scripted_executor import ScriptedExecutor
     from tests.support.study_loop import LOOP_SCENARIO, runner
 
@@ -190,19 +190,17 @@ def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, m
     """`search --workers 2`: the study opened here once, then one `autotune worker` per slot, each
     with its own seed; a worker that stopped early is named, and the search ends there (130 when
     every stopped worker was interrupted, else 1)."""
-    import search.parallel
+    import app.parallel
     import search.prepare
-    from search.cli import main
+    from app.cli import main
     from tests.support.fakes import ctx
     from tests.support.study_loop import LOOP_SCENARIO
 
     started = []
     monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
-    monkeypatch.setattr(search.parallel, "single_writer", lambda url: False)  # as if a shared database server
-    monkeypatch.setattr(search.parallel.workers, "available_cpus", lambda: [0, 1])
-    monkeypatch.setattr(
-        search.parallel.workers, "run_all", lambda commands, show, env: started.extend(commands) or codes
-    )
+    monkeypatch.setattr(app.parallel, "single_writer", lambda url: False)  # as if a shared database server
+    monkeypatch.setattr(app.parallel.workers, "available_cpus", lambda: [0, 1])
+    monkeypatch.setattr(app.parallel.workers, "run_all", lambda commands, show, env: started.extend(commands) or codes)
     monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path / "locks"))
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
     assert (
@@ -223,7 +221,7 @@ def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, m
         == exit_code
     )
     assert [prefix for prefix, _ in started] == ["[w0 cpu 0]", "[w1 cpu 1]"]
-    argv = [dict(zip(a[4::2], a[5::2])) for _, a in started]  # after: python -m search.cli worker
+    argv = [dict(zip(a[4::2], a[5::2])) for _, a in started]  # after: python -m app.cli worker
     options = [WorkerOptions.model_validate_json(a["--options"]) for a in argv]
     assert [(a["--slot"], o.seed, o.trials, o.study) for a, o in zip(argv, options)] == [
         ("cpu:0", 7, 3, "loop"),

@@ -27,7 +27,7 @@ def test_an_older_vllm_is_one_line_saying_what_is_installed_and_what_is_needed()
 
 
 def test_autotune_refuses_an_old_vllm_with_exit_2_before_reading_its_flags(monkeypatch, capsys):
-    from search.cli import main
+    from app.cli import main
     from serving import context, hardware
 
     monkeypatch.setattr(hardware, "installed_vllm", lambda: ("vllm", "0.20.1"))

@@ -1,0 +1,88 @@
+"""What several commands share: the console, the options that name a stored study, the database
+outage bound, and writing a study's outputs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.cli.arg_types import non_negative_int
+from search.disk import DEFAULT_RUNS_DIR
+
+
+def make_console():
+    """Rich's console; 160 columns when the output goes to a file or a pipe (rich would assume
+    80 and fold the summary's parameter column into fragments)."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def study_name(text: str) -> str:
+    from search.scenario import SAFE_NAME_RULE, is_safe_name
+
+    if not is_safe_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: {SAFE_NAME_RULE} (it names a directory under --runs-dir)")
+    return text
+
+
+def add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False) -> None:
+    p.add_argument(
+        "scenario",
+        nargs=None if scenario_required else "?",
+        default="mixed",
+        help="scenario name (configs/NAME.yaml) or path to a scenario file",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="local model directory, or Hugging Face id org/name[@revision] "
+        "found in the local cache (default: the built-in model)",
+    )
+    p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
+    p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
+
+
+def add_db_outage(p: argparse.ArgumentParser) -> None:
+    from search.study.outage import DEFAULT_BOUND_S
+
+    p.add_argument(
+        "--db-outage-s",
+        type=non_negative_int,
+        default=DEFAULT_BOUND_S,
+        metavar="S",
+        help="how long to wait for a database that went away (a restart, a failover) before the "
+        f"study stops; what is measured meanwhile is kept (default: {DEFAULT_BOUND_S})",
+    )
+
+
+def study_target(args: argparse.Namespace, whole_database: bool = False) -> tuple[str, str]:
+    """The stored study that export and report read (`whole_database`: the database the
+    dashboard serves, that study or not); refused, creating no database file (as a mistyped
+    --storage would), unless it is there."""
+    from search.prepare import default_storage, default_study_name
+    from storage.queries import check_url, existing_database_check, existing_study_check
+
+    storage = default_storage(Path(args.runs_dir)) if args.storage is None else args.storage  # "" is refused
+    check_url(storage)
+    if args.study:
+        name = args.study
+    else:
+        from search import scenario as scenario_mod
+
+        # The study is named after the scenario's `name:`, as `search` names it, also when the
+        # scenario is given as a path.
+        name = default_study_name(scenario_mod.load(args.scenario)[0].name, args.model)
+    hint = f"run `autotune search {args.scenario}` first"
+    existing_database_check(storage, hint) if whole_database else existing_study_check(storage, name, hint)
+    return storage, name
+
+
+def finish_outputs(console, storage_url: str, study_name: str, out_dir: Path) -> int:
+    from app.outputs import finish
+
+    finish(console, storage_url, study_name, out_dir)
+    return 0

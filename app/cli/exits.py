@@ -1,0 +1,59 @@
+"""How a command ends when it fails: bad input, a study that stopped (both in
+app.expected_errors, which the benchmark scripts share), an output not written, the database
+away; each is one line on stderr and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+EXIT_OUTPUT_MISSING = 3  # an output file was not written (a study's: stored, `autotune export` writes them again)
+
+EXIT_CODES = f"""exit codes:
+  0    done
+  1    the study stopped (a calibration that failed, the load generator failing every trial, too
+       little free space for one more trial): what it stored stays; run the same command to go on
+  2    bad input (scenario, flags, storage, a study another process runs): nothing started
+  {EXIT_OUTPUT_MISSING}    an output file was not written (disk full, permission); the one it replaces is unchanged.
+       After a study, the study is stored: `autotune export SCENARIO` writes best.yaml,
+       pareto.yaml and report.html again
+  130  interrupted (Ctrl-C): no server is left; run the same command to go on"""
+
+
+def output_not_written() -> type[Exception]:
+    from search.disk import OutputNotWritten
+
+    return OutputNotWritten
+
+
+def not_written_line(args: argparse.Namespace, e) -> str:
+    """The file, why, the free space; after a study, that it is stored and the command that
+    writes its outputs again (`autotune export` with this command's study)."""
+    if args.command not in ("search", "confirm", "export", "report"):
+        return f"not written: {e}"
+    import shlex
+
+    from storage.url import redacted
+
+    command = ["autotune", "export", args.scenario]
+    for flag, value in (
+        ("--model", args.model),
+        ("--storage", args.storage and redacted(args.storage)),
+        ("--study", args.study),
+        ("--runs-dir", args.runs_dir),
+        ("--out", args.out if args.command == "export" else None),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+    fix = "make room" if e.disk_full else "fix that"
+    return (
+        f"the study is stored, but an output was not written: {e}; {fix}, then `{shlex.join(command)}` "
+        f"writes best.yaml, pareto.yaml and report.html again"
+    )
+
+
+def database_away(e: Exception) -> str | None:
+    """What the database said, if `e` means it is away (outside the steps a study rides out: its
+    start, the outputs at its end)."""
+    from storage.connection import connection_lost
+
+    return connection_lost(e)

@@ -1,0 +1,421 @@
+"""`autotune load`: one load run against an already running server, printed as a metrics table.
+
+The workload comes from a scenario (name in configs/ or a path; its `workload:` section), a
+workload YAML (`--workload`), or defaults, then flags override parts of it.
+"""
+# Registered by app.cli; the measuring is loadgen.loadrun. Heavy imports are made inside
+# the functions, so `autotune --help` stays fast.
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.cli.arg_types import http_url, non_negative_int, positive_float, positive_int
+from app.outputs import fmt_value
+from search.disk import write_atomic
+
+DEFAULT_WORKLOAD: dict[str, Any] = {
+    "endpoint": "completions",
+    "prompt_tokens": 256,
+    "output_tokens": 64,
+    "arrival": {"mode": "closed", "concurrency": 8},
+    "num_requests": 100,
+    "warmup_requests": 4,
+}
+
+
+class LoadCliError(ValueError):
+    pass
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "load",
+        help="one load run against a running server; prints the metrics table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        help="scenario name (configs/<name>.yaml) or path; its workload section is used",
+    )
+    p.add_argument("--url", required=True, type=http_url, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--workload", type=Path, help="a WorkloadSpec YAML file")
+    p.add_argument("--model", help="served model name (default: the first from /v1/models)")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the model's root)")
+    g = p.add_argument_group("workload overrides")
+    g.add_argument("--endpoint", choices=("chat", "completions"))
+    g.add_argument("--rate", type=positive_float, help="open loop at this many requests/s")
+    g.add_argument(
+        "--arrival",
+        choices=("poisson", "gamma", "constant", "burst"),
+        help="open-loop process for --rate (default: the workload's, else poisson)",
+    )
+    g.add_argument("--burstiness", type=positive_float, help="gamma shape (implies --arrival gamma)")
+    g.add_argument("--concurrency", type=positive_int, help="closed loop with this many users")
+    g.add_argument(
+        "--capacity",
+        type=positive_float,
+        metavar="RPS",
+        help="capacity that a capacity_fraction rate refers to (default: measured with a short closed-loop probe)",
+    )
+    g.add_argument(
+        "--num-requests",
+        type=positive_int,
+        help="measured requests (drops the duration bound unless --duration is given too)",
+    )
+    g.add_argument(
+        "--duration",
+        type=positive_float,
+        help="seconds of sending (drops the request-count bound unless --num-requests is given too)",
+    )
+    g.add_argument("--warmup", type=non_negative_int, help="warmup requests (excluded)")
+    g.add_argument("--prompt-tokens", type=positive_int, help="fixed prompt length (single class)")
+    g.add_argument("--output-tokens", type=positive_int, help="fixed output length (single class)")
+    g.add_argument("--seed", type=int)
+    g.add_argument("--timeout", type=positive_float, help="per-request timeout, s")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--client", choices=("aiohttp", "openai"), default="aiohttp")
+    m.add_argument(
+        "--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="event loop (auto: uvloop if installed)"
+    )
+    m.add_argument(
+        "--goodput", nargs="+", metavar="KEY:MS", help="per-request SLOs for goodput: ttft:500 tpot:50 e2el:2000"
+    )
+    m.add_argument("--no-server-metrics", action="store_true", help="do not scrape /metrics")
+    m.add_argument("--json", type=Path, help="write metrics (and, with --records, every request) here")
+    m.add_argument("--records", action="store_true", help="include per-request records in --json")
+    m.add_argument("--quiet", action="store_true", help="no table (with --json)")
+    p.set_defaults(func=_cmd_load)
+
+
+def read_source(args: argparse.Namespace):
+    """(workload mapping as written, its directory, the validated scenario or None).
+
+    A scenario, named or by path, positional or as `--workload`, is found and validated by
+    `search.scenario` as for a study (ScenarioError otherwise); the mapping is its `workload:`
+    section as written, so the flags below override what the file says.
+    """
+    import yaml
+
+    from search import scenario as scenario_mod
+
+    if args.workload is not None:
+        if not Path(args.workload).is_file():
+            raise scenario_mod.ScenarioError(f"--workload {args.workload}: no such file")
+        data = scenario_mod.read_mapping(Path(args.workload).read_text(), f"--workload {args.workload}")
+        if "workload" not in data:  # a plain WorkloadSpec file
+            return data, Path(args.workload).parent.resolve(), None
+        path = Path(args.workload)
+    elif args.scenario:
+        path = scenario_mod.resolve_path(args.scenario)
+    else:
+        return json.loads(json.dumps(DEFAULT_WORKLOAD)), None, None
+    sc, text, _ = scenario_mod.load(path)
+    return yaml.safe_load(text)["workload"], path.parent.resolve(), sc
+
+
+def build_workload(args: argparse.Namespace):
+    """(WorkloadSpec with the flags applied, the scenario it came from or None)."""
+    from loadgen import WorkloadSpec
+
+    data, base_dir, sc = read_source(args)
+    data = dict(data)
+    if sc is not None and sc.capacity is not None and "num_requests" not in data:
+        # One run of a staged scenario's workload is its target stage: the requests every stage
+        # holds, its duration_s the cap.
+        data["num_requests"] = sc.capacity.size(sc.workload, sc.slos).requests
+    if args.endpoint:
+        data["endpoint"] = args.endpoint
+    if args.prompt_tokens or args.output_tokens:
+        classes = data.pop("classes", None)
+        single = dict(classes[0]) if classes else {}
+        single.update(
+            {k: data.pop(k) for k in ("prompt_tokens", "output_tokens", "shared_prefix", "sharegpt") if k in data}
+        )
+        single.pop("name", None), single.pop("weight", None)
+        if args.prompt_tokens:
+            single.pop("sharegpt", None)
+            single["prompt_tokens"] = args.prompt_tokens
+        if args.output_tokens:
+            single["output_tokens"] = args.output_tokens
+        if classes and len(classes) > 1:
+            raise LoadCliError(
+                f"--prompt-tokens/--output-tokens replace a single class; this workload has {len(classes)}"
+            )
+        data.update(single)
+    arrival = dict(data.get("arrival") or {})
+    if args.concurrency is not None:
+        arrival = {"mode": "closed", "concurrency": args.concurrency}
+    elif args.rate is not None or args.arrival or args.burstiness is not None:
+        mode = (
+            args.arrival
+            or ("gamma" if args.burstiness is not None else None)
+            or (arrival.get("mode") if arrival.get("mode") not in (None, "closed") else "poisson")
+        )
+        keep = {
+            k: v
+            for k, v in arrival.items()
+            if k in ("burstiness", "peak_multiplier", "period_s", "duty") and (k == "burstiness") == (mode == "gamma")
+        }
+        rate = args.rate if args.rate is not None else arrival.get("rate")
+        arrival = {"mode": mode, **keep, "rate": rate}
+        if args.burstiness is not None:
+            arrival["burstiness"] = args.burstiness
+    data["arrival"] = arrival
+    if args.num_requests is not None:
+        data["num_requests"] = args.num_requests
+        if args.duration is None:
+            data.pop("duration_s", None)
+    if args.duration is not None:
+        data["duration_s"] = args.duration
+        if args.num_requests is None:
+            data.pop("num_requests", None)
+    for flag, key in (("warmup", "warmup_requests"), ("seed", "seed"), ("timeout", "request_timeout_s")):
+        if getattr(args, flag) is not None:
+            data[key] = getattr(args, flag)
+    spec = WorkloadSpec.model_validate(data, context={"base_dir": base_dir} if base_dir else None)
+    if not spec.arrival.is_resolved and args.capacity is not None:
+        spec = spec.model_copy(update={"arrival": spec.arrival.resolve(args.capacity)})
+    return spec, sc
+
+
+def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
+    """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
+    (the scenario's `calibration:` settings, else their defaults)."""
+    from loadgen import LoadOptions, run_load_sync
+    from search.calibration import saturation_workload
+
+    probe = saturation_workload(spec, sc.calibration if sc is not None else None)
+    console.print(
+        f"capacity_fraction={spec.arrival.capacity_fraction}: measuring capacity first "
+        f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
+        "--capacity RPS or --rate skips this)"
+    )
+    options = LoadOptions(client=args.client, tokenizer_path=args.tokenizer, scrape_metrics=False)
+    result = run_load_sync(args.url, args.model, probe, options=options, loop=args.loop)
+    capacity = result.metrics.request_throughput
+    if not capacity > 0:
+        raise LoadCliError("the capacity probe completed no request; give --rate or --concurrency")
+    console.print(f"capacity: {_cell(capacity)} req/s")
+    return capacity
+
+
+def parse_goodput(items: list[str] | None, scenario_goodput=None):
+    """The scenario's absolute goodput bounds (relative ones need a calibration: left out),
+    overridden by `--goodput KEY:MS` items."""
+    from loadgen import GoodputSLO
+
+    values: dict[str, float] = {}
+    if scenario_goodput is not None:
+        values = {k: float(v) for k, v in dict(scenario_goodput).items() if isinstance(v, (int, float))}
+    for item in items or []:
+        key, _, ms = item.partition(":")
+        if key not in ("ttft", "tpot", "e2el") or not ms:
+            raise LoadCliError(f"--goodput {item!r}: use ttft:<ms>, tpot:<ms>, e2el:<ms>")
+        try:
+            values[f"{key}_ms"] = positive_float(ms)
+        except argparse.ArgumentTypeError as e:
+            raise LoadCliError(f"--goodput {item!r}: {key} {e}") from None
+    return GoodputSLO(**values) if values else None
+
+
+def _cell(v: Any) -> str:
+    return fmt_value(v, digits=4, missing="-")
+
+
+def _load_line(result) -> str:
+    """The run's header: the server, the endpoint, the arrival process and the client."""
+    spec = result.spec
+    a = spec.arrival
+    load = (
+        f"closed loop, {a.concurrency} users"
+        if a.mode == "closed"
+        else f"{a.mode} at {_cell(a.rate)} req/s"
+        + (f" ({_cell(spec.session_arrival().rate)} sessions/s)" if spec.sessions is not None else "")
+        + (f" (burstiness {_cell(a.burstiness)})" if a.mode == "gamma" else "")
+    )
+    return f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, client {result.client}"
+
+
+def _latency_table(f: dict[str, Any]):
+    from rich.table import Table
+
+    lat = Table(title="Latency (ms)")
+    lat.add_column("metric")
+    for s in ("mean", "median", "p90", "p95", "p99"):
+        lat.add_column(s, justify="right")
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL (per chunk)"), ("e2el", "E2EL")):
+        lat.add_row(label, *[_cell(f[f"{name}_{s}_ms"]) for s in ("mean", "median", "p90", "p95", "p99")])
+    return lat
+
+
+def _outcome_table(result, f: dict[str, Any]):
+    from rich.table import Table
+
+    from loadgen import CLIENT_BEHIND
+
+    run = Table(title="Throughput and outcome")
+    run.add_column("metric")
+    run.add_column("value", justify="right")
+    rows = [
+        ("requests completed / failed", f"{int(f['completed'])} / {int(f['failed'])}"),
+        ("error rate", _cell(f["error_rate"])),
+        ("duration (s, drain included)", _cell(f["duration_s"])),
+        ("request throughput (req/s)", _cell(f["request_throughput"])),
+        ("output throughput (tok/s)", _cell(f["output_throughput"])),
+        ("total token throughput (tok/s)", _cell(f["total_token_throughput"])),
+        ("goodput (req/s)", _cell(f["goodput"])),
+        ("goodput ratio", _cell(f["goodput_ratio"])),
+        (
+            "target rate / achieved send rate (req/s)",
+            f"{_cell(result.target_rate or None)} / {_cell(result.achieved_send_rate)}",
+        ),
+        (
+            "schedule lag p50 / p99 / max (ms)",
+            f"{_cell(f['schedule_lag_p50_ms'])} / {_cell(f['schedule_lag_p99_ms'])} / {_cell(f['schedule_lag_max_ms'])}",
+        ),
+        ("client CPU (cores, of the run)", _cell(result.client_cpu_share)),
+        ("client behind", "[red]YES[/]" if f[CLIENT_BEHIND] else "no"),
+    ]
+    for k, v in rows:
+        run.add_row(k, v)
+    return run
+
+
+def _server_table(server):
+    from rich.table import Table
+
+    srv = Table(title="Server (/metrics, over the run)")
+    srv.add_column("metric")
+    srv.add_column("value", justify="right")
+    for k, v in server.flat().items():
+        srv.add_row(k, _cell(v))
+    return srv
+
+
+def _per_class_table(result, f: dict[str, Any]):
+    from rich.table import Table
+
+    from loadgen import class_key
+
+    cls = Table(title="Per class")
+    cls.add_column("metric")
+    names = list(result.metrics.per_class)
+    for name in names:
+        cls.add_column(name, justify="right")
+    for c in (
+        "completed",
+        "failed",
+        "ttft_median_ms",
+        "ttft_p99_ms",
+        "tpot_median_ms",
+        "tpot_p99_ms",
+        "e2el_p99_ms",
+        "output_throughput",
+        "goodput",
+    ):
+        cls.add_row(c, *[_cell(f[class_key(c, name)]) for name in names])
+    return cls
+
+
+def _print_errors(result, console) -> None:
+    """The error kinds counted, and the first failed request's text as it came."""
+    console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
+    first = next((r for r in result.records if r.error_kind), None)
+    if first is not None:
+        console.print(f"  first: {first.error_text}", markup=False)
+
+
+def print_result(result, console=None) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    f = result.flat()
+    console.print(_load_line(result))
+    console.print(_latency_table(f))
+    console.print(_outcome_table(result, f))
+    if result.server is not None:
+        console.print(_server_table(result.server))
+    if len(result.metrics.per_class) > 1:
+        console.print(_per_class_table(result, f))
+    if result.sessions is not None:
+        print_sessions(result, console)
+    if result.metrics.error_kinds:
+        _print_errors(result, console)
+    for note in result.notes:
+        console.print(f"[yellow]note[/]: {note}")
+
+
+def print_sessions(result, console) -> None:
+    """A session workload's turns: how each turn index fared, and the prefix reuse against the
+    server's prefix-cache hit rate."""
+    from rich.table import Table
+
+    report = result.sessions
+    per_s = report.sessions / result.duration_s if result.duration_s > 0 else float("nan")
+    turns = Table(
+        title=f"By turn ({report.completed} of {report.sessions} sessions complete, {_cell(per_s)} sessions/s)"
+    )
+    for column in ("turn", "sent", "failed", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "prompt tokens"):
+        turns.add_column(column, justify="right")
+    for t in report.turns:
+        turns.add_row(
+            str(t.turn), str(t.sent), str(t.failed), _cell(t.ttft_p50_ms), _cell(t.ttft_p95_ms),
+            _cell(t.tpot_p50_ms), _cell(t.prompt_tokens_mean),
+        )  # fmt: skip
+    console.print(turns)
+    hit = result.server.prefix_cache_hit_rate if result.server is not None else float("nan")
+    block = f"{report.block_size}-token blocks" if report.block_size else "the server's blocks unknown"
+    console.print(
+        f"prefix reuse the sessions imply: {_cell(report.reuse_share)} of prompt tokens ({block}); "
+        f"the server's prefix-cache hit rate: {_cell(hit)}"
+    )
+
+
+def _cmd_load(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from loadgen import LoadOptions, LoadRunError, TokenizerError, json_safe, run_load_sync
+    from search.scenario import ScenarioError
+
+    console = Console()
+
+    def said(e: Exception, code: int) -> int:
+        print(f"autotune: error: {e}", file=sys.stderr)  # one line, as app.cli says bad input
+        return code
+
+    server_faults = (LoadRunError, TokenizerError)  # the server at --url: unreachable, or not what the run needs
+    try:
+        spec, sc = build_workload(args)
+        goodput = parse_goodput(args.goodput, sc.goodput if sc is not None else None)
+        if not spec.arrival.is_resolved:
+            capacity = probe_capacity(args, spec, sc, console)
+            spec = spec.model_copy(update={"arrival": spec.arrival.resolve(capacity)})
+    except ScenarioError:
+        raise  # reported by app.cli as for every command: one line, exit code 2
+    except (LoadCliError, ValueError) as e:
+        return said(e, 2)
+    except server_faults as e:
+        return said(e, 1)
+    try:
+        options = LoadOptions(
+            client=args.client,
+            tokenizer_path=args.tokenizer,
+            scrape_metrics=not args.no_server_metrics,
+            goodput=goodput,
+        )
+        result = run_load_sync(args.url, args.model, spec, options=options, loop=args.loop)
+    except server_faults as e:
+        return said(e, 1)
+    if not args.quiet:
+        print_result(result, console)
+    if args.json:
+        write_atomic(args.json, json.dumps(json_safe(result.to_json(include_records=args.records)), indent=1))
+    return 0
