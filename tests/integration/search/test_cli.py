@@ -226,8 +226,8 @@ def test_export_on_a_file_that_is_not_a_database_is_one_line(tmp_path):
 
 def test_the_dashboard_serves_a_database_that_lacks_the_named_study(tmp_path, monkeypatch, capsys):
     # the dashboard shows every study of the database: a name it lacks is a note, not a refusal
+    from app import cli
     from app.outputs import dashboard
-    from search import cli
     from tests.support.scripted_executor import ScriptedExecutor
     from tests.support.study_loop import runner
 

@@ -113,7 +113,7 @@ def _hub_ctx(model: str):
 
 
 def test_the_study_records_the_commit_and_refuses_a_resume_on_another(hf_home, no_network, tmp_path):
-    from search import workers
+    from app import workers
 
     runner(tmp_path, ScriptedExecutor(), trials=1, launch_ctx=_hub_ctx(REPO_ID)).run()
     r = runner(tmp_path, ScriptedExecutor(), trials=1, launch_ctx=_hub_ctx(REPO_ID))

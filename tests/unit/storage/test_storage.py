@@ -276,7 +276,7 @@ def test_a_database_stamped_by_another_schema_is_refused_naming_its_build(tmp_pa
 
 
 def test_an_older_database_is_exit_code_2_and_one_line_at_the_command_line(tmp_path, capsys):
-    from search import cli
+    from app import cli
     from tests.support.study_loop import LOOP_SCENARIO
 
     path = tmp_path / "old.db"
