@@ -56,7 +56,7 @@ lint: setup   ## ruff (lint and format, a product function's parameters), mypy a
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python scripts/check_function_length.py
+	$(BIN)/python scripts/check_code_limits.py
 
 lint-imports: setup   ## the package layering of docs/architecture.md (pyproject: tool.importlinter)
 	$(BIN)/lint-imports --no-cache

@@ -48,13 +48,13 @@ from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
 from search.study.confirmation_start import confirm, confirmation_note
-from search.study.context import StudyContext
 from search.study.cost import StudyCost, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import Calibrate, OpenedStudy, Opening
 from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
+from search.study.study_context import StudyContext
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
 from serving import FailureClass, LaunchContext
 from serving.process import zygote_status

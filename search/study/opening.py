@@ -41,8 +41,8 @@ from search.prepare import StudyOptions
 from search.samplers import models_jointly
 from search.scenario import Scenario
 from search.study import attributes
-from search.study.context import StudyContext
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
+from search.study.study_context import StudyContext
 from serving import Hardware, LaunchContext, ServerArgs
 from storage import claims, queries
 from storage.tables import StudyRecord

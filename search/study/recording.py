@@ -33,9 +33,9 @@ from search import pareto, trial_results
 from search.executor import TrialOutcome, TrialPlan
 from search.study import attributes, spool
 from search.study import coordination as coord
-from search.study.context import StudyContext
 from search.study.events import TrialRecorded, TrialScored
 from search.study.opening import OpenedStudy
+from search.study.study_context import StudyContext
 from search.trial_results import Placement
 from serving import Failure
 from storage import claims, queries

@@ -1,5 +1,5 @@
 """The limits `make lint` holds the product packages to beyond ruff's own rules
-(scripts/check_function_length.py): a function's length, and mypy's coverage; and the parameter
+(scripts/check_code_limits.py): a function's length, module names, and mypy's coverage; and the parameter
 limit as pyproject.toml gives it to ruff (ruff itself runs on a violator in
 tests/integration/test_lint_limits.py: it is a process of its own)."""
 
@@ -16,7 +16,7 @@ from tests.support.paths import REPO
 
 
 def _checker():
-    spec = importlib.util.spec_from_file_location("check_function_length", REPO / "scripts/check_function_length.py")
+    spec = importlib.util.spec_from_file_location("check_code_limits", REPO / "scripts/check_code_limits.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -120,3 +120,17 @@ def test_a_product_module_mypy_does_not_check_fails_the_coverage(tmp_path, capsy
     write(tmp_path, path, "")
     assert checker.check_mypy_coverage(tmp_path) == 1
     assert capsys.readouterr().out == line + "\n"
+
+
+def test_two_product_modules_of_one_name_fail_with_one_line_naming_both(tmp_path, capsys):
+    write(tmp_path, "serving/context.py", "X = 1\n")
+    write(tmp_path, "search/study/context.py", "Y = 1\n")
+    write(tmp_path, "search/__init__.py", "")
+    write(tmp_path, "serving/__init__.py", "")
+    write(tmp_path, "tests/unit/context.py", "Z = 1\n")  # not a product module
+    assert checker.check_module_names(tmp_path) == 1
+    assert capsys.readouterr().out == "context.py: search/study/context.py, serving/context.py share a module name\n"
+
+
+def test_the_repository_shares_no_module_name(capsys):
+    assert checker.check_module_names(REPO) == 0, capsys.readouterr().out

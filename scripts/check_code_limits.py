@@ -2,12 +2,14 @@
 
 - No function over MAX_LINES lines (ruff has no rule for a function's length; the parameter
   limit is ruff's PLR0913, pyproject.toml). A longer function is steps waiting to be named.
+- No two product modules share a file name (`__init__.py` aside): a name says which module it is
+  in a traceback, a log line or a conversation without its package.
 - With --mypy-coverage, besides: every product module checked by mypy, that is under a path of
   `[tool.mypy] files` and in no `[[tool.mypy.overrides]]` with `ignore_errors`.
 
 One line per violation, exit code 1 if there is any. Pure: it reads the files, runs nothing.
 
-    python scripts/check_function_length.py [--mypy-coverage] [--root DIR]
+    python scripts/check_code_limits.py [--mypy-coverage] [--root DIR]
 """
 
 from __future__ import annotations
@@ -80,6 +82,24 @@ def check_lengths(root: Path, limit: int = MAX_LINES, allowed: frozenset[tuple[s
     return 1 if failing else 0
 
 
+def shared_module_names(root: Path) -> list[str]:
+    """One line per file name two or more product modules share."""
+    by_name: dict[str, list[str]] = {}
+    for file in product_files(root):
+        if file.name != "__init__.py":
+            by_name.setdefault(file.name, []).append(file.relative_to(root).as_posix())
+    return [
+        f"{name}: {', '.join(paths)} share a module name" for name, paths in sorted(by_name.items()) if len(paths) > 1
+    ]
+
+
+def check_module_names(root: Path) -> int:
+    shared = shared_module_names(root)
+    for line in shared:
+        print(line)
+    return 1 if shared else 0
+
+
 def _module(path: str) -> str:
     parts = path.removesuffix(".py").split("/")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -126,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--mypy-coverage", action="store_true", help="check mypy's coverage too")
     args = parser.parse_args(argv)
-    lengths = check_lengths(args.root)
-    return max(lengths, check_mypy_coverage(args.root)) if args.mypy_coverage else lengths
+    found = max(check_lengths(args.root), check_module_names(args.root))
+    return max(found, check_mypy_coverage(args.root)) if args.mypy_coverage else found
 
 
 if __name__ == "__main__":
