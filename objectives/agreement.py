@@ -111,12 +111,16 @@ class Agreement:
         return self.feasibility.of > 0 and self.feasibility.value >= target
 
     def lines(self) -> list[str]:
-        ratio = f"{self.median_ratio:.2f}x" if math.isfinite(self.median_ratio) else "n/a"
-        return [
-            f"feasibility at the target: screening agrees with the confirmation on {self.feasibility.text()}",
-            f"capacity: the confirmation's within the screening's interval on {self.capacity.text()}; "
-            f"screening / confirmation median {ratio}",
-        ]
+        """The shares; the capacity's only where some candidate had a capacity to compare (a
+        scenario without a capacity search has none)."""
+        lines = [f"feasibility at the target: screening agrees with the confirmation on {self.feasibility.text()}"]
+        if self.capacity.of > 0 or math.isfinite(self.median_ratio):
+            ratio = f"{self.median_ratio:.2f}x" if math.isfinite(self.median_ratio) else "n/a"
+            lines.append(
+                f"capacity: the confirmation's within the screening's interval on {self.capacity.text()}; "
+                f"screening / confirmation median {ratio}"
+            )
+        return lines
 
 
 def agreement(candidates: Iterable[CandidateAgreement], confidence: float = CONFIDENCE) -> Agreement:

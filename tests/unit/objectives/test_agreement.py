@@ -37,6 +37,13 @@ def test_a_study_whose_baselines_flipped_agrees_on_one_of_three():
     assert "1 of 3" in a.lines()[0]
 
 
+def test_a_study_without_capacities_says_only_its_feasibility_share():
+    """A scenario without a capacity search (a closed loop): feasibility alone, no capacity line."""
+    a = agreement([row("0", Call(True), Call(True)), row("1", Call(True), Call(False))])
+    assert a.lines() == ["feasibility at the target: screening agrees with the confirmation on " + a.feasibility.text()]
+    assert len(agreement([DEFAULTS, PICK]).lines()) == 2
+
+
 def test_the_share_carries_its_exact_interval():
     s = share([True] * 9 + [False])
     assert (s.agreed, s.of) == (9, 10) and s.low < 0.9 < s.high
