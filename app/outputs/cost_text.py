@@ -60,14 +60,8 @@ def _throughput_cost(v: Verdict, runs: Sequence[RunView], price: Price) -> CostT
     confirmed output and request throughput (medians over its runs, with their intervals), its
     ratio to vLLM's defaults' the inverse of the throughput ratio; a candidate that missed its
     SLOs has no cost under them."""
-    metrics = [OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT]
-    by_trial: dict[int, list[RunView]] = {}
-    for r in runs:
-        by_trial.setdefault(r.trial_number, []).append(r)
-    results = {
-        c.trial_number: candidate_result(c.trial_number, by_trial.get(c.trial_number, []), metrics)
-        for c in v.candidates
-    }
+    by_trial = _by_trial(runs)
+    results = _results(v, by_trial, [OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT])
     defaults = next((c for c in v.candidates if c.baseline == DEFAULTS), None)
 
     def served(trial: int) -> list[float]:
@@ -94,11 +88,9 @@ def _throughput_cost(v: Verdict, runs: Sequence[RunView], price: Price) -> CostT
 
     said = price_words(price)
     bodies = {c.trial_number: body(c) for c in v.candidates}
-    title = f"cost at the confirmed throughput (a closed loop: the server's own pace), at {said}"
-    lines = [f"{c.label}: {bodies[c.trial_number]}" for c in v.candidates]
-    rec = v.recommended
-    headline = f"cost at {said}: {rec.label}: {bodies[rec.trial_number]}" if rec is not None else None
-    return CostText(headline, title, lines)
+    return _assembled(
+        v, said, f"cost at the confirmed throughput (a closed loop: the server's own pace), at {said}", bodies
+    )
 
 
 def unquoted(price: Price, scenario: Scenario, study_name: str | None = None) -> str:
@@ -114,17 +106,29 @@ def unquoted(price: Price, scenario: Scenario, study_name: str | None = None) ->
     return f"cost at {price_words(price)}: quoted from {basis}; {confirm_command(scenario, study_name)} confirms it"
 
 
-def _capacities(v: Verdict, runs: Sequence[RunView]) -> dict[int, CandidateResult]:
-    """Each candidate's capacity under the SLO with its interval and its runs' brackets, read as
-    the verdict reads an objective's (the same function on the same runs: where the capacity is
-    an objective, the same numbers), whether or not the scenario made it one."""
+def _by_trial(runs: Sequence[RunView]) -> dict[int, list[RunView]]:
     by_trial: dict[int, list[RunView]] = {}
     for r in runs:
         by_trial.setdefault(r.trial_number, []).append(r)
+    return by_trial
+
+
+def _results(v: Verdict, by_trial: dict[int, list[RunView]], metrics: list[str]) -> dict[int, CandidateResult]:
+    """Each candidate's `metrics` with their intervals (and a capacity's runs' brackets), read as
+    the verdict reads an objective's (the same function on the same runs: where a metric is an
+    objective, the same numbers), whether or not the scenario made it one."""
     return {
-        c.trial_number: candidate_result(c.trial_number, by_trial.get(c.trial_number, []), [SLO_CAPACITY_RPS])
+        c.trial_number: candidate_result(c.trial_number, by_trial.get(c.trial_number, []), metrics)
         for c in v.candidates
     }
+
+
+def _assembled(v: Verdict, said: str, title: str, bodies: dict[int, str]) -> CostText:
+    """The deployed configuration's cost as the headline, every candidate's under `title`."""
+    lines = [f"{c.label}: {bodies[c.trial_number]}" for c in v.candidates]
+    rec = v.recommended
+    headline = f"cost at {said}: {rec.label}: {bodies[rec.trial_number]}" if rec is not None else None
+    return CostText(headline, title, lines)
 
 
 def _ratio(candidate: CandidateResult, reference: CandidateResult) -> CostInterval | None:
@@ -172,7 +176,7 @@ def cost_text(
     if scenario.capacity is None:
         return _throughput_cost(v, runs, price)
     said = price_words(price)
-    capacities = _capacities(v, runs)
+    capacities = _results(v, _by_trial(runs), [SLO_CAPACITY_RPS])
     # One figure for the study, not one per candidate: every candidate is sent the same requests
     # (same seed, outputs pinned by ignore_eos and max_tokens), so a per-candidate figure would
     # only add each run's drain tail and realized arrival rate to a cost ratio that is the
@@ -187,8 +191,4 @@ def cost_text(
         for n, cap in capacities.items()
     }
     tokens_said = f", {fmt_value(tokens)} output tokens a request (measured at the capacity)" if tokens else ""
-    title = f"cost at the confirmed capacity under the SLO, at {said}{tokens_said}"
-    lines = [f"{c.label}: {bodies[c.trial_number]}" for c in v.candidates]
-    rec = v.recommended
-    headline = f"cost at {said}: {rec.label}: {bodies[rec.trial_number]}" if rec is not None else None
-    return CostText(headline, title, lines)
+    return _assembled(v, said, f"cost at the confirmed capacity under the SLO, at {said}{tokens_said}", bodies)

@@ -63,22 +63,27 @@ def test_the_dry_run_plans_from_the_stored_calibration_and_starts_nothing(tmp_pa
     assert after[-1].startswith("plan: a trial about") and "4 trials" in after[-1]
 
 
-def test_a_wall_time_budget_runs_the_trials_that_fit_beside_the_confirmation(tmp_path):
-    """A 4-trial study in 1 minute: the plan says what a trial costs, runs the trials that fit
-    (none here, the confirmation's cost taken first) and says so; the plan's lines come first."""
+def budgeted_study(tmp_path, *, timeout_min: float, confirm_runs: int) -> tuple[Recorder, ScriptedExecutor]:
+    """A 4-trial study run within `timeout_min` minutes: (what it said, what it ran)."""
     events, executor = Recorder(), ScriptedExecutor()
     executor.script = staged(executor)
-    r = runner(
+    runner(
         tmp_path,
         executor,
         scenario=SCENARIO,
         trials=4,
-        timeout_min=1.0,
+        timeout_min=timeout_min,
         calibrate=CAL,
         observers=[events],
-        confirm_runs=0,
-    )
-    r.run()
+        confirm_runs=confirm_runs,
+    ).run()
+    return events, executor
+
+
+def test_a_wall_time_budget_runs_the_trials_that_fit_beside_the_confirmation(tmp_path):
+    """A 4-trial study in 1 minute: the plan says what a trial costs, runs the trials that fit
+    (none here, the confirmation's cost taken first) and says so; the plan's lines come first."""
+    events, executor = budgeted_study(tmp_path, timeout_min=1.0, confirm_runs=0)
     budget = next(n for n in events.notes if n.startswith("the budget of 1 min fits"))
     fit = int(budget.split("fits ")[1].split()[0])
     assert f"running {fit} trials instead of 4" in budget and len(executor.plans) == fit < 4
@@ -139,19 +144,7 @@ def test_a_budget_that_fits_no_trial_beside_the_confirmation_spends_itself_on_th
     """A 4-trial study in 2 minutes whose confirmation alone would take longer: the search runs
     the trials that fit, the confirmation is left for `autotune confirm` (said with the study's
     name), rather than a study that runs nothing."""
-    events, executor = Recorder(), ScriptedExecutor()
-    executor.script = staged(executor)
-    r = runner(
-        tmp_path,
-        executor,
-        scenario=SCENARIO,
-        trials=4,
-        timeout_min=2.0,
-        calibrate=CAL,
-        observers=[events],
-        confirm_runs=3,
-    )
-    r.run()
+    events, executor = budgeted_study(tmp_path, timeout_min=2.0, confirm_runs=3)
     dropped = next(n for n in events.notes if "does not fit the confirmation" in n)
     assert dropped.endswith("runs it on what the search found") and "--study loop" in dropped
     assert len(executor.plans) >= 1
