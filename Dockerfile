@@ -18,12 +18,12 @@ FROM ${VLLM_IMAGE}
 
 WORKDIR /opt/vllm-autotune
 COPY pyproject.toml README.md ./
+# configs: the shipped scenarios and model shapes, a package of data that installs with the rest.
 COPY configs configs
 COPY serving serving
 COPY objectives objectives
 COPY loadgen loadgen
 COPY storage storage
-# search/scenarios links to ../configs: the shipped scenarios become package data.
 COPY search search
 COPY app app
 

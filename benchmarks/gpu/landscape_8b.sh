@@ -22,7 +22,7 @@ echo "GPU ${TOTAL_GIB} GiB: ${SIDE} servers side by side, ${KV_GIB} GiB of KV ca
 KV_GIB=$KV_GIB python3 - <<'PY'
 import os, pathlib
 import yaml
-sc = yaml.safe_load(open("search/scenarios/mixed.yaml"))
+sc = yaml.safe_load(open("configs/mixed.yaml"))
 sc["name"] = "mixed-8b-landscape"
 pinned = {"memory_utilization": 0.16, "kv_cache_memory_bytes": int(float(os.environ["KV_GIB"]) * 2**30),
           "enforce_eager": True}

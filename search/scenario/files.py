@@ -5,6 +5,7 @@ study stores with the scenario's text."""
 from __future__ import annotations
 
 import hashlib
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -12,9 +13,23 @@ from pydantic import ValidationError
 
 from search.scenario.definition import Scenario
 
-# The shipped scenarios: configs/ in a checkout, where search/scenarios links to it; in an installed
-# package (pip install without -e, a container image), the copy that the link became.
-CONFIG_DIR = (Path(__file__).resolve().parent.parent / "scenarios").resolve()
+
+def _shipped_dir() -> Path:
+    """The `configs` package's directory: configs/ of the checkout under an editable install or
+    with the checkout on the path, its installed copy otherwise (a wheel, a container image)."""
+    try:
+        found = resources.files("configs")
+    except ModuleNotFoundError:  # an editable install made before configs/ became a package
+        raise ImportError(
+            "the shipped scenarios (package `configs`) are not installed: reinstall the project (make setup)"
+        ) from None
+    if not isinstance(found, Path):  # a zipped install: pip never makes one
+        raise ImportError(f"the shipped scenarios are not files on disk ({found!r}); install the project unzipped")
+    return found.resolve()
+
+
+# The shipped scenarios, found by name (`configs/<name>.yaml`), and the model shapes (`models/`).
+CONFIG_DIR = _shipped_dir()
 
 
 class ScenarioError(ValueError):
