@@ -1,7 +1,7 @@
 """`pip install` of the project into an environment that already has vLLM: offline (no index, no
 build isolation), with pip resolving the dependencies against what is installed. vLLM is neither
 reinstalled nor upgraded, and `autotune` runs from outside the repository with the shipped
-scenarios found by name in the installed package.
+scenarios found by name in the installed `configs` package (package data, no link into the checkout).
 
 The environment: a fresh venv that sees this test's environment (vLLM and every dependency in it)
 through a .pth file, as a venv made with --system-site-packages sees an image's system Python."""
@@ -44,7 +44,7 @@ def test_pip_install_beside_an_installed_vllm_keeps_it_and_autotune_runs_outside
     src.mkdir()
     for name in SOURCES:
         if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(REPO / name, src / name)
     bin_dir = _venv_seeing_this_environment(tmp_path / "env")
@@ -76,13 +76,17 @@ def test_pip_install_beside_an_installed_vllm_keeps_it_and_autotune_runs_outside
         bin_dir / "python",
         "-c",
         "import search.scenario as s; from serving.hardware import "
-        "installed_vllm; print(s.__file__); print(*sorted(f.stem for f in s.CONFIG_DIR.glob('*.yaml'))); "
+        "installed_vllm; print(s.__file__); print(s.CONFIG_DIR); "
+        "print(*sorted(f.stem for f in s.CONFIG_DIR.glob('*.yaml'))); "
+        "print(*sorted(f.name for f in (s.CONFIG_DIR / 'models').iterdir())); "
         "print(s.load('mixed')[0].name); print(*installed_vllm())",
         cwd=elsewhere,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
-    module, shipped, loaded, vllm = probe.stdout.splitlines()
+    module, config_dir, shipped, models, loaded, vllm = probe.stdout.splitlines()
     assert Path(module).is_relative_to(tmp_path / "env")  # the installed copy, not the checkout
+    assert Path(config_dir).is_relative_to(tmp_path / "env")  # the scenarios too
     assert shipped.split() == sorted(f.stem for f in CONFIG_DIR.glob("*.yaml")) and loaded == "mixed"
+    assert models.split() == sorted(f.name for f in (CONFIG_DIR / "models").iterdir())
     assert tuple(vllm.split()) == before
     assert installed_vllm() == before and importlib.metadata.distribution(before[0]).files == vllm_files
