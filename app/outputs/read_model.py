@@ -15,7 +15,7 @@ import optuna
 import yaml
 from sqlalchemy.orm import Session
 
-from app.outputs import cost_text, verdict_notes, verdict_text
+from app.outputs import cost_text, verdict_text
 from app.outputs.trial_views import TrialView, view_of
 from loadgen import WorkloadSpec
 from objectives.agreement import Agreement
@@ -102,7 +102,7 @@ class LoadedStudy:
 
     def screening_agreement(self) -> Agreement | None:
         """The search's screening against the confirmation, per confirmed candidate (None: no verdict)."""
-        return verdict_notes.screening_agreement(self.verdict, self.views) if self.verdict is not None else None
+        return verdict_text.screening_agreement(self.verdict, self.views) if self.verdict is not None else None
 
     def calibration(self) -> CalibrationResult | None:
         return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
