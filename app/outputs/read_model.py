@@ -161,7 +161,7 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     return ls
 
 
-def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
+def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec[float]], dict[str, float | None]]:
     """The workload and the SLOs as the study ran them (calibrated rate and bounds), and the
     idle-server medians. Without the calibration a relative scenario needs: as written, no SLOs."""
     cal = None
@@ -174,7 +174,7 @@ def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, fl
     return workload, slos, (cal.unloaded if cal is not None else {})
 
 
-def latency_slos(ls: LoadedStudy) -> list[SLOSpec]:
+def latency_slos(ls: LoadedStudy) -> list[SLOSpec[float]]:
     """The study's resolved SLOs on latency metrics (what the latency-against-rate figure draws)."""
     return [s for s in resolved(ls)[1] if unloaded_reference(s.metric) is not None]
 
