@@ -179,8 +179,8 @@ def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) 
 
 def _challenger(v: Verdict) -> CandidateResult | None:
     """The best feasible configuration that is not a baseline, by the rule on confirmed medians."""
-    ranked = [c for c in v.candidates if not c.baseline and c.feasible and c.rank is not None]
-    return min(ranked, key=lambda c: c.rank, default=None)
+    ranked = [(c.rank, c) for c in v.candidates if not c.baseline and c.feasible and c.rank is not None]
+    return min(ranked, key=lambda pair: pair[0])[1] if ranked else None
 
 
 def headline(v: Verdict, scenario: Scenario, study_name: str | None = None) -> str:
@@ -198,9 +198,9 @@ def _headline(v: Verdict, scenario: Scenario, study_name: str | None) -> str:
             f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
             f"{confirm_command(scenario, study_name)} to finish"
         )
-    if v.outcome == Outcome.NONE_FEASIBLE:
-        return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
     rec = v.recommended
+    if v.outcome == Outcome.NONE_FEASIBLE or rec is None:  # `decide` recommends one in every other outcome
+        return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
     if v.outcome == Outcome.RECOMMEND:
         if not v.baselines:
             return (
@@ -249,7 +249,8 @@ def _gain_part(
     unit = unit_of(metric)
     cmp = v.comparison(candidate.trial_number, reference.trial_number)
     diff = cmp.diffs.get(metric) if cmp is not None else None
-    name = BASELINE_NAMES.get(reference.baseline, reference.baseline)
+    name = _reference_name(reference)
+    name = BASELINE_NAMES.get(name, name)
     text = (
         f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)}{also} vs {name} "
         f"{fmt_interval(reference.metrics[metric])}"
@@ -324,14 +325,20 @@ def ties_sentence(v: Verdict, scenario: Scenario) -> str | None:
     return text
 
 
+def _reference_name(c: CandidateResult) -> str:
+    """How a comparison names its reference: a baseline by its name (a trial by its label)."""
+    return c.baseline or c.label
+
+
 def comparison_block(v: Verdict, candidate: CandidateResult, baseline: CandidateResult, scenario: Scenario) -> Block:
     cmp = v.comparison(candidate.trial_number, baseline.trial_number)
+    assert cmp is not None  # `decide` compares each candidate that is not a baseline with every baseline
     title = f"{candidate.label} against {baseline.label}" + ("" if baseline.feasible else " (misses the SLOs)")
     lines = [
         comparison_line(
             m,
             candidate.metrics[m],
-            baseline.baseline,
+            _reference_name(baseline),
             baseline.metrics[m],
             cmp.diffs[m],
             cmp.calls[m],
@@ -363,8 +370,10 @@ def medians_block(c: CandidateResult, scenario: Scenario) -> Block:
 
 
 def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
+    rec = v.recommended
+    if rec is None:  # nothing decided: incomplete, or none feasible
+        return []
     if v.outcome == Outcome.RECOMMEND:
-        rec = v.recommended
         return (
             [comparison_block(v, rec, b, scenario) for b in v.baselines]
             if v.baselines
@@ -373,7 +382,7 @@ def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
     if v.outcome == Outcome.KEEP_BASELINE:
         challenger = _challenger(v)
         if challenger is not None:
-            return [comparison_block(v, challenger, v.recommended, scenario)]
+            return [comparison_block(v, challenger, rec, scenario)]
     return []
 
 
