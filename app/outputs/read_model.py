@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.outputs import cost_text, verdict_text
 from app.outputs.trial_views import TrialView, view_of
+from app.outputs.verdict_text import VerdictText
 from loadgen import WorkloadSpec
 from objectives.agreement import Agreement
 from objectives.scoring import SLOSpec
@@ -64,14 +65,20 @@ class LoadedStudy:
         """The trials whose load client fell behind its schedule: their numbers are suspect."""
         return {n for n, row in self.trials.items() if row.client_behind}
 
+    def complete_verdict(self) -> Verdict | None:
+        """The verdict when a complete confirmation phase decides (None: none started, or it was
+        interrupted: an incomplete one does not decide)."""
+        v = self.verdict
+        return v if v is not None and v.outcome != Outcome.INCOMPLETE else None
+
     @property
     def confirmed(self) -> bool:
         """A complete confirmation phase decides (an interrupted one does not)."""
-        return self.verdict is not None and self.verdict.outcome != Outcome.INCOMPLETE
+        return self.complete_verdict() is not None
 
     def deployment(self) -> Deployment:
-        if self.confirmed:
-            rec = self.verdict.recommended
+        if (v := self.complete_verdict()) is not None:
+            rec = v.recommended
             return Deployment(rec.trial_number if rec is not None else None, confirmed=True)
         best = self.chosen()
         return Deployment(best.number if best is not None else None, confirmed=False)
@@ -80,18 +87,21 @@ class LoadedStudy:
         """The hardware's price the outputs quote costs at (None: they quote none)."""
         return study_price(self.scenario, self.study.user_attrs)
 
-    def verdict_text(self) -> verdict_text.VerdictText | None:
-        if self.verdict is None:
-            return None
+    def verdict_text(self) -> VerdictText | None:
+        """The verdict in words (None: no confirmation phase started)."""
+        return self.describe(self.verdict) if self.verdict is not None else None
+
+    def describe(self, v: Verdict) -> VerdictText:
+        """This study's verdict `v` (`verdict`, or `complete_verdict()`) in words."""
         served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
         price = self.price()
         cost = (
-            cost_text.cost_text(self.verdict, self.scenario, self.confirmation_runs, price, self.record.study_name)
+            cost_text.cost_text(v, self.scenario, self.confirmation_runs, price, self.record.study_name)
             if price is not None
             else None
         )
         return verdict_text.describe(
-            self.verdict,
+            v,
             self.scenario,
             served,
             (self.record.confirmation or {}).get("notes", []),
