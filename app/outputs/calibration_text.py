@@ -41,10 +41,8 @@ def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list
     lines = [_reference_line("capacity", cal.spread(), cal.capacity_rps, "req/s", rounds, cal.cv(), depends)]
     bounds: dict[str, list[str]] = {}
     for slo in scenario.slos:
-        if isinstance(slo.bound, RelativeThreshold):
-            bounds.setdefault(unloaded_reference(slo.metric), []).append(
-                f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x"
-            )
+        if isinstance(slo.bound, RelativeThreshold) and (ref := unloaded_reference(slo.metric)) is not None:
+            bounds.setdefault(ref, []).append(f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x")
     if scenario.goodput is not None:
         for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
             bound = getattr(scenario.goodput, name)
@@ -54,7 +52,7 @@ def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list
                 )
     untimed = cal.untimed_classes()
     for ref, what in bounds.items():
-        if cal.unloaded.get(ref) is not None:
+        if (unloaded := cal.unloaded.get(ref)) is not None:
             depends = (
                 f"the bound{'s' if len(what) > 1 else ''} {', '.join(what)} move{'' if len(what) > 1 else 's'} with it"
             )
@@ -64,8 +62,6 @@ def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list
                     f"whose tokens reached the client in one read (a TPOT of 0 that times nothing)"
                 )
             lines.append(
-                _reference_line(
-                    f"unloaded {ref}", cal.spread(ref), cal.unloaded[ref], "ms", rounds, cal.cv(ref), depends
-                )
+                _reference_line(f"unloaded {ref}", cal.spread(ref), unloaded, "ms", rounds, cal.cv(ref), depends)
             )
     return lines

@@ -10,6 +10,8 @@ from app.outputs import verdict_text
 from app.outputs.format import fmt_bracket, fmt_interval, unit_of
 from app.outputs.read_model import LoadedStudy
 from objectives.capacity import SLO_CAPACITY_RPS
+from objectives.statistics import Call
+from search.study.verdict import CandidateResult
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,7 @@ class CandidateRow:
     medians: list[tuple[str, float]]  # per objective: median [95% interval] as written, and the median
     feasible: bool
     slo: str  # the SLOs on its confirmed medians, in words
-    calls: list[dict[str, str] | None]  # per baseline: objective -> win/loss/tie (None: no comparison)
+    calls: list[dict[str, Call] | None]  # per baseline: objective -> win/loss/tie (None: no comparison)
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,15 @@ class ConfirmationRows:
 
 def confirmation_rows(ls: LoadedStudy) -> ConfirmationRows | None:
     """The confirmation table of the study (None: no confirmation phase started)."""
-    v = ls.verdict
-    if v is None:
+    v, plan = ls.verdict, ls.record.confirmation
+    if v is None or plan is None:  # `stored_verdict` reads a verdict only from a stored plan
         return None
     names = ls.scenario.objective_names
-    runs = ls.record.confirmation["runs"]
+    runs = plan["runs"]
     deployed = ls.deployment().trial_number
     rows = []
     for c in v.candidates:
-        calls = []
+        calls: list[dict[str, Call] | None] = []
         for b in v.baselines:
             cmp = None if c.baseline else v.comparison(c.trial_number, b.trial_number)
             calls.append(None if cmp is None else dict(cmp.calls))
@@ -70,13 +72,13 @@ def confirmation_rows(ls: LoadedStudy) -> ConfirmationRows | None:
         runs_planned=v.runs_planned,
         objectives=list(names),
         directions=ls.scenario.directions,
-        baselines=[b.baseline for b in v.baselines],
+        baselines=[b.baseline for b in v.baselines if b.baseline],
         rows=rows,
         deployed=deployed,
     )
 
 
-def _median_text(c, name: str) -> str:
+def _median_text(c: CandidateResult, name: str) -> str:
     """A median [95% interval] as written; a capacity with each run's bracket after it."""
     text = fmt_interval(c.metrics[name], unit=unit_of(name))
     if name == SLO_CAPACITY_RPS and c.brackets.get(name):

@@ -56,7 +56,7 @@ from search.scenario import Scenario
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.trial_results import diagnosis_of
 from storage import queries
-from storage.tables import TrialRecord
+from storage.tables import ParetoSnapshot, TrialRecord
 from storage.url import redacted
 
 DASHBOARD_CARD_HEIGHT = 440  # optuna-dashboard 0.21 gives a custom figure a 450 px high box
@@ -177,7 +177,7 @@ def confirmation_markdown(ls: LoadedStudy) -> list[str]:
     return [*lines, ""]
 
 
-def _note_body(study_or_trial) -> str:
+def _note_body(study_or_trial: optuna.Study | optuna.Trial) -> str:
     from optuna_dashboard import get_note
 
     try:
@@ -186,7 +186,7 @@ def _note_body(study_or_trial) -> str:
         return ""
 
 
-def _save_note_if_changed(study_or_trial, body: str) -> bool:
+def _save_note_if_changed(study_or_trial: optuna.Study | optuna.Trial, body: str) -> bool:
     from optuna_dashboard import save_note
 
     if _note_body(study_or_trial) == body:
@@ -222,13 +222,16 @@ class DashboardPublisher(StudyObserver):
         self.scored = event
 
     def trial_recorded(self, event: TrialRecorded) -> None:
+        # The loop tells study_started first, and trial_scored right before each trial_recorded.
+        scored, scenario = self.scored, self.scenario
+        assert scored is not None and scenario is not None
         view = view_of(
-            event.row, self.scored.diagnosis, on_front=False, chosen=False, origin=origin(self.scored.trial.user_attrs)
+            event.row, scored.diagnosis, on_front=False, chosen=False, origin=origin(scored.trial.user_attrs)
         )
-        _save_note_if_changed(self.scored.trial, trial_note(view, self.scenario))
+        _save_note_if_changed(scored.trial, trial_note(view, scenario))
 
 
-def build_figures(ls: LoadedStudy, views: list[TrialView], snapshots) -> dict[str, Any]:
+def build_figures(ls: LoadedStudy, views: list[TrialView], snapshots: list[ParetoSnapshot]) -> dict[str, Any]:
     """The study page's figures by graph id. The ids are fixed, so publishing again replaces
     the figures instead of adding copies."""
     sc = ls.scenario

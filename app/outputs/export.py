@@ -24,6 +24,7 @@ from app.outputs.format import fmt_value
 from app.outputs.read_model import Deployment, LoadedStudy, load_study
 from objectives.capacity import CapacityEstimate
 from search.disk import write_atomic
+from search.study.verdict import Verdict
 from search.trial_results import capacity_of
 from storage.tables import TrialRecord, TrialStatus
 from storage.url import redacted
@@ -31,8 +32,8 @@ from storage.url import redacted
 BEST_NAME, PARETO_NAME = "best.yaml", "pareto.yaml"
 
 
-def _delta(new: float, old: float) -> str:
-    if old in (0, None) or new is None or not all(map(math.isfinite, (new, old))):
+def _delta(new: float | None, old: float | None) -> str:
+    if new is None or old is None or old == 0 or not (math.isfinite(new) and math.isfinite(old)):
         return ""
     return f" ({(new - old) / abs(old) * 100:+.0f}%)"
 
@@ -59,9 +60,9 @@ def capacity_line(ls: LoadedStudy, row: TrialRecord) -> str | None:
     )
 
 
-def _confirmed_numbers(ls: LoadedStudy, number: int) -> list[str]:
-    text = ls.verdict_text()
-    deployed = next(c for c in ls.verdict.candidates if c.trial_number == number)
+def _confirmed_numbers(ls: LoadedStudy, v: Verdict, number: int) -> list[str]:
+    text = ls.describe(v)
+    deployed = next(c for c in v.candidates if c.trial_number == number)
     first, *rest = text.summary_lines()
     return [
         "verdict: " + first,
@@ -104,8 +105,10 @@ def _single_numbers(ls: LoadedStudy, row: TrialRecord) -> list[str]:
 
 def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
     sc, rec, row = ls.scenario, ls.record, ls.trials[number]
-    if ls.confirmed:
-        runs = ls.record.confirmation["runs"]
+    v = ls.complete_verdict()
+    if v is not None:
+        assert rec.confirmation is not None  # `stored_verdict` reads a verdict only from a stored plan
+        runs = rec.confirmation["runs"]
         study = (
             f"study '{rec.study_name}' in {redacted(storage_url)}, trial {number}, confirmed over {runs} runs each on "
             f"fresh servers, interleaved with the baselines; selection rule: {sc.selection.describe()}, "
@@ -121,7 +124,7 @@ def header(ls: LoadedStudy, number: int, storage_url: str) -> list[str]:
         f"vLLM: {rec.vllm_version}; hardware: {rec.hardware.get('description')}",
         f"model: {rec.model_path}",
     ]
-    lines += _confirmed_numbers(ls, number) if ls.confirmed else [*ls.result_lines(), *_single_numbers(ls, row)]
+    lines += _confirmed_numbers(ls, v, number) if v is not None else [*ls.result_lines(), *_single_numbers(ls, row)]
     lines += calibration_text.calibration_lines(sc, ls.calibration())
     for adj in row.adjustments:
         lines.append(f"{adj['action']}: {adj['param']}: {adj['detail']}")
@@ -179,8 +182,8 @@ def pareto_yaml(ls: LoadedStudy) -> str:
 
 def why_none(ls: LoadedStudy) -> str:
     """Why no configuration is recommended (the deployment has none)."""
-    if ls.confirmed:
-        return verdict_text.headline(ls.verdict, ls.scenario, ls.record.study_name)
+    if (v := ls.complete_verdict()) is not None:
+        return verdict_text.headline(v, ls.scenario, ls.record.study_name)
     return (
         "no configuration is recommended: no trial met every SLO in the search "
         f"({verdict_text.unconfirmed(ls.scenario, ls.record.study_name)})"
@@ -206,7 +209,7 @@ def export(session: Session, storage_url: str, study_name: str, out_dir: Path) -
         # An earlier export's best.yaml would still look deployable: it goes.
         removed = best.exists()
         best.unlink(missing_ok=True)
-        best, why = None, why_none(ls)
+        why = why_none(ls)
     pareto_path = out_dir / PARETO_NAME
     write_atomic(pareto_path, pareto_yaml(ls))
-    return Exported(best, pareto_path, deployment, why, removed)
+    return Exported(best if why is None else None, pareto_path, deployment, why, removed)

@@ -8,7 +8,10 @@ study loop's events (`search.study.events`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
+from optuna.trial import FrozenTrial
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -58,7 +61,7 @@ class StudyProgress(StudyObserver):
         self.objective_names: list[str] = []
         self.scenario: Scenario | None = None
         self.confirming: tuple[int, int] | None = None  # (runs done, runs to do) once the phase starts
-        self.measured: dict[int, dict] = {}  # the metrics of the trials recorded here, by number
+        self.measured: dict[int, dict[str, Any]] = {}  # the metrics of the trials recorded here, by number
         self.penalties: list[float] = []  # what the sampler is told for an objective with no value
         self._live: Live | None = None
 
@@ -78,7 +81,7 @@ class StudyProgress(StudyObserver):
             self._live.stop()
             self._live = None
 
-    def _render(self):
+    def _render(self) -> Panel:
         elapsed = time.monotonic() - self.t0
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
@@ -111,12 +114,12 @@ class StudyProgress(StudyObserver):
         self.trial = label
         self.phase("planning")
 
-    def objectives_text(self, metrics: dict) -> str:
+    def objectives_text(self, metrics: Mapping[str, Any]) -> str:
         """The objectives as measured: a metric with no value reads `no value (3 failed requests)`,
         never as the penalty the sampler was told for it."""
         return ", ".join(f"{n} {measured_text(metrics, n)}" for n in self.objective_names)
 
-    def best_text(self, best) -> str:
+    def best_text(self, best: FrozenTrial) -> str:
         """The best trial's objectives, as measured where its row was recorded here; one recorded
         before (a resumed study) shows the values told, a penalty as no value."""
         if (metrics := self.measured.get(best.number)) is not None:
@@ -189,6 +192,7 @@ class StudyProgress(StudyObserver):
         self.console.print(f"{'' if self._live else '  '}{escape(event.label)}: {escape(self.last)}")
 
     def confirmation_finished(self, event: ConfirmationFinished) -> None:
+        assert self.scenario is not None  # the loop tells study_started before any other event
         self.best = headline(event.verdict, self.scenario, self.study_name)
         self.console.print(f"[bold]verdict[/]: {escape(self.best)}")
         if gain := gain_headline(event.verdict, self.scenario):

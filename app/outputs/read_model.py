@@ -15,8 +15,9 @@ import optuna
 import yaml
 from sqlalchemy.orm import Session
 
-from app.outputs import cost_text, verdict_notes, verdict_text
+from app.outputs import cost_text, verdict_text
 from app.outputs.trial_views import TrialView, view_of
+from app.outputs.verdict_text import VerdictText
 from loadgen import WorkloadSpec
 from objectives.agreement import Agreement
 from objectives.scoring import SLOSpec
@@ -64,14 +65,20 @@ class LoadedStudy:
         """The trials whose load client fell behind its schedule: their numbers are suspect."""
         return {n for n, row in self.trials.items() if row.client_behind}
 
+    def complete_verdict(self) -> Verdict | None:
+        """The verdict when a complete confirmation phase decides (None: none started, or it was
+        interrupted: an incomplete one does not decide)."""
+        v = self.verdict
+        return v if v is not None and v.outcome != Outcome.INCOMPLETE else None
+
     @property
     def confirmed(self) -> bool:
         """A complete confirmation phase decides (an interrupted one does not)."""
-        return self.verdict is not None and self.verdict.outcome != Outcome.INCOMPLETE
+        return self.complete_verdict() is not None
 
     def deployment(self) -> Deployment:
-        if self.confirmed:
-            rec = self.verdict.recommended
+        if (v := self.complete_verdict()) is not None:
+            rec = v.recommended
             return Deployment(rec.trial_number if rec is not None else None, confirmed=True)
         best = self.chosen()
         return Deployment(best.number if best is not None else None, confirmed=False)
@@ -80,18 +87,21 @@ class LoadedStudy:
         """The hardware's price the outputs quote costs at (None: they quote none)."""
         return study_price(self.scenario, self.study.user_attrs)
 
-    def verdict_text(self) -> verdict_text.VerdictText | None:
-        if self.verdict is None:
-            return None
+    def verdict_text(self) -> VerdictText | None:
+        """The verdict in words (None: no confirmation phase started)."""
+        return self.describe(self.verdict) if self.verdict is not None else None
+
+    def describe(self, v: Verdict) -> VerdictText:
+        """This study's verdict `v` (`verdict`, or `complete_verdict()`) in words."""
         served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
         price = self.price()
         cost = (
-            cost_text.cost_text(self.verdict, self.scenario, self.confirmation_runs, price, self.record.study_name)
+            cost_text.cost_text(v, self.scenario, self.confirmation_runs, price, self.record.study_name)
             if price is not None
             else None
         )
         return verdict_text.describe(
-            self.verdict,
+            v,
             self.scenario,
             served,
             (self.record.confirmation or {}).get("notes", []),
@@ -102,7 +112,7 @@ class LoadedStudy:
 
     def screening_agreement(self) -> Agreement | None:
         """The search's screening against the confirmation, per confirmed candidate (None: no verdict)."""
-        return verdict_notes.screening_agreement(self.verdict, self.views) if self.verdict is not None else None
+        return verdict_text.screening_agreement(self.verdict, self.views) if self.verdict is not None else None
 
     def calibration(self) -> CalibrationResult | None:
         return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None
@@ -161,7 +171,7 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     return ls
 
 
-def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, float]]:
+def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec[float]], dict[str, float | None]]:
     """The workload and the SLOs as the study ran them (calibrated rate and bounds), and the
     idle-server medians. Without the calibration a relative scenario needs: as written, no SLOs."""
     cal = None
@@ -174,7 +184,7 @@ def resolved(ls: LoadedStudy) -> tuple[WorkloadSpec, list[SLOSpec], dict[str, fl
     return workload, slos, (cal.unloaded if cal is not None else {})
 
 
-def latency_slos(ls: LoadedStudy) -> list[SLOSpec]:
+def latency_slos(ls: LoadedStudy) -> list[SLOSpec[float]]:
     """The study's resolved SLOs on latency metrics (what the latency-against-rate figure draws)."""
     return [s for s in resolved(ls)[1] if unloaded_reference(s.metric) is not None]
 

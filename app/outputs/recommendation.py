@@ -57,9 +57,9 @@ def verdict(ls: LoadedStudy, views: list[TrialView]) -> tuple[TrialView | None, 
         f"{len(views)} trials in the search: {counts[FEASIBLE]} met every SLO, {counts[INFEASIBLE]} violated "
         f"at least one, {counts[FAILED]} never served."
     )
-    if ls.confirmed:
+    if (v := ls.complete_verdict()) is not None:
         settings = [f"Settings of {chosen.label}: {_settings(chosen)}."] if chosen is not None else []
-        left_out = [f"Note: {n}." for n in ls.verdict_text().notes]  # e.g. a baseline that never served
+        left_out = [f"Note: {n}." for n in ls.describe(v).notes]  # e.g. a baseline that never served
         return chosen, [*ls.result_lines(), *settings, *left_out, tally]
     lines = [tally, *ls.result_lines()]
     if chosen is None:

@@ -22,7 +22,7 @@ from app.outputs.read_model import LoadedStudy, load_study
 from app.outputs.report import REPORT_NAME, write_report
 from app.outputs.trial_views import FAILED, StageView, TrialView, baseline_views, measured_text
 from loadgen import mix_deviation
-from objectives.statistics import beyond_noise
+from objectives.statistics import Call, beyond_noise
 from storage.queries import open_db
 
 WITHIN_NOISE = "~"
@@ -38,8 +38,9 @@ def within_noise(ls: LoadedStudy, view: TrialView, metric: str, baselines: dict[
         return False
     for base in baselines.values():
         ref = base.metrics.get(metric)
-        usable = base.category != FAILED and isinstance(ref, (int, float)) and ref and math.isfinite(ref)
-        if usable and not beyond_noise(value / ref - 1.0, cv):
+        if base.category == FAILED or not isinstance(ref, (int, float)) or not ref or not math.isfinite(ref):
+            continue
+        if not beyond_noise(value / ref - 1.0, cv):
             return True
     return False
 
@@ -89,7 +90,7 @@ def summary_table(ls: LoadedStudy, max_rows: int = 40) -> Table:
     return table
 
 
-def _calls(calls: dict[str, str] | None) -> str:
+def _calls(calls: dict[str, Call] | None) -> str:
     if calls is None:
         return "-"
     return ", ".join(f"[{_CALL_COLOURS[c]}]{m} {c}[/]" for m, c in calls.items())
@@ -185,7 +186,7 @@ def finish(console: Console, storage_url: str, study_name: str, out_dir: Path) -
         for line in verdict_lines(ls):  # the headline first
             console.print(line, markup=False, highlight=False)
         done = export(session, storage_url, study_name, out_dir)
-    if done.best is None:
+    if done.why_none is not None:  # no best.yaml written
         stale = f"; the earlier {done.pareto.parent / 'best.yaml'} was removed" if done.removed_stale else ""
         console.print(f"[red]no best.yaml written[/]: {escape(done.why_none)}{stale}")
     else:

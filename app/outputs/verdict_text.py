@@ -1,6 +1,9 @@
 """The confirmed result in words: the sentences the report, the terminal summary, best.yaml's
 header, the dashboard's study note and the live progress quote, each written here once (the
-cost lines, where the study has a price, by `cost_text`).
+cost lines, where the study has a price, by `cost_text`). Beside them, what the verdict's
+numbers rest on: values an early abort raised to a bound, capacities bracketed by their search,
+percentiles read per run instead of pooled, the run-to-run noise, percentiles that too few
+requests decide, and the search's screening against the confirmation.
 
 Pure: a `search.study.verdict.Verdict` (with its scenario and the confirmation runs' metrics) in,
 lines out; the calibration's reference and how far it could move, from the stored calibration.
@@ -8,15 +11,19 @@ lines out; the calibration's reference and how far it could move, from the store
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from app.outputs.commands import confirm_command
 from app.outputs.cost_text import CostText
 from app.outputs.format import (
     call_words,
     comparison_line,
+    fmt_bracket,
     fmt_difference,
     fmt_interval,
     fmt_percent,
@@ -24,16 +31,10 @@ from app.outputs.format import (
     unit_of,
 )
 from app.outputs.trial_views import TrialView
-from app.outputs.verdict_notes import (
-    agreement_lines,
-    bound_notes,
-    noise_line,
-    pooled_runs,
-    screening_agreement,
-    thin_percentiles,
-)
-from loadgen import SessionSpec
-from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
+from loadgen import MetricName, SessionSpec, class_key
+from objectives import statistics as st
+from objectives.agreement import Agreement, Call, CandidateAgreement, agreement
+from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, CapacityEstimate
 from objectives.statistics import Interval
 from search.scenario import Scenario, deployment_differences
 from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
@@ -178,8 +179,8 @@ def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) 
 
 def _challenger(v: Verdict) -> CandidateResult | None:
     """The best feasible configuration that is not a baseline, by the rule on confirmed medians."""
-    ranked = [c for c in v.candidates if not c.baseline and c.feasible and c.rank is not None]
-    return min(ranked, key=lambda c: c.rank, default=None)
+    ranked = [(c.rank, c) for c in v.candidates if not c.baseline and c.feasible and c.rank is not None]
+    return min(ranked, key=lambda pair: pair[0])[1] if ranked else None
 
 
 def headline(v: Verdict, scenario: Scenario, study_name: str | None = None) -> str:
@@ -197,9 +198,9 @@ def _headline(v: Verdict, scenario: Scenario, study_name: str | None) -> str:
             f"confirmation incomplete: {v.runs_done} of {v.runs_planned} runs; run "
             f"{confirm_command(scenario, study_name)} to finish"
         )
-    if v.outcome == Outcome.NONE_FEASIBLE:
-        return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
     rec = v.recommended
+    if v.outcome == Outcome.NONE_FEASIBLE or rec is None:  # `decide` recommends one in every other outcome
+        return "no configuration is recommended: none met the SLOs on its confirmed medians; " + _closest(v)
     if v.outcome == Outcome.RECOMMEND:
         if not v.baselines:
             return (
@@ -248,7 +249,8 @@ def _gain_part(
     unit = unit_of(metric)
     cmp = v.comparison(candidate.trial_number, reference.trial_number)
     diff = cmp.diffs.get(metric) if cmp is not None else None
-    name = BASELINE_NAMES.get(reference.baseline, reference.baseline)
+    name = _reference_name(reference)
+    name = BASELINE_NAMES.get(name, name)
     text = (
         f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)}{also} vs {name} "
         f"{fmt_interval(reference.metrics[metric])}"
@@ -323,14 +325,20 @@ def ties_sentence(v: Verdict, scenario: Scenario) -> str | None:
     return text
 
 
+def _reference_name(c: CandidateResult) -> str:
+    """How a comparison names its reference: a baseline by its name (a trial by its label)."""
+    return c.baseline or c.label
+
+
 def comparison_block(v: Verdict, candidate: CandidateResult, baseline: CandidateResult, scenario: Scenario) -> Block:
     cmp = v.comparison(candidate.trial_number, baseline.trial_number)
+    assert cmp is not None  # `decide` compares each candidate that is not a baseline with every baseline
     title = f"{candidate.label} against {baseline.label}" + ("" if baseline.feasible else " (misses the SLOs)")
     lines = [
         comparison_line(
             m,
             candidate.metrics[m],
-            baseline.baseline,
+            _reference_name(baseline),
             baseline.metrics[m],
             cmp.diffs[m],
             cmp.calls[m],
@@ -362,8 +370,10 @@ def medians_block(c: CandidateResult, scenario: Scenario) -> Block:
 
 
 def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
+    rec = v.recommended
+    if rec is None:  # nothing decided: incomplete, or none feasible
+        return []
     if v.outcome == Outcome.RECOMMEND:
-        rec = v.recommended
         return (
             [comparison_block(v, rec, b, scenario) for b in v.baselines]
             if v.baselines
@@ -372,7 +382,7 @@ def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
     if v.outcome == Outcome.KEEP_BASELINE:
         challenger = _challenger(v)
         if challenger is not None:
-            return [comparison_block(v, challenger, v.recommended, scenario)]
+            return [comparison_block(v, challenger, rec, scenario)]
     return []
 
 
@@ -417,3 +427,128 @@ def describe(
         notes=list(notes) + bound_notes(v, scenario),
         agreement=agreement_lines(screening_agreement(v, views)) if views else [],
     )
+
+
+def bound_notes(v: Verdict, scenario: Scenario) -> list[str]:
+    """What the verdict's numbers rest on where they are not plain measurements: values an early
+    abort raised to a bound, capacities bracketed by their search, percentiles read per run."""
+    lines = []
+    for c in v.candidates:
+        for m in measured_metrics(scenario):
+            rounds = c.aborted_rounds(m)
+            if rounds and m not in CAPACITY_KEYS:
+                lines.append(
+                    f"{c.label}: {m} in round {', '.join(map(str, rounds))} is only a lower bound (the "
+                    f"target stage was aborted once its miss was certain): at least the value shown, "
+                    f"entered as that bound" + ("; the median is a bound too" if c.metrics[m].at_least else "")
+                )
+        for m, brackets in c.brackets.items():
+            if m == SLO_CAPACITY_RPS and brackets:
+                runs = ", ".join(fmt_bracket(lo, hi) if math.isfinite(est) else "failed" for est, lo, hi in brackets)
+                lines.append(
+                    f"{c.label}: {m} run by run lies in {runs} req/s (met at the low end, violated at "
+                    f"the high); its interval spans the runs' brackets"
+                )
+        if c.unpooled:
+            lines.append(
+                f"{c.label}: {', '.join(c.unpooled)} read as the median of its runs, not from their "
+                f"pooled requests (its runs stored no per-request samples: stored before they were "
+                f"kept, or measured without a `capacity:` section, whose single load run stores none)"
+            )
+    return lines
+
+
+def noise_line(v: Verdict) -> str | None:
+    noise = {m: cv for m, cv in v.noise.items() if math.isfinite(cv)}
+    if not noise:
+        return None
+    runs = max((c.rounds for c in v.candidates), default=0)
+    return f"run-to-run noise (CV over {runs} runs each): " + ", ".join(
+        f"{m} {fmt_percent(cv)}" for m, cv in noise.items()
+    )
+
+
+def requests_of(metric: str, runs: Sequence[dict[str, Any]]) -> float:
+    """The median number of completed requests a run had for `metric`'s class (NaN: unknown)."""
+    key = class_key("completed", MetricName.parse(metric).cls)
+    counts = [float(r[key]) for r in runs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return float(np.median(counts)) if counts else math.nan
+
+
+def thin_percentiles(
+    metrics: Sequence[str], runs: Sequence[dict[str, Any]], pooled_runs: dict[str, int] | None = None
+) -> list[str]:
+    """Warnings for the percentiles that the runs' requests (`runs`: their flat metrics) cannot pin
+    down: per run, or over the requests of `pooled_runs[metric]` runs pooled."""
+    pooled_runs = pooled_runs or {}
+    found = (
+        st.thin_percentile(m, requests_of(m, runs) * pooled_runs[m], f"pooled from {pooled_runs[m]} runs")
+        if m in pooled_runs
+        else st.thin_percentile(m, requests_of(m, runs))
+        for m in metrics
+    )
+    return [w for w in found if w]
+
+
+def pooled_runs(v: Verdict) -> dict[str, int]:
+    """Per metric read from pooled requests by every candidate: the fewest runs any pool has."""
+    out: dict[str, int] = {}
+    for m in {m for c in v.candidates for m in c.requests}:
+        if all(m in c.requests for c in v.candidates if c.rounds > len(c.failures)):
+            out[m] = min(sum(1 for r in c.requests[m] if r is not None) for c in v.candidates if m in c.requests)
+    return out
+
+
+def _screened_capacity(cap: CapacityEstimate | None) -> tuple[float | None, float | None, float | None]:
+    """A screened trial's capacity and its interval: the fit's where it has one, else the bracket."""
+    if cap is None or not math.isfinite(cap.rps):
+        return None, None, None
+    if cap.fit_low is not None:
+        return cap.rps, cap.fit_low, cap.fit_high if cap.fit_high is not None else math.inf
+    return cap.rps, cap.low if cap.low is not None else 0.0, cap.high if cap.high is not None else math.inf
+
+
+def screening_agreement(v: Verdict, views: Sequence[TrialView]) -> Agreement:
+    """Per confirmed candidate, the search's screening (its trial: feasible at the target, its
+    capacity with its interval) beside the confirmation (its runs' verdict and capacity)."""
+    by_number = {view.number: view for view in views}
+    rows = []
+    for c in v.candidates:
+        view = by_number.get(c.trial_number)
+        if view is None:
+            continue
+        screened = None if view.category == "failed" else view.category == "feasible"
+        confirmed = c.metrics.get(SLO_CAPACITY_RPS)
+        rows.append(
+            CandidateAgreement(
+                c.label,
+                Call(screened, *_screened_capacity(view.capacity)),
+                Call(
+                    None if c.failures else c.feasible,
+                    *((confirmed.value, confirmed.low, confirmed.high) if confirmed is not None else ()),
+                ),
+            )
+        )
+    return agreement(rows)
+
+
+def agreement_lines(a: Agreement) -> list[str]:
+    """The screening against the confirmation, candidate by candidate, then the shares."""
+    if not a.candidates:
+        return []
+
+    def feasible(call: Call) -> str:
+        return "?" if call.feasible is None else ("feasible" if call.feasible else "infeasible")
+
+    def capacity(call: Call) -> str:
+        if call.capacity is None:
+            return "no capacity"
+        high = "inf" if call.high is None or math.isinf(call.high) else f"{call.high:.3g}"
+        return f"{call.capacity:.3g} req/s [{call.low:.3g}, {high}]"
+
+    lines = [
+        f"{c.name}: screened {feasible(c.screen)}, {capacity(c.screen)}; confirmed {feasible(c.confirmed)}, "
+        f"{capacity(c.confirmed)}" + ("" if c.feasibility_agrees in (True, None) else " (disagree)")
+        for c in a.candidates
+    ]
+    return ["screening against confirmation, per confirmed candidate:", *lines, *a.lines()]

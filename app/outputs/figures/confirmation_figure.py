@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.outputs.figures.style import TRIAL_COLORS, axis_title
+from app.outputs.figures.style import TRIAL_COLORS, axis_title, or_gap
 from app.outputs.format import fmt_value
 from search.study.verdict import Verdict
 
@@ -34,8 +34,8 @@ def confirmation_figure(
             ]
             fig.add_trace(
                 go.Scatter(
-                    x=[p[0] for p in points] or [None],
-                    y=[p[1] for p in points] or [None],
+                    x=or_gap([p[0] for p in points]),
+                    y=or_gap([p[1] for p in points]),
                     mode="markers",
                     name=f"round {r + 1}",
                     legendgroup=f"round-{r + 1}",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.outputs.figures.style import CHOSEN_COLOR, FRONT_COLOR, STYLE, axis_title, hover, plotted, worst_edge
+from app.outputs.figures.style import CHOSEN_COLOR, FRONT_COLOR, STYLE, axis_title, hover, or_gap, plotted, worst_edge
 from app.outputs.format import fmt_value
 from app.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 from storage.tables import ParetoSnapshot
@@ -56,9 +56,9 @@ def _category_traces(views: list[TrialView], names: Sequence[str], xy: Place) ->
         group = [v for v in views if v.category == cat]
         st = STYLE[cat]
         traces.append(
-            go.Scatter(  # an empty category keeps its legend entry (count 0): [None]
-                x=[xy(v)[0] for v in group] or [None],
-                y=[xy(v)[1] for v in group] or [None],
+            go.Scatter(  # an empty category keeps its legend entry (count 0)
+                x=or_gap([xy(v)[0] for v in group]),
+                y=or_gap([xy(v)[1] for v in group]),
                 mode="markers",
                 name=f"{st['name']}: {len(group)}",
                 legendgroup=cat,
@@ -122,7 +122,7 @@ def _chosen_trace(views: list[TrialView], names: Sequence[str], xy: Place) -> go
     )
 
 
-def _single_objective(views, name, direction) -> go.Figure:
+def _single_objective(views: list[TrialView], name: str, direction: str) -> go.Figure:
     fig = go.Figure()
     measured = [m[0] for v in views if (m := v.measured_values([name]))]
     edge = worst_edge(measured, direction)
@@ -131,8 +131,8 @@ def _single_objective(views, name, direction) -> go.Figure:
         st = STYLE[cat]
         fig.add_trace(
             go.Scatter(
-                x=[v.number for v in group] or [None],
-                y=[plotted(v, [name], 0, edge) for v in group] or [None],
+                x=or_gap([v.number for v in group]),
+                y=or_gap([plotted(v, [name], 0, edge) for v in group]),
                 mode="markers",
                 name=f"{st['name']}: {len(group)}",
                 marker=dict(color=st["color"], symbol=st["symbol"], size=11),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import optuna
 import plotly.graph_objects as go
@@ -23,6 +23,11 @@ def measured_study(study: optuna.Study, views: list[TrialView]) -> optuna.Study:
     return copy
 
 
+def _signed(k: int, sign: float) -> Callable[[optuna.trial.FrozenTrial], float]:
+    """The importances' target: objective `k` of a trial, times `sign`."""
+    return lambda t: sign * t.values[k]
+
+
 def importance_figure(
     study: optuna.Study, views: list[TrialView], names: Sequence[str], directions: Sequence[str]
 ) -> tuple[go.Figure | None, str]:
@@ -39,9 +44,7 @@ def importance_figure(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                imp = optuna.importance.get_param_importances(
-                    measured, target=lambda t, k=k, sign=sign: sign * t.values[k]
-                )
+                imp = optuna.importance.get_param_importances(measured, target=_signed(k, sign))
             except Exception as e:
                 notes.append(f"{name}: {e}")
                 continue

@@ -16,7 +16,7 @@ from app.outputs.trial_views import StageView, TrialView
 from objectives.scoring import SLOSpec
 
 
-def _slo_text(slo: SLOSpec) -> str:
+def _slo_text(slo: SLOSpec[float]) -> str:
     return f"{slo.metric} {'<=' if slo.max is not None else '>='} {fmt_value(slo.bound)}"
 
 
@@ -61,7 +61,9 @@ def _stage_points(v: TrialView, metric: str, color: str, first_row: bool) -> go.
 def _capacity_traces(v: TrialView, color: str, top: float) -> list[go.Scatter]:
     """The capacity as a dotted vertical line over its bracket (met at low, violated at high)."""
     cap = v.capacity
-    rps, low, high = (cap.rps, cap.low, cap.high) if cap is not None else (None, None, None)
+    if cap is None:
+        return []
+    rps, low, high = cap.rps, cap.low, cap.high
     group, out = f"trial-{v.number}", []
     if low and high:
         r, g, b = (int(color[k : k + 2], 16) for k in (1, 3, 5))
@@ -94,7 +96,7 @@ def _capacity_traces(v: TrialView, color: str, top: float) -> list[go.Scatter]:
     return out
 
 
-def _row_top(views: list[TrialView], slo: SLOSpec) -> float:
+def _row_top(views: list[TrialView], slo: SLOSpec[float]) -> float:
     values = [x for v in views for s in v.stages if (x := _stage_value(s, slo.metric)) is not None]
     return 1.15 * max([*values, float(slo.bound)])
 
@@ -107,7 +109,7 @@ def _trial_menu(views: list[TrialView], owners: list[int]) -> dict:
     return dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.0, yanchor="bottom", showactive=True)
 
 
-def latency_rate_figure(views: list[TrialView], slos: Sequence[SLOSpec]) -> go.Figure | None:
+def latency_rate_figure(views: list[TrialView], slos: Sequence[SLOSpec[float]]) -> go.Figure | None:
     """Each trial's load stages: offered rate against each latency an SLO bounds (a row per SLO,
     the bound dashed), aborted stages open, the capacity found dotted over its shaded bracket.
     The menu shows one trial at a time; None without stages or latency SLOs."""

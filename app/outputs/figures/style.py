@@ -1,11 +1,13 @@
 """What marks and colours mean in every figure: the three trial categories' colours and symbols,
 the front's, the chosen configuration's and the SLO lines' colours, one colour per trial, the
-axis titles, each trial's hover text, and where trials with no measured value are drawn."""
+axis titles, each trial's hover text, where trials with no measured value are drawn, and the gap
+an empty trace holds to keep its legend entry."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 from app.outputs.format import fmt_value
 from app.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
@@ -18,6 +20,8 @@ STYLE = {
 FRONT_COLOR = "#1f3b73"
 CHOSEN_COLOR = "#e6b800"
 SLO_COLOR = "#d62728"
+T = TypeVar("T")
+
 TRIAL_COLORS = (
     "#1f77b4",
     "#ff7f0e",
@@ -70,3 +74,8 @@ def worst_edge(values: list[float], direction: str) -> float:
     if direction == "minimize":
         return hi + pad
     return max(lo - pad, 0.0) if lo >= 0 else lo - pad
+
+
+def or_gap(values: Sequence[T]) -> list[T | None]:
+    """A trace's coordinates, or one gap where it has none: an empty trace keeps its legend entry."""
+    return [*values] or [None]

@@ -106,11 +106,12 @@ def trials_table_figure(views: list[TrialView], names: Sequence[str]) -> go.Figu
         ]
         for v in views
     ]
+    columns: list[Sequence[str]] = list(zip(*rows)) if rows else [[] for _ in cols]
     fig = go.Figure(
         go.Table(
             header=dict(values=cols, fill_color="#1f3b73", font=dict(color="white", size=11)),
             cells=dict(
-                values=list(zip(*rows)) if rows else [[] for _ in cols],
+                values=columns,
                 height=24,
                 fill_color=[[fill[v.category] for v in views]] * len(cols),
                 align="left",

@@ -4,11 +4,13 @@ the baselines, every run, the run-to-run noise and the calibration reference."""
 from __future__ import annotations
 
 from app.outputs import calibration_text, figures, verdict_text
-from app.outputs.confirmation_rows import confirmation_rows
+from app.outputs.confirmation_rows import ConfirmationRows, confirmation_rows
 from app.outputs.format import fmt_percent
 from app.outputs.read_model import LoadedStudy
 from app.outputs.report.markup import esc, fig_html, mark
 from app.outputs.trial_views import FEASIBLE, INFEASIBLE
+from search.scenario import Scenario
+from search.study.verdict import Verdict
 
 
 def _block_html(block: verdict_text.Block) -> str:
@@ -31,8 +33,7 @@ def _lines_html(text: verdict_text.VerdictText) -> str:
     return "".join(out)
 
 
-def confirmation_table(ls: LoadedStudy) -> str:
-    t = confirmation_rows(ls)
+def confirmation_table(t: ConfirmationRows) -> str:
     head = [
         "candidate",
         "runs ok",
@@ -70,9 +71,8 @@ def confirmation_table(ls: LoadedStudy) -> str:
     )
 
 
-def noise_table(ls: LoadedStudy) -> str:
+def noise_table(sc: Scenario, v: Verdict) -> str:
     """The run-to-run spread of each objective and SLO metric in the confirmation runs."""
-    sc, v = ls.scenario, ls.verdict
     runs = max((c.rounds for c in v.candidates), default=0)
     rows = "".join(
         f"<tr><td>{esc(m)}</td><td>{'objective' if m in sc.objective_names else 'SLO metric'}</td>"
@@ -97,20 +97,20 @@ def confirmation_section(ls: LoadedStudy) -> str:
         if calibration
         else ""
     )
-    text = ls.verdict_text()
-    if text is None:
+    v, rows = ls.verdict, confirmation_rows(ls)
+    if v is None or rows is None:
         return f'<h2 id="confirmation">Confirmation</h2><p class="note">{esc(ls.unconfirmed_note())}</p>' + cal_html
-    fig = figures.confirmation_figure(ls.verdict, sc.objective_names, sc.directions, ls.deployment().trial_number)
+    fig = figures.confirmation_figure(v, sc.objective_names, sc.directions, ls.deployment().trial_number)
     note = ls.unconfirmed_note()
     return (
         f'<h2 id="confirmation">Confirmation</h2><div class="verdict" id="confirmation-verdict">'
-        f"{_lines_html(text)}{f'<p>{esc(note)}</p>' if note else ''}</div>"
-        f"<p>Each candidate re-run {ls.record.confirmation['runs']} times on fresh servers, in interleaved "
+        f"{_lines_html(ls.describe(v))}{f'<p>{esc(note)}</p>' if note else ''}</div>"
+        f"<p>Each candidate re-run {rows.runs} times on fresh servers, in interleaved "
         "rounds; medians with bootstrap 95% intervals. A win or a loss: the 95% interval of the relative "
         "difference excludes 0; otherwise the noise can explain it (tie).</p>"
-        + confirmation_table(ls)
+        + confirmation_table(rows)
         + fig_html(fig, "confirmation")
         + '<h3 id="noise">Run-to-run noise</h3>'
-        + noise_table(ls)
+        + noise_table(sc, v)
         + cal_html
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from app.outputs.report.markup import esc, fig_html, mark
 from app.outputs.report.trials_section import diagnosis_cell, metrics_table, trials_table
 from app.outputs.trace_figure import trace_figure
 from app.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
+from objectives.diagnosis import Finding
 from search.disk import DEFAULT_RUNS_DIR, write_atomic
 from storage import queries
+from storage.tables import ParetoSnapshot
 from storage.url import redacted
 
 REPORT_NAME = "report.html"
@@ -64,7 +67,7 @@ document.querySelectorAll('table.sortable').forEach(function(table){
 """
 
 
-def _findings_html(title: str, findings) -> str:
+def _findings_html(title: str, findings: Sequence[Finding]) -> str:
     if not findings:
         return f"<p>{esc(title)}: no anti-pattern found.</p>"
     items = "".join(
@@ -81,7 +84,7 @@ def searched_params(ls: LoadedStudy, views: list[TrialView]) -> list[str]:
     return [p for p in ls.scenario.search_space if p in sampled] + sorted(sampled - set(ls.scenario.search_space))
 
 
-def _figure_sections(ls: LoadedStudy, snapshots) -> list[tuple[str, str, str]]:
+def _figure_sections(ls: LoadedStudy, snapshots: list[ParetoSnapshot]) -> list[tuple[str, str, str]]:
     """The figures' sections in page order: (section id, title, html)."""
     sc, rec, views = ls.scenario, ls.record, ls.views
     names, directions = sc.objective_names, sc.directions
@@ -164,7 +167,7 @@ def _summary_json(ls: LoadedStudy, chosen: TrialView | None, n_by: dict[str, int
     )
 
 
-def build_html(ls: LoadedStudy, snapshots, storage_url: str) -> str:
+def build_html(ls: LoadedStudy, snapshots: list[ParetoSnapshot], storage_url: str) -> str:
     sc, rec = ls.scenario, ls.record
     views = ls.views
     chosen, lines = verdict(ls, views)
