@@ -39,26 +39,20 @@ measurement for the capacity search, not a failure. The confirmation's target st
 
 Modules: `capacity_spec` (the scenario's `capacity:` section), `sizing` (a stage's size in
 requests), `plan` (one stage as planned), `steady` (the steady-state and class-mix checks),
-`result` (a stage's and a run's results), `run` (the stage loop, the drain and reset between
-stages, the search's next step and the final estimate). Import from here.
+`result` (a stage's and a run's results), `judgement` (a stage judged from its load run's
+result), `search_steps` (the search's next step and the final estimate), `run` (the stage loop,
+the drain and reset between stages). Import from here.
 
 Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
 from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
+from objectives.stages.judgement import judged_stage
 from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
-from objectives.stages.run import (
-    StagedLoad,
-    StageSearch,
-    final_estimate,
-    judged_stage,
-    optimistic_metrics,
-    run_stages,
-    search_step,
-    within_saturation,
-)
+from objectives.stages.run import StagedLoad, StageSearch, run_stages
+from objectives.stages.search_steps import final_estimate, optimistic_metrics, search_step, within_saturation
 from objectives.stages.sizing import (
     DEFAULT_RESOLUTION,
     MIN_STAGE_REQUESTS,

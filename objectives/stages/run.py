@@ -1,125 +1,32 @@
-"""The stage loop on one server: the target stage, then the capacity search (see the package)."""
+"""The stage loop on one server: the target stage, then the capacity search (see the package).
+Each stage is judged by `judgement` and the search's next step read by `search_steps`."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from loadgen import (
-    Abort,
     AbortCheck,
     GoodputSLO,
     LoadOptions,
     LoadResult,
     ProgressWatch,
     WorkloadSpec,
-    request_samples,
     run_load,
 )
 from objectives import capacity as cap
-from objectives.capacity_fit import fit_stages
 from objectives.early_abort import OFF, abort_check
-from objectives.scoring import SLOSpec, slo_key
-from objectives.slo_verdict import DEFAULT_CONFIDENCE, slo_verdicts
-from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
+from objectives.scoring import SLOSpec
+from objectives.stages.capacity_spec import CapacitySpec, stage_slos
+from objectives.stages.judgement import judged_stage
 from objectives.stages.plan import PlannedStage, plan_stage
-from objectives.stages.result import CAPACITY, StagedRun, StageResult, capacity_metrics
-from objectives.stages.steady import ClassMix, SteadyState, class_mix, steady_state
+from objectives.stages.result import CAPACITY, StagedRun, StageResult
+from objectives.stages.search_steps import final_estimate, search_step
 from serving import reset_prefix_cache, wait_idle
 
 StageCallback = Callable[[str], None]
-
-
-def optimistic_metrics(stages: Sequence[StageResult], probes: Sequence[cap.Probe]) -> dict[str, float] | None:
-    """The best a trial can still reach: its target-stage metrics, and its capacity metrics at
-    the high end of its bracket (None while no rate failed: its capacity is unbounded so far)."""
-    low, high = cap.bracket(probes)
-    if high is None or low is None:
-        return None
-    best = cap.CapacityEstimate(high.rate, low.rate, high.rate, len(probes), "")
-    return {**stages[0].metrics, **capacity_metrics(best, stages)}
-
-
-def search_step(
-    stages: Sequence[StageResult],
-    settings: cap.SearchSettings,
-    *,
-    hint: Sequence[float] = (),
-    screen: bool = False,
-    front: cap.Front | None = None,
-) -> tuple[float | None, str | None]:
-    """(the next stage's rate, None when the search is done; why it stopped before its precision
-    or budget, if it did). In the search phase (`screen`) a trial that cannot matter stops: a
-    missed target, or a bracket that can no longer reach `front`."""
-    probes = [s.probe for s in stages]
-    if screen and not stages[0].passed:
-        return None, "target missed (screen)"
-    rate = cap.next_rate(probes, settings, hint)
-    if rate is not None and screen and front is not None and front.points:
-        best = optimistic_metrics(stages, probes)
-        point = front.dominating(best) if best is not None else None
-        if best is not None and point is not None:
-            shown = ", ".join(f"{m} {point[m]:.4g}" for m in front.directions)
-            return None, f"cannot reach the front (a member has {shown}; this trial at best {best_text(best, front)})"
-    return rate, None
-
-
-def best_text(best: dict[str, float], front: cap.Front) -> str:
-    return ", ".join(f"{m} {best[m]:.4g}" for m in front.directions)
-
-
-def final_estimate(
-    stages: Sequence[StageResult],
-    settings: cap.SearchSettings,
-    stop_reason: str | None,
-    confidence: float = DEFAULT_CONFIDENCE,
-    saturation_rps: float | None = None,
-) -> cap.CapacityEstimate:
-    """The capacity the stages say: read from all of them together where they kept their
-    verdicts (`capacity_fit`), the bracket as the evidence; a screened target miss is "below the
-    target rate". Above `saturation_rps` (the calibrated saturation throughput) only with positive
-    evidence: a steady stage at or above it that met every SLO."""
-    if stop_reason == "target missed (screen)":
-        return cap.below_target(stages[0].rate)
-    estimate = cap.estimate([s.probe for s in stages], floor=settings.min_rate)
-    if all(s.verdicts for s in stages):
-        fit = fit_stages(
-            [(s.rate, s.verdicts, s.missed) for s in stages], floor=settings.min_rate, confidence=confidence
-        )
-        if math.isfinite(fit.rps):
-            high = None if fit.censored else fit.high
-            bracket = estimate.summary
-            estimate = replace(estimate, rps=fit.rps, fit_low=fit.low, fit_high=high, binding=fit.binding)
-            estimate = replace(estimate, summary=f"{fit.text()}; bracket: {bracket}")
-    estimate = within_saturation(estimate, stages, saturation_rps)
-    if stop_reason is None:
-        return estimate
-    return replace(estimate, summary=f"{estimate.summary}; stopped: {stop_reason}", stop_reason=stop_reason)
-
-
-def within_saturation(
-    estimate: cap.CapacityEstimate, stages: Sequence[StageResult], saturation_rps: float | None
-) -> cap.CapacityEstimate:
-    """The estimate, held to the calibrated saturation throughput unless a stage at or above it
-    was steady and met every SLO: an open loop there measures a backlog unless shown otherwise."""
-    if not saturation_rps or not estimate.rps > saturation_rps:
-        return estimate
-    if any(s.rate >= saturation_rps * (1 - 1e-9) and s.passed and s.steady_ok for s in stages):
-        return estimate
-    held = min(saturation_rps, estimate.rps)
-    return replace(
-        estimate,
-        rps=held,
-        fit_low=min(estimate.fit_low, held) if estimate.fit_low is not None else None,
-        fit_high=held if estimate.fit_high is None else min(estimate.fit_high, held),
-        summary=(
-            f"{estimate.summary}; held to the calibrated saturation throughput {saturation_rps:.3g} req/s: "
-            "no steady stage at or above it met every SLO"
-        ),
-    )
 
 
 @dataclass(frozen=True)
@@ -238,111 +145,3 @@ def _abort_check(planned: PlannedStage, held: Sequence[SLOSpec], spec: CapacityS
         first_offset=first,
         confidence=spec.confidence,
     )
-
-
-def judged_stage(
-    planned: PlannedStage,
-    result: LoadResult,
-    held: Sequence[SLOSpec],
-    confidence: float,
-    notes: list[str],
-    idle_s: float = 0.0,
-    reset: bool | None = None,
-) -> StageResult:
-    """What a stage measured, judged: its SLO verdicts from its counts, whether it ended steady,
-    whether the requests it counted hold its mix, and what its time cap cut."""
-    flat = result.flat_metrics()
-    notes = list(notes)
-    abort = _undecided_abort(planned, result, notes)
-    stopped_passing = abort is not None and abort.passed
-    raised = _raise_stopping_metric(flat, abort)
-    worst, violated = margin(flat, held)
-    if abort is not None and not stopped_passing:  # a miss: by at least the abort's bound
-        known = [m for m in (worst, abort.margin) if math.isfinite(m) and m > 0]
-        worst = max(known) if known else math.nan
-    samples = request_samples(result.records, result.start) if result.records else None
-    every = {slo_key(x): x.violation(flat.get(x.metric, math.nan)) for x in held}
-    length = planned.length
-    verdicts = slo_verdicts(
-        held,
-        samples,
-        every,
-        end_s=result.duration_s,
-        confidence=confidence,
-        looks=length.looks if length is not None else 1,
-    )
-    steady = mix = None
-    if samples is not None:
-        steady, mix = _steady_and_mix(planned, result, samples, confidence)
-        verdicts += [steady.verdict(), mix.verdict()]
-        if not steady.steady:
-            notes.append(steady.reason)
-        if not mix.representative:
-            notes.append(f"the requests counted do not hold the stage's mix: {mix.text()}")
-    capped = planned.cap_note(len(result.records)) if planned.capped else None
-    if capped:
-        notes.append(capped)
-    return StageResult(
-        index=planned.index,
-        kind=planned.kind,
-        rate=planned.rate,
-        planned_s=length.nominal_s if length is not None else result.planned_s,
-        elapsed_s=result.duration_s,
-        margin=worst,
-        violations=violated,
-        metrics=flat,
-        server_diagnostics=result.server_diagnostics(),
-        aborted=abort.reason if abort is not None else None,
-        idle_wait_s=idle_s,
-        prefix_cache_reset=reset,
-        requests_planned=result.requests_planned,
-        requests_sent=len(result.records),
-        notes=notes + result.notes,
-        samples=samples,
-        stopped_passing=stopped_passing,
-        raised=raised,
-        verdicts=verdicts,
-        stage_requests=planned.requests,
-        first_request=planned.first_request,
-        capped=capped,
-        steady=steady,
-        mix=mix,
-    )
-
-
-def _undecided_abort(planned: PlannedStage, result: LoadResult, notes: list[str]) -> Abort | None:
-    """The stop that cut the stage short, None where it ran as planned; appends to `notes` what
-    its planned length says of how it ended."""
-    abort, length = result.abort, planned.length
-    if abort is not None and abort.drain:  # decided: the stage ended as one planned to end there
-        notes += [abort.reason] if length is not None and result.duration_s > length.nominal_s else []
-        return None
-    if length is not None and result.abort is None and len(result.records) > planned.requests:
-        notes.append(f"ran to its cap of {length.cap_s:.0f} s, undecided at every look")
-    return abort
-
-
-def _raise_stopping_metric(flat: dict[str, float], abort: Abort | None) -> str | None:
-    """The metric that stopped the stage, raised in `flat` to what was certain (the cut-short
-    requests are left out of the partial numbers, so it would look better than it was): its
-    name where raised; a NaN where failed requests reach it (unknown, never a number)."""
-    if abort is None or abort.metric is None:
-        return None
-    partial = flat.get(abort.metric, math.nan)
-    if math.isnan(abort.value):
-        flat[abort.metric] = math.nan
-    elif not partial >= abort.value:
-        flat[abort.metric] = abort.value
-        return abort.metric
-    return None
-
-
-def _steady_and_mix(
-    planned: PlannedStage, result: LoadResult, samples: Mapping[str, Sequence[Any]], confidence: float
-) -> tuple[SteadyState, ClassMix]:
-    """Whether the stage ended steady, and whether the requests it counted hold its class mix."""
-    sending_s = max(samples["sent_s"], default=0.0)
-    steady = steady_state(
-        samples, result.gauges, start=result.start, sending_s=sending_s, end_s=result.duration_s, rate=planned.rate
-    )
-    return steady, class_mix(samples, confidence)
