@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
 from objectives.capacity import Front
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, StageSearch, StageSize, plan_stage
+from objectives.stages import CapacitySpec, StageSize, plan_stage
 from search.calibration import CalibrationResult, resolve
+from search.executor.staged_load import StageSearch
 from search.scenario import Scenario, Screening
 from search.trial_results import TrialOutcome
 from serving import LaunchContext, ServerArgs, check_combination, resolve_server_args
@@ -59,7 +60,7 @@ class Measurement:
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
     slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
     screen: bool = False  # the search phase's: a trial that cannot matter stops (objectives.stages.search_step)
-    full_target: bool = False  # the confirmation's: its target stages run in full (objectives.stages.run_stages)
+    full_target: bool = False  # the confirmation's: its target stages run in full (search.executor.stage_loop)
     # The search phase's, where `screening: {reconfigure: true}`: a trial may be measured on the
     # last trial's server with its scheduler limits lowered in place (search.executor.reuse).
     reconfigure: bool = False

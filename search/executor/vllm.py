@@ -28,8 +28,9 @@ from loadgen import (
     run_async,
     run_load,
 )
-from objectives.stages import StagedLoad, run_stages
 from search.executor.reuse import KeptServer, reconfiguration
+from search.executor.stage_loop import run_stages
+from search.executor.staged_load import StagedLoad
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
@@ -121,7 +122,7 @@ def in_background(build: Callable[[], object]) -> Callable[[], object]:
 @dataclass
 class VllmExecutor:
     """Each trial on a real vLLM server started for it, loaded with the study's measurement:
-    one load run, or the target load and a capacity search (`objectives.stages`)."""
+    one load run, or the target load and a capacity search (`search.executor.stage_loop`)."""
 
     ctx: LaunchContext
     measurement: Measurement  # as calibration resolved it: absolute rates

@@ -1,77 +1,41 @@
-"""The stage loop on one server: the target stage, then the capacity search (see the package).
-Each stage is judged by `judgement` and the search's next step read by `search_steps`."""
+"""The stage loop on one server: the target stage, then the capacity search's stages, each one
+`loadgen.run_load` (the stages and their judgement: `objectives.stages`).
+
+Each stage is planned by its `StagedLoad` (`search.executor.staged_load`), run under the early
+abort check its rule asks for (`objectives.early_abort`), judged at its end
+(`objectives.stages.judged_stage`), and the search's next rate or stop is read from every stage
+so far (`objectives.stages.search_step`); the capacity from all of them at the end
+(`objectives.stages.final_estimate`).
+
+Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
+prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
+so one stage's queue and cached prompts do not flatter or burden the next; both requests are
+the server library's (`serving.wait_idle`, `serving.reset_prefix_cache`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen import (
-    AbortCheck,
-    GoodputSLO,
-    LoadOptions,
-    LoadResult,
-    ProgressWatch,
-    WorkloadSpec,
-    run_load,
-)
-from objectives import capacity as cap
-from objectives.early_abort import OFF, abort_check
+from loadgen import AbortCheck, LoadOptions, LoadResult, ProgressWatch, run_load
+from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
-from objectives.stages.capacity_spec import CapacitySpec, stage_slos
-from objectives.stages.judgement import judged_stage
-from objectives.stages.plan import PlannedStage, plan_stage
-from objectives.stages.result import CAPACITY, StagedRun, StageResult
-from objectives.stages.search_steps import final_estimate, search_step
+from objectives.stages import (
+    CAPACITY,
+    CapacitySpec,
+    PlannedStage,
+    StagedRun,
+    StageResult,
+    final_estimate,
+    judged_stage,
+    search_step,
+    stage_slos,
+)
+from search.executor.staged_load import StagedLoad
 from serving import reset_prefix_cache, wait_idle
 
 StageCallback = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class StageSearch:
-    """What a trial asks of its stages beyond the workload and the SLOs.
-
-    `capacity_hint`: rates an earlier measurement bracketed the capacity at (`capacity.next_rate`);
-    `screen`, `front`: the search phase's stops (`search_step`); `full_target`: the target stage
-    runs in full (the confirmation, whose verdict pools its requests); `target_requests`: the
-    target stage's size where the confirmation lengthens it for its pooled percentiles (its
-    requests are the screening's and then more of the same sequence); `saturation_rps`: the
-    calibrated saturation throughput (`within_saturation`)."""
-
-    capacity_hint: tuple[float, ...] = ()
-    screen: bool = False
-    front: cap.Front | None = None
-    full_target: bool = False
-    target_requests: int | None = None
-    saturation_rps: float | None = None
-
-
-@dataclass(frozen=True)
-class StagedLoad:
-    """What the stages put on a server and judge it by: the workload at its target rate, the
-    SLOs, the scenario's `capacity:` section, the goodput bounds the load generator counts
-    against, and what the trial asks beyond them (`StageSearch`)."""
-
-    workload: WorkloadSpec
-    slos: Sequence[SLOSpec]
-    spec: CapacitySpec
-    search: StageSearch = StageSearch()
-    goodput: GoodputSLO | None = None
-
-    def stoppable(self, index: int) -> bool:
-        """Whether stage `index`'s verdict may stop it. The confirmation's target stage runs in
-        full: its requests are the verdict's pooled percentiles, and a stage cut short reads its
-        early, less loaded part."""
-        return self.spec.early_abort != OFF and (index > 0 or not self.search.full_target)
-
-    def plan(self, index: int, rate: float, stage_requests: int) -> PlannedStage:
-        """Stage `index` at `rate`, planned: the confirmation's lengthened target stage, or
-        `stage_requests` (every stage's size)."""
-        target = self.search.target_requests
-        requests = target if index == 0 and target else stage_requests
-        return plan_stage(self.workload, self.spec, requests, index, rate, stoppable=self.stoppable(index))
 
 
 async def run_stages(
@@ -83,8 +47,8 @@ async def run_stages(
     on_stage: StageCallback = lambda _: None,
     watch: ProgressWatch | None = None,
 ) -> StagedRun:
-    """The target stage, then capacity stages until the search is done (see the package
-    docstring). `watch` sees every request of every stage, the drains and resets between them
+    """The target stage, then capacity stages until the search is done (see the module and
+    `objectives.stages`). `watch` sees every request of every stage, the drains and resets between them
     included."""
     workload, spec, search = load.workload, load.spec, load.search
     target_rate = workload.arrival.mean_rate()
