@@ -1,6 +1,7 @@
 """What a trial's load stages are asked (`StagedLoad`: the workload, the SLOs, the scenario's
 `capacity:` section and the trial's `StageSearch`) and how each of its stages is planned from it
-(`StagedLoad.plan`), which the stage loop (`search.executor.stage_loop`) runs. Pure."""
+(`StagedLoad.plan`): the one home of the stage plan, which the stage loop
+(`search.executor.stage_loop`) runs and `Measurement.stage_workloads` builds ahead. Pure."""
 
 from __future__ import annotations
 
@@ -57,3 +58,13 @@ class StagedLoad:
         target = self.search.target_requests
         requests = target if index == 0 and target else stage_requests
         return plan_stage(self.workload, self.spec, requests, index, rate, stoppable=self.stoppable(index))
+
+    def stage_workloads(self) -> list[WorkloadSpec]:
+        """What each stage sends (its warm-up and its slice of the sequence; a capacity stage's
+        rate is not known before the trial, so it is shown at the target's): built ahead while
+        the server starts, since a stage's requests do not depend on its rate."""
+        rate = self.workload.arrival.mean_rate()
+        if rate is None:
+            return [self.workload]
+        requests = self.spec.size(self.workload, self.slos).requests
+        return [self.plan(index, rate, requests).workload for index in range(1 + self.spec.max_stages)]

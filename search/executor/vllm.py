@@ -30,7 +30,6 @@ from loadgen import (
 )
 from search.executor.reuse import KeptServer, reconfiguration
 from search.executor.stage_loop import run_stages
-from search.executor.staged_load import StagedLoad
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
@@ -149,8 +148,9 @@ class VllmExecutor:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
         watch = watch or FirstTokenWatch(m.stall_bound_s)
+        load = m.staged_load(plan)
         try:
-            if m.capacity is None:
+            if load is None:
                 on_phase("load")
                 result = run_async(
                     while_serving(
@@ -175,7 +175,7 @@ class VllmExecutor:
                     run_stages(
                         server.base_url,
                         str(model),
-                        StagedLoad(m.workload, m.slos, m.capacity, search=m.stage_search(plan), goodput=m.goodput),
+                        load,
                         tokenizer_path=model,
                         on_stage=on_phase,
                         watch=watch,

@@ -1,5 +1,6 @@
 """The stage loop (search.executor.stage_loop) on a faked load run, no server: the metric an early
-abort raised, a stop that drains, a capacity stage stopped as a likely pass."""
+abort raised, a stop that drains, a capacity stage stopped as a likely pass; and the stages'
+workloads a trial builds ahead, as the loop plans them (`StagedLoad`, the plan's one home)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from loadgen import Abort, WorkloadSpec
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
-from search.executor import StagedLoad, StageSearch, run_stages, stage_loop
+from search.executor import Measurement, StagedLoad, StageSearch, run_stages, stage_loop
 from search.trial_results import stage_columns
 
 
@@ -194,3 +195,56 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     assert target.passed and capacity.passed and capacity.aborted.startswith("likely pass")
     assert capacity.probe.margin == pytest.approx(-0.6) and capacity.saved_s == pytest.approx(4.0)
     assert stage_columns(capacity)["passed"] is True and "met every SLO" in capacity.describe()
+
+
+def test_the_stages_a_trial_builds_ahead_are_the_ones_the_loop_sends(monkeypatch):
+    """`Measurement.stage_workloads` plans through the loop's own `StagedLoad.plan`: every stage's
+    slice, warm-up and request count as sent (its rate aside), the confirmation's lengthened target
+    stage run in full (its planned requests, no run-on) included."""
+    sent: list[WorkloadSpec] = []
+
+    class Result:
+        abort, aborted = None, None
+        planned_s, duration_s, records, requests_planned, notes = 10.0, 10.0, [], 20, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 400.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(base_url, model, workload, **k):
+        sent.append(workload)
+        return Result()
+
+    monkeypatch.setattr(stage_loop, "run_load", fake_run_load)
+    monkeypatch.setattr(stage_loop, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(stage_loop, "reset_prefix_cache", _no_reset_endpoint)
+    wl = WorkloadSpec.model_validate(
+        {
+            "prompt_tokens": 8,
+            "output_tokens": 4,
+            "num_requests": 20,
+            "warmup_requests": 3,
+            "arrival": {"mode": "poisson", "rate": 2.0},
+        }
+    )
+    m = Measurement(
+        wl,
+        slos=(SLOSpec(metric="ttft_p95_ms", max=1000.0),),
+        capacity=CapacitySpec(max_stages=2),
+        full_target=True,
+        target_requests=40,
+    )
+    load = m.staged_load()
+    assert load is not None
+    asyncio.run(run_stages("http://127.0.0.1:9", None, load))
+    ahead = m.stage_workloads()
+    assert len(ahead) == 3 and len(sent) >= 2
+
+    def slice_of(w: WorkloadSpec) -> tuple:
+        return w.first_request, w.num_requests, w.warmup_requests
+
+    assert [slice_of(w) for w in sent] == [slice_of(w) for w in ahead[: len(sent)]]
+    assert slice_of(sent[0]) == (0, 40, 3) and slice_of(ahead[1])[1:] == (30, 0)
+    assert Measurement(wl).stage_workloads() == [wl]  # no `capacity:`: the one load run
