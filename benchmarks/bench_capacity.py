@@ -1,7 +1,7 @@
 """Capacity under the SLO, re-measured: each config on several fresh server starts.
 
 Calibrates the scenario once on vLLM's defaults (as a study does), then runs the trial's
-measurement (target stage + capacity search, `objectives.stages`) on a fresh server per repeat,
+measurement (target stage + capacity search, `search.executor.run_stages`) on a fresh server per repeat,
 configs interleaved (A B A B ...) so drift on this shared machine hits all of them. Prints each
 run's capacity, bracket, stages and times, then per config the median and the spread
 ((max - min) / median) over the repeats.
@@ -30,9 +30,8 @@ from rich.table import Table
 
 from app.expected_errors import reported
 from loadgen import run_async
-from objectives.stages import StagedLoad, run_stages
 from search import calibration
-from search.executor import STAGED_SERVER_ENV, calibrate, plan_trial
+from search.executor import STAGED_SERVER_ENV, StagedLoad, calibrate, plan_trial, run_stages
 from search.prepare import StudyOptions, prepare
 from search.trial_results import capacity_json, stage_columns
 from serving.process import launch

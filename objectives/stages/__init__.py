@@ -19,10 +19,9 @@ In the search phase (`screen`), a trial stops once it cannot matter: a target st
 an SLO runs no capacity stages (the confirmation searches below the target), and a bracket whose
 high end still leaves the trial dominated by a member of the study's front is not narrowed.
 
-Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
-prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
-so one stage's queue and cached prompts do not flatter or burden the next; both requests are
-the server library's (`serving.wait_idle`, `serving.reset_prefix_cache`).
+The loop that runs the stages is the executor's (`search.executor.stage_loop`: each stage one
+load run, the server drained and its prefix cache reset between stages); it calls the judgement
+here, which touches no server.
 
 Each stage's SLOs get a verdict from its requests' counts (`objectives.slo_verdict`: met,
 violated or undecided, with the count over each bound and its interval); beside them the stage's
@@ -35,30 +34,22 @@ in slices: a decided violation stops it, a decided verdict from its planned leng
 (the requests in flight finish), and an undecided one runs on (`objectives.early_abort`);
 `likely` and `certain` stop a stage once its verdict is very likely, or certain. A stop is a
 measurement for the capacity search, not a failure. The confirmation's target stages run in full
-(`StageSearch.full_target`), since the verdict pools their requests.
+(`search.executor.StageSearch.full_target`), since the verdict pools their requests.
 
 Modules: `capacity_spec` (the scenario's `capacity:` section), `sizing` (a stage's size in
 requests), `plan` (one stage as planned), `steady` (the steady-state and class-mix checks),
-`result` (a stage's and a run's results), `run` (the stage loop, the drain and reset between
-stages, the search's next step and the final estimate). Import from here.
+`result` (a stage's and a run's results), `judgement` (a stage judged from its load run's
+result), `search_steps` (the search's next step and the final estimate). Import from here.
 
 Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
 from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
+from objectives.stages.judgement import judged_stage
 from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
-from objectives.stages.run import (
-    StagedLoad,
-    StageSearch,
-    final_estimate,
-    judged_stage,
-    optimistic_metrics,
-    run_stages,
-    search_step,
-    within_saturation,
-)
+from objectives.stages.search_steps import final_estimate, optimistic_metrics, search_step, within_saturation
 from objectives.stages.sizing import (
     DEFAULT_RESOLUTION,
     MIN_STAGE_REQUESTS,
@@ -82,9 +73,7 @@ __all__ = [
     "PlannedStage",
     "SLOSize",
     "StageResult",
-    "StageSearch",
     "StageSize",
-    "StagedLoad",
     "StagedRun",
     "SteadyState",
     "at_rate",
@@ -96,7 +85,6 @@ __all__ = [
     "margin",
     "optimistic_metrics",
     "plan_stage",
-    "run_stages",
     "search_step",
     "stage_size",
     "stage_slos",

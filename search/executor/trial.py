@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from loadgen import GoodputSLO, WorkloadSpec, stall_bound_s
 from objectives.capacity import Front
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, StageSearch, StageSize, plan_stage
+from objectives.stages import CapacitySpec, StageSize
 from search.calibration import CalibrationResult, resolve
+from search.executor.staged_load import StagedLoad, StageSearch
 from search.scenario import Scenario, Screening
 from search.trial_results import TrialOutcome
 from serving import LaunchContext, ServerArgs, check_combination, resolve_server_args
@@ -59,7 +60,7 @@ class Measurement:
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
     slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
     screen: bool = False  # the search phase's: a trial that cannot matter stops (objectives.stages.search_step)
-    full_target: bool = False  # the confirmation's: its target stages run in full (objectives.stages.run_stages)
+    full_target: bool = False  # the confirmation's: its target stages run in full (search.executor.stage_loop)
     # The search phase's, where `screening: {reconfigure: true}`: a trial may be measured on the
     # last trial's server with its scheduler limits lowered in place (search.executor.reuse).
     reconfigure: bool = False
@@ -96,29 +97,30 @@ class Measurement:
         total = sum(c.weight for c in self.workload.classes)
         return n * next(c.weight for c in self.workload.classes if c.name == class_name) / total
 
-    def stage_search(self, plan: TrialPlan) -> StageSearch:
-        """What the stage loop is asked for `plan` beyond the workload and SLOs."""
+    def stage_search(self, plan: TrialPlan | None = None) -> StageSearch:
+        """What the stage loop is asked for `plan` beyond the workload and SLOs (without a plan:
+        what every trial is asked, no earlier bracket and no front)."""
         return StageSearch(
-            capacity_hint=plan.capacity_hint,
+            capacity_hint=plan.capacity_hint if plan is not None else (),
             screen=self.screen,
-            front=plan.front,
+            front=plan.front if plan is not None else None,
             full_target=self.full_target,
             target_requests=self.target_requests,
             saturation_rps=self.saturation_rps,
         )
 
+    def staged_load(self, plan: TrialPlan | None = None) -> StagedLoad | None:
+        """What the stage loop puts on a trial's server for `plan` (None: one load run, as the
+        scenario states it)."""
+        if self.capacity is None:
+            return None
+        return StagedLoad(self.workload, self.slos, self.capacity, search=self.stage_search(plan), goodput=self.goodput)
+
     def stage_workloads(self) -> list[WorkloadSpec]:
-        """What each load stage of a trial sends (its warm-up and its slice of the sequence; a
-        capacity stage's rate is not known before the trial, so it is shown at the target's):
-        built ahead while the server starts, since a stage's requests do not depend on its rate."""
-        size, rate = self.stage_size(), self.workload.arrival.mean_rate()
-        if size is None or self.capacity is None or rate is None:
-            return [self.workload]
-        out = []
-        for index in range(1 + self.capacity.max_stages):
-            requests = self.target_requests if index == 0 and self.target_requests else size.requests
-            out.append(plan_stage(self.workload, self.capacity, requests, index, rate, stoppable=True).workload)
-        return out
+        """What each load stage of a trial sends, as the stage loop plans it
+        (`StagedLoad.stage_workloads`), or the one load run's workload."""
+        load = self.staged_load()
+        return [self.workload] if load is None else load.stage_workloads()
 
     @property
     def stall_bound_s(self) -> float:

@@ -28,8 +28,8 @@ from loadgen import (
     run_async,
     run_load,
 )
-from objectives.stages import StagedLoad, run_stages
 from search.executor.reuse import KeptServer, reconfiguration
+from search.executor.stage_loop import run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
@@ -121,7 +121,7 @@ def in_background(build: Callable[[], object]) -> Callable[[], object]:
 @dataclass
 class VllmExecutor:
     """Each trial on a real vLLM server started for it, loaded with the study's measurement:
-    one load run, or the target load and a capacity search (`objectives.stages`)."""
+    one load run, or the target load and a capacity search (`search.executor.stage_loop`)."""
 
     ctx: LaunchContext
     measurement: Measurement  # as calibration resolved it: absolute rates
@@ -148,8 +148,9 @@ class VllmExecutor:
         m, model = self.measurement, self.ctx.model.path
         t0 = time.monotonic()
         watch = watch or FirstTokenWatch(m.stall_bound_s)
+        load = m.staged_load(plan)
         try:
-            if m.capacity is None:
+            if load is None:
                 on_phase("load")
                 result = run_async(
                     while_serving(
@@ -174,7 +175,7 @@ class VllmExecutor:
                     run_stages(
                         server.base_url,
                         str(model),
-                        StagedLoad(m.workload, m.slos, m.capacity, search=m.stage_search(plan), goodput=m.goodput),
+                        load,
                         tokenizer_path=model,
                         on_stage=on_phase,
                         watch=watch,

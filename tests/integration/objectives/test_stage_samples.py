@@ -10,7 +10,8 @@ import pytest
 
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, StagedLoad, run_stages
+from objectives.stages import CapacitySpec
+from search.executor import StagedLoad, run_stages
 from search.trial_results import stage_columns
 from tests.support.stub_server import StubConfig, StubServer
 

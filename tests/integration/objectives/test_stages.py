@@ -1,5 +1,5 @@
 """Load stages against the stub server: early abort in run_load, and the capacity search end to
-end (objectives.stages, loadrun, dispatch). The drain and the prefix-cache reset between stages
+end (search.executor.stage_loop, objectives.stages, loadrun, dispatch). The drain and the prefix-cache reset between stages
 are tested with their module (tests/integration/serving/test_http_control.py).
 
 Stages are tiny (1-2.5 s) and rates a few req/s, so the file runs in well under 30 s. Timing
@@ -22,7 +22,8 @@ from objectives import stages as st
 from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED, interpolate
 from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, StagedLoad, run_stages
+from objectives.stages import CapacitySpec
+from search.executor import StagedLoad, StageSearch, run_stages
 from tests.support.stub_server import StubConfig, StubServer
 
 
@@ -175,7 +176,7 @@ def test_the_confirmations_target_stage_runs_in_full_and_only_its_capacity_stage
             run_stages(
                 s.base_url,
                 None,
-                StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec, search=st.StageSearch(full_target=True)),
+                StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec, search=StageSearch(full_target=True)),
             )
         )
     target, capacity = run.stages
@@ -266,7 +267,7 @@ def test_a_screened_trial_that_misses_its_target_runs_no_capacity_stage(tok_dir,
             run_stages(
                 s.base_url,
                 None,
-                StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec, search=st.StageSearch(screen=True)),
+                StagedLoad(workload, [slo("ttft_p90_ms", max=50.0)], spec, search=StageSearch(screen=True)),
             )
         )
     assert len(run.stages) == 1 and not run.stages[0].passed

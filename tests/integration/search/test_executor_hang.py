@@ -21,8 +21,8 @@ from loadgen.loadrun import run_async, run_load
 from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
-from objectives.stages import CapacitySpec, StagedLoad, StageSearch, run_stages
-from search.executor import measured_before
+from objectives.stages import CapacitySpec
+from search.executor import StagedLoad, StageSearch, measured_before, run_stages
 from serving import FailureClass
 from serving.process import ServerFailed, while_serving
 from serving.process.server import LaunchSpec, VllmServer, group_members, group_stopped
@@ -111,7 +111,7 @@ def test_a_slow_but_live_server_at_a_low_rate_is_not_a_hang(tok_dir, tok, tmp_pa
     assert result.metrics.completed == len(result.records) >= 2 and result.metrics.failed == 0
 
 
-# -- the staged path (objectives.stages): a freeze in any stage, or between them ------------------
+# -- the staged path (search.executor.stage_loop): a freeze in any stage, or between them ---------
 
 STAGED_BOUND_S = 3.0
 # A live stub streams 20 tokens in 0.4 s, TTFT 30 ms: the target stage (2 warm-ups, 10 req/s for

@@ -3,7 +3,6 @@ the `samples` column (added to an older database), and the scenario's `capacity.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 import pytest
@@ -11,10 +10,7 @@ from sqlalchemy.orm import Session
 
 from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.records import ABORTED, HTTP_ERROR
-from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
-from objectives.stages import run as stage_run
-from search.trial_results import stage_columns
 from storage import queries
 from storage.tables import StageRecord, StudyRecord, TrialRecord
 
@@ -170,63 +166,3 @@ def test_a_bad_early_abort_is_one_clear_line():
         parse(text, "mixed.yaml", Path("configs").resolve())
     lines = [line for line in str(e.value).splitlines() if "early_abort" in line]
     assert len(lines) == 1 and "'decided', 'likely', 'certain' or 'off'" in lines[0] and "maybe" in lines[0]
-
-
-def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch):
-    """The likely rule may stop a capacity stage as a pass (never the target stage): the stage
-    is met, its measured margin enters the capacity search, its row says why it stopped."""
-    from loadgen import Abort
-    from loadgen.workload import WorkloadSpec as WL
-    from objectives.stages import run as st
-
-    asked: list[bool] = []
-
-    def fake_check(slos, rate, rule, may_pass=False, **decided):
-        asked.append(may_pass)
-        return None
-
-    class Result:
-        def __init__(self, abort):
-            self.abort, self.aborted = abort, abort.reason if abort else None
-
-        planned_s, duration_s, records, requests_planned, notes = 10.0, 6.0, [], 20, []
-
-        def flat_metrics(self):
-            return {"ttft_p95_ms": 400.0}
-
-        def server_diagnostics(self):
-            return {}
-
-    async def fake_run_load(*a, **k):
-        return Result(None if len(asked) == 1 else Abort("likely pass: P(every SLO met) = 0.97", passed=True))
-
-    async def no_wait(*a, **k):
-        return 0.0, None
-
-    async def no_reset(*a, **k):
-        return True
-
-    monkeypatch.setattr(stage_run, "abort_check", fake_check)
-    monkeypatch.setattr(stage_run, "run_load", fake_run_load)
-    monkeypatch.setattr(stage_run, "wait_idle", no_wait)
-    monkeypatch.setattr(stage_run, "reset_prefix_cache", no_reset)
-    wl = WL.model_validate(
-        {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
-    )
-    run = asyncio.run(
-        st.run_stages(
-            "http://127.0.0.1:9",
-            None,
-            st.StagedLoad(
-                wl,
-                [SLOSpec(metric="ttft_p95_ms", max=1000.0)],
-                st.CapacitySpec(max_stages=1, early_abort="likely"),
-                search=st.StageSearch(screen=True),
-            ),
-        )
-    )
-    assert asked == [False, True]  # the target stage may not stop as a pass
-    target, capacity = run.stages
-    assert target.passed and capacity.passed and capacity.aborted.startswith("likely pass")
-    assert capacity.probe.margin == pytest.approx(-0.6) and capacity.saved_s == pytest.approx(4.0)
-    assert stage_columns(capacity)["passed"] is True and "met every SLO" in capacity.describe()
