@@ -7,13 +7,17 @@ in rounds: every candidate once, then again (A B C A B C ...), so drift on a sha
 hits them alike. Each run is stored before the next starts (waiting for a database that is
 away, `ride`); a resumed phase skips the runs it has. The verdict (`search.study.verdict`) is
 then read from the stored runs.
+
+The loop starts it here too: the opening line on what follows the search (`confirmation_note`)
+and, once the search is done, `confirm`: its candidates, the plan that pools their runs, and
+`ConfirmationPhase` on a fresh executor.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +30,7 @@ from objectives.statistics import MIN_TAIL_REQUESTS, requests_for_tail, tail_req
 from search import pareto, trial_results
 from search.executor import Measurement, TrialExecutor, plan_trial
 from search.prepare import Prepared
+from search.scenario import Scenario
 from search.study import verdict as verdict_mod
 from search.study.events import (
     ConfirmationFinished,
@@ -35,6 +40,7 @@ from search.study.events import (
 )
 from search.study.opening import OpenedStudy
 from search.study.recording import Recording
+from serving import LaunchContext
 from storage import queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
 
@@ -356,3 +362,54 @@ class ConfirmationPhase:
             return row
 
         return self.ride(store)
+
+
+def confirmation_note(sc: Scenario, baselines: int, confirm_runs: int) -> str:
+    """The opening line on what follows the search: how many runs, how long at most."""
+    if confirm_runs == 0:
+        return "no confirmation phase (--confirm-runs 0): the single measurements decide"
+    n = sc.confirmation.front + baselines
+    full = Measurement(sc.workload, capacity=sc.capacity)
+    most = upfront_estimate_s(n, confirm_runs, full)
+    when = f", about {most / 60:.0f} min at most" if most else ""
+    screening = (
+        " (the search screens with a shorter measurement; confirmation runs the full one)" if sc.screening else ""
+    )
+    return (
+        f"after the search: confirmation of up to {n} candidates x {confirm_runs} runs on fresh "
+        f"servers, interleaved{when}{screening}; --confirm-runs 0 skips it"
+    )
+
+
+def confirm(
+    recording: Recording,
+    opened: OpenedStudy,
+    confirm_runs: int,
+    make_executor: Callable[[LaunchContext, Measurement], TrialExecutor],
+    planned_run_s: float | None = None,
+) -> verdict_mod.Verdict | None:
+    """The confirmation phase after the search: its candidates (none: skipped, said why), the plan
+    that pools their runs' requests, and `ConfirmationPhase` run on a fresh executor for that
+    measurement. `planned_run_s`: the study's plan of one confirmation run, the least its
+    estimate takes for one (`estimate_s`)."""
+    context = recording.context
+    prep = context.prep
+    rows = recording.ride(lambda: recording.rows(opened.record))
+    cands, notes = recording.ride(lambda: candidates(context.study, rows, prep, prep.scenario.confirmation.front))
+    if not any(c.baseline is None for c in cands):
+        context.events.note(
+            "confirmation skipped: no sampled configuration met the SLOs in the search, "
+            f"nor came within {NEAR_MISS:.0%} of them"
+        )
+        return None
+    per_run = recording.ride(lambda: estimate_s(cands, rows, opened.full, opened.screened, planned_run_s))
+    pool = pooled_plan(
+        verdict_mod.measured_metrics(prep.scenario),
+        opened.full,
+        confirm_runs,
+        per_run / len(cands) if per_run is not None else None,
+        len(cands),
+    )
+    phase = ConfirmationPhase(recording, opened, make_executor(opened.ctx, pool.measurement), pool)
+    estimate = recording.ride(lambda: estimate_s(cands, rows, pool.measurement, opened.screened, planned_run_s))
+    return phase.run(cands, notes, estimate)

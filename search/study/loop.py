@@ -47,7 +47,7 @@ from search.study import attributes
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
-from search.study.confirmation_start import confirm, confirmation_note
+from search.study.confirmation import confirm, confirmation_note
 from search.study.cost import StudyCost, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
