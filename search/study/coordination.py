@@ -237,16 +237,20 @@ def _label(worker: dict[str, Any] | None) -> str:
 def requeue(study: optuna.Study, store: StudyStorage, trial: FrozenTrial) -> int | None:
     """Fail a dead worker's trial and queue it again through the storage's retry callback; of
     several workers doing this at once, one wins. Returns the failed trial's number if this call
-    won and the retry was queued, None if another worker got there first or retries ran out."""
+    won and the retry was queued, None if another worker got there first, retries ran out, or the
+    storage queues none (`LocalStorage`: its trial stays failed)."""
     try:
         if not store.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
             return None
     except optuna.exceptions.UpdateFinishedTrialError:
         return None
+    retry = store.get_heartbeat_stale_trial_callback()
+    if not isinstance(retry, RetryHeartbeatStaleTrialCallback):
+        return None
     failed = store.get_trial(trial._trial_id)
-    store.get_heartbeat_stale_trial_callback()(study, failed)
+    retry(study, failed)
     retries = len(failed.system_attrs.get("retry_history", [])) + 1  # as the callback counts them
-    limit = store.get_heartbeat_stale_trial_callback()._max_retry
+    limit = retry._max_retry  # the callback's own limit; Optuna keeps it private
     return trial.number if limit is None or retries <= limit else None
 
 

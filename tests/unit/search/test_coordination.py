@@ -6,10 +6,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
 from search.study import coordination as coord
+from search.study.attributes import mark_claimed
 from search.study.recording import Recording
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import Recorder, optuna_trials, rows, runner
@@ -77,3 +79,16 @@ def test_a_running_trial_with_no_worker_recorded_waits_for_the_grace_period(tmp_
     )
     again.run()
     assert "trial 0 was interrupted; it will run again" in events.notes
+
+
+def test_a_trial_in_memory_whose_loop_ended_is_left_failed_for_want_of_a_retry_callback():
+    """`LocalStorage` queues no retries (no callback): a trial its ended loop left behind (an
+    interrupt the process survived, then the same study run again) is failed, and requeue says it
+    queued nothing, instead of calling the callback it does not have."""
+    store = coord.LocalStorage()
+    study = optuna.create_study(storage=store)
+    trial = coord.ask(study)
+    mark_claimed(trial, coord.WorkerId.this(None).as_dict(), None)  # its loop never marked live: gone here
+    [dead] = coord.dead_trials(study, store, coord.Coordination())
+    assert coord.requeue(study, store, dead.trial) is None
+    assert [t.state for t in study.get_trials()] == [TrialState.FAIL]
