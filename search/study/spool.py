@@ -17,7 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, DateTime
+from sqlalchemy import DateTime
+from sqlalchemy.sql.elements import KeyedColumnElement
 
 from storage.tables import StageRecord, TrialRecord
 
@@ -87,13 +88,13 @@ def drop(path: Path) -> None:
     path.unlink(missing_ok=True)  # another worker of this host may have stored it first
 
 
-def _encoded(row: TrialRecord | StageRecord, columns: list[Column[Any]]) -> dict[str, Any]:
+def _encoded(row: TrialRecord | StageRecord, columns: list[KeyedColumnElement[Any]]) -> dict[str, Any]:
     """The row's columns as JSON values: datetimes as ISO text."""
     values = {c.key: getattr(row, c.key) for c in columns}
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}
 
 
-def _decoded(stored: dict[str, Any], columns: list[Column[Any]]) -> dict[str, Any]:
+def _decoded(stored: dict[str, Any], columns: list[KeyedColumnElement[Any]]) -> dict[str, Any]:
     """Back to what the columns hold: the datetimes were written as ISO text."""
     dates = {c.key for c in columns if isinstance(c.type, DateTime)}
     return {k: datetime.fromisoformat(v) if k in dates and v is not None else v for k, v in stored.items()}
