@@ -136,8 +136,9 @@ def _drain_s(cal: CalibrationResult | None, workload: WorkloadSpec) -> float:
 
 def _stage(kind: str, requests: int, rate: float, cap_s: float | None, drain_s: float) -> StageCost:
     sending = requests / rate
-    capped = cap_s is not None and sending > cap_s
-    return StageCost(kind, rate, requests, (cap_s if capped else sending) + drain_s, capped)
+    if cap_s is not None and sending > cap_s:
+        return StageCost(kind, rate, requests, cap_s + drain_s, True)
+    return StageCost(kind, rate, requests, sending + drain_s, False)
 
 
 def study_cost(
