@@ -25,7 +25,6 @@ import optuna
 from sqlalchemy.orm import Session
 
 from loadgen import MetricName
-from objectives import pooled
 from objectives.statistics import MIN_TAIL_REQUESTS, requests_for_tail, tail_requests
 from search import pareto, trial_results
 from search.executor import Measurement, TrialExecutor, plan_trial
@@ -194,14 +193,15 @@ def pooled_plan(
     for metric in metrics:
         name = MetricName.parse(metric)
         per_run = full.expected_target_requests(name.cls)
-        if not pooled.pooled_metric(metric) or not per_run:
+        q = verdict_mod.pooled_quantile(metric)
+        if q is None or not per_run:
             continue
-        need = max(requests_for_tail(name.quantile, MIN_TAIL_REQUESTS), per_run * screened_cap)
+        need = max(requests_for_tail(q, MIN_TAIL_REQUESTS), per_run * screened_cap)
         if per_run * runs >= need:
             continue
         pool = (
             f"{metric}: ~{per_run:.0f} requests per run, so {runs} runs pool {per_run * runs:.0f} with "
-            f"{tail_requests(name.quantile, int(per_run * runs))} above the percentile"
+            f"{tail_requests(q, int(per_run * runs))} above the percentile"
         )
         s = min(MAX_STAGE_STRETCH, need / (per_run * runs))
         n = min(MAX_POOLED_RUNS, max(runs, math.ceil(round(need / (per_run * s), 9))))
@@ -213,7 +213,7 @@ def pooled_plan(
         else:
             lines.append(
                 f"{pool}; {n} runs of a {s:.2f}x longer target stage put "
-                f"{tail_requests(name.quantile, int(per_run * s * n))} above it"
+                f"{tail_requests(q, int(per_run * s * n))} above it"
             )
         stretch, planned = max(stretch, s), max(planned, n)
     if stretch > 1.0 and size is not None:  # the same sequence's first requests, then more of it

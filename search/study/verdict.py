@@ -191,6 +191,13 @@ def _samples(run: RunView) -> tuple[dict[str, Any] | None, float | None]:
     return stage.samples, stage.elapsed_s
 
 
+def pooled_quantile(metric: str) -> float | None:
+    """The quantile `metric` reads from pooled requests (`pooled.pooled_metric`); None for a
+    metric that pooled requests do not give."""
+    q = MetricName.parse(metric).quantile
+    return q if pooled.pooled_metric(metric) else None
+
+
 def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequence[str]) -> CandidateResult:
     runs = sorted(runs, key=lambda r: r.round)
     ok = [r.status == TrialStatus.OK for r in runs]
@@ -214,10 +221,8 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
             unpooled.append(m)
     intervals = {}
     for m, values in by_metric.items():
-        if m in requests:
-            intervals[m] = pooled.pooled_percentile(
-                [r for r in requests[m] if r is not None], MetricName.parse(m).quantile
-            )
+        if m in requests and (q := pooled_quantile(m)) is not None:
+            intervals[m] = pooled.pooled_percentile([r for r in requests[m] if r is not None], q)
         elif m in brackets:
             intervals[m] = bracketed_median(brackets[m], censored[m])
         else:
@@ -288,10 +293,8 @@ def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Sc
     capacities, of the runs' values otherwise (each side resampled on its own, as before)."""
     diffs, calls, thresholds = {}, {}, {}
     for name, direction in zip(scenario.objective_names, scenario.directions):
-        if name in candidate.requests and name in reference.requests:
-            diff = pooled.pooled_difference(
-                candidate.requests[name], reference.requests[name], MetricName.parse(name).quantile
-            )
+        if name in candidate.requests and name in reference.requests and (q := pooled_quantile(name)) is not None:
+            diff = pooled.pooled_difference(candidate.requests[name], reference.requests[name], q)
         elif name in candidate.brackets and name in reference.brackets:
             diff = st.bracketed_difference(candidate.brackets[name], reference.brackets[name])
         else:

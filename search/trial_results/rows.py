@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from loadgen import CLIENT_BEHIND, json_safe
 from objectives.capacity import CapacityEstimate
@@ -206,7 +206,19 @@ def _timings_json(timings: Timings) -> dict[str, Any]:
 # --- read: row -> typed results ---------------------------------------------------------------
 
 
-def capacity_of(row: TrialRecord | ConfirmationRun) -> CapacityEstimate | None:
+class StoredRun(Protocol):
+    """The columns `capacity_of` and `stages_of` read: a trial's row (its stages as `StageRecord`
+    rows), a confirmation run's (its stages' columns as dicts), or a view of one that a test or
+    an output builds (`search.study.verdict.RunView`)."""
+
+    @property
+    def capacity(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def stages(self) -> Sequence[StageRecord | Mapping[str, Any]]: ...
+
+
+def capacity_of(row: StoredRun) -> CapacityEstimate | None:
     """The capacity estimate a row stores, None without a capacity search."""
     stored = row.capacity
     if not stored:
@@ -224,7 +236,7 @@ def capacity_of(row: TrialRecord | ConfirmationRun) -> CapacityEstimate | None:
     )
 
 
-def stages_of(row: TrialRecord | ConfirmationRun) -> list[StageResult]:
+def stages_of(row: StoredRun) -> list[StageResult]:
     """The load stages a row stores, in order (a trial's as `StageRecord` rows, a confirmation
     run's in its `stages` list)."""
     return [_stage_result(s) for s in row.stages]
