@@ -288,7 +288,7 @@ class ConfirmationPhase:
     """Runs the schedule `pool` plans on `executor` (built on its measurement), planning each run
     on the opened study's launch context, scoring it as `recording` scores a trial and storing it
     through the recording's session, each read and write ridden out while the database is away
-    (`Recording.ride`); the verdict is then read from the stored runs (`stored_verdict`)."""
+    (`Recording.ride`); the verdict is then read from the stored runs of the candidates it planned."""
 
     def __init__(self, recording: Recording, opened: OpenedStudy, executor: TrialExecutor, pool: PooledPlan):
         self.recording, self.opened, self.executor = recording, opened, executor
@@ -323,18 +323,23 @@ class ConfirmationPhase:
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
             row = self._run_one(session, rec, i, round_, cand)
             self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label))
-        result = self.ride(lambda: self._verdict(session, rec))
+        result = self.ride(lambda: self._verdict(session, rec, cands))
         self.events.confirmation_finished(ConfirmationFinished(result))
         return result
 
-    def _verdict(self, session: Session, rec: StudyRecord) -> verdict_mod.Verdict:
-        result = verdict_mod.stored_verdict(session, rec, self.prep.scenario)
+    def _verdict(self, session: Session, rec: StudyRecord, cands: Sequence[Candidate]) -> verdict_mod.Verdict:
+        """The verdict on the stored runs of `cands`: the plan `run` stored first, which
+        `stored_verdict` would read back from the record."""
+        runs = queries.confirmation_runs(session, rec)
+        result = verdict_mod.decide(runs, self.prep.scenario, [c.trial_number for c in cands], self.runs)
         if result.outcome != verdict_mod.Outcome.INCOMPLETE:
             rec.noise = {k: v for k, v in result.noise.items() if math.isfinite(v)}
             session.commit()
         return result
 
-    def _run_one(self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate):
+    def _run_one(
+        self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate
+    ) -> ConfirmationRun:
         p = self.prep
         plan = plan_trial(
             cand.trial_number,
