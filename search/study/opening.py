@@ -106,7 +106,7 @@ class Opening:
         self.prep, self.sc = context.prep, context.scenario
         self._warned_short = False
 
-    def lock(self) -> IO:
+    def lock(self) -> IO[str]:
         """On SQLite, one tuner per study (Optuna cannot hand out queued trials safely to several
         writers there); on a server database, workers coordinate through it and take no lock."""
         if not single_writer(self.prep.storage_url):
@@ -190,6 +190,8 @@ class Opening:
         if ctx.hardware.is_gpu:
             return OpenedRecord(rec, ctx)
         kept, now = rec.cpu_kv_budget_bytes, ctx.cpu_kv_budget_bytes
+        # `record` stores it for a CPU study; a GPU study's None never gets here (`_check` refused the machine)
+        assert kept is not None
         if kept == now:
             return OpenedRecord(rec, ctx)
         said = (
@@ -235,6 +237,8 @@ class Opening:
                     f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms"
                 )
             else:
+                # stored before this run, or by the worker `_calibrate_once` found had (refreshed above)
+                assert rec.calibration is not None
                 cal = calibration_mod.CalibrationResult.from_dict(rec.calibration)
                 if bad := calibration_mod.problems(sc, cal):  # stored by an older version unchecked
                     raise StudyStopped(

@@ -72,7 +72,7 @@ def _winner(session: Session, rec: StudyRecord, earlier: optuna.Study, prep: Pre
     base_dir = (shown if shown.is_absolute() else scenario_mod.CONFIG_DIR.parent / shown).parent
     sc = scenario_mod.parse(rec.scenario_source, where, base_dir)
     verdict = stored_verdict(session, rec, sc)
-    if verdict is not None and verdict.outcome in (Outcome.RECOMMEND, Outcome.KEEP_BASELINE):
+    if verdict is not None and verdict.recommended is not None:  # what RECOMMEND and KEEP_BASELINE deploy
         return verdict.recommended.trial_number, "the confirmed winner"
     if verdict is not None and verdict.outcome == Outcome.NONE_FEASIBLE:
         return None, "nothing (its confirmation found no configuration that met the SLOs)"
