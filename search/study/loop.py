@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 import optuna
 
-from search import pareto
+from search import pareto, trial_results
 from search import space as space_mod
 from search.executor import (
     Measurement,
@@ -87,8 +89,8 @@ def vllm_executor(prep: Prepared) -> ExecutorFactory:
     return lambda ctx, measurement: VllmExecutor(ctx, measurement, prep.run_dir, prep.scenario.server.startup_timeout_s)
 
 
-def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
-    raise KeyboardInterrupt
+def _raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt  # SIGTERM behaves like Ctrl-C: finally-blocks stop servers
 
 
 class StudyRunner:
@@ -197,8 +199,8 @@ class StudyRunner:
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
                         recording.ride(lambda: self.opening.enqueue_baselines(opened.record, opened.ctx))
-                        if self.warm is not None:
-                            recording.ride(lambda: enqueue_winner(self.engine, self.study, opened.record, self.warm))
+                        if (warm := self.warm) is not None:
+                            recording.ride(lambda: enqueue_winner(self.engine, self.study, opened.record, warm))
                         try:
                             self._search(recording, opened, executor)
                         finally:  # a server it kept for a next trial stops before anything else starts one
@@ -408,16 +410,17 @@ class StudyRunner:
     def _stop_on_repeated_load_errors(self, row: TrialRecord) -> None:
         if not row.counts_against_budget:
             return  # no server started, no load ran
-        if row.failure_class != FailureClass.LOAD_ERROR:
+        failure = trial_results.failure_of(row)
+        if failure is None or failure.cls != FailureClass.LOAD_ERROR:
             self._load_errors.clear()
             return
-        self._load_errors.append(row.failure_line)
+        self._load_errors.append(failure.line)
         if len(self._load_errors) < MAX_CONSECUTIVE_LOAD_ERRORS:
             return
         same = len(set(self._load_errors)) == 1
         raise StudyStopped(
             f"the load generator failed in {len(self._load_errors)} trials in a row "
-            f"({'each time' if same else 'last'}: {row.failure_line}); the fault is on the client side, not in "
+            f"({'each time' if same else 'last'}: {failure.line}); the fault is on the client side, not in "
             f"the configurations, so every further trial would fail too. The trials stay recorded; fix the "
             f"cause and run the same command to go on (flags proposed again are measured again)."
         )
