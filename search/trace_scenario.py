@@ -139,7 +139,9 @@ def _unclassed(metric: str) -> str:
     return MetricName.parse(metric).base
 
 
-def _objectives(source: dict[str, Any], objective: str | None, keep_class: bool = False) -> tuple[list[dict], dict]:
+def _objectives(
+    source: dict[str, Any], objective: str | None, keep_class: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The objectives and selection: the source's (its metrics unclassed unless `keep_class`:
     a sessions workload keeps the turn classes its metrics name) or those of `objective`."""
     slos = source.get("slos") or []
@@ -182,11 +184,11 @@ def _scaled(bound: Any, ratio: float) -> Any:
     return bound
 
 
-def _slos(source: dict[str, Any], stats: TrafficStats) -> list[dict]:
+def _slos(source: dict[str, Any], stats: TrafficStats) -> list[dict[str, Any]]:
     """The shipped scenario's SLOs, unclassed; a relative TTFT tail bound is taken over the
     trace's own length tail (`prompt_tail_ratio`), so that an idle server meets it: a shipped
     scenario's classes keep a long prompt out of the short class's tail, one trace class does not."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for s in source.get("slos") or []:
         metric = _unclassed(s["metric"])
         name = MetricName.parse(metric)
@@ -197,7 +199,7 @@ def _slos(source: dict[str, Any], stats: TrafficStats) -> list[dict]:
     return list(out.values())
 
 
-def _goodput(source: dict[str, Any], stats: TrafficStats) -> dict | None:
+def _goodput(source: dict[str, Any], stats: TrafficStats) -> dict[str, Any] | None:
     """The shipped scenario's per-request goodput bounds, its TTFT bound over the trace's p99
     prompt (as `_slos`): a request counts as good if an idle server could have served it so."""
     goodput = source.get("goodput")
@@ -209,7 +211,7 @@ def _goodput(source: dict[str, Any], stats: TrafficStats) -> dict | None:
     return out
 
 
-def slo_lines(slos: list[dict], stats: TrafficStats) -> list[str]:
+def slo_lines(slos: list[dict[str, Any]], stats: TrafficStats) -> list[str]:
     """What the scaling of the TTFT bounds did, for the scenario file's head."""
     lines = []
     for slo in slos:

@@ -122,7 +122,7 @@ class LocalStorage(InMemoryStorage):
 StudyStorage = RDBStorage | LocalStorage
 
 
-def storage(url: str, coordination: Coordination, engine_kwargs: dict) -> RDBStorage:
+def storage(url: str, coordination: Coordination, engine_kwargs: dict[str, Any]) -> RDBStorage:
     """Optuna's RDB storage with heartbeats on, and a retry callback that queues a dead worker's
     trial again with the same params (and user attrs: a baseline stays a baseline)."""
     with warnings.catch_warnings():  # heartbeat_interval is "experimental" since 2.9
@@ -193,7 +193,7 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
 

@@ -57,7 +57,7 @@ class Recording:
     def __enter__(self) -> Recording:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.session.close()
 
     def ride(self, action: Callable[[], T], kept: Callable[[], str] | None = None) -> T:
