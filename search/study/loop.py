@@ -137,7 +137,7 @@ class StudyRunner:
         self.study = optuna.create_study(
             storage=self.storage,
             study_name=prep.study_name,
-            directions=self.sc.directions,
+            directions=[o.direction for o in self.sc.objectives],  # typed as Optuna takes them
             sampler=sampler,
             load_if_exists=True,
         )

@@ -292,7 +292,8 @@ def compare(candidate: CandidateResult, reference: CandidateResult, scenario: Sc
     sides stored them (resampling rounds, then requests), across the runs' brackets for
     capacities, of the runs' values otherwise (each side resampled on its own, as before)."""
     diffs, calls, thresholds = {}, {}, {}
-    for name, direction in zip(scenario.objective_names, scenario.directions):
+    for objective in scenario.objectives:  # its direction typed as `statistics.call` takes it
+        name, direction = objective.metric, objective.direction
         if name in candidate.requests and name in reference.requests and (q := pooled_quantile(name)) is not None:
             diff = pooled.pooled_difference(candidate.requests[name], reference.requests[name], q)
         elif name in candidate.brackets and name in reference.brackets:
