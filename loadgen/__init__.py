@@ -9,7 +9,8 @@ the caller gives one, an abort check (`abort`, run by `abort_watch`); `metrics`
 computes the flat metrics as `vllm bench serve` defines them and `server_metrics` the server's
 own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are pinned
 to. Nothing here imports its parent package: the stages, the capacity search, scoring and the
-abort rules build on this, not the reverse.
+abort rules build on this, not the reverse. The requests to the server besides the load (its
+health, models, /metrics, /tokenize) are `vllm_http`'s, the package below this one.
 Requests may also be the turns of multi-turn sessions (`sessions`: the scripts and each turn's
 prompt; `session_dispatch`: turns sent as answers come back; `turn_metrics`: per-turn figures and
 the prefix reuse the sessions imply).
@@ -42,7 +43,7 @@ from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_req
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.request_order import mix_deviation
-from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, fetch_metrics_text, scan_gauges
+from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
@@ -116,7 +117,6 @@ __all__ = [
     "engine_answers",
     "engine_moved",
     "engine_pinned_cpus",
-    "fetch_metrics_text",
     "json_safe",
     "liveness_before_verdict",
     "mix_deviation",

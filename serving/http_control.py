@@ -6,8 +6,8 @@ its prefix cache (`POST /reset_prefix_cache`), and the request behind a live rec
 The drain and the reset run between load stages on an aiohttp session a `ProgressWatch` sees
 (`loadgen.traced`: a request the server leaves unanswered counts towards a stall). The health
 check and the reconfiguration are short blocking requests from the thread that starts or keeps a
-server. What `/metrics` says is read by `loadgen` (`fetch_metrics_text`, `scan_gauges`), which
-scrapes it for its own measurements too.
+server. What `/metrics` says is read by `loadgen` (`scan_gauges`); its text is fetched by
+`vllm_http`, as loadgen's own scrapes are.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from loadgen import (
     ProgressWatch,
     credit_idle,
     engine_moved,
-    fetch_metrics_text,
     reads_idle,
     scan_gauges,
     traced,
 )
+from vllm_http import fetch_metrics_text
 
 IDLE_POLL_S = 0.25
 RESET_ATTEMPTS = 5
