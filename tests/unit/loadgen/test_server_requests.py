@@ -1,16 +1,17 @@
 """What the load generator makes of the answers to its requests around the load, now asked through
 `vllm_http`: the served model and the errors a run stops on, the server's chat token count, the
-client's pre-connect, the liveness check's /health and its one-token request. On a scripted
+client's pre-connect, the liveness check's /health and the drain between stages. On a scripted
 session: no socket."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 import pytest
 
-from loadgen import LoadRunError, ServerTokenCounter
+from loadgen import LoadRunError, ProgressWatch, ServerTokenCounter, wait_idle
 from loadgen.client import AiohttpClient
 from loadgen.liveness import _health_answered, engine_answers
 from loadgen.preparation import discover_model
@@ -91,3 +92,57 @@ def test_the_engine_answers_a_one_token_request_of_the_first_model(models, compl
     if answers:
         assert s.sent[1].kwargs["json"]["model"] == "first"
         assert [x.kwargs["timeout"].total for x in s.sent] == [2.0, 2.0]
+
+
+def gauges(running: int, waiting: int = 0) -> Answer:
+    return Answer(200, f"vllm:num_requests_running {running}\nvllm:num_requests_waiting {waiting}\n")
+
+
+def draining(monkeypatch, *metrics) -> list[FakeSession]:
+    """The sessions `wait_idle` opens, each answering `metrics` in turn, a model and its token."""
+    opened = []
+
+    def open_session(trace_configs):
+        script = {"GET /metrics": list(metrics), "GET /v1/models": [Answer.json(MODELS)]}
+        opened.append(FakeSession(URL, {**script, "POST /v1/completions": [Answer(200)]}))
+        return opened[-1]
+
+    monkeypatch.setattr(aiohttp, "ClientSession", open_session)
+    monkeypatch.setattr("loadgen.drain.IDLE_POLL_S", 0.0)
+    return opened
+
+
+def test_the_drain_waits_until_nothing_runs_or_waits(monkeypatch):
+    opened = draining(monkeypatch, gauges(2), gauges(0, 1), gauges(0))
+    _, note = run(wait_idle(URL, 10))
+    assert note is None and opened[0].paths() == ["GET /metrics"] * 3
+    assert {s.kwargs["timeout"].total for s in opened[0].sent} == {5.0}
+
+
+@pytest.mark.parametrize(
+    ("metrics", "note"),
+    [
+        (Answer(404), "no /metrics: did not wait for the server to drain"),
+        (Answer(200, "# nothing\n"), "no request gauges in /metrics: did not wait to drain"),
+    ],
+)
+def test_a_server_without_gauges_is_not_waited_for(monkeypatch, metrics, note):
+    draining(monkeypatch, metrics)
+    assert run(wait_idle(URL, 10))[1] == note
+
+
+def test_a_drain_that_runs_out_of_time_says_what_was_left(monkeypatch):
+    draining(monkeypatch, gauges(1, 4))
+    _, note = run(wait_idle(URL, 0.0))
+    assert note is not None and "1 running, 4 waiting" in note
+
+
+def test_a_drain_owed_an_answer_credits_idle_gauges_once_the_engine_answers(monkeypatch):
+    opened = draining(monkeypatch, gauges(0))
+    watch = ProgressWatch(5.0)
+    watch.ask("GET /metrics", time.perf_counter())  # sent, never answered: owed
+    progress: list[float] = []
+    monkeypatch.setattr(watch, "progress", progress.append)
+    run(wait_idle(URL, 10, watch))
+    assert opened[0].paths() == ["GET /metrics", "GET /v1/models", "POST /v1/completions"]
+    assert len(progress) == 1  # the one-token answer: idle gauges are the engine's present
