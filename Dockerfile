@@ -24,6 +24,7 @@ COPY serving serving
 COPY objectives objectives
 COPY loadgen loadgen
 COPY storage storage
+COPY vllm_http vllm_http
 COPY search search
 COPY app app
 

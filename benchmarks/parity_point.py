@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import urllib.request
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +32,7 @@ from loadgen import (
     engine_pinned_cpus,
     open_loop_offsets,
 )
+from vllm_http import fetch_metrics_text
 
 METRICS = [  # (label, our flat key, vLLM result key)
     ("TTFT median (ms)", "ttft_median_ms", "median_ttft_ms"),
@@ -111,10 +111,14 @@ def parse_points(text: str, schedule_s: float, min_requests: int) -> list[Point]
 
 
 def scrape(url: str) -> MetricsSnapshot | None:
-    try:
-        return MetricsSnapshot.parse(urllib.request.urlopen(url + "/metrics", timeout=10).read().decode())
-    except OSError:
-        return None
+    async def fetch() -> str | None:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            return await fetch_metrics_text(session, url, timeout_s=10)
+
+    text = asyncio.run(fetch())
+    return MetricsSnapshot.parse(text) if text is not None else None
 
 
 def server_means(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> dict[str, float]:

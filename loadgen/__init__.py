@@ -5,11 +5,13 @@ A workload (`workload`, its classes in `request_class` with their `lengths`, its
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `load_options` say; what it prepares in `preparation`, what it
 returns in `load_result`, with the notes of `run_notes`), watched for stalls (`stall`) and, where
-the caller gives one, an abort check (`abort`, run by `abort_watch`); `metrics`
-computes the flat metrics as `vllm bench serve` defines them and `server_metrics` the server's
-own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are pinned
-to. Nothing here imports its parent package: the stages, the capacity search, scoring and the
-abort rules build on this, not the reverse.
+the caller gives one, an abort check (`abort`, run by `abort_watch`); between load stages, the
+server is left to drain (`drain`); `metrics` computes the flat metrics as `vllm bench serve`
+defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the client
+off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent package: the
+stages, the capacity search, scoring and the abort rules build on this, not the reverse. The
+requests to the server besides the load (its health, models, /metrics, /tokenize) are
+`vllm_http`'s, the package below this one.
 Requests may also be the turns of multi-turn sessions (`sessions`: the scripts and each turn's
 prompt; `session_dispatch`: turns sent as answers come back; `turn_metrics`: per-turn figures and
 the prefix reuse the sessions imply).
@@ -21,7 +23,8 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
-from loadgen.liveness import ServerHung, credit_idle, engine_answers, engine_moved, liveness_before_verdict, reads_idle
+from loadgen.drain import wait_idle
+from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict
 from loadgen.load_options import LoadOptions
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import run_async, run_load, run_load_sync
@@ -42,7 +45,7 @@ from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_req
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.request_order import mix_deviation
-from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, fetch_metrics_text, scan_gauges
+from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
@@ -112,11 +115,8 @@ __all__ = [
     "class_key",
     "clipped",
     "compute_metrics",
-    "credit_idle",
     "engine_answers",
-    "engine_moved",
     "engine_pinned_cpus",
-    "fetch_metrics_text",
     "json_safe",
     "liveness_before_verdict",
     "mix_deviation",
@@ -125,7 +125,6 @@ __all__ = [
     "rate_over_time",
     "read_sessions",
     "read_trace",
-    "reads_idle",
     "records_from_samples",
     "replay_offsets",
     "request_samples",
@@ -141,6 +140,7 @@ __all__ = [
     "traffic_stats",
     "turn_messages",
     "turn_stats",
+    "wait_idle",
     "warmup_rows",
     "window_rows",
     "window_start",

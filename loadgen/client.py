@@ -33,6 +33,7 @@ from loadgen.records import (
     TRUNCATED,
     RequestRecord,
 )
+from vllm_http import Unanswered, get_health
 
 if TYPE_CHECKING:
     import aiohttp
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     import yarl
 
 READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams
+PRECONNECT_TIMEOUT_S = 10.0  # for each GET /health that opens a keep-alive connection
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call")
 _OTHER_DELTA_KEYS = (b'"reasoning', b'"tool_calls"', b'"function_call"')
@@ -142,11 +144,10 @@ class AiohttpClient:
 
         async def ping() -> bool:
             try:
-                async with session.get(self.base_url + "/health", timeout=self._aiohttp.ClientTimeout(total=10)) as r:
-                    await r.read()
-                    return True
-            except (TimeoutError, self._aiohttp.ClientError, OSError):
+                await get_health(session, self.base_url, PRECONNECT_TIMEOUT_S)
+            except Unanswered:
                 return False
+            return True
 
         return sum(await asyncio.gather(*(ping() for _ in range(n))))
 

@@ -25,8 +25,9 @@ import asyncio
 import math
 import time
 
-from loadgen.server_metrics import GaugeSample, fetch_metrics_text, scan_gauges
+from loadgen.server_metrics import GaugeSample, scan_gauges
 from loadgen.stall import ProgressWatch, Stall, traced
+from vllm_http import BadStatus, TimedOut, Unanswered, fetch_metrics_text, get_health, served_models
 
 HEALTH_TIMEOUT_S = 3.0  # an API server that answers nothing for this long is not serving
 PROBE_TIMEOUT_S = 3.0  # for one read of /metrics
@@ -66,15 +67,14 @@ async def engine_answers(session, base_url: str, timeout_s: float) -> bool:
     stopped engine sent. Asked only while the server owes the run something, so never under load."""
     import aiohttp
 
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with session.get(base_url + "/v1/models", timeout=timeout) as resp:
-            model = (await resp.json())["data"][0]["id"]
+        model = (await served_models(session, base_url, timeout_s))[0]["id"]
         body = {"model": model, "prompt": "ok", "max_tokens": 1}
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with session.post(base_url + "/v1/completions", json=body, timeout=timeout) as resp:
             await resp.read()
             return resp.status == 200
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, IndexError):
+    except (Unanswered, BadStatus, TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError, IndexError):
         return False
 
 
@@ -90,16 +90,13 @@ async def credit_idle(watch: ProgressWatch, session, base_url: str) -> bool:
 async def _health_answered(session, base_url: str, timeout_s: float) -> bool:
     """Whether /health gave any answer within `timeout_s`. A refused connection is an answer of
     sorts (the process is gone, which its watcher reports); only silence is evidence of a hang."""
-    import aiohttp
-
     try:
-        async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            await resp.read()
-            return True
-    except TimeoutError:
+        await get_health(session, base_url, timeout_s)
+    except TimedOut:
         return False
-    except (aiohttp.ClientError, OSError):
-        return True
+    except Unanswered:  # refused or broken: the answer of a process that is gone
+        pass
+    return True
 
 
 async def liveness_before_verdict(watch: ProgressWatch | None, base_url: str, session=None) -> None:

@@ -43,11 +43,12 @@ from loadgen.preparation import (
 from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
 from loadgen.records import RequestRecord
 from loadgen.run_notes import client_behind_note, request_notes
-from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose, fetch_metrics_text
+from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose
 from loadgen.session_dispatch import SessionRunner
 from loadgen.sessions import ScriptBook
 from loadgen.stall import ProgressWatch, traced
 from loadgen.workload import WorkloadSpec
+from vllm_http import fetch_metrics_text
 
 if TYPE_CHECKING:
     import aiohttp

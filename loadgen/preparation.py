@@ -17,6 +17,7 @@ from loadgen.prompts import Request, build_requests, plan_requests, realize_asyn
 from loadgen.records import RequestRecord
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.workload import WorkloadSpec
+from vllm_http import BadStatus, Unanswered, count_chat_tokens, served_models
 
 CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
 ALIGN_CONCURRENCY = 16
@@ -28,15 +29,12 @@ async def discover_model(session, base_url: str, model: str | None = None) -> tu
 
     Without `model`, the first served model; with it, that model's root (None if not listed).
     """
-    import aiohttp
-
     try:
-        async with session.get(base_url + "/v1/models") as resp:
-            if resp.status != 200:
-                raise LoadRunError(f"GET {base_url}/v1/models -> HTTP {resp.status}")
-            data = (await resp.json())["data"]
-    except (aiohttp.ClientError, OSError) as e:  # nothing listens there, or not an OpenAI server
-        raise LoadRunError(f"cannot reach {base_url}: GET /v1/models failed ({e})") from None
+        data = await served_models(session, base_url)
+    except BadStatus as e:
+        raise LoadRunError(str(e)) from None
+    except Unanswered as e:  # nothing listens there, or not an OpenAI server
+        raise LoadRunError(f"cannot reach {base_url}: {e}") from None
     if not data:
         raise LoadRunError(f"{base_url} serves no model")
     if model is None:
@@ -58,15 +56,15 @@ class ServerTokenCounter:
     """Counts chat prompt tokens with the server's `/tokenize` (template applied by the server)."""
 
     def __init__(self, session, base_url: str, model: str):
-        self.session, self.url, self.model = session, base_url + "/tokenize", model
+        self.session, self.base_url, self.model = session, base_url, model
         self.semaphore = asyncio.Semaphore(ALIGN_CONCURRENCY)
 
     async def __call__(self, messages) -> int:
         async with self.semaphore:
-            async with self.session.post(self.url, json={"model": self.model, "messages": messages}) as r:
-                if r.status != 200:
-                    raise LoadRunError(f"POST /tokenize -> HTTP {r.status}: {(await r.text())[:300]}")
-                return int((await r.json())["count"])
+            try:
+                return await count_chat_tokens(self.session, self.base_url, self.model, messages)
+            except BadStatus as e:
+                raise LoadRunError(str(e)) from None
 
 
 _BUILD_CACHE: dict[tuple, list[Request]] = {}

@@ -3,6 +3,8 @@
 Counters and histograms are read before and after the run and differenced (preemptions, prefix
 cache hits, tokens, queue time). Gauges (running, waiting, KV cache usage) only exist as a
 point in time, so a background sampler reads them about once a second for peaks and means.
+The text is fetched by `vllm_http` (the one home of the tuner's HTTP to a server); this module
+reads it.
 
 The sampler must not disturb the measurement: it fetches the text on the client's event loop
 (a few ms of server work per second) and picks the three gauge lines out with string tests
@@ -18,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
+
+from vllm_http import fetch_metrics_text
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -125,18 +129,6 @@ def scan_gauges(text: str, t: float | None = None) -> GaugeSample:
     if not seen:
         running = waiting = NAN
     return GaugeSample(time.perf_counter() if t is None else t, running, waiting, kv)
-
-
-async def fetch_metrics_text(session, base_url: str, timeout_s: float = 10.0) -> str | None:
-    import aiohttp
-
-    try:
-        async with session.get(base_url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            if resp.status != 200:
-                return None
-            return await resp.text()
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return None
 
 
 class GaugeSampler:

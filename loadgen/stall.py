@@ -215,6 +215,11 @@ class ProgressWatch:
         """The server's own gauges show its engine moved (or idle): it answers what was cut off."""
         self._progress_at = now
 
+    def trace_configs(self) -> list:
+        """For an aiohttp session whose requests this watch sees (`traced`); what
+        `vllm_http.reset_prefix_cache` takes a watch for."""
+        return traced(self)
+
     def check(self, now: float, evidence: str | None = None) -> Stall | None:
         """Whether the server is hung at `now` (`silence`): silent for the bound, or, with
         `evidence` that it cannot be answering, owing anything at all."""

@@ -7,11 +7,11 @@ defaults (`vllm_defaults`), the machine (`hardware`), the model (the `model` pac
 the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`,
 `startup`), the failure vocabulary every package names a failed trial in (`failure_kinds`:
 classes with their advice, phases, the `Failure` record), what a server's log says: why a start
-failed (`failures`) and the KV cache it allocated (`kv_log`), and the tuner's HTTP to a running
-server (`http_control`: its health, the drain, the prefix-cache reset, the reconfiguration's
-request). Starting and stopping a server as one process group with a guard and watching a
-measurement against it is the second facade, `serving.process`. Other packages import from
-these two, never from the modules inside.
+failed (`failures`) and the KV cache it allocated (`kv_log`). Starting and stopping a server as
+one process group with a guard and watching a measurement against it is the second facade,
+`serving.process`. Other packages import from these two, never from the modules inside. The
+tuner's HTTP to a running server (its health, the prefix-cache reset, the reconfiguration's
+request) is `vllm_http`'s, the package below every other.
 """
 
 from serving.checks import check_combination, memory_budget
@@ -20,7 +20,6 @@ from serving.context import resolve_model as read_model_info
 from serving.failure_kinds import Failure, FailureClass, FailurePhase
 from serving.failures import classify
 from serving.hardware import Gpu, Hardware
-from serving.http_control import RESET_ENDPOINT_ENV, reset_prefix_cache, wait_idle
 from serving.kv_log import describe_kv_check, kv_cache_check_at_start
 from serving.model.hub import pinned as pinned_model
 from serving.model.hub import study_label as model_study_label
@@ -65,7 +64,6 @@ __all__ = [
     "PARAMS",
     "PASS_THROUGH",
     "REGISTRY",
-    "RESET_ENDPOINT_ENV",
     "START_PHASES",
     "TUNER_OWNED",
     "Adjustment",
@@ -105,12 +103,10 @@ __all__ = [
     "parse_version",
     "pinned_model",
     "read_model_info",
-    "reset_prefix_cache",
     "resolve_server_args",
     "scenario_flag_problem",
     "start_anatomy",
     "support",
     "unset_value",
     "unsupported_reason",
-    "wait_idle",
 ]

@@ -25,12 +25,13 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench_capacity import parse_config
+from loadgen import wait_idle
 from objectives.stages import margin, stage_slos
 from search import calibration
 from search.executor import STAGED_SERVER_ENV, plan_trial
 from search.prepare import StudyOptions, prepare
-from serving import reset_prefix_cache, wait_idle
 from serving.process import launch
+from vllm_http import reset_prefix_cache
 
 REPO = Path(__file__).resolve().parents[2]
 

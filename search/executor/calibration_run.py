@@ -31,8 +31,9 @@ from loadgen import (
 )
 from search.calibration import MIN_TIMED_SHARE, CalibrationResult, closed_workload, saturation_workload
 from search.scenario import Calibration, Scenario
-from serving import RESET_ENDPOINT_ENV, FailurePhase, LaunchContext, ServerArgs, reset_prefix_cache
+from serving import FailurePhase, LaunchContext, ServerArgs
 from serving.process import ServerFailed, launch, while_serving
+from vllm_http import RESET_ENDPOINT_ENV, reset_prefix_cache
 
 # The stall bound of the calibration's first loads, before any class's unloaded TTFT is known: one
 # long prompt alone may take this long on a slow CPU (a 2,600-token prefill at 200 tokens/s is 13 s,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loadgen import AbortCheck, LoadOptions, LoadResult, ProgressWatch, run_load
+from loadgen import AbortCheck, LoadOptions, LoadResult, ProgressWatch, run_load, wait_idle
 from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
 from objectives.stages import (
@@ -33,7 +33,7 @@ from objectives.stages import (
     stage_slos,
 )
 from search.executor.staged_load import StagedLoad
-from serving import reset_prefix_cache, wait_idle
+from vllm_http import reset_prefix_cache
 
 StageCallback = Callable[[str], None]
 

@@ -27,6 +27,7 @@ from loadgen import (
     prepare_requests,
     run_async,
     run_load,
+    wait_idle,
 )
 from search.executor.reuse import KeptServer, reconfiguration
 from search.executor.stage_loop import run_stages
@@ -34,13 +35,11 @@ from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
     DEFAULT_STARTUP_TIMEOUT_S,
-    RESET_ENDPOINT_ENV,
     Failure,
     FailureClass,
     FailurePhase,
     LaunchContext,
     kv_cache_check_at_start,
-    wait_idle,
 )
 from serving.process import (
     FirstTokenWatch,
@@ -53,6 +52,7 @@ from serving.process import (
     while_serving,
 )
 from storage.tables import TrialStatus
+from vllm_http import RESET_ENDPOINT_ENV
 
 # How long a load error waits for the server to exit before it is taken for the load generator's
 # own. Measured on vLLM 0.26 on an H100: with its EngineCore SIGKILLed, the API server answered the

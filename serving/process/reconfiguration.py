@@ -1,7 +1,7 @@
 """The tuner's side of a live reconfiguration: ask a running server of its own to lower its
 scheduler limits (the plugin's route and engine utility, `entry/autotune_vllm_plugin/reconfigure.py`
 says what is set and what is refused), and read the answer. The request goes through
-`serving.http_control`, the one home of the tuner's HTTP to a server.
+`vllm_http`, the one home of the tuner's HTTP to a server.
 
 A server without the route (the plugin off, an older tuner's server) answers 404: unavailable,
 like every other answer that is not the utility's own.
@@ -14,10 +14,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from serving.http_control import Unanswered, exchange
 from serving.process.entry.autotune_vllm_plugin.reconfigure import APPLIED, KNOBS, REFUSED, UNAVAILABLE, limit
 from serving.process.entry.autotune_vllm_plugin.route import PATH
 from serving.process.launch_spec import HOST
+from vllm_http import Unanswered, exchange
 
 __all__ = ["KNOBS", "Reconfiguration", "reconfigure", "within_start"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import BinaryIO
 
-from serving import http_control
+import vllm_http
 from serving.failure_kinds import Failure, FailureClass, FailurePhase
 from serving.failures import SIGKILL_CODES, classify
 from serving.hardware import gpu_memory_used_mib
@@ -275,7 +275,7 @@ class VllmServer:
             time.sleep(POLL_S)
 
     def healthy(self, timeout: float = 2.0) -> bool:
-        return self.port is not None and http_control.healthy(HOST, self.port, timeout)
+        return self.port is not None and vllm_http.healthy(HOST, self.port, timeout)
 
     def processes_stopped(self) -> bool:
         """Every process of the server is stopped (SIGSTOP, a tracer): it answers nothing until

@@ -18,7 +18,18 @@ from search.scenario import CONFIG_DIR
 from serving.hardware import installed_vllm
 from tests.support.paths import REPO
 
-SOURCES = ("pyproject.toml", "README.md", "app", "search", "serving", "objectives", "loadgen", "storage", "configs")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "app",
+    "search",
+    "serving",
+    "objectives",
+    "loadgen",
+    "storage",
+    "vllm_http",
+    "configs",
+)
 
 
 def _run(*args, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:

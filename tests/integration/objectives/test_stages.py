@@ -1,6 +1,7 @@
 """Load stages against the stub server: early abort in run_load, and the capacity search end to
-end (search.executor.stage_loop, objectives.stages, loadrun, dispatch). The drain and the prefix-cache reset between stages
-are tested with their module (tests/integration/serving/test_http_control.py).
+end (search.executor.stage_loop, objectives.stages, loadrun, dispatch). The drain and the
+prefix-cache reset between stages are tested with their modules
+(tests/integration/loadgen/test_drain.py, tests/integration/vllm_http/test_reset_prefix_cache.py).
 
 Stages are tiny (1-2.5 s) and rates a few req/s, so the file runs in well under 30 s. Timing
 asserts leave generous margins: the stub runs on a thread of this process and the machine may

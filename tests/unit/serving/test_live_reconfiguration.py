@@ -11,12 +11,12 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from serving.http_control import Unanswered
 from serving.process import reconfiguration
 from serving.process.entry import autotune_vllm_plugin as plugin
 from serving.process.entry.autotune_vllm_plugin import hooks, reconfigure, route
 from serving.process.launch_spec import PLUGIN_ENV
 from serving.process.reconfiguration import parse, within_start
+from vllm_http import Unanswered
 
 START = {"max_num_seqs": 64, "max_num_batched_tokens": 2048, "long_prefill_token_threshold": 0}
 
