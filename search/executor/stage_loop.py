@@ -9,8 +9,8 @@ so far (`objectives.stages.search_step`); the capacity from all of them at the e
 
 Between stages the server is left to drain (`/metrics`: nothing running or waiting) and its
 prefix cache is reset (`POST /reset_prefix_cache`, a dev endpoint the tuner's servers enable),
-so one stage's queue and cached prompts do not flatter or burden the next; both requests are
-the server library's (`serving.wait_idle`, `serving.reset_prefix_cache`).
+so one stage's queue and cached prompts do not flatter or burden the next (`loadgen.wait_idle`,
+`vllm_http.reset_prefix_cache`).
 """
 
 from __future__ import annotations
