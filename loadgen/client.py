@@ -14,6 +14,7 @@ Chunk classification follows `vllm bench serve` (0.33): a token-bearing chunk ha
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import re
@@ -293,6 +294,13 @@ class AiohttpClient:
                     self._control(payload, rec)  # continuous_usage_stats
 
 
+def sdk_http_library(openai: Any) -> Any:
+    """The HTTP library the `openai` SDK is built on (httpx, or httpx2 in later SDKs), read from
+    the SDK's own defaults: a stream cut short raises that library's transport errors unwrapped,
+    and they need not be those of the httpx installed beside it."""
+    return importlib.import_module(type(openai.DEFAULT_CONNECTION_LIMITS).__module__.partition(".")[0])
+
+
 class OpenAIClient:
     """The official `openai` SDK, same records. Slower per chunk; for cross-checking."""
 
@@ -305,12 +313,9 @@ class OpenAIClient:
         self.client: openai.AsyncOpenAI | None = None
 
     async def __aenter__(self) -> OpenAIClient:
-        import httpx
         import openai
 
-        self._openai, self._httpx = openai, httpx
-        # Limits and timeout of the HTTP library the SDK is built on (httpx, or httpx2 in later
-        # SDKs), which need not be the httpx imported here: taken from the SDK's own defaults.
+        self._openai, self._httpx = openai, sdk_http_library(openai)
         limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=None, max_keepalive_connections=None)
         http_client = openai.DefaultAsyncHttpxClient(limits=limits, timeout=openai.Timeout(self.request_timeout_s))
         client = self.client = openai.AsyncOpenAI(
