@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.console import Console
+from sqlalchemy.orm import Session
 
 from app import workers
 from app.outputs import DashboardPublisher, StudyProgress
@@ -25,7 +26,8 @@ from search.study import StudyResult, StudyRunner
 from search.study.coordination import Coordination
 from search.study.events import StudyObserver
 from search.study.outage import DEFAULT_BOUND_S
-from storage.queries import check_url
+from storage import claims
+from storage.queries import check_url, require_study
 from storage.url import PasswordInArgv, redacted, single_writer
 
 
@@ -103,8 +105,10 @@ def search_on_workers(options: SearchOptions, console: Console) -> Prepared:
             handle.close()
     coordination = Coordination(db_outage_s=options.db_outage_s)
     runner = _runner(prep, opts, coordination)
-    runner.open()  # the schema and the study, once, before the workers join it
+    runner.open()  # the schema and the study, once, before the workers join it (--recalibrate: refused with trials)
     console.print(f"{study_line(prep)}; {n} workers on {', '.join(s.label for s in slots)}")
+    if opts.recalibrate:
+        _recalibrate_on_workers(prep, runner, console)
     given = WorkerOptions(
         storage=prep.storage_url,
         study=prep.study_name,
@@ -117,7 +121,8 @@ def search_on_workers(options: SearchOptions, console: Console) -> Prepared:
         db_outage_s=options.db_outage_s,
     )
     _run_workers(given, opts.seed, slots, options, console, secret)
-    confirm = _runner(prep, opts, coordination, [StudyProgress(console)])
+    # On the calibration the workers measured: --recalibrate was theirs.
+    confirm = _runner(prep, replace(opts, recalibrate=False), coordination, [StudyProgress(console)])
     if confirm.confirm_runs > 0:
         confirm.run(search=False)
     return prep
@@ -139,6 +144,21 @@ def _shared_storage(storage: str | None, n: int) -> Mapping[str, str]:
         return workers.worker_env(storage)
     except PasswordInArgv as e:
         raise workers.SlotError(str(e)) from None
+
+
+def _recalibrate_on_workers(prep: Prepared, runner: StudyRunner, console: Console) -> None:
+    """--recalibrate on workers: the study's calibration dropped, under the study's claim, so that
+    the workers measure a new one once, as for a new study: the first to take the claim measures,
+    the others wait and reuse it. Each told to recalibrate would measure again in turn, and one
+    that joined after the first trial was stored would be refused; told nothing, each would take
+    the stored one. A calibration that fails leaves the study without one: the next run measures it."""
+    if not prep.scenario.needs_calibration():
+        console.print(f"--recalibrate: {prep.shown} has no relative load or bound; nothing to measure")
+        return
+    with Session(runner.engine) as session:
+        study_id = require_study(session, prep.study_name).id
+    with claims.claimed(runner.engine, study_id) as (_, rec):
+        rec.calibration = None
 
 
 def _run_workers(

@@ -79,9 +79,7 @@ def run_search(options: SearchOptions) -> int:
                 "--warm-start runs in one process: drop --workers, or warm-start first and add "
                 "workers to the study with `autotune worker`"
             )
-        # The workers' parent opens the study on its stored calibration: --recalibrate is taken
-        # by a search in one process only.
-        return _search_on_workers(replace(options, study=replace(opts, recalibrate=False)))
+        return _search_on_workers(options)
     console = make_console()
     prep = prepare(opts)  # every check before any server starts
     if options.search and options.dry_run:
