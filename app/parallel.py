@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from app import workers
 from app.outputs import DashboardPublisher, StudyProgress
 from app.worker_options import WorkerOptions
+from search.disk import DEFAULT_RUNS_DIR
 from search.prepare import Prepared, StudyOptions, prepare
 from search.study import StudyResult, StudyRunner
 from search.study.coordination import Coordination
@@ -137,7 +138,7 @@ def _shared_storage(storage: str | None, n: int) -> Mapping[str, str]:
     if not storage or single_writer(storage):
         raise workers.SlotError(
             f"--workers {n} needs a database server the workers share; SQLite "
-            f"({storage or 'the default runs/autotune.db'}) takes one worker per study. Run "
+            f"({storage or f'the default {DEFAULT_RUNS_DIR}/autotune.db'}) takes one worker per study. Run "
             f"`make db` (autotune db start) and pass the URL it prints: make search WORKERS={n} STORAGE='<URL>'"
         )
     try:

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
     Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]  # what `register` is handed
 
+DEFAULT_STORAGE_HELP = f"SQLAlchemy URL (default: sqlite:///{DEFAULT_RUNS_DIR}/autotune.db)"
+
 
 def make_console() -> Console:
     """Rich's console; 160 columns when the output goes to a file or a pipe (rich would assume
@@ -49,7 +51,7 @@ def add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False
         help="local model directory, or Hugging Face id org/name[@revision] "
         "found in the local cache (default: the built-in model)",
     )
-    p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
+    p.add_argument("--storage", default=None, help=DEFAULT_STORAGE_HELP)
     p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
 

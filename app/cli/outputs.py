@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from app.cli.arg_types import port_number
 from app.cli.common import add_study_target, finish_outputs, make_console, named_study, stored_study
+from search.disk import DEFAULT_RUNS_DIR
 
 if TYPE_CHECKING:
     from app.cli.common import Subcommands
@@ -72,7 +73,7 @@ def register_export(sub: Subcommands) -> None:
         help="write best.yaml (for vllm serve --config), pareto.yaml and report.html again from the stored study",
     )
     add_study_target(exp)
-    exp.add_argument("--out", default=None, help="directory (default: runs/STUDY)")
+    exp.add_argument("--out", default=None, help=f"directory (default: {DEFAULT_RUNS_DIR}/STUDY)")
     exp.set_defaults(func=_cmd_export)
 
 

@@ -150,7 +150,7 @@ def register_scenario(sub: Subcommands) -> None:
 
 
 def register_tune(sub: Subcommands) -> None:
-    from app.cli.common import add_db_outage, study_name
+    from app.cli.common import DEFAULT_STORAGE_HELP, add_db_outage, study_name
 
     p = sub.add_parser(
         "tune",
@@ -173,7 +173,7 @@ def register_tune(sub: Subcommands) -> None:
     p.add_argument(
         "--confirm-runs", type=positive_int, default=None, metavar="N", help="runs per candidate in the confirmation"
     )
-    p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
+    p.add_argument("--storage", default=None, help=DEFAULT_STORAGE_HELP)
     p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
     add_db_outage(p)
