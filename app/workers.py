@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 from app.worker_options import JoinedStudy, WorkerOptions
@@ -166,7 +167,8 @@ def run_all(
     ]
     lock = threading.Lock()
 
-    def pump(prefix: str, proc: subprocess.Popen) -> None:
+    def pump(prefix: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             with lock:
                 show(f"{prefix} {line.rstrip()}")
@@ -175,7 +177,7 @@ def run_all(
     for t in readers:
         t.start()
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: FrameType | None) -> None:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -203,14 +205,14 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
 
     from search.study import BUDGET_ATTR
     from serving import pinned_model
-    from storage.queries import check_url, existing_study_check, find_study, open_db
+    from storage.queries import check_url, existing_study_check, open_db, require_study
 
     check_url(storage)  # one line for an empty, malformed or unreachable URL, before anything starts
     existing_study_check(
         storage, study, "start it with `autotune search SCENARIO --storage URL --study NAME`, then add workers"
     )
     with Session(open_db(storage)) as session:
-        rec = find_study(session, study)
+        rec = require_study(session, study)
         source, model = rec.scenario_source, pinned_model(rec.model_path, rec.model_revision)
     path = runs_dir / study / "scenario.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,6 +260,7 @@ def run_all_on_ray(
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env={**os.environ, **env}
         )
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             print(f"{prefix} {line.rstrip()}", flush=True)
         return proc.wait()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import urlsplit
 
+Number = TypeVar("Number", int, float)
 
-def _number(text: str, kind: type) -> float | None:
+
+def _number(text: str, kind: Callable[[str], Number]) -> Number | None:
     try:
         value = kind(text)
     except ValueError:

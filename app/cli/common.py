@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.cli.arg_types import non_negative_int
 from search.disk import DEFAULT_RUNS_DIR
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def make_console():
+    from search.prepare import StudyOptions
+
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]  # what `register` is handed
+
+DEFAULT_STORAGE_HELP = f"SQLAlchemy URL (default: sqlite:///{DEFAULT_RUNS_DIR}/autotune.db)"
+
+
+def make_console() -> Console:
     """Rich's console; 160 columns when the output goes to a file or a pipe (rich would assume
     80 and fold the summary's parameter column into fragments)."""
     import sys
@@ -41,7 +51,7 @@ def add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False
         help="local model directory, or Hugging Face id org/name[@revision] "
         "found in the local cache (default: the built-in model)",
     )
-    p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
+    p.add_argument("--storage", default=None, help=DEFAULT_STORAGE_HELP)
     p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
 
@@ -59,29 +69,43 @@ def add_db_outage(p: argparse.ArgumentParser) -> None:
     )
 
 
-def study_target(args: argparse.Namespace, whole_database: bool = False) -> tuple[str, str]:
+def named_study(args: argparse.Namespace) -> StudyOptions:
+    """The study that `add_study_target`'s flags name, its other options at their defaults: what
+    export, report and dashboard read, and what search and confirm add their own options to."""
+    from search.prepare import StudyOptions
+
+    return StudyOptions(
+        scenario=args.scenario,
+        model=args.model,
+        storage=args.storage,
+        study_name=args.study,
+        runs_dir=Path(args.runs_dir),
+    )
+
+
+def stored_study(opts: StudyOptions, whole_database: bool = False) -> tuple[str, str]:
     """The stored study that export and report read (`whole_database`: the database the
-    dashboard serves, that study or not); refused, creating no database file (as a mistyped
-    --storage would), unless it is there."""
+    dashboard serves, that study or not): its storage URL and name; refused, creating no
+    database file (as a mistyped --storage would), unless it is there."""
     from search.prepare import default_storage, default_study_name
     from storage.queries import check_url, existing_database_check, existing_study_check
 
-    storage = default_storage(Path(args.runs_dir)) if args.storage is None else args.storage  # "" is refused
+    storage = default_storage(opts.runs_dir) if opts.storage is None else opts.storage  # "" is refused
     check_url(storage)
-    if args.study:
-        name = args.study
+    if opts.study_name:
+        name = opts.study_name
     else:
         from search import scenario as scenario_mod
 
         # The study is named after the scenario's `name:`, as `search` names it, also when the
         # scenario is given as a path.
-        name = default_study_name(scenario_mod.load(args.scenario)[0].name, args.model)
-    hint = f"run `autotune search {args.scenario}` first"
+        name = default_study_name(scenario_mod.load(opts.scenario)[0].name, opts.model)
+    hint = f"run `autotune search {opts.scenario}` first"
     existing_database_check(storage, hint) if whole_database else existing_study_check(storage, name, hint)
     return storage, name
 
 
-def finish_outputs(console, storage_url: str, study_name: str, out_dir: Path) -> int:
+def finish_outputs(console: Console, storage_url: str, study_name: str, out_dir: Path) -> int:
     from app.outputs import finish
 
     finish(console, storage_url, study_name, out_dir)

@@ -5,6 +5,10 @@ away; each is one line on stderr and an exit code, never a traceback."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from search.disk import OutputNotWritten
 
 EXIT_OUTPUT_MISSING = 3  # an output file was not written (a study's: stored, `autotune export` writes them again)
 
@@ -19,15 +23,15 @@ EXIT_CODES = f"""exit codes:
   130  interrupted (Ctrl-C): no server is left; run the same command to go on"""
 
 
-def output_not_written() -> type[Exception]:
+def output_not_written() -> type[OutputNotWritten]:
     from search.disk import OutputNotWritten
 
     return OutputNotWritten
 
 
-def not_written_line(args: argparse.Namespace, e) -> str:
+def not_written_line(args: argparse.Namespace, e: OutputNotWritten) -> str:
     """The file, why, the free space; after a study, that it is stored and the command that
-    writes its outputs again (`autotune export` with this command's study)."""
+    writes its outputs again (`autotune export` with this command's study, its flags as given)."""
     if args.command not in ("search", "confirm", "export", "report"):
         return f"not written: {e}"
     import shlex

@@ -11,12 +11,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.arg_types import http_url, non_negative_int, positive_float, positive_int
 from app.outputs import fmt_value
 from search.disk import write_atomic
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from app.cli.common import Subcommands
+    from loadgen import GoodputSLO, LoadOptions, LoadResult, SessionReport, WorkloadSpec
+    from search.scenario import Goodput, Scenario
 
 DEFAULT_WORKLOAD: dict[str, Any] = {
     "endpoint": "completions",
@@ -32,7 +42,79 @@ class LoadCliError(ValueError):
     pass
 
 
-def register(subparsers) -> None:
+@dataclass(frozen=True)
+class WorkloadFlags:
+    """The workload overrides of `autotune load` (None: not given; the workload's own)."""
+
+    endpoint: str | None = None
+    rate: float | None = None
+    arrival: str | None = None
+    burstiness: float | None = None
+    concurrency: int | None = None
+    capacity: float | None = None
+    num_requests: int | None = None
+    duration: float | None = None
+    warmup: int | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    seed: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadCommandOptions:
+    """`autotune load`: the server, the workload's source (a scenario, `--workload`, else the
+    defaults) and its overrides, how the run is made (`run`; its goodput SLOs come from the
+    scenario and `goodput`'s KEY:MS items once the scenario is read) and what is written."""
+
+    url: str
+    run: LoadOptions
+    scenario: str | None = None
+    workload: Path | None = None
+    model: str | None = None  # None: the first the server lists
+    flags: WorkloadFlags = WorkloadFlags()
+    goodput: tuple[str, ...] = ()
+    loop: str = "auto"
+    json: Path | None = None
+    records: bool = False
+    quiet: bool = False
+
+
+def load_options(args: argparse.Namespace) -> LoadCommandOptions:
+    from loadgen import LoadOptions
+
+    flags = WorkloadFlags(
+        endpoint=args.endpoint,
+        rate=args.rate,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        concurrency=args.concurrency,
+        capacity=args.capacity,
+        num_requests=args.num_requests,
+        duration=args.duration,
+        warmup=args.warmup,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        seed=args.seed,
+        timeout=args.timeout,
+    )
+    run = LoadOptions(client=args.client, tokenizer_path=args.tokenizer, scrape_metrics=not args.no_server_metrics)
+    return LoadCommandOptions(
+        url=args.url,
+        run=run,
+        scenario=args.scenario,
+        workload=args.workload,
+        model=args.model,
+        flags=flags,
+        goodput=tuple(args.goodput or ()),
+        loop=args.loop,
+        json=args.json,
+        records=args.records,
+        quiet=args.quiet,
+    )
+
+
+def register(subparsers: Subcommands) -> None:
     p = subparsers.add_parser(
         "load",
         help="one load run against a running server; prints the metrics table",
@@ -95,7 +177,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_load)
 
 
-def read_source(args: argparse.Namespace):
+def read_source(opts: LoadCommandOptions) -> tuple[dict[str, Any], Path | None, Scenario | None]:
     """(workload mapping as written, its directory, the validated scenario or None).
 
     A scenario, named or by path, positional or as `--workload`, is found and validated by
@@ -106,57 +188,59 @@ def read_source(args: argparse.Namespace):
 
     from search import scenario as scenario_mod
 
-    if args.workload is not None:
-        if not Path(args.workload).is_file():
-            raise scenario_mod.ScenarioError(f"--workload {args.workload}: no such file")
-        data = scenario_mod.read_mapping(Path(args.workload).read_text(), f"--workload {args.workload}")
+    if opts.workload is not None:
+        if not opts.workload.is_file():
+            raise scenario_mod.ScenarioError(f"--workload {opts.workload}: no such file")
+        data = scenario_mod.read_mapping(opts.workload.read_text(), f"--workload {opts.workload}")
         if "workload" not in data:  # a plain WorkloadSpec file
-            return data, Path(args.workload).parent.resolve(), None
-        path = Path(args.workload)
-    elif args.scenario:
-        path = scenario_mod.resolve_path(args.scenario)
+            return data, opts.workload.parent.resolve(), None
+        path = opts.workload
+    elif opts.scenario:
+        path = scenario_mod.resolve_path(opts.scenario)
     else:
         return json.loads(json.dumps(DEFAULT_WORKLOAD)), None, None
     sc, text, _ = scenario_mod.load(path)
     return yaml.safe_load(text)["workload"], path.parent.resolve(), sc
 
 
-def build_workload(args: argparse.Namespace):
+def build_workload(opts: LoadCommandOptions) -> tuple[WorkloadSpec, Scenario | None]:
     """(WorkloadSpec with the flags applied, the scenario it came from or None)."""
     from loadgen import WorkloadSpec
 
-    data, base_dir, sc = read_source(args)
+    data, base_dir, sc = read_source(opts)
+    flags = opts.flags
     data = dict(data)
     if sc is not None and sc.capacity is not None and "num_requests" not in data:
         # One run of a staged scenario's workload is its target stage: the requests every stage
         # holds, its duration_s the cap.
-        data["num_requests"] = sc.capacity.size(sc.workload, sc.slos).requests
-    if args.endpoint:
-        data["endpoint"] = args.endpoint
-    if args.prompt_tokens or args.output_tokens:
+        # size() reads only the SLOs' metrics, but is typed for resolved bounds: these may be relative.
+        data["num_requests"] = sc.capacity.size(sc.workload, sc.slos).requests  # type: ignore[arg-type]
+    if flags.endpoint:
+        data["endpoint"] = flags.endpoint
+    if flags.prompt_tokens or flags.output_tokens:
         classes = data.pop("classes", None)
         single = dict(classes[0]) if classes else {}
         single.update(
             {k: data.pop(k) for k in ("prompt_tokens", "output_tokens", "shared_prefix", "sharegpt") if k in data}
         )
         single.pop("name", None), single.pop("weight", None)
-        if args.prompt_tokens:
+        if flags.prompt_tokens:
             single.pop("sharegpt", None)
-            single["prompt_tokens"] = args.prompt_tokens
-        if args.output_tokens:
-            single["output_tokens"] = args.output_tokens
+            single["prompt_tokens"] = flags.prompt_tokens
+        if flags.output_tokens:
+            single["output_tokens"] = flags.output_tokens
         if classes and len(classes) > 1:
             raise LoadCliError(
                 f"--prompt-tokens/--output-tokens replace a single class; this workload has {len(classes)}"
             )
         data.update(single)
     arrival = dict(data.get("arrival") or {})
-    if args.concurrency is not None:
-        arrival = {"mode": "closed", "concurrency": args.concurrency}
-    elif args.rate is not None or args.arrival or args.burstiness is not None:
+    if flags.concurrency is not None:
+        arrival = {"mode": "closed", "concurrency": flags.concurrency}
+    elif flags.rate is not None or flags.arrival or flags.burstiness is not None:
         mode = (
-            args.arrival
-            or ("gamma" if args.burstiness is not None else None)
+            flags.arrival
+            or ("gamma" if flags.burstiness is not None else None)
             or (arrival.get("mode") if arrival.get("mode") not in (None, "closed") else "poisson")
         )
         keep = {
@@ -164,32 +248,32 @@ def build_workload(args: argparse.Namespace):
             for k, v in arrival.items()
             if k in ("burstiness", "peak_multiplier", "period_s", "duty") and (k == "burstiness") == (mode == "gamma")
         }
-        rate = args.rate if args.rate is not None else arrival.get("rate")
+        rate = flags.rate if flags.rate is not None else arrival.get("rate")
         arrival = {"mode": mode, **keep, "rate": rate}
-        if args.burstiness is not None:
-            arrival["burstiness"] = args.burstiness
+        if flags.burstiness is not None:
+            arrival["burstiness"] = flags.burstiness
     data["arrival"] = arrival
-    if args.num_requests is not None:
-        data["num_requests"] = args.num_requests
-        if args.duration is None:
+    if flags.num_requests is not None:
+        data["num_requests"] = flags.num_requests
+        if flags.duration is None:
             data.pop("duration_s", None)
-    if args.duration is not None:
-        data["duration_s"] = args.duration
-        if args.num_requests is None:
+    if flags.duration is not None:
+        data["duration_s"] = flags.duration
+        if flags.num_requests is None:
             data.pop("num_requests", None)
-    for flag, key in (("warmup", "warmup_requests"), ("seed", "seed"), ("timeout", "request_timeout_s")):
-        if getattr(args, flag) is not None:
-            data[key] = getattr(args, flag)
+    for value, key in ((flags.warmup, "warmup_requests"), (flags.seed, "seed"), (flags.timeout, "request_timeout_s")):
+        if value is not None:
+            data[key] = value
     spec = WorkloadSpec.model_validate(data, context={"base_dir": base_dir} if base_dir else None)
-    if not spec.arrival.is_resolved and args.capacity is not None:
-        spec = spec.model_copy(update={"arrival": spec.arrival.resolve(args.capacity)})
+    if not spec.arrival.is_resolved and flags.capacity is not None:
+        spec = spec.model_copy(update={"arrival": spec.arrival.resolve(flags.capacity)})
     return spec, sc
 
 
-def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
+def probe_capacity(opts: LoadCommandOptions, spec: WorkloadSpec, sc: Scenario | None, console: Console) -> float:
     """Requests/s of the workload's mix in the saturating closed loop a study calibrates with
     (the scenario's `calibration:` settings, else their defaults)."""
-    from loadgen import LoadOptions, run_load_sync
+    from loadgen import run_load_sync
     from search.calibration import saturation_workload
 
     probe = saturation_workload(spec, sc.calibration if sc is not None else None)
@@ -198,8 +282,8 @@ def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
         f"(closed loop, {probe.arrival.concurrency} users, {probe.num_requests} requests; "
         "--capacity RPS or --rate skips this)"
     )
-    options = LoadOptions(client=args.client, tokenizer_path=args.tokenizer, scrape_metrics=False)
-    result = run_load_sync(args.url, args.model, probe, options=options, loop=args.loop)
+    options = replace(opts.run, scrape_metrics=False)
+    result = run_load_sync(opts.url, opts.model, probe, options=options, loop=opts.loop)
     capacity = result.metrics.request_throughput
     if not capacity > 0:
         raise LoadCliError("the capacity probe completed no request; give --rate or --concurrency")
@@ -207,7 +291,7 @@ def probe_capacity(args: argparse.Namespace, spec, sc, console) -> float:
     return capacity
 
 
-def parse_goodput(items: list[str] | None, scenario_goodput=None):
+def parse_goodput(items: Sequence[str], scenario_goodput: Goodput | None = None) -> GoodputSLO | None:
     """The scenario's absolute goodput bounds (relative ones need a calibration: left out),
     overridden by `--goodput KEY:MS` items."""
     from loadgen import GoodputSLO
@@ -215,7 +299,7 @@ def parse_goodput(items: list[str] | None, scenario_goodput=None):
     values: dict[str, float] = {}
     if scenario_goodput is not None:
         values = {k: float(v) for k, v in dict(scenario_goodput).items() if isinstance(v, (int, float))}
-    for item in items or []:
+    for item in items:
         key, _, ms = item.partition(":")
         if key not in ("ttft", "tpot", "e2el") or not ms:
             raise LoadCliError(f"--goodput {item!r}: use ttft:<ms>, tpot:<ms>, e2el:<ms>")
@@ -230,7 +314,7 @@ def _cell(v: Any) -> str:
     return fmt_value(v, digits=4, missing="-")
 
 
-def _load_line(result) -> str:
+def _load_line(result: LoadResult) -> str:
     """The run's header: the server, the endpoint, the arrival process and the client."""
     spec = result.spec
     a = spec.arrival
@@ -244,7 +328,7 @@ def _load_line(result) -> str:
     return f"[bold]{result.base_url}[/] model {result.model}: {spec.endpoint}, {load}, client {result.client}"
 
 
-def _latency_table(f: dict[str, Any]):
+def _latency_table(f: dict[str, Any]) -> Table:
     from rich.table import Table
 
     lat = Table(title="Latency (ms)")
@@ -256,7 +340,7 @@ def _latency_table(f: dict[str, Any]):
     return lat
 
 
-def _outcome_table(result, f: dict[str, Any]):
+def _outcome_table(result: LoadResult, f: dict[str, Any]) -> Table:
     from rich.table import Table
 
     from loadgen import CLIENT_BEHIND
@@ -289,18 +373,18 @@ def _outcome_table(result, f: dict[str, Any]):
     return run
 
 
-def _server_table(server):
+def _server_table(flat: Mapping[str, Any]) -> Table:
     from rich.table import Table
 
     srv = Table(title="Server (/metrics, over the run)")
     srv.add_column("metric")
     srv.add_column("value", justify="right")
-    for k, v in server.flat().items():
+    for k, v in flat.items():
         srv.add_row(k, _cell(v))
     return srv
 
 
-def _per_class_table(result, f: dict[str, Any]):
+def _per_class_table(result: LoadResult, f: dict[str, Any]) -> Table:
     from rich.table import Table
 
     from loadgen import class_key
@@ -325,7 +409,7 @@ def _per_class_table(result, f: dict[str, Any]):
     return cls
 
 
-def _print_errors(result, console) -> None:
+def _print_errors(result: LoadResult, console: Console) -> None:
     """The error kinds counted, and the first failed request's text as it came."""
     console.print("errors: " + ", ".join(f"{k} x{v}" for k, v in result.metrics.error_kinds.items()))
     first = next((r for r in result.records if r.error_kind), None)
@@ -333,7 +417,7 @@ def _print_errors(result, console) -> None:
         console.print(f"  first: {first.error_text}", markup=False)
 
 
-def print_result(result, console=None) -> None:
+def print_result(result: LoadResult, console: Console | None = None) -> None:
     from rich.console import Console
 
     console = console or Console()
@@ -342,23 +426,22 @@ def print_result(result, console=None) -> None:
     console.print(_latency_table(f))
     console.print(_outcome_table(result, f))
     if result.server is not None:
-        console.print(_server_table(result.server))
+        console.print(_server_table(result.server.flat()))
     if len(result.metrics.per_class) > 1:
         console.print(_per_class_table(result, f))
     if result.sessions is not None:
-        print_sessions(result, console)
+        print_sessions(result, result.sessions, console)
     if result.metrics.error_kinds:
         _print_errors(result, console)
     for note in result.notes:
         console.print(f"[yellow]note[/]: {note}")
 
 
-def print_sessions(result, console) -> None:
-    """A session workload's turns: how each turn index fared, and the prefix reuse against the
-    server's prefix-cache hit rate."""
+def print_sessions(result: LoadResult, report: SessionReport, console: Console) -> None:
+    """A session workload's turns (`report`, of `result`): how each turn index fared, and the
+    prefix reuse against the server's prefix-cache hit rate."""
     from rich.table import Table
 
-    report = result.sessions
     per_s = report.sessions / result.duration_s if result.duration_s > 0 else float("nan")
     turns = Table(
         title=f"By turn ({report.completed} of {report.sessions} sessions complete, {_cell(per_s)} sessions/s)"
@@ -382,9 +465,10 @@ def print_sessions(result, console) -> None:
 def _cmd_load(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from loadgen import LoadOptions, LoadRunError, TokenizerError, json_safe, run_load_sync
+    from loadgen import LoadRunError, TokenizerError, json_safe, run_load_sync
     from search.scenario import ScenarioError
 
+    opts = load_options(args)
     console = Console()
 
     def said(e: Exception, code: int) -> int:
@@ -393,10 +477,10 @@ def _cmd_load(args: argparse.Namespace) -> int:
 
     server_faults = (LoadRunError, TokenizerError)  # the server at --url: unreachable, or not what the run needs
     try:
-        spec, sc = build_workload(args)
-        goodput = parse_goodput(args.goodput, sc.goodput if sc is not None else None)
+        spec, sc = build_workload(opts)
+        goodput = parse_goodput(opts.goodput, sc.goodput if sc is not None else None)
         if not spec.arrival.is_resolved:
-            capacity = probe_capacity(args, spec, sc, console)
+            capacity = probe_capacity(opts, spec, sc, console)
             spec = spec.model_copy(update={"arrival": spec.arrival.resolve(capacity)})
     except ScenarioError:
         raise  # reported by app.cli as for every command: one line, exit code 2
@@ -405,17 +489,11 @@ def _cmd_load(args: argparse.Namespace) -> int:
     except server_faults as e:
         return said(e, 1)
     try:
-        options = LoadOptions(
-            client=args.client,
-            tokenizer_path=args.tokenizer,
-            scrape_metrics=not args.no_server_metrics,
-            goodput=goodput,
-        )
-        result = run_load_sync(args.url, args.model, spec, options=options, loop=args.loop)
+        result = run_load_sync(opts.url, opts.model, spec, options=replace(opts.run, goodput=goodput), loop=opts.loop)
     except server_faults as e:
         return said(e, 1)
-    if not args.quiet:
+    if not opts.quiet:
         print_result(result, console)
-    if args.json:
-        write_atomic(args.json, json.dumps(json_safe(result.to_json(include_records=args.records)), indent=1))
+    if opts.json:
+        write_atomic(opts.json, json.dumps(json_safe(result.to_json(include_records=opts.records)), indent=1))
     return 0

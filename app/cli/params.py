@@ -4,8 +4,24 @@ allowed pass-through flags)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.cli.common import make_console
+
+if TYPE_CHECKING:
+    from app.cli.common import Subcommands
+
+
+@dataclass(frozen=True)
+class ParamsOptions:
+    """`autotune params`: the model the installed vLLM is asked about (None: the built-in one)."""
+
+    model: str | None = None
+
+
+def params_options(args: argparse.Namespace) -> ParamsOptions:
+    return ParamsOptions(args.model)
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
@@ -15,7 +31,8 @@ def _cmd_params(args: argparse.Namespace) -> int:
 
     from serving import PARAMS, PASS_THROUGH, launch_context, unsupported_reason
 
-    ctx = launch_context(model=args.model)
+    opts = params_options(args)
+    ctx = launch_context(model=opts.model)
     on = f"{ctx.installed.label()} ({ctx.hardware.describe()})"
     table = Table(title=f"Tunable parameters on {on}: search_space, server.fixed, baselines")
     for col in ("parameter", "flag", "type", "what it does", "installed vLLM"):
@@ -41,7 +58,7 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     params = sub.add_parser(
         "params",
         help="what a scenario may set: the tunable parameters and the allowed "

@@ -4,62 +4,94 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli.arg_types import minutes, non_negative_int, positive_float, positive_int
-from app.cli.common import add_db_outage, add_study_target, finish_outputs, make_console, study_name
+from app.cli.common import add_db_outage, add_study_target, finish_outputs, make_console, named_study, study_name
 from search.disk import DEFAULT_RUNS_DIR
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from app.cli.common import Subcommands
+    from app.parallel import SearchOptions
     from app.worker_options import WorkerOptions
-    from search.prepare import StudyOptions
+    from app.workers import Slot
+    from search.prepare import Prepared
+
+
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    """`autotune search`'s options."""
+    from app.parallel import SearchOptions
+
+    study = replace(
+        named_study(args),
+        trials=args.trials,
+        timeout_min=args.timeout_min,
+        sampler=args.sampler,
+        seed=args.seed,
+        confirm_runs=args.confirm_runs,
+        recalibrate=args.recalibrate,
+        warm_start=args.warm_start,
+        usd_per_hour=args.usd_per_hour,
+    )
+    return SearchOptions(
+        study,
+        workers=args.workers,
+        backend=args.backend,
+        ray_address=args.ray_address,
+        db_outage_s=args.db_outage_s,
+        dry_run=args.dry_run,
+    )
+
+
+def confirm_options(args: argparse.Namespace) -> SearchOptions:
+    """`autotune confirm`'s options: the study's budget, sampler, seed, calibration, warm start
+    and price at their defaults (it takes no flags for them)."""
+    from app.parallel import SearchOptions
+
+    study = replace(named_study(args), confirm_runs=args.confirm_runs)
+    return SearchOptions(study, search=False, db_outage_s=args.db_outage_s)
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    """`autotune search`: the search, then the confirmation phase; `autotune confirm`: the phase alone."""
-    from app.outputs import DashboardPublisher, StudyProgress
-    from search.prepare import prepare
-    from search.study import StudyRunner
-    from search.study.coordination import Coordination
-    from storage.url import redacted
+    return run_search(search_options(args))
 
-    searching = args.command == "search"
-    opts = study_options(args)
-    if searching and args.workers > 1:
-        if args.warm_start:
+
+def _cmd_confirm(args: argparse.Namespace) -> int:
+    return run_search(confirm_options(args))
+
+
+def run_search(options: SearchOptions) -> int:
+    """`autotune search`: the search, then the confirmation phase; `autotune confirm`: the phase
+    alone (`options.search` False)."""
+    from app.parallel import run_here, study_line
+    from search.prepare import prepare
+
+    opts = options.study
+    if options.search and options.workers > 1:
+        if opts.warm_start:
             from search.study import StudyMismatch
 
             raise StudyMismatch(
                 "--warm-start runs in one process: drop --workers, or warm-start first and add "
                 "workers to the study with `autotune worker`"
             )
-        # The workers' parent opens the study on its stored calibration: --recalibrate is taken
-        # by a search in one process only.
-        return _cmd_search_workers(args, replace(opts, recalibrate=False))
+        return _search_on_workers(options)
     console = make_console()
     prep = prepare(opts)  # every check before any server starts
-    if searching and args.dry_run:
-        return _dry_run(prep, opts, console)
-    if not searching:
+    if options.search and options.dry_run:
+        return _dry_run(prep, options, console)
+    if not options.search:
         from storage.queries import existing_study_check
 
-        existing_study_check(prep.storage_url, prep.study_name, f"run `autotune search {args.scenario}` first")
-    sampling = f"; sampler {prep.sampler}" if searching else ""
-    console.print(
-        f"study [bold]{prep.study_name}[/] ({prep.shown}) on {prep.ctx.installed.label()}, "
-        f"{prep.ctx.hardware.describe()}; storage {redacted(prep.storage_url)}{sampling}"
-    )
-    # The terminal shows the study as it runs; optuna-dashboard gets each trial's diagnosis and note.
-    runner = StudyRunner(
-        prep,
-        opts,
-        observers=[StudyProgress(console), DashboardPublisher()],
-        coordination=Coordination(db_outage_s=args.db_outage_s),
-    )
+        existing_study_check(prep.storage_url, prep.study_name, f"run `autotune search {opts.scenario}` first")
+    sampling = f"; sampler {prep.sampler}" if options.search else ""
+    console.print(f"{study_line(prep)}{sampling}")
     try:
-        result = runner.run(search=searching)
+        result = run_here(prep, options, console)
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted[/]: no server is left running; run the same command to "
@@ -69,41 +101,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return finish_outputs(console, result.storage_url, result.study_name, result.run_dir)
 
 
-def _dry_run(prep, opts, console) -> int:
+def _dry_run(prep: Prepared, options: SearchOptions, console: Console) -> int:
     """`autotune search --dry-run`: the study's plan and cost, starting nothing."""
     from rich.markup import escape
 
     from search.study.dry_run import plan_lines
 
     console.print(f"dry run of study [bold]{prep.study_name}[/] ({prep.shown}): nothing started")
-    for line in plan_lines(prep, opts):
+    for line in plan_lines(prep, options.study):
         console.print(f"  {escape(line)}")
     return 0
 
 
-def study_options(args: argparse.Namespace) -> StudyOptions:
-    """The options of `autotune search` and `autotune confirm` (which has no budget, sampler,
-    seed, calibration, warm start or price flags: their defaults)."""
-    from search.prepare import StudyOptions
-
-    return StudyOptions(
-        scenario=args.scenario,
-        trials=getattr(args, "trials", None),
-        timeout_min=getattr(args, "timeout_min", None),
-        model=args.model,
-        storage=args.storage,
-        study_name=args.study,
-        sampler=getattr(args, "sampler", None),
-        seed=getattr(args, "seed", 0),
-        runs_dir=Path(args.runs_dir),
-        confirm_runs=args.confirm_runs,
-        recalibrate=getattr(args, "recalibrate", False),
-        warm_start=getattr(args, "warm_start", None),
-        usd_per_hour=getattr(args, "usd_per_hour", None),
-    )
-
-
-def _cmd_search_workers(args: argparse.Namespace, opts: StudyOptions) -> int:
+def _search_on_workers(options: SearchOptions) -> int:
     """`autotune search --workers N`: N `autotune worker` processes on disjoint device slots, then
     (on all of them again) the confirmation phase and the outputs (`app.parallel`)."""
     from rich.markup import escape
@@ -112,14 +122,7 @@ def _cmd_search_workers(args: argparse.Namespace, opts: StudyOptions) -> int:
 
     console = make_console()
     try:
-        prep = search_on_workers(
-            opts,
-            args.workers,
-            console,
-            backend=args.backend,
-            ray_address=args.ray_address,
-            db_outage_s=args.db_outage_s,
-        )
+        prep = search_on_workers(options, console)
     except WorkersStopped as e:
         console.print(
             f"[red]workers stopped early[/]: {escape(str(e))}; run the same command to continue where the study stopped"
@@ -128,21 +131,36 @@ def _cmd_search_workers(args: argparse.Namespace, opts: StudyOptions) -> int:
     return finish_outputs(console, prep.storage_url, prep.study_name, prep.run_dir)
 
 
+@dataclass(frozen=True)
+class WorkerCommandOptions:
+    """`autotune worker`'s options: the worker's own (`WorkerOptions`, what `autotune search
+    --workers N` hands over whole), and the devices it owns (`--slot`, apart from them: on Ray it
+    is rewritten to the GPUs the task was given)."""
+
+    worker: WorkerOptions
+    slot: Slot | None = None
+
+
 def _cmd_worker(args: argparse.Namespace) -> int:
     """`autotune worker`: one more worker on an existing study, from any host that reaches its
     database: the scenario, model and budget are the study's own unless given here."""
     from app.parallel import run_worker
-    from app.workers import Slot
 
-    options = _worker_options(args)
+    options = worker_command_options(args)
     console = make_console()
     try:
-        result = run_worker(options, console, slot=Slot.parse(args.slot) if args.slot else None)
+        result = run_worker(options.worker, console, slot=options.slot)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: no server is left running; its trial goes to the other workers")
         return 130
     console.print(f"worker done: {result.finished} finished trials in the study")
     return 0
+
+
+def worker_command_options(args: argparse.Namespace) -> WorkerCommandOptions:
+    from app.workers import Slot
+
+    return WorkerCommandOptions(_worker_options(args), Slot.parse(args.slot) if args.slot else None)
 
 
 def _worker_options(args: argparse.Namespace) -> WorkerOptions:
@@ -166,7 +184,8 @@ def _worker_options(args: argparse.Namespace) -> WorkerOptions:
         given = [k for k, v in flags.items() if v is not None and v != WorkerOptions.model_fields[k].default]
         if given:
             args.usage_error(f"--options holds every option; drop {', '.join(_flag(k) for k in given)}")
-        return args.options
+        options: WorkerOptions = args.options
+        return options
     missing = [_flag(k) for k in ("storage", "study") if flags[k] is None]
     if missing:
         args.usage_error(f"the following arguments are required: {', '.join(missing)}")
@@ -193,7 +212,7 @@ def _worker_options_arg(text: str) -> WorkerOptions:
         ) from None
 
 
-def register_search(sub) -> None:
+def register_search(sub: Subcommands) -> None:
     search = sub.add_parser("search", help="run (or resume) a study: restart vLLM per trial, keep every trial")
     add_study_target(search, scenario_required=True)
     _add_budget_args(search)
@@ -292,7 +311,7 @@ def _add_worker_args(search: argparse.ArgumentParser) -> None:
     )
 
 
-def register_worker(sub) -> None:
+def register_worker(sub: Subcommands) -> None:
     from search.samplers import DEFAULT_SAMPLER, SAMPLERS
 
     worker = sub.add_parser(
@@ -327,7 +346,7 @@ def register_worker(sub) -> None:
     worker.set_defaults(func=_cmd_worker, usage_error=worker.error)
 
 
-def register_confirm(sub) -> None:
+def register_confirm(sub: Subcommands) -> None:
     confirm = sub.add_parser(
         "confirm",
         help="the confirmation phase alone on an existing study: re-measure the front's best and "
@@ -342,4 +361,4 @@ def register_confirm(sub) -> None:
         help="runs per candidate (default: the scenario's confirmation.runs, 3)",
     )
     add_db_outage(confirm)
-    confirm.set_defaults(func=_cmd_search)
+    confirm.set_defaults(func=_cmd_confirm)

@@ -4,10 +4,18 @@ same, then the study on it, for a user who does not want to write YAML (docs/tra
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.cli.arg_types import minutes, positive_int
 from search.disk import DEFAULT_RUNS_DIR
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from app.cli.common import Subcommands
+    from app.parallel import SearchOptions
 
 OBJECTIVE_HELP = (
     "latency: the best TTFT tail first; throughput: the highest request rate within the SLOs "
@@ -15,18 +23,66 @@ OBJECTIVE_HELP = (
 )
 
 
-def _write_scenario(trace: Path, out: Path | None, objective: str | None, context: int | None, console) -> Path:
+@dataclass(frozen=True)
+class FromTraceOptions:
+    """`autotune scenario from-trace`: the trace, the scenario file written from it, and what
+    shapes the scenario (None: the closest shipped scenario's)."""
+
+    trace: Path
+    out: Path
+    objective: str | None = None
+    context: int | None = None
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """`autotune tune`: the scenario written from the trace, then `autotune search` on it."""
+
+    scenario: FromTraceOptions
+    search: SearchOptions
+
+
+def from_trace_options(args: argparse.Namespace) -> FromTraceOptions:
+    """The options of from-trace, and of tune's first step (the same flags): the scenario file
+    by default is the trace's name with .yaml, in the current directory."""
+    from search.trace_scenario import scenario_name
+
+    out = args.out if args.out is not None else Path.cwd() / f"{scenario_name(args.trace)}.yaml"
+    return FromTraceOptions(args.trace, out, args.objective, args.context)
+
+
+def tune_options(args: argparse.Namespace) -> TuneOptions:
+    """`autotune tune`'s options: the search on the scenario written takes the scenario's
+    sampler, seed 0, no warm start and no price of its own, in one process."""
+    from app.parallel import SearchOptions
+    from search.prepare import StudyOptions
+
+    scenario = from_trace_options(args)
+    study = StudyOptions(
+        scenario=str(scenario.out),
+        trials=args.trials,
+        timeout_min=args.timeout_min,
+        model=args.model,
+        storage=args.storage,
+        study_name=args.study,
+        runs_dir=Path(args.runs_dir),
+        confirm_runs=args.confirm_runs,
+    )
+    return TuneOptions(scenario, SearchOptions(study, db_outage_s=args.db_outage_s))
+
+
+def _write_scenario(opts: FromTraceOptions, console: Console) -> Path:
     """Build, print what the trace holds, write; the path written."""
     from rich.markup import escape
 
     from search.disk import write_atomic
     from search.session_scenario import scenario_from_trace
-    from search.trace_scenario import OBJECTIVES, scenario_name
+    from search.trace_scenario import OBJECTIVES
 
-    if objective is not None and objective not in OBJECTIVES:  # argparse checks; kept for direct callers
-        raise ValueError(f"--objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
-    out = out if out is not None else Path.cwd() / f"{scenario_name(trace)}.yaml"
-    text, _ = scenario_from_trace(trace, out, objective, context)  # a replay, or sessions fitted to it
+    if opts.objective is not None and opts.objective not in OBJECTIVES:  # argparse checks; kept for direct callers
+        raise ValueError(f"--objective {opts.objective!r}: choose one of {', '.join(OBJECTIVES)}")
+    out = opts.out
+    text, _ = scenario_from_trace(opts.trace, out, opts.objective, opts.context)  # a replay, or sessions fitted
     for line in text.splitlines():  # the file's head: what the trace holds, how its bounds were set
         if not line.startswith("# "):
             break
@@ -39,35 +95,18 @@ def _write_scenario(trace: Path, out: Path | None, objective: str | None, contex
 def _cmd_from_trace(args: argparse.Namespace) -> int:
     from app.cli.common import make_console
 
-    _write_scenario(args.trace, args.out, args.objective, args.context, make_console())
+    _write_scenario(from_trace_options(args), make_console())
     return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     """from-trace, then `autotune search` on the scenario written."""
     from app.cli.common import make_console
-    from app.cli.studies import _cmd_search
+    from app.cli.studies import run_search
 
-    console = make_console()
-    out = _write_scenario(args.trace, args.out, args.objective, args.context, console)
-    search = argparse.Namespace(
-        command="search",
-        scenario=str(out),
-        model=args.model,
-        storage=args.storage,
-        study=args.study,
-        runs_dir=args.runs_dir,
-        trials=args.trials,
-        timeout_min=args.timeout_min,
-        sampler=None,
-        seed=0,
-        confirm_runs=args.confirm_runs,
-        recalibrate=False,
-        warm_start=None,
-        workers=1,
-        db_outage_s=args.db_outage_s,
-    )
-    return _cmd_search(search)
+    options = tune_options(args)
+    _write_scenario(options.scenario, make_console())
+    return run_search(options.search)
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -86,7 +125,7 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register_scenario(sub) -> None:
+def register_scenario(sub: Subcommands) -> None:
     scenario = sub.add_parser("scenario", help="make a scenario file (from-trace: from a request log)")
     group = scenario.add_subparsers(dest="scenario_command", required=True)
     p = group.add_parser(
@@ -110,8 +149,8 @@ def register_scenario(sub) -> None:
     p.set_defaults(func=_cmd_from_trace)
 
 
-def register_tune(sub) -> None:
-    from app.cli.common import add_db_outage, study_name
+def register_tune(sub: Subcommands) -> None:
+    from app.cli.common import DEFAULT_STORAGE_HELP, add_db_outage, study_name
 
     p = sub.add_parser(
         "tune",
@@ -134,7 +173,7 @@ def register_tune(sub) -> None:
     p.add_argument(
         "--confirm-runs", type=positive_int, default=None, metavar="N", help="runs per candidate in the confirmation"
     )
-    p.add_argument("--storage", default=None, help="SQLAlchemy URL (default: sqlite:///runs/autotune.db)")
+    p.add_argument("--storage", default=None, help=DEFAULT_STORAGE_HELP)
     p.add_argument("--study", default=None, type=study_name, help="study name (default: scenario[-model])")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where logs, exports and the default database go")
     add_db_outage(p)

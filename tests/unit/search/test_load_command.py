@@ -16,10 +16,10 @@ from search.scenario import CONFIG_DIR, ScenarioError
 URL = "http://127.0.0.1:9"  # nothing listens: every test here fails or returns before sending
 
 
-def parse(*argv: str) -> argparse.Namespace:
+def parse(*argv: str) -> load_command.LoadCommandOptions:
     parser = argparse.ArgumentParser()
     load_command.register(parser.add_subparsers())
-    return parser.parse_args(["load", *map(str, argv), "--url", URL])
+    return load_command.load_options(parser.parse_args(["load", *map(str, argv), "--url", URL]))
 
 
 def test_a_scenario_name_and_its_path_give_the_same_validated_scenario(tmp_path, monkeypatch):

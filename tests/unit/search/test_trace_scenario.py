@@ -97,13 +97,26 @@ def test_a_file_that_is_not_a_trace_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_tune_writes_the_scenario_then_searches_it(azure, tmp_path, monkeypatch):
+    """`autotune tune` runs `autotune search`'s own path on the scenario written, up to the study
+    itself (here interrupted before it starts)."""
+    import app.parallel
+    import search.prepare
+    from tests.support.fakes import ctx
+
     seen = {}
-    monkeypatch.setattr("app.cli.studies._cmd_search", lambda args: seen.setdefault("args", args) and 0)
+
+    def study(prep, options, console):
+        seen["options"] = options
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(app.parallel, "run_here", study)
     out = tmp_path / "t.yaml"
     argv = ["tune", "--trace", str(azure), "--objective", "latency", "--out", str(out), "--trials", "3"]
-    assert main(argv) == 0
-    args = seen["args"]
-    assert args.command == "search" and args.scenario == str(out) and args.trials == 3
+    assert main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 130
+    options = seen["options"]
+    assert options.search and not options.dry_run and options.workers == 1
+    assert (options.study.scenario, options.study.trials) == (str(out), 3)
     assert scenario_mod.load(out)[0].selection.metric == "ttft_p99_ms"
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session
 
 from app.worker_options import WorkerOptions
 from app.workers import (
@@ -20,6 +21,10 @@ from app.workers import (
     worker_argv,
     worker_env,
 )
+from storage import queries
+from tests.support.paths import FIXTURES
+
+FIXTURES_CALIBRATED = FIXTURES / "scenarios" / "loop_calibrated.yaml"
 
 
 def test_slots_split_cores_and_gpus_into_disjoint_sets():
@@ -231,3 +236,74 @@ def test_a_worker_that_stops_early_is_named_and_nothing_is_confirmed(tmp_path, m
     out = " ".join(capsys.readouterr().out.split())
     assert f"workers stopped early: {failed}; run the same command to continue where the study stopped" in out
     assert "report:" not in out and not (tmp_path / "loop" / "best.yaml").exists()
+
+
+def _search_on_two_workers(tmp_path, monkeypatch, *flags: str) -> tuple[int, list]:
+    """`autotune search` of the calibrated loop scenario on two workers, on study 'loop' of
+    tmp_path/loop.db (as `tests.support.study_loop.runner` keeps it), the workers' start stubbed
+    to stop at once: (its exit code, the study's calibration as each start of the workers found it)."""
+    import app.parallel
+    import search.prepare
+    from app.cli import main
+    from tests.support.fakes import ctx
+
+    storage = f"sqlite:///{tmp_path / 'loop.db'}"
+    found = []
+
+    def run_all(commands, show, env):
+        with Session(queries.open_db(storage)) as session:
+            found.append(queries.require_study(session, "loop").calibration)
+        return [130] * len(commands)
+
+    monkeypatch.setattr(search.prepare, "launch_context", lambda model=None: ctx())
+    monkeypatch.setattr(app.parallel, "single_writer", lambda url: False)  # as if a shared database server
+    monkeypatch.setattr(app.parallel.workers, "available_cpus", lambda: [0, 1])
+    monkeypatch.setattr(app.parallel.workers, "run_all", run_all)
+    monkeypatch.setenv(DEVICE_LOCK_DIR_ENV, str(tmp_path / "locks"))
+    argv = ["search", str(FIXTURES_CALIBRATED), "--workers", "2", "--storage", storage, "--study", "loop"]
+    return main([*argv, "--runs-dir", str(tmp_path), "--trials", "3", *flags]), found
+
+
+def test_recalibrate_on_workers_has_them_measure_the_calibration_again(tmp_path, monkeypatch):
+    """`search --workers N --recalibrate`: the workers find the study without its calibration,
+    so they measure a new one, once, as for a new study (the first under the study's claim, the
+    others reuse it); without the flag they find the stored one."""
+    from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor
+    from tests.support.study_loop import runner
+
+    with pytest.raises(KeyboardInterrupt):  # calibrated, then stopped before its first trial was stored
+        runner(
+            tmp_path,
+            ScriptedExecutor(before=_interrupt),
+            scenario=FIXTURES_CALIBRATED,
+            trials=3,
+            calibrate=ScriptedCalibration(capacity_rps=8.0),
+        ).run()
+    stored = _stored_calibration(tmp_path)
+    assert stored is not None
+    assert _search_on_two_workers(tmp_path, monkeypatch) == (130, [stored])
+    assert _search_on_two_workers(tmp_path, monkeypatch, "--recalibrate") == (130, [None])
+
+
+def test_recalibrate_on_workers_is_refused_once_the_study_has_trials(tmp_path, monkeypatch, capsys):
+    from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor
+    from tests.support.study_loop import runner
+
+    runner(tmp_path, ScriptedExecutor(), scenario=FIXTURES_CALIBRATED, trials=1, calibrate=ScriptedCalibration()).run()
+    stored = _stored_calibration(tmp_path)
+    assert _search_on_two_workers(tmp_path, monkeypatch, "--recalibrate") == (2, [])
+    assert capsys.readouterr().err.strip() == (
+        "autotune: error: study 'loop' has 1 trial measured at its calibration; a new one would make them "
+        "incomparable with the next. Pass --study NEW_NAME with --recalibrate to start a new study on a new "
+        "calibration."
+    )
+    assert _stored_calibration(tmp_path) == stored
+
+
+def _interrupt(plan) -> None:
+    raise KeyboardInterrupt
+
+
+def _stored_calibration(tmp_path: Path) -> dict | None:
+    with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
+        return queries.require_study(session, "loop").calibration
