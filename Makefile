@@ -51,12 +51,12 @@ test: setup lint   ## the checks, then every test: tests/unit and tests/integrat
 test-fast: setup lint   ## the checks, then tests/unit (in-process: no vLLM, network, browser, PostgreSQL, subprocess or make) on every core
 	$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit $(PYTEST_ARGS)
 
-lint: setup   ## ruff (lint and format, a product function's parameters), mypy and the package layering, configured in pyproject.toml; a product function's length
+lint: setup   ## ruff (lint and format, a product function's parameters), mypy and the package layering, configured in pyproject.toml; a product function's length, mypy's coverage of every product module
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python scripts/check_code_limits.py
+	$(BIN)/python scripts/check_code_limits.py --mypy-coverage
 
 lint-imports: setup   ## the package layering of docs/architecture.md (pyproject: tool.importlinter)
 	$(BIN)/lint-imports --no-cache
