@@ -213,8 +213,8 @@ def build_workload(opts: LoadCommandOptions) -> tuple[WorkloadSpec, Scenario | N
     if sc is not None and sc.capacity is not None and "num_requests" not in data:
         # One run of a staged scenario's workload is its target stage: the requests every stage
         # holds, its duration_s the cap.
-        # size() reads only the SLOs' metrics, but is typed for resolved bounds: these may be relative.
-        data["num_requests"] = sc.capacity.size(sc.workload, sc.slos).requests  # type: ignore[arg-type]
+        # size() reads only the SLOs' metrics and percentiles, so relative bounds size alike.
+        data["num_requests"] = sc.capacity.size(sc.workload, sc.slos).requests
     if flags.endpoint:
         data["endpoint"] = flags.endpoint
     if flags.prompt_tokens or flags.output_tokens:

@@ -104,7 +104,7 @@ class CapacitySpec(BaseModel):
         """How many times the decided rule looks at a stage (`slo_verdict.StageLength.looks`)."""
         return max(1, math.ceil(self.extend_to / self.look_every - 1e-9))
 
-    def size(self, workload: WorkloadSpec, slos: Sequence[SLOSpec]) -> StageSize:
+    def size(self, workload: WorkloadSpec, slos: Sequence[SLOSpec[Any]]) -> StageSize:
         """How many requests every stage of this scenario holds (`sizing.stage_size`): the
         workload's `num_requests`, or enough that a stage's cap decides its percentile SLOs at
         `resolution` under the verdict rule with its looks (without the decided rule a stage

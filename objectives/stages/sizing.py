@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from scipy import stats
 
@@ -119,7 +120,7 @@ def _pct(share: float) -> str:
 
 
 def stage_size(
-    slos: Sequence[SLOSpec],
+    slos: Sequence[SLOSpec[Any]],  # only their metrics and percentiles are read: bounds may be relative
     shares: Mapping[str, float],
     *,
     confidence: float,

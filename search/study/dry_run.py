@@ -6,11 +6,8 @@ minutes, then says the same plan before its first trial)."""
 
 from __future__ import annotations
 
-from typing import cast
-
 from sqlalchemy.orm import Session
 
-from objectives.scoring import SLOSpec
 from search.calibration import CalibrationResult
 from search.executor import Measurement
 from search.prepare import Prepared, StudyOptions
@@ -39,9 +36,7 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
     if cal is None and sc.needs_calibration():
         # The sizing reads which percentile each SLO bounds, never a relative bound's value (the
         # one value it reads, error_rate's, is always a number): the unresolved SLOs size alike.
-        # `CapacitySpec.size` is typed for resolved ones only; once it takes any, mypy flags this cast.
-        slos = cast("list[SLOSpec[float]]", sc.slos)
-        size = sc.capacity.size(sc.workload, slos) if sc.capacity is not None else None
+        size = sc.capacity.size(sc.workload, sc.slos) if sc.capacity is not None else None
         return [
             *([size.text()] if size is not None else []),
             f"no calibration stored for study {prep.study_name!r} in {redacted(prep.storage_url)}: the stages' "
