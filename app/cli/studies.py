@@ -71,7 +71,7 @@ def run_search(options: SearchOptions) -> int:
     from search.prepare import prepare
 
     opts = options.study
-    if options.search and options.workers > 1:
+    if options.search and options.workers > 1 and not options.dry_run:  # a dry run starts nothing
         if opts.warm_start:
             from search.study import StudyMismatch
 

@@ -149,3 +149,22 @@ def test_a_budget_that_fits_no_trial_beside_the_confirmation_spends_itself_on_th
     assert dropped.endswith("runs it on what the search found") and "--study loop" in dropped
     assert len(executor.plans) >= 1
     assert not [e for e in events.events if e[0] == "confirmation_started"]
+
+
+def test_a_dry_run_with_workers_plans_and_starts_no_worker(tmp_path, monkeypatch, capsys):
+    """`search --workers N --dry-run` says the plan, as without workers, and starts none."""
+    import app.cli.studies as studies
+    import search.prepare
+    from app.cli import main
+
+    def no_workers(options):
+        raise AssertionError("a dry run started the workers")
+
+    monkeypatch.setattr(studies, "_search_on_workers", no_workers)
+    monkeypatch.setattr(search.prepare, "prepare", lambda opts: prepare(opts, ctx=ctx()))  # no machine probe
+    storage = f"sqlite:///{tmp_path / 'loop.db'}"
+    rc = main(
+        ["search", str(SCENARIO), "--workers", "2", "--dry-run", "--storage", storage, "--runs-dir", str(tmp_path)]
+    )
+    assert rc == 0
+    assert "98 requests a stage" in capsys.readouterr().out
