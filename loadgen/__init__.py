@@ -5,9 +5,9 @@ A workload (`workload`, its classes in `request_class` with their `lengths`, its
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `load_options` say; what it prepares in `preparation`, what it
 returns in `load_result`, with the notes of `run_notes`), watched for stalls (`stall`) and, where
-the caller gives one, an abort check (`abort`, run by `abort_watch`); between load stages, the
-server is left to drain (`drain`); `metrics` computes the flat metrics as `vllm bench serve`
-defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the client
+the caller gives one, an abort check (`abort`: its shape, asked while an open loop runs);
+between load stages, the server is left to drain (`drain`); `metrics` computes the flat metrics
+as `vllm bench serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the client
 off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent package: the
 stages, the capacity search, scoring and the abort rules build on this, not the reverse. The
 requests to the server besides the load (its health, models, /metrics, /tokenize) are

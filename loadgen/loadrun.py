@@ -21,8 +21,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loadgen.abort import Abort
-from loadgen.abort_watch import await_or_abort
+from loadgen.abort import Abort, await_or_abort
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
