@@ -3,8 +3,8 @@
 A workload (`workload`, its classes in `request_class` with their `lengths`, its arrivals in
 `arrival_spec`) becomes requests (`prompts`, `tokenizer`, `arrivals`); the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
-one measured run (made as its `load_options` say; what it prepares in `preparation`, what it
-returns in `load_result`, with the notes of `run_notes`), watched for stalls (`stall`) and, where
+one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
+returns in `load_result`), watched for stalls (`stall`) and, where
 the caller gives one, an abort check (`abort`: its shape, asked while an open loop runs);
 between load stages, the server is left to drain (`drain`); `metrics` computes the flat metrics
 as `vllm bench serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the client
@@ -25,9 +25,8 @@ from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
 from loadgen.drain import wait_idle
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict
-from loadgen.load_options import LoadOptions
 from loadgen.load_result import LoadResult, LoadRunError
-from loadgen.loadrun import run_async, run_load, run_load_sync
+from loadgen.loadrun import LoadOptions, run_async, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from loadgen.metrics import (
     BASE_KEYS,

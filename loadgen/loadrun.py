@@ -4,7 +4,10 @@ Its steps, in order: prepare (discover the model with `GET /v1/models`, load its
 build the workload's requests: chat prompts checked against the server's `/tokenize`, realigned
 there if the local count disagrees), warm up (the warm-up's requests, excluded), open the
 connections, scrape `/metrics`, dispatch the arrival schedule with a gauge sampler alongside,
-scrape again, collect the metrics and the notes (`run_notes`).
+scrape again, collect the metrics and the notes (what the numbers alone do not say: requests
+that were not what was built, a client that fell behind its schedule). How a run is made,
+beside the server it runs against and the workload it sends, is its `LoadOptions`: the client,
+the tokenizer, what it scrapes and scores against, and who may stop or watch it.
 
 Client hygiene during the measured window: everything is prepared beforehand (JSON bodies,
 due times, records), the garbage collector's existing objects are frozen (`gc.freeze`, as
@@ -17,21 +20,22 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loadgen.abort import Abort, await_or_abort
+from loadgen.abort import Abort, AbortCheck, await_or_abort
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.interrupts import handled_between_callbacks
 from loadgen.liveness import liveness_before_verdict
-from loadgen.load_options import LoadOptions
 from loadgen.load_result import LoadResult, LoadRunError
-from loadgen.metrics import compute_metrics
+from loadgen.metrics import GoodputSLO, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
 from loadgen.pinning import off_engine_cpus
 from loadgen.preparation import (
+    CLOSED_LOOP_BATCH,
     LazyTokenizer,
     RequestPool,
     ServerTokenCounter,
@@ -41,7 +45,6 @@ from loadgen.preparation import (
 )
 from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
 from loadgen.records import RequestRecord
-from loadgen.run_notes import client_behind_note, request_notes
 from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose
 from loadgen.session_dispatch import SessionRunner
 from loadgen.sessions import ScriptBook
@@ -56,6 +59,46 @@ T = TypeVar("T")
 
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """The defaults are a plain measured run: the aiohttp client, /metrics scraped, no abort.
+
+    `tokenizer_path`: a directory with the model's tokenizer; else the one the server names as
+    its model's root, or the model id, where either is a local directory.
+
+    `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
+    between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
+
+    `requests`: prebuilt measured requests (a study reuses them across trials); built by the run
+    where absent or too few.
+
+    `abort` (open loops only): called twice a second with the records so far; an `Abort` returned
+    stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics
+    (one that drains stops the sending only: the requests in flight finish and count).
+
+    `avoid_engine_cpus`: while the client runs, keep its thread off the CPUs that a local vLLM
+    engine's workers are pinned to (`engine_pinned_cpus`), where it would wait behind them.
+    Default: on, unless the environment sets AUTOTUNE_AVOID_ENGINE_CPUS=0.
+
+    `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
+    every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
+    so a watcher can tell a hung server (`loadgen.stall`) while the run is in progress. With a
+    watch, the run hands back nothing measured on a server that hung: before its result, the
+    server shows it is alive or `loadgen.liveness.ServerHung` is raised.
+    """
+
+    client: str = "aiohttp"
+    tokenizer_path: str | Path | None = None
+    scrape_metrics: bool = True
+    sample_period_s: float = 1.0  # how often the server's gauges are read during the run
+    goodput: GoodputSLO | None = None
+    lag_limit_ms: float | None = None
+    requests: Sequence[Request] | None = None
+    abort: AbortCheck | None = None
+    avoid_engine_cpus: bool | None = None
+    watch: ProgressWatch | None = None
 
 
 @dataclass(frozen=True)
@@ -370,6 +413,56 @@ def _collect(
     if metrics.client_behind:
         run.notes.append(client_behind_note(result, lag_limit_ms))
     return result
+
+
+def request_notes(spec: WorkloadSpec, extended_batches: int, records: list[RequestRecord]) -> list[str]:
+    """Notes on the measured requests: the trace's clipped ones, those a duration-bounded closed
+    loop built during the run (`extended_batches` batches), and those whose prompt or output
+    length differs from what was built."""
+    notes = []
+    if spec.trace is not None and spec.trace.clipped_requests:
+        notes.append(
+            f"{spec.trace.clipped_requests} of the trace's {len(spec.trace.trace)} requests are clipped to "
+            f"{spec.trace.max_total_tokens} tokens (prompt + output, trace.max_total_tokens)"
+        )
+    if extended_batches:
+        notes.append(
+            f"closed loop built {extended_batches * CLOSED_LOOP_BATCH} extra requests during "
+            "the run (duration-bounded); their chat lengths were counted locally"
+        )
+    mismatched = sum(
+        1
+        for r in records
+        if r.session is None and r.prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens
+    )
+    if mismatched:
+        notes.append(f"{mismatched} requests: the server counted a different prompt length than built")
+    short = sum(
+        1
+        for r in records
+        if r.ok and r.completion_tokens is not None and r.completion_tokens != r.expected_output_tokens
+    )
+    if short:
+        notes.append(
+            f"{short} requests got a different output length than max_tokens "
+            "(prompt + output > max_model_len truncates silently)"
+        )
+    return notes
+
+
+def client_behind_note(result: LoadResult, lag_limit_ms: float) -> str:
+    """Why a run whose schedule lag passed `lag_limit_ms` offered less load than asked: the
+    client's own CPU, or CPU it did not get."""
+    share = result.client_cpu_share
+    if share > 0.8:
+        why = "the client itself is the bottleneck"
+    else:
+        why = "it was starved of CPU by other processes, or paused"
+    return (
+        f"client fell behind: p99 schedule lag {result.metrics.schedule_lag_p99_ms:.1f} ms > "
+        f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
+        f"{share:.0%} of a core: {why})"
+    )
 
 
 def _requests_planned(offsets: list[float] | None, records: list[RequestRecord], runner: SessionRunner | None) -> int:
