@@ -8,7 +8,8 @@ returns in `load_result`), watched for stalls (`stall`) and, where
 the caller gives one, an abort check (`abort`: its shape, asked while an open loop runs);
 between load stages, the server is left to drain (`drain`); `metrics` computes the flat metrics
 as `vllm bench serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the client
-off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent package: the
+off the CPUs vLLM's engine threads are pinned to; `event_loop.run_async` runs a run, or any other
+coroutine of the tuner, on a fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent package: the
 stages, the capacity search, scoring and the abort rules build on this, not the reverse. The
 requests to the server besides the load (its health, models, /metrics, /tokenize) are
 `vllm_http`'s, the package below this one.
@@ -24,9 +25,10 @@ from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
 from loadgen.drain import wait_idle
+from loadgen.event_loop import run_async
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict
 from loadgen.load_result import LoadResult, LoadRunError
-from loadgen.loadrun import LoadOptions, run_async, run_load, run_load_sync
+from loadgen.loadrun import LoadOptions, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from loadgen.metrics import (
     BASE_KEYS,

@@ -20,15 +20,15 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from loadgen.abort import Abort, AbortCheck, await_or_abort
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
-from loadgen.interrupts import handled_between_callbacks
+from loadgen.event_loop import run_async
 from loadgen.liveness import liveness_before_verdict
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.metrics import GoodputSLO, compute_metrics
@@ -55,7 +55,6 @@ from vllm_http import fetch_metrics_text
 if TYPE_CHECKING:
     import aiohttp
 
-T = TypeVar("T")
 
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
@@ -472,32 +471,6 @@ def _requests_planned(offsets: list[float] | None, records: list[RequestRecord],
     if runner is not None:
         return sum(len(runner.script(i).turns) for i in range(len(offsets)))
     return len(offsets)
-
-
-def default_loop() -> str:
-    """uvloop where installed (about 10 % less client CPU per request, see docs/measurement.md)."""
-    import importlib.util
-
-    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
-
-
-def run_async(coro: Coroutine[Any, Any, T], loop: str = "auto") -> T:
-    """Run a coroutine on a fresh event loop: "uvloop", "asyncio", or "auto" (uvloop if installed).
-
-    An interrupt while it runs reaches the caller as the signal's handler raised it, after every
-    task of the loop was cancelled and awaited (`interrupts`)."""
-    if loop == "auto":
-        loop = default_loop()
-    if loop == "uvloop":
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    elif loop == "asyncio":
-        factory = None
-    else:
-        raise ValueError(f"loop must be auto, asyncio or uvloop, not {loop!r}")
-    with asyncio.Runner(loop_factory=factory) as runner, handled_between_callbacks(runner.get_loop()):
-        return runner.run(coro)
 
 
 def run_load_sync(

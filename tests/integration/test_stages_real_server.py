@@ -42,7 +42,7 @@ def _workload(rate: float, requests: int = 4):
 
 
 def _run(server, ctx, rate, slos, screen=False, requests=4, **capacity):
-    from loadgen.loadrun import run_async
+    from loadgen.event_loop import run_async
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec
     from search.executor import StagedLoad, StageSearch, run_stages

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from loadgen import LoadOptions
-from loadgen.loadrun import run_async, run_load
+from loadgen.event_loop import run_async
+from loadgen.loadrun import run_load
 from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec

@@ -9,7 +9,7 @@ import gc
 
 import pytest
 
-from loadgen.loadrun import run_async
+from loadgen.event_loop import run_async
 from serving.process import while_serving
 
 

@@ -1,4 +1,4 @@
-"""run_async delivers SIGINT and SIGTERM between the loop's callbacks (loadgen.interrupts):
+"""run_async delivers SIGINT and SIGTERM between the loop's callbacks (loadgen.event_loop):
 an interrupt whose handler raises ends the run with that exception after every task was
 cancelled and awaited, wherever it landed; handlers that do not raise, or none, are left alone."""
 
@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from loadgen.loadrun import run_async
+from loadgen.event_loop import run_async
 
 
 def _raise_interrupt(signum, frame):  # as the study loop's SIGTERM handler
