@@ -4,15 +4,16 @@ A workload (`workload`, its classes in `request_class` with their `lengths`, its
 `arrival_spec`) becomes requests (`prompts`, `tokenizer`, `arrivals`); the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
-returns in `load_result`), watched for stalls (`stall`) and, where
-the caller gives one, an abort check (`abort`: its shape, asked while an open loop runs);
-between load stages, the server is left to drain (`drain`); `metrics` computes the flat metrics
-as `vllm bench serve` defines them and `server_metrics` the server's own /metrics deltas; `pinning` keeps the client
-off the CPUs vLLM's engine threads are pinned to; `event_loop.run_async` runs a run, or any other
-coroutine of the tuner, on a fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent package: the
-stages, the capacity search, scoring and the abort rules build on this, not the reverse. The
-requests to the server besides the load (its health, models, /metrics, /tokenize) are
-`vllm_http`'s, the package below this one.
+returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
+abort check (`abort`: its shape, asked while an open loop runs); the server's engine is read
+from its gauges (`liveness`): alive before a verdict, drained between load stages (`wait_idle`);
+`metrics` computes the flat metrics as `vllm bench serve` defines them and `server_metrics` the
+server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
+pinned to; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a
+fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent
+package: the stages, the capacity search, scoring and the abort rules build on this, not the
+reverse. The requests to the server besides the load (its health, models, /metrics, /tokenize)
+are `vllm_http`'s, the package below this one.
 Requests may also be the turns of multi-turn sessions (`sessions`: the scripts and each turn's
 prompt; `session_dispatch`: turns sent as answers come back; `turn_metrics`: per-turn figures and
 the prefix reuse the sessions imply).
@@ -24,9 +25,8 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.arrival_spec import ArrivalSpec
 from loadgen.arrivals import open_loop_offsets
-from loadgen.drain import wait_idle
 from loadgen.event_loop import run_async
-from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict
+from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import LoadOptions, run_load, run_load_sync
 from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key

@@ -1,4 +1,10 @@
-"""Before what a load run measured is scored, the server shows it is alive, or the run is a hang.
+"""What a server's engine is doing once a load has been sent: alive, before what a run measured is
+scored (`liveness_before_verdict`), and idle, before the next load stage starts
+(`wait_idle`). Both read the engine's `/metrics` gauges and credit the progress they show to the
+stall watch (`loadgen.stall`) by the same rules (`engine_moved`, `credit_idle`).
+
+**Alive.** Before what a load run measured is scored, the server shows it is alive, or the run is
+a hang.
 
 A server that stopped answering (its processes stopped, its engine deadlocked) looks, to a load
 run, like a very slow one: the early abort sees requests over their bound and cuts the stage
@@ -17,6 +23,10 @@ checked with one request of a single token (`engine_answers`), which only a live
 
 Every phase's load runs through it (`run_load`, given a watch): calibration, warm-up, target
 and capacity stages, the confirmation's runs, and whatever else scores what a run measured.
+
+**Idle.** Between load stages on one server, `wait_idle` waits until it has drained (its gauges
+show nothing running or waiting), so a stage does not start behind what the one before left
+queued.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ from vllm_http import BadStatus, TimedOut, Unanswered, fetch_metrics_text, get_h
 HEALTH_TIMEOUT_S = 3.0  # an API server that answers nothing for this long is not serving
 PROBE_TIMEOUT_S = 3.0  # for one read of /metrics
 POLL_S = 0.25
+IDLE_POLL_S = 0.25
+METRICS_TIMEOUT_S = 5.0  # for one read of /metrics while waiting for the server to drain
 
 
 class ServerHung(RuntimeError):
@@ -135,3 +147,38 @@ async def liveness_before_verdict(watch: ProgressWatch | None, base_url: str, se
                 continue
             seen = gauges
         await asyncio.sleep(POLL_S)
+
+
+async def wait_idle(base_url: str, timeout_s: float, watch: ProgressWatch | None = None) -> tuple[float, str | None]:
+    """Wait until the server runs and queues nothing. (seconds waited, a note if it never did).
+
+    `watch` sees the polls, and the engine's progress they show: gauges that moved (requests
+    let go of, KV blocks freed), or gauges at idle with a one-token request answered. A hung
+    engine's gauges stand still, so the requests an aborted stage cut off stay owed
+    (`loadgen.stall`)."""
+    import aiohttp
+
+    t0 = time.perf_counter()
+    seen: GaugeSample | None = None
+    async with aiohttp.ClientSession(trace_configs=traced(watch)) as session:
+        while True:
+            text = await fetch_metrics_text(session, base_url, timeout_s=METRICS_TIMEOUT_S)
+            if text is None:
+                return time.perf_counter() - t0, "no /metrics: did not wait for the server to drain"
+            g = scan_gauges(text)
+            if math.isnan(g.running):
+                return time.perf_counter() - t0, "no request gauges in /metrics: did not wait to drain"
+            if watch is not None and engine_moved(seen, g):
+                watch.progress(g.t)
+            if reads_idle(g):
+                if watch is not None:
+                    await credit_idle(watch, session, base_url)
+                return time.perf_counter() - t0, None
+            seen = g
+            waited = time.perf_counter() - t0
+            if waited > timeout_s:
+                return waited, (
+                    f"server still busy after {timeout_s:g} s ({g.running:.0f} running, "
+                    f"{g.waiting:.0f} waiting): the next stage starts anyway"
+                )
+            await asyncio.sleep(IDLE_POLL_S)

@@ -108,7 +108,7 @@ def draining(monkeypatch, *metrics) -> list[FakeSession]:
         return opened[-1]
 
     monkeypatch.setattr(aiohttp, "ClientSession", open_session)
-    monkeypatch.setattr("loadgen.drain.IDLE_POLL_S", 0.0)
+    monkeypatch.setattr("loadgen.liveness.IDLE_POLL_S", 0.0)
     return opened
 
 
