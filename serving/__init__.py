@@ -4,20 +4,20 @@ This facade describes a server and starts none: which flags a scenario may set a
 configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
 (`checks`), the installed vLLM's parser and whether the tuner supports it (`vllm_flags`), vLLM's
 defaults (`vllm_defaults`), the machine (`hardware`), the model (the `model` package: its config,
-the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`,
-`startup`), the failure vocabulary every package names a failed trial in (`failure_kinds`:
-classes with their advice, phases, the `Failure` record), what a server's log says: why a start
-failed (`failures`) and the KV cache it allocated (`kv_log`). Starting and stopping a server as
-one process group with a guard and watching a measurement against it is the second facade,
-`serving.process`. Other packages import from these two, never from the modules inside. The
-tuner's HTTP to a running server (its health, the prefix-cache reset, the reconfiguration's
-request) is `vllm_http`'s, the package below every other.
+the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`),
+the failure vocabulary every package names a failed trial in (`failure_kinds`: classes with
+their advice, phases, the `Failure` record, the default start timeout), what a server's log
+says: why a start failed (`failures`) and the KV cache it allocated (`kv_log`). Starting and
+stopping a server as one process group with a guard and watching a measurement against it is the
+second facade, `serving.process`. Other packages import from these two, never from the modules
+inside. The tuner's HTTP to a running server (its health, the prefix-cache reset, the
+reconfiguration's request) is `vllm_http`'s, the package below every other.
 """
 
 from serving.checks import check_combination, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
-from serving.failure_kinds import Failure, FailureClass, FailurePhase
+from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
 from serving.failures import classify
 from serving.hardware import Gpu, Hardware
 from serving.kv_log import describe_kv_check, kv_cache_check_at_start
@@ -45,7 +45,6 @@ from serving.resolve import Support, support, unsupported_reason
 from serving.resolve import resolve as resolve_server_args
 from serving.start_anatomy import PHASES as START_PHASES
 from serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
-from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, unset_value
 from serving.vllm_flags import (
     OLDEST_SUPPORTED_VLLM,

@@ -14,6 +14,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+# How long a vLLM server may take to answer `/health` before its start counts as failed
+# (`FailureClass.START_TIMEOUT`): the one default of the scenario's `server.startup_timeout_s`,
+# the launcher's and the executor's.
+DEFAULT_STARTUP_TIMEOUT_S = 300.0
+
 
 class FailurePhase(StrEnum):
     PRECHECK = "precheck"  # rejected before any start (known-invalid flags): no server, no cost

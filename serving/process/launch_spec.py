@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S
 from serving.process import zygote, zygote_process
-from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 
 HOST = "127.0.0.1"
 API_MODULE = "vllm.entrypoints.openai.api_server"

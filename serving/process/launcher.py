@@ -7,9 +7,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S
 from serving.process.server import LaunchSpec, VllmServer
 from serving.registry import LaunchContext, ServerArgs
-from serving.start_timeout import DEFAULT_STARTUP_TIMEOUT_S
 
 
 def launch_spec(
