@@ -16,26 +16,24 @@ Much tuning advice was written for vLLM's V0 engine. Where it names a knob V1 no
 (`--scheduler-delay-factor`, `--swap-space`), the next steps name the V1 knob that does the same
 job, and say so. Which release removed a knob, whether the installed vLLM still has it, and vLLM's
 own defaults are not known to the checks: they come in as `ServingFacts`, which
-`facts_from_serving` fills from serving's flag registry, its defaults and the launch context.
+`serving_facts` fills from serving's flag registry, its defaults and the launch context.
 
 `antipatterns` checks a configuration for settings that tuning practice or vLLM itself warns
 against, saying for each whether it still applies on vLLM V1.
 
-Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine),
-`facts_from_serving` (those facts filled from `serving`), `readings` (metrics and workload
-sizes), `thresholds`, `tree` (with its `scheduler_branches` and `compute_branches`),
-`antipatterns` (its rule types in `antipattern_rule`), and `trial_diagnosis` (both together, as
-the study stores them).
+Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine,
+and those facts filled from `serving`), `readings` (metrics and workload sizes), `thresholds`,
+`antipatterns` (its rule types in `antipattern_rule`), and `tree` (with its `scheduler_branches`
+and `compute_branches`; and `diagnose_trial`, the tree and the anti-patterns together, as the
+study stores them).
 """
 
 from objectives.diagnosis.antipatterns import antipatterns
-from objectives.diagnosis.facts import ServingFacts
-from objectives.diagnosis.facts_from_serving import facts_for_launch, serving_facts
+from objectives.diagnosis.facts import ServingFacts, facts_for_launch, serving_facts
 from objectives.diagnosis.readings import violated_metrics
 from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
-from objectives.diagnosis.tree import diagnose
-from objectives.diagnosis.trial_diagnosis import diagnose_trial
+from objectives.diagnosis.tree import diagnose, diagnose_trial
 
 __all__ = [
     "BOTTLENECKS",

@@ -1,4 +1,6 @@
-"""The bottleneck decision tree: one trial's bottleneck from its metrics.
+"""The bottleneck decision tree: one trial's bottleneck from its metrics (`diagnose`), and what the
+study calls for each trial (`diagnose_trial`): the tree's diagnosis with the configuration's
+anti-patterns.
 
 Branches are checked in the order the package docstring gives (causes before symptoms); the
 first that holds names the bottleneck, the others are reported as `also`. The failure and
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen import CLIENT_BEHIND, WorkloadSpec
+from objectives.diagnosis.antipatterns import antipatterns
 from objectives.diagnosis.compute_branches import decode_bound, prefill_bound
 from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
 from objectives.diagnosis.readings import fmt_ms, has_shared_prefix, known, num, violated_metrics
@@ -196,3 +199,26 @@ def _side_notes(m, config, workload) -> list[str]:
             "latencies measured: the results stand"
         )
     return notes
+
+
+def diagnose_trial(
+    metrics: dict[str, Any],
+    config: dict[str, Any],
+    workload: WorkloadSpec | None,
+    failure: Failure | None = None,
+    *,
+    constraints: dict[str, float] | None = None,
+    unloaded: dict[str, float] | None = None,
+    facts: ServingFacts = ServingFacts(),
+) -> Diagnosis:
+    """Diagnosis and anti-patterns of one trial (stored as `as_dict()` in `autotune_trials.diagnosis`).
+
+    `facts`: which parameters the installed vLLM takes, CPU or GPU, the KV budget, vLLM's defaults
+    (`facts_for_launch(ctx)` in a study); without them the checks assume a current
+    V1 vLLM and skip hardware-specific ones.
+    """
+    d = diagnose(metrics, config, workload, constraints=constraints, failure=failure, unloaded=unloaded, facts=facts)
+    d.findings = antipatterns(
+        config, workload, facts=facts, metrics=metrics if d.bottleneck != "startup_failure" else None
+    )
+    return d

@@ -3,7 +3,7 @@
 import dataclasses
 import json
 
-import objectives.diagnosis.facts_from_serving as facts_module
+import objectives.diagnosis.facts as facts_module
 from objectives.diagnosis import antipatterns, diagnose, facts_for_launch, serving_facts
 from serving import REGISTRY, default_batch
 from tests.support import fakes
