@@ -1,7 +1,7 @@
 """`autotune`: the command line. Each subcommand imports what it needs, nothing more."""
 
-# One module per command group; exits says how a failure ends any of them. Heavy imports are made
-# inside the commands, so `autotune --help` stays fast.
+# One module per command group; app.expected_errors says how a failure ends any of them. Heavy
+# imports are made inside the commands, so `autotune --help` stays fast.
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import argparse
 import sys
 
 from app.cli import db, default_model, load, outputs, params, studies, trace
-from app.cli.exits import (
+from app.expected_errors import (
     EXIT_CODES,
     EXIT_OUTPUT_MISSING,
     database_away,
     not_written_line,
     output_not_written,
+    study_stopped,
+    user_errors,
 )
-from app.expected_errors import study_stopped, user_errors
 
 __all__ = ["EXIT_CODES", "EXIT_OUTPUT_MISSING", "build_parser", "main"]
 
