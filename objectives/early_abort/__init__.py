@@ -70,9 +70,9 @@ that makes a likely miss late rather than wrong, and is why a likely pass waits 
 stage and yields to over-saturation. `tests/unit/objectives/test_stopping_rules.py`
 measures the wrong-stop rate on simulated stages; `benchmarks/bench_stopping.py` on stored ones.
 
-Modules: `rules` (the certain rules per SLO), `likely` (the Beta-binomial prediction),
+Modules: `abort_rules` (the certain rules per SLO), `likely` (the Beta-binomial prediction),
 `saturation` (queue runaway, over-saturation), `check` (the check a load run calls, the decided
-rule), `replay` (a recorded stage asked again). Import from here.
+rule), `stop_replay` (a recorded stage asked again). Import from here.
 """
 
 from loadgen import Abort
