@@ -5,8 +5,7 @@ import pytest
 
 from loadgen.workload import WorkloadSpec
 from objectives.diagnosis import ServingFacts, antipatterns
-from objectives.diagnosis.antipattern_rule import Subject
-from objectives.diagnosis.antipatterns import RULES
+from objectives.diagnosis.antipatterns import RULES, Subject
 
 CHAT = WorkloadSpec.model_validate(
     {  # requests up to 600 tokens, prompts up to 400, shared prefixes
