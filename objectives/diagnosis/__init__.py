@@ -23,8 +23,8 @@ against, saying for each whether it still applies on vLLM V1.
 
 Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine,
 and those facts filled from `serving`), `readings` (metrics and workload sizes), `thresholds`,
-`antipatterns` (the rule type, what a rule sees, and the rules), and `tree` (with its `scheduler_branches`
-and `compute_branches`; and `diagnose_trial`, the tree and the anti-patterns together, as the
+`antipatterns` (the rule type, what a rule sees, and the rules), and `tree` (with its scheduler and compute
+branches; and `diagnose_trial`, the tree and the anti-patterns together, as the
 study stores them).
 """
 
