@@ -22,15 +22,15 @@ own defaults are not known to the checks: they come in as `ServingFacts`, which
 against, saying for each whether it still applies on vLLM V1.
 
 Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine,
-and those facts filled from `serving`), `readings` (metrics and workload sizes), `thresholds`,
+those facts filled from `serving`, and the readings of a trial's metrics and workload sizes),
+`thresholds`,
 `antipatterns` (the rule type, what a rule sees, and the rules), and `tree` (with its scheduler and compute
 branches; and `diagnose_trial`, the tree and the anti-patterns together, as the
 study stores them).
 """
 
 from objectives.diagnosis.antipatterns import antipatterns
-from objectives.diagnosis.facts import ServingFacts, facts_for_launch, serving_facts
-from objectives.diagnosis.readings import violated_metrics
+from objectives.diagnosis.facts import ServingFacts, facts_for_launch, serving_facts, violated_metrics
 from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
 from objectives.diagnosis.tree import diagnose, diagnose_trial

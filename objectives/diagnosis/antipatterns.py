@@ -16,8 +16,15 @@ from functools import cached_property
 from typing import Any
 
 from loadgen import WorkloadSpec
-from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
-from objectives.diagnosis.readings import has_shared_prefix, known, longest_prompt_tokens, mean_request_tokens, num
+from objectives.diagnosis.facts import (
+    ServingFacts,
+    effective_max_num_seqs,
+    has_shared_prefix,
+    known,
+    longest_prompt_tokens,
+    mean_request_tokens,
+    num,
+)
 from objectives.diagnosis.results import Finding, Severity
 from objectives.diagnosis.thresholds import (
     CONCURRENCY_HEADROOM,

@@ -17,8 +17,9 @@ from typing import Any
 
 from loadgen import CLIENT_BEHIND, WorkloadSpec, class_key
 from objectives.diagnosis.antipatterns import antipatterns
-from objectives.diagnosis.facts import ServingFacts, effective_max_num_seqs
-from objectives.diagnosis.readings import (
+from objectives.diagnosis.facts import (
+    ServingFacts,
+    effective_max_num_seqs,
     fmt_ms,
     has_shared_prefix,
     known,
