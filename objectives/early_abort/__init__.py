@@ -70,21 +70,27 @@ that makes a likely miss late rather than wrong, and is why a likely pass waits 
 stage and yields to over-saturation. `tests/unit/objectives/test_stopping_rules.py`
 measures the wrong-stop rate on simulated stages; `benchmarks/bench_stopping.py` on stored ones.
 
-Modules: `abort_rules` (the certain rules per SLO), `likely` (the Beta-binomial prediction),
-`saturation` (queue runaway, over-saturation), `check` (the check a load run calls, the decided
-rule), `stop_replay` (a recorded stage asked again). Import from here.
+Modules: `likely` (the Beta-binomial prediction), `saturation` (queue runaway,
+over-saturation), `check` (the certain rules per SLO, the decided rule, and the check a load run
+calls), `stop_replay` (a recorded stage asked again). Import from here.
 """
 
 from loadgen import Abort
-from objectives.early_abort.abort_rules import (
+from objectives.early_abort.check import (
+    CERTAIN,
+    DECIDED,
+    LIKELY,
+    OFF,
     PERCENTILE_RULE_FAMILIES,
+    STOP_RULES,
     AbortRule,
     ErrorRateRule,
     PercentileRule,
+    abort_check,
+    decided_verdict,
     rules_for,
     violators_needed,
 )
-from objectives.early_abort.check import CERTAIN, DECIDED, LIKELY, OFF, STOP_RULES, abort_check, decided_verdict
 from objectives.early_abort.likely import LIKELY_P, PASS_MIN_KNOWN, PRIOR, Chances, likely_verdict
 from objectives.early_abort.saturation import (
     QUEUE_GROWTH_SHARE,
