@@ -1,7 +1,7 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
 A workload (`workload`, its classes in `request_class` with their `lengths`, its arrivals in
-`arrival_spec`) becomes requests (`prompts`, `tokenizer`, `arrivals`); the client (`client`)
+`arrivals`) becomes requests (`prompts`, `tokenizer`) sent at the times `arrivals` gives; the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
 returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
@@ -23,8 +23,7 @@ Other packages import from here, never from the modules inside.
 """
 
 from loadgen.abort import Abort, AbortCheck
-from loadgen.arrival_spec import ArrivalSpec
-from loadgen.arrivals import open_loop_offsets
+from loadgen.arrivals import ArrivalSpec, open_loop_offsets
 from loadgen.event_loop import run_async
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
 from loadgen.load_result import LoadResult, LoadRunError

@@ -1,6 +1,6 @@
 """What a scenario asks of the server for one load run (`WorkloadSpec`): the endpoint, the request
 classes (`request_class`, with their `lengths`), a trace (`trace`) or multi-turn sessions
-(`sessions`), the arrivals (`arrival_spec`), bounds and seed.
+(`sessions`), the arrivals (`arrivals`), bounds and seed.
 
 These models validate scenario YAML (`extra="forbid"`: a misspelt key is an error naming the
 field). Relative file paths (`file`, `sharegpt`, `trace.file`) resolve against the YAML file's
@@ -22,8 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from loadgen.arrival_spec import ArrivalSpec
-from loadgen.arrivals import open_loop_offsets
+from loadgen.arrivals import ArrivalSpec, open_loop_offsets
 from loadgen.lengths import LengthDist
 from loadgen.request_class import RequestClass, SharedPrefix
 from loadgen.sessions import SessionSpec

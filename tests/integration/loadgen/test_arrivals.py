@@ -9,8 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from loadgen.arrival_spec import ArrivalSpec
-from loadgen.arrivals import open_loop_offsets
+from loadgen.arrivals import ArrivalSpec, open_loop_offsets
 
 
 @pytest.mark.vllm

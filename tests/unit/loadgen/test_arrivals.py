@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.arrival_spec import ArrivalSpec, UnresolvedRateError
-from loadgen.arrivals import burst_offsets, gamma_offsets, open_loop_offsets
+from loadgen.arrivals import ArrivalSpec, UnresolvedRateError, burst_offsets, gamma_offsets, open_loop_offsets
 
 
 def vllm_recipe(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:

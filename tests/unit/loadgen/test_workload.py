@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from loadgen.arrival_spec import ArrivalSpec, UnresolvedRateError
+from loadgen.arrivals import ArrivalSpec, UnresolvedRateError
 from loadgen.lengths import LengthDist
 from loadgen.prompts import build_requests, requests_digest
 from loadgen.workload import WorkloadSpec
