@@ -7,7 +7,7 @@ one measured run (made as its `LoadOptions` say; what it prepares in `preparatio
 returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
 abort check (`abort`: its shape, asked while an open loop runs); the server's engine is read
 from its gauges (`liveness`): alive before a verdict, drained between load stages (`wait_idle`);
-`metrics` computes the flat metrics as `vllm bench serve` defines them and `server_metrics` the
+`metrics` computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and `server_metrics` the
 server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
 pinned to; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a
 fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent
@@ -28,14 +28,17 @@ from loadgen.event_loop import run_async
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
 from loadgen.load_result import LoadResult, LoadRunError
 from loadgen.loadrun import LoadOptions, run_load, run_load_sync
-from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from loadgen.metrics import (
     BASE_KEYS,
+    CLASS_SEPARATOR,
     CLIENT_BEHIND,
     DEFAULT_LAG_LIMIT_MS,
+    LATENCY_FAMILIES,
     PER_CLASS_KEYS,
     Bound,
     GoodputSLO,
+    MetricName,
+    class_key,
     compute_metrics,
     json_safe,
     timed_tpot_median_ms,
