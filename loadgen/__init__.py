@@ -1,6 +1,6 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
-A workload (`workload`, its classes in `request_class` with their `lengths`, its arrivals in
+A workload (`workload`, its classes in `request_class` with their length distributions, its arrivals in
 `arrivals`) becomes requests (`prompts`, `tokenizer`) sent at the times `arrivals` gives; the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it

@@ -27,8 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loadgen.lengths import LengthDist
-from loadgen.request_class import CHAT_TEMPLATE_MARGIN_TOKENS, RequestClass
+from loadgen.request_class import CHAT_TEMPLATE_MARGIN_TOKENS, LengthDist, RequestClass
 from loadgen.request_order import unit_points
 from loadgen.tokenizer import PromptTokenizer
 

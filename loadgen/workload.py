@@ -1,5 +1,5 @@
 """What a scenario asks of the server for one load run (`WorkloadSpec`): the endpoint, the request
-classes (`request_class`, with their `lengths`), a trace (`trace`) or multi-turn sessions
+classes (`request_class`, with their length distributions), a trace (`trace`) or multi-turn sessions
 (`sessions`), the arrivals (`arrivals`), bounds and seed.
 
 These models validate scenario YAML (`extra="forbid"`: a misspelt key is an error naming the
@@ -23,8 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from loadgen.arrivals import ArrivalSpec, open_loop_offsets
-from loadgen.lengths import LengthDist
-from loadgen.request_class import RequestClass, SharedPrefix
+from loadgen.request_class import LengthDist, RequestClass, SharedPrefix
 from loadgen.sessions import SessionSpec
 from loadgen.trace import Trace, TraceSpec
 

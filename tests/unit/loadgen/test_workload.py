@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from loadgen.arrivals import ArrivalSpec, UnresolvedRateError
-from loadgen.lengths import LengthDist
 from loadgen.prompts import build_requests, requests_digest
+from loadgen.request_class import LengthDist
 from loadgen.workload import WorkloadSpec
 
 
