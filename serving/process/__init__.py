@@ -15,9 +15,9 @@ from serving.process.reconfiguration import KNOBS as RECONFIGURABLE
 from serving.process.reconfiguration import Reconfiguration, reconfigure, within_start
 from serving.process.server import ServerFailed, StopReport, VllmServer, set_aside
 from serving.process.watch import FirstTokenWatch, while_serving
+from serving.process.zygote import ZygoteFailure, ZygoteStatus
 from serving.process.zygote import current_pid as zygote_pid
 from serving.process.zygote import status as zygote_status
-from serving.process.zygote_liveness import ZygoteFailure, ZygoteStatus
 
 __all__ = [
     "RECONFIGURABLE",

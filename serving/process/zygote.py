@@ -4,10 +4,23 @@ one, closed when the tuner exits (and exiting by itself if the tuner dies).
 
 A server the zygote cannot fork (it failed to start or to import vLLM, or died) is exec'd as
 before; the server's log says why and where the zygote's own log is. The zygote is watched like a
-server (`zygote_liveness`): one that does not answer, or stops making progress while it imports,
-is killed with its process group and replaced by a new one; after two such failures in one tuner
+server: one that does not answer, or stops making progress while it imports, is killed with its
+process group and replaced by a new one; after `GIVE_UP_AFTER` such failures in one tuner
 process every later server is exec'd (`status`).
-"""
+
+Its process, as the tuner sees it: spawned in a session of its own, what the liveness check reads
+of it (its state, its CPU time), its whole group killed; and the zygotes a tuner that was killed
+left behind, found by their command line and killed (`kill_orphans`). `ZygoteProcess` is all the
+zygote's client asks of its process, so that a unit test plays one without starting it.
+
+What each liveness bound is for (docs/serving.md, "The study's zygote"):
+- a zygote that has answered once sits in its loop, which reads its socket every 0.2 s: a ping
+  unanswered for `ping_s` means it is stopped, hung, or swapped out too deep to serve a start;
+- it forks a guard at once when asked (the fork of an interpreter with vLLM imported and the
+  guard's `setsid`: milliseconds): no answer to a fork request for `fork_s` is the same;
+- before its first answer it imports vLLM and reads nothing (tens of seconds on a CPU, minutes on
+  a GPU), so it cannot be asked: it makes progress while its CPU time grows. `stall_s` without a
+  tick of CPU time (10 ms) is no progress: an import reading a cold disk still ticks."""
 
 from __future__ import annotations
 
@@ -20,25 +33,221 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
-from serving.process import zygote_process
-from serving.process.zygote_liveness import (
-    ABOUT_THE_ZYGOTE,
-    ImportProgress,
-    Liveness,
-    ZygoteFailure,
-    ZygoteStatus,
-)
-from serving.process.zygote_process import EXITED, STOPPED, ZygoteProcess
+ENTRY_DIR = Path(__file__).resolve().parent / "entry"
+MARKER = "autotune_vllm_zygote"  # the zygote's entry module: named in every zygote's command line
+ZYGOTE_ENTRY = f"import sys; sys.path.insert(0, {str(ENTRY_DIR)!r}); import {MARKER} as z; z.main(sys.argv[1:])"
+# psutil's words for a process that runs nothing until it is continued (SIGSTOP, SIGTSTP, a
+# tracer), and for one that has exited (a zombie: exited, not yet reaped by its parent).
+STOPPED = frozenset({psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP})
+EXITED = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
+
+
+class ZygoteProcess(Protocol):
+    """A zygote's process: `subprocess.Popen`'s pid, poll and wait, with psutil's word for its
+    state (STATUS_DEAD once it is gone), its CPU seconds and a kill of its whole group."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def status(self) -> str: ...
+
+    def cpu_seconds(self) -> float: ...
+
+    def kill_group(self) -> None: ...
+
+
+class SpawnedZygote:
+    """A zygote the tuner spawned: its own child, leading its own process group."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+        try:
+            self._ps: psutil.Process | None = psutil.Process(popen.pid)
+        except psutil.NoSuchProcess:
+            self._ps = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def status(self) -> str:
+        if self._ps is None or self.popen.returncode is not None:
+            return psutil.STATUS_DEAD
+        try:
+            return self._ps.status()
+        except psutil.NoSuchProcess:
+            return psutil.STATUS_DEAD
+
+    def cpu_seconds(self) -> float:
+        """User and system seconds of the zygote and of its live descendants: on a GPU it imports
+        its worker's modules in a forked probe while it waits for it. The children it has reaped
+        are left out: their seconds would come in one jump, after the wait."""
+        if self._ps is None:
+            return 0.0
+        try:
+            processes = [self._ps, *self._ps.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for p in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = p.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def kill_group(self) -> None:
+        """SIGKILL to its whole group (the kernel delivers it to a stopped process too, where a TERM
+        stays pending), then reaped. Only while it is not reaped yet: until then its pid, the
+        group's id, cannot be another process's."""
+        if self.popen.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
+
+def spawn(python: str, env: dict[str, str], args: list[str], ctl_fd: int, log_path: Path) -> SpawnedZygote:
+    """`python` running the zygote's entry with `args` after PHASE CTL_FD TUNER_PID (see
+    `entry/autotune_vllm_zygote.py`, `main`), `ctl_fd` passed, its output appended to `log_path`.
+    Raises OSError (no such python, not executable, no room for the log)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    killed = kill_orphans(psutil.process_iter(["pid", "cmdline", "create_time"]))
+    with open(log_path, "ab") as log:
+        if killed:
+            log.write(f"autotune: killed zygotes whose tuner is gone: {', '.join(map(str, killed))}\n".encode())
+        popen = subprocess.Popen(
+            [python, "-c", ZYGOTE_ENTRY, "boot", str(ctl_fd), str(os.getpid()), *args],
+            env=env,
+            pass_fds=(ctl_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return SpawnedZygote(popen)
+
+
+def kill_orphans(processes: Iterable[psutil.Process]) -> list[int]:
+    """Kill (with their groups) the zygotes among `processes` whose tuner is gone; their pids.
+
+    A zygote exits by itself once its tuner is gone (its socket reads EOF, its parent changes),
+    but only while it runs: one stopped when its tuner was SIGKILLed stays, holding an
+    interpreter with torch and vLLM imported, until something continues or kills it, and no
+    tuner would ever read its socket again. Each zygote's command line names the tuner that
+    started it; a tuner that is no longer running, or whose pid now belongs to a process started
+    after the zygote, is gone. A zygote of another user's is left (not ours to kill)."""
+    killed = []
+    for p in processes:
+        try:
+            tuner = tuner_of(p.info["cmdline"] or [])
+            if tuner is None or _running_since(tuner, p.info["create_time"]):
+                continue
+            os.killpg(p.pid, signal.SIGKILL)  # the zygote leads its group: its probe children too
+            killed.append(p.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return killed
+
+
+def tuner_of(cmdline: list[str]) -> int | None:
+    """The pid of the tuner that started the zygote with this command line; None for any other
+    process (a zygote started before its command line named its tuner included)."""
+    if len(cmdline) < 6 or cmdline[1] != "-c" or f"import {MARKER} as z" not in cmdline[2]:
+        return None
+    try:
+        return int(cmdline[5])
+    except ValueError:
+        return None
+
+
+def _running_since(pid: int, before: float) -> bool:
+    """`pid` is a running process started no later than `before` (its create time)."""
+    try:
+        p = psutil.Process(pid)
+        return p.create_time() <= before and p.status() not in EXITED
+    except psutil.NoSuchProcess:
+        return False
+
+
+GIVE_UP_AFTER = 2  # zygote failures in one tuner process, after which its servers are exec'd
+ABOUT_THE_ZYGOTE = "the study's zygote "  # how each failure's line starts
+
+
+@dataclass(frozen=True)
+class Liveness:
+    ping_s: float = 5.0
+    fork_s: float = 10.0
+    stall_s: float = 15.0  # the stall bound a server under load gets (loadgen.stall), for the same reason
+    poll_s: float = 0.25  # how often a waiting start reads the zygote's state (a server start's own poll)
+
+
+class ImportProgress:
+    """The CPU time of a zygote that is importing, and when it last grew."""
+
+    def __init__(self, proc: ZygoteProcess, now: float):
+        self.proc, self.cpu_s, self.since = proc, proc.cpu_seconds(), now
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds since its CPU time last grew (0 when it grew since the last look)."""
+        cpu_s = self.proc.cpu_seconds()
+        if cpu_s > self.cpu_s:
+            self.cpu_s, self.since = cpu_s, now
+        return now - self.since
+
+
+@dataclass(frozen=True)
+class ZygoteFailure:
+    at: datetime  # local wall time, the clock of the servers' logs
+    line: str
+
+
+@dataclass(frozen=True)
+class ZygoteStatus:
+    """The zygote failures of this tuner process, in order: what a study's summary says of them."""
+
+    failures: tuple[ZygoteFailure, ...] = ()
+
+    @property
+    def exec_only(self) -> bool:
+        """No new zygote is started: every later server is exec'd."""
+        return len(self.failures) >= GIVE_UP_AFTER
+
+    @property
+    def times(self) -> str:
+        return {1: "once", 2: "twice"}.get(len(self.failures), f"{len(self.failures)} times")
+
+    @property
+    def said(self) -> str:
+        """Each failure with its time: "10:02:03 (pid 812) did not answer a ping within 5 s; ..."."""
+        return "; ".join(f"{f.at:%H:%M:%S} {f.line.removeprefix(ABOUT_THE_ZYGOTE)}" for f in self.failures)
+
+    def summary(self) -> str | None:
+        """One line for the study's summary; None when the zygote never failed."""
+        if not self.failures:
+            return None
+        then = "later servers were exec'd" if self.exec_only else "a new one took its place"
+        return f"the study's zygote failed {self.times} ({self.said}); {then}"
+
 
 MAX_MESSAGE = 1 << 20
-LIVENESS = Liveness()  # the bounds a zygote is held to (`zygote_liveness` says why each)
+LIVENESS = Liveness()  # the bounds a zygote is held to (the module's docstring says why each)
 UNKNOWN_EXIT = 1  # a guard whose zygote died, or stopped, before it could say how the guard ended
 SEND_TIMEOUT_S = 5.0  # a message waits this long for room in the zygote's socket buffer
 CLOSE_GRACE_S = 10.0  # a zygote in its loop exits at once when its socket closes
@@ -76,7 +285,7 @@ class ZygoteTimeout(ZygoteError):
 
 class ZygoteFailed(ZygoteError):
     """The zygote is alive but not serving: stopped, hung, or silent past its bound
-    (`zygote_liveness`). Kill it; start a new one or exec the server."""
+    (`Liveness`). Kill it; start a new one or exec the server."""
 
 
 class ForkedServer:
@@ -285,9 +494,7 @@ def start_zygote(python: str, env: dict[str, str], api_module: str, log_path: Pa
     cannot be spawned."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        proc = zygote_process.spawn(
-            python, env, [api_module, mode, json.dumps(preload(mode))], theirs.fileno(), log_path
-        )
+        proc = spawn(python, env, [api_module, mode, json.dumps(preload(mode))], theirs.fileno(), log_path)
     except OSError as e:  # no such python, not executable, no room for the log
         ours.close()
         raise ZygoteGone(f"the study's zygote did not start ({type(e).__name__}: {e})") from None

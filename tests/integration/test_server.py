@@ -84,7 +84,7 @@ def test_invalid_combination_past_the_precheck_is_classified_quickly(launch_ctx,
 
 def test_start_timeout_is_classified_and_the_server_is_killed(launch_ctx, tmp_path):
     # Exec'd: a zygote still importing vLLM at the timeout is the zygote's failure (tested in
-    # tests/unit/serving/test_zygote_liveness.py); this is the server's own start running over.
+    # tests/unit/serving/test_zygote_watched.py); this is the server's own start running over.
     spec = spec_for(launch_ctx, tmp_path, "timeout")
     spec.startup_timeout_s, spec.zygote = 4, False
     server = VllmServer(spec)

@@ -281,7 +281,7 @@ def main(argv: list[str]) -> None:
     """argv: PHASE CTL_FD TUNER_PID API_MODULE MODE PRELOAD_JSON [LD_PRELOAD_JSON]: PRELOAD_JSON is
     [required modules, GPU modules probed first]. TUNER_PID is the tuner that started it: the
     zygote serves it only, and a later tuner finds a zygote whose tuner is gone by it
-    (`serving/process/zygote_process.py`, `kill_orphans`)."""
+    (`serving/process/zygote.py`, `kill_orphans`)."""
     phase, ctl_fd, tuner, api_module, mode = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4]
     preload = json.loads(argv[5])
     if phase == "boot" and mode == FORKSERVER:

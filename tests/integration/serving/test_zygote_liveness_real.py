@@ -38,7 +38,8 @@ from typing import Any
 import psutil
 import pytest
 
-from serving.process import zygote, zygote_pid, zygote_process, zygote_status
+from serving.process import zygote, zygote_pid, zygote_status
+from serving.process import zygote as zygote_process
 from serving.process.launch_spec import API_MODULE
 from serving.process.server import group_members
 from serving.process.watch import PROCESSES_STOPPED
