@@ -12,7 +12,11 @@
   left, the port no longer listens and, on a GPU, the memory is back. A group with a stopped
   process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
   gets KILL at once, which the kernel delivers to stopped processes too.
-"""
+
+`launch` is the one way to a vLLM server for a set of flags: on the context's model, bound to
+127.0.0.1, with the GPU-memory-release check wherever the context is a GPU host. Study,
+calibration and benchmarks all start their servers there (`launch_spec`: what it starts;
+`command_line`: the command a user would type)."""
 
 from __future__ import annotations
 
@@ -25,10 +29,11 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import BinaryIO
 
 import vllm_http
-from serving.failure_kinds import Failure, FailureClass, FailurePhase
+from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
 from serving.failures import SIGKILL_CODES, classify
 from serving.hardware import gpu_memory_used_mib
 from serving.paths import server_cache_env
@@ -51,6 +56,7 @@ from serving.process.launch_spec import (
     LaunchSpec,
     server_nice,
 )
+from serving.registry import LaunchContext, ServerArgs
 from serving.start_anatomy import StartAnatomy, start_anatomy
 
 __all__ = [  # the names the rest of the tuner and its tests take from here
@@ -63,8 +69,11 @@ __all__ = [  # the names the rest of the tuner and its tests take from here
     "ServerFailed",
     "StopReport",
     "VllmServer",
+    "command_line",
     "group_members",
     "group_stopped",
+    "launch",
+    "launch_spec",
     "port_listening",
     "reserve_port",
     "server_nice",
@@ -380,3 +389,39 @@ class VllmServer:
                 return True
             time.sleep(POLL_S)
         return cond()
+
+
+def launch_spec(
+    ctx: LaunchContext,
+    args: ServerArgs,
+    log_path: Path,
+    *,
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> LaunchSpec:
+    return LaunchSpec(
+        model=ctx.model.path,
+        args=args.cli(ctx.installed),
+        log_path=log_path,
+        env=dict(env or {}),
+        startup_timeout_s=startup_timeout_s,
+        gpu=ctx.hardware.is_gpu,
+    )
+
+
+def launch(
+    ctx: LaunchContext,
+    args: ServerArgs,
+    log_path: Path,
+    *,
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> VllmServer:
+    """A server not yet started: `with launch(...) as server:` or `.start()` / `.stop()`."""
+    return VllmServer(launch_spec(ctx, args, log_path, startup_timeout_s=startup_timeout_s, env=env))
+
+
+def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
+    """The server's command as a user would type it (on port 8000 rather than a random one)."""
+    spec = launch_spec(ctx, args, Path("-"))
+    return shlex.join(["python", *spec.command(port=8000, lean=False)[1:]])
