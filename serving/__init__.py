@@ -2,8 +2,8 @@
 
 This facade describes a server and starts none: which flags a scenario may set and how a
 configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
-(`checks`), the installed vLLM's parser and whether the tuner supports it (`vllm_flags`), vLLM's
-defaults (`vllm_defaults`), the machine (`hardware`), the model (the `model` package: its config,
+(`checks`), the installed vLLM's parser, whether the tuner supports it and vLLM's
+defaults (`vllm_flags`), the machine (`hardware`), the model (the `model` package: its config,
 the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`),
 the failure vocabulary every package names a failed trial in (`failure_kinds`: classes with
 their advice, phases, the `Failure` record, the default start timeout), what a server's log
@@ -45,14 +45,16 @@ from serving.resolve import Support, support, unsupported_reason
 from serving.resolve import resolve as resolve_server_args
 from serving.start_anatomy import PHASES as START_PHASES
 from serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
-from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, unset_value
 from serving.vllm_flags import (
+    DEFAULT_MEMORY_UTILIZATION,
     OLDEST_SUPPORTED_VLLM,
     FlagInfo,
     InstalledVllm,
     VllmNotInstalled,
     VllmTooOld,
+    default_batch,
     parse_version,
+    unset_value,
 )
 
 __all__ = [

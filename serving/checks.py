@@ -11,7 +11,7 @@ from typing import Any
 from serving.model import memory
 from serving.model.memory import GIB, KvBudget
 from serving.registry import LaunchContext
-from serving.vllm_defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
+from serving.vllm_flags import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 
 
 def _batch(values: dict[str, Any], ctx: LaunchContext, max_model_len: int) -> tuple[int, int]:

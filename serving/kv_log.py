@@ -20,7 +20,7 @@ from typing import Any
 
 from serving.checks import memory_budget
 from serving.registry import LaunchContext
-from serving.vllm_defaults import default_block_size
+from serving.vllm_flags import default_block_size
 
 _TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _V0_BLOCKS = re.compile(r"# (?:GPU|cuda) blocks: (\d+)")
