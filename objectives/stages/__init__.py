@@ -8,7 +8,7 @@ every SLO is bracketed tightly enough or the stage budget is spent. The search g
 `floor_fraction` of the target rate.
 
 Every stage holds the same number of requests, whatever its rate: what its SLO verdicts need
-(`sizing`, at the scenario's `capacity.resolution`), or the workload's `num_requests`; the
+(`capacity_spec.stage_size`, at the scenario's `capacity.resolution`), or the workload's `num_requests`; the
 workload's `duration_s` caps its sending time, and a stage the cap cuts says so (`plan`). Stage k
 sends its own slice of the workload's one seeded sequence (`plan.STAGE_STRIDE`): the same
 requests in every trial (common random numbers), a different slice from every other stage, and
@@ -36,7 +36,7 @@ in slices: a decided violation stops it, a decided verdict from its planned leng
 measurement for the capacity search, not a failure. The confirmation's target stages run in full
 (`search.executor.StageSearch.full_target`), since the verdict pools their requests.
 
-Modules: `capacity_spec` (the scenario's `capacity:` section), `sizing` (a stage's size in
+Modules: `capacity_spec` (the scenario's `capacity:` section and a stage's size in
 requests), `plan` (one stage as planned), `steady` (the steady-state and class-mix checks),
 `result` (a stage's and a run's results), `judgement` (a stage judged from its load run's
 result), `search_steps` (the search's next step and the final estimate). Import from here.
@@ -45,19 +45,21 @@ Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
-from objectives.stages.capacity_spec import CapacitySpec, margin, stage_slos
+from objectives.stages.capacity_spec import (
+    DEFAULT_RESOLUTION,
+    MIN_STAGE_REQUESTS,
+    CapacitySpec,
+    SLOSize,
+    StageSize,
+    class_requests_needed,
+    margin,
+    stage_size,
+    stage_slos,
+)
 from objectives.stages.judgement import judged_stage
 from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
 from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
 from objectives.stages.search_steps import final_estimate, optimistic_metrics, search_step, within_saturation
-from objectives.stages.sizing import (
-    DEFAULT_RESOLUTION,
-    MIN_STAGE_REQUESTS,
-    SLOSize,
-    StageSize,
-    class_requests_needed,
-    stage_size,
-)
 from objectives.stages.steady import CLASS_MIX, STEADY_STATE, ClassMix, SteadyState, class_mix, steady_state
 
 __all__ = [

@@ -1,20 +1,158 @@
-"""A scenario's `capacity:` section, a stage's size from it, and what a single stage is held to."""
+"""A scenario's `capacity:` section, a stage's size from it, and what a single stage is held to.
+
+A stage's size is how many requests it holds: what its SLO verdicts need, not what a number of
+seconds happens to hold on this machine.
+
+A stage sized in seconds holds as many requests as the machine serves in that time, so the same
+scenario decides its verdicts on 16 requests on a slow CPU and on 500 on a GPU: two different
+measurements. Sized in requests, every machine measures the same sample and only the time
+differs.
+
+The size comes from the verdict rule itself (`objectives.slo_verdict`): an SLO on a percentile
+allows a share L of its class's requests over the bound (5% for a p95), and a stage calls it by
+the exact (Clopper-Pearson) interval of the share it counts, at the scenario's confidence with
+the stage's looks' correction. The stage is made large enough that the rule decides when the
+true share over the bound is L / r (met) and when it is r x L (violated), r being the scenario's
+`capacity.resolution` (2 by default: half, or twice, the allowed share), at the expected count
+(n x the share, the interval's ends continuous in it). That is a count of the SLO's class; the
+stage holds it over the class's weight. SLOs with no count form (means, ITL) and the error rate
+(a 1% bound at half would need thousands of requests, where a healthy server fails none) do
+not size a stage; a stage holds at least `MIN_STAGE_REQUESTS`.
+
+    p95, confidence 90%, 3 looks, resolution 2: 299 requests of the class
+    p95, ..., resolution 4: 119;  p99, ..., resolution 2: 1,646"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from scipy import stats
 
-from loadgen import WorkloadSpec
+from loadgen import MetricName, WorkloadSpec
 from objectives import capacity as cap
 from objectives.capacity import CAPACITY_KEYS
 from objectives.early_abort import CERTAIN, DECIDED, OFF
 from objectives.scoring import SLOSpec, slo_key
-from objectives.slo_verdict import DEFAULT_CONFIDENCE, StageLength
-from objectives.stages.sizing import DEFAULT_RESOLUTION, MIN_STAGE_REQUESTS, StageSize, stage_size
+from objectives.slo_verdict import DEFAULT_CONFIDENCE, StageLength, count_limit, look_confidence
+
+DEFAULT_RESOLUTION = 2.0
+# Below this many requests a stage measures nothing worth bisecting on.
+MIN_STAGE_REQUESTS = 10
+_MOST_REQUESTS = 1_000_000
+
+
+def _decides(n: int, limit: float, resolution: float, confidence: float) -> bool:
+    """Whether the verdict's interval, at the expected counts of n requests, calls a share of
+    limit / resolution met and one of limit x resolution violated."""
+    alpha = 1.0 - confidence
+    low_share, high_share = limit / resolution, min(1.0, limit * resolution)
+    k_met, k_violated = n * low_share, n * high_share
+    upper = 1.0 if k_met >= n else float(stats.beta.ppf(1 - alpha / 2, k_met + 1, n - k_met))
+    lower = 0.0 if k_violated <= 0 else float(stats.beta.ppf(alpha / 2, k_violated, n - k_violated + 1))
+    return upper <= limit and lower > limit
+
+
+@lru_cache(maxsize=256)
+def class_requests_needed(limit: float, resolution: float, confidence: float) -> int:
+    """The fewest requests of an SLO's class that decide it both ways at `resolution` (see the
+    module docstring); `confidence` is each look's two-sided confidence."""
+    if not 0 < limit < 1:
+        raise ValueError(f"an SLO's allowed share must lie in (0, 1), got {limit}")
+    hi = 1
+    while not _decides(hi, limit, resolution, confidence):
+        hi *= 2
+        if hi > _MOST_REQUESTS:
+            raise ValueError(
+                f"no stage of up to {_MOST_REQUESTS} requests decides a share of {limit:g} at {resolution:g}x"
+            )
+    lo = hi // 2  # the rule only gets easier to satisfy as n grows at fixed shares: bisect
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _decides(mid, limit, resolution, confidence) else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class SLOSize:
+    """What one SLO asks of a stage."""
+
+    slo: str  # its metric (the size does not depend on the bound)
+    class_name: str | None  # None: every class
+    limit: float
+    class_requests: int  # of its class
+    share: float  # its class's share of the workload
+    requests: int  # the stage's requests that hold class_requests of its class
+
+
+@dataclass(frozen=True)
+class StageSize:
+    """A stage's size in requests and the SLOs it came from (the largest need binds): `requests`
+    planned, run on to `most` while an SLO is undecided (the decided rule; `most` is what decides
+    at the resolution)."""
+
+    requests: int
+    most: int
+    by_slo: tuple[SLOSize, ...] = ()
+    resolution: float = DEFAULT_RESOLUTION
+    given: bool = False  # set by the scenario (workload.num_requests), not from the SLOs
+
+    @property
+    def binding(self) -> SLOSize | None:
+        return max(self.by_slo, key=lambda s: s.requests, default=None)
+
+    def text(self) -> str:
+        run_on = f", run on to {self.most} while undecided" if self.most > self.requests else ""
+        if self.given:
+            return f"{self.requests} requests a stage (workload.num_requests){run_on}"
+        b = self.binding
+        if b is None:
+            return f"{self.requests} requests a stage{run_on} (no SLO on a percentile to size it by)"
+        held = f"its {b.class_requests} {b.class_name} requests" if b.class_name else f"its {b.class_requests} requests"
+        return (
+            f"{self.requests} requests a stage{run_on}: at {self.most}, {held} decide {b.slo} when "
+            f"{_pct(b.limit / self.resolution)} or {_pct(min(1.0, b.limit * self.resolution))} of them exceed "
+            f"its bound (it allows {_pct(b.limit)})"
+        )
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.3g}%"
+
+
+def stage_size(
+    slos: Sequence[SLOSpec[Any]],  # only their metrics and percentiles are read: bounds may be relative
+    shares: Mapping[str, float],
+    *,
+    confidence: float,
+    looks: int,
+    extend_to: float = 1.0,
+    resolution: float = DEFAULT_RESOLUTION,
+    given: int | None = None,
+) -> StageSize:
+    """A stage's size: `given` requests (the scenario's own), or what the percentile SLOs need
+    at its cap (the module docstring), planned at the cap's 1 / `extend_to` (a stage runs on to
+    its cap only while undecided). `shares`: each class's share of the workload's requests."""
+    if given is not None:
+        return StageSize(given, math.ceil(given * extend_to), (), resolution, given=True)
+    total = sum(shares.values())
+    per_look = look_confidence(confidence, looks)
+    sizes = []
+    for slo in slos:
+        limit = count_limit(slo)
+        name = MetricName.parse(slo.metric)
+        if limit is None or name.base == "error_rate":
+            continue
+        share = shares[name.cls] / total if name.cls is not None else 1.0
+        need = class_requests_needed(limit, resolution, per_look)
+        sizes.append(SLOSize(slo.metric, name.cls, limit, need, share, math.ceil(need / share)))
+    most = max([MIN_STAGE_REQUESTS, *(s.requests for s in sizes)])
+    planned = max(MIN_STAGE_REQUESTS, math.ceil(most / extend_to))
+    return StageSize(planned, max(most, planned), tuple(sizes), resolution)
 
 
 class CapacitySpec(BaseModel):
@@ -22,7 +160,7 @@ class CapacitySpec(BaseModel):
     and how large its stages are.
 
     Every stage (the target and each capacity stage) holds the same number of requests, sized
-    from the SLO verdicts' needs at `resolution` (`objectives.stages.sizing`), or the workload's
+    from the SLO verdicts' needs at `resolution` (`objectives.stages.capacity_spec`), or the workload's
     own `num_requests`; the workload's `duration_s` caps each stage's sending time."""
 
     model_config = ConfigDict(extra="forbid")
@@ -49,7 +187,7 @@ class CapacitySpec(BaseModel):
         DEFAULT_CONFIDENCE, gt=0.5, lt=1, description="two-sided confidence of the stage verdicts and the capacity fit"
     )
     # 1.5: a stage near its bound runs on to what its verdict needs with the looks' correction
-    # (`sizing`: the cap, not the planned end, decides at `resolution`), one far from it stops at
+    # (`stage_size`: the cap, not the planned end, decides at `resolution`), one far from it stops at
     # its planned end.
     extend_to: float = Field(
         1.5, ge=1, le=10, description="with decided: the longest an undecided stage runs, x its planned requests"
@@ -105,7 +243,7 @@ class CapacitySpec(BaseModel):
         return max(1, math.ceil(self.extend_to / self.look_every - 1e-9))
 
     def size(self, workload: WorkloadSpec, slos: Sequence[SLOSpec[Any]]) -> StageSize:
-        """How many requests every stage of this scenario holds (`sizing.stage_size`): the
+        """How many requests every stage of this scenario holds (`stage_size`): the
         workload's `num_requests`, or enough that a stage's cap decides its percentile SLOs at
         `resolution` under the verdict rule with its looks (without the decided rule a stage
         does not run on: its planned end decides, at one look)."""

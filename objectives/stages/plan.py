@@ -1,7 +1,7 @@
 """One stage as planned: its requests (a slice of the workload's sequence), its rate, how long that
 takes, its time cap, and the stopping rule it runs under.
 
-Every stage holds the requests its verdicts need (`sizing`), whatever the rate: at a low rate it
+Every stage holds the requests its verdicts need (`capacity_spec.stage_size`), whatever the rate: at a low rate it
 takes longer, never holds fewer. Its requests are stage k's own slice of the workload's one long
 seeded sequence (`STAGE_STRIDE` apart), so stage k sends the same requests in every trial
 (common random numbers) and no two stages replay the same prefix; the target stage's slice starts

@@ -38,7 +38,7 @@ class StageResult:
     # per SLO (objectives.slo_verdict), then the stage's steady state and class mix as two more
     # (`steady_state`, `class_mix`: objectives.stages.steady); []: not kept
     verdicts: list[SLOVerdict] = field(default_factory=list)
-    stage_requests: int = 0  # its planned size (objectives.stages.sizing); 0: sized in seconds
+    stage_requests: int = 0  # its planned size (objectives.stages.capacity_spec); 0: sized in seconds
     first_request: int = 0  # where its slice starts in the workload's sequence
     capped: str | None = None  # what its time cap cut, where it did
     steady: SteadyState | None = None  # the evidence behind the `steady_state` verdict
