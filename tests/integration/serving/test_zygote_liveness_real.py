@@ -4,10 +4,13 @@ tuner.
 
 One executor runs the issue's case and then the next (`liveness`: each real start costs seconds,
 a new zygote's import most of them, so the two cases share their servers and zygotes):
-- trial 0's server hangs a few seconds into its load (SIGSTOP of its process group), and so does
-  the zygote that forked it (SIGSTOP of the zygote's group): the hang is retried, the retry's
-  start finds the zygote stopped at once, kills it, and its server is forked by a new zygote (or
-  exec'd); the trial is measured, `ok`;
+- trial 0's server hangs a few seconds into the target stage of a screened trial (SIGSTOP of its
+  process group: a miss there ends the trial's measurement, and the early abort must not read
+  the hang as that miss), and so does the zygote that forked it (SIGSTOP of the zygote's group):
+  the start fails as `hang` within the stall bound plus 5 s, with its line, and is retried; the
+  retry's start finds the zygote stopped at once, kills it, and its server is forked by a new
+  zygote (or exec'd); the trial is measured, `ok`. (tests/integration/test_hang_real_server.py
+  hangs the other stages with the zygote left alone);
 - then the zygote is SIGKILLed between two trials: the next trial is measured, its server forked
   by a new zygote or exec'd;
 - then the zygote is closed, and nothing is left: no server, no zygote.
@@ -43,11 +46,12 @@ from serving.process.launch_spec import API_MODULE
 from serving.process.server import group_members
 from serving.process.watch import PROCESSES_STOPPED
 from tests.support.paths import REPO
-from tests.support.servers import quick_server_values, server_groups, zygotes
+from tests.support.servers import HANG_LINE, quick_server_values, server_groups, zygotes
 
 pytestmark = pytest.mark.vllm
 
 STOP_AFTER_S = 4.0  # into the target stage: past its warm-up (1-3 s), inside its 6 s of load
+HANG_SLACK_S = 5.0  # beyond the stall bound, for the stopped server's start to fail as `hang`
 # A stopped zygote is seen at the retry's first look at it (0.25 s); the bound a zygote that has
 # answered gets for a ping is the most that detection may take.
 DETECT_S = zygote.LIVENESS.ping_s
@@ -80,10 +84,11 @@ def workload(num_requests: int):
 
 
 def short_staged():
-    """test_hang_real_server.py's `staged()`, shorter: a target stage of 12 requests at 2 req/s
-    (6 s) and one capacity stage of as many, each ending at its planned requests (the `certain`
-    rule: an undecided stage does not run on). Every trial here takes it: the servers'
-    environment (the zygote's key) is a staged measurement's, so one zygote serves them all."""
+    """test_hang_real_server.py's `staged()`, shorter and screened as the search phase measures: a
+    target stage of 12 requests at 2 req/s (6 s) and one capacity stage of as many, each ending at
+    its planned requests (the `certain` rule: an undecided stage does not run on). Every trial here
+    takes it: the servers' environment (the zygote's key) is a staged measurement's, so one zygote
+    serves them all."""
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec
     from search.executor import Measurement
@@ -92,6 +97,7 @@ def short_staged():
         workload(12),
         slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),),
         capacity=CapacitySpec(max_stages=1, early_abort="certain"),
+        screen=True,
     )
 
 
@@ -239,7 +245,8 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
 
     before = marked()
     zygote.forget_failures()  # a study's record, not what an earlier test's zygotes did
-    executor = VllmExecutor(launch_ctx, short_staged(), tmp_path_factory.mktemp("zygote-liveness"))
+    measurement = short_staged()
+    executor = VllmExecutor(launch_ctx, measurement, tmp_path_factory.mktemp("zygote-liveness"))
     values, numbers = quick_server_values(launch_ctx), iter(range(10))
 
     def trial(on_phase: Callable[[str], None] = lambda _: None):
@@ -257,7 +264,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
         finally:
             stopper.done.set()
             thread.join(10)
-        seen["stopper"] = stopper
+        seen["stopper"], seen["bound"] = stopper, measurement.stall_bound_s
         seen["stopped_left"] = [f"{p.pid} ({state(p)})" for p in stopper.stopped if running(p)]
         seen["after_hang"] = {
             "status": zygote_status(),
@@ -326,9 +333,16 @@ def test_a_zygote_stopped_while_its_server_hangs_is_replaced_in_the_retry_and_th
     stopper, hung = liveness["stopper"], liveness["hung"]
     assert stopper.why_not is None and stopper.at is not None, stopper.why_not
     assert stopper.parents == {stopper.zygote}, f"the server's guard is not the zygote's child: {stopper.parents}"
-    # The first start: its server's hang, seen at once (every process stopped), and retried.
+    # The first start: its server's hang, seen at once (every process stopped), said in its line
+    # within the bound, and retried; the screened target stage's early abort did not read it as a miss.
     assert [r.failure.cls for r in hung.retried] == [FailureClass.HANG], (hung.retried, hung.failure)
-    assert PROCESSES_STOPPED in hung.retried[0].failure.line, hung.retried[0].failure.line
+    hang = hung.retried[0].failure
+    assert hang.phase == "load"
+    line = HANG_LINE.fullmatch(hang.line)
+    assert line is not None, hang.line
+    assert int(line["bound"]) == round(liveness["bound"]) and line["why"] == PROCESSES_STOPPED, hang.line
+    failed_at = stopper.seen("stopping", stopper.at)
+    assert failed_at is not None and failed_at - stopper.at <= liveness["bound"] + HANG_SLACK_S, stopper.phases
     assert hung.retried[0].zygote_failure is None  # its zygote was stopped after it had forked it
     # The retry: the stopped zygote killed, its server forked by a new zygote or exec'd, measured.
     assert hung.status is TrialStatus.OK and hung.failure is None, hung.failure
