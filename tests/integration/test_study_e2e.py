@@ -174,11 +174,13 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
             time.sleep(1)
         else:
             pytest.fail("the study never reached its third trial")
+        assert its_zygote, "the tuner's server was not forked by a zygote of its own"
         os.kill(tuner.pid, signal.SIGKILL)
         tuner.wait()
     finally:
         if tuner.poll() is None:
             tuner.kill()
+    # The tuner's SIGKILL takes its server (the whole group, so its port too) and its zygote down.
     end = time.monotonic() + 30
     while (leftovers(groups) or alive(its_zygote)) and time.monotonic() < end:
         time.sleep(0.5)
