@@ -51,14 +51,14 @@ def artifacts_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory, artifacts_dir):
-    """One small real study per test session (3 vLLM starts on the CPU default model, then 4 more
-    in its confirmation phase).
+    """One small real study per test session (2 vLLM starts on the CPU default model: vllm_defaults
+    and one sampled trial; then 4 more in its confirmation phase).
 
     Returns dict(storage=URL, study=name, runs_dir=Path, run_dir=Path, stdout=str).
     """
     runs = tmp_path_factory.mktemp("finished-study")
     storage = f"sqlite:///{runs / 'study.db'}"
-    proc = autotune("search", E2E_SCENARIO, "--trials", 3, "--storage", storage, "--runs-dir", runs, timeout=1200)
+    proc = autotune("search", E2E_SCENARIO, "--trials", 2, "--storage", storage, "--runs-dir", runs, timeout=1200)
     (artifacts_dir / "finished_study.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"storage": storage, "study": "e2e", "runs_dir": runs, "run_dir": runs / "e2e", "stdout": proc.stdout}

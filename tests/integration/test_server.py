@@ -2,10 +2,6 @@
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 import urllib.request
 
@@ -14,7 +10,7 @@ import pytest
 from serving import FailureClass
 from serving import resolve as resolve_mod
 from serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
-from tests.support.servers import alive, quick_server_values, server_groups, zygotes
+from tests.support.servers import quick_server_values, server_groups
 
 pytestmark = pytest.mark.vllm
 
@@ -93,40 +89,3 @@ def test_start_timeout_is_classified_and_the_server_is_killed(launch_ctx, tmp_pa
     assert err.value.failure.cls is FailureClass.START_TIMEOUT
     assert server.proc is None  # stopped
     assert server_groups(os.getpid()) == set()
-
-
-def test_sigkill_of_the_tuner_takes_its_vllm_server_down(launch_ctx, tmp_path):
-    spec = spec_for(launch_ctx, tmp_path, "orphan")
-    script = textwrap.dedent(f"""
-        import sys, time
-        from pathlib import Path
-        from serving.process.server import LaunchSpec, VllmServer
-        spec = LaunchSpec(model=Path({str(spec.model)!r}), args={spec.args!r},
-                          log_path=Path({str(spec.log_path)!r}))
-        s = VllmServer(spec)
-        s.start()
-        print(s.pgid, s.port, flush=True)
-        time.sleep(600)
-    """)
-    tuner = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
-    try:
-        pgid, port = map(int, tuner.stdout.readline().split())
-        assert port_listening(port) and group_members(pgid)
-        its_zygote = zygotes(tuner.pid)
-        assert len(its_zygote) == 1  # the server was forked by the tuner's zygote
-        os.kill(tuner.pid, signal.SIGKILL)
-        tuner.wait()
-        deadline = time.monotonic() + 30
-        while (group_members(pgid) or port_listening(port) or alive(its_zygote)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert group_members(pgid) == []
-        assert not port_listening(port)
-        assert alive(its_zygote) == set()
-    finally:
-        if tuner.poll() is None:
-            tuner.kill()

@@ -1,10 +1,20 @@
-"""Real vLLM servers in tests: quick-starting values, and the process groups a run leaves."""
+"""Real vLLM servers in tests: quick-starting values, the process groups a run leaves, and the line
+a hang is said in."""
 
 import os
+import re
 
 import psutil
 
 from serving.process.server import group_members
+
+# A hang's line: what was silent, for how long, how many requests were in flight or cut off, then
+# what showed it (every process stopped, /health silent) or what /health said at the bound.
+HANG_LINE = re.compile(
+    r"(no token and no finished request for (?P<quiet>\d+) s with \d+ requests? in flight"
+    r"( and \d+ cut off unanswered)?|no answer to [A-Z]+ /\S+(, [A-Z]+ /\S+)* for (?P<asked>\d+) s) "
+    r"\(bound (?P<bound>\d+) s\); (?P<why>.+)"
+)
 
 
 def quick_server_values(ctx, **overrides):

@@ -1,4 +1,6 @@
-"""The command line on bad input: clear errors, before any server starts."""
+"""The command line on bad input: clear errors, before any server starts. Each command runs in a
+process of its own, forked from an interpreter that has imported the tuner (tests.support.cli);
+one, the unknown scenario, in a fresh interpreter as a user starts it."""
 
 import importlib.util
 import os
@@ -8,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.support.cli import autotune
+from tests.support.cli import autotune, autotune_forked
 from tests.support.paths import REPO
 from tests.support.study_loop import LOOP_SCENARIO
 
@@ -21,7 +23,9 @@ def test_malformed_scenario_is_rejected_before_any_server_starts(tmp_path):
         "objectives:\n  - {metric: ttft_p95_ms, direction: minimize}\n"
         "search_space:\n  max_num_seqs: {low: 4, high: 2}\n  gpu_util: {low: 0.1, high: 0.9}\n"
     )
-    proc = autotune("search", bad, "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--runs-dir", tmp_path, timeout=120)
+    proc = autotune_forked(
+        "search", bad, "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--runs-dir", tmp_path, timeout=120
+    )
     assert proc.returncode == 2
     assert f"autotune: error: {bad}: invalid scenario" in proc.stderr
     assert "search_space: unknown parameter(s) gpu_util; tunable parameters:" in proc.stderr
@@ -30,6 +34,7 @@ def test_malformed_scenario_is_rejected_before_any_server_starts(tmp_path):
 
 
 def test_unknown_scenario_name(tmp_path):
+    # a fresh interpreter: what it prints beside the refusal (an import's warning, say) counts too
     proc = autotune("search", "chatbot", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2
     assert (
@@ -40,7 +45,7 @@ def test_unknown_scenario_name(tmp_path):
 
 def test_confirm_needs_a_stored_study_and_creates_nothing_without_one(tmp_path):
     db = tmp_path / "none.db"
-    proc = autotune("confirm", "mixed", "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
+    proc = autotune_forked("confirm", "mixed", "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert (
         f"autotune: error: no study named 'mixed' in sqlite:///{db}; run `autotune search mixed` first" in proc.stderr
@@ -49,7 +54,7 @@ def test_confirm_needs_a_stored_study_and_creates_nothing_without_one(tmp_path):
 
 
 def test_confirm_runs_must_be_a_count(tmp_path):
-    proc = autotune("search", "mixed", "--confirm-runs", "-1", "--runs-dir", tmp_path, timeout=60)
+    proc = autotune_forked("search", "mixed", "--confirm-runs", "-1", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2 and "argument --confirm-runs: must be a whole number >= 0, got '-1'" in proc.stderr
 
 
@@ -63,7 +68,7 @@ def test_confirm_runs_must_be_a_count(tmp_path):
     ],
 )
 def test_the_search_budget_must_be_positive(tmp_path, flag, value, said):
-    proc = autotune("search", "mixed", flag, value, "--runs-dir", tmp_path, timeout=60)
+    proc = autotune_forked("search", "mixed", flag, value, "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2 and f"argument {flag}: {said}, got '{value}'" in proc.stderr
     assert not any(tmp_path.iterdir())  # refused before anything is created
 
@@ -81,7 +86,7 @@ def test_a_scenario_given_by_path_names_the_study_as_search_does(tmp_path):
         ("export", "no study named 'mixed' in"),
         ("dashboard", "no study database at"),
     ):  # readers: none creates the database it lacks
-        proc = autotune(command, copy, "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
+        proc = autotune_forked(command, copy, "--storage", f"sqlite:///{db}", "--runs-dir", tmp_path, timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert f"autotune: error: {missing} sqlite:///{db}; run `autotune search {copy}` first" in proc.stderr
         assert not db.exists()
@@ -100,7 +105,7 @@ def test_the_dashboard_on_a_busy_port_is_one_line_and_publishes_nothing(tmp_path
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = autotune(
+        proc = autotune_forked(
             "dashboard", LOOP_SCENARIO, "--storage", r.prep.storage_url, "--study", "loop", "--port", port, timeout=120
         )
     assert proc.returncode == 2 and proc.stdout == ""
@@ -114,13 +119,13 @@ def test_the_dashboard_on_a_busy_port_is_one_line_and_publishes_nothing(tmp_path
 
 def test_a_missing_workload_file_is_one_line(tmp_path):
     missing = tmp_path / "missing.yaml"
-    proc = autotune("load", "--workload", missing, "--url", "http://127.0.0.1:9", timeout=60)
+    proc = autotune_forked("load", "--workload", missing, "--url", "http://127.0.0.1:9", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"autotune: error: --workload {missing}: no such file"
 
 
 def test_a_study_name_cannot_leave_the_runs_directory(tmp_path):
-    proc = autotune("search", "mixed", "--study", "../elsewhere", "--runs-dir", tmp_path, timeout=60)
+    proc = autotune_forked("search", "mixed", "--study", "../elsewhere", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "argument --study: '../elsewhere': use letters, digits" in proc.stderr
     assert not (tmp_path.parent / "elsewhere").exists()
@@ -189,7 +194,7 @@ def test_storage_that_cannot_hold_a_study_is_one_line_and_starts_nothing(tmp_pat
     if case == "runs_dir_under_a_file":
         runs = tmp_path / "file" / "runs"
     before = sorted(p.name for p in tmp_path.iterdir())
-    proc = autotune(
+    proc = autotune_forked(
         "search", LOOP_SCENARIO, "--runs-dir", runs, *(["--storage", storage] if storage else []), timeout=60
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -219,7 +224,7 @@ def test_a_read_only_runs_directory_is_one_line(tmp_path):
 def test_export_on_a_file_that_is_not_a_database_is_one_line(tmp_path):
     not_sqlite = tmp_path / "notes.db"
     not_sqlite.write_text("my notes\n")
-    proc = autotune("export", "loop", "--storage", f"sqlite:///{not_sqlite}", "--runs-dir", tmp_path, timeout=60)
+    proc = autotune_forked("export", "loop", "--storage", f"sqlite:///{not_sqlite}", "--runs-dir", tmp_path, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{not_sqlite} is not a SQLite database" in proc.stderr
 

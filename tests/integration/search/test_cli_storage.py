@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cli import autotune
+from tests.support.cli import autotune_forked
 from tests.support.study_loop import LOOP_SCENARIO
 
 EMPTY = (
@@ -27,7 +27,7 @@ EMPTY = (
 )
 def test_an_empty_storage_is_refused_and_starts_nothing(tmp_path, command):
     runs = tmp_path / "runs"
-    proc = autotune(*command, "--storage", "", "--runs-dir", runs, timeout=120)
+    proc = autotune_forked(*command, "--storage", "", "--runs-dir", runs, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == EMPTY
     assert not runs.exists()  # no default database, no study directory

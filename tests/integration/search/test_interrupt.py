@@ -1,7 +1,7 @@
 """An interrupt (SIGTERM or Ctrl-C) that lands while a load runs on the stub ends the run with one
 KeyboardInterrupt, its requests cancelled and awaited: nothing is logged after it (asyncio's
 "Task exception was never retrieved" once printed a traceback under the tuner's clean line).
-How run_async routes the signals is tested in tests/unit/loadgen/test_interrupts.py."""
+How run_async routes the signals is tested in tests/unit/loadgen/test_event_loop.py."""
 
 from __future__ import annotations
 

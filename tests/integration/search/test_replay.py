@@ -1,12 +1,13 @@
 """The replay bench end to end: the default sampler beats random on the recorded CPU landscape
 (a statistical property, half a minute of studies), and the benchmark scripts, run as a user
-runs them (`python -m benchmarks.NAME` from the repository's root), refuse bad input in one line.
+runs them (`python -m benchmarks.NAME` from the repository's root; each forked from an
+interpreter that has imported the tuner, tests.support.cli.run_forked), refuse bad input in one
+line.
 """
 
 from benchmarks.bench_search import bench
 from benchmarks.replayed_study import CPU_LANDSCAPE, world
 from search.samplers import scenario_default
-from tests.support.paths import REPO
 
 
 def test_the_default_sampler_finds_more_than_random_at_budget_20():
@@ -20,26 +21,24 @@ def test_the_default_sampler_finds_more_than_random_at_budget_20():
 
 
 def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp_path):
-    import subprocess
-    import sys
+    from tests.support.cli import run_forked
 
-    def script(*args):
-        done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    def script(module, *args):
+        done = run_forked(module, *args, timeout=120)
         return done.returncode, done.stderr.strip().splitlines()
 
     (tmp_path / "empty.json").write_text("{}")
     for args, said in [
         (
-            ["-m", "benchmarks.bench_search", "--landscape", "runs/no-such-landscape.json"],
+            ["benchmarks.bench_search", "--landscape", "runs/no-such-landscape.json"],
             "bench_search.py: error: runs/no-such-landscape.json: no such file or directory",
         ),
         (
-            ["-m", "benchmarks.bench_search", "--landscape", tmp_path / "empty.json"],
+            ["benchmarks.bench_search", "--landscape", tmp_path / "empty.json"],
             f"bench_search.py: error: {tmp_path / 'empty.json'}: not a landscape file: schema None, expected 1",
         ),
         (
             [
-                "-m",
                 "benchmarks.bench_landscape",
                 "record",
                 "--scenario",
@@ -51,7 +50,6 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
         ),
         (
             [
-                "-m",
                 "benchmarks.bench_landscape",
                 "export",
                 "--storage",
@@ -62,15 +60,15 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
             f"bench_landscape.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; record it first",
         ),
         (
-            ["-m", "benchmarks.bench_fidelity", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            ["benchmarks.bench_fidelity", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
             f"bench_fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
         ),
         (
-            ["-m", "benchmarks.stage_mix", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            ["benchmarks.stage_mix", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
             f"stage_mix.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
         ),
         (
-            ["-m", "benchmarks.bench_capacity", "--scenario", "no-such-scenario"],
+            ["benchmarks.bench_capacity", "--scenario", "no-such-scenario"],
             "bench_capacity.py: error: unknown scenario 'no-such-scenario'",
         ),
     ]:

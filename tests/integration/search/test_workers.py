@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from app.workers import run_all, worker_env
-from tests.support.cli import autotune
+from tests.support.cli import autotune_forked
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
@@ -52,7 +52,7 @@ def test_a_worker_process_sees_the_database_password_in_its_environment_not_on_i
 
 
 def test_many_workers_on_sqlite_are_refused_with_make_db(tmp_path):
-    done = autotune("search", "mixed", "--workers", "2", "--runs-dir", tmp_path, timeout=60)
+    done = autotune_forked("search", "mixed", "--workers", "2", "--runs-dir", tmp_path, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
         "autotune: error: --workers 2 needs a database server the workers share; SQLite (the default "
@@ -64,7 +64,7 @@ def test_many_workers_on_sqlite_are_refused_with_make_db(tmp_path):
 
 def test_a_worker_for_a_study_that_does_not_exist_is_one_line(tmp_path):
     db = tmp_path / "none.db"
-    done = autotune("worker", "--storage", f"sqlite:///{db}", "--study", "mine", "--runs-dir", tmp_path)
+    done = autotune_forked("worker", "--storage", f"sqlite:///{db}", "--study", "mine", "--runs-dir", tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
         f"autotune: error: no study named 'mine' in sqlite:///{db}; start it with "

@@ -4,15 +4,18 @@ tuner.
 
 One executor runs the issue's case and then the next (`liveness`: each real start costs seconds,
 a new zygote's import most of them, so the two cases share their servers and zygotes):
-- trial 0's server hangs a few seconds into its load (SIGSTOP of its process group), and so does
-  the zygote that forked it (SIGSTOP of the zygote's group): the hang is retried, the retry's
-  start finds the zygote stopped at once, kills it, and its server is forked by a new zygote (or
-  exec'd); the trial is measured, `ok`;
+- trial 0's server hangs a few seconds into the target stage of a screened trial (SIGSTOP of its
+  process group: a miss there ends the trial's measurement, and the early abort must not read
+  the hang as that miss), and so does the zygote that forked it (SIGSTOP of the zygote's group):
+  the start fails as `hang` within the stall bound plus 5 s, with its line, and is retried; the
+  retry's start finds the zygote stopped at once, kills it, and its server is forked by a new
+  zygote (or exec'd); the trial is measured, `ok`. (tests/integration/test_hang_real_server.py
+  hangs the other stages with the zygote left alone);
 - then the zygote is SIGKILLed between two trials: the next trial is measured, its server forked
   by a new zygote or exec'd;
 - then the zygote is closed, and nothing is left: no server, no zygote.
 And a tuner SIGKILLed while its zygote is stopped leaves that zygote, which the next zygote
-started (by another tuner) kills first (`zygote_process.kill_orphans`).
+started (by another tuner) kills first (`zygote.kill_orphans`).
 
 Every process stopped or killed here is held as a `psutil.Process` (never signalled once its pid
 is another's) and SIGKILLed in a `finally` if it is still there; every wait is bounded and says
@@ -39,16 +42,16 @@ import psutil
 import pytest
 
 from serving.process import zygote, zygote_pid, zygote_status
-from serving.process import zygote as zygote_process
 from serving.process.launch_spec import API_MODULE
 from serving.process.server import group_members
 from serving.process.watch import PROCESSES_STOPPED
 from tests.support.paths import REPO
-from tests.support.servers import quick_server_values, server_groups, zygotes
+from tests.support.servers import HANG_LINE, quick_server_values, server_groups, zygotes
 
 pytestmark = pytest.mark.vllm
 
 STOP_AFTER_S = 4.0  # into the target stage: past its warm-up (1-3 s), inside its 6 s of load
+HANG_SLACK_S = 5.0  # beyond the stall bound, for the stopped server's start to fail as `hang`
 # A stopped zygote is seen at the retry's first look at it (0.25 s); the bound a zygote that has
 # answered gets for a ping is the most that detection may take.
 DETECT_S = zygote.LIVENESS.ping_s
@@ -60,7 +63,7 @@ GONE_S = 15.0  # for what was stopped or closed to be gone (a zygote that does n
 TUNER_START_S = 30.0  # for a tuner subprocess to import the tuner and spawn its zygote
 # What a process of a server or a zygote has in its command line: the zygote's entry module, a
 # guard's module or title, vLLM's API server module, the titles vLLM gives its other processes.
-MARKS = (zygote_process.MARKER, "server_guard", "vllm.entrypoints", "VLLM")
+MARKS = (zygote.MARKER, "server_guard", "vllm.entrypoints", "VLLM")
 
 
 def workload(num_requests: int):
@@ -81,10 +84,11 @@ def workload(num_requests: int):
 
 
 def short_staged():
-    """test_hang_real_server.py's `staged()`, shorter: a target stage of 12 requests at 2 req/s
-    (6 s) and one capacity stage of as many, each ending at its planned requests (the `certain`
-    rule: an undecided stage does not run on). Every trial here takes it: the servers'
-    environment (the zygote's key) is a staged measurement's, so one zygote serves them all."""
+    """test_hang_real_server.py's `staged()`, shorter and screened as the search phase measures: a
+    target stage of 12 requests at 2 req/s (6 s) and one capacity stage of as many, each ending at
+    its planned requests (the `certain` rule: an undecided stage does not run on). Every trial here
+    takes it: the servers' environment (the zygote's key) is a staged measurement's, so one zygote
+    serves them all."""
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec
     from search.executor import Measurement
@@ -93,6 +97,7 @@ def short_staged():
         workload(12),
         slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),),
         capacity=CapacitySpec(max_stages=1, early_abort="certain"),
+        screen=True,
     )
 
 
@@ -134,7 +139,7 @@ def marked() -> dict[tuple[int, float], str]:
         with contextlib.suppress(psutil.Error):
             if (
                 info["ppid"] == 1
-                or zygote_process.tuner_of(info["cmdline"] or []) == os.getpid()
+                or zygote.tuner_of(info["cmdline"] or []) == os.getpid()
                 or any(a.pid == os.getpid() for a in p.parents())
             ):
                 found[(p.pid, info["create_time"])] = line[:300]
@@ -240,7 +245,8 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
 
     before = marked()
     zygote.forget_failures()  # a study's record, not what an earlier test's zygotes did
-    executor = VllmExecutor(launch_ctx, short_staged(), tmp_path_factory.mktemp("zygote-liveness"))
+    measurement = short_staged()
+    executor = VllmExecutor(launch_ctx, measurement, tmp_path_factory.mktemp("zygote-liveness"))
     values, numbers = quick_server_values(launch_ctx), iter(range(10))
 
     def trial(on_phase: Callable[[str], None] = lambda _: None):
@@ -258,7 +264,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
         finally:
             stopper.done.set()
             thread.join(10)
-        seen["stopper"] = stopper
+        seen["stopper"], seen["bound"] = stopper, measurement.stall_bound_s
         seen["stopped_left"] = [f"{p.pid} ({state(p)})" for p in stopper.stopped if running(p)]
         seen["after_hang"] = {
             "status": zygote_status(),
@@ -327,9 +333,16 @@ def test_a_zygote_stopped_while_its_server_hangs_is_replaced_in_the_retry_and_th
     stopper, hung = liveness["stopper"], liveness["hung"]
     assert stopper.why_not is None and stopper.at is not None, stopper.why_not
     assert stopper.parents == {stopper.zygote}, f"the server's guard is not the zygote's child: {stopper.parents}"
-    # The first start: its server's hang, seen at once (every process stopped), and retried.
+    # The first start: its server's hang, seen at once (every process stopped), said in its line
+    # within the bound, and retried; the screened target stage's early abort did not read it as a miss.
     assert [r.failure.cls for r in hung.retried] == [FailureClass.HANG], (hung.retried, hung.failure)
-    assert PROCESSES_STOPPED in hung.retried[0].failure.line, hung.retried[0].failure.line
+    hang = hung.retried[0].failure
+    assert hang.phase == "load"
+    line = HANG_LINE.fullmatch(hang.line)
+    assert line is not None, hang.line
+    assert int(line["bound"]) == round(liveness["bound"]) and line["why"] == PROCESSES_STOPPED, hang.line
+    failed_at = stopper.seen("stopping", stopper.at)
+    assert failed_at is not None and failed_at - stopper.at <= liveness["bound"] + HANG_SLACK_S, stopper.phases
     assert hung.retried[0].zygote_failure is None  # its zygote was stopped after it had forked it
     # The retry: the stopped zygote killed, its server forked by a new zygote or exec'd, measured.
     assert hung.status is TrialStatus.OK and hung.failure is None, hung.failure
@@ -412,11 +425,11 @@ def test_a_zygote_left_stopped_by_a_killed_tuner_is_killed_when_the_next_zygote_
         assert said.strip().isdigit(), f"the tuner said {said!r} (exit code {tuner.poll()})"
         orphan = psutil.Process(int(said))
         os.killpg(orphan.pid, signal.SIGSTOP)
-        assert wait_for(lambda: state(orphan) in zygote_process.STOPPED, 5), state(orphan)
-        assert zygote_process.tuner_of(orphan.cmdline()) == tuner.pid, orphan.cmdline()
+        assert wait_for(lambda: state(orphan) in zygote.STOPPED, 5), state(orphan)
+        assert zygote.tuner_of(orphan.cmdline()) == tuner.pid, orphan.cmdline()
         tuner.kill()
         tuner.wait(timeout=10)
-        assert state(orphan) in zygote_process.STOPPED, state(orphan)  # left behind, and nothing ends it
+        assert state(orphan) in zygote.STOPPED, state(orphan)  # left behind, and nothing ends it
         log = tmp_path / "next" / "zygote.log"
         fresh = zygote.start_zygote(sys.executable, dict(os.environ), API_MODULE, log, zygote.FORKSERVER)
         assert wait_for(lambda: not running(orphan), GONE_S), f"the stopped zygote {orphan.pid} is still there"
