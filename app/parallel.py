@@ -24,9 +24,8 @@ from app.worker_options import WorkerOptions
 from search.disk import DEFAULT_RUNS_DIR
 from search.prepare import Prepared, StudyOptions, prepare
 from search.study import StudyResult, StudyRunner
-from search.study.coordination import Coordination
+from search.study.coordination import DEFAULT_BOUND_S, Coordination
 from search.study.events import StudyObserver
-from search.study.outage import DEFAULT_BOUND_S
 from storage import claims
 from storage.queries import check_url, require_study
 from storage.url import PasswordInArgv, redacted, single_writer

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from search.disk import DEFAULT_RUNS_DIR
 from search.prepare import StudyOptions
-from search.study.outage import DEFAULT_BOUND_S
+from search.study.coordination import DEFAULT_BOUND_S
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def add_study_target(p: argparse.ArgumentParser, scenario_required: bool = False
 
 
 def add_db_outage(p: argparse.ArgumentParser) -> None:
-    from search.study.outage import DEFAULT_BOUND_S
+    from search.study.coordination import DEFAULT_BOUND_S
 
     p.add_argument(
         "--db-outage-s",

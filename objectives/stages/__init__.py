@@ -19,7 +19,7 @@ In the search phase (`screen`), a trial stops once it cannot matter: a target st
 an SLO runs no capacity stages (the confirmation searches below the target), and a bracket whose
 high end still leaves the trial dominated by a member of the study's front is not narrowed.
 
-The loop that runs the stages is the executor's (`search.executor.stage_loop`: each stage one
+The loop that runs the stages is the executor's (`search.executor.staged_load`: each stage one
 load run, the server drained and its prefix cache reset between stages); it calls the judgement
 here, which touches no server.
 

@@ -1,6 +1,6 @@
 """One stage judged from what its load run measured: its SLO verdicts from its requests' counts,
 whether it ended steady, whether the requests it counted hold its class mix, and what an early
-stop or its time cap cut (`judged_stage`). Pure: the stage loop (`search.executor.stage_loop`)
+stop or its time cap cut (`judged_stage`). Pure: the stage loop (`search.executor.staged_load`)
 calls it on each stage's `loadgen.LoadResult`."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The capacity search over a trial's stages, step by step: the next stage's rate or why the
 search stops (`search_step`), and the capacity the stages say at its end (`final_estimate`, held
 to the calibrated saturation throughput by `within_saturation`). Pure: the stage loop
-(`search.executor.stage_loop`) calls these between the stages it runs."""
+(`search.executor.staged_load`) calls these between the stages it runs."""
 
 from __future__ import annotations
 

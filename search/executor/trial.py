@@ -60,7 +60,7 @@ class Measurement:
     capacity: CapacitySpec | None = None  # None: one load run, as the scenario states it
     slowest_unloaded_ttft_ms: float | None = None  # from calibration: sets the stall bound
     screen: bool = False  # the search phase's: a trial that cannot matter stops (objectives.stages.search_step)
-    full_target: bool = False  # the confirmation's: its target stages run in full (search.executor.stage_loop)
+    full_target: bool = False  # the confirmation's: its target stages run in full (search.executor.staged_load)
     # The search phase's, where `screening: {reconfigure: true}`: a trial may be measured on the
     # last trial's server with its scheduler limits lowered in place (search.executor.reuse).
     reconfigure: bool = False

@@ -30,7 +30,7 @@ from loadgen import (
     wait_idle,
 )
 from search.executor.reuse import KeptServer, reconfiguration
-from search.executor.stage_loop import run_stages
+from search.executor.staged_load import run_stages
 from search.executor.trial import Measurement, PhaseCallback, TrialPlan
 from search.trial_results import RetriedStart, ServerReuse, TrialOutcome
 from serving import (
@@ -121,7 +121,7 @@ def in_background(build: Callable[[], object]) -> Callable[[], object]:
 @dataclass
 class VllmExecutor:
     """Each trial on a real vLLM server started for it, loaded with the study's measurement:
-    one load run, or the target load and a capacity search (`search.executor.stage_loop`)."""
+    one load run, or the target load and a capacity search (`search.executor.staged_load`)."""
 
     ctx: LaunchContext
     measurement: Measurement  # as calibration resolved it: absolute rates

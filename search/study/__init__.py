@@ -3,11 +3,12 @@
 `loop` runs it (`StudyRunner`: the search, one trial at a time, the budget), `opening` opens it
 for a run (its record checked, calibration, baselines, the SQLite lock), `recording` writes each
 trial (score, diagnosis, row, Optuna, snapshot), `coordination` lets workers share it through
-the database, `confirmation` re-measures the candidates on fresh servers after the search (the
-loop starts it there), `verdict` reads what those runs say, `events` is what the loop tells its
-subscribers (the terminal, the dashboard), `context` what a run's helpers share, `attributes`
-writes what Optuna's study and trials hold, and `errors` says why a study will not run. Other packages
-import the loop from here; outputs read the pure `events` and `verdict` modules.
+the database and rides out that database going away, `confirmation` re-measures the candidates
+on fresh servers after the search (the loop starts it there), `verdict` reads what those runs
+say, `events` is what the loop tells its subscribers (the terminal, the dashboard), `context`
+what a run's helpers share, `attributes` writes what Optuna's study and trials hold, and
+`errors` says why a study will not run. Other packages import the loop from here; outputs read
+the pure `events` and `verdict` modules.
 """
 
 from search.study.attributes import BUDGET_ATTR

@@ -5,7 +5,7 @@ CLI -> here -> a TrialExecutor (search.executor: server + load) -> recording (sc
 for trials until the budget is spent and runs each (or reuses an earlier trial's result for the
 same flags), `recording` writes what each measured (see there why nothing measured is lost to a
 kill), and the confirmation phase follows. Every step that reads or writes the database is
-ridden out while it is away (`outage`); a trial's measurement is never inside such a step.
+ridden out while it is away (`coordination.DatabaseWatch`); a trial's measurement is never inside such a step.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
 from search.study.confirmation import confirm, confirmation_note
+from search.study.coordination import DatabaseWatch
 from search.study.cost import StudyCost, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import Calibrate, OpenedStudy, Opening
-from search.study.outage import DatabaseWatch
 from search.study.recording import Recording
 from search.study.study_context import StudyContext
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored

@@ -4,7 +4,7 @@ trials a dead worker left behind.
 The order loses nothing measured: a trial's row and its load stages are committed before Optuna
 is told, so a kill at any point leaves either a stored record (the next run finishes the trial
 from it: `Recording.recover`) or nothing (the trial runs again with the same params). While the
-database is away, each step is ridden out (`outage`); a measured row waits in the spool
+database is away, each step is ridden out (`coordination.DatabaseWatch`); a measured row waits in the spool
 (`spool`), so that a kill or the end of the wait leaves it on disk for the next run to store.
 
 The one holder of a database session in `search.study` (a run's opening and confirmation phase

@@ -14,7 +14,6 @@ from search.scenario import Scenario
 from search.study import coordination as coord
 from search.study.attributes import TrialAttributes
 from search.study.events import StudyObserver
-from search.study.outage import DatabaseWatch
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,7 @@ class StudyContext:
     study: optuna.Study
     storage: coord.StudyStorage
     coordination: coord.Coordination
-    watch: DatabaseWatch
+    watch: coord.DatabaseWatch
     worker: coord.WorkerId
     events: StudyObserver
     attributes: TrialAttributes

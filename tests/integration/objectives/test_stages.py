@@ -1,5 +1,5 @@
 """Load stages against the stub server: early abort in run_load, and the capacity search end to
-end (search.executor.stage_loop, objectives.stages, loadrun, dispatch). The drain and the
+end (search.executor.staged_load, objectives.stages, loadrun, dispatch). The drain and the
 prefix-cache reset between stages are tested with their modules
 (tests/integration/loadgen/test_drain.py, tests/integration/vllm_http/test_reset_prefix_cache.py).
 

@@ -112,7 +112,7 @@ def test_a_slow_but_live_server_at_a_low_rate_is_not_a_hang(tok_dir, tok, tmp_pa
     assert result.metrics.completed == len(result.records) >= 2 and result.metrics.failed == 0
 
 
-# -- the staged path (search.executor.stage_loop): a freeze in any stage, or between them ---------
+# -- the staged path (search.executor.staged_load): a freeze in any stage, or between them ---------
 
 STAGED_BOUND_S = 3.0
 # A live stub streams 20 tokens in 0.4 s, TTFT 30 ms: the target stage (2 warm-ups, 10 req/s for

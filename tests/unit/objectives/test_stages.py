@@ -1,6 +1,6 @@
 """The stage loop's decisions that need no server (objectives.stages): the screened search's stop
 when a bracket cannot reach the front, and the confirmation's target stage planned in full. The
-loop itself, on a faked load run: tests/unit/search/test_executor_stage_loop.py.
+loop itself, on a faked load run: tests/unit/search/test_executor_staged_load.py.
 """
 
 from __future__ import annotations

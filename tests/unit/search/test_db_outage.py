@@ -12,8 +12,8 @@ from sqlalchemy.exc import OperationalError
 
 from search.study import coordination as coord
 from search.study import spool
+from search.study.coordination import DatabaseWatch
 from search.study.errors import DatabaseUnreachable, StudyStopped
-from search.study.outage import DatabaseWatch
 from storage.tables import StageRecord, TrialRecord
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import runner

@@ -1,4 +1,4 @@
-"""The stage loop (search.executor.stage_loop) on a faked load run, no server: the metric an early
+"""The stage loop (search.executor.staged_load) on a faked load run, no server: the metric an early
 abort raised, a stop that drains, a capacity stage stopped as a likely pass; and the stages'
 workloads a trial builds ahead, as the loop plans them (`StagedLoad`, the plan's one home)."""
 
@@ -12,7 +12,7 @@ import pytest
 from loadgen import Abort, WorkloadSpec
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec
-from search.executor import Measurement, StagedLoad, StageSearch, run_stages, stage_loop
+from search.executor import Measurement, StagedLoad, StageSearch, run_stages, staged_load
 from search.trial_results import stage_columns
 
 
@@ -45,9 +45,9 @@ def test_the_metric_that_aborted_a_stage_is_raised_to_its_certain_value(monkeypa
     wl = WorkloadSpec.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
-    monkeypatch.setattr(stage_loop, "run_load", fake_run_load)
-    monkeypatch.setattr(stage_loop, "wait_idle", _idle_at_once)  # before the capacity stage: no server to ask
-    monkeypatch.setattr(stage_loop, "reset_prefix_cache", _no_reset_endpoint)
+    monkeypatch.setattr(staged_load, "run_load", fake_run_load)
+    monkeypatch.setattr(staged_load, "wait_idle", _idle_at_once)  # before the capacity stage: no server to ask
+    monkeypatch.setattr(staged_load, "reset_prefix_cache", _no_reset_endpoint)
     run = asyncio.run(
         run_stages(
             "http://127.0.0.1:9",
@@ -81,9 +81,9 @@ def test_a_metric_that_failed_requests_reach_is_unknown_after_an_abort_never_a_n
     wl = WorkloadSpec.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "duration_s": 10, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
-    monkeypatch.setattr(stage_loop, "run_load", fake_run_load)
-    monkeypatch.setattr(stage_loop, "wait_idle", _idle_at_once)
-    monkeypatch.setattr(stage_loop, "reset_prefix_cache", _no_reset_endpoint)
+    monkeypatch.setattr(staged_load, "run_load", fake_run_load)
+    monkeypatch.setattr(staged_load, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(staged_load, "reset_prefix_cache", _no_reset_endpoint)
     run = asyncio.run(
         run_stages(
             "http://127.0.0.1:9",
@@ -120,9 +120,9 @@ def test_a_decided_stage_is_planned_to_its_cap_and_a_drained_stop_is_no_abort(mo
     wl = WorkloadSpec.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
-    monkeypatch.setattr(stage_loop, "run_load", fake_run_load)
-    monkeypatch.setattr(stage_loop, "wait_idle", _idle_at_once)
-    monkeypatch.setattr(stage_loop, "reset_prefix_cache", _no_reset_endpoint)
+    monkeypatch.setattr(staged_load, "run_load", fake_run_load)
+    monkeypatch.setattr(staged_load, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(staged_load, "reset_prefix_cache", _no_reset_endpoint)
     run = asyncio.run(
         run_stages(
             "http://127.0.0.1:9",
@@ -171,10 +171,10 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     async def no_reset(*a, **k):
         return True
 
-    monkeypatch.setattr(stage_loop, "abort_check", fake_check)
-    monkeypatch.setattr(stage_loop, "run_load", fake_run_load)
-    monkeypatch.setattr(stage_loop, "wait_idle", no_wait)
-    monkeypatch.setattr(stage_loop, "reset_prefix_cache", no_reset)
+    monkeypatch.setattr(staged_load, "abort_check", fake_check)
+    monkeypatch.setattr(staged_load, "run_load", fake_run_load)
+    monkeypatch.setattr(staged_load, "wait_idle", no_wait)
+    monkeypatch.setattr(staged_load, "reset_prefix_cache", no_reset)
     wl = WorkloadSpec.model_validate(
         {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
     )
@@ -217,9 +217,9 @@ def test_the_stages_a_trial_builds_ahead_are_the_ones_the_loop_sends(monkeypatch
         sent.append(workload)
         return Result()
 
-    monkeypatch.setattr(stage_loop, "run_load", fake_run_load)
-    monkeypatch.setattr(stage_loop, "wait_idle", _idle_at_once)
-    monkeypatch.setattr(stage_loop, "reset_prefix_cache", _no_reset_endpoint)
+    monkeypatch.setattr(staged_load, "run_load", fake_run_load)
+    monkeypatch.setattr(staged_load, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(staged_load, "reset_prefix_cache", _no_reset_endpoint)
     wl = WorkloadSpec.model_validate(
         {
             "prompt_tokens": 8,
