@@ -1,8 +1,9 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
-A workload (`workload`, its classes in `request_class` with their length distributions, its arrivals in
-`arrivals`) becomes requests (`prompts`, `tokenizer`) sent at the times `arrivals` gives; the client (`client`)
-sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
+A workload (`workload`, its classes in `request_class` with their length distributions and the
+representative order its requests take them in, its arrivals in `arrivals`) becomes requests
+(`prompts`, `tokenizer`) sent at the times `arrivals` gives; the client (`client`) sends them on
+their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
 returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
 abort check (`abort`: its shape, asked while an open loop runs); the server's engine is read
@@ -47,7 +48,7 @@ from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
 from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
-from loadgen.request_order import mix_deviation
+from loadgen.request_class import mix_deviation
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
 from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
