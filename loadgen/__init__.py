@@ -1,8 +1,8 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
 A workload (`workload`, its classes in `request_class` with their length distributions and the
-representative order its requests take them in, its arrivals in `arrivals`) becomes requests
-(`prompts`, `tokenizer`) sent at the times `arrivals` gives; the client (`client`) sends them on
+representative order its requests take them in; its arrivals and their schedule with it) becomes
+requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`) sends them on
 their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
 returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
@@ -24,7 +24,6 @@ Other packages import from here, never from the modules inside.
 """
 
 from loadgen.abort import Abort, AbortCheck
-from loadgen.arrivals import ArrivalSpec, open_loop_offsets
 from loadgen.event_loop import run_async
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
 from loadgen.load_result import LoadResult, LoadRunError
@@ -72,7 +71,7 @@ from loadgen.trace import (
     window_start,
 )
 from loadgen.turn_metrics import SessionReport, TurnStats, cached_prefix_share, turn_stats
-from loadgen.workload import WorkloadSpec
+from loadgen.workload import ArrivalSpec, WorkloadSpec, open_loop_offsets
 
 __all__ = [
     "AVOID_ENGINE_CPUS_ENV",
