@@ -2,10 +2,10 @@
 
 A workload (`workload`, its classes in `request_class` with their length distributions and the
 representative order its requests take them in; its arrivals and their schedule with it) becomes
-requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`) sends them on
-their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
-one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
-returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
+requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
+sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
+one measured run (made as its `LoadOptions` say, returning its `LoadResult`; what it prepares in
+`preparation`), watched for stalls (`stall`) and, where the caller gives one, an
 abort check (`abort`: its shape, asked while an open loop runs); the server's engine is read
 from its gauges (`liveness`): alive before a verdict, drained between load stages (`wait_idle`);
 `metrics` computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and `server_metrics` the
@@ -26,8 +26,7 @@ Other packages import from here, never from the modules inside.
 from loadgen.abort import Abort, AbortCheck
 from loadgen.event_loop import run_async
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
-from loadgen.load_result import LoadResult, LoadRunError
-from loadgen.loadrun import LoadOptions, run_load, run_load_sync
+from loadgen.loadrun import LoadOptions, LoadResult, run_load, run_load_sync
 from loadgen.metrics import (
     BASE_KEYS,
     CLASS_SEPARATOR,
@@ -44,7 +43,7 @@ from loadgen.metrics import (
     timed_tpot_median_ms,
 )
 from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
-from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_requests
+from loadgen.preparation import LoadRunError, ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.request_class import mix_deviation
