@@ -5,8 +5,8 @@ representative order its requests take them in; its arrivals and their schedule 
 requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say, returning its `LoadResult`; what it prepares in
-`preparation`), watched for stalls (`stall`) and, where the caller gives one, an
-abort check (`abort`: its shape, asked while an open loop runs); the server's engine is read
+`preparation`), watched for stalls (`stall`) and, where the caller gives one, by an abort check
+(`AbortCheck`, asked while an open loop runs); the server's engine is read
 from its gauges (`liveness`): alive before a verdict, drained between load stages (`wait_idle`);
 `metrics` computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and `server_metrics` the
 server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
@@ -23,10 +23,9 @@ scaling, its prompts and statistics, and the sessions a trace holds).
 Other packages import from here, never from the modules inside.
 """
 
-from loadgen.abort import Abort, AbortCheck
 from loadgen.event_loop import run_async
 from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
-from loadgen.loadrun import LoadOptions, LoadResult, run_load, run_load_sync
+from loadgen.loadrun import Abort, AbortCheck, LoadOptions, LoadResult, run_load, run_load_sync
 from loadgen.metrics import (
     BASE_KEYS,
     CLASS_SEPARATOR,

@@ -10,6 +10,11 @@ beside the server it runs against and the workload it sends, is its `LoadOptions
 the tokenizer, what it scrapes and scores against, and who may stop or watch it. What it returns
 is its `LoadResult`: its records, metrics, the server's view, notes and the client's own cost.
 
+A caller may stop an open loop early with an abort check (`AbortCheck`): every
+ABORT_CHECK_PERIOD_S it is asked about the records so far (`await_or_abort`), and an `Abort` it
+returns stops the loop there, with or without the requests in flight. The rules that decide it
+live in `objectives.early_abort`; the load run knows only this shape.
+
 Client hygiene during the measured window: everything is prepared beforehand (JSON bodies,
 due times, records), the garbage collector's existing objects are frozen (`gc.freeze`, as
 `vllm bench serve`), and nothing heavier than a /metrics fetch per second shares the loop.
@@ -21,12 +26,11 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadgen.abort import Abort, AbortCheck, await_or_abort
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.event_loop import run_async
@@ -60,6 +64,26 @@ if TYPE_CHECKING:
 
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
+ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Why a stage stopped early, and by how much it is certain to miss (a lower bound on the
+    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it).
+    `passed`: stopped because every SLO is very likely met (a capacity stage), not missed.
+    `drain`: stop sending but let the requests in flight finish, so the run ends as one planned
+    to end here would (its verdict is decided: the rest of the schedule would not change it)."""
+
+    reason: str
+    margin: float = math.nan
+    metric: str | None = None  # the SLO's metric, and a certain lower bound on its final value
+    value: float = math.nan
+    passed: bool = False
+    drain: bool = False
+
+
+AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "Abort | None"]
 
 
 @dataclass(frozen=True)
@@ -453,6 +477,39 @@ async def _dispatch(
         else runner.open_loop(offsets, draining)
     )
     return await await_or_abort(dispatch, abort, pool.records, offsets, sampler, draining)
+
+
+async def await_or_abort(
+    dispatch: asyncio.Future[tuple[float, float]],
+    check: AbortCheck,
+    records: list[RequestRecord],
+    offsets: list[float],
+    sampler: GaugeSampler | None,
+    draining: Draining,
+) -> tuple[float, float, Abort | None]:
+    """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
+    already certain; if so, stop it (and the requests in flight, unless the `Abort` drains:
+    then they finish). (start, end, why stopped)."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({dispatch}, timeout=ABORT_CHECK_PERIOD_S)
+            if done:
+                start, end = dispatch.result()
+                return start, end, None
+            verdict = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
+            if verdict is not None and verdict.drain:
+                draining.on = True
+                dispatch.cancel()
+                start, end = await dispatch
+                return start, end, verdict
+            if verdict is not None:
+                dispatch.cancel()
+                await asyncio.gather(dispatch, return_exceptions=True)
+                start = records[0].scheduled_time - offsets[0]
+                return start, time.perf_counter(), verdict
+    finally:
+        if not dispatch.done():
+            dispatch.cancel()
 
 
 def _collect(
