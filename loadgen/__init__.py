@@ -5,11 +5,11 @@ representative order its requests take them in; its arrivals and their schedule 
 requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
 one measured run (made as its `LoadOptions` say, returning its `LoadResult`; what it prepares in
-`preparation`), watched for stalls (`stall`) and, where the caller gives one, by an abort check
-(`AbortCheck`, asked while an open loop runs); the server's engine is read
-from its gauges (`liveness`): alive before a verdict, drained between load stages (`wait_idle`);
-`metrics` computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and `server_metrics` the
-server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
+`preparation`), watched for a hung server (`liveness`: the stall watch, and the engine's gauges
+read to show it alive before a verdict and drained between load stages, `wait_idle`) and, where
+the caller gives one, by an abort check (`AbortCheck`, asked while an open loop runs); `metrics`
+computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and
+`server_metrics` the server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
 pinned to; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a
 fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent
 package: the stages, the capacity search, scoring and the abort rules build on this, not the
@@ -24,7 +24,16 @@ Other packages import from here, never from the modules inside.
 """
 
 from loadgen.event_loop import run_async
-from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
+from loadgen.liveness import (
+    ProgressWatch,
+    ServerHung,
+    Stall,
+    engine_answers,
+    liveness_before_verdict,
+    stall_bound_s,
+    traced,
+    wait_idle,
+)
 from loadgen.loadrun import Abort, AbortCheck, LoadOptions, LoadResult, run_load, run_load_sync
 from loadgen.metrics import (
     BASE_KEYS,
@@ -48,7 +57,6 @@ from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, re
 from loadgen.request_class import mix_deviation
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
-from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.trace import (
     Trace,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.event_loop import run_async
-from loadgen.liveness import liveness_before_verdict
+from loadgen.liveness import ProgressWatch, liveness_before_verdict, traced
 from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
 from loadgen.pinning import off_engine_cpus
@@ -53,7 +53,6 @@ from loadgen.records import RequestRecord
 from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, ServerDiagnostics, diagnose
 from loadgen.session_dispatch import SessionRunner
 from loadgen.sessions import ScriptBook
-from loadgen.stall import ProgressWatch, traced
 from loadgen.turn_metrics import SessionReport
 from loadgen.workload import WorkloadSpec
 from vllm_http import fetch_metrics_text
@@ -109,7 +108,7 @@ class LoadOptions:
 
     `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
     every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
-    so a watcher can tell a hung server (`loadgen.stall`) while the run is in progress. With a
+    so a watcher can tell a hung server (`loadgen.liveness`) while the run is in progress. With a
     watch, the run hands back nothing measured on a server that hung: before its result, the
     server shows it is alive or `loadgen.liveness.ServerHung` is raised.
     """
