@@ -9,9 +9,9 @@ one measured run (made as its `LoadOptions` say, returning its `LoadResult`; wha
 read to show it alive before a verdict and drained between load stages, `wait_idle`) and, where
 the caller gives one, by an abort check (`AbortCheck`, asked while an open loop runs); `metrics`
 computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and
-`server_metrics` the server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
-pinned to; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a
-fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent
+`server_metrics` the server's own /metrics deltas; `event_loop.run_async` runs a load run, or any
+other coroutine of the tuner, on a fresh event loop that takes interrupts between its callbacks,
+and keeps a load's client off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent
 package: the stages, the capacity search, scoring and the abort rules build on this, not the
 reverse. The requests to the server besides the load (its health, models, /metrics, /tokenize)
 are `vllm_http`'s, the package below this one.
@@ -23,7 +23,7 @@ scaling, its prompts and statistics, and the sessions a trace holds).
 Other packages import from here, never from the modules inside.
 """
 
-from loadgen.event_loop import run_async
+from loadgen.event_loop import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus, run_async
 from loadgen.liveness import (
     ProgressWatch,
     ServerHung,
@@ -50,7 +50,6 @@ from loadgen.metrics import (
     json_safe,
     timed_tpot_median_ms,
 )
-from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
 from loadgen.preparation import LoadRunError, ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples

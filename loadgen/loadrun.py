@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
-from loadgen.event_loop import run_async
+from loadgen.event_loop import off_engine_cpus, run_async
 from loadgen.liveness import ProgressWatch, liveness_before_verdict, traced
 from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
-from loadgen.pinning import off_engine_cpus
 from loadgen.preparation import (
     CLOSED_LOOP_BATCH,
     LazyTokenizer,
