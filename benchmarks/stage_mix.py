@@ -1,6 +1,6 @@
 """The realised class mix of every stored load stage: how far each stage's requests, by class, lay
 from the scenario's weights times its requests (the representative order keeps every window
-within one request for two classes: `loadgen.request_order`). Read from stored studies; nothing
+within one request for two classes: `loadgen.request_class`). Read from stored studies; nothing
 is started.
 
     .venv/bin/python -m benchmarks.stage_mix --storage runs/autotune.db --study mixed [--study NAME@DB ...]

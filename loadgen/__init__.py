@@ -1,16 +1,17 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
-A workload (`workload`, its classes in `request_class` with their length distributions, its arrivals in
-`arrivals`) becomes requests (`prompts`, `tokenizer`) sent at the times `arrivals` gives; the client (`client`)
+A workload (`workload`, its classes in `request_class` with their length distributions and the
+representative order its requests take them in; its arrivals and their schedule with it) becomes
+requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
-one measured run (made as its `LoadOptions` say; what it prepares in `preparation`, what it
-returns in `load_result`), watched for stalls (`stall`) and, where the caller gives one, an
-abort check (`abort`: its shape, asked while an open loop runs); the server's engine is read
-from its gauges (`liveness`): alive before a verdict, drained between load stages (`wait_idle`);
-`metrics` computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and `server_metrics` the
-server's own /metrics deltas; `pinning` keeps the client off the CPUs vLLM's engine threads are
-pinned to; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a
-fresh event loop that takes interrupts between its callbacks. Nothing here imports its parent
+one measured run (made as its `LoadOptions` say, returning its `LoadResult`; what it prepares in
+`preparation`), watched for a hung server (`liveness`: the stall watch, and the engine's gauges
+read to show it alive before a verdict and drained between load stages, `wait_idle`) and, where
+the caller gives one, by an abort check (`AbortCheck`, asked while an open loop runs); `metrics`
+computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and
+`server_metrics` the server's own /metrics deltas; `event_loop.run_async` runs a load run, or any
+other coroutine of the tuner, on a fresh event loop that takes interrupts between its callbacks,
+and keeps a load's client off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent
 package: the stages, the capacity search, scoring and the abort rules build on this, not the
 reverse. The requests to the server besides the load (its health, models, /metrics, /tokenize)
 are `vllm_http`'s, the package below this one.
@@ -22,12 +23,18 @@ scaling, its prompts and statistics, and the sessions a trace holds).
 Other packages import from here, never from the modules inside.
 """
 
-from loadgen.abort import Abort, AbortCheck
-from loadgen.arrivals import ArrivalSpec, open_loop_offsets
-from loadgen.event_loop import run_async
-from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
-from loadgen.load_result import LoadResult, LoadRunError
-from loadgen.loadrun import LoadOptions, run_load, run_load_sync
+from loadgen.event_loop import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus, run_async
+from loadgen.liveness import (
+    ProgressWatch,
+    ServerHung,
+    Stall,
+    engine_answers,
+    liveness_before_verdict,
+    stall_bound_s,
+    traced,
+    wait_idle,
+)
+from loadgen.loadrun import Abort, AbortCheck, LoadOptions, LoadResult, run_load, run_load_sync
 from loadgen.metrics import (
     BASE_KEYS,
     CLASS_SEPARATOR,
@@ -43,14 +50,12 @@ from loadgen.metrics import (
     json_safe,
     timed_tpot_median_ms,
 )
-from loadgen.pinning import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus
-from loadgen.preparation import ServerTokenCounter, cached_requests, prepare_requests
+from loadgen.preparation import LoadRunError, ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
 from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
-from loadgen.request_order import mix_deviation
+from loadgen.request_class import mix_deviation
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
-from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.trace import (
     Trace,
@@ -71,7 +76,7 @@ from loadgen.trace import (
     window_start,
 )
 from loadgen.turn_metrics import SessionReport, TurnStats, cached_prefix_share, turn_stats
-from loadgen.workload import WorkloadSpec
+from loadgen.workload import ArrivalSpec, WorkloadSpec, open_loop_offsets
 
 __all__ = [
     "AVOID_ENGINE_CPUS_ENV",

@@ -7,7 +7,13 @@ connections, scrape `/metrics`, dispatch the arrival schedule with a gauge sampl
 scrape again, collect the metrics and the notes (what the numbers alone do not say: requests
 that were not what was built, a client that fell behind its schedule). How a run is made,
 beside the server it runs against and the workload it sends, is its `LoadOptions`: the client,
-the tokenizer, what it scrapes and scores against, and who may stop or watch it.
+the tokenizer, what it scrapes and scores against, and who may stop or watch it. What it returns
+is its `LoadResult`: its records, metrics, the server's view, notes and the client's own cost.
+
+A caller may stop an open loop early with an abort check (`AbortCheck`): every
+ABORT_CHECK_PERIOD_S it is asked about the records so far (`await_or_abort`), and an `Abort` it
+returns stops the loop there, with or without the requests in flight. The rules that decide it
+live in `objectives.early_abort`; the load run knows only this shape.
 
 Client hygiene during the measured window: everything is prepared beforehand (JSON bodies,
 due times, records), the garbage collector's existing objects are frozen (`gc.freeze`, as
@@ -20,23 +26,21 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from loadgen.abort import Abort, AbortCheck, await_or_abort
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
-from loadgen.event_loop import run_async
-from loadgen.liveness import liveness_before_verdict
-from loadgen.load_result import LoadResult, LoadRunError
-from loadgen.metrics import GoodputSLO, compute_metrics
+from loadgen.event_loop import off_engine_cpus, run_async
+from loadgen.liveness import ProgressWatch, liveness_before_verdict, traced
+from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
-from loadgen.pinning import off_engine_cpus
 from loadgen.preparation import (
     CLOSED_LOOP_BATCH,
     LazyTokenizer,
+    LoadRunError,
     RequestPool,
     ServerTokenCounter,
     cached_requests,
@@ -45,10 +49,10 @@ from loadgen.preparation import (
 )
 from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
 from loadgen.records import RequestRecord
-from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose
+from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, ServerDiagnostics, diagnose
 from loadgen.session_dispatch import SessionRunner
 from loadgen.sessions import ScriptBook
-from loadgen.stall import ProgressWatch, traced
+from loadgen.turn_metrics import SessionReport
 from loadgen.workload import WorkloadSpec
 from vllm_http import fetch_metrics_text
 
@@ -58,6 +62,26 @@ if TYPE_CHECKING:
 
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
+ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Why a stage stopped early, and by how much it is certain to miss (a lower bound on the
+    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it).
+    `passed`: stopped because every SLO is very likely met (a capacity stage), not missed.
+    `drain`: stop sending but let the requests in flight finish, so the run ends as one planned
+    to end here would (its verdict is decided: the rest of the schedule would not change it)."""
+
+    reason: str
+    margin: float = math.nan
+    metric: str | None = None  # the SLO's metric, and a certain lower bound on its final value
+    value: float = math.nan
+    passed: bool = False
+    drain: bool = False
+
+
+AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "Abort | None"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +107,7 @@ class LoadOptions:
 
     `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
     every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
-    so a watcher can tell a hung server (`loadgen.stall`) while the run is in progress. With a
+    so a watcher can tell a hung server (`loadgen.liveness`) while the run is in progress. With a
     watch, the run hands back nothing measured on a server that hung: before its result, the
     server shows it is alive or `loadgen.liveness.ServerHung` is raised.
     """
@@ -98,6 +122,92 @@ class LoadOptions:
     abort: AbortCheck | None = None
     avoid_engine_cpus: bool | None = None
     watch: ProgressWatch | None = None
+
+
+@dataclass
+class LoadResult:
+    base_url: str
+    model: str
+    client: str
+    spec: WorkloadSpec
+    records: list[RequestRecord]  # measured requests that were sent
+    warmup_records: list[RequestRecord]
+    metrics: RunMetrics
+    server: ServerDiagnostics | None
+    start: float  # perf_counter at the start of the arrival schedule
+    end: float  # ... when the last response ended
+    notes: list[str] = field(default_factory=list)
+    client_cpu_s: float = math.nan  # this process's CPU time over the measured window
+    abort: Abort | None = None  # why the run stopped sending early (its outcome was certain)
+    planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
+    requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
+    client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
+    gauges: list[GaugeSample] = field(default_factory=list)  # the server's gauges over the run (about 1 Hz)
+    sessions: SessionReport | None = None  # a session workload's turns and prefix reuse
+
+    @property
+    def client_cpu_share(self) -> float:
+        """Client CPU over the run, in cores: near 1.0, the client itself was the bottleneck."""
+        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else math.nan
+
+    @property
+    def aborted(self) -> str | None:
+        return self.abort.reason if self.abort is not None else None
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def target_rate(self) -> float | None:
+        return self.spec.arrival.mean_rate()
+
+    @property
+    def achieved_send_rate(self) -> float:
+        """Requests sent per second over the sending window (first to last send)."""
+        sends = sorted(r.send_time for r in self.records)
+        if len(sends) < 2 or sends[-1] <= sends[0]:
+            return math.nan
+        return (len(sends) - 1) / (sends[-1] - sends[0])
+
+    def flat(self) -> dict[str, float]:
+        return self.metrics.flat()
+
+    flat_metrics = flat
+
+    def server_diagnostics(self) -> dict[str, float]:
+        """The server's view (deltas, gauge peaks); empty if /metrics was not scraped."""
+        return asdict(self.server) if self.server is not None else {}
+
+    def to_json(self, include_records: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "base_url": self.base_url,
+            "model": self.model,
+            "client": self.client,
+            "workload": self.spec.model_dump(mode="json"),
+            "target_rate": self.target_rate,
+            "achieved_send_rate": self.achieved_send_rate,
+            "metrics": self.flat(),
+            "error_kinds": self.metrics.error_kinds,
+            "total_input_tokens": self.metrics.total_input_tokens,
+            "total_output_tokens": self.metrics.total_output_tokens,
+            "notes": self.notes,
+            "client_cpu_s": self.client_cpu_s,
+            "client_cpu_share": self.client_cpu_share,
+            "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
+            "aborted": self.aborted,
+            "planned_s": self.planned_s,
+            # perf_counter is CLOCK_MONOTONIC on Linux: comparable with other processes' clocks.
+            "start_perf": self.start,
+            "end_perf": self.end,
+            "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
+            "abort_margin": self.abort.margin if self.abort is not None else None,
+        }
+        if self.sessions is not None:
+            out["sessions"] = self.sessions.to_json()
+        if include_records:
+            out["records"] = [r.to_dict(self.start) for r in self.records]
+        return out
 
 
 @dataclass(frozen=True)
@@ -365,6 +475,39 @@ async def _dispatch(
         else runner.open_loop(offsets, draining)
     )
     return await await_or_abort(dispatch, abort, pool.records, offsets, sampler, draining)
+
+
+async def await_or_abort(
+    dispatch: asyncio.Future[tuple[float, float]],
+    check: AbortCheck,
+    records: list[RequestRecord],
+    offsets: list[float],
+    sampler: GaugeSampler | None,
+    draining: Draining,
+) -> tuple[float, float, Abort | None]:
+    """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
+    already certain; if so, stop it (and the requests in flight, unless the `Abort` drains:
+    then they finish). (start, end, why stopped)."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({dispatch}, timeout=ABORT_CHECK_PERIOD_S)
+            if done:
+                start, end = dispatch.result()
+                return start, end, None
+            verdict = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
+            if verdict is not None and verdict.drain:
+                draining.on = True
+                dispatch.cancel()
+                start, end = await dispatch
+                return start, end, verdict
+            if verdict is not None:
+                dispatch.cancel()
+                await asyncio.gather(dispatch, return_exceptions=True)
+                start = records[0].scheduled_time - offsets[0]
+                return start, time.perf_counter(), verdict
+    finally:
+        if not dispatch.done():
+            dispatch.cancel()
 
 
 def _collect(

@@ -2,7 +2,8 @@
 the workload's requests (chat prompts checked against the server's `/tokenize` and realigned there
 if the local count disagrees; built once per workload shape and cached, so a study's trials reuse
 them, and built ahead where the caller knows the workload before the server answers:
-`prepare_requests`), and the pool of prepared bodies and records the dispatch loops draw from."""
+`prepare_requests`), and the pool of prepared bodies and records the dispatch loops draw from;
+the error that stops a run it cannot prepare (`LoadRunError`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from loadgen.load_result import LoadRunError
 from loadgen.prompts import Request, build_requests, plan_requests, realize_async
 from loadgen.records import RequestRecord
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
@@ -22,6 +22,11 @@ from vllm_http import BadStatus, Unanswered, count_chat_tokens, served_models
 CHAT_PROBE_REQUESTS = 8  # chat prompts whose local count is checked against /tokenize
 ALIGN_CONCURRENCY = 16
 CLOSED_LOOP_BATCH = 256  # duration-bounded closed loops build requests in batches of this size
+
+
+class LoadRunError(RuntimeError):
+    """A load run that cannot be made: the server serves no model or cannot be reached, its
+    /tokenize refuses the prompts, or the workload gives nothing to send."""
 
 
 async def discover_model(session, base_url: str, model: str | None = None) -> tuple[str, str | None]:

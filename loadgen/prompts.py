@@ -1,7 +1,7 @@
 """The deterministic request builder: same workload and seed => the same requests, byte for byte.
 
 Request i's class, lengths and shared prefix come from the workload's representative order
-(`loadgen.request_order`: a quota order of the classes, stratified lengths within each), its
+(`loadgen.request_class`: a quota order of the classes, stratified lengths within each), its
 prompt's own tokens from a generator seeded with (seed, stream, i); all of it depends on (seed,
 stream, i) alone, not on how many requests are built, the process or hash randomization.
 Warm-up requests use another stream.
@@ -27,9 +27,10 @@ from loadgen.request_class import (
     SHAREGPT_MAX_PROMPT_TOKENS,
     SHAREGPT_MAX_TOTAL_TOKENS,
     SHAREGPT_MIN_TOKENS,
+    ClassOrder,
     RequestClass,
+    unit_points,
 )
-from loadgen.request_order import ClassOrder, unit_points
 from loadgen.tokenizer import PromptTokenizer
 from loadgen.trace import trace_drafts
 from loadgen.workload import WorkloadSpec
@@ -187,7 +188,7 @@ def plan_requests(
     spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *, warmup: bool = False, start: int = 0
 ) -> list[_Plan]:
     """Plans of requests start .. start+n-1 of the workload's measured (or warm-up) sequence:
-    each one's class and lengths from the representative order (`loadgen.request_order`), its
+    each one's class and lengths from the representative order (`loadgen.request_class`), its
     prompt's own tokens from its own generator."""
     stream = WARMUP_STREAM if warmup else MEASURED_STREAM
     trace = spec.replayed_trace()

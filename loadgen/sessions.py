@@ -12,7 +12,7 @@ A turn's request class is named for its turn range (`turn_classes`; by default `
 and `later` every turn after it), so every per-class metric, SLO and objective reads a turn range:
 `ttft_p95_ms@later` is the TTFT p95 of turns 2 and later.
 
-Session lengths are stratified as request lengths are (`request_order.unit_points`): any run of
+Session lengths are stratified as request lengths are (`request_class.unit_points`): any run of
 consecutive sessions spans the turn-count distribution, its long tail included.
 """
 
@@ -27,8 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loadgen.request_class import CHAT_TEMPLATE_MARGIN_TOKENS, LengthDist, RequestClass
-from loadgen.request_order import unit_points
+from loadgen.request_class import CHAT_TEMPLATE_MARGIN_TOKENS, LengthDist, RequestClass, unit_points
 from loadgen.tokenizer import PromptTokenizer
 
 Messages = list[dict[str, str]]

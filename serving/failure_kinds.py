@@ -41,7 +41,7 @@ class FailureClass(StrEnum):
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
     LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
-    HANG = "hang"  # alive, but no token and no finished request for the stall bound (loadgen.stall)
+    HANG = "hang"  # alive, but no token and no finished request for the stall bound (loadgen.liveness)
     ZYGOTE = "zygote"  # the study's zygote, not the server: it did not fork the server in time
     OTHER = "other"
 

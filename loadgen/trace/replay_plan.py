@@ -7,7 +7,7 @@ the rows of a shorter one and then more, and trials of a study replay the same t
 
 The window keeps the trace's own gaps between requests, scaled by one factor so that the
 window's mean rate is the run's rate: the last of n requests is due at n/rate, as the
-Poisson and gamma schedules (`loadgen.arrivals`) are rescaled. A burst stays a burst and a lull a
+Poisson and gamma schedules (`loadgen.workload`) are rescaled. A burst stays a burst and a lull a
 lull, so the coefficient of variation of the gaps is the trace's; the capacity search and
 `capacity_fraction` move the rate as they do for any other arrival process.
 

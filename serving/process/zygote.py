@@ -194,7 +194,7 @@ ABOUT_THE_ZYGOTE = "the study's zygote "  # how each failure's line starts
 class Liveness:
     ping_s: float = 5.0
     fork_s: float = 10.0
-    stall_s: float = 15.0  # the stall bound a server under load gets (loadgen.stall), for the same reason
+    stall_s: float = 15.0  # the stall bound a server under load gets (loadgen.liveness), for the same reason
     poll_s: float = 0.25  # how often a waiting start reads the zygote's state (a server start's own poll)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loadgen.prompts import plan_requests
-from loadgen.request_order import ClassOrder, unit_points, window_bound
+from loadgen.request_class import ClassOrder, unit_points, window_bound
 from loadgen.workload import WorkloadSpec
 
 

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from loadgen.arrivals import ArrivalSpec, UnresolvedRateError
 from loadgen.prompts import build_requests, requests_digest
 from loadgen.request_class import LengthDist
-from loadgen.workload import WorkloadSpec
+from loadgen.workload import ArrivalSpec, UnresolvedRateError, WorkloadSpec
 
 
 def spec(**kw) -> WorkloadSpec:
