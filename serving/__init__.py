@@ -2,25 +2,24 @@
 
 This facade describes a server and starts none: which flags a scenario may set and how a
 configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
-(`checks`), the installed vLLM's parser, whether the tuner supports it and vLLM's
-defaults (`vllm_flags`), the machine (`hardware`), the model (the `model` package: its config,
-the built-in one, hub ids, memory arithmetic), the facts a launch depends on (`context`, `paths`),
-the failure vocabulary every package names a failed trial in (`failure_kinds`: classes with
-their advice, phases, the `Failure` record, the default start timeout), what a server's log
-says: why a start failed (`failures`) and the KV cache it allocated (`kv_log`). Starting and
-stopping a server as one process group with a guard and watching a measurement against it is the
-second facade, `serving.process`. Other packages import from these two, never from the modules
-inside. The tuner's HTTP to a running server (its health, the prefix-cache reset, the
-reconfiguration's request) is `vllm_http`'s, the package below every other.
+and the KV cache a started one allocated against the arithmetic's (`checks`), the installed
+vLLM's parser, whether the tuner supports it and vLLM's defaults (`vllm_flags`), the machine
+(`hardware`), the model (the `model` package: its config, the built-in one, hub ids, memory
+arithmetic), the facts a launch depends on (`context`, `paths`), the failure vocabulary every
+package names a failed trial in (`failure_kinds`: classes with their advice, phases, the
+`Failure` record, the default start timeout) and why a start failed, read from its log
+(`failures`). Starting and stopping a server as one process group with a guard and watching a
+measurement against it is the second facade, `serving.process`. Other packages import from
+these two, never from the modules inside. The tuner's HTTP to a running server (its health, the
+prefix-cache reset, the reconfiguration's request) is `vllm_http`'s, the package below every other.
 """
 
-from serving.checks import check_combination, memory_budget
+from serving.checks import check_combination, describe_kv_check, kv_cache_check_at_start, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
 from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
 from serving.failures import classify
 from serving.hardware import Gpu, Hardware
-from serving.kv_log import describe_kv_check, kv_cache_check_at_start
 from serving.model.hub import pinned as pinned_model
 from serving.model.hub import study_label as model_study_label
 from serving.model.info import ModelError, ModelInfo

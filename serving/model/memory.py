@@ -8,7 +8,7 @@ Pure arithmetic on a model's config.json (`ModelShape`) and one device:
 is the KV cache of one device; divided by the KV bytes per token on that device (K and V of every
 layer, in the KV cache dtype, the KV heads split by TP) and rounded down to whole blocks as vLLM
 allocates them, it is the KV cache tokens vLLM will log (`GPU KV cache size: N tokens`); every
-started trial is checked against that line (`serving.kv_log`).
+started trial is checked against that line (`serving.checks`).
 
 The GPU terms follow vLLM 0.32's profiling (`determine_available_memory`, vllm/v1/worker/gpu_worker.py):
 of `total x utilization` it keeps for the KV cache what the weights, the memory allocated outside

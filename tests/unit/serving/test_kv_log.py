@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from serving.kv_log import (
+from serving.checks import (
     ERROR,
     LOGGED,
     PREDICTED,
