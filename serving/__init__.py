@@ -2,9 +2,9 @@
 
 This facade describes a server and starts none: which flags a scenario may set and how a
 configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
-and the KV cache a started one allocated against the arithmetic's (`checks`), the installed
-vLLM's parser, whether the tuner supports it and vLLM's defaults (`vllm_flags`), the machine
-(`hardware`), the model (the `model` package: its config, the built-in one, hub ids, memory
+and the KV cache a started one allocated against the arithmetic's (`checks`), the machine: its
+devices and the installed vLLM, that vLLM's parser, whether the tuner supports it and its
+defaults (`machine`), the model (the `model` package: its config, the built-in one, hub ids, memory
 arithmetic), the facts a launch depends on (`context`, `paths`), the failure vocabulary every
 package names a failed trial in (`failure_kinds`: classes with their advice, phases, the
 `Failure` record, the default start timeout) and why a start failed, read from its log
@@ -19,7 +19,19 @@ from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
 from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
 from serving.failures import classify
-from serving.hardware import Gpu, Hardware
+from serving.machine import (
+    DEFAULT_MEMORY_UTILIZATION,
+    OLDEST_SUPPORTED_VLLM,
+    FlagInfo,
+    Gpu,
+    Hardware,
+    InstalledVllm,
+    VllmNotInstalled,
+    VllmTooOld,
+    default_batch,
+    parse_version,
+    unset_value,
+)
 from serving.model.hub import pinned as pinned_model
 from serving.model.hub import study_label as model_study_label
 from serving.model.info import ModelError, ModelInfo
@@ -44,17 +56,6 @@ from serving.resolve import Support, support, unsupported_reason
 from serving.resolve import resolve as resolve_server_args
 from serving.start_anatomy import PHASES as START_PHASES
 from serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
-from serving.vllm_flags import (
-    DEFAULT_MEMORY_UTILIZATION,
-    OLDEST_SUPPORTED_VLLM,
-    FlagInfo,
-    InstalledVllm,
-    VllmNotInstalled,
-    VllmTooOld,
-    default_batch,
-    parse_version,
-    unset_value,
-)
 
 __all__ = [
     "DEFAULT_MEMORY_UTILIZATION",

@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from serving.machine import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 from serving.model import memory
 from serving.model.memory import GIB, KvBudget
 from serving.registry import LaunchContext
-from serving.vllm_flags import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 
 
 def _batch(values: dict[str, Any], ctx: LaunchContext, max_model_len: int) -> tuple[int, int]:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import psutil
 
-from serving import hardware
+from serving import machine
+from serving.machine import InstalledVllm, check_supported, load_installed
 from serving.model import hub, memory
 from serving.model import info as model_info
 from serving.model import local as local_model
 from serving.registry import LaunchContext
-from serving.vllm_flags import InstalledVllm, check_supported, load_installed
 
 # What memory_utilization = 1.0 means on the CPU build (docs/serving.md, "Memory on the CPU build").
 DEFAULT_CPU_KV_BUDGET_GIB = 1.0
@@ -45,13 +45,13 @@ def resolve_model(model: str | Path | None, *, allow_download: bool = False) -> 
 def supported_vllm() -> InstalledVllm:
     """The installed vLLM's flags, once it is known to be one the tuner supports. Raises
     VllmNotInstalled (VllmTooOld for an old one) in one line."""
-    found = hardware.installed_vllm()
+    found = machine.installed_vllm()
     if found is not None:
         check_supported(*found)
     return load_installed()
 
 
-def serving_dtype(hw: hardware.Hardware, info: model_info.ModelInfo) -> str | None:
+def serving_dtype(hw: machine.Hardware, info: model_info.ModelInfo) -> str | None:
     """fp32 on CPUs without fast bf16: vLLM's `auto` turns fp32 into bf16, ~37x slower there."""
     if hw.is_gpu or hw.cpu_has_fast_bf16:
         return None
@@ -60,7 +60,7 @@ def serving_dtype(hw: hardware.Hardware, info: model_info.ModelInfo) -> str | No
 
 def launch_context(model: str | Path | None = None, kv_budget_gib: float | None = None) -> LaunchContext:
     installed = supported_vllm()
-    hw = hardware.detect()
+    hw = machine.detect()
     info = resolve_model(model, allow_download=hub.downloads_allowed())
     return LaunchContext(
         installed=installed,

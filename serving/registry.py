@@ -2,7 +2,7 @@
 
 For every parameter: its flag, its type and valid range, the release that added it, since when it
 does something, when it was removed and what stands in for it. Whether the *installed* vLLM accepts a flag is read
-from its own parser (`serving.vllm_flags`), never assumed from a version table; the versions
+from its own parser (`serving.machine`), never assumed from a version table; the versions
 here only explain, in plain words, why something was dropped.
 
 A scenario sets the tunable parameters and the flags on `PASS_THROUGH` (an allow list: each shapes
@@ -23,10 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from serving.hardware import Hardware
+from serving.machine import Hardware, InstalledVllm, parse_version
 from serving.model.info import ModelInfo
 from serving.model.memory import ModelShape
-from serving.vllm_flags import InstalledVllm, parse_version
 
 Kind = Literal["int", "float", "bool", "choice"]
 

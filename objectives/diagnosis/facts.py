@@ -6,7 +6,7 @@ request sizes).
 The checks take `ServingFacts` as plain data, so they run on any facts a test or a stored study
 gives; `serving_facts` fills them from the server library: which parameters the installed vLLM
 takes and which release removed the others (the registry's `removed_in`), vLLM's defaults
-(`vllm_flags`), the model and the CPU KV budget. One builder, `serving_facts`, behind a study's
+(`serving.machine`), the model and the CPU KV budget. One builder, `serving_facts`, behind a study's
 live launch context (`facts_for_launch`)."""
 
 from __future__ import annotations

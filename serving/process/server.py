@@ -35,7 +35,7 @@ from typing import BinaryIO
 import vllm_http
 from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
 from serving.failures import SIGKILL_CODES, classify
-from serving.hardware import gpu_memory_used_mib
+from serving.machine import gpu_memory_used_mib
 from serving.paths import server_cache_env
 from serving.process import zygote
 from serving.process.group import (

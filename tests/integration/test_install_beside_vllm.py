@@ -15,7 +15,7 @@ import sysconfig
 from pathlib import Path
 
 from search.scenario import CONFIG_DIR
-from serving.hardware import installed_vllm
+from serving.machine import installed_vllm
 from tests.support.paths import REPO
 
 SOURCES = (
@@ -86,7 +86,7 @@ def test_pip_install_beside_an_installed_vllm_keeps_it_and_autotune_runs_outside
     probe = _run(
         bin_dir / "python",
         "-c",
-        "import search.scenario as s; from serving.hardware import "
+        "import search.scenario as s; from serving.machine import "
         "installed_vllm; print(s.__file__); print(s.CONFIG_DIR); "
         "print(*sorted(f.stem for f in s.CONFIG_DIR.glob('*.yaml'))); "
         "print(*sorted(f.name for f in (s.CONFIG_DIR / 'models').iterdir())); "

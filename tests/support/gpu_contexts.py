@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from serving.hardware import Gpu, Hardware
+from serving.machine import Gpu, Hardware
 from serving.model.info import ModelInfo
 from serving.model.memory import ModelShape
 from serving.registry import LaunchContext

@@ -2,9 +2,9 @@
 accepts decide what the tuner passes."""
 
 from serving import registry
+from serving.machine import load_installed
 from serving.registry import LaunchContext
 from serving.resolve import resolve
-from serving.vllm_flags import load_installed
 from tests.support.fakes import CPU, MODEL
 
 

@@ -11,9 +11,9 @@ from search.scenario import Domain
 from serving import registry
 from serving import resolve as resolve_mod
 from serving.checks import check_combination, memory_budget
+from serving.machine import FlagInfo
 from serving.registry import ConfigError
 from serving.resolve import resolve
-from serving.vllm_flags import FlagInfo
 from tests.support.fakes import CPU, ctx
 from tests.support.gpu_contexts import GPU_FLAGS, H100, config, h100s, model_ctx
 

@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from serving import hardware
-from serving.hardware import Gpu
+from serving import machine
+from serving.machine import Gpu
 
 SMI = (
     "0, GPU-aaaa1111-0000, NVIDIA H100 80GB HBM3, 81559\n"
@@ -18,9 +18,9 @@ H100, L4 = Gpu("NVIDIA H100 80GB HBM3", 81559 / 1024), Gpu("NVIDIA L4", 23034 / 
 @pytest.fixture
 def smi(monkeypatch):
     monkeypatch.delenv("AUTOTUNE_FORCE_CPU", raising=False)
-    monkeypatch.setattr(hardware.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(machine.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(
-        hardware.subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a, 0, stdout=SMI, stderr="")
+        machine.subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a, 0, stdout=SMI, stderr="")
     )
     return monkeypatch
 
@@ -40,10 +40,10 @@ def test_cuda_visible_devices_picks_the_gpus_in_its_order(smi, visible, expected
         smi.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         smi.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert hardware._nvidia_gpus() == expected
+    assert machine._nvidia_gpus() == expected
 
 
 def test_a_worker_slot_of_one_gpu_is_a_one_gpu_machine(smi):
     smi.setenv("CUDA_VISIBLE_DEVICES", "1")
-    hw = hardware.detect()
+    hw = machine.detect()
     assert hw.is_gpu and hw.describe() == "1x NVIDIA H100 80GB HBM3 (80 GiB)"

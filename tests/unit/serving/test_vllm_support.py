@@ -7,7 +7,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from serving import OLDEST_SUPPORTED_VLLM, VllmNotInstalled
-from serving.vllm_flags import check_supported
+from serving.machine import check_supported
 from tests.support.paths import REPO
 
 
@@ -28,9 +28,9 @@ def test_an_older_vllm_is_one_line_saying_what_is_installed_and_what_is_needed()
 
 def test_autotune_refuses_an_old_vllm_with_exit_2_before_reading_its_flags(monkeypatch, capsys):
     from app.cli import main
-    from serving import context, hardware
+    from serving import context, machine
 
-    monkeypatch.setattr(hardware, "installed_vllm", lambda: ("vllm", "0.20.1"))
+    monkeypatch.setattr(machine, "installed_vllm", lambda: ("vllm", "0.20.1"))
 
     def never():
         raise AssertionError("the flags of an unsupported vLLM were read")
