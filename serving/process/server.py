@@ -1,9 +1,9 @@
 """Starts, watches and stops one vLLM server, and never leaves one behind.
 
 * starts what a `LaunchSpec` describes: forked by the study's zygote, or exec'd under its guard;
-* binds 127.0.0.1 on a free port held for it until vLLM binds it (`group.reserve_port`), in its
+* binds 127.0.0.1 on a free port held for it until vLLM binds it (`reserve_port`), in its
   own process group (see `server_guard`), log to a file of its own (a log left by an earlier
-  start is kept beside it, see `group.set_aside`);
+  start is kept beside it, see `set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`serving.failures`);
 * knows where its start's seconds went (`start_anatomy`: vLLM's log lines against the spawn,
@@ -24,6 +24,7 @@ import atexit
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,21 +33,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
+import psutil
+
 import vllm_http
 from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
-from serving.failures import SIGKILL_CODES, classify
+from serving.failures import SIGKILL_CODES, classify, oom_kill_in
 from serving.machine import gpu_memory_used_mib
 from serving.paths import server_cache_env
 from serving.process import zygote
-from serving.process.group import (
-    all_stopped,
-    group_members,
-    group_stopped,
-    kernel_oom_kill,
-    port_listening,
-    reserve_port,
-    set_aside,
-)
 from serving.process.launch_spec import (
     API_MODULE,
     HOST,
@@ -107,6 +101,87 @@ class StopReport:
     port_freed: bool
     gpu_memory_released: bool | None
     start_anatomy: StartAnatomy | None = None  # of a server that answered /health
+
+
+# -- the process group and its port: a port held for the server, its group's members, whether
+# some are stopped, whether its port still listens, and what the kernel's log says of an OOM kill
+
+
+def reserve_port() -> socket.socket:
+    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
+    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
+    bind or another port-0 pick is refused it. Closing the socket and handing the number over
+    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((HOST, 0))
+    return s
+
+
+def set_aside(log_path: Path) -> Path | None:
+    """Move an earlier start's log out of the way (server.log -> server.1.log, the first free
+    number), so each start writes and is classified from its own file; where it went."""
+    if not log_path.exists():
+        return None
+    n = 1
+    while (kept := log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")).exists():
+        n += 1
+    log_path.rename(kept)
+    return kept
+
+
+def kernel_oom_kill(pids: set[int], since_s: float) -> str | None:
+    """The kernel log's OOM-kill line for one of `pids` after `since_s` (seconds since boot);
+    "" when the log is readable and has none, None when it cannot be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return oom_kill_in(out.stdout, pids, since_s) if out.returncode == 0 else None
+
+
+def port_listening(port: int) -> bool:
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # pragma: no cover - non-root on some kernels
+        with socket.socket() as s:
+            return s.connect_ex((HOST, port)) == 0
+    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
+
+
+def group_stopped(members: list[psutil.Process]) -> bool:
+    """Some process of the group is stopped (SIGSTOP, SIGTSTP, a tracer)."""
+    for p in members:
+        try:
+            if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
+
+
+def all_stopped(pids: set[int]) -> bool:
+    """Every live process of `pids` is stopped (SIGSTOP, SIGTSTP, a tracer): none of them can
+    answer anything until it is continued."""
+    states = []
+    for pid in pids:
+        try:
+            states.append(psutil.Process(pid).status())
+        except psutil.NoSuchProcess:
+            continue
+    live = [s for s in states if s != psutil.STATUS_ZOMBIE]
+    return bool(live) and all(s in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) for s in live)
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    alive = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return alive
 
 
 _LIVE: set[VllmServer] = set()
