@@ -26,7 +26,7 @@ from search.prepare import Prepared, StudyOptions, prepare
 from search.study import StudyResult, StudyRunner
 from search.study.coordination import DEFAULT_BOUND_S, Coordination
 from search.study.events import StudyObserver
-from storage import claims
+from storage import queries
 from storage.queries import check_url, require_study
 from storage.url import PasswordInArgv, redacted, single_writer
 
@@ -157,7 +157,7 @@ def _recalibrate_on_workers(prep: Prepared, runner: StudyRunner, console: Consol
         return
     with Session(runner.engine) as session:
         study_id = require_study(session, prep.study_name).id
-    with claims.claimed(runner.engine, study_id) as (_, rec):
+    with queries.claimed(runner.engine, study_id) as (_, rec):
         rec.calibration = None
 
 

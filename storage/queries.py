@@ -1,4 +1,11 @@
-"""Opening the database and the few queries the study, export and report need."""
+"""Opening the database and the few queries the study, export and report need.
+
+What one worker of a study does for all of them is claimed through the study's row: `claimed`
+locks the study's `autotune_studies` row for the block (SELECT ... FOR UPDATE): on PostgreSQL a
+second worker waits there until the first commits, and a worker that dies holding the lock
+releases it with its connection, so the next one finds the work undone and does it. SQLite has
+no row locks (and takes one worker per study): there the block runs unlocked.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
@@ -237,6 +245,26 @@ def require_study(session: Session, study_name: str) -> StudyRecord:
             f"no study named {study_name!r} in this database; studies here: {', '.join(names) or '(none)'}"
         )
     return study
+
+
+@contextmanager
+def claimed(engine: Engine, study_id: int) -> Iterator[tuple[Session, StudyRecord]]:
+    """The study's row, locked and freshly read, in a session of its own; committed at the end
+    of the block (rolled back, and the lock released, if it raises)."""
+    with Session(engine, expire_on_commit=False) as session:
+        rec = session.scalar(select(StudyRecord).where(StudyRecord.id == study_id).with_for_update())
+        if rec is None:
+            raise LookupError(f"no study with id {study_id} in this database")
+        yield session, rec
+        session.commit()
+
+
+def set_once(engine: Engine, study_id: int, field: str, value: Any) -> Any:
+    """`field` of the study set to `value` unless a worker set it first; returns what is stored."""
+    with claimed(engine, study_id) as (_, rec):
+        if getattr(rec, field) is None:
+            setattr(rec, field, value)
+        return getattr(rec, field)
 
 
 def _replacing(session: Session, stored: Base | None, row: Base) -> None:

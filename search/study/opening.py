@@ -44,7 +44,7 @@ from search.study import attributes
 from search.study.errors import StudyBusy, StudyMismatch, StudyStopped
 from search.study.study_context import StudyContext
 from serving import Hardware, LaunchContext, ServerArgs
-from storage import claims, queries
+from storage import queries
 from storage.tables import StudyRecord
 from storage.url import single_writer
 
@@ -268,7 +268,7 @@ class Opening:
         measured: list[calibration_mod.CalibrationResult] = []
 
         def claim_and_store() -> calibration_mod.CalibrationResult | None:
-            with claims.claimed(self.context.engine, rec.id) as (_, locked):
+            with queries.claimed(self.context.engine, rec.id) as (_, locked):
                 if locked.calibration is not None and not again:
                     self.context.events.note("calibration: measured by another worker of this study; reusing it")
                     return None
@@ -329,7 +329,7 @@ class Opening:
     def enqueue_baselines(self, rec: StudyRecord, ctx: LaunchContext) -> None:
         """Each baseline queued once per study: under the study's claim, so of several workers
         starting together one queues them and the others find them queued."""
-        with claims.claimed(self.context.engine, rec.id):
+        with queries.claimed(self.context.engine, rec.id):
             present = {
                 t.user_attrs.get(attributes.BASELINE_ATTR) for t in self.context.study.get_trials(deepcopy=False)
             }

@@ -38,7 +38,7 @@ from search.study.opening import OpenedStudy
 from search.study.study_context import StudyContext
 from search.trial_results import Placement
 from serving import Failure
-from storage import claims, queries
+from storage import queries
 from storage.tables import ParetoMember, StudyRecord, TrialRecord, TrialStatus, utcnow
 
 T = TypeVar("T")
@@ -247,7 +247,7 @@ class Recording:
         if rec.hv_reference is None:
             self.session.refresh(rec)
             if rec.hv_reference is None:
-                claims.set_once(
+                queries.set_once(
                     self.context.engine, rec.id, "hv_reference", pareto.reference_point(values, self.sc.directions)
                 )
                 self.session.refresh(rec)

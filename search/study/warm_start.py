@@ -35,7 +35,7 @@ from search.study.attributes import enqueue_warm_start
 from search.study.errors import StudyMismatch
 from search.study.opening import setup_changes
 from search.study.verdict import Outcome, stored_verdict
-from storage import claims, queries
+from storage import queries
 from storage.tables import StudyRecord
 from storage.url import redacted
 
@@ -136,7 +136,7 @@ def enqueue_winner(engine: Engine, study: optuna.Study, rec: StudyRecord, warm: 
     """The earlier winner queued once per study (under the study's claim, as the baselines)."""
     if warm.winner is None:
         return
-    with claims.claimed(engine, rec.id):
+    with queries.claimed(engine, rec.id):
         if any(WARM_START_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False)):
             return
         enqueue_warm_start(study, warm.winner, warm.winner_label)
