@@ -8,7 +8,7 @@ import asyncio
 
 from tests.support.stub_server import StubConfig, StubServer
 from vllm_http import reset_prefix_cache
-from vllm_http.aiohttp_calls import RESET_ATTEMPTS
+from vllm_http.calls import RESET_ATTEMPTS
 
 
 def stub(tok_dir, tok, **kw) -> StubServer:

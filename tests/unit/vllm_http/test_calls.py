@@ -12,7 +12,7 @@ import pytest
 
 import vllm_http
 from tests.support.fake_http import Answer, FakeSession
-from vllm_http import BadStatus, TimedOut, Unanswered, aiohttp_calls, blocking
+from vllm_http import BadStatus, TimedOut, Unanswered, calls
 
 URL = "http://server:8000"
 
@@ -66,7 +66,7 @@ def test_healthy_is_a_200_and_no_answer_is_not(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(blocking.http.client, "HTTPConnection", Connection)
+    monkeypatch.setattr(calls.http.client, "HTTPConnection", Connection)
     assert vllm_http.healthy("up", 1) is True
     assert vllm_http.healthy("starting", 1) is False
     assert vllm_http.healthy("down", 1, timeout_s=0.5) is False
@@ -93,7 +93,7 @@ def test_exchange_turns_a_broken_answer_into_unanswered(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(blocking.http.client, "HTTPConnection", Connection)
+    monkeypatch.setattr(calls.http.client, "HTTPConnection", Connection)
     with pytest.raises(Unanswered, match="closed"):
         vllm_http.exchange("h", 1, "GET", "/x", timeout_s=1)
 
@@ -169,7 +169,7 @@ def resetting(monkeypatch, *answers) -> list[FakeSession]:
         return s
 
     monkeypatch.setattr(aiohttp, "ClientSession", open_session)
-    monkeypatch.setattr(aiohttp_calls, "RESET_RETRY_S", 0.0)
+    monkeypatch.setattr(calls, "RESET_RETRY_S", 0.0)
     return opened
 
 
@@ -179,8 +179,8 @@ def resetting(monkeypatch, *answers) -> list[FakeSession]:
         ([Answer.json({"success": True})], True, 1),
         ([Answer(200, "")], True, 1),  # older vLLM: 200 with no body
         ([Answer(409), Answer(409), Answer.json({"success": True})], True, 3),  # blocks held, then reset
-        ([Answer(409)], False, aiohttp_calls.RESET_ATTEMPTS),
-        ([Answer.json({"success": False})], False, aiohttp_calls.RESET_ATTEMPTS),
+        ([Answer(409)], False, calls.RESET_ATTEMPTS),
+        ([Answer.json({"success": False})], False, calls.RESET_ATTEMPTS),
         ([Answer(404)], None, 1),  # not a dev-mode server
         ([aiohttp.ClientConnectionError("refused")], None, 1),
         ([Answer(200, "not json")], None, 1),

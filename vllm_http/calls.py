@@ -1,12 +1,19 @@
-"""Requests on an aiohttp session, for code that runs on an event loop. Each takes the caller's
-session, whose trace configs see its requests (`loadgen.traced`: a request the server leaves
-unanswered counts towards a stall) and whose keep-alive pool it fills; the prefix-cache reset,
-asked between load stages by callers that hold no session, opens one for what watches them.
-aiohttp is imported where it is used: importing the package costs nothing until a request."""
+"""The requests the tuner makes of a vLLM server besides the load, one function per endpoint.
+
+Blocking, each on a fresh connection (`http.client`): for the thread that starts or keeps a
+server, which has no event loop. `exchange` is also the request behind a live reconfiguration
+(`serving.process.reconfiguration` owns that route and its protocol).
+
+On an event loop, on an aiohttp session: each takes the caller's session, whose trace configs see
+its requests (`loadgen.traced`: a request the server leaves unanswered counts towards a stall)
+and whose keep-alive pool it fills; the prefix-cache reset, asked between load stages by callers
+that hold no session, opens one for what watches them. aiohttp is imported where it is used:
+importing the package costs nothing until a request."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 from typing import Any, Protocol
 
@@ -14,6 +21,33 @@ from vllm_http.endpoints import HEALTH, METRICS, MODELS, RESET_PREFIX_CACHE, TOK
 
 RESET_ATTEMPTS = 5
 RESET_RETRY_S = 0.25  # between resets the server refused while blocks were still held
+
+
+def exchange(
+    host: str, port: int, method: str, path: str, *, json_body: Any = None, timeout_s: float
+) -> tuple[int, bytes]:
+    """One blocking request on a fresh connection: (status, body), or `Unanswered`."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        if json_body is None:
+            conn.request(method, path)
+        else:
+            conn.request(method, path, body=json.dumps(json_body), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException) as e:
+        raise Unanswered(str(e)) from e
+    finally:
+        conn.close()
+
+
+def healthy(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether the server answers `GET /health` with 200."""
+    try:
+        status, _ = exchange(host, port, "GET", HEALTH, timeout_s=timeout_s)
+    except Unanswered:
+        return False
+    return status == 200
 
 
 class SeesRequests(Protocol):
