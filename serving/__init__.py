@@ -4,21 +4,20 @@ This facade describes a server and starts none: which flags a scenario may set a
 configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
 and the KV cache a started one allocated against the arithmetic's (`checks`), the machine: its
 devices and the installed vLLM, that vLLM's parser, whether the tuner supports it and its
-defaults (`machine`), the model (the `model` package: its config, the built-in one, hub ids, memory
-arithmetic), the facts a launch depends on (`context`, `paths`), the failure vocabulary every
-package names a failed trial in (`failure_kinds`: classes with their advice, phases, the
-`Failure` record, the default start timeout) and why a start failed, read from its log
-(`failures`). Starting and stopping a server as one process group with a guard and watching a
-measurement against it is the second facade, `serving.process`. Other packages import from
-these two, never from the modules inside. The tuner's HTTP to a running server (its health, the
-prefix-cache reset, the reconfiguration's request) is `vllm_http`'s, the package below every other.
+defaults (`machine`), the model (the `model` package: its config, the built-in one, hub ids,
+memory arithmetic), the facts a launch depends on (`context`, `paths`), the failure vocabulary
+every package names a failed trial in, and which of it a server's log says (`failures`: classes
+with their advice, phases, the `Failure` record, the default start timeout, `classify`).
+Starting and stopping a server as one process group with a guard and watching a measurement
+against it is the second facade, `serving.process`. Other packages import from these two, never
+from the modules inside. The tuner's HTTP to a running server (its health, the prefix-cache
+reset, the reconfiguration's request) is `vllm_http`'s, the package below every other.
 """
 
 from serving.checks import check_combination, describe_kv_check, kv_cache_check_at_start, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
-from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
-from serving.failures import classify
+from serving.failures import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, classify
 from serving.machine import (
     DEFAULT_MEMORY_UTILIZATION,
     OLDEST_SUPPORTED_VLLM,

@@ -21,7 +21,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-# The failure values storage must recognise, as stored: serving.failure_kinds defines them
+# The failure values storage must recognise, as stored: serving.failures defines them
 # (FailurePhase.PRECHECK, FailureClass.LOAD_ERROR, FailureClass.ZYGOTE), and storage imports nothing
 # from serving; tests/unit/storage ties each to its member.
 PRECHECK_PHASE = "precheck"  # rejected before any start: no server, no cost

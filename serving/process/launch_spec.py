@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S
+from serving.failures import DEFAULT_STARTUP_TIMEOUT_S
 from serving.process import zygote
 
 HOST = "127.0.0.1"

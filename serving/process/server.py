@@ -36,8 +36,15 @@ from typing import BinaryIO
 import psutil
 
 import vllm_http
-from serving.failure_kinds import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase
-from serving.failures import SIGKILL_CODES, classify, oom_kill_in
+from serving.failures import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    SIGKILL_CODES,
+    Failure,
+    FailureClass,
+    FailurePhase,
+    classify,
+    oom_kill_in,
+)
 from serving.machine import gpu_memory_used_mib
 from serving.paths import server_cache_env
 from serving.process import zygote

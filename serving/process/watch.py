@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from loadgen import ProgressWatch, RequestRecord, ServerHung, Stall
-from serving.failure_kinds import Failure, FailureClass, FailurePhase
+from serving.failures import Failure, FailureClass, FailurePhase
 from serving.process.server import POLL_S, ServerFailed, VllmServer
 
 T = TypeVar("T")
