@@ -37,16 +37,19 @@ STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 # A built-in scenario's name, or a scenario file's stem.
 SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
+.PHONY: setup test test-system test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
 
 setup:
 	@bash scripts/setup.sh
 
-test: setup lint   ## the checks, then every test: tests/unit and tests/integration
-	@bash scripts/setup_browser.sh   ## Debian chromium for tests/integration/test_browser.py
-	@bash scripts/setup_postgres.sh  ## Debian postgresql for tests/integration/test_postgres.py
-	@# the in-process tree on every core (as test-fast), then the real-server tree one test at a time
-	$(if $(PYTEST_ARGS),$(BIN)/python -m pytest -q $(PYTEST_ARGS),$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit && $(BIN)/python -m pytest -q tests/integration)
+test: test-system setup lint   ## the checks, then every test: tests/unit and tests/integration
+	@# the in-process tree on every core (as test-fast) while the system packages install, then
+	@# (once they are in) the real-server tree one test at a time
+	$(if $(PYTEST_ARGS),bash scripts/setup_system.sh wait && $(BIN)/python -m pytest -q $(PYTEST_ARGS),$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit && bash scripts/setup_system.sh wait && $(BIN)/python -m pytest -q tests/integration)
+
+# Before setup: the apt installs run beside pip, the lint and tests/unit, which need neither.
+test-system:   ## in the background until `make test` waits for them: Debian chromium (tests/integration/test_browser.py), postgresql (test_postgres.py)
+	@bash scripts/setup_system.sh start
 
 test-fast: setup lint   ## the checks, then tests/unit (in-process: no vLLM, network, browser, PostgreSQL, subprocess or make) on every core
 	$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit $(PYTEST_ARGS)
