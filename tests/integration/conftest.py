@@ -7,6 +7,11 @@ alone, that name would give every test that starts a server a zygote of its own,
 vLLM again (7-25 s on the 2-core CPU), which no study pays between its trials. Where a test of
 real servers (marker `vllm`) runs its fixtures' setup and its body, the variable holds one value
 for them all; it is pytest's again around them, and untouched for every other test.
+
+The zygote is one at a time: a server of another environment replaces it. The top-level files
+that start servers here run in file order, those of a staged trial's environment (the dev
+endpoint: test_calibration_real_server, test_hang_real_server, test_load_real_server) before those
+of a plain start (test_server, test_server_faults, test_study_e2e's exported config): two imports.
 """
 
 from __future__ import annotations
