@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import autotune
+from tests.support.cli import autotune_forked
 from tests.support.paths import E2E_SCENARIO, REPO
 
 
@@ -58,7 +58,9 @@ def finished_study(tmp_path_factory, artifacts_dir):
     """
     runs = tmp_path_factory.mktemp("finished-study")
     storage = f"sqlite:///{runs / 'study.db'}"
-    proc = autotune("search", E2E_SCENARIO, "--trials", 2, "--storage", storage, "--runs-dir", runs, timeout=1200)
+    proc = autotune_forked(
+        "search", E2E_SCENARIO, "--trials", 2, "--storage", storage, "--runs-dir", runs, timeout=1200
+    )
     (artifacts_dir / "finished_study.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"storage": storage, "study": "e2e", "runs_dir": runs, "run_dir": runs / "e2e", "stdout": proc.stdout}

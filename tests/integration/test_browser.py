@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.outputs.trial_views import category_of
 from storage import queries
-from tests.support.cli import autotune
+from tests.support.cli import autotune_forked
 from tests.support.paths import E2E_SCENARIO, REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.vllm]  # the finished study starts real servers
@@ -88,7 +88,7 @@ def test_report_shows_figures_and_feasibility_offline(browser, finished_study, a
     assert auto.is_file(), "the study writes its report when it ends"
     out = artifacts_dir / "report.html"
     # The scenario as search was given it: its path names the study.
-    proc = autotune("report", E2E_SCENARIO, "--storage", finished_study["storage"], "--out", out, timeout=300)
+    proc = autotune_forked("report", E2E_SCENARIO, "--storage", finished_study["storage"], "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     expected = expected_categories(finished_study)
     assert set(expected.values()) >= {"feasible", "failed"}  # the e2e study has both

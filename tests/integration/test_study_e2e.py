@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from serving import FailureClass
 from serving.process.server import LaunchSpec, VllmServer
 from storage import queries
-from tests.support.cli import autotune
+from tests.support.cli import autotune_forked
 from tests.support.paths import E2E_SCENARIO, REPO
 from tests.support.servers import alive, leftovers, server_groups, zygotes
 
@@ -188,7 +188,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     assert alive(its_zygote) == set(), "the tuner's zygote outlived it"
     interrupted_number = len(records(storage)[0])
 
-    proc = autotune("search", scenario, "--trials", 2, "--storage", storage, "--runs-dir", tmp_path, timeout=900)
+    proc = autotune_forked("search", scenario, "--trials", 2, "--storage", storage, "--runs-dir", tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"trial {interrupted_number} was interrupted; it will run again" in proc.stdout
     rows, history = records(storage)

@@ -7,8 +7,10 @@ forked from one interpreter that imported `app.cli` once (tests.support.cli_fork
 process, working directory, environment, stdin (empty), stdout, stderr and exit code, with
 whatever the import printed printed first, as a fresh interpreter prints it. A command that
 refuses its input within a fraction of a second would otherwise spend seconds importing the
-tuner, and the suite runs dozens of them. What starts a study, a server or a dashboard runs
-fresh (`autotune`).
+tuner, and the suite runs dozens of them. A study runs forked too: its zygote and servers are its
+own, started after the fork, and exit with it. What a test signals while it runs (a dashboard, a
+tuner it kills) is started with `subprocess`, and `autotune` stays for what must import the tuner
+afresh (the environment it reads at import, one refusal in a fresh interpreter).
 """
 
 from __future__ import annotations
