@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from storage import queries
 from storage.local_postgres import LocalPostgres
+from tests.support.cli import autotune_forked
 from tests.support.paths import REPO
 from tests.support.postgres import REQUIRES_POSTGRES, connect, fresh_clone, reachable_dir, with_password
 from tests.support.scripted_executor import ScriptedExecutor
@@ -80,20 +81,26 @@ def test_db_stop_leaves_no_server_and_the_cli_prints_one_line():
 
 
 def _start_and_stop_through_the_cli(base: Path) -> None:
-    cli = [sys.executable, "-m", "app.cli", "db"]
-    missing = subprocess.run([*cli, "url", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
+    missing = autotune_forked("db", "url", "--runs-dir", base, timeout=60)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert (
         missing.stderr.strip()
         == f"autotune: error: no database in {base / 'postgres'}: run `make db` (autotune db start) first"
     )
-    started = subprocess.run([*cli, "start", "--runs-dir", str(base)], capture_output=True, text=True, cwd=REPO)
+    # It starts a server: a fresh interpreter, as `make db` runs it.
+    started = subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "start", "--runs-dir", str(base)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert started.returncode == 0, started.stderr
     assert started.stdout.startswith(
         f"postgresql+psycopg://autotune@127.0.0.1:{LocalPostgres(base / 'postgres').port}/"
     )
     assert _postmasters(base / "postgres" / "data")
-    subprocess.run([*cli, "stop", "--runs-dir", str(base)], check=True, cwd=REPO)
+    stopped = autotune_forked("db", "stop", "--runs-dir", base, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
     assert _postmasters(base / "postgres" / "data") == []
 
 
