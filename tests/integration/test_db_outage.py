@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -21,7 +19,7 @@ from optuna.trial import TrialState
 import app.cli
 from search.study.coordination import Coordination
 from search.study.spool import spool_dir
-from tests.support.paths import REPO
+from tests.support.cli import spawn_forked
 from tests.support.postgres import REQUIRES_POSTGRES
 from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, measured
 from tests.support.study_loop import Recorder, optuna_trials, rows, runner
@@ -139,24 +137,18 @@ def test_a_tuner_killed_while_the_database_is_away_finds_its_spool_on_the_next_r
     """A worker process whose slow trial ends while the database is stopped: killed (SIGKILL)
     once its measurement is spooled; the next run stores it before anything else."""
     out = tmp_path / "worker.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.study_worker",
-            postgres_url,
-            str(tmp_path),
-            "3",
-            "cpu 0",
-            "--slow-trial-s",
-            "2",
-            "--grace",
-            "3",
-        ],
-        cwd=REPO,
-        stdout=out.open("w"),
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = spawn_forked(
+        "tests.support.study_worker",
+        postgres_url,
+        tmp_path,
+        "3",
+        "cpu 0",
+        "--slow-trial-s",
+        "2",
+        "--grace",
+        "3",
+        stdout=out,
+        stderr=tmp_path / "worker.err",
     )
     try:
         _wait_for(lambda: '"event": "slow"' in out.read_text(), 120, "slow trial")
@@ -201,23 +193,17 @@ def test_two_workers_ride_out_a_restart_and_neither_takes_the_others_trial(tmp_p
     for slot, extra in (("cpu 0", ["--slow-trial-s", "20"]), ("cpu 1", [])):
         outs.append(tmp_path / f"worker-{slot[-1]}.jsonl")
         procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.support.study_worker",
-                    postgres_url,
-                    str(tmp_path),
-                    "5",
-                    slot,
-                    "--grace",
-                    "3",
-                    *extra,
-                ],
-                cwd=REPO,
-                stdout=outs[-1].open("w"),
-                stderr=subprocess.PIPE,
-                text=True,
+            spawn_forked(
+                "tests.support.study_worker",
+                postgres_url,
+                tmp_path,
+                "5",
+                slot,
+                "--grace",
+                "3",
+                *extra,
+                stdout=outs[-1],
+                stderr=outs[-1].with_suffix(".err"),
             )
         )
     try:

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from app.workers import DEVICE_LOCK_DIR_ENV, Slot, available_cpus, run_all_on_ray
 from storage import queries
+from tests.support.cli import ForkedProcess, spawn_forked
 from tests.support.paths import REPO
 from tests.support.postgres import REQUIRES_POSTGRES, with_password
 from tests.support.study_loop import LOOP_SCENARIO
@@ -34,7 +35,7 @@ STUDY = "loop"  # tests/support/study_loop.runner's study name
 GRACE_S = 3
 
 
-_STARTED: list[subprocess.Popen] = []
+_STARTED: list[ForkedProcess | subprocess.Popen] = []
 
 
 @pytest.fixture(autouse=True)
@@ -48,26 +49,22 @@ def no_worker_left():
 
 
 class Worker:
+    """A worker process of its own (forked: tests/support/cli.py), its events in a file."""
+
     def __init__(self, url: str, runs_dir: Path, trials: int, slot: str, *extra: str) -> None:
         self.slot = slot
         self.out = runs_dir / f"worker-{slot}.jsonl"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.study_worker",
-                url,
-                str(runs_dir),
-                str(trials),
-                slot,
-                "--grace",
-                str(GRACE_S),
-                *extra,
-            ],
-            cwd=REPO,
-            stdout=self.out.open("w"),
-            stderr=subprocess.PIPE,
-            text=True,
+        self.proc = spawn_forked(
+            "tests.support.study_worker",
+            url,
+            runs_dir,
+            trials,
+            slot,
+            "--grace",
+            GRACE_S,
+            *extra,
+            stdout=self.out,
+            stderr=runs_dir / f"worker-{slot}.err",
         )
         _STARTED.append(self.proc)
 
@@ -80,7 +77,7 @@ class Worker:
             for e in self.events():
                 if e["event"] == event:
                     return e
-            assert self.proc.poll() is None, f"worker {self.slot} ended: {self.proc.stderr.read()}"
+            assert self.proc.poll() is None, f"worker {self.slot} ended: {self.proc.communicate()[1]}"
             time.sleep(0.05)
         raise AssertionError(f"worker {self.slot}: no {event!r} within {timeout} s")
 

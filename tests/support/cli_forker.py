@@ -1,7 +1,9 @@
-"""The forking interpreter behind tests.support.cli.run_forked: it imports the tuner's command once,
-with its stdout and stderr kept aside, then for each request (a JSON line on stdin) forks a child
-that runs the requested module as `python -m` would, and answers (a JSON line on stdout) with the
-child's exit code once it has ended, or has been killed at its timeout.
+"""The forking interpreter behind tests.support.cli (run_forked, spawn_forked): it imports the
+tuner's command once, with its stdout and stderr kept aside, then for each request (a JSON line on
+stdin) forks a child that runs the requested module as `python -m` would. It answers (JSON lines on
+stdout) with the child's pid at once, and with its exit code once it has ended; several children
+may run at once. One thread: it waits on its stdin 5 ms at a time and reaps its ended children in
+between. It ends once its stdin is closed and its last child has ended.
 
 The child: the request's working directory and environment, an empty stdin, stdout and stderr to
 the request's files with what the import printed written first, the module run as `__main__`
@@ -15,10 +17,11 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import signal
+import select
 import sys
 import tempfile
-import time
+
+POLL_S = 0.005
 
 
 def imported() -> list[bytes]:
@@ -58,29 +61,36 @@ def child(request: dict, printed: list[bytes]) -> None:
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
-def wait(pid: int, timeout: float | None) -> tuple[int, bool]:
-    """The child's exit code (negative: the signal that ended it), and whether it ran out of time."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status), False
-        if deadline is not None and time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), True
-        time.sleep(0.005)
+def answer(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
 
 
 def main() -> None:
     printed = imported()
-    while line := sys.stdin.readline():
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            child(request, printed)
-            sys.exit(0)  # the module ran to its end
-        code, timed_out = wait(pid, request["timeout"])
-        print(json.dumps({"returncode": code, "timed_out": timed_out}), flush=True)
+    children: dict[int, int] = {}  # pid: its request's id
+    unread = b""
+    reading = True
+    while reading or children:
+        ready, _, _ = select.select([0] if reading else [], [], [], POLL_S)
+        if ready:
+            chunk = os.read(0, 1 << 16)
+            reading = bool(chunk)
+            unread += chunk
+            while b"\n" in unread:
+                line, unread = unread.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    child(request, printed)
+                    sys.exit(0)  # the module ran to its end
+                children[pid] = request["id"]
+                answer({"id": request["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            answer({"id": children.pop(pid), "returncode": os.waitstatus_to_exitcode(status)})
 
 
 if __name__ == "__main__":
