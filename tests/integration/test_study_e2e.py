@@ -5,8 +5,6 @@ import math
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -19,8 +17,8 @@ from sqlalchemy.orm import Session
 from serving import FailureClass
 from serving.process.server import LaunchSpec, VllmServer
 from storage import queries
-from tests.support.cli import autotune_forked
-from tests.support.paths import E2E_SCENARIO, REPO
+from tests.support.cli import autotune_forked, spawn_forked
+from tests.support.paths import E2E_SCENARIO
 from tests.support.servers import alive, leftovers, server_groups, zygotes
 
 pytestmark = pytest.mark.vllm
@@ -139,21 +137,8 @@ def queueing_scenario(tmp_path):
 def test_resume_after_sigkill_mid_trial(tmp_path):
     storage = f"sqlite:///{tmp_path / 'resume.db'}"
     scenario = queueing_scenario(tmp_path)
-    args = [
-        sys.executable,
-        "-m",
-        "app.cli",
-        "search",
-        str(scenario),
-        "--trials",
-        "2",
-        "--storage",
-        storage,
-        "--runs-dir",
-        str(tmp_path),
-    ]
-    log = open(tmp_path / "tuner.log", "w")
-    tuner = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    args = ["search", scenario, "--trials", 2, "--storage", storage, "--runs-dir", tmp_path]
+    tuner = spawn_forked("app.cli", *args, stdout=tmp_path / "tuner.log", stderr=None)
     try:
         # Wait until trial 0 is stored and the next trial's server is up (mid-trial).
         deadline = time.monotonic() + 600
@@ -188,7 +173,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
     assert alive(its_zygote) == set(), "the tuner's zygote outlived it"
     interrupted_number = len(records(storage)[0])
 
-    proc = autotune_forked("search", scenario, "--trials", 2, "--storage", storage, "--runs-dir", tmp_path, timeout=900)
+    proc = autotune_forked(*args, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"trial {interrupted_number} was interrupted; it will run again" in proc.stdout
     rows, history = records(storage)

@@ -57,10 +57,11 @@ def run_forked(module: str, *args, timeout: float | None = None, cwd: Path = REP
 
 
 def spawn_forked(
-    module: str, *args, stdout: Path, stderr: Path, cwd: Path = REPO, env: dict[str, str] | None = None
+    module: str, *args, stdout: Path, stderr: Path | None, cwd: Path = REPO, env: dict[str, str] | None = None
 ) -> ForkedProcess:
     """`python -m module *args` in `cwd` as `subprocess.Popen` starts it, forked from an interpreter
-    that has imported `app.cli`; its stdout and stderr go to those files."""
+    that has imported `app.cli`; its stdout and stderr go to those files (stderr None: to stdout,
+    as Popen's `stderr=subprocess.STDOUT`)."""
     global _forker
     with _lock:
         if _forker is None or not _forker.running():
@@ -68,7 +69,8 @@ def spawn_forked(
         forker = _forker
     proc = ForkedProcess([sys.executable, "-m", module, *map(str, args)], stdout, stderr)
     for path in (stdout, stderr):  # there, and empty, once this returns (as a file given to Popen)
-        path.write_bytes(b"")
+        if path is not None:
+            path.write_bytes(b"")
     forker.fork(
         proc,
         {
@@ -77,7 +79,7 @@ def spawn_forked(
             "cwd": str(cwd),
             "env": dict(os.environ if env is None else env),
             "stdout": str(stdout),
-            "stderr": str(stderr),
+            "stderr": None if stderr is None else str(stderr),
         },
     )
     return proc
@@ -87,7 +89,7 @@ class ForkedProcess:
     """A process `spawn_forked` started: what a test asks of a `subprocess.Popen` (pid, poll, wait,
     send_signal, kill, returncode, communicate), its exit code as the forking interpreter reaped it."""
 
-    def __init__(self, args: list[str], stdout: Path, stderr: Path) -> None:
+    def __init__(self, args: list[str], stdout: Path, stderr: Path | None) -> None:
         self.args = args
         self.stdout_path, self.stderr_path = stdout, stderr
         self.pid = 0
@@ -114,7 +116,10 @@ class ForkedProcess:
 
     def output(self) -> tuple[str, str]:
         """Its stdout and stderr as written so far."""
-        out, err = (p.read_text(errors="replace") if p.exists() else "" for p in (self.stdout_path, self.stderr_path))
+        out, err = (
+            p.read_text(errors="replace") if p is not None and p.exists() else ""
+            for p in (self.stdout_path, self.stderr_path)
+        )
         return out, err
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:

@@ -6,8 +6,9 @@ may run at once. One thread: it waits on its stdin 5 ms at a time and reaps its 
 between. It ends once its stdin is closed and its last child has ended.
 
 The child: the request's working directory and environment, an empty stdin, stdout and stderr to
-the request's files with what the import printed written first, the module run as `__main__`
-(runpy); its exception or SystemExit ends it as it ends a fresh interpreter.
+the request's files (stderr to stdout's where it names none) with what the import printed written
+first, the module run as `__main__` (runpy); its exception or SystemExit ends it as it ends a fresh
+interpreter.
 
     python -m tests.support.cli_forker
 """
@@ -48,8 +49,11 @@ def imported() -> list[bytes]:
 
 def child(request: dict, printed: list[bytes]) -> None:
     os.chdir(request["cwd"])
-    fds = [os.open(os.devnull, os.O_RDONLY)]
-    fds += [os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for name in ("stdout", "stderr")]
+    fds = [os.open(os.devnull, os.O_RDONLY), os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
+    if request["stderr"] is None:  # into stdout, as Popen's stderr=STDOUT
+        fds.append(os.dup(fds[1]))
+    else:
+        fds.append(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
     for fd, new in enumerate(fds):
         os.dup2(new, fd)
         os.close(new)
