@@ -120,17 +120,19 @@ def workload(**bound):
 
 
 def staged(**kw):
-    """A target stage of 16 requests at 2 req/s (8 s) and one capacity stage of as many (4 s at
-    4 req/s, the SLO holding); once the server is silent the early abort is certain within a few
-    seconds. The retry's fresh server runs the whole measurement, so each second here counts twice."""
+    """A target stage of 12 requests at 2 req/s (6 s after its warm-up) and one capacity stage of
+    as many at twice the rate (3 s: a fixed step, not one the SLO's margin sets, which could reach
+    4x and end the stage before its stop); once the server is silent the early abort is certain
+    within a few seconds. The retry's fresh server runs the whole measurement, so each second here
+    counts twice."""
     from objectives.scoring import SLOSpec
     from objectives.stages import CapacitySpec
     from search.executor import Measurement
 
     return Measurement(
-        workload(num_requests=16),
+        workload(num_requests=12),
         slos=(SLOSpec(metric="ttft_p95_ms", max=2000.0),),
-        capacity=CapacitySpec(max_stages=1),
+        capacity=CapacitySpec(max_stages=1, signal_steps=False),
         **kw,
     )
 
