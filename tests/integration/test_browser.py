@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -22,8 +21,8 @@ from sqlalchemy.orm import Session
 
 from app.outputs.trial_views import category_of
 from storage import queries
-from tests.support.cli import autotune_forked
-from tests.support.paths import E2E_SCENARIO, REPO
+from tests.support.cli import autotune_forked, spawn_forked
+from tests.support.paths import E2E_SCENARIO
 
 pytestmark = [pytest.mark.browser, pytest.mark.vllm]  # the finished study starts real servers
 
@@ -153,25 +152,20 @@ def get_json(url: str):
 
 @pytest.fixture
 def dashboard(finished_study, artifacts_dir):
+    """`autotune dashboard` in a process of its own (forked: it serves in that process, and starts
+    none), stopped with SIGTERM."""
     port = free_port()
-    log = open(artifacts_dir / "dashboard.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "dashboard",
-            "--study",
-            finished_study["study"],
-            "--storage",
-            finished_study["storage"],
-            "--port",
-            str(port),
-        ],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    proc = spawn_forked(
+        "app.cli",
+        "dashboard",
+        "--study",
+        finished_study["study"],
+        "--storage",
+        finished_study["storage"],
+        "--port",
+        port,
+        stdout=artifacts_dir / "dashboard.log",
+        stderr=None,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -187,13 +181,12 @@ def dashboard(finished_study, artifacts_dir):
                 time.sleep(0.5)
         yield base, port, proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait()
-        log.close()
 
 
 def test_dashboard_tells_feasibility_metrics_and_diagnosis(browser, finished_study, dashboard, artifacts_dir):
