@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import optuna
 import psutil
@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
 from storage import queries
+from tests.support.cli import ForkedProcess, spawn_forked
 from tests.support.paths import FIXTURES, REPO
 from tests.support.postgres import REQUIRES_POSTGRES
 
@@ -46,36 +47,33 @@ def _vllm_servers() -> list[psutil.Process]:
     return found
 
 
+def _lines_as_written(path: Path, proc: ForkedProcess, timeout_s: float) -> Iterator[str]:
+    """Each line `proc` writes to `path`, once it is whole, until `proc` has ended."""
+    deadline = time.monotonic() + timeout_s
+    with path.open() as written:
+        part = ""
+        while True:
+            ended = proc.poll() is not None  # before the read: what it wrote before it ended is read
+            part += written.read()
+            *whole, part = part.split("\n")
+            yield from whole
+            if ended:
+                if part:
+                    yield part
+                return
+            assert time.monotonic() < deadline, f"the study was still running after {timeout_s:.0f} s"
+            time.sleep(0.05)
+
+
 def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
     url = postgres_url
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "search",
-            str(SCENARIO),
-            "--workers",
-            "2",
-            "--storage",
-            url,
-            "--trials",
-            str(TRIALS),
-            "--confirm-runs",
-            "0",
-            "--runs-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-    )
+    log = tmp_path / "tuner.log"
+    study = ["--workers", "2", "--storage", url, "--trials", TRIALS, "--confirm-runs", 0, "--runs-dir", tmp_path]
+    proc = spawn_forked("app.cli", "search", SCENARIO, *study, stdout=log, stderr=None)
     lines, killed_at, victim = [], None, None
     try:
         requeued_at = None
-        for line in proc.stdout:
+        for line in _lines_as_written(log, proc, 600):
             lines.append(line.rstrip())
             if requeued_at is None and "was interrupted; it will run again" in line:
                 requeued_at = time.time()
@@ -87,10 +85,10 @@ def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
                 ]
                 victim.send_signal(signal.SIGKILL)
                 killed_at = time.time()
-        proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
     out = "\n".join(lines)
     print(out)
     if killed_at and requeued_at:
