@@ -10,9 +10,10 @@ for them all; it is pytest's again around them, and untouched for every other te
 
 The zygote is one at a time: a server of another environment replaces it. The top-level files
 that start servers here run in file order, those of a staged trial's environment (the dev
-endpoint: test_calibration_real_server, test_hang_real_server, test_load_real_server) before those
-of a plain start (test_server, test_server_faults, test_server_reconfiguration, test_study_e2e's
-exported config): two imports.
+endpoint: test_calibration_real_server, test_hang_real_server, test_load_real_server, then
+test_lost_zygotes_real, which stops, kills and at last closes the zygote it finds) before those of
+a plain start (test_server, test_server_faults, test_server_reconfiguration, test_study_e2e's
+exported config): two imports, besides the new zygote the liveness test's retry must import.
 """
 
 from __future__ import annotations

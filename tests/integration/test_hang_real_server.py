@@ -9,7 +9,7 @@ alone stopped behind a live API server (a deadlocked engine: /health still answe
 gauges stand still). Stopped in a capacity stage, and in a confirmation run (target stage in
 full). Every process stopped in the target stage of a screened trial (a miss there ends the
 trial's measurement: the early abort must not read the hang as that miss) is proven with the
-same assertions in tests/integration/serving/test_zygote_liveness_real.py, where the zygote that
+same assertions in tests/integration/test_lost_zygotes_real.py, where the zygote that
 forked the server is stopped too.
 """
 
