@@ -1,7 +1,8 @@
 """The capacity search over a trial's stages, step by step: the next stage's rate or why the
-search stops (`search_step`), and the capacity the stages say at its end (`final_estimate`, held
-to the calibrated saturation throughput by `within_saturation`). Pure: the stage loop
-(`search.executor.staged_load`) calls these between the stages it runs."""
+search stops (`search_step`), and the capacity the stages say at its end (`final_estimate`: the
+fit over their verdicts' counts, `fit_stages`, held to the calibrated saturation throughput by
+`within_saturation`). Pure: the stage loop (`search.executor.staged_load`) calls these between the
+stages it runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from objectives import capacity as cap
-from objectives.capacity_fit import fit_stages
-from objectives.slo_verdict import DEFAULT_CONFIDENCE
+from objectives.slo_verdict import DEFAULT_CONFIDENCE, MET, VIOLATED, SLOVerdict
 from objectives.stages.result import StageResult, capacity_metrics
 
 
@@ -61,7 +61,7 @@ def final_estimate(
     saturation_rps: float | None = None,
 ) -> cap.CapacityEstimate:
     """The capacity the stages say: read from all of them together where they kept their
-    verdicts (`capacity_fit`), the bracket as the evidence; a screened target miss is "below the
+    verdicts (`fit_stages`), the bracket as the evidence; a screened target miss is "below the
     target rate". Above `saturation_rps` (the calibrated saturation throughput) only with positive
     evidence: a steady stage at or above it that met every SLO."""
     if stop_reason == "target missed (screen)":
@@ -102,3 +102,40 @@ def within_saturation(
             "no steady stage at or above it met every SLO"
         ),
     )
+
+
+def fit_stages(
+    stages: Sequence[tuple[float, Sequence[SLOVerdict], bool]],
+    *,
+    floor: float | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> cap.CapacityFit:
+    """The capacity from a run's stages, each (rate, its SLO verdicts, cut short by a miss): the
+    counted SLOs by their counts, the others by their margins (a cut stage's margin is only a
+    lower bound: it enters as a miss by an unknown margin, as in the bracket)."""
+    counted: dict[str, tuple[float, list[cap.Exceedance]]] = {}
+    margins: dict[str, list[cap.Probe]] = {}
+    for rate, verdicts, cut in stages:
+        for v in verdicts:
+            if v.basis == "mix":  # whether the stage's counts can be read, not where the capacity lies
+                continue
+            if v.counted and v.limit is not None and v.over is not None and v.known is not None:
+                counted.setdefault(v.slo, (v.limit, []))[1].append(cap.Exceedance(rate, v.over, v.known))
+            else:
+                # A cut stage's margin is a lower bound of a miss; its steady state was judged on
+                # what it ran, and stands (a stage cut by another SLO's miss settled or did not).
+                lower_bound = cut and v.basis != "steady"
+                probe = cap.Probe(rate, math.nan) if lower_bound else cap.Probe(rate, v.margin, v.verdict == MET)
+                margins.setdefault(v.slo, []).append(probe)
+    fit = cap.fit_capacity(counted, margins, floor=floor, confidence=confidence)
+    # Decided stages bound the estimate: not above a rate where an SLO was decidedly violated,
+    # not below one where every SLO was decidedly met (the fit's shape can lean past them).
+    # An over-saturated stage (`steady_state` violated) is as decided a miss as an interval's.
+    decided = ("interval", "steady")
+    violated = [r for r, vs, _ in stages if any(v.verdict == VIOLATED and v.basis in decided for v in vs)]
+    met = [r for r, vs, cut in stages if vs and not cut and all(v.verdict == MET and v.basis != "share" for v in vs)]
+    if not math.isfinite(fit.rps) or fit.rps == 0:
+        return fit
+    rps = min([fit.rps, *violated])
+    rps = max([rps, *(r for r in met if r <= min(violated, default=math.inf))])
+    return replace(fit, rps=rps, low=min(fit.low, rps), high=max(fit.high, rps))

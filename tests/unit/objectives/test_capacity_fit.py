@@ -1,4 +1,4 @@
-"""objectives.capacity_fit: the capacity read from every stage's counts, with its interval.
+"""objectives.capacity's fit: the capacity read from every stage's counts, with its interval.
 
 Stages are scripted as (rate, over, known): what `objectives.slo_verdict` counts of a stage."""
 
@@ -9,8 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from objectives.capacity import Probe, estimate
-from objectives.capacity_fit import Exceedance, combine, fit_capacity, fit_crossing, margin_crossing
+from objectives.capacity import Exceedance, Probe, combine, estimate, fit_capacity, fit_crossing, margin_crossing
 from objectives.early_abort import violators_needed
 
 P95 = 0.05
@@ -137,8 +136,8 @@ def test_a_stage_far_above_capacity_with_a_few_fast_requests_does_not_drag_the_f
 
 
 def test_the_estimate_stays_below_a_decidedly_violated_stage():
-    from objectives.capacity_fit import fit_stages
     from objectives.slo_verdict import counted_verdict
+    from objectives.stages.search_steps import fit_stages
 
     def stage(rate, over, known):
         return rate, [counted_verdict("p95", over, known, P95, math.nan)], False
