@@ -1,0 +1,661 @@
+"""Stop a load stage as soon as its SLO verdict is certain.
+
+Pure: a rule looks at the requests sent so far and says whether the stage has already lost.
+
+* A percentile bound (`ttft_p95_ms@short <= B`) is lost once enough of the stage's planned
+  requests are already above B that the percentile must exceed B however the rest turn out:
+  with numpy's linear percentile over N values, the q-quantile exceeds B once
+  N - floor((N - 1) q) of them do (for p95, more than 5 % of N). Fewer successful requests
+  than planned only lowers that count, so counting against the planned N is safe.
+  A request still in flight counts as soon as its latency is certain to exceed B: TTFT and
+  E2EL once that long has passed since it was sent, TPOT once the time since its first token
+  over its remaining decode steps does (`max_tokens` is exact: the client sets `ignore_eos`).
+  Such a request is assumed to finish; one that later fails is one the error rate counts.
+  A request that failed (or was never answered) is over every bound: it has no latency, and
+  the stage's percentile counts it above all it measured (`loadgen.metrics`).
+* An error-rate bound is lost once more requests have failed than it allows of the plan.
+* The server's waiting queue growing without bound (an open loop above capacity never reaches a
+  steady state, statistics.md): over the last window (`window_s`: 15 s, or as long as 30 arrivals
+  take at a lower rate, so that it holds more than a burst on any machine), the least-squares slope of
+  `vllm:num_requests_waiting` is at least `QUEUE_GROWTH_SHARE` of the offered rate and the
+  queue holds more than half the window's arrivals, and at least `QUEUE_MIN_DEPTH` requests (a
+  burst's queue drains; this one does not. Measured: gamma bursts at 0.74 req/s queued 5
+  requests within 9 s).
+Means, ITL (pooled per chunk, so its count is not known in advance) and throughputs have no
+certain early verdict and never abort a stage.
+
+Four ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
+
+* `certain`: the rules above only.
+* `likely`: the rules above, then a stage also stops once a verdict is at least
+  `LIKELY` (95 %) probable given what is measured so far. Per SLO, each planned request is over
+  its bound (a failure, for the error rate) with an unknown probability p, the same for every
+  request of the stage (exchangeable); p has a Jeffreys Beta(1/2, 1/2) prior, updated by the
+  requests whose outcome is known (finished, or in flight and already certain to exceed the
+  bound, as above). The requests still unknown (in flight, failed, not yet sent) follow the
+  Beta-binomial predictive, which gives P(miss) = P(known over + future over >= the count
+  that makes the percentile exceed the bound). A request in flight is censored: counted as
+  over once it certainly is, otherwise drawn like one not yet sent (which only understates a
+  miss). Any SLO with P(miss) >= 95 % stops the stage as a likely miss. A capacity stage
+  (never the target stage, whose metrics are the objectives) also stops as a likely pass once
+  at least half its planned requests are known and P(some SLO missed) <= 5 % (the sum of the
+  SLOs' miss probabilities, Boole's inequality), if every SLO it is held to has a rule here.
+  When the percentile sits between two values, the undecided count is taken as a miss for a
+  pass and as a pass for a miss: both stops lean to the full stage's verdict.
+  And over-saturation, its own reason: over the last window (`window_s`), the waiting queue and
+  the TTFT of the requests sent there both climb (least-squares slopes positive at one-sided
+  p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at
+  least `SATURATION_MIN_SLOPE` s per s of sending (arrivals 5 % above what is served): the rate
+  is above capacity and the stage is measuring its own backlog (as GuideLLM's over-saturation
+  stop reads it). The
+  stage's start (`settle_s`: 5 s, or 10 arrivals) is left out: an empty server fills up near capacity.
+* `decided` (the default): the certain rules, queue runaway and over-saturation as above, and
+  the stage's verdict (`objectives.slo_verdict`): at each of the stage's looks
+  (`slo_verdict.StageLength`: every slice of its length), each counted SLO is a Clopper-Pearson
+  decision on the share of its requests over the bound (failed requests over, requests in
+  flight once certainly over), at the scenario's confidence with Bonferroni's correction over
+  the looks. A decided violation stops the stage at any look (a miss, its requests in flight
+  cut short); from the nominal length on, a look where no SLO is left undecided that the cap
+  could still decide stops the sending and lets the requests in flight finish (`Abort.drain`:
+  the stage is the one planned to end there, not a cut one). A stage planned to its cap runs on
+  while an SLO is undecided. It replaces `likely` as the default: where the likely rule
+  predicts the full stage's verdict from its first part (and stops a capacity stage as a
+  likely pass at half its length), this one states a decision about the proportion with a
+  stated error rate, never calls a pass before the nominal length, and lengthens a stage
+  that cannot tell instead of guessing.
+* `off`: nothing stops a stage.
+
+Latencies drift within a stage near capacity (the queue builds), which exchangeability ignores:
+that makes a likely miss late rather than wrong, and is why a likely pass waits for half the
+stage and yields to over-saturation. `tests/unit/objectives/test_stopping_rules.py`
+measures the wrong-stop rate on simulated stages; `benchmarks/bench_stopping.py` on stored ones.
+
+Here, in that order: queue runaway and over-saturation, the likely rule's Beta-binomial
+prediction, the certain rules per SLO (`PercentileRule`, `ErrorRateRule`, picked by `rules_for`),
+the decided rule, `abort_check` (the check a load run calls, running the rules of the stage's
+stopping mode), and a recorded stage asked again (`replay`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from scipy import stats
+
+from loadgen import Abort, AbortCheck, GaugeSample, MetricName, RequestRecord
+from objectives.scoring import SLOSpec
+from objectives.slo_verdict import (
+    DEFAULT_CONFIDENCE,
+    VIOLATED,
+    StageLength,
+    counted_verdict,
+    stage_passed,
+    stop_reason,
+)
+
+__all__ = [
+    "CERTAIN",
+    "DECIDED",
+    "LIKELY",
+    "LIKELY_P",
+    "OFF",
+    "PASS_MIN_KNOWN",
+    "PERCENTILE_RULE_FAMILIES",
+    "PRIOR",
+    "QUEUE_GROWTH_SHARE",
+    "QUEUE_MIN_DEPTH",
+    "QUEUE_MIN_SAMPLES",
+    "QUEUE_WINDOW_REQUESTS",
+    "QUEUE_WINDOW_S",
+    "SATURATION_MIN_POINTS",
+    "SATURATION_MIN_SLOPE",
+    "SATURATION_P",
+    "SATURATION_SETTLE_REQUESTS",
+    "SATURATION_SETTLE_S",
+    "STOP_RULES",
+    "Abort",
+    "AbortRule",
+    "Chances",
+    "ErrorRateRule",
+    "PercentileRule",
+    "abort_check",
+    "decided_verdict",
+    "likely_verdict",
+    "over_saturated",
+    "queue_runaway",
+    "replay",
+    "rules_for",
+    "seen_at",
+    "settle_s",
+    "violators_needed",
+    "waiting_proxy",
+    "window_s",
+]
+
+# The four ways to run a stage (the module docstring; the scenario's `capacity.early_abort`).
+DECIDED, LIKELY, CERTAIN, OFF = "decided", "likely", "certain", "off"
+STOP_RULES = (DECIDED, LIKELY, CERTAIN, OFF)
+
+
+# --- queue runaway and over-saturation: a rate above capacity measuring its own backlog -----------
+
+# The windows are read over time, but they must hold enough arrivals to tell a runaway from a
+# burst whatever the machine's speed: at least QUEUE_WINDOW_S, and as long as QUEUE_WINDOW_REQUESTS
+# arrivals take (what 15 s held at mixed's target on a 4.9 req/s machine). On a machine three
+# times slower a 15 s window held 10 arrivals, one gamma burst, and stopped stages at 40% of
+# capacity as over-saturated that ran out below their bounds in full (docs/results.md, "One
+# workload on any machine").
+QUEUE_WINDOW_S = 15.0
+QUEUE_WINDOW_REQUESTS = 30
+QUEUE_GROWTH_SHARE = 0.25
+QUEUE_MIN_SAMPLES = 8
+QUEUE_MIN_DEPTH = 8
+SATURATION_P = 0.01
+SATURATION_MIN_POINTS = 8
+# TTFT climbing by at least this many seconds per second of sending: arrivals at least 5 % above
+# what the server serves (a backlog grows at (arrivals - served) / served s per s).
+SATURATION_MIN_SLOPE = 0.05
+# Not read from a stage's first seconds: a stage starts on an empty server, whose queue and TTFT
+# climb to their steady level at any rate near capacity: read over the whole window, the rule
+# stopped capacity stages just below capacity that met the SLOs run in full (docs/results.md,
+# "Early abort").
+SATURATION_SETTLE_S = 5.0
+SATURATION_SETTLE_REQUESTS = 10  # ... and at least as long as this many arrivals take
+
+
+def window_s(rate: float | None) -> float:
+    """The window the queue and TTFT are read over at `rate` requests/s (see QUEUE_WINDOW_REQUESTS)."""
+    return max(QUEUE_WINDOW_S, QUEUE_WINDOW_REQUESTS / rate) if rate and rate > 0 else QUEUE_WINDOW_S
+
+
+def settle_s(rate: float | None) -> float:
+    """A stage's start left out of the over-saturation window at `rate` requests/s."""
+    return max(SATURATION_SETTLE_S, SATURATION_SETTLE_REQUESTS / rate) if rate and rate > 0 else SATURATION_SETTLE_S
+
+
+def _recent_queue(
+    samples: Sequence[GaugeSample], now: float, window: float = QUEUE_WINDOW_S
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(times, waiting) of the gauges over the last `window` s, if they span enough of it."""
+    recent = [s for s in samples if now - s.t <= window and not math.isnan(s.waiting)]
+    if len(recent) < QUEUE_MIN_SAMPLES:
+        return None
+    t = np.array([s.t for s in recent])
+    if np.ptp(t) < window / 2:
+        return None
+    return t, np.array([s.waiting for s in recent])
+
+
+def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Abort | None:
+    """The waiting queue has grown steadily over the last window (see the module docstring)."""
+    window = window_s(rate)
+    queue = _recent_queue(samples, now, window)
+    if queue is None or rate <= 0:
+        return None
+    t, waiting = queue
+    slope = float(np.polyfit(t - t[0], waiting, 1)[0])
+    # A burst queues a few seconds of arrivals and drains; a runaway keeps climbing: ask for a
+    # steady climb and a queue deeper than half the window's arrivals.
+    depth = max(QUEUE_MIN_DEPTH, 0.5 * rate * window)
+    if slope >= QUEUE_GROWTH_SHARE * rate and waiting[-1] >= depth:
+        return Abort(
+            f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
+            f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)"
+        )
+    return None
+
+
+def _climbing(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    """(fitted y at the first x, at the last x) when y rises with x at one-sided p < SATURATION_P."""
+    if len(x) < SATURATION_MIN_POINTS or np.ptp(x) <= 0 or np.ptp(y) <= 0:
+        return None
+    fit = stats.linregress(x, y)
+    if not fit.slope > 0 or fit.pvalue / 2 >= SATURATION_P:
+        return None
+    return fit.intercept + fit.slope * x.min(), fit.intercept + fit.slope * x.max()
+
+
+def over_saturated(
+    samples: Sequence[GaugeSample], records: Sequence[RequestRecord], now: float, rate: float | None = None
+) -> Abort | None:
+    """The waiting queue and TTFT both climbing over the last window (see the module docstring;
+    `rate`, the stage's offered requests/s, sets how long the window and the settling are).
+
+    A request sent in the window counts with its TTFT, or, still waiting for its first token,
+    with its wait so far once that is longer than the last TTFT measured (a lower bound that
+    already shows the climb; shorter waits say nothing yet)."""
+    sent_at = [r.send_time for r in records if math.isfinite(r.send_time)]
+    if not sent_at:
+        return None
+    window = window_s(rate)
+    settled = min(sent_at) + settle_s(rate)
+    queue = _recent_queue([s for s in samples if s.t >= settled], now, window)
+    if queue is None:
+        return None
+    queued = _climbing(*queue)
+    if queued is None or queued[1] - queued[0] < QUEUE_MIN_DEPTH / 2:
+        return None
+    sent = sorted(
+        (r for r in records if max(now - window, settled) <= r.send_time <= now and r.error_kind is None),
+        key=lambda r: r.send_time,
+    )
+    points: list[tuple[float, float]] = []
+    last_ttft = math.inf
+    for r in sent:
+        if r.chunk_times:
+            last_ttft = r.chunk_times[0] - r.send_time
+            points.append((r.send_time, last_ttft))
+        elif now - r.send_time > last_ttft:
+            points.append((r.send_time, now - r.send_time))
+    if not points:
+        return None
+    x, y = (np.array(v) for v in zip(*points))
+    ttft = _climbing(x, y)
+    if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
+        return None
+    return Abort(
+        f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
+        f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
+        f"{window:.0f} s)"
+    )
+
+
+# --- the likely rule: a stage's verdict predicted from what it has measured -----------------------
+
+LIKELY_P = 0.95  # a likely verdict is at least this probable
+PRIOR = (0.5, 0.5)  # Jeffreys prior on the share of requests over the bound
+PASS_MIN_KNOWN = 0.5  # a likely pass waits until this share of the planned requests is known
+
+
+def _at_least(k: int, n: int, a: float, b: float) -> float:
+    """P(X >= k) for X ~ Beta-binomial(n, a, b)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return float(stats.betabinom.sf(k - 1, n, a, b))
+
+
+@dataclass(frozen=True)
+class Chances:
+    """One SLO's verdict as a probability: of the planned requests, `over` are known to be over
+    the bound (failed, for the error rate), `under` known within it, the rest unknown."""
+
+    metric: str
+    event: str  # what P(miss) is the probability of, for the stage row
+    planned: int
+    over: int
+    under: int
+    miss: float  # P(at least the count that misses the SLO)
+    passing: float  # P(at most the count that certainly meets it)
+
+    @classmethod
+    def of(cls, metric: str, event: str, planned: int, over: int, under: int, miss_at: int, pass_max: int) -> Chances:
+        unknown = max(0, planned - over - under)
+        a, b = PRIOR[0] + over, PRIOR[1] + under
+        miss = _at_least(miss_at - over, unknown, a, b)
+        passing = 1.0 - _at_least(pass_max + 1 - over, unknown, a, b)
+        return cls(metric, event, planned, over, under, miss, passing)
+
+    @property
+    def known(self) -> int:
+        return self.over + self.under
+
+
+class ChanceRule(Protocol):
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances: ...
+
+
+def likely_verdict(
+    rules: Sequence[ChanceRule], records: Sequence[RequestRecord], now: float, may_pass: bool
+) -> Abort | None:
+    """A likely miss of any rule's SLO, or (with `may_pass`) a likely pass of every one of them
+    (see the module docstring)."""
+    chances = [rule.chances(records, now) for rule in rules]
+    for c in chances:
+        if c.miss >= LIKELY_P:
+            return Abort(
+                f"likely miss: {c.event} = {c.miss:.2f} after {c.known} of {c.planned} requests", math.nan, None
+            )
+    if not may_pass or not chances:
+        return None
+    if any(c.known < PASS_MIN_KNOWN * c.planned for c in chances):
+        return None
+    any_miss = min(1.0, sum(1.0 - c.passing for c in chances))
+    if any_miss <= 1.0 - LIKELY_P:
+        known = min(chances, key=lambda c: c.known)
+        return Abort(
+            f"likely pass: P(every SLO met) = {1.0 - any_miss:.2f} after {known.known} of {known.planned} requests",
+            math.nan,
+            None,
+            passed=True,
+        )
+    return None
+
+
+# --- the certain rules per SLO, the decided rule, and the check a load run calls ------------------
+
+PERCENTILE_RULE_FAMILIES = ("ttft", "tpot", "e2el")  # whose certain bound a request in flight gives
+
+
+class AbortRule(Protocol):
+    def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
+        """Whether the stage has certainly violated this SLO by `now`."""
+        ...
+
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
+        """This SLO's miss and pass as probabilities at `now` (the likely rule)."""
+        ...
+
+
+def violators_needed(planned: int, q: float) -> int:
+    """How many of `planned` values above a bound make their q-quantile (numpy's linear
+    interpolation) exceed it whatever the others are."""
+    return planned - math.floor((planned - 1) * q)
+
+
+def _final(family: str, r: RequestRecord) -> bool:
+    """The request's latency of this family will not change any more."""
+    if family == "ttft":
+        return bool(r.chunk_times)
+    return not math.isnan(r.end_time) or len(r.chunk_times) >= r.expected_output_tokens
+
+
+def _certain_latency_s(family: str, r: RequestRecord, now: float) -> float | None:
+    """A lower bound on the request's final latency (s) as far as it is known at `now`; inf for
+    a failed request (above every bound, with no value)."""
+    if r.failed:
+        return math.inf
+    if math.isnan(r.send_time) or r.error_kind is not None:
+        return None
+    # Every token in (only usage or [DONE] to come): the latencies are final already.
+    done = not math.isnan(r.end_time) or len(r.chunk_times) >= r.expected_output_tokens
+    if family == "ttft":
+        return r.chunk_times[0] - r.send_time if r.chunk_times else (None if done else now - r.send_time)
+    if family == "e2el":
+        if done:
+            return r.chunk_times[-1] - r.send_time if r.chunk_times else None
+        return now - r.send_time
+    # tpot: (last - first) / (n - 1); in flight, the last token is still to come
+    n = r.output_tokens if done else r.expected_output_tokens
+    if not r.chunk_times or n <= 1:
+        return None
+    last = r.chunk_times[-1] if done else now
+    return (last - r.chunk_times[0]) / (n - 1)
+
+
+@dataclass(frozen=True)
+class PercentileRule:
+    metric: str
+    family: str  # ttft | tpot | e2el
+    q: float  # 0-1
+    class_name: str | None
+    bound_ms: float
+    planned: int  # the stage's planned requests of this class
+
+    def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
+        need = violators_needed(self.planned, self.q)
+        bound_s = self.bound_ms / 1000.0
+        over = []
+        for r in records:
+            if self.class_name is not None and r.class_name != self.class_name:
+                continue
+            latency = _certain_latency_s(self.family, r, now)
+            if latency is not None and latency > bound_s:
+                over.append(latency)
+        if len(over) < need:
+            return None
+        # At least `need` final values are >= the need-th largest lower bound: so is the quantile.
+        # Failed requests (inf) have no value: among the need, the percentile is unknown (NaN).
+        least = sorted(over, reverse=True)[need - 1] * 1000.0
+        if math.isinf(least):
+            least = math.nan
+        failed = sum(1 for v in over if math.isinf(v))
+        return Abort(
+            f"{self.metric} > {self.bound_ms:.4g} ms is certain: {len(over)} of "
+            f"{self.planned} planned requests already over it" + (f" ({failed} failed)" if failed else ""),
+            (least - self.bound_ms) / self.bound_ms,
+            self.metric,
+            least,
+        )
+
+    def known(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
+        """(requests certainly over the bound, requests final and within it) at `now`."""
+        bound_s = self.bound_ms / 1000.0
+        over = under = 0
+        for r in records:
+            if self.class_name is not None and r.class_name != self.class_name:
+                continue
+            latency = _certain_latency_s(self.family, r, now)
+            if latency is None:
+                continue
+            if latency > bound_s:
+                over += 1
+            elif _final(self.family, r):
+                under += 1
+        return over, under
+
+    @property
+    def slo(self) -> str:
+        return f"{self.metric}<={self.bound_ms:g}"
+
+    @property
+    def limit(self) -> float:
+        return 1.0 - self.q
+
+    def counts(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
+        """(over, known) at `now`, as `slo_verdict.count_samples` counts a finished stage."""
+        over, under = self.known(records, now)
+        return over, over + under
+
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
+        over, under = self.known(records, now)
+        need = violators_needed(self.planned, self.q)
+        # (N - 1) q between two ranks: need - 1 values over may or may not exceed the bound
+        pass_max = need - 1 if ((self.planned - 1) * self.q).is_integer() else need - 2
+        return Chances.of(
+            self.metric, f"P({self.metric} > {self.bound_ms:.4g} ms)", self.planned, over, under, need, pass_max
+        )
+
+
+@dataclass(frozen=True)
+class ErrorRateRule:
+    bound: float
+    planned: int
+
+    def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
+        allowed = math.floor(self.bound * self.planned)
+        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
+        if failed <= allowed:
+            return None
+        margin = (failed / self.planned - self.bound) / self.bound if self.bound > 0 else math.nan
+        return Abort(
+            f"error_rate > {self.bound:g} is certain: {failed} of {self.planned} planned requests failed",
+            margin,
+            "error_rate",
+            failed / self.planned,
+        )
+
+    @property
+    def slo(self) -> str:
+        return f"error_rate<={self.bound:g}"
+
+    @property
+    def limit(self) -> float:
+        return self.bound
+
+    def counts(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
+        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
+        succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
+        return failed, failed + succeeded
+
+    def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
+        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
+        succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
+        allowed = math.floor(self.bound * self.planned)
+        return Chances.of(
+            "error_rate", f"P(error_rate > {self.bound:g})", self.planned, failed, succeeded, allowed + 1, allowed
+        )
+
+
+def rules_for(slos: Sequence[SLOSpec], planned_by_class: dict[str, int]) -> list[AbortRule]:
+    """The SLOs that can be decided early, as rules over a stage with this many planned requests."""
+    total = sum(planned_by_class.values())
+    rules: list[AbortRule] = []
+    for slo in slos:
+        if slo.max is None:
+            continue
+        if slo.metric == "error_rate":
+            rules.append(ErrorRateRule(slo.max, total))
+            continue
+        name = MetricName.parse(slo.metric)
+        family, q, cls = name.family, name.quantile, name.cls
+        if family not in PERCENTILE_RULE_FAMILIES or q is None:
+            continue
+        planned = planned_by_class.get(cls, 0) if cls else total
+        if planned > 0 and 0 < q < 1:
+            rules.append(PercentileRule(slo.metric, family, q, cls, slo.max, planned))
+    return rules
+
+
+def decided_verdict(
+    rules: Sequence[PercentileRule | ErrorRateRule],
+    records: Sequence[RequestRecord],
+    now: float,
+    t: float,
+    length: StageLength,
+    confidence: float,
+) -> Abort | None:
+    """The `decided` rule at a look `t` seconds into the stage (see the module docstring)."""
+    verdicts = []
+    for rule in rules:
+        over, known = rule.counts(records, now)
+        most = math.floor(known * length.scale(t))
+        verdicts.append(counted_verdict(rule.slo, over, known, rule.limit, math.nan, confidence, length.looks, most))
+    reason = stop_reason(verdicts, t, length)
+    if reason is None or t >= length.cap_s - 1e-9:  # at the cap the schedule ends by itself
+        return None
+    if any(v.verdict == VIOLATED and v.basis == "interval" for v in verdicts):
+        return Abort(reason)
+    ran_on = f" (ran on past its {length.nominal_s:.0f} s while undecided)" if t > length.nominal_s + 1e-9 else ""
+    decided = "; ".join(v.text() for v in verdicts) or "no SLO with a count"
+    return Abort(f"decided after {t:.0f} s{ran_on}: {decided}", passed=stage_passed(verdicts), drain=True)
+
+
+def abort_check(
+    slos: Sequence[SLOSpec],
+    rate: float,
+    rule: str = CERTAIN,
+    may_pass: bool = False,
+    *,
+    length: StageLength | None = None,
+    first_offset: float = 0.0,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> AbortCheck:
+    """One function for the load generator to call while a stage runs: the first reason to stop.
+
+    `rule`: one of `STOP_RULES` (`off` is the caller's to honour by passing no check);
+    `may_pass`: a likely pass may stop the stage too (capacity stages, with `likely`).
+    `length` (`decided`): the stage's nominal length, cap and looks, `first_offset` its first
+    request's due time from its start (s), `confidence` its verdicts'.
+    It is handed every planned record (sent or not), so the plan's size per class, which the
+    percentile rules count against, is read from the records on the first call."""
+    if rule not in (DECIDED, LIKELY, CERTAIN):
+        raise ValueError(f"rule must be {DECIDED!r}, {LIKELY!r} or {CERTAIN!r}, not {rule!r}")
+    if rule == DECIDED and length is None:
+        raise ValueError("the decided rule needs the stage's length")
+    rules: list[AbortRule] | None = None
+    looks = iter(length.checkpoints() if length is not None else ())
+    look = next(looks, math.inf)
+
+    def check(records: Sequence[RequestRecord], now: float, samples: Sequence[GaugeSample]) -> Abort | None:
+        nonlocal rules, look
+        if rules is None:
+            rules = rules_for(slos, dict(Counter(r.class_name for r in records)))
+        for r in rules:
+            verdict = r.lost(records, now)
+            if verdict is not None:
+                return verdict
+        verdict = queue_runaway(samples, rate, now)
+        if verdict is not None or rule == CERTAIN:
+            return verdict
+        if rule == DECIDED and length is not None:
+            started = records[0].scheduled_time - first_offset if records else math.nan
+            t = now - started
+            if not t >= look:  # NaN (nothing sent yet) or before the next look
+                return over_saturated(samples, records, now, rate)
+            while look <= t:
+                look = next(looks, math.inf)
+            counted = [r for r in rules if isinstance(r, (PercentileRule, ErrorRateRule))]
+            return over_saturated(samples, records, now, rate) or decided_verdict(
+                counted, records, now, t, length, confidence
+            )
+        # a likely pass only where every SLO the stage is held to has a rule that can tell
+        return over_saturated(samples, records, now, rate) or likely_verdict(
+            rules, records, now, may_pass and len(rules) == len(slos)
+        )
+
+    return check
+
+
+# --- a recorded stage asked again: its requests as a load run saw them at each moment -------------
+
+
+def seen_at(records: Sequence[RequestRecord], now: float) -> list[RequestRecord]:
+    """The records as the load run saw them at `now`: not yet sent, in flight with the chunks
+    received so far, or finished (times are the records' own, compared with `now`)."""
+    out = []
+    for r in records:
+        v = RequestRecord(
+            r.index, r.class_name, r.scheduled_time, r.expected_prompt_tokens, r.expected_output_tokens, warmup=r.warmup
+        )
+        if r.send_time <= now:
+            v.send_time = r.send_time
+            v.chunk_times = [t for t in r.chunk_times if t <= now]
+            v.first_token_time = v.chunk_times[0] if v.chunk_times else None
+            if r.end_time <= now:
+                v.end_time, v.status = r.end_time, r.status
+                v.completion_tokens, v.prompt_tokens = r.completion_tokens, r.prompt_tokens
+                v.error_kind, v.error_text = r.error_kind, r.error_text
+        out.append(v)
+    return out
+
+
+def waiting_proxy(records: Sequence[RequestRecord], end: float, period_s: float = 1.0) -> list[GaugeSample]:
+    """A stand-in for the server's waiting queue where its gauges were not kept: once every
+    `period_s`, the requests sent and still without their first token (queued, or in prefill)."""
+    out = []
+    t = period_s
+    while t <= end:
+        waiting = sum(
+            1
+            for r in records
+            if r.send_time <= t and not (r.chunk_times and r.chunk_times[0] <= t) and not r.end_time <= t
+        )
+        out.append(GaugeSample(t, math.nan, float(waiting), math.nan))
+        t += period_s
+    return out
+
+
+def replay(
+    check: AbortCheck,
+    records: Sequence[RequestRecord],
+    end: float,
+    gauges: Sequence[GaugeSample] = (),
+    period_s: float = 0.5,
+) -> tuple[float, Abort] | None:
+    """(when, why) `check` would have stopped a stage with these (final) records, asked every
+    `period_s` as the load run asks it, or None if it ran to `end`. `records`: every planned
+    request, times from the stage's start; a request is known as far as it had come by then."""
+    now = period_s
+    while now < end:
+        verdict = check(seen_at(records, now), now, [g for g in gauges if g.t <= now])
+        if verdict is not None:
+            return now, verdict
+        now += period_s
+    return None
