@@ -21,19 +21,17 @@ own defaults are not known to the checks: they come in as `ServingFacts`, which
 `antipatterns` checks a configuration for settings that tuning practice or vLLM itself warns
 against, saying for each whether it still applies on vLLM V1.
 
-Modules: `results` (what comes out), `facts` (what the caller says about vLLM and the machine,
-those facts filled from `serving`, and the readings of a trial's metrics and workload sizes),
-`thresholds`,
-`antipatterns` (the rule type, what a rule sees, and the rules), and `tree` (with its scheduler and compute
-branches; and `diagnose_trial`, the tree and the anti-patterns together, as the
-study stores them).
+Modules: `facts` (what the caller says about vLLM and the machine, those facts filled from
+`serving`, and the readings of a trial's metrics and workload sizes), `thresholds`,
+`antipatterns` (the rule type, what a rule sees, the rules and the `Finding` each gives), and
+`tree` (with its scheduler and compute branches, the `Diagnosis` it returns and `summarize`; and
+`diagnose_trial`, the tree and the anti-patterns together, as the study stores them).
 """
 
-from objectives.diagnosis.antipatterns import antipatterns
+from objectives.diagnosis.antipatterns import Finding, antipatterns
 from objectives.diagnosis.facts import ServingFacts, facts_for_launch, serving_facts, violated_metrics
-from objectives.diagnosis.results import BOTTLENECKS, Bottleneck, Diagnosis, Finding, summarize
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
-from objectives.diagnosis.tree import diagnose, diagnose_trial
+from objectives.diagnosis.tree import BOTTLENECKS, Bottleneck, Diagnosis, diagnose, diagnose_trial, summarize
 
 __all__ = [
     "BOTTLENECKS",

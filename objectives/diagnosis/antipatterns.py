@@ -3,7 +3,7 @@
 What a rule sees is a `Subject`: one configuration, its workload, the serving facts and, for a
 measured trial, its metrics, with the sizes the rules compare derived once. One `AntipatternRule`
 per finding code, in `RULES`: what the rule rests on, when it holds, what it says and whether the
-concern, often written for vLLM's V0 engine, still holds on V1. `antipatterns()` walks the table in
+concern, often written for vLLM's V0 engine, still holds on V1 (a `Finding` when it holds). `antipatterns()` walks the table in
 order, so findings come out in table order. Rules that share a topic (memory_utilization high / no
 headroom / low) have predicates that exclude each other, as the branches of one if-chain did."""
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from loadgen import WorkloadSpec
 from objectives.diagnosis.facts import (
@@ -25,7 +25,6 @@ from objectives.diagnosis.facts import (
     mean_request_tokens,
     num,
 )
-from objectives.diagnosis.results import Finding, Severity
 from objectives.diagnosis.thresholds import (
     CONCURRENCY_HEADROOM,
     DELAY_FACTOR_RANGE,
@@ -37,6 +36,22 @@ from objectives.diagnosis.thresholds import (
     PREFILL_STEPS_MAX,
     SWAP_SPACE_MIN_GIB,
 )
+
+Severity = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One anti-pattern in a configuration."""
+
+    code: str
+    severity: Severity
+    message: str
+    source: str  # what the rule rests on: vLLM's own behaviour or a tuning practice, in words
+    applies_to_v1: str  # whether and how the concern holds on vLLM V1
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The bottleneck decision tree: one trial's bottleneck from its metrics (`diagnose`), and what the
 study calls for each trial (`diagnose_trial`): the tree's diagnosis with the configuration's
-anti-patterns.
+anti-patterns. What it returns is a `Diagnosis` (its bottleneck, one of `BOTTLENECKS`, with the
+evidence, next steps and findings), and `summarize` counts the trials each bottleneck limited.
 
 Branches are checked in the order the package docstring gives (causes before symptoms); the
 first that holds names the bottleneck, the others are reported as `also`. The failure and
@@ -13,10 +14,12 @@ is violated, or a latency well above the idle server's or an absolute ceiling.""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from loadgen import CLIENT_BEHIND, WorkloadSpec, class_key
-from objectives.diagnosis.antipatterns import antipatterns
+from objectives.diagnosis.antipatterns import Finding, antipatterns
 from objectives.diagnosis.facts import (
     ServingFacts,
     effective_max_num_seqs,
@@ -28,7 +31,6 @@ from objectives.diagnosis.facts import (
     num,
     violated_metrics,
 )
-from objectives.diagnosis.results import Diagnosis
 from objectives.diagnosis.thresholds import (
     BATCH_HALF,
     CLIENT_LAG_FLOOR_MS,
@@ -43,6 +45,70 @@ from objectives.diagnosis.thresholds import (
     TTFT_HIGH_MS,
 )
 from serving import Failure, FailureClass, FailurePhase
+
+Bottleneck = Literal[
+    "startup_failure",
+    "server_errors",
+    "client_bound",
+    "preemption",
+    "queueing",
+    "prefill_bound",
+    "decode_bound",
+    "healthy",
+]
+BOTTLENECKS: tuple[str, ...] = (
+    "startup_failure",
+    "server_errors",
+    "client_bound",
+    "preemption",
+    "queueing",
+    "prefill_bound",
+    "decode_bound",
+    "healthy",
+)
+
+
+@dataclass
+class Diagnosis:
+    bottleneck: str  # one of BOTTLENECKS
+    headline: str  # one sentence
+    evidence: list[str] = field(default_factory=list)  # the numbers that decided it
+    next_steps: list[str] = field(default_factory=list)  # parameters and directions
+    also: list[str] = field(default_factory=list)  # other symptoms, lower in the tree
+    slo_met: bool | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["findings"] = [f.as_dict() for f in self.findings]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Diagnosis:
+        return cls(**{**d, "findings": [Finding(**f) for f in d.get("findings", [])]})
+
+    def markdown(self) -> str:
+        """For optuna-dashboard notes and the report."""
+        lines = [f"**Bottleneck: {self.bottleneck.replace('_', ' ')}**. {self.headline}", ""]
+        for title, items in (("Evidence", self.evidence), ("Try next", self.next_steps), ("Also seen", self.also)):
+            if items:
+                lines.append(f"*{title}:*")
+                lines += [f"- {x}" for x in items]
+                lines.append("")
+        if self.findings:
+            lines.append("*Configuration anti-patterns:*")
+            lines += [f"- [{f.severity}] {f.message} ({f.applies_to_v1})" for f in self.findings]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def summarize(diagnoses: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many trials each bottleneck limited, in tree order."""
+    counts = dict.fromkeys(BOTTLENECKS, 0)
+    for d in diagnoses:
+        if d:
+            counts[d["bottleneck"]] = counts.get(d["bottleneck"], 0) + 1
+    return {k: v for k, v in counts.items() if v}
+
 
 _NEVER_STARTED = {FailurePhase.PRECHECK: "was rejected before starting", FailurePhase.STARTUP: "failed to start"}
 
