@@ -56,7 +56,7 @@ UNDECIDED: Final = "undecided"
 Verdict = Literal["met", "violated", "undecided"]
 # How the verdict was reached: an SLO's counts (`interval`, or `share` where too few to decide) or
 # its value (`margin`); a stage's steady state (`steady`) and its counted requests' mix (`mix`),
-# which `objectives.stages.steady` adds beside the SLOs.
+# which `objectives.stages.judgement` adds beside the SLOs.
 Basis = Literal["interval", "share", "margin", "steady", "mix"]
 DEFAULT_CONFIDENCE = 0.90
 COUNTED_FAMILIES = ("ttft", "tpot", "e2el")  # a latency per request, so a count over the bound

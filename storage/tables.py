@@ -208,7 +208,7 @@ class StageRecord(Base):
     stage_requests: Mapped[int] = mapped_column(Integer, default=0)
     first_request: Mapped[int] = mapped_column(Integer, default=0)
     capped: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # What the `steady_state` and `class_mix` verdicts rest on (objectives.stages.steady): the
+    # What the `steady_state` and `class_mix` verdicts rest on (objectives.stages.judgement): the
     # window judged, the first-token lag's and the queue's fitted trends; the requests sent and
     # known by class and the test of their mix.
     steady: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

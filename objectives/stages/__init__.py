@@ -25,7 +25,7 @@ here, which touches no server.
 
 Each stage's SLOs get a verdict from its requests' counts (`objectives.slo_verdict`: met,
 violated or undecided, with the count over each bound and its interval); beside them the stage's
-steady state (`steady`: a stage still filling its queue at its end is over-saturated, violated)
+steady state (`judgement`: a stage still filling its queue at its end is over-saturated, violated)
 and whether the requests it counted hold its class mix (a stage that fails it is never met). The
 capacity is read from every stage together (`objectives.capacity`'s fit), the bracket kept as the
 evidence, and above the calibrated saturation throughput only where a steady stage there met
@@ -37,9 +37,9 @@ measurement for the capacity search, not a failure. The confirmation's target st
 (`search.executor.StageSearch.full_target`), since the verdict pools their requests.
 
 Modules: `capacity_spec` (the scenario's `capacity:` section and a stage's size in
-requests), `plan` (one stage as planned), `steady` (the steady-state and class-mix checks),
-`result` (a stage's and a run's results), `judgement` (a stage judged from its load run's
-result), `search_steps` (the search's next step and the final estimate). Import from here.
+requests), `plan` (one stage as planned), `judgement` (a stage judged from its load run's result:
+its verdicts, the steady-state and class-mix checks, the `StageResult` it gives), `search_steps`
+(the search's next step, the final estimate and the run's `StagedRun`). Import from here.
 
 Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request_samples`),
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
@@ -56,11 +56,25 @@ from objectives.stages.capacity_spec import (
     stage_size,
     stage_slos,
 )
-from objectives.stages.judgement import judged_stage
-from objectives.stages.plan import STAGE_STRIDE, PlannedStage, at_rate, plan_stage
-from objectives.stages.result import CAPACITY, TARGET, StagedRun, StageResult, capacity_metrics
-from objectives.stages.search_steps import final_estimate, optimistic_metrics, search_step, within_saturation
-from objectives.stages.steady import CLASS_MIX, STEADY_STATE, ClassMix, SteadyState, class_mix, steady_state
+from objectives.stages.judgement import (
+    CLASS_MIX,
+    STEADY_STATE,
+    ClassMix,
+    StageResult,
+    SteadyState,
+    class_mix,
+    judged_stage,
+    steady_state,
+)
+from objectives.stages.plan import CAPACITY, STAGE_STRIDE, TARGET, PlannedStage, at_rate, plan_stage
+from objectives.stages.search_steps import (
+    StagedRun,
+    capacity_metrics,
+    final_estimate,
+    optimistic_metrics,
+    search_step,
+    within_saturation,
+)
 
 __all__ = [
     "CAPACITY",

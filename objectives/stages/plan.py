@@ -22,8 +22,8 @@ from loadgen import WorkloadSpec
 from objectives.early_abort import CERTAIN, DECIDED
 from objectives.slo_verdict import StageLength
 from objectives.stages.capacity_spec import CapacitySpec
-from objectives.stages.result import CAPACITY, TARGET
 
+TARGET, CAPACITY = "target", "capacity"  # a stage's kind: the first stage, then the search's
 # Stage k's requests start at k x this in the workload's sequence: far enough apart that no
 # stage of any length reaches the next one's slice.
 STAGE_STRIDE = 1 << 20

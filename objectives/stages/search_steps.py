@@ -1,18 +1,52 @@
 """The capacity search over a trial's stages, step by step: the next stage's rate or why the
 search stops (`search_step`), and the capacity the stages say at its end (`final_estimate`: the
 fit over their verdicts' counts, `fit_stages`, held to the calibrated saturation throughput by
-`within_saturation`). Pure: the stage loop (`search.executor.staged_load`) calls these between the
-stages it runs."""
+`within_saturation`); and what the run of stages says (`StagedRun`: the target stage's metrics
+with the capacity's, `capacity_metrics`). Pure: the stage loop (`search.executor.staged_load`)
+calls these between the stages it runs."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from loadgen import LoadResult
 from objectives import capacity as cap
+from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED
 from objectives.slo_verdict import DEFAULT_CONFIDENCE, MET, VIOLATED, SLOVerdict
-from objectives.stages.result import StageResult, capacity_metrics
+from objectives.stages.judgement import StageResult
+
+
+@dataclass
+class StagedRun:
+    """What the stage loop returns: the judged stages, the target stage's load run, and the
+    capacity its search found (None: no search)."""
+
+    stages: list[StageResult]
+    target: LoadResult
+    capacity: cap.CapacityEstimate | None
+
+    def metrics(self) -> dict[str, float]:
+        """The target stage's metrics, with the capacity metrics when a search ran."""
+        out = dict(self.stages[0].metrics)
+        out[TARGET_ABORTED] = 1.0 if self.stages[0].aborted else 0.0
+        if self.capacity is not None:
+            out.update(capacity_metrics(self.capacity, self.stages))
+        return out
+
+
+def capacity_metrics(estimate: cap.CapacityEstimate, stages: Sequence[StageResult]) -> dict[str, float]:
+    low = next((s for s in stages if s.passed and s.rate == estimate.low), None)
+    out = {SLO_CAPACITY_RPS: estimate.rps}
+    for key, source in (
+        ("slo_capacity_output_throughput", "output_throughput"),
+        ("slo_capacity_total_token_throughput", "total_token_throughput"),
+        ("slo_capacity_goodput", "goodput"),
+    ):
+        value = low.metrics.get(source, math.nan) if low is not None else 0.0
+        out[key] = cap.at_capacity(estimate.low, value, estimate.rps)
+    return out
 
 
 def optimistic_metrics(stages: Sequence[StageResult], probes: Sequence[cap.Probe]) -> dict[str, float] | None:
