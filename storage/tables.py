@@ -203,7 +203,7 @@ class StageRecord(Base):
     # (objectives.slo_verdict.SLOVerdict). None: a stage stored without verdicts.
     verdict: Mapped[str | None] = mapped_column(String(16), nullable=True)
     verdicts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
-    # Its size and slice: the requests planned (objectives.stages.capacity_spec) and where they start in
+    # Its size and slice: the requests planned (objectives.stages.plan) and where they start in
     # the workload's sequence; what its time cap cut, if it did.
     stage_requests: Mapped[int] = mapped_column(Integer, default=0)
     first_request: Mapped[int] = mapped_column(Integer, default=0)

@@ -8,7 +8,7 @@ every SLO is bracketed tightly enough or the stage budget is spent. The search g
 `floor_fraction` of the target rate.
 
 Every stage holds the same number of requests, whatever its rate: what its SLO verdicts need
-(`capacity_spec.stage_size`, at the scenario's `capacity.resolution`), or the workload's `num_requests`; the
+(`plan.stage_size`, at the scenario's `capacity.resolution`), or the workload's `num_requests`; the
 workload's `duration_s` caps its sending time, and a stage the cap cuts says so (`plan`). Stage k
 sends its own slice of the workload's one seeded sequence (`plan.STAGE_STRIDE`): the same
 requests in every trial (common random numbers), a different slice from every other stage, and
@@ -36,8 +36,8 @@ in slices: a decided violation stops it, a decided verdict from its planned leng
 measurement for the capacity search, not a failure. The confirmation's target stages run in full
 (`search.executor.StageSearch.full_target`), since the verdict pools their requests.
 
-Modules: `capacity_spec` (the scenario's `capacity:` section and a stage's size in
-requests), `plan` (one stage as planned), `judgement` (a stage judged from its load run's result:
+Modules: `plan` (the scenario's `capacity:` section, a stage's size in requests from it, and
+one stage as planned), `judgement` (a stage judged from its load run's result:
 its verdicts, the steady-state and class-mix checks, the `StageResult` it gives), `search_steps`
 (the search's next step, the final estimate and the run's `StagedRun`). Import from here.
 
@@ -45,17 +45,6 @@ Every stage keeps its measured requests (`StageResult.samples`, `loadgen.request
 so a stopping rule can be replayed on stored stages (`benchmarks/bench_stopping.py`).
 """
 
-from objectives.stages.capacity_spec import (
-    DEFAULT_RESOLUTION,
-    MIN_STAGE_REQUESTS,
-    CapacitySpec,
-    SLOSize,
-    StageSize,
-    class_requests_needed,
-    margin,
-    stage_size,
-    stage_slos,
-)
 from objectives.stages.judgement import (
     CLASS_MIX,
     STEADY_STATE,
@@ -64,9 +53,25 @@ from objectives.stages.judgement import (
     SteadyState,
     class_mix,
     judged_stage,
+    margin,
     steady_state,
 )
-from objectives.stages.plan import CAPACITY, STAGE_STRIDE, TARGET, PlannedStage, at_rate, plan_stage
+from objectives.stages.plan import (
+    CAPACITY,
+    DEFAULT_RESOLUTION,
+    MIN_STAGE_REQUESTS,
+    STAGE_STRIDE,
+    TARGET,
+    CapacitySpec,
+    PlannedStage,
+    SLOSize,
+    StageSize,
+    at_rate,
+    class_requests_needed,
+    plan_stage,
+    stage_size,
+    stage_slos,
+)
 from objectives.stages.search_steps import (
     StagedRun,
     capacity_metrics,

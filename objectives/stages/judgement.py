@@ -54,7 +54,6 @@ from objectives.slo_verdict import (
     stage_passed,
     stage_verdict,
 )
-from objectives.stages.capacity_spec import margin
 from objectives.stages.plan import PlannedStage
 
 STEADY_STATE = "steady_state"
@@ -88,7 +87,7 @@ class StageResult:
     # per SLO (objectives.slo_verdict), then the stage's steady state and class mix as two more
     # (`steady_state`, `class_mix`: `steady_state`, `class_mix` below); []: not kept
     verdicts: list[SLOVerdict] = field(default_factory=list)
-    stage_requests: int = 0  # its planned size (objectives.stages.capacity_spec); 0: sized in seconds
+    stage_requests: int = 0  # its planned size (`plan.stage_size`); 0: sized in seconds
     first_request: int = 0  # where its slice starts in the workload's sequence
     capped: str | None = None  # what its time cap cut, where it did
     steady: SteadyState | None = None  # the evidence behind the `steady_state` verdict
@@ -232,6 +231,13 @@ def judged_stage(
         steady=steady,
         mix=mix,
     )
+
+
+def margin(flat: dict[str, float], slos: Sequence[SLOSpec]) -> tuple[float, dict[str, float]]:
+    """(worst normalized violation, the violated SLOs): <= 0 means every SLO was met."""
+    violations = {slo_key(s): s.violation(flat.get(s.metric, math.nan)) for s in slos}
+    worst = max(violations.values(), default=-math.inf)
+    return worst, {k: v for k, v in violations.items() if v > 0}
 
 
 def _undecided_abort(planned: PlannedStage, result: LoadResult, notes: list[str]) -> Abort | None:

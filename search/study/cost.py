@@ -1,7 +1,7 @@
 """What a study will cost on this machine, said before it runs: each stage's requests and seconds,
 a trial, the confirmation, the whole study. Pure: from the measurements the calibration resolved.
 
-A stage holds the same requests on every machine (`objectives.stages.capacity_spec`); what the machine
+A stage holds the same requests on every machine (`objectives.stages.plan`); what the machine
 changes is the time they take, requests / rate at the rate the calibration set. So after
 calibration (or from a stored one, `autotune search --dry-run`) the study can say: "this machine
 serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 s; a trial about

@@ -1,6 +1,6 @@
 """`autotune search --dry-run`: a study's plan and cost, starting nothing.
 
-The stages' sizes hold on any machine (`objectives.stages.capacity_spec`); their seconds come from the
+The stages' sizes hold on any machine (`objectives.stages.plan`); their seconds come from the
 study's stored calibration, where it has one (the first run of a study calibrates in its first
 minutes, then says the same plan before its first trial)."""
 
