@@ -3,18 +3,19 @@
 A workload (`workload`, its classes in `request_class` with their length distributions and the
 representative order its requests take them in; its arrivals and their schedule with it) becomes
 requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
-sends them on their schedule (`dispatch`) and records each (`records`); `loadrun.run_load` is
-one measured run (made as its `LoadOptions` say, returning its `LoadResult`; what it prepares in
-`preparation`), watched for a hung server (`liveness`: the stall watch, and the engine's gauges
-read to show it alive before a verdict and drained between load stages, `wait_idle`) and, where
-the caller gives one, by an abort check (`AbortCheck`, asked while an open loop runs); `metrics`
-computes the flat metrics as `vllm bench serve` defines them (keyed by `MetricName`) and
-`server_metrics` the server's own /metrics deltas; `event_loop.run_async` runs a load run, or any
-other coroutine of the tuner, on a fresh event loop that takes interrupts between its callbacks,
-and keeps a load's client off the CPUs vLLM's engine threads are pinned to. Nothing here imports its parent
-package: the stages, the capacity search, scoring and the abort rules build on this, not the
-reverse. The requests to the server besides the load (its health, models, /metrics, /tokenize)
-are `vllm_http`'s, the package below this one.
+sends them on their schedule (`dispatch`) and records each (`metrics.RequestRecord`);
+`loadrun.run_load` is one measured run (made as its `LoadOptions` say, returning its
+`LoadResult`; what it prepares in `preparation`), watched for a hung server (`liveness`: the
+stall watch, and the engine's gauges read to show it alive before a verdict and drained between
+load stages, `wait_idle`) and, where the caller gives one, by an abort check (`AbortCheck`, asked
+while an open loop runs); `metrics` computes the flat metrics from those records as `vllm bench
+serve` defines them (keyed by `MetricName`) and `server_metrics` the server's own /metrics
+deltas; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a fresh
+event loop that takes interrupts between its callbacks, and keeps a load's client off the CPUs
+vLLM's engine threads are pinned to. Nothing here imports its parent package: the stages, the
+capacity search, scoring and the abort rules build on this, not the reverse. The requests to the
+server besides the load (its health, models, /metrics, /tokenize) are `vllm_http`'s, the package
+below this one.
 Requests may also be the turns of multi-turn sessions (`sessions`: the scripts and each turn's
 prompt; `session_dispatch`: turns sent as answers come back; `turn_metrics`: per-turn figures and
 the prefix reuse the sessions imply).
@@ -42,17 +43,20 @@ from loadgen.metrics import (
     DEFAULT_LAG_LIMIT_MS,
     LATENCY_FAMILIES,
     PER_CLASS_KEYS,
+    SAMPLE_KEYS,
     Bound,
     GoodputSLO,
     MetricName,
+    RequestRecord,
     class_key,
     compute_metrics,
     json_safe,
+    records_from_samples,
+    request_samples,
     timed_tpot_median_ms,
 )
 from loadgen.preparation import LoadRunError, ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
-from loadgen.records import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.request_class import mix_deviation
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages

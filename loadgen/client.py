@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loadgen.prompts import Request
-from loadgen.records import (
+from loadgen.metrics import (
     ABORTED,
     CLIENT_ERROR,
     CONNECTION,
@@ -34,6 +33,7 @@ from loadgen.records import (
     TRUNCATED,
     RequestRecord,
 )
+from loadgen.prompts import Request
 from vllm_http import Unanswered, get_health
 
 if TYPE_CHECKING:

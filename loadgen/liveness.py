@@ -77,7 +77,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from loadgen.records import ABORTED, TIMEOUT, RequestRecord
+from loadgen.metrics import ABORTED, TIMEOUT, RequestRecord
 from loadgen.server_metrics import GaugeSample, scan_gauges
 from vllm_http import BadStatus, TimedOut, Unanswered, fetch_metrics_text, get_health, served_models
 

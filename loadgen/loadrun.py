@@ -35,7 +35,7 @@ from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.event_loop import off_engine_cpus, run_async
 from loadgen.liveness import ProgressWatch, liveness_before_verdict, traced
-from loadgen.metrics import GoodputSLO, RunMetrics, compute_metrics
+from loadgen.metrics import GoodputSLO, RequestRecord, RunMetrics, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
 from loadgen.preparation import (
     CLOSED_LOOP_BATCH,
@@ -48,7 +48,6 @@ from loadgen.preparation import (
     planned_requests,
 )
 from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
-from loadgen.records import RequestRecord
 from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, ServerDiagnostics, diagnose
 from loadgen.session_dispatch import SessionRunner
 from loadgen.sessions import ScriptBook

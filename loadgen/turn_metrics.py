@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.records import RequestRecord
+from loadgen.metrics import RequestRecord
 
 
 @dataclass(frozen=True)

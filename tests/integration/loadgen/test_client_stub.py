@@ -15,8 +15,8 @@ import pytest
 
 from loadgen import CLIENT_BEHIND, LoadOptions
 from loadgen.loadrun import run_load_sync
+from loadgen.metrics import CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR, TIMEOUT, TRUNCATED
 from loadgen.prompts import build_requests
-from loadgen.records import CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR, TIMEOUT, TRUNCATED
 from loadgen.tokenizer import PromptTokenizer
 from loadgen.workload import WorkloadSpec, open_loop_offsets
 from tests.support.stub_server import StubConfig, StubServer

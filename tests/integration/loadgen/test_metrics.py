@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.metrics import GoodputSLO, compute_metrics
-from loadgen.records import HTTP_ERROR, RequestRecord
+from loadgen.metrics import HTTP_ERROR, GoodputSLO, RequestRecord, compute_metrics
 
 
 def rec(

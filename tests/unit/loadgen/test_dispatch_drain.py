@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from loadgen.dispatch import Draining, run_open_loop
-from loadgen.records import RequestRecord
+from loadgen.metrics import RequestRecord
 
 
 async def stopped(draining: Draining | None):

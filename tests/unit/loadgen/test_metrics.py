@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 
 from loadgen import CLIENT_BEHIND
-from loadgen.metrics import BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms, metric_names
-from loadgen.records import HTTP_ERROR, TRUNCATED, RequestRecord
+from loadgen.metrics import (
+    BASE_KEYS,
+    HTTP_ERROR,
+    PER_CLASS_KEYS,
+    TRUNCATED,
+    GoodputSLO,
+    RequestRecord,
+    compute_metrics,
+    lag_limit_ms,
+    metric_names,
+)
 from loadgen.server_metrics import SERVER_KEYS, ServerDiagnostics
 
 

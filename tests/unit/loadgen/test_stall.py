@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from loadgen.liveness import STALL_FLOOR_S, STALL_TTFT_FACTOR, Ask, ProgressWatch, stall_bound_s, stalled
-from loadgen.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from loadgen.metrics import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
 
 
 def rec(sent: float, chunks=(), end: float = math.nan, error: str | None = None) -> RequestRecord:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.records import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from loadgen.metrics import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
 from loadgen.server_metrics import GaugeSample
 from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.early_abort import (

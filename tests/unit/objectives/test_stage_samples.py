@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
-from loadgen.records import ABORTED, HTTP_ERROR
+from loadgen.metrics import ABORTED, HTTP_ERROR
 from objectives.stages import CapacitySpec
 from storage import queries
 from storage.tables import StageRecord, StudyRecord, TrialRecord

@@ -13,7 +13,7 @@ import search.executor.calibration_run
 import search.executor.vllm
 from loadgen.liveness import stall_bound_s
 from loadgen.loadrun import LoadRunError
-from loadgen.records import RequestRecord
+from loadgen.metrics import RequestRecord
 from search import scenario as scenario_mod
 from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan_trial
 from serving import Failure, FailureClass
