@@ -1,13 +1,14 @@
 """Serving: everything about one vLLM server and nothing about studies.
 
 This facade describes a server and starts none: which flags a scenario may set and how a
-configuration becomes a server's flags (`registry`, `resolve`), what is rejected before a start
-and the KV cache a started one allocated against the arithmetic's (`checks`), the machine: its
-devices and the installed vLLM, that vLLM's parser, whether the tuner supports it and its
-defaults (`machine`), the model (the `model` package: its config, the built-in one, hub ids,
-memory arithmetic), the facts a launch depends on (`context`, `paths`), the failure vocabulary
-every package names a failed trial in, and which of it a server's log says (`failures`: classes
-with their advice, phases, the `Failure` record, the default start timeout, `classify`).
+configuration becomes a server's flags on the installed vLLM (`registry`), what is rejected
+before a start and the KV cache a started one allocated against the arithmetic's (`checks`), the
+machine: its devices and the installed vLLM, that vLLM's parser, whether the tuner supports it
+and its defaults (`machine`), the model (the `model` package: its config, the built-in one, hub
+ids, memory arithmetic), the facts a launch depends on (`context`, `paths`), the failure
+vocabulary every package names a failed trial in, and which of it a server's log says
+(`failures`: classes with their advice, phases, the `Failure` record, the default start timeout,
+`classify`).
 Starting and stopping a server as one process group with a guard and watching a measurement
 against it is the second facade, `serving.process`. Other packages import from these two, never
 from the modules inside. The tuner's HTTP to a running server (its health, the prefix-cache
@@ -49,10 +50,12 @@ from serving.registry import (
     LaunchContext,
     ParamSpec,
     ServerArgs,
+    Support,
     scenario_flag_problem,
+    support,
+    unsupported_reason,
 )
-from serving.resolve import Support, support, unsupported_reason
-from serving.resolve import resolve as resolve_server_args
+from serving.registry import resolve as resolve_server_args
 from serving.start_anatomy import PHASES as START_PHASES
 from serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
 

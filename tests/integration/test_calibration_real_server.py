@@ -37,10 +37,10 @@ SCENARIO = {
 def test_each_round_measures_a_cold_prefix_cache(launch_ctx, tmp_path):
     from search.executor import calibrate
     from search.scenario import Scenario
-    from serving import resolve as resolve_mod
+    from serving import registry
 
     scenario = Scenario.model_validate(SCENARIO)
-    args = resolve_mod.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
+    args = registry.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
     cal = calibrate(scenario, launch_ctx, args, tmp_path)
     first, second = cal.rounds
     assert second["prefix_cache_reset"] is True and first["prefix_cache_reset"] is None

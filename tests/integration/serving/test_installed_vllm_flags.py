@@ -3,8 +3,7 @@ accepts decide what the tuner passes."""
 
 from serving import registry
 from serving.machine import load_installed
-from serving.registry import LaunchContext
-from serving.resolve import resolve
+from serving.registry import LaunchContext, resolve
 from tests.support.fakes import CPU, MODEL
 
 

@@ -9,11 +9,9 @@ import pytest
 from search import space
 from search.scenario import Domain
 from serving import registry
-from serving import resolve as resolve_mod
 from serving.checks import check_combination, memory_budget
 from serving.machine import FlagInfo
-from serving.registry import ConfigError
-from serving.resolve import resolve
+from serving.registry import ConfigError, resolve
 from tests.support.fakes import CPU, ctx
 from tests.support.gpu_contexts import GPU_FLAGS, H100, config, h100s, model_ctx
 
@@ -101,7 +99,7 @@ def test_the_search_space_leaves_out_what_the_cpu_build_drops_or_forces_in_the_s
     dists, notes = space.active_space(domains, c, "x")
     assert set(dists) == {"kv_cache_dtype", "enforce_eager"}
     for name in ("tensor_parallel_size", "async_scheduling"):
-        found = resolve_mod.support(registry.REGISTRY[name], c, domains)
+        found = registry.support(registry.REGISTRY[name], c, domains)
         assert f"{name}: {found.dropped('not searched')}" in notes
     assert set(space.active_space(domains, model_ctx(hw=h100s(2)), "x")[0]) == set(domains)
 
