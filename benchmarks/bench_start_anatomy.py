@@ -126,7 +126,7 @@ def main() -> int:
     ap.add_argument("--startup-timeout", type=float, default=300.0)
     args = ap.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="autotune-anatomy-cache-"))
-    os.environ["AUTOTUNE_CACHE_DIR"] = str(cache)  # the servers' compile and JIT caches (serving/paths.py)
+    os.environ["AUTOTUNE_CACHE_DIR"] = str(cache)  # the servers' compile and JIT caches (serving/machine.py)
     ctx = launch_context(args.model)
     values = (
         json.loads(args.values)

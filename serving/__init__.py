@@ -4,11 +4,11 @@ This facade describes a server and starts none: which flags a scenario may set a
 configuration becomes a server's flags on the installed vLLM (`registry`), what is rejected
 before a start and the KV cache a started one allocated against the arithmetic's (`checks`), the
 machine: its devices and the installed vLLM, that vLLM's parser, whether the tuner supports it
-and its defaults (`machine`), the model (the `model` package: its config, the built-in one, hub
-ids, memory arithmetic), the facts a launch depends on (`context`, `paths`), the failure
-vocabulary every package names a failed trial in, and which of it a server's log says
-(`failures`: classes with their advice, phases, the `Failure` record, the default start timeout,
-`classify`).
+and its defaults, and the tuner's cache on it (`machine`), the model (the `model` package: its
+config, the built-in one, hub ids, memory arithmetic), the facts a launch depends on
+(`context`), the failure vocabulary every package names a failed trial in, and which of it a
+server's log says (`failures`: classes with their advice, phases, the `Failure` record, the
+default start timeout, `classify`).
 Starting and stopping a server as one process group with a guard and watching a measurement
 against it is the second facade, `serving.process`. Other packages import from these two, never
 from the modules inside. The tuner's HTTP to a running server (its health, the prefix-cache

@@ -1,5 +1,7 @@
-"""The machine a server runs on: its devices (`Hardware`, `detect`) and the vLLM installed on it,
-read without importing vLLM (that takes ~9 s).
+"""The machine a server runs on: its devices (`Hardware`, `detect`), the vLLM installed on it,
+read without importing vLLM (that takes ~9 s), and where on it the tuner keeps what outlives one
+process (`cache_root`: models, the parser dumps below, and the servers' compile and JIT caches,
+`server_cache_env`).
 
 Which vLLM build is installed comes from package metadata (`installed_vllm`); which flags it
 accepts from its own argument parser (`load_installed`). A hard-coded version table goes stale
@@ -25,8 +27,6 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import psutil
-
-from serving.paths import cache_root
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,39 @@ def parse_version(v: str) -> tuple[int, ...]:
             break
         parts.append(int(digits))
     return tuple(parts)
+
+
+# -- where the tuner keeps what outlives one process on this machine (all outside git)
+
+
+def cache_root() -> Path:
+    """Models, compile caches and the vLLM flag cache. `AUTOTUNE_CACHE_DIR` overrides."""
+    env = os.environ.get("AUTOTUNE_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "vllm-autotune"
+
+
+def vllm_cache_root() -> Path:
+    """Persisted `VLLM_CACHE_ROOT` so compiled graphs survive between trials and studies."""
+    return cache_root() / "vllm"
+
+
+def server_cache_env() -> dict[str, str]:
+    """Where a server keeps what it compiles or JIT-compiles: under the tuner's cache, so that it
+    outlives a start and a study (and, carried by benchmarks/gpu/, a GPU lease). vLLM's own cache
+    holds torch.compile's graphs and FlashInfer's autotune results; FlashInfer's JIT modules,
+    Triton's kernels and the driver's PTX cache would otherwise go under $HOME. The variable a
+    user set is kept."""
+    root = cache_root()
+    return {
+        "VLLM_CACHE_ROOT": str(vllm_cache_root()),
+        "FLASHINFER_WORKSPACE_BASE": str(root / "flashinfer"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "CUDA_CACHE_PATH": str(root / "cuda"),
+    }
 
 
 def _cache_file(dist: str, version: str) -> Path:

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from serving.paths import cache_root
+from serving.machine import cache_root
 
 BUILDER_VERSION = 1
 SPEC_FILE = "autotune-model.json"

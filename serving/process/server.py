@@ -45,8 +45,7 @@ from serving.failures import (
     classify,
     oom_kill_in,
 )
-from serving.machine import gpu_memory_used_mib
-from serving.paths import server_cache_env
+from serving.machine import gpu_memory_used_mib, server_cache_env
 from serving.process import zygote
 from serving.process.launch_spec import (
     API_MODULE,
