@@ -12,8 +12,17 @@ failed in this process, and whether its servers are exec'd since (for the study'
 
 from serving.process.reconfiguration import KNOBS as RECONFIGURABLE
 from serving.process.reconfiguration import Reconfiguration, reconfigure, within_start
-from serving.process.server import ServerFailed, StopReport, VllmServer, command_line, launch, launch_spec, set_aside
-from serving.process.watch import FirstTokenWatch, while_serving
+from serving.process.server import (
+    FirstTokenWatch,
+    ServerFailed,
+    StopReport,
+    VllmServer,
+    command_line,
+    launch,
+    launch_spec,
+    set_aside,
+    while_serving,
+)
 from serving.process.zygote import ZygoteFailure, ZygoteStatus
 from serving.process.zygote import current_pid as zygote_pid
 from serving.process.zygote import status as zygote_status
