@@ -295,9 +295,14 @@ class StudyRunner:
             self._search_deadline = time.monotonic() + left_s - reserve
             fit = cost.trials_within(left_s)
             if fit < cost.trials:
+                beside = (
+                    f"and the confirmation (about {cost.confirmation_s / 60:.0f} min)"
+                    if cost.confirmation_runs
+                    else "(no confirmation in this run)"
+                )
                 self.events.note(
-                    f"the budget of {self.opts.timeout_min:g} min fits {fit} more trials and the confirmation "
-                    f"(about {cost.confirmation_s / 60:.0f} min): running {spent + fit} trials instead of {self.budget}"
+                    f"the budget of {self.opts.timeout_min:g} min fits {fit} more trials {beside}: "
+                    f"running {spent + fit} trials instead of {self.budget}"
                 )
                 self.budget = spent + fit
                 cost = replace(cost, trials=fit)

@@ -147,6 +147,8 @@ def test_a_budget_that_fits_no_trial_beside_the_confirmation_spends_itself_on_th
     events, executor = budgeted_study(tmp_path, timeout_min=2.0, confirm_runs=3)
     dropped = next(n for n in events.notes if "does not fit the confirmation" in n)
     assert dropped.endswith("runs it on what the search found") and "--study loop" in dropped
+    fitted = next(n for n in events.notes if "more trials" in n)  # the trials that fit, and nothing beside them
+    assert "(no confirmation in this run)" in fitted and "and the confirmation" not in fitted
     assert len(executor.plans) >= 1
     assert not [e for e in events.events if e[0] == "confirmation_started"]
 
