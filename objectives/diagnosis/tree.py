@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from loadgen import CLIENT_BEHIND, WorkloadSpec, class_key
 from objectives.diagnosis.antipatterns import Finding, antipatterns
@@ -56,16 +56,7 @@ Bottleneck = Literal[
     "decode_bound",
     "healthy",
 ]
-BOTTLENECKS: tuple[str, ...] = (
-    "startup_failure",
-    "server_errors",
-    "client_bound",
-    "preemption",
-    "queueing",
-    "prefill_bound",
-    "decode_bound",
-    "healthy",
-)
+BOTTLENECKS: tuple[str, ...] = get_args(Bottleneck)
 
 
 @dataclass
