@@ -127,13 +127,7 @@ def _nvidia_gpus() -> tuple[Gpu, ...]:
     if os.environ.get("AUTOTUNE_FORCE_CPU") or not shutil.which("nvidia-smi"):
         return ()
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
+        out = _query_gpus("index,uuid,name,memory.total")
     except (subprocess.SubprocessError, OSError):
         return ()
     listed = []
@@ -149,14 +143,18 @@ def _nvidia_gpus() -> tuple[Gpu, ...]:
 
 def gpu_memory_used_mib() -> list[float]:
     """Per-GPU used memory, for waiting until a stopped server has released it."""
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+    return [float(x) for x in _query_gpus("memory.used").split()]
+
+
+def _query_gpus(fields: str) -> str:
+    """nvidia-smi's CSV of `fields`, a line per GPU, without header or units."""
+    return subprocess.run(
+        ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
         capture_output=True,
         text=True,
         timeout=20,
         check=True,
     ).stdout
-    return [float(x) for x in out.split()]
 
 
 def detect() -> Hardware:
