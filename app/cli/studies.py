@@ -239,8 +239,8 @@ def _add_budget_args(search: argparse.ArgumentParser) -> None:
         "--timeout-min",
         type=minutes,
         default=None,
-        help="wall-time budget of the whole study: after calibration the plan fits as many trials as its "
-        "cost allows beside the confirmation, and says so",
+        help="wall-time budget of the whole study: after calibration the plan says how many trials fit "
+        "beside the confirmation; the search then goes on while the next trial fits at the measured pace",
     )
     search.add_argument(
         "--sampler",

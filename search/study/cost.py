@@ -21,7 +21,9 @@ serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 
   miss stops early, and a search down runs at rates below the target.
 
 The constants come from measured studies (docs/results.md, "Study plans"); the study prints what
-its plan said beside what it took, so a machine the model misjudges shows it.
+its plan said beside what it took, so a machine the model misjudges shows it. Once trials have run,
+their measured length replaces the plan's (`TrialPace`): the plan cannot know how many trials will
+meet the target and search their capacity (several times the length of a miss, which stops early).
 """
 
 from __future__ import annotations
@@ -43,6 +45,29 @@ REQUEST_BUILD_S = 2.0  # a run's request bodies prepared, the warm-up's connecti
 PASS_SHARE = 0.5  # of screened trials, those expected to meet the SLOs at the target and search up
 SEARCH_STAGES = 2.0  # capacity stages a passing screened trial runs, on average
 CONFIRM_STAGES = 3.5  # ... a confirmation run (the full search, up or down)
+
+
+@dataclass(frozen=True)
+class TrialPace:
+    """What a screened trial takes on this machine: the plan's figure until trials have run, then
+    the mean of those measured, server start and recording included. The mean, not the median:
+    what a budget spends is a sum of trials, and their lengths are bimodal (a miss at the target
+    stops early, a pass goes on to search its capacity)."""
+
+    planned_s: float
+    measured_s: tuple[float, ...] = ()
+
+    def after(self, seconds: float) -> TrialPace:
+        return TrialPace(self.planned_s, (*self.measured_s, seconds))
+
+    @property
+    def expected_s(self) -> float:
+        """NaN while nothing is measured and the plan could not size a trial (a closed loop)."""
+        return sum(self.measured_s) / len(self.measured_s) if self.measured_s else self.planned_s
+
+    def fits(self, left_s: float) -> bool:
+        """Whether one more trial is expected to end within `left_s` seconds."""
+        return left_s > 0 and not self.expected_s > left_s
 
 
 @dataclass(frozen=True)

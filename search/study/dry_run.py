@@ -6,6 +6,8 @@ minutes, then says the same plan before its first trial)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlalchemy.orm import Session
 
 from search.calibration import CalibrationResult
@@ -56,6 +58,15 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
     source = f"study {prep.study_name!r}'s stored calibration" if cal is not None else "the scenario's own rates"
     lines = [f"from {source}:", *cost.lines()]
     if opts.timeout_min:
-        fit = min(cost.trials, cost.trials_within(opts.timeout_min * 60))
-        lines.append(f"within the budget of {opts.timeout_min:g} min: {fit} trials and the confirmation")
+        budget_s = opts.timeout_min * 60
+        if cost.confirmation_runs and cost.trials_within(budget_s) == 0:  # as the study decides it
+            cost = replace(cost, confirmation_runs=0)
+            beside = "; the confirmation does not fit beside a trial (`autotune confirm` runs it later)"
+        else:
+            beside = " and the confirmation" if cost.confirmation_runs else ""
+        fit = min(cost.trials, cost.trials_within(budget_s))
+        lines.append(
+            f"within the budget of {opts.timeout_min:g} min: {fit} trials at the plan's pace{beside}; the search "
+            "goes on while the next trial fits at the pace its trials measure"
+        )
     return lines

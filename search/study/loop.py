@@ -51,7 +51,7 @@ from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
 from search.study.confirmation import confirm, confirmation_note
 from search.study.coordination import DatabaseWatch
-from search.study.cost import StudyCost, study_cost
+from search.study.cost import StudyCost, TrialPace, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import Calibrate, OpenedStudy, Opening
@@ -163,6 +163,8 @@ class StudyRunner:
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
         self._begun = time.monotonic()  # the wall-time budget (--timeout-min) counts from here
         self._search_deadline: float | None = None  # where the search stops for the confirmation to fit
+        self._pace = TrialPace(math.nan)  # a trial's length here: the plan's, then the measured one
+        self._pace_said = math.nan  # the trial length the study last said
 
     def _recording(self) -> Recording:
         return Recording(self.context)
@@ -209,7 +211,7 @@ class StudyRunner:
                         verdict = confirm(
                             recording, opened, self.confirm_runs, self._make_executor, plan.confirmation_run_s
                         )
-                    self._plan_kept(plan, time.monotonic() - planned_at)
+                    self._plan_kept(plan, time.monotonic() - planned_at, search)
                     self._zygote_said()
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -268,7 +270,8 @@ class StudyRunner:
 
     def _planned(self, opened: OpenedStudy, spent: int) -> StudyCost:
         """The study's plan on this machine, said before its first trial; within a wall-time
-        budget, the trials that fit beside the confirmation (fewer than asked: said so)."""
+        budget, the trials that fit beside the confirmation (fewer than asked: said so). The plan
+        sets the search's deadline; the trials' own pace decides how many run before it."""
         cands = self.sc.confirmation.front + len(self.prep.baselines)
         runs = cands * self.confirm_runs
         cost = study_cost(
@@ -301,22 +304,35 @@ class StudyRunner:
                     else "(no confirmation in this run)"
                 )
                 self.events.note(
-                    f"the budget of {self.opts.timeout_min:g} min fits {fit} more trials {beside}: "
-                    f"running {spent + fit} trials instead of {self.budget}"
+                    f"the budget of {self.opts.timeout_min:g} min fits {fit} more trials {beside} at the plan's "
+                    f"{cost.trial_s / 60:.1f} min a trial: about {spent + fit} trials instead of {self.budget}; "
+                    "the search goes on while the next trial fits at the pace its trials measure"
                 )
-                self.budget = spent + fit
                 cost = replace(cost, trials=fit)
+        self._pace = TrialPace(cost.trial_s)
+        self._pace_said = cost.trial_s
         for line in cost.lines():
             self.events.note(line)
         return cost
 
-    def _plan_kept(self, plan: StudyCost, took_s: float) -> None:
-        """What the plan said beside what the search and the confirmation then took."""
+    def _plan_kept(self, plan: StudyCost, took_s: float, search: bool) -> None:
+        """What the plan said beside what the search and the confirmation then took, and a trial
+        beside the mean of those this run measured."""
         if not plan.total_s > 0 or took_s <= 0:  # NaN: a plan that could not be made
             return
+        what = {(True, True): "the search and the confirmation", (True, False): "the search"}.get(
+            (search, self.confirm_runs > 0), "the confirmation"
+        )
+        trials = self._pace.measured_s
+        per_trial = (
+            f"; a trial: planned {plan.trial_s / 60:.1f} min, {len(trials)} took {self._pace.expected_s / 60:.1f} "
+            f"min on average ({self._pace.expected_s / plan.trial_s - 1:+.0%})"
+            if trials and plan.trial_s > 0
+            else ""
+        )
         self.events.note(
-            f"the plan said about {plan.total_s / 60:.0f} min for the search and the confirmation; "
-            f"they took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%})"
+            f"the plan said about {plan.total_s / 60:.0f} min for {what}; "
+            f"it took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%}){per_trial}"
         )
 
     def _zygote_said(self) -> None:
@@ -342,7 +358,29 @@ class StudyRunner:
                 time.sleep(self.coordination.poll_s)
                 continue
             self.opening.check_room(spent, self._starts_left(spent))
-            self._stop_on_repeated_load_errors(self._run_one(recording, opened, executor))
+            began = time.monotonic()
+            row = self._run_one(recording, opened, executor)
+            if row.counts_against_budget:
+                self._paced(time.monotonic() - began, spent + 1, deadline)
+            self._stop_on_repeated_load_errors(row)
+
+    def _paced(self, took_s: float, spent: int, deadline: float | None) -> None:
+        """A trial's length measured; where the mean moved more than a fifth from what the study
+        last said, the study says again what the rest will take."""
+        self._pace = self._pace.after(took_s)
+        expected = self._pace.expected_s
+        if spent >= self.budget or abs(expected / self._pace_said - 1) <= 0.2:  # nothing said yet: NaN, said now
+            return
+        left = max(self.budget - spent, 0)
+        if deadline is not None and expected > 0:
+            left = min(left, max(0, math.floor((deadline - time.monotonic()) / expected)))
+        planned = f"; planned {self._pace.planned_s / 60:.1f}" if math.isfinite(self._pace.planned_s) else ""
+        then = ", then the confirmation" if self.confirm_runs else ""
+        self.events.note(
+            f"a trial here takes about {expected / 60:.1f} min (the mean of {len(self._pace.measured_s)}{planned}): "
+            f"about {left} more trials, {left * expected / 60:.0f} min{then}"
+        )
+        self._pace_said = expected
 
     def _starts_left(self, spent: int, search: bool = True) -> int:
         """Server starts still to come: the search's budget left, then the confirmation runs at most."""
@@ -358,8 +396,9 @@ class StudyRunner:
         spent = recording.spent(opened.record)
         if spent >= self.budget:
             return "stop", spent
-        if deadline and time.monotonic() > deadline:
-            self.events.note("wall-time budget reached")
+        if deadline is not None and not self._pace.fits(left := deadline - time.monotonic()):
+            expected = f", a trial about {self._pace.expected_s / 60:.1f} min here" if left > 0 else ""
+            self.events.note(f"wall-time budget reached: {max(left, 0) / 60:.1f} min left for the search{expected}")
             return "stop", spent
         if len(pareto.finished(self.study)) >= asked_cap:
             self.events.note(

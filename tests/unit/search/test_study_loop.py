@@ -211,8 +211,8 @@ def test_wall_time_budget_stops_the_loop(tmp_path, monkeypatch):
     events = Recorder()
     r = runner(tmp_path, ScriptedExecutor(before=ten_minutes), trials=10, timeout_min=15, observers=[events])
     r.run()
-    assert len(rows(r)) == 2  # 0 and 10 min in: started; 20 min in: past the 15 min budget
-    assert "wall-time budget reached" in events.notes
+    assert len(rows(r)) == 1  # 10 min in, 5 min left: a second trial of 10 min would overrun the budget
+    assert "wall-time budget reached: 5.0 min left for the search, a trial about 10.0 min here" in events.notes
 
 
 def test_baselines_are_enqueued_once(tmp_path):
@@ -248,8 +248,10 @@ def test_events_reach_every_subscriber_in_order(tmp_path):
     r = runner(tmp_path, ScriptedExecutor(), trials=2, observers=[first, second])
     r.run()
     per_trial = ["trial_started", "phase", "phase", "phase", "phase", "trial_scored", "trial_recorded"]
-    # the confirmation's line, the load, the plan (a closed loop's trials cannot be timed before one ran)
-    assert first.names == ["study_started", "note", "note", "note", *per_trial, *per_trial, "study_finished"]
+    # the confirmation's line, the load, the plan (a closed loop's trials cannot be timed before one
+    # ran), then after the first trial the pace it measured
+    assert first.names == ["study_started", "note", "note", "note", *per_trial, "note", *per_trial, "study_finished"]
+    assert first.notes[3].startswith("a trial here takes about 0.0 min (the mean of 1): about 1 more trials")
     assert first.notes[0] == "no confirmation phase (--confirm-runs 0): the single measurements decide"
     assert first.notes[2].startswith("plan: a trial's length is not known before the first one")
     assert [(n, e) for n, e in first.events if n != "study_started"] == [

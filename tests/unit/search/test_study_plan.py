@@ -4,10 +4,13 @@ a wall-time budget turned into the trials that fit."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 
+import search.study.loop
 from search.executor import Measurement
 from search.prepare import StudyOptions, prepare
 from search.scenario import load
@@ -61,11 +64,39 @@ def test_the_dry_run_plans_from_the_stored_calibration_and_starts_nothing(tmp_pa
     assert after[0] == "from study 'loop''s stored calibration:"
     assert "target stage: 98 requests at 4 req/s, about 25 s" in after
     assert after[-1].startswith("plan: a trial about") and "4 trials" in after[-1]
+    # Within a budget, what the study would decide: the trials that fit, and whether the confirmation does.
+    budgeted = dataclasses.replace(opts, timeout_min=2.0, confirm_runs=0)
+    assert plan_lines(prepare(budgeted, ctx=ctx()), budgeted)[-1].startswith(
+        "within the budget of 2 min: 2 trials at the plan's pace; the search goes on while"
+    )
+    budgeted = dataclasses.replace(opts, timeout_min=2.0, confirm_runs=3)
+    assert (
+        "2 trials at the plan's pace; the confirmation does not fit beside a trial"
+        in (plan_lines(prepare(budgeted, ctx=ctx()), budgeted)[-1])
+    )
 
 
-def budgeted_study(tmp_path, *, timeout_min: float, confirm_runs: int) -> tuple[Recorder, ScriptedExecutor]:
-    """A 4-trial study run within `timeout_min` minutes: (what it said, what it ran)."""
-    events, executor = Recorder(), ScriptedExecutor()
+def planned_trial_s() -> float:
+    """A screened trial's length in the plan of SCENARIO at CAL's rates."""
+    sc = load(SCENARIO)[0]
+    cal = CAL(sc, None, None, None, lambda _: None)
+    full = Measurement.of(sc, cal)
+    return study_cost(full.screened(sc.screening), full, cal, trials=4, confirmation_runs=0).trial_s
+
+
+def budgeted_study(
+    tmp_path, monkeypatch, *, timeout_min: float, confirm_runs: int, pace: float = 1.0
+) -> tuple[Recorder, ScriptedExecutor]:
+    """A 4-trial study run within `timeout_min` minutes on a clock that each trial moves by `pace`
+    times the plan's trial length: (what it said, what it ran)."""
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    trial_s = planned_trial_s()
+
+    def takes_its_time(plan):
+        clock.now += pace * trial_s
+
+    events, executor = Recorder(), ScriptedExecutor(before=takes_its_time)
     executor.script = staged(executor)
     runner(
         tmp_path,
@@ -80,14 +111,40 @@ def budgeted_study(tmp_path, *, timeout_min: float, confirm_runs: int) -> tuple[
     return events, executor
 
 
-def test_a_wall_time_budget_runs_the_trials_that_fit_beside_the_confirmation(tmp_path):
-    """A 4-trial study in 1 minute: the plan says what a trial costs, runs the trials that fit
-    (none here, the confirmation's cost taken first) and says so; the plan's lines come first."""
-    events, executor = budgeted_study(tmp_path, timeout_min=1.0, confirm_runs=0)
-    budget = next(n for n in events.notes if n.startswith("the budget of 1 min fits"))
+def test_a_wall_time_budget_runs_the_trials_that_fit_beside_the_confirmation(tmp_path, monkeypatch):
+    """A 4-trial study in 2 minutes whose trials take what the plan says (54 s): the plan says
+    what a trial costs and how many fit, and exactly those run; the plan's lines come first."""
+    events, executor = budgeted_study(tmp_path, monkeypatch, timeout_min=2.0, confirm_runs=0)
+    budget = next(n for n in events.notes if n.startswith("the budget of 2 min fits"))
     fit = int(budget.split("fits ")[1].split()[0])
-    assert f"running {fit} trials instead of 4" in budget and len(executor.plans) == fit < 4
-    assert any(n.startswith("plan: a trial about") for n in events.notes)
+    assert fit == 2 and "about 2 trials instead of 4" in budget
+    assert len(executor.plans) == fit
+    assert events.notes.index(budget) < events.notes.index(next(n for n in events.notes if n.startswith("plan:")))
+    assert any(
+        n.startswith("wall-time budget reached: 0.2 min left for the search, a trial about 0.9") for n in events.notes
+    )
+    assert not any(n.startswith("a trial here takes") for n in events.notes)  # the plan held: nothing said again
+
+
+def test_trials_faster_than_planned_spend_the_budget_on_more_of_them(tmp_path, monkeypatch):
+    """The same budget, trials at half the planned length: the deadline, not the plan's count,
+    ends the search, so all 4 asked for run; the study says the pace it measured and what is left."""
+    events, executor = budgeted_study(tmp_path, monkeypatch, timeout_min=2.0, confirm_runs=0, pace=0.5)
+    assert len(executor.plans) == 4
+    said = next(n for n in events.notes if n.startswith("a trial here takes"))
+    assert said == "a trial here takes about 0.5 min (the mean of 1; planned 0.9): about 3 more trials, 1 min"
+    kept = next(n for n in events.notes if n.startswith("the plan said"))
+    assert kept.endswith("a trial: planned 0.9 min, 4 took 0.5 min on average (-50%)")
+
+
+def test_trials_slower_than_planned_stop_before_one_would_overrun_the_budget(tmp_path, monkeypatch):
+    """Trials at twice the plan: after the first (1.8 min of 2), the next would end past the
+    budget, so none starts, rather than the one the plan counted on."""
+    events, executor = budgeted_study(tmp_path, monkeypatch, timeout_min=2.0, confirm_runs=0, pace=2.0)
+    assert len(executor.plans) == 1
+    assert any(
+        n.startswith("wall-time budget reached: 0.2 min left for the search, a trial about 1.8") for n in events.notes
+    )
 
 
 def test_a_confirmation_of_fewer_runs_than_the_cap_reads_at_least_the_screenings_cap():
@@ -140,11 +197,11 @@ def test_a_session_stage_is_planned_to_end_with_its_last_session():
     assert cost.target.seconds == pytest.approx(cost.target.requests / rate + 5.5 * 0.6 + 4.5 * 2.0)
 
 
-def test_a_budget_that_fits_no_trial_beside_the_confirmation_spends_itself_on_the_search(tmp_path):
+def test_a_budget_that_fits_no_trial_beside_the_confirmation_spends_itself_on_the_search(tmp_path, monkeypatch):
     """A 4-trial study in 2 minutes whose confirmation alone would take longer: the search runs
     the trials that fit, the confirmation is left for `autotune confirm` (said with the study's
     name), rather than a study that runs nothing."""
-    events, executor = budgeted_study(tmp_path, timeout_min=2.0, confirm_runs=3)
+    events, executor = budgeted_study(tmp_path, monkeypatch, timeout_min=2.0, confirm_runs=3)
     dropped = next(n for n in events.notes if "does not fit the confirmation" in n)
     assert dropped.endswith("runs it on what the search found") and "--study loop" in dropped
     fitted = next(n for n in events.notes if "more trials" in n)  # the trials that fit, and nothing beside them
