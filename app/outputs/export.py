@@ -190,26 +190,42 @@ def why_none(ls: LoadedStudy) -> str:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
+class BestYaml:
+    """A configuration is recommended: best.yaml holds it."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
+class NoBestYaml:
+    """Nothing is recommended, so there is no best.yaml: why, and whether an earlier export's
+    best.yaml was deleted (it would still look deployable)."""
+
+    why: str
+    removed_stale: bool = False
+
+
+@dataclass(frozen=True)
 class Exported:
-    best: Path | None  # None: nothing is recommended (`why_none` says why)
+    best: BestYaml | NoBestYaml  # one or the other: a best.yaml, or why there is none
     pareto: Path
     deployment: Deployment
-    why_none: str | None = None
-    removed_stale: bool = False  # a best.yaml from an earlier export was deleted
 
 
 def export(session: Session, storage_url: str, study_name: str, out_dir: Path) -> Exported:
     ls = load_study(session, storage_url, study_name)
     deployment = ls.deployment()
-    best, why, removed = out_dir / BEST_NAME, None, False
+    path = out_dir / BEST_NAME
+    best: BestYaml | NoBestYaml
     if deployment.trial_number is not None:
-        write_atomic(best, best_config_yaml(ls, deployment.trial_number, storage_url))
+        write_atomic(path, best_config_yaml(ls, deployment.trial_number, storage_url))
+        best = BestYaml(path)
     else:
         # An earlier export's best.yaml would still look deployable: it goes.
-        removed = best.exists()
-        best.unlink(missing_ok=True)
-        why = why_none(ls)
+        removed = path.exists()
+        path.unlink(missing_ok=True)
+        best = NoBestYaml(why_none(ls), removed)
     pareto_path = out_dir / PARETO_NAME
     write_atomic(pareto_path, pareto_yaml(ls))
-    return Exported(best if why is None else None, pareto_path, deployment, why, removed)
+    return Exported(best, pareto_path, deployment)

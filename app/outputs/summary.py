@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.outputs import calibration_text
 from app.outputs.confirmation_rows import confirmation_rows
-from app.outputs.export import export
+from app.outputs.export import NoBestYaml, export
 from app.outputs.format import fmt_value
 from app.outputs.read_model import LoadedStudy, load_study
 from app.outputs.report import REPORT_NAME, write_report
@@ -186,14 +186,14 @@ def finish(console: Console, storage_url: str, study_name: str, out_dir: Path) -
         for line in verdict_lines(ls):  # the headline first
             console.print(line, markup=False, highlight=False)
         done = export(session, storage_url, study_name, out_dir)
-    if done.why_none is not None:  # no best.yaml written
-        stale = f"; the earlier {done.pareto.parent / 'best.yaml'} was removed" if done.removed_stale else ""
-        console.print(f"[red]no best.yaml written[/]: {escape(done.why_none)}{stale}")
+    if isinstance(done.best, NoBestYaml):
+        stale = f"; the earlier {done.pareto.parent / 'best.yaml'} was removed" if done.best.removed_stale else ""
+        console.print(f"[red]no best.yaml written[/]: {escape(done.best.why)}{stale}")
     else:
         how = "confirmed" if done.deployment.confirmed else "on single, unconfirmed measurements"
         console.print(
             f"deploy: trial {done.deployment.trial_number} ({how}); config for `vllm serve --config`: "
-            f"[bold]{done.best}[/]"
+            f"[bold]{done.best.path}[/]"
         )
     console.print(f"feasible Pareto set: {done.pareto}")
     console.print(f"report: {write_report(storage_url, study_name, out_dir / REPORT_NAME)}")

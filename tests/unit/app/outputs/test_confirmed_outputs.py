@@ -119,7 +119,7 @@ def test_best_yaml_deploys_the_confirmed_winner_and_quotes_its_confirmed_numbers
     url = recommended[0]
     done = exported(url, tmp_path)
     assert done.deployment.trial_number == BETTER and done.deployment.confirmed
-    header, body = header_and_body(done.best)
+    header, body = header_and_body(done.best.path)
     assert body == flags_of(url, BETTER)  # not the search's lucky pick (trial 0)
     assert (
         "verdict: deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults "
@@ -149,7 +149,7 @@ def test_best_yaml_deploys_the_confirmed_winner_and_quotes_its_confirmed_numbers
 def test_best_yaml_keeps_the_baseline_when_nothing_beats_it_and_says_why(kept, tmp_path):
     url = kept[0]
     done = exported(url, tmp_path)
-    header, body = header_and_body(done.best)
+    header, body = header_and_body(done.best.path)
     assert done.deployment.trial_number == BASELINE and body == flags_of(url, BASELINE)
     assert (
         "verdict: keep vllm_defaults (trial 3): nothing beats it beyond the noise "
@@ -171,10 +171,11 @@ def test_no_best_yaml_when_none_met_the_slos_on_confirmed_medians_and_the_closes
     url = none_feasible[0]
     (tmp_path / "best.yaml").write_text("model: stale\n")  # an earlier export's
     done = exported(url, tmp_path)
-    assert done.best is None and not (tmp_path / "best.yaml").exists() and done.removed_stale
-    assert done.why_none == (
+    assert not (tmp_path / "best.yaml").exists()
+    assert done.best == export.NoBestYaml(
         "no configuration is recommended: none met the SLOs on its confirmed medians; "
-        "closest: trial 0, ttft_p95_ms<=2000 missed by 20%"
+        "closest: trial 0, ttft_p95_ms<=2000 missed by 20%",
+        removed_stale=True,
     )
     assert done.pareto.exists()
 
@@ -182,7 +183,7 @@ def test_no_best_yaml_when_none_met_the_slos_on_confirmed_medians_and_the_closes
 def test_without_confirmation_the_rules_pick_is_deployed_and_the_header_says_it_is_unconfirmed(tmp_path):
     url, _ = run_study(tmp_path, world(TRUTH), confirm_runs=0)
     done = exported(url, tmp_path / "out")
-    header, body = header_and_body(done.best)
+    header, body = header_and_body(done.best.path)
     assert done.deployment.trial_number == LUCKY and not done.deployment.confirmed
     assert body == flags_of(url, LUCKY)
     assert any(x.startswith("single, unconfirmed measurements: no confirmation phase ran") for x in header)
@@ -202,7 +203,7 @@ def test_an_interrupted_confirmation_says_how_to_finish_and_deploys_nothing_it_h
         run_study(tmp_path, world(TRUTH), before=stop_at_the_fifth_run)
     url = f"sqlite:///{tmp_path / 'loop.db'}"
     done = exported(url, tmp_path / "out")
-    header, _ = header_and_body(done.best)
+    header, _ = header_and_body(done.best.path)
     assert not done.deployment.confirmed
     assert "confirmation incomplete: 4 of 9 runs; run `autotune confirm loop_confirm --study loop` to finish" in header
     assert "until then, the numbers are single, unconfirmed measurements" in header

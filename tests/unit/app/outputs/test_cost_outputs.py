@@ -51,7 +51,7 @@ def outputs(url, out_dir):
     with Session(queries.open_db(url), expire_on_commit=False) as session:
         ls = load_study(session, url, "loop")
         lines = verdict_lines(ls)
-        best = export_study(session, url, "loop", out_dir).best.read_text()
+        best = export_study(session, url, "loop", out_dir).best.path.read_text()
     report = write_report(url, "loop", out_dir / "report.html").read_text()
     return lines, best, report, ls
 

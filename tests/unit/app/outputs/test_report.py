@@ -174,7 +174,7 @@ def test_best_yaml_and_report_state_the_selection_rule_in_the_same_words(study, 
     rule = "the best ttft_p95_ms among the configurations within 10% of the best request_throughput"
     with Session(queries.open_db(study)) as s:
         assert export.load_study(s, study, "recorded").scenario.selection.describe() == rule
-        best_yaml = export.export(s, study, "recorded", tmp_path).best
+        best_yaml = export.export(s, study, "recorded", tmp_path).best.path
     assert f", trial 0, picked by: {rule}\n" in best_yaml.read_text()
     page = write_report(study, "recorded", tmp_path / "report.html").read_text()
     assert f"on the feasible Pareto front as {rule}. It measured" in page

@@ -142,7 +142,7 @@ def test_best_yaml_quotes_the_chosen_capacity_beside_each_baselines(study, loade
     _ls, views = loaded
     chosen = next(v for v in views if v.chosen)
     with Session(queries.open_db(study[0])) as session:
-        best = export.export(session, study[0], "loop", study[1] / "export").best.read_text()
+        best = export.export(session, study[0], "loop", study[1] / "export").best.path.read_text()
     new, old = chosen.capacity.rps, views[0].capacity.rps
     gain = f"{(new - old) / old * 100:+.0f}%"
     line = next(x for x in best.splitlines() if x.startswith("# capacity under the SLO: "))
