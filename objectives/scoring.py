@@ -26,12 +26,14 @@ TARGET_COMPLETED = "target_completed"
 # Worst case for a minimized metric that is not a latency: finite, so samplers can use it.
 LARGE_PENALTY = 1e9
 
+Direction = Literal["minimize", "maximize"]  # as Optuna spells a study's directions
+
 
 class ObjectiveSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     metric: str
-    direction: Literal["minimize", "maximize"]
+    direction: Direction
 
 
 class SLOSpec(BaseModel, Generic[Bound]):

@@ -10,6 +10,7 @@ from app.outputs import verdict_text
 from app.outputs.format import fmt_bracket, fmt_interval, unit_of
 from app.outputs.read_model import LoadedStudy
 from objectives.capacity import SLO_CAPACITY_RPS
+from objectives.scoring import Direction
 from objectives.statistics import Call
 from search.study.verdict import CandidateResult
 
@@ -33,7 +34,7 @@ class ConfirmationRows:
     runs_done: int
     runs_planned: int  # over every candidate
     objectives: list[str]
-    directions: list[str]
+    directions: list[Direction]
     baselines: list[str]  # the baselines' names, in the order of each row's `calls`
     rows: list[CandidateRow]
     deployed: int | None  # the trial to deploy (None: none)

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from loadgen import MetricName, WorkloadSpec
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS
-from objectives.scoring import ObjectiveSpec, SLOSpec, validate_metric_names
+from objectives.scoring import Direction, ObjectiveSpec, SLOSpec, validate_metric_names
 from objectives.stages import CapacitySpec, stage_slos
 from search.scenario.sections import (
     SLO,
@@ -173,7 +173,7 @@ class Scenario(Strict):
         return self
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Direction]:
         return [o.direction for o in self.objectives]
 
     @property
