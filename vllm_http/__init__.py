@@ -7,7 +7,9 @@ Blocking, on a fresh connection (the thread that starts or keeps a server): `hea
 loop, on the caller's aiohttp session: `get_health` (a load client's pre-connect, the liveness
 check before a verdict), `served_models` (GET /v1/models), `fetch_metrics_text` (GET /metrics,
 whose text `loadgen.server_metrics` reads: the drain, the gauge sampler, a run's scrapes),
-`count_chat_tokens` (POST /tokenize), and `reset_prefix_cache` between load stages. The paths and the errors are `endpoints`'.
+`count_chat_tokens` (POST /tokenize), and `reset_prefix_cache` between load stages. The paths
+(a live reconfiguration's too: `RECONFIGURE`, asked through `exchange`) and the errors are
+`endpoints`'.
 
 It imports none of the project's packages and every one may import it: the bottom layer.
 Other packages import from here, never from the modules inside.
@@ -23,9 +25,10 @@ from vllm_http.calls import (
     reset_prefix_cache,
     served_models,
 )
-from vllm_http.endpoints import RESET_ENDPOINT_ENV, BadStatus, TimedOut, Unanswered
+from vllm_http.endpoints import RECONFIGURE, RESET_ENDPOINT_ENV, BadStatus, TimedOut, Unanswered
 
 __all__ = [
+    "RECONFIGURE",
     "RESET_ENDPOINT_ENV",
     "BadStatus",
     "SeesRequests",

@@ -2,7 +2,7 @@
 
 Blocking, each on a fresh connection (`http.client`): for the thread that starts or keeps a
 server, which has no event loop. `exchange` is also the request behind a live reconfiguration
-(`serving.process.reconfiguration` owns that route and its protocol).
+(its path is `endpoints.RECONFIGURE`; `serving.process.reconfiguration` owns its protocol).
 
 On an event loop, on an aiohttp session: each takes the caller's session, whose trace configs see
 its requests (`loadgen.traced`: a request the server leaves unanswered counts towards a stall)

@@ -1,6 +1,8 @@
 """The vLLM server's endpoints the tuner asks besides the load, and what a request to one raises
 when it got no answer it could use. The paths are written here and nowhere else in the product
-(tests/unit/vllm_http/test_one_home.py holds that)."""
+(tests/unit/vllm_http/test_one_home.py holds that), but for the route the tuner's own plugin
+serves: the plugin runs in the server's Python, which may not have this package, so it spells
+`RECONFIGURE` itself and that test holds the two equal."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ MODELS = "/v1/models"
 METRICS = "/metrics"
 TOKENIZE = "/tokenize"
 RESET_PREFIX_CACHE = "/reset_prefix_cache"
+# Served only by the tuner's servers, whose plugin adds it (`serving.process.reconfiguration`).
+RECONFIGURE = "/autotune/reconfigure"
 
 # What a vLLM server needs in its environment to serve `POST /reset_prefix_cache`.
 RESET_ENDPOINT_ENV = {"VLLM_SERVER_DEV_MODE": "1"}

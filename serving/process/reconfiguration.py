@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from serving.process.entry.autotune_vllm_plugin.reconfigure import APPLIED, KNOBS, REFUSED, UNAVAILABLE, limit
-from serving.process.entry.autotune_vllm_plugin.route import PATH
 from serving.process.launch_spec import HOST
-from vllm_http import Unanswered, exchange
+from vllm_http import RECONFIGURE, Unanswered, exchange
 
 __all__ = ["KNOBS", "Reconfiguration", "reconfigure", "within_start"]
 
@@ -42,7 +41,9 @@ class Reconfiguration:
 def parse(status_code: int, body: bytes, seconds: float = 0.0) -> Reconfiguration:
     """The route's answer; anything but the utility's own reads as unavailable."""
     if status_code == 404:
-        return Reconfiguration(UNAVAILABLE, f"no {PATH} on this server (the tuner's plugin is off)", seconds=seconds)
+        return Reconfiguration(
+            UNAVAILABLE, f"no {RECONFIGURE} on this server (the tuner's plugin is off)", seconds=seconds
+        )
     try:
         answer = json.loads(body)
     except ValueError:
@@ -63,9 +64,9 @@ def reconfigure(port: int, knobs: Mapping[str, int | None], timeout_s: float = 3
     """POST the knobs (None: back to the start value) to the tuner's server on `port`."""
     t0 = time.monotonic()
     try:
-        status, body = exchange(HOST, port, "POST", PATH, json_body=dict(knobs), timeout_s=timeout_s)
+        status, body = exchange(HOST, port, "POST", RECONFIGURE, json_body=dict(knobs), timeout_s=timeout_s)
     except Unanswered as e:
-        return Reconfiguration(UNAVAILABLE, f"POST {PATH} failed: {e}", seconds=time.monotonic() - t0)
+        return Reconfiguration(UNAVAILABLE, f"POST {RECONFIGURE} failed: {e}", seconds=time.monotonic() - t0)
     return parse(status, body, time.monotonic() - t0)
 
 

@@ -1,6 +1,8 @@
 """The tuner's HTTP to a vLLM server besides the load has one home, `vllm_http`: no other product
 module writes one of its endpoints' paths as a URL path (docstrings, comments and messages that
-name an endpoint in words are not URLs)."""
+name an endpoint in words are not URLs). The one exception is the route the tuner's vLLM plugin
+serves: the plugin runs in the server's Python, which may not have `vllm_http`, so it spells the
+path once itself, equal to `vllm_http.RECONFIGURE`."""
 
 from __future__ import annotations
 
@@ -10,12 +12,18 @@ import tomllib
 
 import pytest
 
+import vllm_http
+from serving.process.entry.autotune_vllm_plugin import route
 from tests.support.paths import REPO
 
 HOME = "vllm_http"
 # A path at a string's start (`base_url + "/health"`, `f"{url}/health"`) or after a URL's host,
 # followed by nothing, a query or a deeper path: a URL, where "/health did not answer" is words.
-URL_PATH = re.compile(r"(?:^|//[^/\s]+)/(?:health|metrics|v1/models|tokenize|reset_prefix_cache)(?=$|[/?#])")
+URL_PATH = re.compile(
+    r"(?:^|//[^/\s]+)/(?:health|metrics|v1/models|tokenize|reset_prefix_cache|autotune/reconfigure)(?=$|[/?#])"
+)
+# The server's side of the tuner's own route: imported by path in the server's Python.
+PLUGIN_ROUTE = "serving/process/entry/autotune_vllm_plugin/route.py"
 
 
 def product_packages() -> list[str]:
@@ -58,6 +66,7 @@ def url_paths(source: str) -> list[tuple[int, str]]:
         'urlopen("http://127.0.0.1:8000/v1/models")',
         'PATH = "/reset_prefix_cache"',
         'url = base + "/tokenize?add_special_tokens=false"',
+        'exchange(host, port, "POST", "/autotune/reconfigure", json_body=knobs, timeout_s=30)',
         'async def f(url):\n    """GET /health."""\n    return await get(url + "/health")',
     ],
 )
@@ -76,6 +85,7 @@ def test_a_url_path_is_found(source):
         "x = 1  # POST /reset_prefix_cache",
         'PATHS = {"completions": "/v1/completions"}',
         'name = "/metrics_snapshot.json"',
+        'reason = "no /autotune/reconfigure route on this server"',
     ],
 )
 def test_words_that_name_an_endpoint_are_not_a_url_path(source):
@@ -90,10 +100,16 @@ def test_only_the_home_writes_the_servers_endpoints_as_urls():
         for package in packages
         for path in sorted((REPO / package).rglob("*.py"))
         for line, text in url_paths(path.read_text())
+        if (str(path.relative_to(REPO)), text) != (PLUGIN_ROUTE, vllm_http.RECONFIGURE)
     ]
     assert found == [], f"HTTP to a vLLM server outside {HOME}/: ask it through {HOME}'s facade"
 
 
 def test_the_home_writes_them():
     sources = "".join(path.read_text() for path in (REPO / HOME).rglob("*.py"))
-    assert len(url_paths(sources)) == 5  # one constant per endpoint: endpoints.py
+    assert len(url_paths(sources)) == 6  # one constant per endpoint: endpoints.py
+
+
+def test_the_plugin_serves_the_route_the_tuner_asks_and_spells_it_once():
+    assert route.PATH == vllm_http.RECONFIGURE
+    assert [text for _, text in url_paths((REPO / PLUGIN_ROUTE).read_text())] == [vllm_http.RECONFIGURE]

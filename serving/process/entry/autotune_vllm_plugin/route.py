@@ -26,6 +26,8 @@ from .reconfigure import APPLIED, METHOD, REFUSED, UNAVAILABLE
 
 SERVE = "vllm.entrypoints.serve"
 REGISTER = "register_vllm_serve_api_routers"
+# vllm_http.RECONFIGURE, spelt again: this module runs in the server's Python, which may not have
+# the tuner's packages (tests/unit/vllm_http/test_one_home.py holds the two equal).
 PATH = "/autotune/reconfigure"
 STATUS_CODES = {APPLIED: 200, REFUSED: 409, UNAVAILABLE: 501}
 
