@@ -1,15 +1,19 @@
 """argparse types for the command lines' numbers and URLs: a value out of range is refused by
-argparse itself, one line naming the flag, exit code 2, before anything runs."""
+argparse itself, one line naming the flag, exit code 2, before anything runs. And `Subcommands`,
+the type of what each command module's `register` is handed."""
 
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 Number = TypeVar("Number", int, float)
+
+if TYPE_CHECKING:
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _number(text: str, kind: Callable[[str], Number]) -> Number | None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from search.disk import DEFAULT_RUNS_DIR
 
 if TYPE_CHECKING:
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
 
 
 @dataclass(frozen=True)

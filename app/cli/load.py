@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
     from loadgen import GoodputSLO, LoadOptions, LoadResult, SessionReport, WorkloadSpec
     from search.scenario import Goodput, Scenario
 

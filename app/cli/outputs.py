@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli.arg_types import port_number
-from app.cli.common import add_study_target, finish_outputs, make_console, named_study, stored_study
+from app.cli.study_target import add_study_target, named_study, stored_study
+from app.cli.terminal import finish_outputs, make_console
 from search.disk import DEFAULT_RUNS_DIR
 
 if TYPE_CHECKING:
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
     from search.prepare import StudyOptions
 
 

@@ -7,10 +7,10 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.cli.common import make_console
+from app.cli.terminal import make_console
 
 if TYPE_CHECKING:
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli.arg_types import minutes, non_negative_int, positive_float, positive_int
-from app.cli.common import add_db_outage, add_study_target, finish_outputs, make_console, named_study, study_name
+from app.cli.study_target import add_db_outage, add_study_target, named_study, study_name
+from app.cli.terminal import finish_outputs, make_console
 from search.disk import DEFAULT_RUNS_DIR
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
     from app.parallel import SearchOptions
     from app.worker_options import WorkerOptions
     from app.workers import Slot

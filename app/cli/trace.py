@@ -14,7 +14,7 @@ from search.disk import DEFAULT_RUNS_DIR
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from app.cli.common import Subcommands
+    from app.cli.arg_types import Subcommands
     from app.parallel import SearchOptions
 
 OBJECTIVE_HELP = (
@@ -93,7 +93,7 @@ def _write_scenario(opts: FromTraceOptions, console: Console) -> Path:
 
 
 def _cmd_from_trace(args: argparse.Namespace) -> int:
-    from app.cli.common import make_console
+    from app.cli.terminal import make_console
 
     _write_scenario(from_trace_options(args), make_console())
     return 0
@@ -101,8 +101,8 @@ def _cmd_from_trace(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     """from-trace, then `autotune search` on the scenario written."""
-    from app.cli.common import make_console
     from app.cli.studies import run_search
+    from app.cli.terminal import make_console
 
     options = tune_options(args)
     _write_scenario(options.scenario, make_console())
@@ -150,7 +150,7 @@ def register_scenario(sub: Subcommands) -> None:
 
 
 def register_tune(sub: Subcommands) -> None:
-    from app.cli.common import DEFAULT_STORAGE_HELP, add_db_outage, study_name
+    from app.cli.study_target import DEFAULT_STORAGE_HELP, add_db_outage, study_name
 
     p = sub.add_parser(
         "tune",

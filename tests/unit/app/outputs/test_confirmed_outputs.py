@@ -248,7 +248,7 @@ def test_summary_lists_infeasible_candidates_with_their_worst_margin_and_failure
 
 
 def test_the_cli_finish_prints_the_verdict_and_why_no_best_yaml_was_written(none_feasible, tmp_path):
-    from app.cli.common import finish_outputs
+    from app.cli.terminal import finish_outputs
 
     out = io.StringIO()
     finish_outputs(Console(file=out, width=300, force_terminal=False), none_feasible[0], "loop", tmp_path)

@@ -1,5 +1,6 @@
-"""What several commands share: the console, the options that name a stored study, the database
-outage bound, and writing a study's outputs."""
+"""The options that name a stored study (scenario, model, storage, study name, runs directory)
+and the database outage bound, as every command that runs or reads a study takes them, and the
+stored study they name."""
 
 from __future__ import annotations
 
@@ -11,23 +12,9 @@ from app.cli.arg_types import non_negative_int
 from search.disk import DEFAULT_RUNS_DIR
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from search.prepare import StudyOptions
 
-    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]  # what `register` is handed
-
 DEFAULT_STORAGE_HELP = f"SQLAlchemy URL (default: sqlite:///{DEFAULT_RUNS_DIR}/autotune.db)"
-
-
-def make_console() -> Console:
-    """Rich's console; 160 columns when the output goes to a file or a pipe (rich would assume
-    80 and fold the summary's parameter column into fragments)."""
-    import sys
-
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def study_name(text: str) -> str:
@@ -103,10 +90,3 @@ def stored_study(opts: StudyOptions, whole_database: bool = False) -> tuple[str,
     hint = f"run `autotune search {opts.scenario}` first"
     existing_database_check(storage, hint) if whole_database else existing_study_check(storage, name, hint)
     return storage, name
-
-
-def finish_outputs(console: Console, storage_url: str, study_name: str, out_dir: Path) -> int:
-    from app.outputs import finish
-
-    finish(console, storage_url, study_name, out_dir)
-    return 0
