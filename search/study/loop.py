@@ -165,6 +165,7 @@ class StudyRunner:
         self._search_deadline: float | None = None  # where the search stops for the confirmation to fit
         self._pace = TrialPace(math.nan)  # a trial's length here: the plan's, then the measured one
         self._pace_said = math.nan  # the trial length the study last said
+        self._ran_before = 0  # the trials of `_pace` that an earlier run of the study measured
 
     def _recording(self) -> Recording:
         return Recording(self.context)
@@ -196,7 +197,8 @@ class StudyRunner:
                     spent = recording.spent(begun.record)
                     self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
-                    plan = self._planned(opened, spent if search else self.budget)
+                    ran_s = recording.ride(lambda: recording.trial_seconds(opened.record)) if search else ()
+                    plan = self._planned(opened, spent if search else self.budget, ran_s)
                     planned_at = time.monotonic()
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
@@ -268,10 +270,11 @@ class StudyRunner:
 
     # -- the plan and its cost -----------------------------------------------------------------
 
-    def _planned(self, opened: OpenedStudy, spent: int) -> StudyCost:
+    def _planned(self, opened: OpenedStudy, spent: int, ran_s: tuple[float, ...] = ()) -> StudyCost:
         """The study's plan on this machine, said before its first trial; within a wall-time
         budget, the trials that fit beside the confirmation (fewer than asked: said so). The plan
-        sets the search's deadline; the trials' own pace decides how many run before it."""
+        sets the search's deadline; the trials' own pace decides how many run before it. A study
+        resumed plans its trials at the mean length of those it ran (`ran_s`), not the model's."""
         cands = self.sc.confirmation.front + len(self.prep.baselines)
         runs = cands * self.confirm_runs
         cost = study_cost(
@@ -282,6 +285,13 @@ class StudyRunner:
             confirmation_runs=runs,
             gpu=opened.ctx.hardware.is_gpu,
         )
+        self._pace, self._ran_before = TrialPace(cost.trial_s, ran_s), len(ran_s)
+        if ran_s:
+            self.events.note(
+                f"a trial of this study took {self._pace.expected_s / 60:.1f} min on average over the {len(ran_s)} "
+                f"it ran (the model plans {cost.trial_s / 60:.1f}): the plan takes the measured length"
+            )
+            cost = replace(cost, trial_s=self._pace.expected_s)
         if self.opts.timeout_min:
             left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)
             if cost.trials_within(left_s) == 0 and cost.confirmation_runs and spent < self.budget:
@@ -309,7 +319,6 @@ class StudyRunner:
                     "the search goes on while the next trial fits at the pace its trials measure"
                 )
                 cost = replace(cost, trials=fit)
-        self._pace = TrialPace(cost.trial_s)
         self._pace_said = cost.trial_s
         for line in cost.lines():
             self.events.note(line)
@@ -323,10 +332,11 @@ class StudyRunner:
         what = {(True, True): "the search and the confirmation", (True, False): "the search"}.get(
             (search, self.confirm_runs > 0), "the confirmation"
         )
-        trials = self._pace.measured_s
+        trials = self._pace.measured_s[self._ran_before :]  # this run's
+        mean = sum(trials) / len(trials) if trials else math.nan
         per_trial = (
-            f"; a trial: planned {plan.trial_s / 60:.1f} min, {len(trials)} took {self._pace.expected_s / 60:.1f} "
-            f"min on average ({self._pace.expected_s / plan.trial_s - 1:+.0%})"
+            f"; a trial: planned {plan.trial_s / 60:.1f} min, {len(trials)} took {mean / 60:.1f} "
+            f"min on average ({mean / plan.trial_s - 1:+.0%})"
             if trials and plan.trial_s > 0
             else ""
         )

@@ -227,3 +227,40 @@ def test_a_dry_run_with_workers_plans_and_starts_no_worker(tmp_path, monkeypatch
     )
     assert rc == 0
     assert "98 requests a stage" in capsys.readouterr().out
+
+
+def test_a_resumed_study_plans_its_trials_at_the_length_of_those_it_ran(tmp_path, monkeypatch):
+    """Two trials stored at 3 min each where the model plans 0.9: resumed within 10 minutes, the
+    plan takes the measured 3 min, so 3 more trials fit, not the model's 11 (4 asked for)."""
+    import datetime
+
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from storage import queries
+    from storage.tables import TrialRecord
+
+    first = ScriptedExecutor()
+    first.script = staged(first)
+    done = runner(tmp_path, first, scenario=SCENARIO, trials=2, calibrate=CAL)
+    done.run()
+    with Session(queries.open_db(done.prep.storage_url)) as session:
+        for row in session.scalars(select(TrialRecord)):
+            row.started_at = row.finished_at - datetime.timedelta(minutes=3)
+        session.commit()
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
+
+    def three_minutes(plan):
+        clock.now += 180
+
+    events, executor = Recorder(), ScriptedExecutor(before=three_minutes)
+    executor.script = staged(executor)
+    runner(tmp_path, executor, scenario=SCENARIO, trials=6, timeout_min=10.0, calibrate=CAL, observers=[events]).run()
+    said = next(n for n in events.notes if n.startswith("a trial of this study took"))
+    assert said == "a trial of this study took 3.0 min on average over the 2 it ran (the model plans 0.9): " + (
+        "the plan takes the measured length"
+    )
+    assert any(n.startswith("the budget of 10 min fits 3 more trials") for n in events.notes)
+    assert any(n.startswith("plan: a trial about 3.0 min; 3 trials") for n in events.notes)
+    assert len(executor.plans) == 3
