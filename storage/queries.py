@@ -332,6 +332,12 @@ def server_starts(session: Session, study: StudyRecord) -> int:
     return sum(row.counts_against_budget for row in trial_records(session, study))
 
 
+def trial_seconds(session: Session, study: StudyRecord) -> tuple[float, ...]:
+    """How long each trial that cost a server start took, start to record, in trial order."""
+    rows = trial_records(session, study)
+    return tuple((r.finished_at - r.started_at).total_seconds() for r in rows if r.counts_against_budget)
+
+
 def trial_records(session: Session, study: StudyRecord) -> list[TrialRecord]:
     return list(
         session.scalars(select(TrialRecord).where(TrialRecord.study_id == study.id).order_by(TrialRecord.trial_number))

@@ -65,6 +65,13 @@ class TrialPace:
         """NaN while nothing is measured and the plan could not size a trial (a closed loop)."""
         return sum(self.measured_s) / len(self.measured_s) if self.measured_s else self.planned_s
 
+    def resumed_text(self) -> str:
+        """What a resumed study says of the trials it already ran, which its plan then takes."""
+        return (
+            f"a trial of this study took {self.expected_s / 60:.1f} min on average over the {len(self.measured_s)} "
+            f"it ran (the model plans {self.planned_s / 60:.1f}): the plan takes the measured length"
+        )
+
     def fits(self, left_s: float) -> bool:
         """Whether one more trial is expected to end within `left_s` seconds."""
         return left_s > 0 and not self.expected_s > left_s

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from search.calibration import CalibrationResult
 from search.executor import Measurement
 from search.prepare import Prepared, StudyOptions
-from search.study.cost import study_cost
-from storage.queries import existing_engine, find_study
+from search.study.cost import TrialPace, study_cost
+from storage.queries import existing_engine, find_study, trial_seconds
 from storage.url import redacted
 
 
@@ -29,6 +29,16 @@ def stored_calibration(storage_url: str, study_name: str) -> CalibrationResult |
             return (
                 CalibrationResult.from_dict(stored.calibration) if stored is not None and stored.calibration else None
             )
+
+
+def stored_trial_seconds(storage_url: str, study_name: str) -> tuple[float, ...]:
+    """How long each stored trial of the study that cost a server start took; creates nothing."""
+    with existing_engine(storage_url) as engine:
+        if engine is None:
+            return ()
+        with Session(engine) as session:
+            stored = find_study(session, study_name)
+            return trial_seconds(session, stored) if stored is not None else ()
 
 
 def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
@@ -47,16 +57,22 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         ]
     runs = sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
     full = Measurement.of(sc, cal)
+    ran_s = stored_trial_seconds(prep.storage_url, prep.study_name)  # a resumed study plans what is left
     cost = study_cost(
         full.screened(sc.screening),
         full,
         cal,
-        trials=opts.trials or sc.default_trials,
+        trials=max((opts.trials or sc.default_trials) - len(ran_s), 0),
         confirmation_runs=(sc.confirmation.front + len(prep.baselines)) * runs,
         gpu=prep.ctx.hardware.is_gpu,
     )
     source = f"study {prep.study_name!r}'s stored calibration" if cal is not None else "the scenario's own rates"
-    lines = [f"from {source}:", *cost.lines()]
+    lines = [f"from {source}:"]
+    if ran_s:  # as the study, resumed, plans its trials
+        pace = TrialPace(cost.trial_s, ran_s)
+        lines.append(pace.resumed_text())
+        cost = replace(cost, trial_s=pace.expected_s)
+    lines += cost.lines()
     if opts.timeout_min:
         budget_s = opts.timeout_min * 60
         if cost.confirmation_runs and cost.trials_within(budget_s) == 0:  # as the study decides it

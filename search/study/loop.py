@@ -287,10 +287,7 @@ class StudyRunner:
         )
         self._pace, self._ran_before = TrialPace(cost.trial_s, ran_s), len(ran_s)
         if ran_s:
-            self.events.note(
-                f"a trial of this study took {self._pace.expected_s / 60:.1f} min on average over the {len(ran_s)} "
-                f"it ran (the model plans {cost.trial_s / 60:.1f}): the plan takes the measured length"
-            )
+            self.events.note(self._pace.resumed_text())
             cost = replace(cost, trial_s=self._pace.expected_s)
         if self.opts.timeout_min:
             left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)

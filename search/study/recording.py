@@ -88,9 +88,7 @@ class Recording:
         return queries.server_starts(self.session, rec)
 
     def trial_seconds(self, rec: StudyRecord) -> tuple[float, ...]:
-        """How long each trial that started a server took, start to record, in trial order."""
-        rows = queries.trial_records(self.session, rec)
-        return tuple((r.finished_at - r.started_at).total_seconds() for r in rows if r.counts_against_budget)
+        return queries.trial_seconds(self.session, rec)
 
     def earlier_run(self, rec: StudyRecord, fingerprint: str) -> TrialRecord | None:
         return self.ride(lambda: queries.earlier_run_of(self.session, rec, fingerprint))

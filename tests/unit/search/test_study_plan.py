@@ -5,10 +5,14 @@ a wall-time budget turned into the trials that fit."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 import search.study.loop
 from search.executor import Measurement
@@ -16,6 +20,8 @@ from search.prepare import StudyOptions, prepare
 from search.scenario import load
 from search.study.cost import PASS_SHARE, START_STOP_S, study_cost
 from search.study.dry_run import plan_lines
+from storage import queries
+from storage.tables import TrialRecord
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedCalibration, ScriptedExecutor, staged
@@ -59,21 +65,35 @@ def test_the_dry_run_plans_from_the_stored_calibration_and_starts_nothing(tmp_pa
     calibrate, executor = ScriptedCalibration(capacity_rps=8.0), ScriptedExecutor()
     executor.script = staged(executor)
     runner(tmp_path, executor, scenario=SCENARIO, trials=1, calibrate=calibrate).run()
+    stored_trials_took(tmp_path / "loop.db", minutes=3)
     after = plan_lines(prepare(opts, ctx=ctx()), opts)
     assert calibrate.calls == 1
     assert after[0] == "from study 'loop''s stored calibration:"
-    assert "target stage: 98 requests at 4 req/s, about 25 s" in after
-    assert after[-1].startswith("plan: a trial about") and "4 trials" in after[-1]
-    # Within a budget, what the study would decide: the trials that fit, and whether the confirmation does.
-    budgeted = dataclasses.replace(opts, timeout_min=2.0, confirm_runs=0)
-    assert plan_lines(prepare(budgeted, ctx=ctx()), budgeted)[-1].startswith(
-        "within the budget of 2 min: 2 trials at the plan's pace; the search goes on while"
+    # As the study resumed would plan: its trials at the length of the one it ran, the 3 left of 4.
+    assert after[1] == (
+        "a trial of this study took 3.0 min on average over the 1 it ran (the model plans 0.9): "
+        "the plan takes the measured length"
     )
-    budgeted = dataclasses.replace(opts, timeout_min=2.0, confirm_runs=3)
+    assert "target stage: 98 requests at 4 req/s, about 25 s" in after
+    assert after[-1].startswith("plan: a trial about 3.0 min; 3 trials")
+    # Within a budget, what the study would decide: the trials that fit, and whether the confirmation does.
+    budgeted = dataclasses.replace(opts, timeout_min=7.0, confirm_runs=0)
+    assert plan_lines(prepare(budgeted, ctx=ctx()), budgeted)[-1].startswith(
+        "within the budget of 7 min: 2 trials at the plan's pace; the search goes on while"
+    )
+    budgeted = dataclasses.replace(opts, timeout_min=7.0, confirm_runs=3)
     assert (
         "2 trials at the plan's pace; the confirmation does not fit beside a trial"
         in (plan_lines(prepare(budgeted, ctx=ctx()), budgeted)[-1])
     )
+
+
+def stored_trials_took(db: Path, *, minutes: float) -> None:
+    """Each stored trial's start set `minutes` before its end: trials that took that long."""
+    with Session(queries.open_db(f"sqlite:///{db}")) as session:
+        for row in session.scalars(select(TrialRecord)):
+            row.started_at = row.finished_at - datetime.timedelta(minutes=minutes)
+        session.commit()
 
 
 def planned_trial_s() -> float:
@@ -232,22 +252,11 @@ def test_a_dry_run_with_workers_plans_and_starts_no_worker(tmp_path, monkeypatch
 def test_a_resumed_study_plans_its_trials_at_the_length_of_those_it_ran(tmp_path, monkeypatch):
     """Two trials stored at 3 min each where the model plans 0.9: resumed within 10 minutes, the
     plan takes the measured 3 min, so 3 more trials fit, not the model's 11 (4 asked for)."""
-    import datetime
-
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
-
-    from storage import queries
-    from storage.tables import TrialRecord
-
     first = ScriptedExecutor()
     first.script = staged(first)
     done = runner(tmp_path, first, scenario=SCENARIO, trials=2, calibrate=CAL)
     done.run()
-    with Session(queries.open_db(done.prep.storage_url)) as session:
-        for row in session.scalars(select(TrialRecord)):
-            row.started_at = row.finished_at - datetime.timedelta(minutes=3)
-        session.commit()
+    stored_trials_took(tmp_path / "loop.db", minutes=3)
     clock = SimpleNamespace(now=1000.0)
     monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
 
