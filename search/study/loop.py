@@ -330,7 +330,7 @@ class StudyRunner:
             (search, self.confirm_runs > 0), "the confirmation"
         )
         trials = self._pace.measured_s[self._ran_before :]  # this run's
-        mean = sum(trials) / len(trials) if trials else math.nan
+        mean = TrialPace(math.nan, trials).expected_s
         per_trial = (
             f"; a trial: planned {plan.trial_s / 60:.1f} min, {len(trials)} took {mean / 60:.1f} "
             f"min on average ({mean / plan.trial_s - 1:+.0%})"
