@@ -25,7 +25,7 @@ import numpy as np
 from loadgen import ArrivalSpec, GoodputSLO, MetricName, WorkloadSpec
 from objectives import statistics as st
 from objectives.scoring import SLOSpec
-from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, unloaded_reference
+from search.scenario import Calibration, RelativeThreshold, Scenario, Threshold, goodput_reference, unloaded_reference
 
 # A class's TPOT reference needs at least this share of its streams timed (`decode_timed`).
 MIN_TIMED_SHARE = 0.5
@@ -122,23 +122,19 @@ def saturation_workload(workload: WorkloadSpec, settings: Calibration | None = N
     return closed_workload(workload, settings.saturation_concurrency, settings.saturation_requests, warmup=4)
 
 
-def _goodput_reference(field: str) -> str:
-    return f"{field.split('_')[0]}_median_ms"
-
-
 def references(scenario: Scenario) -> set[str]:
     """The unloaded medians the scenario's relative bounds multiply."""
     # A relative bound is only allowed where there is a reference (`search.scenario`'s SLO check).
     refs = {
         ref
         for s in scenario.slos
-        if isinstance(s.bound, RelativeThreshold) and (ref := unloaded_reference(s.metric)) is not None
+        if isinstance(s.bound, RelativeThreshold) and (ref := unloaded_reference(s.metric, s.bound.of)) is not None
     }
     if scenario.goodput is not None:
         refs |= {
-            _goodput_reference(f)
+            goodput_reference(f, bound.of)
             for f in ("ttft_ms", "tpot_ms", "e2el_ms")
-            if isinstance(getattr(scenario.goodput, f), RelativeThreshold)
+            if isinstance(bound := getattr(scenario.goodput, f), RelativeThreshold)
         }
     return refs
 
@@ -172,12 +168,13 @@ def problems(scenario: Scenario, cal: CalibrationResult) -> list[str]:
     return found
 
 
-def resolve_threshold(metric: str, value: Threshold, cal: CalibrationResult | None) -> float:
+def resolve_threshold(ref: str | None, value: Threshold, cal: CalibrationResult | None) -> float:
+    """`value` in the metric's unit: a number as it is, a relative bound times the unloaded median
+    `ref` (`unloaded_reference`, `goodput_reference`)."""
     if not isinstance(value, RelativeThreshold):
         return float(value)
-    ref = unloaded_reference(metric)
     if ref is None or cal is None or (reference := cal.unloaded.get(ref)) is None:
-        raise ValueError(f"{metric}: a relative bound needs the calibration's {ref}")
+        raise ValueError(f"a relative bound needs the calibration's {ref}")
     return value.x_unloaded * reference
 
 
@@ -191,14 +188,15 @@ def resolve(scenario: Scenario, cal: CalibrationResult | None) -> tuple[Workload
     slos = []
     for slo in scenario.slos:
         side = "max" if slo.max is not None else "min"
-        slos.append(SLOSpec(metric=slo.metric, **{side: resolve_threshold(slo.metric, slo.bound, cal)}))
+        ref = unloaded_reference(slo.metric, slo.bound.of) if isinstance(slo.bound, RelativeThreshold) else None
+        slos.append(SLOSpec(metric=slo.metric, **{side: resolve_threshold(ref, slo.bound, cal)}))
     goodput = None
     if scenario.goodput is not None:
         goodput = GoodputSLO(
             **{
-                f: resolve_threshold(_goodput_reference(f), getattr(scenario.goodput, f), cal)
+                f: resolve_threshold(goodput_reference(f, getattr(bound, "of", None)), bound, cal)
                 for f in ("ttft_ms", "tpot_ms", "e2el_ms")
-                if getattr(scenario.goodput, f) is not None
+                if (bound := getattr(scenario.goodput, f)) is not None
             }
         )
     return workload, slos, goodput

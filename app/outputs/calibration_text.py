@@ -7,7 +7,7 @@ from __future__ import annotations
 from app.outputs.format import fmt_interval, fmt_percent, fmt_value
 from objectives import statistics as st
 from search.calibration import CalibrationResult
-from search.scenario import RelativeThreshold, Scenario, unloaded_reference
+from search.scenario import RelativeThreshold, Scenario, goodput_reference, unloaded_reference
 
 
 def _moves(spread: st.Interval) -> str:
@@ -41,13 +41,16 @@ def calibration_lines(scenario: Scenario, cal: CalibrationResult | None) -> list
     lines = [_reference_line("capacity", cal.spread(), cal.capacity_rps, "req/s", rounds, cal.cv(), depends)]
     bounds: dict[str, list[str]] = {}
     for slo in scenario.slos:
-        if isinstance(slo.bound, RelativeThreshold) and (ref := unloaded_reference(slo.metric)) is not None:
+        if (
+            isinstance(slo.bound, RelativeThreshold)
+            and (ref := unloaded_reference(slo.metric, slo.bound.of)) is not None
+        ):
             bounds.setdefault(ref, []).append(f"{slo.metric} <= {fmt_value(slo.bound.x_unloaded)}x")
     if scenario.goodput is not None:
         for name in ("ttft_ms", "tpot_ms", "e2el_ms"):
             bound = getattr(scenario.goodput, name)
             if isinstance(bound, RelativeThreshold):
-                bounds.setdefault(f"{name.split('_')[0]}_median_ms", []).append(
+                bounds.setdefault(goodput_reference(name, bound.of), []).append(
                     f"goodput {name} <= {fmt_value(bound.x_unloaded)}x"
                 )
     untimed = cal.untimed_classes()

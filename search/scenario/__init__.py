@@ -34,6 +34,7 @@ from search.scenario.sections import (
     Threshold,
     VerdictSection,
     deployment_differences,
+    goodput_reference,
     unloaded_reference,
 )
 
@@ -61,6 +62,7 @@ __all__ = [
     "deployment_differences",
     "digest",
     "flat_objective_warnings",
+    "goodput_reference",
     "is_safe_name",
     "load",
     "parse",

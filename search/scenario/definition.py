@@ -104,7 +104,21 @@ class Scenario(Strict):
                 validate_metric_names([metric], self.workload.class_names)
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None
+        self._relative_classes()
         return self
+
+    def _relative_classes(self) -> None:
+        """A relative bound's `of` names a request class of the workload."""
+        bounds = [(f"slos.{i}.{'max' if s.max is not None else 'min'}", s.bound) for i, s in enumerate(self.slos)]
+        if self.goodput is not None:
+            bounds += [(f"goodput.{f}", getattr(self.goodput, f)) for f in ("ttft_ms", "tpot_ms", "e2el_ms")]
+        classes = self.workload.class_names
+        for where, bound in bounds:
+            if isinstance(bound, RelativeThreshold) and bound.of is not None and bound.of not in classes:
+                raise ValueError(
+                    f"{where}.of: {bound.of!r} is not a request class of the workload; classes: "
+                    f"{', '.join(classes) or 'none (the workload has no classes)'}"
+                )
 
     @model_validator(mode="after")
     def _error_rate_bound(self) -> Scenario:

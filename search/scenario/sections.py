@@ -19,20 +19,35 @@ class Strict(BaseModel):
 
 
 class RelativeThreshold(Strict):
-    """A latency bound as a multiple of the same metric's median on an idle baseline server."""
+    """A latency bound as a multiple of an unloaded median the calibration measures: the same
+    metric family's, over the same request class, or over the class `of` names.
+
+    `of` anchors a class's bound on the work it waits behind. A short request's TTFT under load is
+    mostly the long prefills in front of it, which scale with the machine's compute; its own
+    unloaded TTFT is mostly fixed per-request work, which does not. A bound on the short class's
+    own median is therefore tighter on a slower machine; one on the long class's is the same
+    (docs/scenarios.md, "Relative bounds")."""
 
     x_unloaded: float = Field(gt=0)
+    of: str | None = None
 
 
 Threshold = float | RelativeThreshold
 
 
-def unloaded_reference(metric: str) -> str | None:
-    """The calibration metric a relative bound multiplies: the median of the same family/class."""
+def unloaded_reference(metric: str, of: str | None = None) -> str | None:
+    """The calibration metric a relative bound on `metric` multiplies: the median of the same
+    family, over the metric's own class or over class `of`; None for a metric that is no latency
+    statistic."""
     name = MetricName.parse(metric)
     if name.statistic not in ("mean", "median") and name.quantile is None:
         return None
-    return str(MetricName(f"{name.family}_median_ms", name.cls))
+    return str(MetricName(f"{name.family}_median_ms", of or name.cls))
+
+
+def goodput_reference(field: str, of: str | None = None) -> str:
+    """The calibration metric a relative goodput bound (`ttft_ms`, `tpot_ms`, `e2el_ms`) multiplies."""
+    return str(MetricName(f"{field.split('_')[0]}_median_ms", of))
 
 
 def _relative_only_on_latency(slo: SLOSpec[Threshold]) -> SLOSpec[Threshold]:

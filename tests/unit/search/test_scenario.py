@@ -78,6 +78,10 @@ def test_own_scenario_file_by_path(tmp_path):
             ("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: {x_unloaded: 2}}"),
             r"x_unloaded applies to latency metrics",
         ),
+        (
+            ("{metric: ttft_p95_ms, max: {x_unloaded: 4}}", "{metric: ttft_p95_ms, max: {x_unloaded: 4, of: long}}"),
+            r"slos.0.max.of: 'long' is not a request class of the workload; classes: default",
+        ),
         # the scoring's own rules, checked when the file is read rather than when the study scores
         (
             ("{metric: error_rate, max: 0.01}", "{metric: error_rate, max: 0}"),
@@ -159,6 +163,7 @@ def test_relative_numbers_resolve_against_the_calibration():
     cal = calibration.CalibrationResult(
         unloaded={
             "ttft_median_ms@short": 50.0,
+            "ttft_median_ms@long": 700.0,
             "ttft_median_ms": 80.0,
             "tpot_median_ms": 10.0,
             "tpot_median_ms@short": 9.0,
@@ -173,8 +178,9 @@ def test_relative_numbers_resolve_against_the_calibration():
     assert workload.arrival.capacity_fraction is None
     bounds = {s.metric: s.max for s in slos}
     factor = {s.metric: s.max.x_unloaded for s in sc.slos if hasattr(s.max, "x_unloaded")}
-    # a per-class SLO multiplies that class's unloaded median (50), not the overall one (80)
-    assert bounds["ttft_p95_ms@short"] == pytest.approx(factor["ttft_p95_ms@short"] * 50.0)
+    # the short class's TTFT bound multiplies the unloaded median of the class it names (`of:
+    # long`, 700), the prefill it waits behind, not its own (50) nor the overall one (80)
+    assert bounds["ttft_p95_ms@short"] == pytest.approx(factor["ttft_p95_ms@short"] * 700.0)
     assert bounds["tpot_p95_ms"] == pytest.approx(factor["tpot_p95_ms"] * 10.0)
     assert bounds["error_rate"] == 0.01
     assert goodput.ttft_ms == pytest.approx(8 * 80.0) and goodput.tpot_ms == pytest.approx(8 * 10.0)
