@@ -29,7 +29,7 @@ meet the target and search their capacity (several times the length of a miss, w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loadgen import MetricName, WorkloadSpec
 from objectives.stages import StageSize
@@ -121,6 +121,18 @@ class StudyCost:
             return self.trials
         return max(0, math.floor((budget_s - self.confirmation_s) / self.trial_s))
 
+    def within(self, budget_s: float) -> BudgetedPlan:
+        """The plan a wall-time budget of `budget_s` leaves: the trials that fit beside the
+        confirmation. A confirmation with nothing screened to confirm is no study: where it does
+        not fit beside a single trial, the budget goes to the search, and the confirmation can
+        follow later with a budget of its own."""
+        cost = self
+        dropped = bool(cost.confirmation_runs) and cost.trials > 0 and cost.trials_within(budget_s) == 0
+        if dropped:
+            cost = replace(cost, confirmation_runs=0)
+        fit = min(cost.trials, cost.trials_within(budget_s))
+        return BudgetedPlan(replace(cost, trials=fit), asked=self.trials, confirmation_dropped=dropped)
+
     def lines(self) -> list[str]:
         out = []
         if self.capacity_rps:
@@ -144,6 +156,19 @@ class StudyCost:
             f"{self.total_s / 60:.0f} min"
         )
         return out
+
+
+@dataclass(frozen=True)
+class BudgetedPlan:
+    """A plan within a wall-time budget (`StudyCost.within`)."""
+
+    cost: StudyCost  # its trials: those that fit; its confirmation runs: none where dropped
+    asked: int  # the trials the plan had before the budget
+    confirmation_dropped: bool
+
+    @property
+    def trimmed(self) -> bool:
+        return self.cost.trials < self.asked
 
 
 def _drain_s(cal: CalibrationResult | None, workload: WorkloadSpec) -> float:

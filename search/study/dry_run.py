@@ -74,15 +74,13 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         cost = replace(cost, trial_s=pace.expected_s)
     lines += cost.lines()
     if opts.timeout_min:
-        budget_s = opts.timeout_min * 60
-        if cost.confirmation_runs and cost.trials_within(budget_s) == 0:  # as the study decides it
-            cost = replace(cost, confirmation_runs=0)
+        budgeted = cost.within(opts.timeout_min * 60)  # as the study decides it
+        if budgeted.confirmation_dropped:
             beside = "; the confirmation does not fit beside a trial (`autotune confirm` runs it later)"
         else:
-            beside = " and the confirmation" if cost.confirmation_runs else ""
-        fit = min(cost.trials, cost.trials_within(budget_s))
+            beside = " and the confirmation" if budgeted.cost.confirmation_runs else ""
         lines.append(
-            f"within the budget of {opts.timeout_min:g} min: {fit} trials at the plan's pace{beside}; the search "
-            "goes on while the next trial fits at the pace its trials measure"
+            f"within the budget of {opts.timeout_min:g} min: {budgeted.cost.trials} trials at the plan's pace{beside}; "
+            "the search goes on while the next trial fits at the pace its trials measure"
         )
     return lines

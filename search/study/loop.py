@@ -291,31 +291,28 @@ class StudyRunner:
             cost = replace(cost, trial_s=self._pace.expected_s)
         if self.opts.timeout_min:
             left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)
-            if cost.trials_within(left_s) == 0 and cost.confirmation_runs and spent < self.budget:
-                # A confirmation with nothing screened to confirm is no study: the budget goes to the
-                # search, and the confirmation can follow later with its own budget.
+            budgeted = cost.within(left_s)
+            if budgeted.confirmation_dropped:
                 self.events.note(
                     f"the budget of {self.opts.timeout_min:g} min does not fit the confirmation (about "
                     f"{cost.confirmation_s / 60:.0f} min) beside a single trial: no confirmation in this run; "
                     f"`autotune confirm {self.opts.scenario} --study {self.study.study_name}` runs it on what the search found"
                 )
                 self.confirm_runs = 0
-                cost = replace(cost, confirmation_runs=0)
-            reserve = cost.confirmation_s if math.isfinite(cost.confirmation_s) else 0.0
+            reserve = budgeted.cost.confirmation_s if math.isfinite(budgeted.cost.confirmation_s) else 0.0
             self._search_deadline = time.monotonic() + left_s - reserve
-            fit = cost.trials_within(left_s)
-            if fit < cost.trials:
+            if budgeted.trimmed:
                 beside = (
-                    f"and the confirmation (about {cost.confirmation_s / 60:.0f} min)"
-                    if cost.confirmation_runs
+                    f"and the confirmation (about {budgeted.cost.confirmation_s / 60:.0f} min)"
+                    if budgeted.cost.confirmation_runs
                     else "(no confirmation in this run)"
                 )
                 self.events.note(
-                    f"the budget of {self.opts.timeout_min:g} min fits {fit} more trials {beside} at the plan's "
-                    f"{cost.trial_s / 60:.1f} min a trial: about {spent + fit} trials instead of {self.budget}; "
-                    "the search goes on while the next trial fits at the pace its trials measure"
+                    f"the budget of {self.opts.timeout_min:g} min fits {budgeted.cost.trials} more trials {beside} "
+                    f"at the plan's {cost.trial_s / 60:.1f} min a trial: about {spent + budgeted.cost.trials} trials "
+                    f"instead of {self.budget}; the search goes on while the next trial fits at the pace its trials measure"
                 )
-                cost = replace(cost, trials=fit)
+            cost = budgeted.cost
         self._pace_said = cost.trial_s
         for line in cost.lines():
             self.events.note(line)

@@ -18,7 +18,7 @@ import search.study.loop
 from search.executor import Measurement
 from search.prepare import StudyOptions, prepare
 from search.scenario import load
-from search.study.cost import PASS_SHARE, START_STOP_S, study_cost
+from search.study.cost import PASS_SHARE, START_STOP_S, StudyCost, study_cost
 from search.study.dry_run import plan_lines
 from storage import queries
 from storage.tables import TrialRecord
@@ -273,3 +273,20 @@ def test_a_resumed_study_plans_its_trials_at_the_length_of_those_it_ran(tmp_path
     assert any(n.startswith("the budget of 10 min fits 3 more trials") for n in events.notes)
     assert any(n.startswith("plan: a trial about 3.0 min; 3 trials") for n in events.notes)
     assert len(executor.plans) == 3
+
+
+@pytest.mark.parametrize(
+    "trials, budget_min, fit, confirmed, dropped",
+    [
+        (10, 20.0, 5, 3, False),  # 15 min of confirmation leaves 5 trials of 1 min
+        (10, 40.0, 10, 3, False),  # all asked fit: nothing trimmed
+        (10, 12.0, 10, 0, True),  # no trial fits beside the confirmation: the search takes the budget
+        (0, 12.0, 0, 3, False),  # no trial left: the confirmation is the study, kept
+    ],
+)
+def test_a_budget_decides_the_trials_and_whether_the_confirmation_runs(trials, budget_min, fit, confirmed, dropped):
+    """The one budget decision the study and its dry run both make (`StudyCost.within`)."""
+    cost = StudyCost(None, None, None, None, trial_s=60.0, confirmation_run_s=300.0, confirmation_runs=3, trials=trials)
+    budgeted = cost.within(budget_min * 60)
+    assert (budgeted.cost.trials, budgeted.cost.confirmation_runs) == (fit, confirmed)
+    assert budgeted.confirmation_dropped is dropped and budgeted.trimmed is (fit < trials)
