@@ -31,6 +31,7 @@ from search.executor import Measurement, TrialExecutor, plan_trial
 from search.prepare import Prepared
 from search.scenario import Scenario
 from search.study import verdict as verdict_mod
+from search.study.cost import ConfirmationRunCost
 from search.study.events import (
     ConfirmationFinished,
     ConfirmationRunRecorded,
@@ -254,26 +255,34 @@ def estimate_s(
     rows: dict[int, TrialRecord],
     full: Measurement,
     screened: Measurement,
-    planned_run_s: float | None = None,
+    run_cost: ConfirmationRunCost | None = None,
 ) -> float | None:
     """One run of each candidate, from its search trial's time: its load part scaled from the
     screening measurement to the full one (stages cut short by an early abort stay short), and at
-    least the study's planned confirmation run (`planned_run_s`, `search.study.cost`): a candidate
-    cut short at the target in the search searches its capacity down in its confirmation runs, at
-    lower rates, in stages that run on near its bound."""
+    least the study's plan of a run for where that trial left its capacity (`run_cost`,
+    `search.study.cost`): a candidate cut short at the target in the search searches its capacity
+    down in its confirmation runs, at lower rates, in stages that run on near its bound."""
     if not cands:
         return 0.0
     full_s, short_s = full.planned_s(), screened.planned_s()
     scale = full_s / short_s if full_s and short_s else 1.0
-    floor = planned_run_s if planned_run_s is not None and math.isfinite(planned_run_s) else 0.0
     total = 0.0
     for c in cands:
-        t = trial_results.timings_of(rows[c.trial_number])
+        row = rows[c.trial_number]
+        t = trial_results.timings_of(row)
         if t.total_s is None:
             return None
         load = t.load_s or 0.0
-        total += max(t.total_s - load + load * scale, floor)
+        total += max(t.total_s - load + load * scale, _planned_run_s(row, run_cost))
     return total
+
+
+def _planned_run_s(row: TrialRecord, run_cost: ConfirmationRunCost | None) -> float:
+    if run_cost is None:
+        return 0.0
+    cap = trial_results.capacity_of(row)
+    planned = run_cost.seconds(cap.low, cap.high) if cap is not None else run_cost.seconds()
+    return planned if math.isfinite(planned) else 0.0
 
 
 def upfront_estimate_s(n_candidates: int, runs: int, full: Measurement) -> float | None:
@@ -391,12 +400,12 @@ def confirm(
     opened: OpenedStudy,
     confirm_runs: int,
     make_executor: Callable[[LaunchContext, Measurement], TrialExecutor],
-    planned_run_s: float | None = None,
+    run_cost: ConfirmationRunCost | None = None,
 ) -> verdict_mod.Verdict | None:
     """The confirmation phase after the search: its candidates (none: skipped, said why), the plan
     that pools their runs' requests, and `ConfirmationPhase` run on a fresh executor for that
-    measurement. `planned_run_s`: the study's plan of one confirmation run, the least its
-    estimate takes for one (`estimate_s`)."""
+    measurement. `run_cost`: the study's plan of a confirmation run, the least its estimate takes
+    for each candidate (`estimate_s`)."""
     context = recording.context
     prep = context.prep
     rows = recording.ride(lambda: recording.rows(opened.record))
@@ -407,7 +416,7 @@ def confirm(
             f"nor came within {NEAR_MISS:.0%} of them"
         )
         return None
-    per_run = recording.ride(lambda: estimate_s(cands, rows, opened.full, opened.screened, planned_run_s))
+    per_run = recording.ride(lambda: estimate_s(cands, rows, opened.full, opened.screened, run_cost))
     pool = pooled_plan(
         verdict_mod.measured_metrics(prep.scenario),
         opened.full,
@@ -416,5 +425,5 @@ def confirm(
         len(cands),
     )
     phase = ConfirmationPhase(recording, opened, make_executor(opened.ctx, pool.measurement), pool)
-    estimate = recording.ride(lambda: estimate_s(cands, rows, pool.measurement, opened.screened, planned_run_s))
+    estimate = recording.ride(lambda: estimate_s(cands, rows, pool.measurement, opened.screened, run_cost))
     return phase.run(cands, notes, estimate)

@@ -14,11 +14,12 @@ serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 
   for the share of trials expected to pass the target (`PASS_SHARE`), `SEARCH_STAGES` capacity
   stages at the geometric mean of the target rate and the calibrated saturation throughput
   (where the capacity searches of a passing configuration go);
-* a confirmation run: the same with the target stage in full and `CONFIRM_STAGES` capacity stages
-  at the target rate, each halfway from its planned requests to its cap: the confirmed
-  candidates' capacities lie near the target (the pick just above it, the baselines often
-  below), where the stages that bracket a capacity stay undecided and run on, while a clear
-  miss stops early, and a search down runs at rates below the target.
+* a confirmation run: the same with the target stage in full and capacity stages each halfway
+  from its planned requests to its cap (near a bound they stay undecided and run on, while a
+  clear miss stops early). Before the search, `CONFIRM_STAGES` of them at the target rate; once
+  the candidates are known, at the rates their searches left them (`ConfirmationRunCost`): near
+  a bracket found, or, for a candidate that missed at the target, every stage down toward the
+  search's floor.
 
 The constants come from measured studies (docs/results.md, "Study plans"); the study prints what
 its plan said beside what it took, so a machine the model misjudges shows it. Once trials have run,
@@ -76,6 +77,22 @@ class TrialPace:
         """Whether one more trial is expected to end within `left_s` seconds."""
         return left_s > 0 and not self.expected_s > left_s
 
+    def trials_within(self, left_s: float) -> int:
+        """How many more trials are expected to end within `left_s` seconds."""
+        return max(0, math.floor(left_s / self.expected_s)) if self.expected_s > 0 else 0
+
+    def moved_from(self, said_s: float) -> bool:
+        """Whether the mean moved more than a fifth from the length last said (NaN: none said)."""
+        return not abs(self.expected_s / said_s - 1) <= 0.2
+
+    def text(self, trials_left: int, then: str = "") -> str:
+        """What the rest of the search will take at this pace."""
+        planned = f"; planned {self.planned_s / 60:.1f}" if math.isfinite(self.planned_s) else ""
+        return (
+            f"a trial here takes about {self.expected_s / 60:.1f} min (the mean of {len(self.measured_s)}{planned}): "
+            f"about {trials_left} more trials, {trials_left * self.expected_s / 60:.0f} min{then}"
+        )
+
 
 @dataclass(frozen=True)
 class StageCost:
@@ -93,6 +110,42 @@ class StageCost:
 
 
 @dataclass(frozen=True)
+class ConfirmationRunCost:
+    """One confirmation run of a candidate, planned from where its search left its capacity: a
+    server start, the warm-up and the target stage in full (`fixed_s`), then capacity stages,
+    each halfway from its planned requests to its cap (near a bound they run on undecided).
+
+    Where they run decides their length, requests / rate. A candidate whose search bracketed its
+    capacity (a rate met) looks there first: `CONFIRM_STAGES` stages at the bracket. One that
+    missed at the target searches down toward the floor through every stage: at a third of the
+    target, where the capacities of the candidates of a slow machine's studies lay, each of its
+    stages took three times one at the target (docs/results.md, "Study plans")."""
+
+    fixed_s: float
+    stage_requests: int
+    target_rps: float
+    floor_rps: float
+    max_stages: int
+    cap_s: float | None
+    drain_s: float
+
+    def _stages_s(self, count: float, rate: float) -> float:
+        stage = _stage("capacity", self.stage_requests, rate, self.cap_s, self.drain_s)
+        return count * (stage.seconds + BETWEEN_STAGES_S)
+
+    def seconds(self, met_rps: float | None = None, violated_rps: float | None = None) -> float:
+        """A run of a candidate whose search met the SLOs at `met_rps` and missed them at
+        `violated_rps` (either None where it found none); neither: a candidate not yet searched,
+        whose capacity the plan puts near the target."""
+        stages = min(CONFIRM_STAGES, float(self.max_stages))
+        if met_rps:
+            return self.fixed_s + self._stages_s(stages, math.sqrt(met_rps * (violated_rps or met_rps)))
+        if violated_rps is not None and violated_rps <= self.target_rps:  # down from the target
+            return self.fixed_s + self._stages_s(self.max_stages, math.sqrt(self.target_rps * self.floor_rps))
+        return self.fixed_s + self._stages_s(stages, self.target_rps)
+
+
+@dataclass(frozen=True)
 class StudyCost:
     size: StageSize | None
     capacity_rps: float | None  # the calibrated saturation throughput
@@ -102,6 +155,7 @@ class StudyCost:
     confirmation_run_s: float
     confirmation_runs: int  # candidates x runs
     trials: int
+    confirmation: ConfirmationRunCost | None = None  # a candidate's run, once its search is known
 
     @property
     def search_s(self) -> float:
@@ -225,7 +279,15 @@ def study_cost(
     stages = min(SEARCH_STAGES, float(screened.capacity.max_stages))
     trial = start + warmup + target.seconds + PASS_SHARE * stages * between
     full_target = _stage("target", full.target_requests or size.requests, rate, cap_s, drain)
-    confirm_stages = min(CONFIRM_STAGES, float(full.capacity.max_stages if full.capacity else 0))
-    bracketing = _stage("capacity", math.ceil((size.requests + size.most) / 2), rate, cap_s, drain)
-    run = start + warmup + full_target.seconds + confirm_stages * (bracketing.seconds + BETWEEN_STAGES_S)
-    return StudyCost(size, cal.capacity_rps if cal else None, target, searched, trial, run, confirmation_runs, trials)
+    run = ConfirmationRunCost(
+        fixed_s=start + warmup + full_target.seconds,
+        stage_requests=math.ceil((size.requests + size.most) / 2),
+        target_rps=rate,
+        floor_rps=full.capacity.floor(rate, cap_s) if full.capacity else rate,
+        max_stages=full.capacity.max_stages if full.capacity else 0,
+        cap_s=cap_s,
+        drain_s=drain,
+    )
+    return StudyCost(
+        size, cal.capacity_rps if cal else None, target, searched, trial, run.seconds(), confirmation_runs, trials, run
+    )

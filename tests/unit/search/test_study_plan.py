@@ -18,7 +18,7 @@ import search.study.loop
 from search.executor import Measurement
 from search.prepare import StudyOptions, prepare
 from search.scenario import load
-from search.study.cost import PASS_SHARE, START_STOP_S, StudyCost, study_cost
+from search.study.cost import PASS_SHARE, START_STOP_S, ConfirmationRunCost, StudyCost, study_cost
 from search.study.dry_run import plan_lines
 from storage import queries
 from storage.tables import TrialRecord
@@ -180,24 +180,50 @@ def test_a_confirmation_of_fewer_runs_than_the_cap_reads_at_least_the_screenings
     assert pooled_plan(["ttft_p95_ms"], full, 3).measurement.target_requests is None
 
 
+# A confirmation run as the slow CPU's `mixed` study planned it: the target at 0.672 req/s, a
+# capacity stage 175 requests (140 run on to 210), the floor a quarter of the target, 5 stages.
+RUN = ConfirmationRunCost(
+    fixed_s=330.0, stage_requests=175, target_rps=0.672, floor_rps=0.168, max_stages=5, cap_s=None, drain_s=2.0
+)
+
+
+def test_a_confirmation_run_is_planned_where_its_search_left_the_capacity():
+    """Each capacity stage sends its requests at its rate: a candidate that missed at the target
+    searches down through every stage at half the target (the geometric mean of the target and
+    the floor), one whose search met a rate looks near it, one not yet searched near the target."""
+    at_target = 330.0 + 3.5 * (175 / 0.672 + 2.0 + 1.5)
+    assert RUN.seconds() == pytest.approx(at_target)
+    missed = RUN.seconds(None, 0.672)
+    assert missed == pytest.approx(330.0 + 5 * (175 / 0.336 + 2.0 + 1.5))
+    # the slow CPU's candidates that missed at the target took 42-43 min a run; planned at the
+    # target the plan said 19
+    assert missed / 60 == pytest.approx(49.2, abs=0.1) and at_target / 60 == pytest.approx(20.9, abs=0.1)
+    assert RUN.seconds(1.0, 1.2) == pytest.approx(330.0 + 3.5 * (175 / math.sqrt(1.2) + 2.0 + 1.5))
+    assert RUN.seconds(1.0, None) == pytest.approx(330.0 + 3.5 * (175 / 1.0 + 2.0 + 1.5))
+
+
 def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate_cut_short():
     """A baseline that missed at the target took 100 s in the search (its load cut short), but
-    its confirmation runs search its capacity down: each run is estimated at least at the plan's."""
+    its confirmation runs search its capacity down: each is estimated at least at the plan's run
+    for a candidate that missed; a candidate whose search met a rate keeps its own, longer time."""
     from types import SimpleNamespace
 
     from search.study.confirmation import Candidate, estimate_s
 
     sc = load(SCENARIO)[0]
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    missed = {"rps": 0.0, "low": None, "high": 0.672}
     rows = {
-        0: SimpleNamespace(timings={"total_s": 100.0, "load_s": 80.0}),
-        1: SimpleNamespace(timings={"total_s": 900.0, "load_s": 880.0}),
+        0: SimpleNamespace(timings={"total_s": 100.0, "load_s": 80.0}, capacity=missed),
+        1: SimpleNamespace(timings={"total_s": 1200.0, "load_s": 1180.0}, capacity={"rps": 1.1, "low": 1.0, "high": 1.2}),
     }
     cands = [Candidate(0, "vllm_defaults", {}, {}), Candidate(1, None, {}, {})]
     scaled = estimate_s(cands, rows, full, full)  # full against full: nothing rescaled
-    assert scaled == pytest.approx(1000.0)
-    assert estimate_s(cands, rows, full, full, planned_run_s=500.0) == pytest.approx(500.0 + 900.0)
-    assert estimate_s(cands, rows, full, full, planned_run_s=math.nan) == pytest.approx(1000.0)
+    assert scaled == pytest.approx(1300.0)
+    assert RUN.seconds(1.0, 1.2) < 1200.0
+    assert estimate_s(cands, rows, full, full, RUN) == pytest.approx(RUN.seconds(None, 0.672) + 1200.0)
+    unplanned = dataclasses.replace(RUN, target_rps=math.nan)
+    assert estimate_s(cands, rows, full, full, unplanned) == pytest.approx(1300.0)
 
 
 def test_a_session_stage_is_planned_to_end_with_its_last_session():
