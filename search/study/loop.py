@@ -210,9 +210,7 @@ class StudyRunner:
                         finally:  # a server it kept for a next trial stops before anything else starts one
                             close_executor(executor)
                     if self.confirm_runs > 0:
-                        verdict = confirm(
-                            recording, opened, self.confirm_runs, self._make_executor, plan.confirmation_run_s
-                        )
+                        verdict = confirm(recording, opened, self.confirm_runs, self._make_executor, plan.confirmation)
                     self._plan_kept(plan, time.monotonic() - planned_at, search)
                     self._zygote_said()
         finally:
@@ -372,19 +370,13 @@ class StudyRunner:
         """A trial's length measured; where the mean moved more than a fifth from what the study
         last said, the study says again what the rest will take."""
         self._pace = self._pace.after(took_s)
-        expected = self._pace.expected_s
-        if spent >= self.budget or abs(expected / self._pace_said - 1) <= 0.2:  # nothing said yet: NaN, said now
+        if spent >= self.budget or not self._pace.moved_from(self._pace_said):
             return
         left = max(self.budget - spent, 0)
-        if deadline is not None and expected > 0:
-            left = min(left, max(0, math.floor((deadline - time.monotonic()) / expected)))
-        planned = f"; planned {self._pace.planned_s / 60:.1f}" if math.isfinite(self._pace.planned_s) else ""
-        then = ", then the confirmation" if self.confirm_runs else ""
-        self.events.note(
-            f"a trial here takes about {expected / 60:.1f} min (the mean of {len(self._pace.measured_s)}{planned}): "
-            f"about {left} more trials, {left * expected / 60:.0f} min{then}"
-        )
-        self._pace_said = expected
+        if deadline is not None:
+            left = min(left, self._pace.trials_within(deadline - time.monotonic()))
+        self.events.note(self._pace.text(left, ", then the confirmation" if self.confirm_runs else ""))
+        self._pace_said = self._pace.expected_s
 
     def _starts_left(self, spent: int, search: bool = True) -> int:
         """Server starts still to come: the search's budget left, then the confirmation runs at most."""
