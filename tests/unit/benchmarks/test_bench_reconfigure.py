@@ -59,7 +59,12 @@ def test_capacity_fraction_sets_the_target_load_the_calibration_resolves():
     capacity is compared at all."""
     sc, _, _ = scenario.load("mixed")
     cal = calibration.CalibrationResult(
-        unloaded={"ttft_median_ms@short": 50.0, "tpot_median_ms": 10.0, "ttft_median_ms": 80.0},
+        unloaded={
+            "ttft_median_ms@short": 50.0,
+            "ttft_median_ms@long": 500.0,
+            "tpot_median_ms": 10.0,
+            "ttft_median_ms": 80.0,
+        },
         saturation={},
         capacity_rps=4.0,
         seconds=1.0,
