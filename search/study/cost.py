@@ -140,7 +140,7 @@ class ConfirmationRunCost:
         stages = min(CONFIRM_STAGES, float(self.max_stages))
         if met_rps:
             return self.fixed_s + self._stages_s(stages, math.sqrt(met_rps * (violated_rps or met_rps)))
-        if violated_rps is not None and violated_rps <= self.target_rps:  # down from the target
+        if violated_rps is not None:  # it met no rate, not even the target's: down from there
             return self.fixed_s + self._stages_s(self.max_stages, math.sqrt(self.target_rps * self.floor_rps))
         return self.fixed_s + self._stages_s(stages, self.target_rps)
 

@@ -194,6 +194,7 @@ def test_a_confirmation_run_is_planned_where_its_search_left_the_capacity():
     at_target = 330.0 + 3.5 * (175 / 0.672 + 2.0 + 1.5)
     assert RUN.seconds() == pytest.approx(at_target)
     missed = RUN.seconds(None, 0.672)
+    assert RUN.seconds(None, 0.6720001) == missed  # the target's rate as stored, to its last bit
     assert missed == pytest.approx(330.0 + 5 * (175 / 0.336 + 2.0 + 1.5))
     # the slow CPU's candidates that missed at the target took 42-43 min a run; planned at the
     # target the plan said 19
