@@ -117,9 +117,10 @@ class ConfirmationRunCost:
 
     Where they run decides their length, requests / rate. A candidate whose search bracketed its
     capacity (a rate met) looks there first: `CONFIRM_STAGES` stages at the bracket. One that
-    missed at the target searches down toward the floor through every stage: at a third of the
-    target, where the capacities of the candidates of a slow machine's studies lay, each of its
-    stages took three times one at the target (docs/results.md, "Study plans")."""
+    missed at the target searches down toward the floor through every stage, planned at the
+    geometric mean of the target and the floor (half the target at a quarter floor): on a slow
+    machine such candidates' capacities lay at a quarter to a third of the target, and each of
+    their stages took three to four times one at the target (docs/results.md, "Study plans")."""
 
     fixed_s: float
     stage_requests: int
