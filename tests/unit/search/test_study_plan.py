@@ -216,7 +216,9 @@ def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate
     missed = {"rps": 0.0, "low": None, "high": 0.672}
     rows = {
         0: SimpleNamespace(timings={"total_s": 100.0, "load_s": 80.0}, capacity=missed),
-        1: SimpleNamespace(timings={"total_s": 1200.0, "load_s": 1180.0}, capacity={"rps": 1.1, "low": 1.0, "high": 1.2}),
+        1: SimpleNamespace(
+            timings={"total_s": 1200.0, "load_s": 1180.0}, capacity={"rps": 1.1, "low": 1.0, "high": 1.2}
+        ),
     }
     cands = [Candidate(0, "vllm_defaults", {}, {}), Candidate(1, None, {}, {})]
     scaled = estimate_s(cands, rows, full, full)  # full against full: nothing rescaled
