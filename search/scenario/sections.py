@@ -24,9 +24,9 @@ class RelativeThreshold(Strict):
 
     `of` anchors a class's bound on the work it waits behind. A short request's TTFT under load is
     mostly the long prefills in front of it, which scale with the machine's compute; its own
-    unloaded TTFT is mostly fixed per-request work, which does not. A bound on the short class's
-    own median is therefore tighter on a slower machine; one on the long class's is the same
-    (docs/scenarios.md, "Relative bounds")."""
+    unloaded TTFT is partly fixed per-request work, which scales less. A bound on the short
+    class's own median is therefore tighter on a slower machine; one on the long class's is the
+    same (docs/scenarios.md, "Relative bounds")."""
 
     x_unloaded: float = Field(gt=0)
     of: str | None = None
