@@ -18,33 +18,24 @@ from storage.queries import existing_engine, find_study, trial_seconds
 from storage.url import redacted
 
 
-def stored_calibration(storage_url: str, study_name: str) -> CalibrationResult | None:
-    """The study's calibration as stored at `storage_url` (None: no such study, or not calibrated);
-    creates nothing."""
+def stored_study(storage_url: str, study_name: str) -> tuple[CalibrationResult | None, tuple[float, ...]]:
+    """The study's calibration as stored at `storage_url` (None: no such study, or not calibrated)
+    and how long each of its stored trials that cost a server start took; creates nothing."""
     with existing_engine(storage_url) as engine:
         if engine is None:
-            return None
+            return None, ()
         with Session(engine) as session:
             stored = find_study(session, study_name)
-            return (
-                CalibrationResult.from_dict(stored.calibration) if stored is not None and stored.calibration else None
-            )
-
-
-def stored_trial_seconds(storage_url: str, study_name: str) -> tuple[float, ...]:
-    """How long each stored trial of the study that cost a server start took; creates nothing."""
-    with existing_engine(storage_url) as engine:
-        if engine is None:
-            return ()
-        with Session(engine) as session:
-            stored = find_study(session, study_name)
-            return trial_seconds(session, stored) if stored is not None else ()
+            if stored is None:
+                return None, ()
+            cal = CalibrationResult.from_dict(stored.calibration) if stored.calibration else None
+            return cal, trial_seconds(session, stored)
 
 
 def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
     """What the dry run says: the plan from the stored calibration, or the stages' sizes alone."""
     sc = prep.scenario
-    cal = stored_calibration(prep.storage_url, prep.study_name)
+    cal, ran_s = stored_study(prep.storage_url, prep.study_name)  # a resumed study plans what is left
     if cal is None and sc.needs_calibration():
         # The sizing reads which percentile each SLO bounds, never a relative bound's value (the
         # one value it reads, error_rate's, is always a number): the unresolved SLOs size alike.
@@ -57,7 +48,6 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         ]
     runs = sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
     full = Measurement.of(sc, cal)
-    ran_s = stored_trial_seconds(prep.storage_url, prep.study_name)  # a resumed study plans what is left
     cost = study_cost(
         full.screened(sc.screening),
         full,
