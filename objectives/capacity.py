@@ -314,8 +314,10 @@ class Exceedance:
     """One stage's counts for one SLO."""
 
     rate: float  # offered requests/s
-    over: int  # requests over the bound (failed included)
-    known: int  # requests whose outcome against the bound is known
+    # Requests over the bound (failed included) and requests whose outcome against it is known;
+    # effective counts where they came in runs (divided by the design effect, so not whole).
+    over: float
+    known: float
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ import numpy as np
 from scipy import stats
 
 from loadgen import Abort, AbortCheck, GaugeSample, MetricName, RequestRecord
+from objectives.design_effect import OverCount
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import (
     DEFAULT_CONFIDENCE,
@@ -448,10 +449,18 @@ class PercentileRule:
     def limit(self) -> float:
         return 1.0 - self.q
 
-    def counts(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
-        """(over, known) at `now`, as `slo_verdict.count_samples` counts a finished stage."""
-        over, under = self.known(records, now)
-        return over, over + under
+    def outcomes(self, records: Sequence[RequestRecord], now: float) -> list[bool]:
+        """Whether each request known at `now` is over the bound, in send order, as
+        `slo_verdict.sample_outcomes` reads a finished stage."""
+        bound_s = self.bound_ms / 1000.0
+        out = []
+        for r in records:
+            if self.class_name is not None and r.class_name != self.class_name:
+                continue
+            latency = _certain_latency_s(self.family, r, now)
+            if latency is not None and (latency > bound_s or _final(self.family, r)):
+                out.append(latency > bound_s)
+        return out
 
     def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         over, under = self.known(records, now)
@@ -489,10 +498,13 @@ class ErrorRateRule:
     def limit(self) -> float:
         return self.bound
 
-    def counts(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
-        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
-        succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
-        return failed, failed + succeeded
+    def outcomes(self, records: Sequence[RequestRecord], now: float) -> list[bool]:
+        """Whether each request known to have failed or succeeded failed, in send order."""
+        return [
+            r.error_kind is not None
+            for r in records
+            if (r.error_kind is not None and not r.aborted) or (r.ok and not math.isnan(r.end_time))
+        ]
 
     def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
@@ -534,9 +546,9 @@ def decided_verdict(
     """The `decided` rule at a look `t` seconds into the stage (see the module docstring)."""
     verdicts = []
     for rule in rules:
-        over, known = rule.counts(records, now)
-        most = math.floor(known * length.scale(t))
-        verdicts.append(counted_verdict(rule.slo, over, known, rule.limit, math.nan, confidence, length.looks, most))
+        count = OverCount.of(rule.outcomes(records, now))
+        most = math.floor(count.known * length.scale(t))
+        verdicts.append(counted_verdict(rule.slo, count, rule.limit, math.nan, confidence, length.looks, most))
     reason = stop_reason(verdicts, t, length)
     if reason is None or t >= length.cap_s - 1e-9:  # at the cap the schedule ends by itself
         return None

@@ -11,6 +11,11 @@ interval of the proportion over / known decides.
 * undecided: the interval straddles the limit (the stage cannot tell; a stage run on for
   longer can, `objectives.stages`).
 
+Requests under load are not independent: a burst, or a long prefill in front of them, delays
+several together, so those over a bound come in runs. The interval then counts each request as
+1 / deff of an independent one (`objectives.design_effect`: 1 where they do not cluster), so a
+stage whose first requests held one burst is not decided on it.
+
 A request counts where its outcome against the bound is known: finished (its latency is
 compared with B), failed (over B: a request that was never answered is never a latency value
 and never counts for the SLO), or cut short but already certain to exceed B (a censored
@@ -48,6 +53,7 @@ from typing import Any, Final, Literal
 from scipy import stats
 
 from loadgen import SAMPLE_KEYS, MetricName
+from objectives.design_effect import OverCount
 from objectives.scoring import SLOSpec, slo_key
 
 MET: Final = "met"
@@ -62,8 +68,9 @@ DEFAULT_CONFIDENCE = 0.90
 COUNTED_FAMILIES = ("ttft", "tpot", "e2el")  # a latency per request, so a count over the bound
 
 
-def clopper_pearson(over: int, known: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
-    """The exact two-sided interval of a binomial proportion over / known (0-1)."""
+def clopper_pearson(over: float, known: float, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+    """The exact two-sided interval of a binomial proportion over / known (0-1); counts may be
+    effective ones (counts divided by a design effect), which the beta quantiles take as they are."""
     if known <= 0:
         return 0.0, 1.0
     alpha = 1.0 - confidence
@@ -79,10 +86,11 @@ def look_confidence(confidence: float, looks: int) -> float:
 
 
 def decide(
-    over: int, known: int, limit: float, confidence: float = DEFAULT_CONFIDENCE, looks: int = 1
+    over: int, known: int, limit: float, confidence: float = DEFAULT_CONFIDENCE, looks: int = 1, deff: float = 1.0
 ) -> tuple[Verdict, float, float]:
-    """(verdict, interval low, interval high) of the proportion over / known against `limit`."""
-    low, high = clopper_pearson(over, known, look_confidence(confidence, looks))
+    """(verdict, interval low, interval high) of the proportion over / known against `limit`,
+    the counts clustered by the design effect `deff` (`objectives.design_effect`)."""
+    low, high = clopper_pearson(over / deff, known / deff, look_confidence(confidence, looks))
     if known > 0 and high <= limit:
         return MET, low, high
     if known > 0 and low > limit:
@@ -123,6 +131,9 @@ class SLOVerdict:
     low: float | None = None
     high: float | None = None
     basis: Basis = "margin"
+    # The design effect its counts were judged with, where over 1: its requests over the bound
+    # came in runs (`objectives.design_effect`), so they count as fewer independent ones.
+    deff: float | None = None
 
     @property
     def counted(self) -> bool:
@@ -151,7 +162,8 @@ class SLOVerdict:
         if not self.counted:
             return f"{self.slo}: {self.verdict} (margin {self.margin:+.0%})"
         interval = f"[{self.low:.1%}, {self.high:.1%}]"
-        shown = f"{self.over} of {self.known} over ({self.share:.1%} {interval} vs {self.limit:.0%})"
+        runs = f"; in runs, as {self.known / self.deff:.0f} independent" if self.deff and self.known else ""
+        shown = f"{self.over} of {self.known} over ({self.share:.1%} {interval} vs {self.limit:.0%}{runs})"
         if self.basis == "share":
             return f"{self.slo}: {self.verdict} by its share, too few requests to decide: {shown}"
         lean = f", leaning {self.leaning}" if self.verdict == UNDECIDED else ""
@@ -174,8 +186,7 @@ def margin_verdict(slo: str, margin: float) -> SLOVerdict:
 
 def counted_verdict(
     slo: str,
-    over: int,
-    known: int,
+    count: OverCount,
     limit: float,
     margin: float,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -183,11 +194,14 @@ def counted_verdict(
     most: int | None = None,
 ) -> SLOVerdict:
     """A counted SLO's verdict. `most`: the most requests the stage can count for it (its
-    length's cap); an undecided SLO that even so many could not call met is called by its share."""
-    verdict, low, high = decide(over, known, limit, confidence, looks)
-    out = SLOVerdict(slo, verdict, margin, limit, over, known, low, high, "interval")
+    length's cap); an undecided SLO that even so many could not call met is called by its share.
+    `count.deff`: how its requests over the bound clustered (`objectives.design_effect`)."""
+    over, known = count.over, count.known
+    verdict, low, high = decide(over, known, limit, confidence, looks, count.deff)
+    runs = count.deff if count.deff > 1.0 else None
+    out = SLOVerdict(slo, verdict, margin, limit, over, known, low, high, "interval", runs)
     if verdict == UNDECIDED and not decidable_met(limit, max(known, most or 0), confidence, looks):
-        return SLOVerdict(slo, out.leaning, margin, limit, over, known, low, high, "share")
+        return SLOVerdict(slo, out.leaning, margin, limit, over, known, low, high, "share", runs)
     return out
 
 
@@ -221,18 +235,24 @@ def _latency_s(family: str, ttft: float | None, e2e: float | None, tokens: int) 
 
 
 def count_samples(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: float | None = None) -> tuple[int, int]:
-    """(over, known) of a counted SLO over a stage's requests (`loadgen.request_samples`).
-    `end_s`: when the stage stopped (seconds from its start), so a request cut short there is
-    known to be over a latency bound once it had waited longer than the bound."""
+    """(over, known) of a counted SLO over a stage's requests (`loadgen.request_samples`)."""
+    outcomes = sample_outcomes(slo, samples, end_s)
+    return sum(outcomes), len(outcomes)
+
+
+def sample_outcomes(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: float | None = None) -> list[bool]:
+    """Whether each request of a counted SLO whose outcome is known was over its bound, in the
+    stage's order (`loadgen.request_samples`). `end_s`: when the stage stopped (seconds from its
+    start), so a request cut short there is known to be over a latency bound once it had waited
+    longer than the bound."""
     name = MetricName.parse(slo.metric)
-    over = known = 0
+    outcomes: list[bool] = []
     for cls, sent, ttft, e2e, tokens, ok, aborted in _rows(samples):
         if name.cls is not None and cls != name.cls:
             continue
         if name.base == "error_rate":
             if not aborted:
-                known += 1
-                over += 0 if ok else 1
+                outcomes.append(not ok)
             continue
         assert slo.max is not None  # a counted SLO is an upper bound (`count_limit`)
         bound_s = float(slo.max) / 1000.0
@@ -241,17 +261,17 @@ def count_samples(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: flo
             waited = (end_s - sent) if end_s is not None else None
             final = name.family == "ttft" and ttft is not None
             if final and latency is not None:
-                known, over = known + 1, over + (latency > bound_s)
+                outcomes.append(latency > bound_s)
             elif name.family != "tpot" and waited is not None and waited > bound_s:
-                known, over = known + 1, over + 1
+                outcomes.append(True)
             continue
         if not ok:  # failed or never answered: over the bound, never a latency value
-            known, over = known + 1, over + 1
+            outcomes.append(True)
             continue
         if latency is None:  # no TPOT for a one-token request
             continue
-        known, over = known + 1, over + (latency > bound_s)
-    return over, known
+        outcomes.append(latency > bound_s)
+    return outcomes
 
 
 def slo_verdicts(
@@ -276,9 +296,9 @@ def slo_verdicts(
         if limit is None or samples is None:
             out.append(margin_verdict(key, margin))
             continue
-        over, known = count_samples(slo, samples, end_s)
-        most = math.floor(known * scale) if scale else known
-        out.append(counted_verdict(key, over, known, limit, margin, confidence, looks, most))
+        count = OverCount.of(sample_outcomes(slo, samples, end_s))
+        most = math.floor(count.known * scale) if scale else count.known
+        out.append(counted_verdict(key, count, limit, margin, confidence, looks, most))
     return out
 
 

@@ -52,9 +52,11 @@ def _build() -> str:
 
 # This build, as a database it creates records it.
 BUILD = _build()
-# The shape of these tables: raised with every change to a table or a column. A database stamped
-# with another number, or not stamped, was made by another build and is refused, not migrated.
-SCHEMA_VERSION = 3
+# The shape of these tables, and how a stored stage's verdicts were reached: raised with every
+# change to a table or a column, or to the rule that judges a stage (its trials would not compare
+# with new ones). A database stamped with another number, or not stamped, was made by another
+# build and is refused, not migrated.
+SCHEMA_VERSION = 4
 # The first build that stamps its databases: one without a stamp was made before it.
 FIRST_STAMPED_BUILD = "0.1.0"
 

@@ -154,7 +154,8 @@ def fit_stages(
             if v.basis == "mix":  # whether the stage's counts can be read, not where the capacity lies
                 continue
             if v.counted and v.limit is not None and v.over is not None and v.known is not None:
-                counted.setdefault(v.slo, (v.limit, []))[1].append(cap.Exceedance(rate, v.over, v.known))
+                deff = v.deff or 1.0  # clustered requests count as fewer independent ones
+                counted.setdefault(v.slo, (v.limit, []))[1].append(cap.Exceedance(rate, v.over / deff, v.known / deff))
             else:
                 # A cut stage's margin is a lower bound of a miss; its steady state was judged on
                 # what it ran, and stands (a stage cut by another SLO's miss settled or did not).

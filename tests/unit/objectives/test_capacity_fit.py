@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from objectives.capacity import Exceedance, Probe, combine, estimate, fit_capacity, fit_crossing, margin_crossing
+from objectives.design_effect import OverCount
 from objectives.early_abort import violators_needed
 
 P95 = 0.05
@@ -140,7 +141,7 @@ def test_the_estimate_stays_below_a_decidedly_violated_stage():
     from objectives.stages.search_steps import fit_stages
 
     def stage(rate, over, known):
-        return rate, [counted_verdict("p95", over, known, P95, math.nan)], False
+        return rate, [counted_verdict("p95", OverCount(over, known), P95, math.nan)], False
 
     # 6 of 40 over at 2.0 is a decided violation; the stages above it met (noise, or a burst that
     # fell at 2.0): the counts alone put the crossing at 2.35, above the decided miss

@@ -7,6 +7,7 @@ import math
 import pytest
 from scipy import stats
 
+from objectives.design_effect import OverCount
 from objectives.scoring import SLOSpec, slo_key
 from objectives.slo_verdict import (
     MET,
@@ -158,18 +159,18 @@ def test_an_slo_the_stage_is_too_small_to_call_met_is_called_by_its_share():
     """A p95 over 21 short requests with 1 over: even 21 with none over could not call it met, so
     it is called by its share (4.8%: met) and says so; a stage that may grow to 4 times as many
     requests leaves it undecided instead (it can still be decided)."""
-    verdict = counted_verdict("p95", 1, 21, 0.05, -0.1)
+    verdict = counted_verdict("p95", OverCount(1, 21), 0.05, -0.1)
     assert (verdict.verdict, verdict.basis) == (MET, "share")
     assert "too few requests" in verdict.text()
-    assert counted_verdict("p95", 2, 21, 0.05, 0.1).verdict == VIOLATED
-    grown = counted_verdict("p95", 1, 21, 0.05, -0.1, most=84)
+    assert counted_verdict("p95", OverCount(2, 21), 0.05, 0.1).verdict == VIOLATED
+    grown = counted_verdict("p95", OverCount(1, 21), 0.05, -0.1, most=84)
     assert (grown.verdict, grown.basis) == (UNDECIDED, "interval")
     assert "leaning met" in grown.text()
 
 
 def test_a_decided_verdict_is_by_its_interval_whatever_the_size():
     """5 of 21 over a p95 bound: the interval's low end is above 5% already."""
-    verdict = counted_verdict("p95", 5, 21, 0.05, 0.4)
+    verdict = counted_verdict("p95", OverCount(5, 21), 0.05, 0.4)
     assert (verdict.verdict, verdict.basis) == (VIOLATED, "interval")
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from loadgen import CLIENT_BEHIND
 from objectives.capacity import SLO_CAPACITY_RPS, CapacityEstimate
+from objectives.design_effect import OverCount
 from objectives.diagnosis import Diagnosis
 from objectives.scoring import Score
 from objectives.stages import StageResult
@@ -168,7 +169,7 @@ def test_a_stages_verdicts_and_the_capacity_fit_read_back(tmp_path):
     from objectives.slo_verdict import counted_verdict, margin_verdict
 
     verdicts = [
-        counted_verdict("ttft_p95_ms<=2000", 3, 41, 0.05, 0.1, most=82),
+        counted_verdict("ttft_p95_ms<=2000", OverCount(3, 41), 0.05, 0.1, most=82),
         margin_verdict("tpot_mean_ms<=50", math.nan),
     ]
     stages = [stage(0, verdicts=verdicts)]
