@@ -128,21 +128,28 @@ OPEN_END = "open"  # an end of a cost's interval that its capacity's does not bo
 
 
 def _cost(c: CostInterval, digits: int, prefix: str, suffix: str) -> str:
+    """A cost's interval comes from its capacity's, which spans the runs' search brackets. One run
+    has no run-to-run interval, but its bracket still bounds where its capacity lies: shown, and
+    said to be that alone."""
     d = _decimals(c.value, digits)
     point = ("at most " if c.at_most else "") + f"{prefix}{c.value:,.{d}f}{suffix}"
-    if c.n < 2:
-        return f"{point} ({c.n} run)"
 
     def end(x: float | None) -> str:
         return OPEN_END if x is None else f"{x:,.{d}f}"
 
-    return f"{point} [{end(c.low)}, {end(c.high)}]"
+    interval = f"[{end(c.low)}, {end(c.high)}]"
+    if c.n < 2:
+        if {end(c.low), end(c.high)} == {end(c.value)}:
+            return f"{point} ({c.n} run)"
+        return f"{point} {interval} ({c.n} run: its capacity search's bracket alone)"
+    return f"{point} {interval}"
 
 
 def fmt_usd(c: CostInterval, digits: int = 3) -> str:
     """Dollars with their interval, to the value's precision: `$0.412 [0.381, 0.447]`. An end the
     capacity leaves unbounded reads `open`, and a cost from a capacity that was only a lower bound
-    `at most $0.412 [open, 0.447]`; one run: `$0.412 (1 run)`."""
+    `at most $0.412 [open, 0.447]`; one run: `$0.412 [0.398, 0.447] (1 run: its capacity search's
+    bracket alone)`, or `$0.412 (1 run)` where the bracket is a point."""
     return _cost(c, digits, "$", "")
 
 

@@ -147,3 +147,17 @@ def test_a_closed_loop_without_a_capacity_search_is_priced_at_its_confirmed_thro
         "(the scenario's cost.usd_per_hour):"
     ) in lines
     assert f"# {headline}\n" in best
+
+
+def test_one_run_quotes_its_capacity_brackets_cost_and_says_it_is_that_alone():
+    from objectives.serving_cost import CostInterval
+
+    assert (
+        fmt_usd(CostInterval(3.39, 2.6, 3.39, 1)) == "$3.39 [2.60, 3.39] (1 run: its capacity search's bracket alone)"
+    )
+    assert (
+        fmt_cost_ratio(CostInterval(0.27, 0.2, 0.31, 1))
+        == "0.27x [0.20, 0.31] (1 run: its capacity search's bracket alone)"
+    )
+    assert fmt_usd(CostInterval(3.39, 3.39, 3.39, 1)) == "$3.39 (1 run)"  # a bracket that is a point
+    assert fmt_usd(CostInterval(3.39, 2.6, 4.1, 3)) == "$3.39 [2.60, 4.10]"
