@@ -101,7 +101,7 @@ def _decided(slos: Sequence[SLOSpec], stage: StoredStage) -> AbortCheck:
 RULES: dict[str, RuleFactory] = {
     "certain": lambda slos, stage: abort_check(slos, stage.rate, CERTAIN),
     "decided": _decided,
-    "likely": lambda slos, stage: abort_check(slos, stage.rate, LIKELY, may_pass=stage.kind == CAPACITY),
+    "likely": lambda slos, stage: abort_check(slos, stage.rate, LIKELY, capacity_stage=stage.kind == CAPACITY),
     "over-saturation": _saturation_only,
 }
 

@@ -563,7 +563,7 @@ def abort_check(
     slos: Sequence[SLOSpec],
     rate: float,
     rule: str = CERTAIN,
-    may_pass: bool = False,
+    capacity_stage: bool = False,
     *,
     length: StageLength | None = None,
     first_offset: float = 0.0,
@@ -572,7 +572,12 @@ def abort_check(
     """One function for the load generator to call while a stage runs: the first reason to stop.
 
     `rule`: one of `STOP_RULES` (`off` is the caller's to honour by passing no check);
-    `may_pass`: a likely pass may stop the stage too (capacity stages, with `likely`).
+    `capacity_stage`: a likely pass may stop the stage too (with `likely`); under `decided`, a
+    percentile that is certainly over its bound in the planned sample does not cut it, only its
+    decided verdicts do. Its counts enter the capacity fit, and requests over a bound come in
+    runs: a stage cut on the run that made its sample's percentile certain leaves the fit the
+    share of a burst (docs/results.md, "Clustered exceedances"). A target stage keeps that cut:
+    a miss there stops the screened trial, and the confirmation measures its candidates in full.
     `length` (`decided`): the stage's nominal length, cap and looks, `first_offset` its first
     request's due time from its start (s), `confidence` its verdicts'.
     It is handed every planned record (sent or not), so the plan's size per class, which the
@@ -590,6 +595,8 @@ def abort_check(
         if rules is None:
             rules = rules_for(slos, dict(Counter(r.class_name for r in records)))
         for r in rules:
+            if capacity_stage and rule == DECIDED and isinstance(r, PercentileRule):
+                continue
             verdict = r.lost(records, now)
             if verdict is not None:
                 return verdict
@@ -609,7 +616,7 @@ def abort_check(
             )
         # a likely pass only where every SLO the stage is held to has a rule that can tell
         return over_saturated(samples, records, now, rate) or likely_verdict(
-            rules, records, now, may_pass and len(rules) == len(slos)
+            rules, records, now, capacity_stage and len(rules) == len(slos)
         )
 
     return check

@@ -52,3 +52,20 @@ def test_a_stage_at_the_limit_runs_to_its_cap():
 def test_the_decided_rule_needs_the_stage_length():
     with pytest.raises(ValueError, match="length"):
         abort_check(P95, 1.0, "decided")
+
+
+def test_a_burst_that_makes_the_planned_p95_certain_cuts_a_target_stage_but_not_a_capacity_stage():
+    """20 slow requests in a row at the start of 360 planned: the planned sample's p95 is certain
+    to be over the bound, and the certain rule cuts a target stage there. A capacity stage's counts
+    enter the capacity fit, so only its decided verdicts stop it, and one run of 20 decides
+    nothing (`objectives.design_effect`)."""
+    records = [done(i, i / 4.0, 0.8 if i < 20 else 0.1) for i in range(int(4.0 * LENGTH.cap_s))]
+
+    def stopped(capacity_stage):
+        check = abort_check(P95, 4.0, "decided", capacity_stage, length=LENGTH, first_offset=0.0)
+        return replay(check, records, LENGTH.cap_s + 5)
+
+    t, cut = stopped(False)
+    assert t < 10.0 and "is certain" in cut.reason and not cut.passed
+    searched = stopped(True)
+    assert searched is None or searched[1].passed

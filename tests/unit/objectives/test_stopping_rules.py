@@ -61,28 +61,28 @@ def test_one_over_early_is_not_yet_a_likely_miss():
 
 def test_a_likely_pass_only_on_a_capacity_stage_and_after_half_the_stage():
     fast = [done(i, float(i), 0.1) for i in range(25)] + [unsent(i) for i in range(25, 34)]
-    verdict = abort_check(p95(500.0), 1.0, "likely", may_pass=True)(fast, 26.0, [])
+    verdict = abort_check(p95(500.0), 1.0, "likely", capacity_stage=True)(fast, 26.0, [])
     assert verdict is not None and verdict.passed
     assert verdict.reason.startswith("likely pass: P(every SLO met) = ") and "after 25 of 34" in verdict.reason
-    assert abort_check(p95(500.0), 1.0, "likely", may_pass=False)(fast, 26.0, []) is None  # the target stage
+    assert abort_check(p95(500.0), 1.0, "likely", capacity_stage=False)(fast, 26.0, []) is None  # the target stage
     early = [done(i, float(i), 0.1) for i in range(15)] + [unsent(i) for i in range(15, 34)]
-    assert abort_check(p95(500.0), 1.0, "likely", may_pass=True)(early, 16.0, []) is None  # under half known
+    assert abort_check(p95(500.0), 1.0, "likely", capacity_stage=True)(early, 16.0, []) is None  # under half known
 
 
 def test_no_likely_pass_while_an_slo_has_no_rule():
     """A mean has no early verdict: the stage cannot be known to pass it."""
     fast = [done(i, float(i), 0.1) for i in range(30)] + [unsent(i) for i in range(30, 34)]
     slos = [*p95(500.0), SLOSpec(metric="ttft_mean_ms", max=50.0)]
-    assert abort_check(slos, 1.0, "likely", may_pass=True)(fast, 31.0, []) is None
+    assert abort_check(slos, 1.0, "likely", capacity_stage=True)(fast, 31.0, []) is None
 
 
 def test_a_likely_pass_needs_every_slo_likely_met():
     fast = [done(i, float(i), 0.1, tokens=8, itl=0.05) for i in range(30)] + [unsent(i) for i in range(30, 34)]
     both = [*p95(500.0), SLOSpec(metric="tpot_p95_ms", max=60.0)]
-    assert abort_check(both, 1.0, "likely", may_pass=True)(fast, 31.0, []).passed
+    assert abort_check(both, 1.0, "likely", capacity_stage=True)(fast, 31.0, []).passed
     # TPOT 50 ms against 49: every request over, a certain miss
     tight = [*p95(500.0), SLOSpec(metric="tpot_p95_ms", max=49.0)]
-    verdict = abort_check(tight, 1.0, "likely", may_pass=True)(fast, 31.0, [])
+    verdict = abort_check(tight, 1.0, "likely", capacity_stage=True)(fast, 31.0, [])
     assert verdict is not None and not verdict.passed
 
 
@@ -186,7 +186,7 @@ def stopping_record(rule: str, n: int, rate: float, stages: int, seed: int) -> t
     saved = total = 0.0
     for _ in range(stages):
         records, bound_ms, full_miss, end = simulated_stage(rng, n, rate, rng.uniform(0.0, 0.2))
-        out = replay(abort_check(p95(bound_ms), rate, rule, may_pass=True), records, end)
+        out = replay(abort_check(p95(bound_ms), rate, rule, capacity_stage=True), records, end)
         total += end
         if out is None:
             continue

@@ -146,8 +146,8 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     is met, its measured margin enters the capacity search, its row says why it stopped."""
     asked: list[bool] = []
 
-    def fake_check(slos, rate, rule, may_pass=False, **decided):
-        asked.append(may_pass)
+    def fake_check(slos, rate, rule, capacity_stage=False, **decided):
+        asked.append(capacity_stage)
         return None
 
     class Result:
