@@ -16,10 +16,10 @@ serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 
   (where the capacity searches of a passing configuration go);
 * a confirmation run: the same with the target stage in full and capacity stages each halfway
   from its planned requests to its cap (near a bound they stay undecided and run on, while a
-  clear miss stops early). Before the search, `CONFIRM_STAGES` of them at the target rate; once
-  the candidates are known, at the rates their searches left them (`ConfirmationRunCost`): near
-  a bracket found, or, for a candidate that missed at the target, every stage down toward the
-  search's floor.
+  clear miss stops early). Once the candidates are known, at the rates their searches left them
+  (`ConfirmationRunCost`): `CONFIRM_STAGES` of them near a bracket found, or, for a candidate
+  that missed at the target, every stage down toward the search's floor. Before the search, a
+  candidate is `PASS_SHARE` of the first kind (near the target) and the rest of the second.
 
 The constants come from measured studies (docs/results.md, "Study plans"); the study prints what
 its plan said beside what it took, so a machine the model misjudges shows it. Once trials have run,
@@ -136,14 +136,19 @@ class ConfirmationRunCost:
 
     def seconds(self, met_rps: float | None = None, violated_rps: float | None = None) -> float:
         """A run of a candidate whose search met the SLOs at `met_rps` and missed them at
-        `violated_rps` (either None where it found none); neither: a candidate not yet searched,
-        whose capacity the plan puts near the target."""
+        `violated_rps` (either None where it found none); neither: a candidate not yet searched.
+        Nothing yet says whether it meets the target, so it is planned as `PASS_SHARE` of a
+        candidate near the target and the rest of one that searches down: planned near the target
+        alone, the plan said 13 min for two runs that took 23 on the faster CPU, and 61 for three
+        that took about 112 on the slow one, where each baseline searched down."""
         stages = min(CONFIRM_STAGES, float(self.max_stages))
+        near_target = self.fixed_s + self._stages_s(stages, self.target_rps)
+        searched_down = self.fixed_s + self._stages_s(self.max_stages, math.sqrt(self.target_rps * self.floor_rps))
         if met_rps:
             return self.fixed_s + self._stages_s(stages, math.sqrt(met_rps * (violated_rps or met_rps)))
         if violated_rps is not None:  # it met no rate, not even the target's: down from there
-            return self.fixed_s + self._stages_s(self.max_stages, math.sqrt(self.target_rps * self.floor_rps))
-        return self.fixed_s + self._stages_s(stages, self.target_rps)
+            return searched_down
+        return PASS_SHARE * near_target + (1.0 - PASS_SHARE) * searched_down
 
 
 @dataclass(frozen=True)
