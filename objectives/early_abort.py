@@ -49,12 +49,14 @@ Four ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
   is above capacity and the stage is measuring its own backlog (as GuideLLM's over-saturation
   stop reads it). The
   stage's start (`settle_s`: 5 s, or 10 arrivals) is left out: an empty server fills up near capacity.
-* `decided` (the default): the certain rules, queue runaway and over-saturation as above, and
+* `decided` (the default): the certain rules, queue runaway and over-saturation as above (the
+  certain percentile rule on a target stage only: a capacity stage's counts enter the capacity
+  fit, and that rule's cut falls on a run of requests over the bound), and
   the stage's verdict (`objectives.slo_verdict`): at each of the stage's looks
   (`slo_verdict.StageLength`: every slice of its length), each counted SLO is a Clopper-Pearson
   decision on the share of its requests over the bound (failed requests over, requests in
-  flight once certainly over), at the scenario's confidence with Bonferroni's correction over
-  the looks. A decided violation stops the stage at any look (a miss, its requests in flight
+  flight once certainly over; in runs, counted as fewer, `objectives.design_effect`), at the
+  scenario's confidence with Bonferroni's correction over the looks. A decided violation stops the stage at any look (a miss, its requests in flight
   cut short); from the nominal length on, a look where no SLO is left undecided that the cap
   could still decide stops the sending and lets the requests in flight finish (`Abort.drain`:
   the stage is the one planned to end there, not a cut one). A stage planned to its cap runs on
