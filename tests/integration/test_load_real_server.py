@@ -208,10 +208,14 @@ def test_a_short_stage_at_one_and_a_half_times_saturation_is_over_saturated(real
     from search.calibration import closed_workload
 
     probe = closed_workload(_workload(1.0, 48), concurrency=16, requests=48, warmup=2)
-    saturation = run_load_sync(
-        real_server.base_url, None, probe, options=LoadOptions(tokenizer_path=launch_ctx.model.path)
+    # The best of two rounds: anything else on the machine only slows a closed loop, and a round
+    # read low would put the stage at the server's capacity, not above it.
+    rate = 1.5 * max(
+        run_load_sync(
+            real_server.base_url, None, probe, options=LoadOptions(tokenizer_path=launch_ctx.model.path)
+        ).flat()["request_throughput"]
+        for _ in range(2)
     )
-    rate = 1.5 * saturation.flat()["request_throughput"]
     run = _run(
         real_server,
         launch_ctx,
@@ -222,7 +226,8 @@ def test_a_short_stage_at_one_and_a_half_times_saturation_is_over_saturated(real
         max_stages=1,
         early_abort="off",
     )
-    [target] = run.stages
+    target = run.stages[0]
+    assert len(run.stages) == 1, [(s.rate, s.verdict, s.steady) for s in run.stages]
     counted = [v for v in target.verdicts if v.slo.startswith("ttft_p95_ms")]
     assert [v.verdict for v in counted] == ["met"]  # the counts alone would call it met
     assert target.verdict == "violated" and not target.passed and not target.steady_ok
