@@ -429,19 +429,9 @@ class PercentileRule:
 
     def known(self, records: Sequence[RequestRecord], now: float) -> tuple[int, int]:
         """(requests certainly over the bound, requests final and within it) at `now`."""
-        bound_s = self.bound_ms / 1000.0
-        over = under = 0
-        for r in records:
-            if self.class_name is not None and r.class_name != self.class_name:
-                continue
-            latency = _certain_latency_s(self.family, r, now)
-            if latency is None:
-                continue
-            if latency > bound_s:
-                over += 1
-            elif _final(self.family, r):
-                under += 1
-        return over, under
+        outcomes = self.outcomes(records, now)
+        over = sum(outcomes)
+        return over, len(outcomes) - over
 
     @property
     def slo(self) -> str:
