@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -404,13 +404,7 @@ class PercentileRule:
     def lost(self, records: Sequence[RequestRecord], now: float) -> Abort | None:
         need = violators_needed(self.planned, self.q)
         bound_s = self.bound_ms / 1000.0
-        over = []
-        for r in records:
-            if self.class_name is not None and r.class_name != self.class_name:
-                continue
-            latency = _certain_latency_s(self.family, r, now)
-            if latency is not None and latency > bound_s:
-                over.append(latency)
+        over = [latency for _, latency in self._certain(records, now) if latency > bound_s]
         if len(over) < need:
             return None
         # At least `need` final values are >= the need-th largest lower bound: so is the quantile.
@@ -445,14 +439,19 @@ class PercentileRule:
         """Whether each request known at `now` is over the bound, in send order, as
         `slo_verdict.sample_outcomes` reads a finished stage."""
         bound_s = self.bound_ms / 1000.0
-        out = []
+        return [
+            latency > bound_s
+            for r, latency in self._certain(records, now)
+            if latency > bound_s or _final(self.family, r)
+        ]
+
+    def _certain(self, records: Sequence[RequestRecord], now: float) -> Iterator[tuple[RequestRecord, float]]:
+        """This class's requests whose latency is known at `now`, at least (in send order)."""
         for r in records:
-            if self.class_name is not None and r.class_name != self.class_name:
-                continue
-            latency = _certain_latency_s(self.family, r, now)
-            if latency is not None and (latency > bound_s or _final(self.family, r)):
-                out.append(latency > bound_s)
-        return out
+            if self.class_name is None or r.class_name == self.class_name:
+                latency = _certain_latency_s(self.family, r, now)
+                if latency is not None:
+                    yield r, latency
 
     def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
         over, under = self.known(records, now)
@@ -499,8 +498,9 @@ class ErrorRateRule:
         ]
 
     def chances(self, records: Sequence[RequestRecord], now: float) -> Chances:
-        failed = sum(1 for r in records if r.error_kind is not None and not r.aborted)
-        succeeded = sum(1 for r in records if r.ok and not math.isnan(r.end_time))
+        outcomes = self.outcomes(records, now)
+        failed = sum(outcomes)
+        succeeded = len(outcomes) - failed
         allowed = math.floor(self.bound * self.planned)
         return Chances.of(
             "error_rate", f"P(error_rate > {self.bound:g})", self.planned, failed, succeeded, allowed + 1, allowed
