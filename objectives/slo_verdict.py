@@ -234,12 +234,6 @@ def _latency_s(family: str, ttft: float | None, e2e: float | None, tokens: int) 
     return (e2e - ttft) / (tokens - 1)
 
 
-def count_samples(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: float | None = None) -> tuple[int, int]:
-    """(over, known) of a counted SLO over a stage's requests (`loadgen.request_samples`)."""
-    outcomes = sample_outcomes(slo, samples, end_s)
-    return sum(outcomes), len(outcomes)
-
-
 def sample_outcomes(slo: SLOSpec, samples: Mapping[str, Sequence[Any]], end_s: float | None = None) -> list[bool]:
     """Whether each request of a counted SLO whose outcome is known was over its bound, in the
     stage's order (`loadgen.request_samples`). `end_s`: when the stage stopped (seconds from its
@@ -362,7 +356,7 @@ def truncated(samples: Mapping[str, Sequence[Any]], t: float) -> dict[str, list]
 
 def seen_at(samples: Mapping[str, Sequence[Any]], t: float) -> dict[str, list]:
     """A stored stage's requests as a look at `t` saw them: sent by then, and those not answered
-    by then in flight (marked cut short at `t`, so `count_samples(end_s=t)` counts them once
+    by then in flight (marked cut short at `t`, so `sample_outcomes(end_s=t)` counts them once
     they certainly exceed a bound), their first token shown if it had come."""
     out = []
     for cls, sent, ttft, e2e, tokens, ok, aborted in _rows(samples):

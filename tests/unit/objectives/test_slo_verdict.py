@@ -17,11 +17,11 @@ from objectives.slo_verdict import (
     StageLength,
     clopper_pearson,
     count_limit,
-    count_samples,
     counted_verdict,
     decidable_met,
     decide,
     emulate,
+    sample_outcomes,
     seen_at,
     slo_verdicts,
     stage_passed,
@@ -31,6 +31,12 @@ from objectives.slo_verdict import (
 )
 
 P95_SHORT = SLOSpec(metric="ttft_p95_ms@short", max=1000.0)
+
+
+def count_samples(slo, stage, end_s=None):
+    """(over, known) as a stage's verdict counts them."""
+    outcomes = sample_outcomes(slo, stage, end_s)
+    return sum(outcomes), len(outcomes)
 
 
 def samples(rows):
