@@ -192,4 +192,6 @@ def comparison_line(
         f"{fmt_interval(reference, unit=unit)}: {fmt_difference(diff, unit)}, {candidate.n}+{reference.n} runs"
     )
     relative = not isinstance(diff, Difference) or diff.kind == "relative"
+    if call == "tie" and diff.n == 1:  # no run-to-run noise measured: not called, not "within" it
+        return line + "; not called (one run a side)"
     return line + (f"; {call_words(call, threshold, relative)}" if call else "")

@@ -159,6 +159,13 @@ def _equals(v: Verdict, candidate: CandidateResult, reference: CandidateResult) 
     ]
 
 
+def _single_runs(v: Verdict, candidate: CandidateResult, reference: CandidateResult) -> bool:
+    """Whether every objective's difference rests on one run on some side."""
+    cmp = v.comparison(candidate.trial_number, reference.trial_number)
+    ns = [d.n for d in cmp.diffs.values()] if cmp is not None else []
+    return 1 in ns and max(ns) == 1
+
+
 def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) -> str:
     """How `candidate` fares against one baseline: `wins on X beyond the noise against B (ties on Y)`."""
     wins, ties, losses = _calls(v, candidate, baseline)
@@ -169,6 +176,10 @@ def _against(v: Verdict, candidate: CandidateResult, baseline: CandidateResult) 
         rest += [f"loses on {_names(losses)}"] if losses else []
     elif losses:
         text, rest = f"loses on {_names(losses)} against {name}", [f"ties on {_names(ties)}"] if ties else []
+    elif _single_runs(v, candidate, baseline):
+        # One run a side measures no run-to-run noise, so no difference is called either way
+        # (`statistics.call`); "within the noise" would read as measured to be small.
+        text, rest = f"one run each against {name}: no difference called beyond the noise", []
     else:
         text, rest = f"is within the noise of {name} on every objective", []
     rest += _equals(v, candidate, baseline)

@@ -382,3 +382,20 @@ def test_the_verdict_shows_the_screening_against_the_confirmation(recommended):
     assert any(line.startswith("trial 0: screened feasible") and "confirmed feasible" in line for line in lines)
     assert any(line.startswith("feasibility at the target: screening agrees") for line in lines)
     assert "screening against confirmation, per confirmed candidate:" in ls.verdict_text().lines()
+
+
+def test_one_run_a_candidate_calls_no_difference_and_says_why_not_within_the_noise(tmp_path):
+    # Trial 1 (max_num_seqs 8) meets the 2,000 ms bound, vLLM's defaults miss it by 25%: one
+    # confirmation run each measures no run-to-run noise, so the verdict calls no difference and
+    # says so, rather than reading the defaults as within the noise of the pick.
+    url, _ = run_study(tmp_path, world({None: 2500.0, 4: 2600.0, 8: 1000.0, 16: 2400.0}), confirm_runs=1)
+    lines = verdict_lines(loaded(url))
+    assert (
+        "deploy trial 1: one run each against vllm_defaults: no difference called beyond the noise "
+        "(vllm_defaults misses the SLOs)"
+    ) in lines
+    assert not any("within the noise" in x for x in lines)
+    assert (
+        "  ttft_p95_ms 980 ms (1 run) vs vllm_defaults 2,450 ms (1 run): -60%, 1+1 runs; not called (one run a side)"
+        in lines
+    )
