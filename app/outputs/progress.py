@@ -190,6 +190,8 @@ class StudyProgress(StudyObserver):
         self.confirming = (done + 1, total)
         self.last = self.run_summary(event.row)
         self.console.print(f"{'' if self._live else '  '}{escape(event.label)}: {escape(self.last)}")
+        if event.ahead:
+            self.note(escape(event.ahead))
 
     def confirmation_finished(self, event: ConfirmationFinished) -> None:
         assert self.scenario is not None  # the loop tells study_started before any other event

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from search.executor import Measurement, TrialExecutor, plan_trial
 from search.prepare import Prepared
 from search.scenario import Scenario
 from search.study import verdict as verdict_mod
-from search.study.cost import ConfirmationRunCost
+from search.study.cost import ConfirmationPace, ConfirmationRunCost
 from search.study.events import (
     ConfirmationFinished,
     ConfirmationRunRecorded,
@@ -250,6 +251,32 @@ def schedule(cands: Sequence[Candidate], runs: int) -> list[tuple[int, Candidate
     return [(r, c) for r in range(runs) for c in cands]
 
 
+def run_estimates(
+    cands: Sequence[Candidate],
+    rows: dict[int, TrialRecord],
+    full: Measurement,
+    screened: Measurement,
+    run_cost: ConfirmationRunCost | None = None,
+) -> dict[int, float] | None:
+    """One run of each candidate (by trial number), from its search trial's time: its load part
+    scaled from the screening measurement to the full one (stages cut short by an early abort
+    stay short), and at least the study's plan of a run for where that trial left its capacity
+    (`run_cost`, `search.study.cost`): a candidate cut short at the target in the search searches
+    its capacity down in its confirmation runs, at lower rates, in stages that run on near its
+    bound. None where a trial's time was not stored."""
+    full_s, short_s = full.planned_s(), screened.planned_s()
+    scale = full_s / short_s if full_s and short_s else 1.0
+    out: dict[int, float] = {}
+    for c in cands:
+        row = rows[c.trial_number]
+        t = trial_results.timings_of(row)
+        if t.total_s is None:
+            return None
+        load = t.load_s or 0.0
+        out[c.trial_number] = max(t.total_s - load + load * scale, _planned_run_s(row, run_cost))
+    return out
+
+
 def estimate_s(
     cands: Sequence[Candidate],
     rows: dict[int, TrialRecord],
@@ -257,24 +284,9 @@ def estimate_s(
     screened: Measurement,
     run_cost: ConfirmationRunCost | None = None,
 ) -> float | None:
-    """One run of each candidate, from its search trial's time: its load part scaled from the
-    screening measurement to the full one (stages cut short by an early abort stay short), and at
-    least the study's plan of a run for where that trial left its capacity (`run_cost`,
-    `search.study.cost`): a candidate cut short at the target in the search searches its capacity
-    down in its confirmation runs, at lower rates, in stages that run on near its bound."""
-    if not cands:
-        return 0.0
-    full_s, short_s = full.planned_s(), screened.planned_s()
-    scale = full_s / short_s if full_s and short_s else 1.0
-    total = 0.0
-    for c in cands:
-        row = rows[c.trial_number]
-        t = trial_results.timings_of(row)
-        if t.total_s is None:
-            return None
-        load = t.load_s or 0.0
-        total += max(t.total_s - load + load * scale, _planned_run_s(row, run_cost))
-    return total
+    """One run of each candidate (`run_estimates`), summed."""
+    per = run_estimates(cands, rows, full, screened, run_cost)
+    return sum(per.values()) if per is not None else None
 
 
 def _planned_run_s(row: TrialRecord, run_cost: ConfirmationRunCost | None) -> float:
@@ -305,9 +317,12 @@ class ConfirmationPhase:
         self.runs = pool.runs
         self.pool_lines = list(pool.lines)  # what `pooled_plan` lengthened or added, and its cost
 
-    def run(self, cands: Sequence[Candidate], notes: list[str], estimate: float | None) -> verdict_mod.Verdict:
+    def run(
+        self, cands: Sequence[Candidate], notes: list[str], estimates: dict[int, float] | None
+    ) -> verdict_mod.Verdict:
+        """`estimates`: a run of each candidate, by trial number (`run_estimates`; None: unknown)."""
         session, rec = self.recording.session, self.opened.record
-        per_run = estimate / len(cands) if estimate is not None and cands else None
+        pace = ConfirmationPace(estimates or {})
         notes = [*notes, *self.pool_lines]
 
         def begin() -> set[tuple[int, int]]:
@@ -318,20 +333,24 @@ class ConfirmationPhase:
         done = self.ride(begin)
         plan = schedule(cands, self.runs)
         todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
+        left = [c.trial_number for _, _, c in todo]
         self.events.confirmation_started(
             ConfirmationStarted(
                 [c.label for c in cands],
                 self.runs,
                 len(todo),
-                per_run * len(todo) if per_run is not None else None,
+                pace.left_s(left) if estimates is not None else None,
                 notes,
             )
         )
-        for i, round_, cand in todo:
+        for k, (i, round_, cand) in enumerate(todo):
             label = f"confirm {i + 1}/{len(plan)} (round {round_ + 1}): {cand.label}"
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
+            began = time.monotonic()
             row = self._run_one(session, rec, i, round_, cand)
-            self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label))
+            pace = pace.after(cand.trial_number, time.monotonic() - began)
+            ahead = pace.text(left[k + 1 :])  # None until every candidate left is planned or measured
+            self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label, ahead))
         result = self.ride(lambda: self._verdict(session, rec, cands))
         self.events.confirmation_finished(ConfirmationFinished(result))
         return result
@@ -425,5 +444,5 @@ def confirm(
         len(cands),
     )
     phase = ConfirmationPhase(recording, opened, make_executor(opened.ctx, pool.measurement), pool)
-    estimate = recording.ride(lambda: estimate_s(cands, rows, pool.measurement, opened.screened, run_cost))
-    return phase.run(cands, notes, estimate)
+    estimates = recording.ride(lambda: run_estimates(cands, rows, pool.measurement, opened.screened, run_cost))
+    return phase.run(cands, notes, estimates)

@@ -30,7 +30,8 @@ meet the target and search their capacity (several times the length of a miss, w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from loadgen import MetricName, WorkloadSpec
 from objectives.stages import StageSize
@@ -92,6 +93,38 @@ class TrialPace:
             f"a trial here takes about {self.expected_s / 60:.1f} min (the mean of {len(self.measured_s)}{planned}): "
             f"about {trials_left} more trials, {trials_left * self.expected_s / 60:.0f} min{then}"
         )
+
+
+@dataclass(frozen=True)
+class ConfirmationPace:
+    """What the confirmation's runs still to do will take: each candidate's run as planned
+    (`planned_s`, by trial number) until one of its runs has been measured, then the mean of its
+    measured runs. The plan of a candidate's first run is the least certain figure of a study
+    (where a baseline's capacity lies below the target decides how long its stages at low rates
+    take); its later runs, hinted to the bracket the first found, take no longer than it."""
+
+    planned_s: dict[int, float]
+    measured_s: dict[int, tuple[float, ...]] = field(default_factory=dict)
+
+    def after(self, trial_number: int, seconds: float) -> ConfirmationPace:
+        runs = (*self.measured_s.get(trial_number, ()), seconds)
+        return replace(self, measured_s={**self.measured_s, trial_number: runs})
+
+    def run_s(self, trial_number: int) -> float:
+        """A run of the candidate: the mean of its measured runs, else its plan (NaN: none)."""
+        runs = self.measured_s.get(trial_number)
+        return sum(runs) / len(runs) if runs else self.planned_s.get(trial_number, math.nan)
+
+    def left_s(self, todo: Sequence[int]) -> float:
+        """The runs `todo` (a trial number per run), at each candidate's pace (NaN: one unknown)."""
+        return sum(self.run_s(n) for n in todo)
+
+    def text(self, todo: Sequence[int]) -> str | None:
+        """`confirmation: 4 runs to go, about 52 min`; None when nothing is left or not known."""
+        left = self.left_s(todo)
+        if not todo or not math.isfinite(left):
+            return None
+        return f"confirmation: {len(todo)} run{'s' if len(todo) != 1 else ''} to go, about {left / 60:.0f} min"
 
 
 @dataclass(frozen=True)

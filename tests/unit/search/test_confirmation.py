@@ -295,3 +295,18 @@ def test_when_every_candidate_lagged_the_verdict_recommends_with_a_warning(tmp_p
     assert verdict_text.headline(verdict, r.sc).endswith(
         f"; warning: trial {better} was chosen although {verdict_text.SUSPECT}; every alternative was measured so too"
     )
+
+
+def test_each_confirmation_run_says_what_the_runs_still_to_do_will_take(tmp_path):
+    r, _executor, events = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
+    r.run()
+    # This world's trials store no times, so nothing plans a run: a candidate's pace is known
+    # once one of its runs is measured, and the rest of the phase once every candidate's is.
+    said = [e.ahead for name, e in events.events if name == "confirmation_run_recorded"]
+    assert [x.split(",")[0] if x else x for x in said] == [
+        None,
+        None,
+        *(f"confirmation: {n} runs to go" for n in range(6, 1, -1)),
+        "confirmation: 1 run to go",
+        None,
+    ]

@@ -324,3 +324,18 @@ def test_a_budget_decides_the_trials_and_whether_the_confirmation_runs(trials, b
     budgeted = cost.within(budget_min * 60)
     assert (budgeted.cost.trials, budgeted.cost.confirmation_runs) == (fit, confirmed)
     assert budgeted.confirmation_dropped is dropped and budgeted.trimmed is (fit < trials)
+
+
+def test_the_confirmations_pace_takes_each_candidates_measured_runs_over_its_plan():
+    """Planned: the pick 6 min a run, a baseline 18. Once the baseline's first run took 27 min,
+    its later runs are expected to take that; the pick's stay at its plan until measured."""
+    from search.study.cost import ConfirmationPace
+
+    pace = ConfirmationPace({2: 360.0, 0: 1080.0})
+    assert pace.left_s([2, 0, 2, 0]) == pytest.approx(2 * 360 + 2 * 1080)
+    pace = pace.after(0, 1620.0)
+    assert pace.left_s([2, 0]) == pytest.approx(360 + 1620)
+    assert pace.after(0, 1500.0).run_s(0) == pytest.approx(1560.0)
+    assert pace.text([2, 0]) == "confirmation: 2 runs to go, about 33 min"
+    assert pace.text([0]) == "confirmation: 1 run to go, about 27 min"
+    assert pace.text([]) is None and pace.text([7]) is None  # nothing left; a candidate not planned
