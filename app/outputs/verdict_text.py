@@ -223,6 +223,14 @@ def _headline(v: Verdict, scenario: Scenario, study_name: str | None) -> str:
     if challenger is None:
         return f"keep {rec.label}: no other configuration met the SLOs on its confirmed medians"
     wins, ties, losses = _calls(v, challenger, rec)
+    if _single_runs(v, challenger, rec):
+        # Nothing is called on one run a side: say what would call it, not that it is a tie.
+        runs = scenario.confirmation.runs if scenario.confirmation.runs > 1 else 3
+        return (
+            f"keep {rec.label}: with one run each no difference is called beyond the noise; "
+            f"{confirm_command(scenario, study_name, runs)} adds the runs that can ({challenger.label} "
+            f"not called on {_names(ties)})"
+        )
     if wins and losses:
         why = f"{challenger.label} wins on {_names(wins)} but loses on {_names(losses)}"
     elif wins:

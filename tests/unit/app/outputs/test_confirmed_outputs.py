@@ -399,3 +399,26 @@ def test_one_run_a_candidate_calls_no_difference_and_says_why_not_within_the_noi
         "  ttft_p95_ms 980 ms (1 run) vs vllm_defaults 2,450 ms (1 run): -60%, 1+1 runs; not called (one run a side)"
         in lines
     )
+
+
+def test_one_run_a_candidate_keeps_the_baseline_and_names_the_command_that_can_decide(tmp_path):
+    # Every configuration meets the 2,000 ms bound; trial 1 (max_num_seqs 8) measures 1,000 ms
+    # against the defaults' 1,500. One run each calls nothing, so the baseline is kept, and the
+    # verdict names the command whose further rounds can call the difference.
+    url, _ = run_study(tmp_path, world({None: 1500.0, 4: 1800.0, 8: 1000.0, 16: 1600.0}), confirm_runs=1)
+    lines = verdict_lines(loaded(url))
+    assert (
+        "keep vllm_defaults (trial 3): with one run each no difference is called beyond the noise; "
+        "`autotune confirm loop_confirm --study loop --confirm-runs 3` adds the runs that can "
+        "(trial 1 not called on ttft_p95_ms, output_throughput)"
+    ) in lines
+    # What the command does: the same study confirmed again with 3 runs a candidate keeps its
+    # stored round and adds two, which call the difference.
+    url, _ = run_study(tmp_path, world({None: 1500.0, 4: 1800.0, 8: 1000.0, 16: 1600.0}), confirm_runs=3)
+    done = loaded(url)
+    assert sorted((r.trial_number, r.round) for r in done.confirmation_runs) == [
+        (t, r) for t in (0, 1, 3) for r in range(3)
+    ]
+    assert (
+        "deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults (output_throughput equal within 5%)"
+    ) in verdict_lines(done)
