@@ -325,22 +325,23 @@ class ConfirmationPhase:
         pace = ConfirmationPace(estimates or {})
         notes = [*notes, *self.pool_lines]
 
-        def begin() -> set[tuple[int, int]]:
+        def begin() -> list[ConfirmationRun]:
             rec.confirmation = {"runs": self.runs, "candidates": [c.trial_number for c in cands], "notes": notes}
             session.commit()
-            return {(r.trial_number, r.round) for r in queries.confirmation_runs(session, rec)}
+            return queries.confirmation_runs(session, rec)
 
-        done = self.ride(begin)
+        stored = self.ride(begin)
+        done = {(r.trial_number, r.round) for r in stored}
+        for r in stored:  # a resumed phase paces its candidates by the runs they already took
+            if (took := trial_results.timings_of(r).total_s) is not None:
+                pace = pace.after(r.trial_number, took)
         plan = schedule(cands, self.runs)
         todo = [(i, r, c) for i, (r, c) in enumerate(plan) if (c.trial_number, r) not in done]
         left = [c.trial_number for _, _, c in todo]
+        expected = pace.left_s(left)
         self.events.confirmation_started(
             ConfirmationStarted(
-                [c.label for c in cands],
-                self.runs,
-                len(todo),
-                pace.left_s(left) if estimates is not None else None,
-                notes,
+                [c.label for c in cands], self.runs, len(todo), expected if math.isfinite(expected) else None, notes
             )
         )
         for k, (i, round_, cand) in enumerate(todo):

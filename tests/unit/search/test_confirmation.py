@@ -310,3 +310,25 @@ def test_each_confirmation_run_says_what_the_runs_still_to_do_will_take(tmp_path
         "confirmation: 1 run to go",
         None,
     ]
+
+
+def test_a_confirmation_given_more_runs_paces_them_by_the_runs_each_candidate_already_took(tmp_path):
+    """One round stored (the pick 300 s, max_num_seqs 8 600 s, the defaults 900 s), then the same
+    study confirmed with 3 runs a candidate: its two rounds to go are planned at those times."""
+    import dataclasses
+
+    from search.executor import Timings
+
+    took = {16: 300.0, 8: 600.0, None: 900.0}
+    base = noisy_world(TRUTH, LUCKY_16)
+
+    def timed(plan):
+        outcome = base(plan)
+        seconds = took[plan.config.get("max_num_seqs")] if plan.run_name else 100.0
+        return dataclasses.replace(outcome, timings=Timings(total_s=seconds))
+
+    study(tmp_path, timed, confirm_runs=1)[0].run()
+    r, _executor, events = study(tmp_path, timed, confirm_runs=3)
+    r.run()
+    started = next(e for name, e in events.events if name == "confirmation_started")
+    assert started.remaining == 6 and started.estimate_s == pytest.approx(2 * (300 + 600 + 900))
