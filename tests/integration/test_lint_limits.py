@@ -1,6 +1,7 @@
-"""The parameter limit as ruff applies it (PLR0913, max-args 8 in pyproject.toml): run on a copy
-of the repository's configuration beside a violator, and on the repository itself. Ruff is a
-process of its own, hence here; the function length checker's tests are tests/unit/test_lint_limits.py."""
+"""The parameter limit as ruff applies it (PLR0913, max-args 8 in pyproject.toml) and the import
+contracts as import-linter applies them, each on a copy of the repository's configuration beside a
+violator (and the parameter limit on the repository itself). Both are processes of their own, hence
+here; the function length checker's tests are tests/unit/test_lint_limits.py."""
 
 from __future__ import annotations
 
@@ -57,3 +58,29 @@ def test_a_product_function_of_nine_parameters_fails_under_the_repositorys_confi
 def test_the_repository_passes_the_parameter_limit():
     proc = ruff_params(REPO, ".")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+ROOT_PACKAGES = ("benchmarks", "app", "search", "serving", "objectives", "loadgen", "storage", "vllm_http", "configs")
+
+
+def test_an_import_against_the_layers_breaks_exactly_that_contract(tmp_path):
+    """The import contracts as `make lint` runs them (import-linter, pyproject.toml), on a copy
+    of the repository's packages with one module of the server library importing the judge
+    above it: that contract, and only it, breaks, naming the import."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    for package in ROOT_PACKAGES:
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    (tmp_path / "serving" / "violation.py").write_text("from objectives import scoring\n")
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+    assert "Contracts: 16 kept, 1 broken." in done.stdout
+    assert "the top level: the benchmarks over the application" in done.stdout
+    assert "serving.violation -> objectives" in done.stdout
