@@ -198,7 +198,8 @@ class StudyRunner:
                     self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
                     ran_s = recording.ride(lambda: recording.trial_seconds(opened.record)) if search else ()
-                    plan = self._planned(opened, spent if search else self.budget, ran_s)
+                    confirmed = recording.ride(lambda: len(queries.confirmation_runs(recording.session, opened.record)))
+                    plan = self._planned(opened, spent if search else self.budget, ran_s, confirmed)
                     planned_at = time.monotonic()
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
@@ -268,13 +269,14 @@ class StudyRunner:
 
     # -- the plan and its cost -----------------------------------------------------------------
 
-    def _planned(self, opened: OpenedStudy, spent: int, ran_s: tuple[float, ...] = ()) -> StudyCost:
+    def _planned(self, opened: OpenedStudy, spent: int, ran_s: tuple[float, ...] = (), confirmed: int = 0) -> StudyCost:
         """The study's plan on this machine, said before its first trial; within a wall-time
         budget, the trials that fit beside the confirmation (fewer than asked: said so). The plan
         sets the search's deadline; the trials' own pace decides how many run before it. A study
-        resumed plans its trials at the mean length of those it ran (`ran_s`), not the model's."""
+        resumed plans its trials at the mean length of those it ran (`ran_s`), not the model's,
+        and its confirmation without the `confirmed` runs already stored."""
         cands = self.sc.confirmation.front + len(self.prep.baselines)
-        runs = cands * self.confirm_runs
+        runs = max(cands * self.confirm_runs - confirmed, 0)
         cost = study_cost(
             opened.screened,
             opened.full,
