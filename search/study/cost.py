@@ -101,7 +101,9 @@ class ConfirmationPace:
     (`planned_s`, by trial number) until one of its runs has been measured, then the mean of its
     measured runs. The plan of a candidate's first run is the least certain figure of a study
     (where a baseline's capacity lies below the target decides how long its stages at low rates
-    take); its later runs, hinted to the bracket the first found, take no longer than it."""
+    take); its measured runs are the best figure for its next, though not a bound: a baseline on
+    its SLO bound met at the target in 1.7 min in one round and searched down for 15 in the next
+    (docs/results.md, "A default study with three confirmation runs")."""
 
     planned_s: dict[int, float]
     measured_s: dict[int, tuple[float, ...]] = field(default_factory=dict)
