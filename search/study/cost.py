@@ -25,6 +25,7 @@ The constants come from measured studies (docs/results.md, "Study plans"); the s
 its plan said beside what it took, so a machine the model misjudges shows it. Once trials have run,
 their measured length replaces the plan's (`TrialPace`): the plan cannot know how many trials will
 meet the target and search their capacity (several times the length of a miss, which stops early).
+Likewise a confirmation candidate's measured runs replace its planned one (`ConfirmationPace`).
 """
 
 from __future__ import annotations
