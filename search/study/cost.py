@@ -53,7 +53,8 @@ CONFIRM_STAGES = 3.5  # ... a confirmation run (the full search, up or down)
 @dataclass(frozen=True)
 class TrialPace:
     """What a screened trial takes on this machine: the plan's figure until trials have run, then
-    the mean of those measured, server start and recording included. The mean, not the median:
+    the mean of those measured, server start and recording included (a resumed study's plan
+    prices its confirmation runs still to do the same way, from those stored). The mean, not the median:
     what a budget spends is a sum of trials, and their lengths are bimodal (a miss at the target
     stops early, a pass goes on to search its capacity)."""
 
@@ -68,11 +69,12 @@ class TrialPace:
         """NaN while nothing is measured and the plan could not size a trial (a closed loop)."""
         return sum(self.measured_s) / len(self.measured_s) if self.measured_s else self.planned_s
 
-    def resumed_text(self) -> str:
-        """What a resumed study says of the trials it already ran, which its plan then takes."""
+    def resumed_text(self, what: str = "a trial", done: str = "it ran") -> str:
+        """What a resumed study says of the trials (or confirmation runs) it already ran, which
+        its plan then takes."""
         return (
-            f"a trial of this study took {self.expected_s / 60:.1f} min on average over the {len(self.measured_s)} "
-            f"it ran (the model plans {self.planned_s / 60:.1f}): the plan takes the measured length"
+            f"{what} of this study took {self.expected_s / 60:.1f} min on average over the {len(self.measured_s)} "
+            f"{done} (the model plans {self.planned_s / 60:.1f}): the plan takes the measured length"
         )
 
     def fits(self, left_s: float) -> bool:

@@ -198,7 +198,12 @@ class StudyRunner:
                     self.opening.check_room(spent, self._starts_left(spent, search))
                     opened = self.opening.calibrated(recording.session, begun)
                     ran_s = recording.ride(lambda: recording.trial_seconds(opened.record)) if search else ()
-                    confirmed = recording.ride(lambda: len(queries.confirmation_runs(recording.session, opened.record)))
+                    confirmed = recording.ride(
+                        lambda: tuple(
+                            trial_results.timings_of(r).total_s
+                            for r in queries.confirmation_runs(recording.session, opened.record)
+                        )
+                    )
                     plan = self._planned(opened, spent if search else self.budget, ran_s, confirmed)
                     planned_at = time.monotonic()
                     executor = self._make_executor(opened.ctx, opened.screened)
@@ -269,14 +274,21 @@ class StudyRunner:
 
     # -- the plan and its cost -----------------------------------------------------------------
 
-    def _planned(self, opened: OpenedStudy, spent: int, ran_s: tuple[float, ...] = (), confirmed: int = 0) -> StudyCost:
+    def _planned(
+        self,
+        opened: OpenedStudy,
+        spent: int,
+        ran_s: tuple[float, ...] = (),
+        confirmed: tuple[float | None, ...] = (),
+    ) -> StudyCost:
         """The study's plan on this machine, said before its first trial; within a wall-time
         budget, the trials that fit beside the confirmation (fewer than asked: said so). The plan
         sets the search's deadline; the trials' own pace decides how many run before it. A study
         resumed plans its trials at the mean length of those it ran (`ran_s`), not the model's,
-        and its confirmation without the `confirmed` runs already stored."""
+        and its confirmation without the runs already stored (`confirmed`: each one's seconds,
+        None where not known), the rest at their mean length, as the phase itself then paces them."""
         cands = self.sc.confirmation.front + len(self.prep.baselines)
-        runs = max(cands * self.confirm_runs - confirmed, 0)
+        runs = max(cands * self.confirm_runs - len(confirmed), 0)
         cost = study_cost(
             opened.screened,
             opened.full,
@@ -289,6 +301,10 @@ class StudyRunner:
         if ran_s:
             self.events.note(self._pace.resumed_text())
             cost = replace(cost, trial_s=self._pace.expected_s)
+        if runs and (took := [t for t in confirmed if t is not None]):
+            measured = TrialPace(cost.confirmation_run_s, tuple(took))
+            self.events.note(measured.resumed_text("a confirmation run", "stored"))
+            cost = replace(cost, confirmation_run_s=measured.expected_s)
         if self.opts.timeout_min:
             left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)
             budgeted = cost.within(left_s)

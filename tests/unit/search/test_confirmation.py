@@ -332,6 +332,9 @@ def test_a_confirmation_given_more_runs_paces_them_by_the_runs_each_candidate_al
     r.run()
     started = next(e for name, e in events.events if name == "confirmation_started")
     assert started.remaining == 6 and started.estimate_s == pytest.approx(2 * (300 + 600 + 900))
-    # The study's plan, said before the phase, counts the 6 runs to do, not all 9.
-    plans = [x for name, x in events.events if name == "note" and str(x).startswith("plan: ")]
-    assert plans and "the confirmation (6 runs" in plans[-1], plans
+    # The study's plan, said before the phase, counts the 6 runs to do, not all 9, each at the
+    # mean of the 3 stored (600 s), as the phase then paces them: not at the model's length.
+    notes = [str(x) for name, x in events.events if name == "note"]
+    plans = [x for x in notes if x.startswith("plan: ")]
+    assert plans and "the confirmation (6 runs, about 60 min)" in plans[-1], plans
+    assert "a confirmation run of this study took 10.0 min on average over the 3 stored" in "\n".join(notes)
