@@ -30,9 +30,13 @@ case "${1:-}" in
       exit
     fi
     pid=$(cat "$DIR/pid")
+    waited=0
     while [ ! -f "$DIR/rc" ] && kill -0 "$pid" 2>/dev/null; do
       sleep 1
+      waited=$((waited + 1))
     done
+    # Seconds the tests stood idle behind the installs: what moving work ahead of them would save.
+    [ "$waited" -gt 0 ] && echo "setup_system: the tests waited ${waited} s for the system packages" >&2
     cat "$DIR/out"
     cat "$DIR/err" >&2
     if [ ! -f "$DIR/rc" ]; then
