@@ -28,7 +28,7 @@ from objectives.serving_cost import (
 )
 from search.scenario import Scenario
 from search.study.price import Price
-from search.study.verdict import CandidateResult, Outcome, RunView, Verdict, candidate_result
+from search.study.verdict import CandidateResult, Outcome, RunView, Verdict, candidate_results, runs_by_trial
 from storage.tables import TrialStatus
 
 DEFAULTS = "vllm_defaults"  # the baseline every cost is set against
@@ -60,8 +60,8 @@ def _throughput_cost(v: Verdict, runs: Sequence[RunView], price: Price) -> CostT
     confirmed output and request throughput (medians over its runs, with their intervals), its
     ratio to vLLM's defaults' the inverse of the throughput ratio; a candidate that missed its
     SLOs has no cost under them."""
-    by_trial = _by_trial(runs)
-    results = _results(v, by_trial, [OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT])
+    by_trial = runs_by_trial(runs)
+    results = candidate_results(v, by_trial, [OUTPUT_THROUGHPUT, REQUEST_THROUGHPUT])
     defaults = next((c for c in v.candidates if c.baseline == DEFAULTS), None)
 
     def served(trial: int) -> list[float]:
@@ -104,23 +104,6 @@ def unquoted(price: Price, scenario: Scenario, study_name: str | None = None) ->
         )
     basis = "confirmed capacities under the SLO" if scenario.capacity is not None else "the confirmed throughput"
     return f"cost at {price_words(price)}: quoted from {basis}; {confirm_command(scenario, study_name)} confirms it"
-
-
-def _by_trial(runs: Sequence[RunView]) -> dict[int, list[RunView]]:
-    by_trial: dict[int, list[RunView]] = {}
-    for r in runs:
-        by_trial.setdefault(r.trial_number, []).append(r)
-    return by_trial
-
-
-def _results(v: Verdict, by_trial: dict[int, list[RunView]], metrics: list[str]) -> dict[int, CandidateResult]:
-    """Each candidate's `metrics` with their intervals (and a capacity's runs' brackets), read as
-    the verdict reads an objective's (the same function on the same runs: where a metric is an
-    objective, the same numbers), whether or not the scenario made it one."""
-    return {
-        c.trial_number: candidate_result(c.trial_number, by_trial.get(c.trial_number, []), metrics)
-        for c in v.candidates
-    }
 
 
 def _assembled(v: Verdict, said: str, title: str, bodies: dict[int, str]) -> CostText:
@@ -176,7 +159,7 @@ def cost_text(
     if scenario.capacity is None:
         return _throughput_cost(v, runs, price)
     said = price_words(price)
-    capacities = _results(v, _by_trial(runs), [SLO_CAPACITY_RPS])
+    capacities = candidate_results(v, runs_by_trial(runs), [SLO_CAPACITY_RPS])
     # One figure for the study, not one per candidate: every candidate is sent the same requests
     # (same seed, outputs pinned by ignore_eos and max_tokens), so a per-candidate figure would
     # only add each run's drain tail and realized arrival rate to a cost ratio that is the

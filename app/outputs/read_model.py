@@ -108,11 +108,16 @@ class LoadedStudy:
             self.views,
             cost,
             study_name=self.record.study_name,
+            runs=self.confirmation_runs,
         )
 
     def screening_agreement(self) -> Agreement | None:
         """The search's screening against the confirmation, per confirmed candidate (None: no verdict)."""
-        return verdict_text.screening_agreement(self.verdict, self.views) if self.verdict is not None else None
+        return (
+            verdict_text.screening_agreement(self.verdict, self.views, self.confirmation_runs)
+            if self.verdict is not None
+            else None
+        )
 
     def calibration(self) -> CalibrationResult | None:
         return CalibrationResult.from_dict(self.record.calibration) if self.record.calibration else None

@@ -37,7 +37,16 @@ from objectives.agreement import Agreement, Call, CandidateAgreement, agreement
 from objectives.capacity import CAPACITY_KEYS, SLO_CAPACITY_RPS, CapacityEstimate
 from objectives.statistics import Interval
 from search.scenario import Scenario, deployment_differences
-from search.study.verdict import PASS_FAIL, CandidateResult, Outcome, Verdict, measured_metrics
+from search.study.verdict import (
+    PASS_FAIL,
+    CandidateResult,
+    Outcome,
+    RunView,
+    Verdict,
+    candidate_results,
+    measured_metrics,
+    runs_by_trial,
+)
 
 SUSPECT = (
     "its load client fell behind its schedule, so the server got less load than planned and its "
@@ -413,11 +422,13 @@ def describe(
     views: Sequence[TrialView] = (),
     cost: CostText | None = None,
     study_name: str | None = None,
+    runs: Sequence[RunView] = (),
 ) -> VerdictText:
     """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
     served (for the thin-percentile warnings); `notes`: the phase's own; `views`: the study's
     trials, for the screening's agreement with the confirmation; `cost`: the cost lines, where
-    the study has a price (`cost_text`)."""
+    the study has a price (`cost_text`); `runs`: every confirmation run, for the confirmed
+    capacity where no objective holds it (`screening_agreement`)."""
     blocks = []
     for c in v.candidates:
         if c.baseline:
@@ -444,7 +455,7 @@ def describe(
         noise=noise_line(v),
         warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, pooled_runs(v)),
         notes=list(notes) + bound_notes(v, scenario),
-        agreement=agreement_lines(screening_agreement(v, views)) if views else [],
+        agreement=agreement_lines(screening_agreement(v, views, runs)) if views else [],
     )
 
 
@@ -527,10 +538,17 @@ def _screened_capacity(cap: CapacityEstimate | None) -> tuple[float | None, floa
     return cap.rps, cap.low if cap.low is not None else 0.0, cap.high if cap.high is not None else math.inf
 
 
-def screening_agreement(v: Verdict, views: Sequence[TrialView]) -> Agreement:
+def screening_agreement(v: Verdict, views: Sequence[TrialView], runs: Sequence[RunView] = ()) -> Agreement:
     """Per confirmed candidate, the search's screening (its trial: feasible at the target, its
-    capacity with its interval) beside the confirmation (its runs' verdict and capacity)."""
+    capacity with its interval) beside the confirmation (its runs' verdict and capacity). The
+    confirmed capacity is the verdict's where an objective is `slo_capacity_rps`, else read from
+    `runs` as the verdict would (a scenario that maximizes the goodput at the capacity)."""
     by_number = {view.number: view for view in views}
+    measured = (
+        candidate_results(v, runs_by_trial(runs), [SLO_CAPACITY_RPS])
+        if runs and any(SLO_CAPACITY_RPS not in c.metrics for c in v.candidates)
+        else {}
+    )
     rows = []
     for c in v.candidates:
         view = by_number.get(c.trial_number)
@@ -538,6 +556,9 @@ def screening_agreement(v: Verdict, views: Sequence[TrialView]) -> Agreement:
             continue
         screened = None if view.category == "failed" else view.category == "feasible"
         confirmed = c.metrics.get(SLO_CAPACITY_RPS)
+        if confirmed is None and c.trial_number in measured:
+            read = measured[c.trial_number].metrics.get(SLO_CAPACITY_RPS)
+            confirmed = read if read is not None and math.isfinite(read.value) else None
         rows.append(
             CandidateAgreement(
                 c.label,

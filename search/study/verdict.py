@@ -255,6 +255,23 @@ def candidate_result(trial_number: int, runs: Sequence[RunView], metrics: Sequen
     )
 
 
+def runs_by_trial(runs: Iterable[RunView]) -> dict[int, list[RunView]]:
+    by_trial: dict[int, list[RunView]] = {}
+    for r in runs:
+        by_trial.setdefault(r.trial_number, []).append(r)
+    return by_trial
+
+
+def candidate_results(v: Verdict, by_trial: dict[int, list[RunView]], metrics: list[str]) -> dict[int, CandidateResult]:
+    """Each candidate's `metrics` with their intervals (and a capacity's runs' brackets), read as
+    the verdict reads an objective's (the same function on the same runs: where a metric is an
+    objective, the same numbers), whether or not the scenario made it one."""
+    return {
+        c.trial_number: candidate_result(c.trial_number, by_trial.get(c.trial_number, []), metrics)
+        for c in v.candidates
+    }
+
+
 def pooled_constraints(
     constraints: dict[str, float], intervals: dict[str, st.Interval], requests: dict[str, Any]
 ) -> dict[str, float]:

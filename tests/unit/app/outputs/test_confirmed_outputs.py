@@ -422,3 +422,23 @@ def test_one_run_a_candidate_keeps_the_baseline_and_names_the_command_that_can_d
     assert (
         "deploy trial 1: wins on ttft_p95_ms beyond the noise against vllm_defaults (output_throughput equal within 5%)"
     ) in verdict_lines(done)
+
+
+def test_a_goodput_scenario_reads_each_confirmed_capacity_from_its_runs(tmp_path):
+    """`api_service` maximizes the goodput at the capacity, so no objective holds
+    `slo_capacity_rps`: the screening's agreement reads each confirmed capacity from the runs, as
+    the cost lines do. The real study of docs/results.md ("An API service against vLLM's
+    throughput preset"), 2 runs a candidate."""
+    import gzip
+
+    from tests.support.paths import REPO
+
+    db = tmp_path / "api_service.db"
+    with gzip.open(REPO / "benchmarks" / "data" / "study-api_service-xfast-cpu.db.gz") as src:
+        db.write_bytes(src.read())
+    url = f"sqlite:///{db}"
+    with Session(queries.open_db(url), expire_on_commit=False) as session:
+        lines = load_study(session, url, "api-2").verdict_text().agreement
+    assert "trial 5: screened feasible, 5.98 req/s [5.14, 6.71]; confirmed feasible, 5.98 req/s [5.81, 6.33]" in lines
+    assert not any("no capacity" in line for line in lines), lines
+    assert any(line.startswith("capacity: ") and "screening / confirmation median" in line for line in lines), lines
