@@ -29,7 +29,7 @@ from search.study.price import Price, study_price
 from search.study.verdict import Outcome, Verdict, stored_verdict
 from search.trial_results import diagnosis_of
 from storage import queries
-from storage.tables import ConfirmationRun, StudyRecord, TrialRecord, TrialStatus
+from storage.tables import ConfirmationRun, StudyRecord, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,6 @@ class LoadedStudy:
 
     def describe(self, v: Verdict) -> VerdictText:
         """This study's verdict `v` (`verdict`, or `complete_verdict()`) in words."""
-        served = [r.metrics for r in self.confirmation_runs if r.status == TrialStatus.OK]
         price = self.price()
         cost = (
             cost_text.cost_text(v, self.scenario, self.confirmation_runs, price, self.record.study_name)
@@ -103,12 +102,11 @@ class LoadedStudy:
         return verdict_text.describe(
             v,
             self.scenario,
-            served,
+            self.confirmation_runs,
             (self.record.confirmation or {}).get("notes", []),
             self.views,
             cost,
             study_name=self.record.study_name,
-            runs=self.confirmation_runs,
         )
 
     def screening_agreement(self) -> Agreement | None:

@@ -47,6 +47,7 @@ from search.study.verdict import (
     measured_metrics,
     runs_by_trial,
 )
+from storage.tables import TrialStatus
 
 SUSPECT = (
     "its load client fell behind its schedule, so the server got less load than planned and its "
@@ -417,18 +418,18 @@ def _key_blocks(v: Verdict, scenario: Scenario) -> list[Block]:
 def describe(
     v: Verdict,
     scenario: Scenario,
-    run_metrics: Sequence[dict[str, Any]] = (),
+    runs: Sequence[RunView] = (),
     notes: Sequence[str] = (),
     views: Sequence[TrialView] = (),
     cost: CostText | None = None,
     study_name: str | None = None,
-    runs: Sequence[RunView] = (),
 ) -> VerdictText:
-    """Every line of the verdict. `run_metrics`: the flat metrics of the confirmation runs that
-    served (for the thin-percentile warnings); `notes`: the phase's own; `views`: the study's
-    trials, for the screening's agreement with the confirmation; `cost`: the cost lines, where
-    the study has a price (`cost_text`); `runs`: every confirmation run, for the confirmed
-    capacity where no objective holds it (`screening_agreement`)."""
+    """Every line of the verdict. `runs`: the confirmation runs (those that served, for the
+    thin-percentile warnings; all, for the confirmed capacity where no objective holds it,
+    `screening_agreement`); `notes`: the phase's own; `views`: the study's trials, for the
+    screening's agreement with the confirmation; `cost`: the cost lines, where the study has a
+    price (`cost_text`)."""
+    served = [r.metrics for r in runs if r.status == TrialStatus.OK]
     blocks = []
     for c in v.candidates:
         if c.baseline:
@@ -453,7 +454,7 @@ def describe(
         infeasible=infeasible,
         costs=Block(cost.title, cost.lines) if cost is not None and cost.lines else None,
         noise=noise_line(v),
-        warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), run_metrics, pooled_runs(v)),
+        warnings=behind_lines(v) + thin_percentiles(measured_metrics(scenario), served, pooled_runs(v)),
         notes=list(notes) + bound_notes(v, scenario),
         agreement=agreement_lines(screening_agreement(v, views, runs)) if views else [],
     )
