@@ -5,8 +5,9 @@
 * saturation: the whole mix, closed loop at high concurrency -> the request rate that
   `capacity_fraction` loads are a fraction of.
 
-Both are measured `repeats` times in alternating rounds on the one server; the reference is
-each metric's median over the rounds, and the rounds' spread says how far it could move.
+Both are measured `repeats` times in alternating rounds on the one server, after
+`warmup_rounds` unmeasured saturation loads; the reference is each metric's median over the
+rounds, and the rounds' spread says how far it could move.
 The result is stored with the study, so a resumed study replays exactly the same load.
 
 This module is the pure part: the result, its checks (`problems`), and the scenario's relative
@@ -41,6 +42,9 @@ class CalibrationResult:
     seconds: float
     # Each round's capacity and unloaded medians (what the spread is computed from).
     rounds: list[dict[str, Any]] = field(default_factory=list)
+    # Unmeasured saturation loads before the first round (`Calibration.warmup_rounds`); 0 in a
+    # calibration stored before there were any, whose first round met a cold server.
+    warmup_rounds: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,7 +55,7 @@ class CalibrationResult:
 
     @classmethod
     def from_rounds(
-        cls, rounds: list[dict[str, Any]], saturations: list[dict[str, float]], seconds: float
+        cls, rounds: list[dict[str, Any]], saturations: list[dict[str, float]], seconds: float, warmup_rounds: int = 0
     ) -> CalibrationResult:
         """The reference from repeated rounds: each metric's median, and the saturation run of
         the round whose capacity is the median (an odd count: one of the rounds)."""
@@ -64,6 +68,7 @@ class CalibrationResult:
             capacity_rps=float(np.median(capacities)),
             seconds=seconds,
             rounds=rounds,
+            warmup_rounds=warmup_rounds,
         )
 
     def slowest_unloaded_ttft_ms(self) -> float | None:

@@ -1,6 +1,7 @@
 """The calibration measured on a real server, as a trial is: the vLLM-defaults baseline's server
-started, each request class alone one request at a time (the unloaded medians), then the whole
-mix in a saturating closed loop (the capacity), `repeats` rounds, the server watched throughout.
+started and warmed up under the saturating load, then `repeats` rounds of each request class alone
+one request at a time (the unloaded medians) and the whole mix in a saturating closed loop (the
+capacity), the prefix cache reset before each, the server watched throughout.
 
 What the result means and how a scenario's relative numbers resolve against it is pure and
 lives in `search.calibration`.
@@ -123,14 +124,23 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
         return run_async(while_serving(server, load(watch), phase=FailurePhase.CALIBRATION, watch=watch))
 
     target = WatchedServer(server.base_url, model, ctx.model.path, watched)
+    for i in range(cal.warmup_rounds):
+        on_phase(f"warming the server up (saturation load {i + 1}/{cal.warmup_rounds}, unmeasured)")
+        target.load(saturation_workload(wl, cal))
     for i in range(cal.repeats):
         tag = f" (round {i + 1}/{cal.repeats})" if cal.repeats > 1 else ""
-        # Every round replays the same requests: without a reset, a later round's prompts hit
-        # the prefix cache the earlier rounds filled, and reads an unloaded TTFT and a capacity
-        # many times better than the first round's (docs/results.md, "Calibration").
-        reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if i else None
+        # Every round replays the same requests (the warm-up's too): without a reset, a round's
+        # prompts hit the prefix cache the loads before it filled, and read an unloaded TTFT and
+        # a capacity many times better than a first load's (docs/results.md, "Calibration").
+        after_load = i > 0 or cal.warmup_rounds > 0
+        reset = watched(lambda watch: reset_prefix_cache(server.base_url, watch)) if after_load else None
         unloaded, timed = _unloaded(
-            target, wl, cal, warmup=i == 0, on_phase=lambda text: on_phase(text + tag), measured=slowest_ttft_ms
+            target,
+            wl,
+            cal,
+            warmup=not after_load,
+            on_phase=lambda text: on_phase(text + tag),
+            measured=slowest_ttft_ms,
         )
         on_phase(f"saturation throughput{tag}")
         saturation = target.load(saturation_workload(wl, cal)).flat_metrics()
@@ -143,7 +153,7 @@ def _calibrate_on(server, scenario: Scenario, ctx: LaunchContext, on_phase) -> C
                 "prefix_cache_reset": reset,
             }
         )
-    return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0)
+    return CalibrationResult.from_rounds(rounds, saturations, time.monotonic() - t0, warmup_rounds=cal.warmup_rounds)
 
 
 def _unloaded(

@@ -128,6 +128,11 @@ class Calibration(Strict):
     # Rounds of both measurements on the one server; the medians are the reference. One closed-loop
     # run measured the capacity of mixed at 3.98 then 3.56 req/s: loads 11% apart.
     repeats: int = Field(default=3, ge=1)
+    # Saturation loads run before the first round, unmeasured, each followed by the prefix-cache
+    # reset that precedes every round: the first round then follows a load, as every later one
+    # does. Without one, a fresh server's first round read the unloaded TTFT median the highest
+    # of its three in 7 of 8 calibrations, up to 1.9x the median (docs/results.md, "Calibration").
+    warmup_rounds: int = Field(default=1, ge=0)
 
 
 class Screening(Strict):

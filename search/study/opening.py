@@ -231,9 +231,11 @@ class Opening:
                 self.context.watch.ride(lambda: session.refresh(rec))
             if cal is not None:
                 rounds = ", ".join(f"{r['capacity_rps']:.2f}" for r in cal.rounds)
+                n = cal.warmup_rounds
+                warmed = f", after {n} warm-up load{'s' if n > 1 else ''}" if n else ""
                 self.context.events.note(
                     f"calibrated in {cal.seconds:.0f} s: capacity {cal.capacity_rps:.2f} req/s "
-                    f"(closed loop, {sc.calibration.saturation_concurrency} users; median of rounds "
+                    f"(closed loop, {sc.calibration.saturation_concurrency} users{warmed}; median of rounds "
                     f"{rounds}), unloaded TTFT median {cal.unloaded.get('ttft_median_ms', float('nan')):.0f} ms"
                 )
             else:

@@ -4,8 +4,6 @@ load: a fake server (no vLLM) and a load run that fails or never ends."""
 import asyncio
 import re
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import pytest
 
@@ -16,62 +14,14 @@ from loadgen.loadrun import LoadRunError
 from loadgen.metrics import RequestRecord
 from search import scenario as scenario_mod
 from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan_trial
-from serving import Failure, FailureClass
+from serving import FailureClass
 from storage.tables import TrialStatus
+from tests.support.fake_server import OOM, FakeServer
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
 from tests.support.study_loop import LOOP_SCENARIO
 
 NO_MODEL = "http://127.0.0.1:9 serves no model"
-OOM = Failure(FailureClass.OOM, "killed by SIGKILL without an error message (the kernel's OOM killer?)", returncode=-9)
-
-
-@dataclass
-class FakeServer:
-    """Starts at once; `dies_after_polls`: poll_failure reports OOM from that poll on (None: never)."""
-
-    log_path: Path
-    dies_after_polls: int | None = None
-    polls: int = 0
-    ready_s: float | None = None
-    zygote_failure: str | None = None
-    stopped: bool = False
-    base_url: str = "http://127.0.0.1:9"
-    spec: object = field(init=False)
-
-    def __post_init__(self):
-        self.spec = type("Spec", (), {"log_path": self.log_path})()
-
-    def start(self):
-        self.ready_s = 0.1
-
-    def poll_failure(self, phase):
-        self.polls += 1
-        if self.dies_after_polls is not None and self.polls > self.dies_after_polls:
-            return replace(OOM, phase=phase, log_path=str(self.log_path))
-        return None
-
-    def stop(self, kill: bool = False):
-        self.stopped = True
-        self.killed = kill
-
-    def healthy(self, timeout: float = 2.0) -> bool:
-        return False
-
-    def processes_stopped(self) -> bool:
-        return False
-
-    def elapsed(self) -> float:
-        return 0.0
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-
 async def fails_at_once(*args, **kw):
     raise LoadRunError(NO_MODEL)
 
@@ -139,9 +89,14 @@ def test_a_server_that_died_under_the_failing_load_is_the_cause(tmp_path, monkey
     assert (outcome.failure.cls, outcome.failure.phase) == (FailureClass.OOM, "load")
 
 
+async def reset_at_once(url, watch=None) -> bool:
+    return True
+
+
 def calibrated(tmp_path, monkeypatch, server: FakeServer, load):
     monkeypatch.setattr(search.executor.calibration_run, "launch", lambda *a, **kw: server)
     monkeypatch.setattr(search.executor.calibration_run, "run_load", load)
+    monkeypatch.setattr(search.executor.calibration_run, "reset_prefix_cache", reset_at_once)
     sc = scenario_mod.load(str(FIXTURES / "scenarios" / "loop_calibrated.yaml"))[0]
     p = plan_trial(-1, "calibration", {}, {"max_model_len": 1024}, ctx(), sc.workload.longest_request_tokens(), "loop")
     return calibrate(sc, ctx(), p.server_args, tmp_path)
@@ -190,8 +145,9 @@ def test_calibration_fails_as_hang_when_its_server_stops_answering(tmp_path, mon
 
 
 def test_the_calibrations_first_loads_allow_a_long_prefill_then_a_trials_bound(tmp_path, monkeypatch):
-    """Before any class's unloaded TTFT is known a load may go FIRST_STALL_BOUND_S without a token
-    (a long prompt alone on a slow CPU); once one is, 5 x the slowest, as a trial's bound."""
+    """Before any class's unloaded TTFT is known a load (the warm-up's, the first class's alone) may
+    go FIRST_STALL_BOUND_S without a token (a long prompt alone on a slow CPU); once one is, 5 x
+    the slowest, as a trial's bound."""
     bounds: list[float] = []
 
     class Measured:
@@ -202,11 +158,11 @@ def test_the_calibrations_first_loads_allow_a_long_prefill_then_a_trials_bound(t
 
     async def measured(*args, options, **kw):
         bounds.append(options.watch.bound_s)
-        if len(bounds) == 2:  # the unloaded class, then the saturation run
+        if len(bounds) == 3:  # the warm-up, the unloaded class, then the saturation run
             raise RuntimeError("enough")
         return Measured()
 
     with pytest.raises(CalibrationFailed):
         calibrated(tmp_path, monkeypatch, FakeServer(tmp_path / "calibration" / "server.log"), measured)
     first = search.executor.calibration_run.FIRST_STALL_BOUND_S
-    assert bounds == [first, 40.0] and first > stall_bound_s()
+    assert bounds == [first, first, 40.0] and first > stall_bound_s()
