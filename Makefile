@@ -37,7 +37,7 @@ STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 # A built-in scenario's name, or a scenario file's stem.
 SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-system test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
+.PHONY: setup test test-system test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-calibration bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
 
 setup:
 	@bash scripts/setup.sh
@@ -118,6 +118,9 @@ bench-sessions: setup   ## servers: prefix caching on and off under chat_session
 
 bench-capacity: setup   ## servers: capacity under the SLO of vLLM's defaults and max_num_seqs 2, 3 fresh starts each (~18 min)
 	$(BIN)/python -m benchmarks.bench_capacity --scenario $(SCENARIO)
+
+bench-calibration: setup   ## servers: SCENARIO's calibration on fresh servers, without and with its warm-up, 4 each interleaved (~13 min); CPU_QUOTA= runs the servers in that many cores
+	$(BIN)/python -m benchmarks.bench_calibration --scenario $(SCENARIO) $(call opt,--server-cpu-quota,$(CPU_QUOTA))
 
 # At mixed's own target (0.4 of the calibrated capacity) every A/B configuration misses the short-TTFT
 # bound, so their capacity would never be compared; at 0.25 they meet it (docs/measurement.md).
