@@ -22,6 +22,8 @@ from tests.support.paths import FIXTURES
 from tests.support.study_loop import LOOP_SCENARIO
 
 NO_MODEL = "http://127.0.0.1:9 serves no model"
+
+
 async def fails_at_once(*args, **kw):
     raise LoadRunError(NO_MODEL)
 
