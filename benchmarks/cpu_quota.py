@@ -6,8 +6,9 @@ generator outside it at full speed. What "check it on a server slowed on purpose
 
 runs COMMAND and, while it runs, moves each vLLM server it starts into the cgroup once the server
 listens (its start is not slowed, only what it serves): a server is a session of the command's
-descendants whose leader listens on a TCP port (every server runs in its own session, the
-zygote's forks too; the zygote itself listens on none). `bench_calibration --server-cpu-quota`
+descendants in which a process listens on a TCP port (every server runs in its own session, the
+zygote's forks too, each under a guard that leads the session while the API server in it listens;
+the zygote itself listens on none). `bench_calibration --server-cpu-quota`
 moves its servers in-process instead. cgroup v1 `cpu` or v2 `cpu.max`; needs root. On this 2-core
 CPU 0.67 cores serve the built-in model about 3 times slower: calibrate both, the ratio is a
 measurement, not this number.
@@ -71,6 +72,7 @@ class CpuQuota:
     def watch(self, command: subprocess.Popen) -> int:
         """Move each server `command` starts into the quota until it exits; its exit status."""
         parent = psutil.Process(command.pid)
+        own = os.getsid(command.pid)
         taken: set[int] = set()
         while command.poll() is None:
             try:
@@ -79,11 +81,13 @@ class CpuQuota:
                 break
             for p in children:
                 try:
-                    if p.pid in taken or os.getsid(p.pid) != p.pid:
+                    sid = os.getsid(p.pid)
+                    if sid == own or sid in taken:
                         continue
                     if any(c.status == psutil.CONN_LISTEN for c in p.net_connections(kind="tcp")):
-                        taken.add(p.pid)
-                        print(f"cpu_quota: server {p.pid}: {self.take_session(p.pid)} processes in {self.cores} cores")
+                        taken.add(sid)
+                        moved = self.take_session(sid)
+                        print(f"cpu_quota: server session {sid}: {moved} processes in {self.cores} cores", flush=True)
                 except (ProcessLookupError, psutil.Error, OSError):
                     continue
             time.sleep(POLL_S)
