@@ -17,6 +17,7 @@ measurement, not this number.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,7 +68,7 @@ class CpuQuota:
             assert server.pgid is not None
             quota.take_session(os.getsid(server.pgid))
 
-        VllmServer.start = start  # type: ignore[method-assign]
+        VllmServer.start = start  # type: ignore[method-assign,assignment]
 
     def watch(self, command: subprocess.Popen) -> int:
         """Move each server `command` starts into the quota until it exits; its exit status."""
@@ -100,11 +101,15 @@ def main(argv: list[str]) -> int:
         return 2
     quota = CpuQuota(float(argv[0]))
     command = subprocess.Popen(argv[1:])
-    try:
-        return quota.watch(command)
-    except KeyboardInterrupt:
-        command.terminate()
-        return command.wait()
+
+    def forward(signum: int, _frame: object) -> None:
+        # A study stops cleanly on its own SIGINT or SIGTERM (its servers down, its trial
+        # recorded as interrupted); the watcher passes either on and waits for it.
+        command.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return quota.watch(command)
 
 
 if __name__ == "__main__":
