@@ -6,12 +6,12 @@ generator outside it at full speed. What "check it on a server slowed on purpose
 
 runs COMMAND and, while it runs, moves each vLLM server it starts into the cgroup once the server
 listens (its start is not slowed, only what it serves): a server is a session of the command's
-descendants in which a process listens on a TCP port (every server runs in its own session, the
-zygote's forks too, each under a guard that leads the session while the API server in it listens;
-the zygote itself listens on none). `bench_calibration --server-cpu-quota`
-moves its servers in-process instead. cgroup v1 `cpu` or v2 `cpu.max`; needs root. On this 2-core
-CPU 0.67 cores serve the built-in model about 3 times slower: calibrate both, the ratio is a
-measurement, not this number.
+descendants in which a process listens on a TCP port. Every server runs in its own session, the
+zygote's forks too, each led by a guard with the listening API server under it; the zygote
+itself listens on none. SIGINT and SIGTERM go on to COMMAND. `bench_calibration
+--server-cpu-quota` moves its servers in-process instead. cgroup v1 `cpu` or v2 `cpu.max`; needs
+root. On this 2-core CPU 0.67 cores serve the built-in model about 3 times slower: calibrate
+both, the ratio is a measurement, not this number.
 """
 
 from __future__ import annotations
