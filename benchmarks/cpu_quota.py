@@ -8,7 +8,7 @@ runs COMMAND and, while it runs, moves each vLLM server it starts into the cgrou
 listens (its start is not slowed, only what it serves): a server is a session of the command's
 descendants in which a process listens on a TCP port. Every server runs in its own session, the
 zygote's forks too, each led by a guard with the listening API server under it; the zygote
-itself listens on none. SIGINT and SIGTERM go on to COMMAND. `bench_calibration
+itself listens on none. SIGTERM goes on to COMMAND; Ctrl-C reaches it directly. `bench_calibration
 --server-cpu-quota` moves its servers in-process instead. cgroup v1 `cpu` or v2 `cpu.max`; needs
 root. On this 2-core CPU 0.67 cores serve the built-in model about 3 times slower: calibrate
 both, the ratio is a measurement, not this number.
@@ -103,12 +103,14 @@ def main(argv: list[str]) -> int:
     command = subprocess.Popen(argv[1:])
 
     def forward(signum: int, _frame: object) -> None:
-        # A study stops cleanly on its own SIGINT or SIGTERM (its servers down, its trial
-        # recorded as interrupted); the watcher passes either on and waits for it.
+        # A study stops cleanly on its own SIGTERM (its servers down, its trial recorded as
+        # interrupted); the watcher passes it on and waits for it.
         command.send_signal(signum)
 
     signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # A terminal's Ctrl-C reaches the command itself (it shares the watcher's process group):
+    # passed on too it would interrupt the study's own clean-up a second time.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     return quota.watch(command)
 
 
