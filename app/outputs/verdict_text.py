@@ -28,6 +28,7 @@ from app.outputs.format import (
     fmt_interval,
     fmt_percent,
     fmt_ratio,
+    fmt_value,
     unit_of,
 )
 from app.outputs.trial_views import TrialView
@@ -280,10 +281,17 @@ def _gain_part(
     diff = cmp.diffs.get(metric) if cmp is not None else None
     name = _reference_name(reference)
     name = BASELINE_NAMES.get(name, name)
-    text = (
-        f"{what}: {fmt_interval(candidate.metrics[metric], unit=unit)}{also} vs {name} "
-        f"{fmt_interval(reference.metrics[metric])}"
-    )
+    ours, theirs = candidate.metrics[metric], reference.metrics[metric]
+    if as_ratio and theirs.value == 0 and theirs.low == 0 and theirs.high > 0 and ours.low > 0:
+        # The reference met the SLO at no rate tried (a baseline's search stopped once beaten, or
+        # one that missed down to the floor): its capacity is only bounded above, and so the
+        # ratio only below.
+        least = ours.low / theirs.high
+        return (
+            f"{what}: {fmt_interval(ours, unit=unit)}{also} vs {name} below {fmt_value(theirs.high)}: "
+            f"at least {least:.1f}x"
+        )
+    text = f"{what}: {fmt_interval(ours, unit=unit)}{also} vs {name} {fmt_interval(theirs)}"
     if diff is not None:
         text += ": " + ((fmt_ratio(diff) if as_ratio else None) or fmt_difference(diff, unit))
     return text

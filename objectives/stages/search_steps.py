@@ -66,13 +66,24 @@ def search_step(
     hint: Sequence[float] = (),
     screen: bool = False,
     front: cap.Front | None = None,
+    beaten_at: float | None = None,
 ) -> tuple[float | None, str | None]:
     """(the next stage's rate, None when the search is done; why it stopped before its precision
     or budget, if it did). In the search phase (`screen`) a trial that cannot matter stops: a
-    missed target, or a bracket that can no longer reach `front`."""
+    missed target, or a bracket that can no longer reach `front`. A search given `beaten_at` (a
+    confirmation's baseline) stops once it misses at a rate at or below it: its capacity then
+    lies below a rate every configuration it is compared with beats beyond the practical
+    threshold, so the comparison is decided, and the stages that would narrow it further run at
+    the lowest rates, the longest ones of a study."""
     probes = [s.probe for s in stages]
     if screen and not stages[0].passed:
         return None, "target missed (screen)"
+    _, violated = cap.bracket(probes)
+    if beaten_at is not None and violated is not None and violated.rate <= beaten_at * (1 + 1e-9):
+        return None, (
+            f"missed at {violated.rate:.3g} req/s, at or below {beaten_at:.3g}: every confirmed configuration "
+            "carries more beyond the practical threshold (confirmation.baseline_search: full searches on)"
+        )
     rate = cap.next_rate(probes, settings, hint)
     if rate is not None and screen and front is not None and front.points:
         best = optimistic_metrics(stages, probes)

@@ -53,11 +53,14 @@ class StageSearch:
     runs in full (the confirmation, whose verdict pools its requests); `target_requests`: the
     target stage's size where the confirmation lengthens it for its pooled percentiles (its
     requests are the screening's and then more of the same sequence); `saturation_rps`: the
-    calibrated saturation throughput (`objectives.stages.within_saturation`)."""
+    calibrated saturation throughput (`objectives.stages.within_saturation`); `beaten_at`: the
+    confirmation's baselines' stop, a rate every configuration compared with them beats.
+    """
 
     capacity_hint: tuple[float, ...] = ()
     screen: bool = False
     front: Front | None = None
+    beaten_at: float | None = None
     full_target: bool = False
     target_requests: int | None = None
     saturation_rps: float | None = None
@@ -141,7 +144,12 @@ async def run_stages(
         on_stage(f"{head}: {stage.verdict_line()}")
         target = target or result
         rate, stop_reason = search_step(
-            stages, settings, hint=search.capacity_hint, screen=search.screen, front=search.front
+            stages,
+            settings,
+            hint=search.capacity_hint,
+            screen=search.screen,
+            front=search.front,
+            beaten_at=search.beaten_at,
         )
     if stop_reason is not None:
         stages[-1].notes.append(f"trial stopped after this stage: {stop_reason}")

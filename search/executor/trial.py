@@ -39,6 +39,9 @@ class TrialPlan:
     run_name: str | None = None  # the log directory under run_dir; default trial-NNNN
     capacity_hint: tuple[float, ...] = ()  # rates an earlier run bracketed its capacity at (confirmation)
     front: Front | None = None  # the study's feasible front when planned: a screened search stops short of it
+    # A confirmation's baseline: its search stops once it misses at or below this rate, which every
+    # configuration it is compared with beats (objectives.stages.search_step).
+    beaten_at: float | None = None
 
     @property
     def log_dir(self) -> str:
@@ -104,6 +107,7 @@ class Measurement:
             capacity_hint=plan.capacity_hint if plan is not None else (),
             screen=self.screen,
             front=plan.front if plan is not None else None,
+            beaten_at=plan.beaten_at if plan is not None else None,
             full_target=self.full_target,
             target_requests=self.target_requests,
             saturation_rps=self.saturation_rps,

@@ -157,6 +157,11 @@ class Confirmation(Strict):
 
     runs: int = Field(default=3, ge=0)  # per candidate; 0: no phase, the single measurements decide
     front: int = Field(default=2, ge=1)  # feasible front members, the chosen one first
+    # How far a baseline's capacity is searched: `until_decided` stops once it misses at a rate
+    # every other confirmed candidate beats beyond the practical threshold (the comparison is
+    # decided; the stages below, at the lowest rates, are a study's longest); `full` narrows it
+    # as far as any candidate's, for a figure of the baseline's own capacity.
+    baseline_search: Literal["until_decided", "full"] = "until_decided"
 
 
 class VerdictSection(Strict):

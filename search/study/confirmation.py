@@ -26,6 +26,7 @@ import optuna
 from sqlalchemy.orm import Session
 
 from loadgen import MetricName
+from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.statistics import MIN_TAIL_REQUESTS, requests_for_tail, tail_requests
 from search import pareto, trial_results
 from search.executor import Measurement, TrialExecutor, plan_trial
@@ -167,6 +168,30 @@ def rerun_hint(cand: Candidate, earlier: Sequence[ConfirmationRun]) -> tuple[flo
     return cand.capacity_hint
 
 
+def beaten_at(
+    cand: Candidate, cands: Sequence[Candidate], runs: Sequence[TrialRecord | ConfirmationRun], threshold: float
+) -> float | None:
+    """Where a baseline's capacity search may stop (`objectives.stages.search_step`): a rate every
+    other candidate carries beyond the practical `threshold`, read from `runs` (the confirmation's
+    stored runs; before the phase, the candidates' search trials). A miss at or below it decides
+    the comparison with each of them whatever the rest of the search would find. The least of the
+    candidates' lowest met rates: None for a configuration that is not a baseline, or while one
+    of them has no run that found a rate it meets (its comparison is not decided). A candidate
+    with a failed run is left out: it loses its feasibility, and no comparison with it decides."""
+    if cand.baseline is None:
+        return None
+    lows = []
+    for other in (c for c in cands if c.baseline is None):
+        own = [r for r in runs if r.trial_number == other.trial_number]
+        if any(r.status != TrialStatus.OK.value for r in own):
+            continue
+        found = [c.low for c in map(trial_results.capacity_of, own) if c is not None and c.low]
+        if not found:
+            return None
+        lows.append(min(found))
+    return min(lows) / (1.0 + threshold) if lows else None
+
+
 @dataclass(frozen=True)
 class PooledPlan:
     """What the confirmation measures so that its pooled percentiles rest on enough requests:
@@ -257,15 +282,19 @@ def run_estimates(
     full: Measurement,
     screened: Measurement,
     run_cost: ConfirmationRunCost | None = None,
+    threshold: float | None = None,
 ) -> dict[int, float] | None:
     """One run of each candidate (by trial number), from its search trial's time: its load part
     scaled from the screening measurement to the full one (stages cut short by an early abort
     stay short), and at least the study's plan of a run for where that trial left its capacity
     (`run_cost`, `search.study.cost`): a candidate cut short at the target in the search searches
     its capacity down in its confirmation runs, at lower rates, in stages that run on near its
-    bound. None where a trial's time was not stored."""
+    bound, unless it is a baseline that stops where the others beat it (`threshold`: the
+    capacity's practical threshold, under `baseline_search: until_decided`; `beaten_at` read from
+    the search's trials). None where a trial's time was not stored."""
     full_s, short_s = full.planned_s(), screened.planned_s()
     scale = full_s / short_s if full_s and short_s else 1.0
+    searched = [rows[c.trial_number] for c in cands]
     out: dict[int, float] = {}
     for c in cands:
         row = rows[c.trial_number]
@@ -273,7 +302,8 @@ def run_estimates(
         if t.total_s is None:
             return None
         load = t.load_s or 0.0
-        out[c.trial_number] = max(t.total_s - load + load * scale, _planned_run_s(row, run_cost))
+        stop = beaten_at(c, cands, searched, threshold) if threshold is not None else None
+        out[c.trial_number] = max(t.total_s - load + load * scale, _planned_run_s(row, run_cost, stop))
     return out
 
 
@@ -283,17 +313,18 @@ def estimate_s(
     full: Measurement,
     screened: Measurement,
     run_cost: ConfirmationRunCost | None = None,
+    threshold: float | None = None,
 ) -> float | None:
     """One run of each candidate (`run_estimates`), summed."""
-    per = run_estimates(cands, rows, full, screened, run_cost)
+    per = run_estimates(cands, rows, full, screened, run_cost, threshold)
     return sum(per.values()) if per is not None else None
 
 
-def _planned_run_s(row: TrialRecord, run_cost: ConfirmationRunCost | None) -> float:
+def _planned_run_s(row: TrialRecord, run_cost: ConfirmationRunCost | None, beaten_at: float | None = None) -> float:
     if run_cost is None:
         return 0.0
     cap = trial_results.capacity_of(row)
-    planned = run_cost.seconds(cap.low, cap.high) if cap is not None else run_cost.seconds()
+    planned = run_cost.seconds(cap.low, cap.high, beaten_at) if cap is not None else run_cost.seconds()
     return planned if math.isfinite(planned) else 0.0
 
 
@@ -348,7 +379,7 @@ class ConfirmationPhase:
             label = f"confirm {i + 1}/{len(plan)} (round {round_ + 1}): {cand.label}"
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
             began = time.monotonic()
-            row = self._run_one(session, rec, i, round_, cand)
+            row = self._run_one(session, rec, i, round_, cand, cands)
             pace = pace.after(cand.trial_number, time.monotonic() - began)
             ahead = pace.text(left[k + 1 :])  # None until every candidate left is planned or measured
             self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label, ahead))
@@ -367,7 +398,13 @@ class ConfirmationPhase:
         return result
 
     def _run_one(
-        self, session: Session, rec: StudyRecord, sequence: int, round_: int, cand: Candidate
+        self,
+        session: Session,
+        rec: StudyRecord,
+        sequence: int,
+        round_: int,
+        cand: Candidate,
+        cands: Sequence[Candidate],
     ) -> ConfirmationRun:
         p = self.prep
         plan = plan_trial(
@@ -380,7 +417,10 @@ class ConfirmationPhase:
             p.shown,
         )
         plan.run_name = f"confirm-r{round_ + 1}-trial-{cand.trial_number:04d}"
-        plan.capacity_hint = self.ride(lambda: rerun_hint(cand, queries.confirmation_runs(session, rec)))
+        stored = self.ride(lambda: queries.confirmation_runs(session, rec))
+        plan.capacity_hint = rerun_hint(cand, stored)
+        if (threshold := baseline_threshold(p.scenario)) is not None:
+            plan.beaten_at = beaten_at(cand, cands, stored, threshold)
         outcome = self.executor.run(plan, self.events.phase)
         self.events.phase("scoring")
         ok = outcome.status == TrialStatus.OK
@@ -396,6 +436,39 @@ class ConfirmationPhase:
             return row
 
         return self.ride(store)
+
+
+def baseline_threshold(sc: Scenario) -> float | None:
+    """The practical threshold of a capacity, where a baseline's search stops once its comparison
+    is decided (`confirmation.baseline_search: until_decided`); None where it searches in full."""
+    if sc.confirmation.baseline_search != "until_decided":
+        return None
+    return sc.verdict.practical.threshold(SLO_CAPACITY_RPS)
+
+
+def run_shares(sc: Scenario, baselines: int) -> tuple[float, float]:
+    """The shares of the planned confirmation runs that are a front member's and a baseline's whose
+    search stops once the others beat it (`search.study.cost.study_cost`); a baseline searched in
+    full is planned as any candidate not yet searched."""
+    n = sc.confirmation.front + baselines
+    if not n:
+        return 0.0, 0.0
+    stopped = baselines / n if baseline_threshold(sc) is not None else 0.0
+    return sc.confirmation.front / n, stopped
+
+
+def baseline_search_note(sc: Scenario, cands: Sequence[Candidate]) -> str | None:
+    """What the phase says of its baselines' capacity searches (None: no baseline to say it of)."""
+    if not any(c.baseline for c in cands) or not any(c.baseline is None for c in cands):
+        return None
+    threshold = baseline_threshold(sc)
+    if threshold is None:
+        return "each baseline's capacity is searched in full (confirmation.baseline_search: full)"
+    return (
+        f"a baseline's capacity search stops once it misses at a rate every other candidate carries "
+        f"{threshold:.0%} more than (the comparison is then decided; its capacity is shown below that rate); "
+        "confirmation.baseline_search: full searches it on"
+    )
 
 
 def confirmation_note(sc: Scenario, baselines: int, confirm_runs: int) -> str:
@@ -436,7 +509,10 @@ def confirm(
             f"nor came within {NEAR_MISS:.0%} of them"
         )
         return None
-    per_run = recording.ride(lambda: estimate_s(cands, rows, opened.full, opened.screened, run_cost))
+    threshold = baseline_threshold(prep.scenario)
+    if (note := baseline_search_note(prep.scenario, cands)) is not None:
+        notes.append(note)
+    per_run = recording.ride(lambda: estimate_s(cands, rows, opened.full, opened.screened, run_cost, threshold))
     pool = pooled_plan(
         verdict_mod.measured_metrics(prep.scenario),
         opened.full,
@@ -445,5 +521,7 @@ def confirm(
         len(cands),
     )
     phase = ConfirmationPhase(recording, opened, make_executor(opened.ctx, pool.measurement), pool)
-    estimates = recording.ride(lambda: run_estimates(cands, rows, pool.measurement, opened.screened, run_cost))
+    estimates = recording.ride(
+        lambda: run_estimates(cands, rows, pool.measurement, opened.screened, run_cost, threshold)
+    )
     return phase.run(cands, notes, estimates)

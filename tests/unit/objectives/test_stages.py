@@ -47,6 +47,25 @@ def test_a_screened_bracket_that_cannot_reach_the_front_is_not_narrowed():
     assert est.low == 2.0 and est.high == 4.0
 
 
+def test_a_baselines_search_stops_once_it_misses_where_every_candidate_carries_more():
+    """A baseline missed at the target (2 req/s); the confirmed candidates carry at least 3 beyond
+    the practical threshold (`beaten_at` 2.5): its capacity lies below what they carry, decided,
+    and the stages below the target (the longest) do not run. Above `beaten_at`, or without it,
+    the search goes on down, as it does for a configuration that is not a baseline."""
+    settings = CapacitySpec(max_stages=5, precision=0.1).search_settings(2.0)
+    missed = [_stage(0, 2.0, 0.4, 900.0)]
+    rate, why = st.search_step(missed, settings, beaten_at=2.5)
+    assert rate is None and why.startswith("missed at 2 req/s, at or below 2.5")
+    assert st.search_step(missed, settings, beaten_at=1.5)[0] is not None
+    assert st.search_step(missed, settings)[0] is not None
+    est = st.final_estimate(missed, settings, why)
+    assert est.high == 2.0 and est.low is None and "stopped: missed at 2 req/s" in est.summary
+    # Met at the target, missed one step up, still below what the candidates carry: decided too.
+    bracketed = [_stage(0, 2.0, -0.3, 600.0), _stage(1, 2.4, 0.2, 900.0)]
+    assert st.search_step(bracketed, settings, beaten_at=2.5)[0] is None
+    assert st.search_step(bracketed, settings, beaten_at=2.2)[0] is not None
+
+
 def test_the_confirmations_target_stage_runs_as_planned_under_decided():
     """Not stoppable (the confirmation's target): its planned requests, no run-on, no looks. A
     capacity stage: planned to its cap, 1.5 x its requests, looked at under the decided rule."""

@@ -192,6 +192,57 @@ def test_later_rounds_look_where_the_last_confirmation_run_bracketed_the_capacit
     assert all(p.capacity_hint == bracket(p, confirming=True) for p in second)
 
 
+def _bracketed_world(plan):
+    """The noisy world, each run's capacity bracketed at [1 + seqs/100, 1.2 + seqs/100] req/s."""
+    outcome = noisy_world(TRUTH, LUCKY_16)(plan)
+    low = 1.0 + (plan.config.get("max_num_seqs") or 0) / 100
+    outcome.capacity = CapacityEstimate(low, low, low + 0.2, 3, "")
+    return outcome
+
+
+def test_a_baselines_capacity_search_stops_where_every_confirmed_candidate_beats_it(tmp_path):
+    """Each run of the baseline is told the rate below which its comparison is decided: the least
+    met rate of the other candidates' confirmation runs so far (1.08 and 1.16 req/s), over 1 plus
+    the capacity's practical threshold (5%). The candidates' own runs search in full, and
+    `baseline_search: full` searches the baseline in full too."""
+    r, executor, events = study(tmp_path, _bracketed_world, confirm_runs=2)
+    r.run()
+    confirmed = [p for p in executor.plans if p.run_name]
+    assert [p.beaten_at for p in confirmed if p.baseline is None] == [None] * 4
+    assert [p.beaten_at for p in confirmed if p.baseline] == [pytest.approx(1.08 / 1.05)] * 2
+    assert all(p.beaten_at is None for p in executor.plans if not p.run_name)  # the search: no such stop
+    started = next(e for name, e in events.events if name == "confirmation_started")
+    assert any(n.startswith("a baseline's capacity search stops once it misses") for n in started.notes)
+
+    text = SCENARIO.read_text().replace("confirmation: {runs: 3, front: 2}", "")
+    (tmp_path / "full.yaml").write_text(text + "confirmation: {runs: 3, front: 2, baseline_search: full}\n")
+    r, executor, _ = study(tmp_path / "full", _bracketed_world, scenario=tmp_path / "full.yaml", confirm_runs=1)
+    r.run()
+    assert [p.beaten_at for p in executor.plans] == [None] * len(executor.plans)
+
+
+def test_a_baseline_is_stopped_only_against_candidates_whose_comparison_is_decided():
+    """`beaten_at` on stored runs: the least of the other candidates' lowest met rates, over
+    1 + the threshold; a candidate with a failed run drops out (it loses its feasibility); one
+    whose runs met no rate leaves nothing decided."""
+    from types import SimpleNamespace
+
+    from search.study.confirmation import Candidate, beaten_at
+    from storage.tables import TrialStatus
+
+    def run(n, status="ok", low=None):
+        return SimpleNamespace(trial_number=n, status=status, capacity={"rps": low or 0.0, "low": low, "high": 9.0})
+
+    base, a, b = Candidate(0, "vllm_defaults", {}, {}), Candidate(2, None, {}, {}), Candidate(3, None, {}, {})
+    cands = [a, b, base]
+    runs = [run(2, low=2.0), run(2, low=1.6), run(3, low=3.0)]
+    assert beaten_at(base, cands, runs, 0.05) == pytest.approx(1.6 / 1.05)
+    assert beaten_at(a, cands, runs, 0.05) is None  # not a baseline: searched in full
+    assert beaten_at(base, cands, [*runs, run(3, TrialStatus.FAILED.value)], 0.05) == pytest.approx(1.6 / 1.05)
+    assert beaten_at(base, cands, [run(2, low=2.0), run(3)], 0.05) is None  # trial 3 met no rate
+    assert beaten_at(base, cands, [run(2, low=2.0)], 0.05) is None  # trial 3 not measured yet
+
+
 def test_a_baseline_that_dominates_the_search_is_confirmed_against_the_best_of_the_rest(tmp_path):
     lucky_defaults = noisy_world(TRUTH, {None: 100.0}, search_throughput={None: 200.0})
     r, _, _ = study(tmp_path, lucky_defaults)

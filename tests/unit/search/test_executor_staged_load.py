@@ -197,6 +197,46 @@ def test_a_capacity_stage_stopped_as_a_likely_pass_counts_as_passed(monkeypatch)
     assert stage_columns(capacity)["passed"] is True and "met every SLO" in capacity.describe()
 
 
+def test_a_baseline_that_misses_below_where_the_others_are_beaten_runs_no_capacity_stage(monkeypatch):
+    """A confirmation's baseline missing the SLO at the target (2 req/s, 1,500 ms against 1,000),
+    with the other candidates beating anything at or below 2.5 req/s: the loop stops after the
+    target stage and says why; without `beaten_at` it searches down."""
+    rates: list[float] = []
+
+    class Result:
+        abort = aborted = None
+        planned_s, duration_s, records, requests_planned, notes = 10.0, 10.0, [], 20, []
+
+        def flat_metrics(self):
+            return {"ttft_p95_ms": 1500.0, "completed": 20.0}
+
+        def server_diagnostics(self):
+            return {}
+
+    async def fake_run_load(base_url, model, workload, **k):
+        rates.append(workload.arrival.rate)
+        return Result()
+
+    monkeypatch.setattr(staged_load, "run_load", fake_run_load)
+    monkeypatch.setattr(staged_load, "wait_idle", _idle_at_once)
+    monkeypatch.setattr(staged_load, "reset_prefix_cache", _no_reset_endpoint)
+    wl = WorkloadSpec.model_validate(
+        {"prompt_tokens": 8, "output_tokens": 4, "num_requests": 20, "arrival": {"mode": "poisson", "rate": 2.0}}
+    )
+
+    def run(search):
+        rates.clear()
+        load = StagedLoad(wl, [SLOSpec(metric="ttft_p95_ms", max=1000.0)], CapacitySpec(max_stages=3), search=search)
+        return asyncio.run(run_stages("http://127.0.0.1:9", None, load))
+
+    stopped = run(StageSearch(full_target=True, beaten_at=2.5))
+    assert rates == [2.0] and stopped.capacity.high == 2.0
+    assert "missed at 2 req/s, at or below 2.5" in stopped.capacity.summary
+    assert any("trial stopped after this stage: missed at 2 req/s" in n for n in stopped.stages[0].notes)
+    run(StageSearch(full_target=True))
+    assert len(rates) == 4 and rates[1] < 2.0  # searched down: the target and three capacity stages
+
+
 def test_the_stages_a_trial_builds_ahead_are_the_ones_the_loop_sends(monkeypatch):
     """`Measurement.stage_workloads` plans through the loop's own `StagedLoad.plan`: every stage's
     slice, warm-up and request count as sent (its rate aside), the confirmation's lengthened target

@@ -51,11 +51,16 @@ def test_a_session_workloads_capacity_is_stated_in_sessions_per_second_too():
     assert "sessions/s" not in verdict_text.gain_headline(v, SCENARIO)
 
 
-def test_against_a_baseline_that_sustains_none_the_gain_is_absolute_and_says_so():
+def test_against_a_baseline_that_met_no_rate_tried_the_gain_is_a_lower_bound():
+    """The defaults missed at every rate their runs tried, 0.89 req/s the lowest (a search stopped
+    once beaten, or one down to its floor): their capacity is only bounded above, and the ratio
+    only below, the candidate's interval's low end over that bound. The comparison itself is the
+    absolute difference, a win."""
     v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
     line = verdict_text.gain_headline(v, SCENARIO)
-    assert "vs vLLM defaults 0.000 [0.000, 0.890]: +2.11 req/s [" in line and "absolute" in line
+    assert "capacity under the SLO: 2.11 req/s [1.69, 2.77] vs vLLM defaults below 0.89: at least 1.9x;" in line
     assert v.comparison(0, 1).calls[SLO_CAPACITY_RPS] == "win"
+    assert v.comparison(0, 1).diffs[SLO_CAPACITY_RPS].kind == "absolute"
 
 
 def test_bounds_brackets_and_absolute_differences_are_labelled():
