@@ -172,14 +172,21 @@ class ConfirmationRunCost:
         stage = _stage("capacity", self.stage_requests, rate, self.cap_s, self.drain_s)
         return count * (stage.seconds + BETWEEN_STAGES_S)
 
-    def seconds(self, met_rps: float | None = None, violated_rps: float | None = None) -> float:
+    def seconds(
+        self, met_rps: float | None = None, violated_rps: float | None = None, beaten_at: float | None = None
+    ) -> float:
         """A run of a candidate whose search met the SLOs at `met_rps` and missed them at
         `violated_rps` (either None where it found none); neither: a candidate not yet searched.
         Nothing yet says whether it meets the target, so it is planned as `PASS_SHARE` of a
         candidate near the target and the rest of one that searches down: planned near the target
         alone, the plan said 13 min for two runs that took 23 on the faster CPU, and 61 for three
-        that took about 112 on the slow one, where each baseline searched down."""
+        that took about 112 on the slow one, where each baseline searched down. A baseline whose
+        search stops where the others beat it (`beaten_at`, `search.study.confirmation`) and whose
+        screen missed there measures its target stage, and its bracket's two rates where it had
+        one (a confirmation run looks there first), and stops."""
         stages = min(CONFIRM_STAGES, float(self.max_stages))
+        if beaten_at is not None and violated_rps is not None and violated_rps <= beaten_at:
+            return self.fixed_s + (self._stages_s(2, math.sqrt(met_rps * violated_rps)) if met_rps else 0.0)
         near_target = self.fixed_s + self._stages_s(stages, self.target_rps)
         searched_down = self.fixed_s + self._stages_s(self.max_stages, math.sqrt(self.target_rps * self.floor_rps))
         if met_rps:
@@ -187,6 +194,17 @@ class ConfirmationRunCost:
         if violated_rps is not None:  # it met no rate, not even the target's: down from there
             return searched_down
         return PASS_SHARE * near_target + (1.0 - PASS_SHARE) * searched_down
+
+    def front_seconds(self) -> float:
+        """A front member's run before the search: it met the SLOs at the target in its screen,
+        so its capacity stages bracket a capacity near the target."""
+        return self.fixed_s + self._stages_s(min(CONFIRM_STAGES, float(self.max_stages)), self.target_rps)
+
+    def baseline_seconds(self) -> float:
+        """A baseline's run before the search, whose search stops once the other candidates beat
+        it: `PASS_SHARE` of one near the target, the rest of one that missed at the target and
+        stops there (the others, feasible at the target, carry more)."""
+        return PASS_SHARE * self.front_seconds() + (1.0 - PASS_SHARE) * self.fixed_s
 
 
 @dataclass(frozen=True)
@@ -304,8 +322,12 @@ def study_cost(
     trials: int,
     confirmation_runs: int,
     gpu: bool = False,
+    shares: tuple[float, float] = (0.0, 0.0),
 ) -> StudyCost:
-    """The plan of a study of `trials` screened trials and `confirmation_runs` confirmation runs."""
+    """The plan of a study of `trials` screened trials and `confirmation_runs` confirmation runs:
+    `shares` of them a front member's (`ConfirmationRunCost.front_seconds`) and a baseline's
+    whose search stops once the others beat it (`baseline_seconds`); the rest are planned as a
+    candidate not yet searched (`seconds`)."""
     start = START_STOP_S[gpu]
     drain = _drain_s(cal, screened.workload)
     warmup = REQUEST_BUILD_S + (drain if screened.workload.warmup_requests else 0.0)
@@ -332,6 +354,8 @@ def study_cost(
         cap_s=cap_s,
         drain_s=drain,
     )
+    front, stopped = shares
+    run_s = front * run.front_seconds() + stopped * run.baseline_seconds() + (1.0 - front - stopped) * run.seconds()
     return StudyCost(
-        size, cal.capacity_rps if cal else None, target, searched, trial, run.seconds(), confirmation_runs, trials, run
+        size, cal.capacity_rps if cal else None, target, searched, trial, run_s, confirmation_runs, trials, run
     )

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from search.calibration import CalibrationResult
 from search.executor import Measurement
 from search.prepare import Prepared, StudyOptions
+from search.study.confirmation import run_shares
 from search.study.cost import TrialPace, study_cost
 from storage.queries import existing_engine, find_study, trial_seconds
 from storage.url import redacted
@@ -55,6 +56,7 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         trials=max((opts.trials or sc.default_trials) - len(ran_s), 0),
         confirmation_runs=(sc.confirmation.front + len(prep.baselines)) * runs,
         gpu=prep.ctx.hardware.is_gpu,
+        shares=run_shares(sc, len(prep.baselines)),
     )
     source = f"study {prep.study_name!r}'s stored calibration" if cal is not None else "the scenario's own rates"
     lines = [f"from {source}:"]

@@ -49,7 +49,7 @@ from search.study import attributes
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
-from search.study.confirmation import confirm, confirmation_note
+from search.study.confirmation import confirm, confirmation_note, run_shares
 from search.study.coordination import DatabaseWatch
 from search.study.cost import StudyCost, TrialPace, study_cost
 from search.study.errors import StudyStopped
@@ -296,6 +296,7 @@ class StudyRunner:
             trials=max(self.budget - spent, 0),
             confirmation_runs=runs,
             gpu=opened.ctx.hardware.is_gpu,
+            shares=run_shares(self.sc, len(self.prep.baselines)),
         )
         self._pace, self._ran_before = TrialPace(cost.trial_s, ran_s), len(ran_s)
         if ran_s:

@@ -234,6 +234,53 @@ def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate
     assert estimate_s(cands, rows, full, full, unplanned) == pytest.approx(1300.0)
 
 
+def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_search_down():
+    """A baseline that missed at the target (0.672 req/s) where the other candidates beat anything
+    below 0.9: its run is the fixed part alone (the target stage in full), not the 49 min of a search
+    down; one whose bracket lies below 0.9 measures its two rates. Before the search, a baseline
+    is half near the target, half stopped there; a front member near the target (it met the SLOs
+    there in its screen); the study plans each share of the runs so."""
+    from types import SimpleNamespace
+
+    from search.study.confirmation import Candidate, estimate_s
+
+    assert RUN.seconds(None, 0.672, beaten_at=0.9) == 330.0
+    assert RUN.seconds(None, 0.672, beaten_at=0.5) == RUN.seconds(None, 0.672)  # not beaten there: searched down
+    assert RUN.seconds(0.5, 0.6, beaten_at=0.9) == pytest.approx(330.0 + 2 * (175 / math.sqrt(0.3) + 2.0 + 1.5))
+    at_target = 330.0 + 3.5 * (175 / 0.672 + 2.0 + 1.5)
+    assert RUN.baseline_seconds() == pytest.approx(PASS_SHARE * at_target + (1 - PASS_SHARE) * 330.0)
+
+    sc = load(SCENARIO)[0]
+    cal = CAL(sc, None, None, None, lambda _: None)
+    full = Measurement.of(sc, cal)
+    plain = study_cost(full.screened(sc.screening), full, cal, trials=1, confirmation_runs=3)
+    mixed = study_cost(full.screened(sc.screening), full, cal, trials=1, confirmation_runs=3, shares=(1 / 3, 2 / 3))
+    run = plain.confirmation
+    assert run.front_seconds() == pytest.approx(run.seconds(4.0, 4.0))  # a front member: near the target
+    assert mixed.confirmation_run_s == pytest.approx((run.front_seconds() + 2 * run.baseline_seconds()) / 3)
+    assert mixed.confirmation_run_s < plain.confirmation_run_s
+
+    # Once searched: the baseline's run is planned stopped where the other candidate's met rate
+    # (1.0 req/s, over 1.05) lies above its miss at the target.
+    rows = {
+        0: SimpleNamespace(
+            status="ok",
+            trial_number=0,
+            timings={"total_s": 100.0, "load_s": 80.0},
+            capacity={"rps": 0.0, "low": None, "high": 0.672},
+        ),
+        1: SimpleNamespace(
+            status="ok",
+            trial_number=1,
+            timings={"total_s": 1200.0, "load_s": 1180.0},
+            capacity={"rps": 1.1, "low": 1.0, "high": 1.2},
+        ),
+    }
+    cands = [Candidate(1, None, {}, {}), Candidate(0, "vllm_defaults", {}, {})]
+    assert estimate_s(cands, rows, full, full, RUN, threshold=0.05) == pytest.approx(330.0 + 1200.0)
+    assert estimate_s(cands, rows, full, full, RUN) == pytest.approx(RUN.seconds(None, 0.672) + 1200.0)
+
+
 def test_a_session_stage_is_planned_to_end_with_its_last_session():
     """chat_sessions: the last session starts as the sending ends, then its 5.5 turns (0.6 s each
     here) and the 4.5 pauses of 2 s between them go on."""
