@@ -162,12 +162,23 @@ class Measurement:
             if self.workload.duration_s is not None:
                 return self.workload.duration_s
             return self.workload.num_requests / rate if rate and self.workload.num_requests else None
-        if not rate:
+        target = self.target_planned_s()
+        if target is None or not rate:
             return None
         cap_s = self.workload.duration_s or math.inf
         floor = self.capacity.floor(rate, self.workload.duration_s)
-        target = min(cap_s, (self.target_requests or size.requests) * self.capacity.extend_to / rate)
         return target + self.capacity.max_stages * min(cap_s, size.most / floor)
+
+    def target_planned_s(self) -> float | None:
+        """The longest the target stage can take, in sending time (the one load run where there
+        are no stages; None: an open loop without a resolved rate, or a workload with no bound)."""
+        rate, size = self.workload.arrival.mean_rate(), self.stage_size()
+        if size is None or self.capacity is None:
+            return self.planned_s()
+        if not rate:
+            return None
+        cap_s = self.workload.duration_s or math.inf
+        return min(cap_s, (self.target_requests or size.requests) * self.capacity.extend_to / rate)
 
 
 class TrialExecutor(Protocol):

@@ -285,14 +285,16 @@ def run_estimates(
     threshold: float | None = None,
 ) -> dict[int, float] | None:
     """One run of each candidate (by trial number), from its search trial's time: its load part
-    scaled from the screening measurement to the full one (stages cut short by an early abort
-    stay short), and at least the study's plan of a run for where that trial left its capacity
+    scaled by the full measurement's target stage against the screening's (a screening of fewer
+    requests a stage; stages cut short by an early abort stay short; not by the screening's fewer
+    capacity stages: a confirmation run looks first where the search bracketed the capacity, and
+    measured about as many stages as the screen), and at least the study's plan of a run for where that trial left its capacity
     (`run_cost`, `search.study.cost`): a candidate cut short at the target in the search searches
     its capacity down in its confirmation runs, at lower rates, in stages that run on near its
     bound, unless it is a baseline that stops where the others beat it (`threshold`: the
     capacity's practical threshold, under `baseline_search: until_decided`; `beaten_at` read from
     the search's trials). None where a trial's time was not stored."""
-    full_s, short_s = full.planned_s(), screened.planned_s()
+    full_s, short_s = full.target_planned_s(), screened.target_planned_s()
     scale = full_s / short_s if full_s and short_s else 1.0
     searched = [rows[c.trial_number] for c in cands]
     out: dict[int, float] = {}
@@ -375,6 +377,7 @@ class ConfirmationPhase:
                 [c.label for c in cands], self.runs, len(todo), expected if math.isfinite(expected) else None, notes
             )
         )
+        phase_began = time.monotonic()
         for k, (i, round_, cand) in enumerate(todo):
             label = f"confirm {i + 1}/{len(plan)} (round {round_ + 1}): {cand.label}"
             self.events.confirmation_run_started(ConfirmationRunStarted(label, cand.trial_number))
@@ -383,6 +386,12 @@ class ConfirmationPhase:
             pace = pace.after(cand.trial_number, time.monotonic() - began)
             ahead = pace.text(left[k + 1 :])  # None until every candidate left is planned or measured
             self.events.confirmation_run_recorded(ConfirmationRunRecorded(row, label, ahead))
+        if todo and expected > 0 and math.isfinite(expected):  # the estimate it said, held to account
+            took = time.monotonic() - phase_began
+            self.events.note(
+                f"the confirmation said about {expected / 60:.0f} min for its {len(todo)} runs; "
+                f"it took {took / 60:.0f} min ({took / expected - 1:+.0%})"
+            )
         result = self.ride(lambda: self._verdict(session, rec, cands))
         self.events.confirmation_finished(ConfirmationFinished(result))
         return result

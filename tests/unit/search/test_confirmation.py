@@ -389,3 +389,5 @@ def test_a_confirmation_given_more_runs_paces_them_by_the_runs_each_candidate_al
     plans = [x for x in notes if x.startswith("plan: ")]
     assert plans and "the confirmation (6 runs, about 60 min)" in plans[-1], plans
     assert "a confirmation run of this study took 10.0 min on average over the 3 stored" in "\n".join(notes)
+    # At its end the phase holds its estimate to account (scripted runs take no time here).
+    assert "the confirmation said about 60 min for its 6 runs; it took 0 min (-100%)" in notes

@@ -238,8 +238,8 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
     """A baseline that missed at the target (0.672 req/s) where the other candidates beat anything
     below 0.9: its run is the fixed part alone (the target stage in full), not the 49 min of a search
     down; one whose bracket lies below 0.9 measures its two rates. Before the search, a baseline
-    is half near the target, half stopped there; a front member near the target (it met the SLOs
-    there in its screen); the study plans each share of the runs so."""
+    is half a front member's run, half stopped there; a front member searches above the target (it
+    met the SLOs there in its screen); the study plans each share of the runs so."""
     from types import SimpleNamespace
 
     from search.study.confirmation import Candidate, estimate_s
@@ -247,7 +247,7 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
     assert RUN.seconds(None, 0.672, beaten_at=0.9) == 330.0
     assert RUN.seconds(None, 0.672, beaten_at=0.5) == RUN.seconds(None, 0.672)  # not beaten there: searched down
     assert RUN.seconds(0.5, 0.6, beaten_at=0.9) == pytest.approx(330.0 + 2 * (175 / math.sqrt(0.3) + 2.0 + 1.5))
-    at_target = 330.0 + 3.5 * (175 / 0.672 + 2.0 + 1.5)
+    at_target = 330.0 + 3.5 * (175 / 0.672 + 2.0 + 1.5)  # RUN has no near_rps: the target's
     assert RUN.baseline_seconds() == pytest.approx(PASS_SHARE * at_target + (1 - PASS_SHARE) * 330.0)
 
     sc = load(SCENARIO)[0]
@@ -256,7 +256,8 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
     plain = study_cost(full.screened(sc.screening), full, cal, trials=1, confirmation_runs=3)
     mixed = study_cost(full.screened(sc.screening), full, cal, trials=1, confirmation_runs=3, shares=(1 / 3, 2 / 3))
     run = plain.confirmation
-    assert run.front_seconds() == pytest.approx(run.seconds(4.0, 4.0))  # a front member: near the target
+    # a front member: its stages where a screened trial's search goes, at sqrt(4 x 8) req/s
+    assert run.front_seconds() == pytest.approx(run.seconds(math.sqrt(32), math.sqrt(32)))
     assert mixed.confirmation_run_s == pytest.approx((run.front_seconds() + 2 * run.baseline_seconds()) / 3)
     assert mixed.confirmation_run_s < plain.confirmation_run_s
 
@@ -279,6 +280,28 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
     cands = [Candidate(1, None, {}, {}), Candidate(0, "vllm_defaults", {}, {})]
     assert estimate_s(cands, rows, full, full, RUN, threshold=0.05) == pytest.approx(330.0 + 1200.0)
     assert estimate_s(cands, rows, full, full, RUN) == pytest.approx(RUN.seconds(None, 0.672) + 1200.0)
+
+
+def test_a_candidates_run_is_its_search_trial_scaled_by_the_target_stage_not_by_the_stages_allowed():
+    """The screening allows 2 capacity stages, the confirmation 4: a candidate's confirmation run
+    looks where its search bracketed the capacity, and took about as long as its screen (the
+    pick's 4.1 min a run against its 4.6 min trial in docs/results.md, "Confirmation runs that
+    stop once beaten"), so its trial's time stands. A confirmation whose target stage is
+    lengthened 1.5x scales the trial's load by that."""
+    from types import SimpleNamespace
+
+    from search.scenario import Screening
+    from search.study.confirmation import Candidate, estimate_s
+
+    sc = load(SCENARIO)[0]
+    full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    screened = full.screened(Screening(max_stages=2))
+    assert full.planned_s() > screened.planned_s()  # more stages allowed
+    rows = {1: SimpleNamespace(timings={"total_s": 280.0, "load_s": 270.0}, capacity={"rps": 1.1, "low": 1.0})}
+    cands = [Candidate(1, None, {}, {})]
+    assert estimate_s(cands, rows, full, screened) == pytest.approx(280.0)
+    longer = dataclasses.replace(full, target_requests=math.ceil(1.5 * full.stage_size().requests))
+    assert estimate_s(cands, rows, longer, screened) == pytest.approx(10.0 + 270.0 * 147 / 98)
 
 
 def test_a_session_stage_is_planned_to_end_with_its_last_session():
