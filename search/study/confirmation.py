@@ -288,7 +288,8 @@ def run_estimates(
     scaled by the full measurement's target stage against the screening's (a screening of fewer
     requests a stage; stages cut short by an early abort stay short; not by the screening's fewer
     capacity stages: a confirmation run looks first where the search bracketed the capacity, and
-    measured about as many stages as the screen), and at least the study's plan of a run for where that trial left its capacity
+    measured about as many stages as the screen), and at least the study's plan of a run for
+    where that trial left its capacity
     (`run_cost`, `search.study.cost`): a candidate cut short at the target in the search searches
     its capacity down in its confirmation runs, at lower rates, in stages that run on near its
     bound, unless it is a baseline that stops where the others beat it (`threshold`: the

@@ -18,8 +18,11 @@ serves 1.47 req/s; the target stage sends 140 requests at 0.59 req/s, about 240 
   from its planned requests to its cap (near a bound they stay undecided and run on, while a
   clear miss stops early). Once the candidates are known, at the rates their searches left them
   (`ConfirmationRunCost`): `CONFIRM_STAGES` of them near a bracket found, or, for a candidate
-  that missed at the target, every stage down toward the search's floor. Before the search, a
-  candidate is `PASS_SHARE` of the first kind (near the target) and the rest of the second.
+  that missed at the target, every stage down toward the search's floor, unless it is a
+  baseline whose search stops once the others beat it (its target stage alone). Before the
+  search, a front member is of the first kind (it met the target in its screen), a baseline
+  that stops once beaten `PASS_SHARE` of the first kind and the rest its target stage alone,
+  any other candidate `PASS_SHARE` of the first kind and the rest of the second.
 
 The constants come from measured studies (docs/results.md, "Study plans"); the study prints what
 its plan said beside what it took, so a machine the model misjudges shows it. Once trials have run,
