@@ -211,8 +211,9 @@ class ConfirmationRunCost:
 
     def baseline_seconds(self) -> float:
         """A baseline's run before the search, whose search stops once the other candidates beat
-        it: `PASS_SHARE` of one near the target, the rest of one that missed at the target and
-        stops there (the others, feasible at the target, carry more)."""
+        it: `PASS_SHARE` of a front member's run (it meets the target and searches above it), the
+        rest its target stage alone (it misses there and stops: the others, feasible at the target,
+        carry more)."""
         return PASS_SHARE * self.front_seconds() + (1.0 - PASS_SHARE) * self.fixed_s
 
 
