@@ -38,7 +38,7 @@ from objectives.capacity import CapacityEstimate
 from objectives.diagnosis import Diagnosis
 from objectives.scoring import Score
 from objectives.slo_verdict import SLOVerdict
-from objectives.stages import ClassMix, StageResult, SteadyState
+from objectives.stages import TARGET, ClassMix, StageResult, SteadyState
 from serving import Failure, FailureClass, FailurePhase, ServerArgs, StartAnatomy
 from storage.tables import ConfirmationRun, StageRecord, TrialRecord, TrialStatus, utcnow
 
@@ -365,6 +365,12 @@ def stages_of(row: StoredRun) -> list[StageResult]:
     """The load stages a row stores, in order (a trial's as `StageRecord` rows, a confirmation
     run's in its `stages` list)."""
     return [_stage_result(s) for s in row.stages]
+
+
+def target_elapsed_s(row: TrialRecord) -> float | None:
+    """How long a trial's target stage took, as it ran: cut by an early abort, or run on while
+    undecided (None: a trial with no stages stored, or one without a target stage)."""
+    return next((s.elapsed_s for s in row.stages if s.kind == TARGET), None)
 
 
 def retried_of(row: TrialRecord | ConfirmationRun) -> list[RetriedStart]:

@@ -169,6 +169,14 @@ class Measurement:
         floor = self.capacity.floor(rate, self.workload.duration_s)
         return target + self.capacity.max_stages * min(cap_s, size.most / floor)
 
+    def target_sending_s(self) -> float | None:
+        """How long the target stage sends when it runs its planned requests in full, as a
+        confirmation run's does (None: no stages, or no resolved rate)."""
+        rate, size = self.workload.arrival.mean_rate(), self.stage_size()
+        if size is None or self.capacity is None or not rate:
+            return None
+        return min(self.workload.duration_s or math.inf, (self.target_requests or size.requests) / rate)
+
     def target_planned_s(self) -> float | None:
         """The longest the target stage can take, in sending time (the one load run where there
         are no stages; None: an open loop without a resolved rate, or a workload with no bound)."""

@@ -284,30 +284,45 @@ def run_estimates(
     run_cost: ConfirmationRunCost | None = None,
     threshold: float | None = None,
 ) -> dict[int, float] | None:
-    """One run of each candidate (by trial number), from its search trial's time: its load part
-    scaled by the full measurement's target stage against the screening's (a screening of fewer
-    requests a stage; stages cut short by an early abort stay short; not by the screening's fewer
-    capacity stages: a confirmation run looks first where the search bracketed the capacity, and
-    measured about as many stages as the screen), and at least the study's plan of a run for
-    where that trial left its capacity
-    (`run_cost`, `search.study.cost`): a candidate cut short at the target in the search searches
-    its capacity down in its confirmation runs, at lower rates, in stages that run on near its
-    bound, unless it is a baseline that stops where the others beat it (`threshold`: the
+    """One run of each candidate (by trial number), from its search trial's time
+    (`searched_run_s`), and at least the study's plan of a run for where that trial left its
+    capacity (`run_cost`, `search.study.cost`): a candidate cut short at the target in the search
+    searches its capacity down in its confirmation runs, at lower rates, in stages that run on near
+    its bound, unless it is a baseline that stops where the others beat it (`threshold`: the
     capacity's practical threshold, under `baseline_search: until_decided`; `beaten_at` read from
     the search's trials). None where a trial's time was not stored."""
-    full_s, short_s = full.target_planned_s(), screened.target_planned_s()
-    scale = full_s / short_s if full_s and short_s else 1.0
     searched = [rows[c.trial_number] for c in cands]
     out: dict[int, float] = {}
     for c in cands:
         row = rows[c.trial_number]
-        t = trial_results.timings_of(row)
-        if t.total_s is None:
+        took = searched_run_s(row, full, screened, run_cost)
+        if took is None:
             return None
-        load = t.load_s or 0.0
         stop = beaten_at(c, cands, searched, threshold) if threshold is not None else None
-        out[c.trial_number] = max(t.total_s - load + load * scale, _planned_run_s(row, run_cost, stop))
+        out[c.trial_number] = max(took, _planned_run_s(row, run_cost, stop))
     return out
+
+
+def searched_run_s(
+    row: TrialRecord, full: Measurement, screened: Measurement, run_cost: ConfirmationRunCost | None
+) -> float | None:
+    """A confirmation run of a searched configuration, from its search trial's time: the trial with
+    its target stage as it ran (cut short by an early abort, or run on undecided) swapped for the
+    confirmation's, which sends its planned requests in full, then drains. The capacity
+    stages stand: a confirmation run looks first where the search bracketed the capacity, and
+    measured about as many stages as the screen (docs/results.md, "Confirmation runs that stop
+    once beaten"). Where the trial stored no stages or the measurement has none, its load is
+    scaled by the two measurements' target stages instead. None: the trial's time was not stored."""
+    t = trial_results.timings_of(row)
+    if t.total_s is None:
+        return None
+    screened_target, full_target = trial_results.target_elapsed_s(row), full.target_sending_s()
+    if screened_target is not None and full_target is not None:
+        return t.total_s - screened_target + full_target + (run_cost.drain_s if run_cost is not None else 0.0)
+    full_s, short_s = full.target_planned_s(), screened.target_planned_s()
+    scale = full_s / short_s if full_s and short_s else 1.0
+    load = t.load_s or 0.0
+    return t.total_s - load + load * scale
 
 
 def estimate_s(

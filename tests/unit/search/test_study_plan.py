@@ -220,9 +220,9 @@ def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
     missed = {"rps": 0.0, "low": None, "high": 0.672}
     rows = {
-        0: SimpleNamespace(timings={"total_s": 100.0, "load_s": 80.0}, capacity=missed),
+        0: SimpleNamespace(timings={"total_s": 100.0, "load_s": 80.0}, capacity=missed, stages=[]),
         1: SimpleNamespace(
-            timings={"total_s": 1200.0, "load_s": 1180.0}, capacity={"rps": 1.1, "low": 1.0, "high": 1.2}
+            timings={"total_s": 1200.0, "load_s": 1180.0}, capacity={"rps": 1.1, "low": 1.0, "high": 1.2}, stages=[]
         ),
     }
     cands = [Candidate(0, "vllm_defaults", {}, {}), Candidate(1, None, {}, {})]
@@ -269,12 +269,14 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
             trial_number=0,
             timings={"total_s": 100.0, "load_s": 80.0},
             capacity={"rps": 0.0, "low": None, "high": 0.672},
+            stages=[],
         ),
         1: SimpleNamespace(
             status="ok",
             trial_number=1,
             timings={"total_s": 1200.0, "load_s": 1180.0},
             capacity={"rps": 1.1, "low": 1.0, "high": 1.2},
+            stages=[],
         ),
     }
     cands = [Candidate(1, None, {}, {}), Candidate(0, "vllm_defaults", {}, {})]
@@ -282,12 +284,14 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
     assert estimate_s(cands, rows, full, full, RUN) == pytest.approx(RUN.seconds(None, 0.672) + 1200.0)
 
 
-def test_a_candidates_run_is_its_search_trial_scaled_by_the_target_stage_not_by_the_stages_allowed():
+def test_a_candidates_run_is_its_search_trial_with_the_confirmations_target_stage_swapped_in():
     """The screening allows 2 capacity stages, the confirmation 4: a candidate's confirmation run
     looks where its search bracketed the capacity, and took about as long as its screen (the
     pick's 4.1 min a run against its 4.6 min trial in docs/results.md, "Confirmation runs that
-    stop once beaten"), so its trial's time stands. A confirmation whose target stage is
-    lengthened 1.5x scales the trial's load by that."""
+    stop once beaten"), so its capacity stages stand. Its target stage is the confirmation's in
+    full: the screened one ran on undecided to 117 s where the full one sends its 98 requests in 24.5.
+    A target stage lengthened 1.5x lengthens that stage alone, not the capacity stages after it
+    (the slowed study's pick: 14.8 min a trial, 12.9 a run, which scaling the whole load made 22)."""
     from types import SimpleNamespace
 
     from search.scenario import Screening
@@ -297,11 +301,24 @@ def test_a_candidates_run_is_its_search_trial_scaled_by_the_target_stage_not_by_
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
     screened = full.screened(Screening(max_stages=2))
     assert full.planned_s() > screened.planned_s()  # more stages allowed
-    rows = {1: SimpleNamespace(timings={"total_s": 280.0, "load_s": 270.0}, capacity={"rps": 1.1, "low": 1.0})}
+    target = SimpleNamespace(kind="target", elapsed_s=117.0)
+    probes = [SimpleNamespace(kind="capacity", elapsed_s=50.0) for _ in range(3)]
+    rows = {
+        1: SimpleNamespace(
+            timings={"total_s": 280.0, "load_s": 270.0}, capacity={"rps": 1.1, "low": 1.0}, stages=[target, *probes]
+        )
+    }
     cands = [Candidate(1, None, {}, {})]
+    run = dataclasses.replace(RUN, fixed_s=0.0, stage_requests=1, drain_s=0.5)  # its floor: 10 s
+    # the full target stage: 98 requests at 4 req/s, 24.5 s, then its drain
+    assert estimate_s(cands, rows, full, screened, run) == pytest.approx(280.0 - 117.0 + 24.5 + 0.5)
+    longer = dataclasses.replace(full, target_requests=147)
+    assert estimate_s(cands, rows, longer, screened, run) == pytest.approx(280.0 - 117.0 + 147 / 4 + 0.5)
+    # A trial that stored no stages: its load scaled by the two measurements' target stages.
+    rows[1].stages = []
     assert estimate_s(cands, rows, full, screened) == pytest.approx(280.0)
-    longer = dataclasses.replace(full, target_requests=math.ceil(1.5 * full.stage_size().requests))
-    assert estimate_s(cands, rows, longer, screened) == pytest.approx(10.0 + 270.0 * 147 / 98)
+    lengthened = dataclasses.replace(full, target_requests=math.ceil(1.5 * full.stage_size().requests))
+    assert estimate_s(cands, rows, lengthened, screened) == pytest.approx(10.0 + 270.0 * 147 / 98)
 
 
 def test_a_session_stage_is_planned_to_end_with_its_last_session():
