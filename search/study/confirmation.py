@@ -325,6 +325,30 @@ def searched_run_s(
     return t.total_s - load + load * scale
 
 
+def rescreened_round_s(
+    screens: Sequence[TrialRecord],
+    full: Measurement,
+    screened: Measurement,
+    run_cost: ConfirmationRunCost,
+    threshold: float | None,
+    front: int,
+) -> float | None:
+    """A round of the confirmation (a run of each candidate) re-planned once the baselines'
+    `screens` are in: each baseline's run from its screen (`searched_run_s`), at least the plan's
+    run for where it left its capacity, and `front` front members' runs as planned (`front_seconds`).
+    A baseline that missed at the target is planned to stop there where its search stops once
+    beaten (`threshold` not None): every front member met the target in its screen. Before the
+    screens the plan can only take half the baselines to meet the target; the default study's
+    baselines missed it in 16 of 17 runs (docs/results.md). None: a screen's time not stored."""
+    total = front * run_cost.front_seconds()
+    for row in screens:
+        took = searched_run_s(row, full, screened, run_cost)
+        if took is None:
+            return None
+        total += max(took, _planned_run_s(row, run_cost, math.inf if threshold is not None else None))
+    return total
+
+
 def estimate_s(
     cands: Sequence[Candidate],
     rows: dict[int, TrialRecord],

@@ -49,7 +49,13 @@ from search.study import attributes
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
-from search.study.confirmation import confirm, confirmation_note, run_shares
+from search.study.confirmation import (
+    baseline_threshold,
+    confirm,
+    confirmation_note,
+    rescreened_round_s,
+    run_shares,
+)
 from search.study.coordination import DatabaseWatch
 from search.study.cost import StudyCost, TrialPace, study_cost
 from search.study.errors import StudyStopped
@@ -166,6 +172,9 @@ class StudyRunner:
         self._pace = TrialPace(math.nan)  # a trial's length here: the plan's, then the measured one
         self._pace_said = math.nan  # the trial length the study last said
         self._ran_before = 0  # the trials of `_pace` that an earlier run of the study measured
+        self._plan: StudyCost | None = None  # what the study said before its first trial
+        self._planned_at = math.nan  # when it said so (time.monotonic)
+        self._rescreened_s = math.nan  # the study's length said again once the baselines' screens were in
 
     def _recording(self) -> Recording:
         return Recording(self.context)
@@ -205,7 +214,7 @@ class StudyRunner:
                         )
                     )
                     plan = self._planned(opened, spent if search else self.budget, ran_s, confirmed)
-                    planned_at = time.monotonic()
+                    self._plan, self._planned_at = plan, time.monotonic()
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
                         recording.ride(lambda: self.opening.enqueue_baselines(opened.record, opened.ctx))
@@ -217,7 +226,7 @@ class StudyRunner:
                             close_executor(executor)
                     if self.confirm_runs > 0:
                         verdict = confirm(recording, opened, self.confirm_runs, self._make_executor, plan.confirmation)
-                    self._plan_kept(plan, time.monotonic() - planned_at, search)
+                    self._plan_kept(plan, time.monotonic() - self._planned_at, search)
                     self._zygote_said()
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -351,9 +360,13 @@ class StudyRunner:
             if trials and plan.trial_s > 0
             else ""
         )
+        said_again = against_it = ""
+        if math.isfinite(self._rescreened_s):  # said again once the baselines were screened
+            said_again = f", {self._rescreened_s / 60:.0f} once the baselines were screened"
+            against_it = f", {took_s / self._rescreened_s - 1:+.0%}"
         self.events.note(
-            f"the plan said about {plan.total_s / 60:.0f} min for {what}; "
-            f"it took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%}){per_trial}"
+            f"the plan said about {plan.total_s / 60:.0f} min for {what}{said_again}; "
+            f"it took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%}{against_it}){per_trial}"
         )
 
     def _zygote_said(self) -> None:
@@ -383,6 +396,8 @@ class StudyRunner:
             row = self._run_one(recording, opened, executor)
             if row.counts_against_budget:
                 self._paced(time.monotonic() - began, spent + 1, deadline)
+            if row.baseline is not None:
+                self._rescreened(recording, opened, spent + 1)
             self._stop_on_repeated_load_errors(row)
 
     def _paced(self, took_s: float, spent: int, deadline: float | None) -> None:
@@ -396,6 +411,37 @@ class StudyRunner:
             left = min(left, self._pace.trials_within(deadline - time.monotonic()))
         self.events.note(self._pace.text(left, ", then the confirmation" if self.confirm_runs else ""))
         self._pace_said = self._pace.expected_s
+
+    def _rescreened(self, recording: Recording, opened: OpenedStudy, spent: int) -> None:
+        """Once every baseline is screened, the confirmation re-planned from their screens
+        (`rescreened_round_s`) and the study's length said again: the plan's least certain part is
+        whether the baselines meet the target, and the screens say."""
+        plan = self._plan
+        if plan is None or plan.confirmation is None or not plan.confirmation_runs or math.isfinite(self._rescreened_s):
+            return
+        rows = recording.ride(lambda: recording.rows(opened.record))
+        screens = {r.baseline: r for r in rows.values() if r.baseline in self.prep.baselines}
+        if len(screens) < len(self.prep.baselines):
+            return
+        round_s = rescreened_round_s(
+            list(screens.values()),
+            opened.full,
+            opened.screened,
+            plan.confirmation,
+            baseline_threshold(self.sc),
+            self.sc.confirmation.front,
+        )
+        cands = self.sc.confirmation.front + len(self.prep.baselines)
+        if round_s is None or not cands:
+            return
+        confirmation_s = round_s * plan.confirmation_runs / cands
+        trials_s = max(self.budget - spent, 0) * self._pace.expected_s
+        self._rescreened_s = time.monotonic() - self._planned_at + trials_s + confirmation_s
+        self.events.note(
+            f"the baselines' screens re-plan the confirmation: about {confirmation_s / 60:.0f} min for its "
+            f"{plan.confirmation_runs} runs (the plan said {plan.confirmation_s / 60:.0f}); the study about "
+            f"{self._rescreened_s / 60:.0f} min in all (the plan said {plan.total_s / 60:.0f})"
+        )
 
     def _starts_left(self, spent: int, search: bool = True) -> int:
         """Server starts still to come: the search's budget left, then the confirmation runs at most."""

@@ -426,3 +426,43 @@ def test_the_confirmations_pace_takes_each_candidates_measured_runs_over_its_pla
     assert pace.text([2, 0]) == "confirmation: 2 runs to go, about 33 min"
     assert pace.text([0]) == "confirmation: 1 run to go, about 27 min"
     assert pace.text([]) is None and pace.text([7]) is None  # nothing left; a candidate not planned
+
+
+def test_the_baselines_screens_replan_the_confirmation_from_where_they_left_their_capacity():
+    """Before the search a baseline is half a front member's run, half its target stage alone.
+    Once screened: one that missed at the target (its screen cut short at 42 s) stops there in
+    its confirmation runs, the full target stage after a start (`RUN.fixed_s`); under a full
+    search it searches down; the front members stay as planned."""
+    from types import SimpleNamespace
+
+    from search.study.confirmation import rescreened_round_s
+
+    sc = load(SCENARIO)[0]
+    full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    missed = SimpleNamespace(
+        timings={"total_s": 53.0, "load_s": 46.0},
+        capacity={"rps": 0.0, "low": None, "high": 0.672},
+        stages=[SimpleNamespace(kind="target", elapsed_s=42.0)],
+    )
+    stopped = rescreened_round_s([missed], full, full, RUN, 0.05, front=1)
+    assert stopped == pytest.approx(RUN.front_seconds() + RUN.fixed_s)
+    assert stopped < RUN.front_seconds() + RUN.baseline_seconds()  # the plan before the screens
+    searched = rescreened_round_s([missed], full, full, RUN, None, front=1)
+    assert searched == pytest.approx(RUN.front_seconds() + RUN.seconds(None, 0.672))
+
+
+def test_the_study_says_its_length_again_once_the_baselines_are_screened(tmp_path):
+    """After the baseline's screen (trial 0) the study re-plans its confirmation and says its
+    length again; its closing line holds both figures to account."""
+    executor, recorder = ScriptedExecutor(), Recorder()
+    executor.script = staged(executor)
+    calibrate = ScriptedCalibration(capacity_rps=8.0)
+    r = runner(
+        tmp_path, executor, scenario=SCENARIO, trials=3, calibrate=calibrate, confirm_runs=1, observers=(recorder,)
+    )
+    r.run()
+    notes = [str(e) for name, e in recorder.events if name == "note"]
+    said = [i for i, x in enumerate(notes) if x.startswith("the baselines' screens re-plan the confirmation: about ")]
+    assert len(said) == 1 and "for its 3 runs (the plan said 5); the study about " in notes[said[0]]
+    closing = next(x for x in notes if x.startswith("the plan said about "))
+    assert " once the baselines were screened; it took " in closing
