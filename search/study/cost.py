@@ -187,7 +187,7 @@ class ConfirmationRunCost:
         candidate near the target and the rest of one that searches down: planned near the target
         alone, the plan said 13 min for two runs that took 23 on the faster CPU, and 61 for three
         that took about 112 on the slow one, where each baseline searched down. A baseline whose
-        search stops where the others beat it (`beaten_at`, `search.study.confirmation`) and whose
+        search stops where the others beat it (`search.study.baseline_stop`) and whose
         screen missed there measures its target stage, and its bracket's two rates where it had
         one (a confirmation run looks there first), and stops."""
         stages = min(CONFIRM_STAGES, float(self.max_stages))

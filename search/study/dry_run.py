@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from search.calibration import CalibrationResult
 from search.executor import Measurement
 from search.prepare import Prepared, StudyOptions
-from search.study.confirmation import run_shares
+from search.study.baseline_stop import run_shares
 from search.study.cost import TrialPace, study_cost
 from storage.queries import existing_engine, find_study, trial_seconds
 from storage.url import redacted

@@ -49,13 +49,9 @@ from search.study import attributes
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
-from search.study.confirmation import (
-    baseline_threshold,
-    confirm,
-    confirmation_note,
-    rescreened_round_s,
-    run_shares,
-)
+from search.study.baseline_stop import baseline_threshold, run_shares
+from search.study.confirmation import confirm, confirmation_note
+from search.study.confirmation_estimate import rescreened_round_s
 from search.study.coordination import DatabaseWatch
 from search.study.cost import StudyCost, TrialPace, study_cost
 from search.study.errors import StudyStopped

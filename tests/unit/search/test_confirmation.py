@@ -227,7 +227,8 @@ def test_a_baseline_is_stopped_only_against_candidates_whose_comparison_is_decid
     whose runs met no rate leaves nothing decided."""
     from types import SimpleNamespace
 
-    from search.study.confirmation import Candidate, beaten_at
+    from search.study.baseline_stop import beaten_at
+    from search.study.candidates import Candidate
     from storage.tables import TrialStatus
 
     def run(n, status="ok", low=None):

@@ -214,7 +214,8 @@ def test_the_confirmations_estimate_takes_at_least_the_plans_run_for_a_candidate
     for a candidate that missed; a candidate whose search met a rate keeps its own, longer time."""
     from types import SimpleNamespace
 
-    from search.study.confirmation import Candidate, estimate_s
+    from search.study.candidates import Candidate
+    from search.study.confirmation_estimate import estimate_s
 
     sc = load(SCENARIO)[0]
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
@@ -242,7 +243,8 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
     met the SLOs there in its screen); the study plans each share of the runs so."""
     from types import SimpleNamespace
 
-    from search.study.confirmation import Candidate, estimate_s
+    from search.study.candidates import Candidate
+    from search.study.confirmation_estimate import estimate_s
 
     assert RUN.seconds(None, 0.672, beaten_at=0.9) == 330.0
     assert RUN.seconds(None, 0.672, beaten_at=0.5) == RUN.seconds(None, 0.672)  # not beaten there: searched down
@@ -295,7 +297,8 @@ def test_a_candidates_run_is_its_search_trial_with_the_confirmations_target_stag
     from types import SimpleNamespace
 
     from search.scenario import Screening
-    from search.study.confirmation import Candidate, estimate_s
+    from search.study.candidates import Candidate
+    from search.study.confirmation_estimate import estimate_s
 
     sc = load(SCENARIO)[0]
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
@@ -435,7 +438,7 @@ def test_the_baselines_screens_replan_the_confirmation_from_where_they_left_thei
     search it searches down; the front members stay as planned."""
     from types import SimpleNamespace
 
-    from search.study.confirmation import rescreened_round_s
+    from search.study.confirmation_estimate import rescreened_round_s
 
     sc = load(SCENARIO)[0]
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
