@@ -2,7 +2,8 @@
 # mixed on a Llama-3-8B shape (dummy weights) on a GPU with vLLM installed under /tmp/site, one
 # study across as many leases as it takes: each lease adds trials until the confirmation is done.
 # The study's database and the servers' compile and JIT caches travel between leases in CARRY
-# (a folder: study.db.gz and cache.tgz.NN, parts of at most 60 MiB): restored from CARRY_IN when
+# (a folder: study.db.gz and cache.tgz.NN, parts of at most 15 MiB, so that each comes back
+# from the device tool, which returns files of at most 16 MiB): restored from CARRY_IN when
 # given, packed into OUT/carry at the end of the lease, whatever ended it. A study resumes on any
 # machine with the same GPU model and vLLM build (its fingerprint is those, not the host).
 #   STUDY, TRIALS, CONFIRM_RUNS as for make search; BUDGET_S (default 660) bounds this lease's
@@ -39,7 +40,7 @@ echo "autotune exit $rc"
 # What the next lease needs: the study and the caches (not the models: common.sh makes them again).
 rm -f "$OUT"/carry/cache.tgz.*
 [ -f "$DB" ] && gzip -c "$DB" > "$OUT/carry/study.db.gz"
-tar czf - -C "$AUTOTUNE_CACHE_DIR" --exclude=./models . | split -b 60m -d -a 2 - "$OUT/carry/cache.tgz."
+tar czf - -C "$AUTOTUNE_CACHE_DIR" --exclude=./models . | split -b 15m -d -a 2 - "$OUT/carry/cache.tgz."
 du -sh "$OUT"/carry/*
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv
 vllm_left
