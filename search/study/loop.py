@@ -10,13 +10,12 @@ ridden out while it is away (`coordination.DatabaseWatch`); a trial's measuremen
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -49,14 +48,12 @@ from search.study import attributes
 from search.study import coordination as coord
 from search.study import verdict as verdict_mod
 from search.study.attributes import Moves, TrialAttributes
-from search.study.baseline_stop import baseline_threshold, run_shares
 from search.study.confirmation import confirm, confirmation_note
-from search.study.confirmation_estimate import rescreened_round_s
 from search.study.coordination import DatabaseWatch
-from search.study.cost import StudyCost, TrialPace, study_cost
 from search.study.errors import StudyStopped
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, Subscribers, TrialStarted
 from search.study.opening import Calibrate, OpenedStudy, Opening
+from search.study.planning import StudyPlanning
 from search.study.recording import Recording
 from search.study.study_context import StudyContext
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
@@ -117,7 +114,6 @@ class StudyRunner:
         self.opts = opts
         self.sc = prep.scenario
         self.budget = opts.trials or self.sc.default_trials
-        self.confirm_runs = self.sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs
         self.events = Subscribers(observers)
         if opts.warm_start:
             require_stored(prep, opts.warm_start)
@@ -163,14 +159,20 @@ class StudyRunner:
         )
         self.opening = Opening(self.context, opts, calibrate or measure_calibration, self.budget)
         self._load_errors: list[str] = []  # the failure lines of the trials in a row that ended in load_error
-        self._begun = time.monotonic()  # the wall-time budget (--timeout-min) counts from here
-        self._search_deadline: float | None = None  # where the search stops for the confirmation to fit
-        self._pace = TrialPace(math.nan)  # a trial's length here: the plan's, then the measured one
-        self._pace_said = math.nan  # the trial length the study last said
-        self._ran_before = 0  # the trials of `_pace` that an earlier run of the study measured
-        self._plan: StudyCost | None = None  # what the study said before its first trial
-        self._planned_at = math.nan  # when it said so (time.monotonic)
-        self._rescreened_s = math.nan  # the study's length said again once the baselines' screens were in
+        self.planning = StudyPlanning(
+            self.sc,
+            baselines=len(prep.baselines),
+            budget=self.budget,
+            confirm_runs=self.sc.confirmation.runs if opts.confirm_runs is None else opts.confirm_runs,
+            timeout_min=opts.timeout_min,
+            confirm_command=f"autotune confirm {opts.scenario} --study {prep.study_name}",
+            note=self.events.note,
+        )
+
+    @property
+    def confirm_runs(self) -> int:
+        """The confirmation's runs a candidate in this run (0: none; a wall-time budget may drop it)."""
+        return self.planning.confirm_runs
 
     def _recording(self) -> Recording:
         return Recording(self.context)
@@ -209,8 +211,7 @@ class StudyRunner:
                             for r in queries.confirmation_runs(recording.session, opened.record)
                         )
                     )
-                    plan = self._planned(opened, spent if search else self.budget, ran_s, confirmed)
-                    self._plan, self._planned_at = plan, time.monotonic()
+                    plan = self.planning.planned(opened, spent if search else self.budget, ran_s, confirmed)
                     executor = self._make_executor(opened.ctx, opened.screened)
                     if search:
                         recording.ride(lambda: self.opening.enqueue_baselines(opened.record, opened.ctx))
@@ -222,7 +223,7 @@ class StudyRunner:
                             close_executor(executor)
                     if self.confirm_runs > 0:
                         verdict = confirm(recording, opened, self.confirm_runs, self._make_executor, plan.confirmation)
-                    self._plan_kept(plan, time.monotonic() - self._planned_at, search)
+                    self.planning.kept(search)
                     self._zygote_said()
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -277,94 +278,6 @@ class StudyRunner:
         finally:
             self.events.study_finished(StudyFinished(completed))
 
-    # -- the plan and its cost -----------------------------------------------------------------
-
-    def _planned(
-        self,
-        opened: OpenedStudy,
-        spent: int,
-        ran_s: tuple[float, ...] = (),
-        confirmed: tuple[float | None, ...] = (),
-    ) -> StudyCost:
-        """The study's plan on this machine, said before its first trial; within a wall-time
-        budget, the trials that fit beside the confirmation (fewer than asked: said so). The plan
-        sets the search's deadline; the trials' own pace decides how many run before it. A study
-        resumed plans its trials at the mean length of those it ran (`ran_s`), not the model's,
-        and its confirmation without the runs already stored (`confirmed`: each one's seconds,
-        None where not known), the rest at their mean length, as the phase itself then paces them."""
-        cands = self.sc.confirmation.front + len(self.prep.baselines)
-        runs = max(cands * self.confirm_runs - len(confirmed), 0)
-        cost = study_cost(
-            opened.screened,
-            opened.full,
-            opened.calibration,
-            trials=max(self.budget - spent, 0),
-            confirmation_runs=runs,
-            gpu=opened.ctx.hardware.is_gpu,
-            shares=run_shares(self.sc, len(self.prep.baselines)),
-        )
-        self._pace, self._ran_before = TrialPace(cost.trial_s, ran_s), len(ran_s)
-        if ran_s:
-            self.events.note(self._pace.resumed_text())
-            cost = replace(cost, trial_s=self._pace.expected_s)
-        if runs and (took := [t for t in confirmed if t is not None]):
-            measured = TrialPace(cost.confirmation_run_s, tuple(took))
-            self.events.note(measured.resumed_text("a confirmation run", "stored"))
-            cost = replace(cost, confirmation_run_s=measured.expected_s)
-        if self.opts.timeout_min:
-            left_s = self.opts.timeout_min * 60 - (time.monotonic() - self._begun)
-            budgeted = cost.within(left_s)
-            if budgeted.confirmation_dropped:
-                self.events.note(
-                    f"the budget of {self.opts.timeout_min:g} min does not fit the confirmation (about "
-                    f"{cost.confirmation_s / 60:.0f} min) beside a single trial: no confirmation in this run; "
-                    f"`autotune confirm {self.opts.scenario} --study {self.study.study_name}` runs it on what the search found"
-                )
-                self.confirm_runs = 0
-            reserve = budgeted.cost.confirmation_s if math.isfinite(budgeted.cost.confirmation_s) else 0.0
-            self._search_deadline = time.monotonic() + left_s - reserve
-            if budgeted.trimmed:
-                beside = (
-                    f"and the confirmation (about {budgeted.cost.confirmation_s / 60:.0f} min)"
-                    if budgeted.cost.confirmation_runs
-                    else "(no confirmation in this run)"
-                )
-                self.events.note(
-                    f"the budget of {self.opts.timeout_min:g} min fits {budgeted.cost.trials} more trials {beside} "
-                    f"at the plan's {cost.trial_s / 60:.1f} min a trial: about {spent + budgeted.cost.trials} trials "
-                    f"instead of {self.budget}; the search goes on while the next trial fits at the pace its trials measure"
-                )
-            cost = budgeted.cost
-        self._pace_said = cost.trial_s
-        for line in cost.lines():
-            self.events.note(line)
-        return cost
-
-    def _plan_kept(self, plan: StudyCost, took_s: float, search: bool) -> None:
-        """What the plan said beside what the search and the confirmation then took, and a trial
-        beside the mean of those this run measured."""
-        if not plan.total_s > 0 or took_s <= 0:  # NaN: a plan that could not be made
-            return
-        what = {(True, True): "the search and the confirmation", (True, False): "the search"}.get(
-            (search, self.confirm_runs > 0), "the confirmation"
-        )
-        trials = self._pace.measured_s[self._ran_before :]  # this run's
-        mean = TrialPace(math.nan, trials).expected_s
-        per_trial = (
-            f"; a trial: planned {plan.trial_s / 60:.1f} min, {len(trials)} took {mean / 60:.1f} "
-            f"min on average ({mean / plan.trial_s - 1:+.0%})"
-            if trials and plan.trial_s > 0
-            else ""
-        )
-        said_again = against_it = ""
-        if math.isfinite(self._rescreened_s):  # said again once the baselines were screened
-            said_again = f", {self._rescreened_s / 60:.0f} once the baselines were screened"
-            against_it = f", {took_s / self._rescreened_s - 1:+.0%}"
-        self.events.note(
-            f"the plan said about {plan.total_s / 60:.0f} min for {what}{said_again}; "
-            f"it took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%}{against_it}){per_trial}"
-        )
-
     def _zygote_said(self) -> None:
         """The study zygote's failures in this process, if it had any: each one is a line in its
         server's log only, so the study's end says them once (and whether its later servers were exec'd)."""
@@ -378,7 +291,7 @@ class StudyRunner:
         """Trials until the study's budget is spent, counted over every worker's stored trials.
         While the others' running trials would fill it, wait: one may fail to cost a start, or
         its worker die and leave it to this one."""
-        deadline = self._search_deadline
+        deadline = self.planning.deadline
         asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
         while True:
             step, spent = recording.ride(lambda: self._next_step(recording, opened, deadline, asked_cap))
@@ -391,57 +304,12 @@ class StudyRunner:
             began = time.monotonic()
             row = self._run_one(recording, opened, executor)
             if row.counts_against_budget:
-                self._paced(time.monotonic() - began, spent + 1, deadline)
-            if row.baseline is not None:
-                self._rescreened(recording, opened, spent + 1)
+                self.planning.paced(time.monotonic() - began, spent + 1)
+            if row.baseline is not None and self.planning.awaits_screens:
+                rows = recording.ride(lambda: recording.rows(opened.record))
+                screens = list({r.baseline: r for r in rows.values() if r.baseline in self.prep.baselines}.values())
+                self.planning.rescreened(screens, opened, spent + 1)
             self._stop_on_repeated_load_errors(row)
-
-    def _paced(self, took_s: float, spent: int, deadline: float | None) -> None:
-        """A trial's length measured; where the mean moved more than a fifth from what the study
-        last said, the study says again what the rest will take."""
-        self._pace = self._pace.after(took_s)
-        if spent >= self.budget or not self._pace.moved_from(self._pace_said):
-            return
-        left = max(self.budget - spent, 0)
-        if deadline is not None:
-            left = min(left, self._pace.trials_within(deadline - time.monotonic()))
-        self.events.note(self._pace.text(left, ", then the confirmation" if self.confirm_runs else ""))
-        self._pace_said = self._pace.expected_s
-
-    def _rescreened(self, recording: Recording, opened: OpenedStudy, spent: int) -> None:
-        """Once every baseline is screened, the confirmation re-planned from their screens
-        (`rescreened_round_s`) and the study's length said again: the plan's least certain part is
-        whether the baselines meet the target, and the screens say. The trials left are priced at
-        the plan's length of a trial, not at the pace measured so far: that pace is the baselines',
-        fixed configurations whose length says nothing of the sampled ones' (a default study's
-        two baselines took 4.8 min a trial where its sampled trials then took 3.1; in another,
-        0.9 where they took 2.7)."""
-        plan = self._plan
-        if plan is None or plan.confirmation is None or not plan.confirmation_runs or math.isfinite(self._rescreened_s):
-            return
-        rows = recording.ride(lambda: recording.rows(opened.record))
-        screens = {r.baseline: r for r in rows.values() if r.baseline in self.prep.baselines}
-        if len(screens) < len(self.prep.baselines):
-            return
-        round_s = rescreened_round_s(
-            list(screens.values()),
-            opened.full,
-            opened.screened,
-            plan.confirmation,
-            baseline_threshold(self.sc),
-            self.sc.confirmation.front,
-        )
-        cands = self.sc.confirmation.front + len(self.prep.baselines)
-        if round_s is None or not cands:
-            return
-        confirmation_s = round_s * plan.confirmation_runs / cands
-        trials_s = max(self.budget - spent, 0) * plan.trial_s
-        self._rescreened_s = time.monotonic() - self._planned_at + trials_s + confirmation_s
-        self.events.note(
-            f"the baselines' screens re-plan the confirmation: about {confirmation_s / 60:.0f} min for its "
-            f"{plan.confirmation_runs} runs (the plan said {plan.confirmation_s / 60:.0f}); the study about "
-            f"{self._rescreened_s / 60:.0f} min in all (the plan said {plan.total_s / 60:.0f})"
-        )
 
     def _starts_left(self, spent: int, search: bool = True) -> int:
         """Server starts still to come: the search's budget left, then the confirmation runs at most."""
