@@ -291,10 +291,9 @@ class StudyRunner:
         """Trials until the study's budget is spent, counted over every worker's stored trials.
         While the others' running trials would fill it, wait: one may fail to cost a start, or
         its worker die and leave it to this one."""
-        deadline = self.planning.deadline
         asked_cap = self.budget * MAX_ASKS_PER_BUDGETED_TRIAL
         while True:
-            step, spent = recording.ride(lambda: self._next_step(recording, opened, deadline, asked_cap))
+            step, spent = recording.ride(lambda: self._next_step(recording, opened, asked_cap))
             if step == "stop":
                 break
             if step == "wait":
@@ -316,18 +315,15 @@ class StudyRunner:
         trials = max(self.budget - spent, 0) if search else 0
         return trials + (self.sc.confirmation.front + len(self.prep.baselines)) * self.confirm_runs
 
-    def _next_step(
-        self, recording: Recording, opened: OpenedStudy, deadline: float | None, asked_cap: int
-    ) -> tuple[str, int]:
+    def _next_step(self, recording: Recording, opened: OpenedStudy, asked_cap: int) -> tuple[str, int]:
         """Between trials: "run" one more, "wait" for the others' running trials, or "stop"; and
         the server starts the study has spent."""
         recording.recover(opened.record)
         spent = recording.spent(opened.record)
         if spent >= self.budget:
             return "stop", spent
-        if deadline is not None and not self._pace.fits(left := deadline - time.monotonic()):
-            expected = f", a trial about {self._pace.expected_s / 60:.1f} min here" if left > 0 else ""
-            self.events.note(f"wall-time budget reached: {max(left, 0) / 60:.1f} min left for the search{expected}")
+        if (out_of_time := self.planning.out_of_time()) is not None:
+            self.events.note(out_of_time)
             return "stop", spent
         if len(pareto.finished(self.study)) >= asked_cap:
             self.events.note(

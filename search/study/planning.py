@@ -135,6 +135,17 @@ class StudyPlanning:
         self.note(self._pace.text(left, ", then the confirmation" if self.confirm_runs else ""))
         self._pace_said = self._pace.expected_s
 
+    def out_of_time(self) -> str | None:
+        """Within a wall-time budget, where the next trial at the measured pace would run past the
+        search's deadline: the line that stops the search; else None."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if self._pace.fits(left):
+            return None
+        expected = f", a trial about {self._pace.expected_s / 60:.1f} min here" if left > 0 else ""
+        return f"wall-time budget reached: {max(left, 0) / 60:.1f} min left for the search{expected}"
+
     @property
     def awaits_screens(self) -> bool:
         """Whether the baselines' screens would still re-plan the confirmation (said once)."""

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 import search.pareto
 import search.prepare
 import search.study.loop
+import search.study.planning
 from app.outputs import DashboardPublisher
 from app.outputs.export import load_study
 from loadgen import CLIENT_BEHIND
@@ -204,6 +205,7 @@ def test_sigterm_stops_the_loop_like_ctrl_c_and_leaves_the_trial_for_resume(tmp_
 def test_wall_time_budget_stops_the_loop(tmp_path, monkeypatch):
     clock = SimpleNamespace(now=1000.0)
     monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(search.study.planning, "time", SimpleNamespace(monotonic=lambda: clock.now))
 
     def ten_minutes(plan):
         clock.now += 600

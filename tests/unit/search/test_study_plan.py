@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import search.study.loop
+import search.study.planning
 from search.executor import Measurement
 from search.prepare import StudyOptions, prepare
 from search.scenario import load
@@ -115,6 +116,7 @@ def budgeted_study(
     times the plan's trial length: (what it said, what it ran)."""
     clock = SimpleNamespace(now=1000.0)
     monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(search.study.planning, "time", SimpleNamespace(monotonic=lambda: clock.now))
     trial_s = planned_trial_s()
 
     def takes_its_time(plan):
@@ -384,6 +386,7 @@ def test_a_resumed_study_plans_its_trials_at_the_length_of_those_it_ran(tmp_path
     stored_trials_took(tmp_path / "loop.db", minutes=3)
     clock = SimpleNamespace(now=1000.0)
     monkeypatch.setattr(search.study.loop, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(search.study.planning, "time", SimpleNamespace(monotonic=lambda: clock.now))
 
     def three_minutes(plan):
         clock.now += 180
