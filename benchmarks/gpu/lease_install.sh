@@ -3,8 +3,8 @@
 # and the tuner's wheels carried (.whl/partNN, .whl/tuner), after the earlier parts were copied to
 # /tmp/wp one command each (README.md); where the last part and the tuner's wheels together would
 # pass a call's 64 MiB, .whl/tuner goes to /tmp/wp/tuner in a command of its own first. Installs
-# vLLM into /tmp/site and the tuner's own dependencies into /tmp/site2 (after vLLM's on the path, so that vLLM's pins win), and writes
-# /tmp/site2/env.sh, which common.sh sources.
+# vLLM into /tmp/site and the tuner's own dependencies into /tmp/site2 (after vLLM's on the path,
+# so that vLLM's pins win), and writes /tmp/site2/env.sh, which common.sh sources.
 set -euo pipefail
 last=$(ls -d .whl/part* | sort | tail -1)
 mkdir -p /tmp/wp && cp -r "$last" /tmp/wp/

@@ -313,7 +313,7 @@ class StudyRunner:
     def _starts_left(self, spent: int, search: bool = True) -> int:
         """Server starts still to come: the search's budget left, then the confirmation runs at most."""
         trials = max(self.budget - spent, 0) if search else 0
-        return trials + (self.sc.confirmation.front + len(self.prep.baselines)) * self.confirm_runs
+        return trials + self.planning.candidates * self.confirm_runs
 
     def _next_step(self, recording: Recording, opened: OpenedStudy, asked_cap: int) -> tuple[str, int]:
         """Between trials: "run" one more, "wait" for the others' running trials, or "stop"; and
