@@ -3,8 +3,9 @@
 This facade describes a server and starts none: which flags a scenario may set and how a
 configuration becomes a server's flags on the installed vLLM (`registry`), what is rejected
 before a start and the KV cache a started one allocated against the arithmetic's (`checks`), the
-machine: its devices and the installed vLLM, that vLLM's parser, whether the tuner supports it
-and its defaults, and the tuner's cache on it (`machine`), the model (the `model` package: its
+machine: its devices and the installed vLLM, that vLLM's parser, whether the tuner supports it,
+and the tuner's cache on it (`machine`), what that vLLM runs with there when no flag sets a
+value (`defaults`), the model (the `model` package: its
 config, the built-in one, hub ids, memory arithmetic), the facts a launch depends on
 (`context`), the failure vocabulary every package names a failed trial in, and which of it a
 server's log says (`failures`: classes with their advice, phases, the `Failure` record, the
@@ -18,9 +19,9 @@ reset, the reconfiguration's request) is `vllm_http`'s, the package below every 
 from serving.checks import check_combination, describe_kv_check, kv_cache_check_at_start, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
+from serving.defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, unset_value
 from serving.failures import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, classify
 from serving.machine import (
-    DEFAULT_MEMORY_UTILIZATION,
     OLDEST_SUPPORTED_VLLM,
     FlagInfo,
     Gpu,
@@ -28,9 +29,7 @@ from serving.machine import (
     InstalledVllm,
     VllmNotInstalled,
     VllmTooOld,
-    default_batch,
     parse_version,
-    unset_value,
 )
 from serving.model.hub import pinned as pinned_model
 from serving.model.hub import study_label as model_study_label

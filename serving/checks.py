@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from serving.machine import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
+from serving.defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 from serving.model import memory
 from serving.model.memory import GIB, KvBudget
 from serving.registry import LaunchContext

@@ -7,8 +7,7 @@ Which vLLM build is installed comes from package metadata (`installed_vllm`); wh
 accepts from its own argument parser (`load_installed`). A hard-coded version table goes stale
 with every release; the parser cannot. We build the API server's parser in a subprocess, dump
 every option, and cache the dump per installed build. What that build does on these devices
-when a flag is not given is here too (`default_batch`, `default_block_size`, `unset_value`: the
-one place these default numbers live).
+when a flag is not given is in `serving.defaults`.
 
 Flags vLLM removed live with their parameter in `registry.PARAMS` (`removed_in`)."""
 
@@ -362,50 +361,3 @@ def check_supported(dist: str, version: str) -> None:
             f"the installed {dist} {version} is older than {OLDEST_SUPPORTED_VLLM}, the oldest vLLM this tuner "
             f"supports: upgrade it (pip install '{dist}>={OLDEST_SUPPORTED_VLLM}'), or use an image with a newer one"
         )
-
-
-# vLLM's own --gpu-memory-utilization default. The study sets it explicitly: on the CPU build it
-# then means 0.92 of the KV budget rather than 0.92 of the machine's RAM (which fails on a
-# shared host).
-DEFAULT_MEMORY_UTILIZATION = 0.92
-
-
-# What vLLM uses when max_num_batched_tokens / max_num_seqs are unset (EngineArgs.get_batch_defaults,
-# OPENAI_API_SERVER usage context). Needed to check a combination where only one side is set.
-def default_batch(hardware: Hardware) -> tuple[int, int]:
-    if not hardware.is_gpu:
-        return 2048, 128
-    mem = hardware.gpus[0].memory_gib
-    if mem >= 160:
-        return 16384, 1024
-    if mem >= 70 and "A100" not in hardware.gpus[0].name:
-        return 8192, 1024
-    return 2048, 256
-
-
-# Tokens per KV cache block when --block-size is not given: 16 on GPUs (unless the attention
-# backend prefers another), 128 on the CPU build (vllm/platforms/cpu.py).
-def default_block_size(hardware: Hardware) -> int:
-    return 16 if hardware.is_gpu else 128
-
-
-# What a server runs with on a tunable parameter the configuration leaves unset, where vLLM's
-# parser leaves it to be resolved later (None) or the tuner sets it itself (memory_utilization).
-# A baseline is a point of the search space at these values (search.space.effective_params).
-_UNSET = {
-    "memory_utilization": lambda hw: DEFAULT_MEMORY_UTILIZATION,
-    "max_num_batched_tokens": lambda hw: default_batch(hw)[0],
-    "max_num_seqs": lambda hw: default_batch(hw)[1],
-    "block_size": default_block_size,
-    "enable_prefix_caching": lambda hw: True,  # on in the V1 engine for generative models
-    "enable_chunked_prefill": lambda hw: True,  # always on in the V1 engine
-    "long_prefill_token_threshold": lambda hw: 0,  # off
-    "scheduler_delay_factor": lambda hw: 0.0,
-    "prefill_schedule_interval": lambda hw: 1,  # every step: the substitute of a 0 delay factor
-}
-
-
-def unset_value(name: str, hardware: Hardware):
-    """The value vLLM runs `name` with when no flag sets it (None: not known here)."""
-    rule = _UNSET.get(name)
-    return rule(hardware) if rule is not None else None
