@@ -1,4 +1,5 @@
-"""The search space a study samples: the scenario's ranges, minus what the installed vLLM lacks.
+"""The search space a study samples: the scenario's ranges on this machine (a bound may be a
+multiple of vLLM's default here), minus what the installed vLLM lacks.
 
 A parameter the installed vLLM cannot take is not sampled at all (a dead dimension only slows
 the sampler down); where a substitute acts, its range is sampled instead, mapped through the
@@ -13,8 +14,8 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from search.scenario import Domain
-from serving import REGISTRY, LaunchContext, resolve_server_args, support, unset_value
+from search.scenario import Domain, RelativeToDefault
+from serving import REGISTRY, Hardware, LaunchContext, resolve_server_args, support, unset_value
 
 # A dimension of a study's space, as `distribution` makes it: choices, or a numeric range.
 Distribution = CategoricalDistribution | IntDistribution | FloatDistribution
@@ -24,19 +25,58 @@ class SpaceError(ValueError):
     pass
 
 
-def distribution(name: str, domain: Domain, where: str) -> Distribution:
+def _bound(
+    name: str, bound: float | RelativeToDefault, hardware: Hardware, integer: bool, up: bool, where: str
+) -> float:
+    """A range's end as a number on this machine: a multiple of vLLM's default here rounds inward
+    to an integer for an integer parameter (low up, high down), so no end leaves the stated range."""
+    if not isinstance(bound, RelativeToDefault):
+        return bound
+    default = unset_value(name, hardware)
+    if not isinstance(default, (int, float)) or isinstance(default, bool) or default <= 0:
+        raise SpaceError(f"{where}: search_space.{name}: vLLM's default here is {default}: give low/high as numbers")
+    value = bound.x_default * default
+    if not integer:
+        return value
+    return math.ceil(value - 1e-9) if up else math.floor(value + 1e-9)
+
+
+def distribution(name: str, domain: Domain, where: str, hardware: Hardware) -> Distribution:
+    """The range `domain` states, on `hardware` (which a multiple of vLLM's default reads)."""
     spec = REGISTRY[name]
     if domain.choices is not None:
         return CategoricalDistribution(domain.choices)
     assert domain.low is not None and domain.high is not None  # `Domain`: a range without choices has both
-    if spec.kind == "int":
-        if domain.low != int(domain.low) or domain.high != int(domain.high):
+    integer = spec.kind == "int"
+    low = _bound(name, domain.low, hardware, integer, up=True, where=where)
+    high = _bound(name, domain.high, hardware, integer, up=False, where=where)
+    if domain.relative and not (0 < low <= high if domain.log else low <= high):
+        raise SpaceError(
+            f"{where}: search_space.{name}: {_stated(domain.low)} to {_stated(domain.high)} vLLM's default "
+            f"is [{low:g}, {high:g}] on this machine, an empty range; widen it"
+        )
+    if integer:
+        if low != int(low) or high != int(high):
             raise SpaceError(f"{where}: search_space.{name}: low/high must be integers")
         step = int(domain.step or 1)
-        return IntDistribution(int(domain.low), int(domain.high), log=domain.log and step == 1, step=step)
+        return IntDistribution(int(low), int(high), log=domain.log and step == 1, step=step)
     if spec.kind == "float":
-        return FloatDistribution(domain.low, domain.high, log=domain.log, step=domain.step)
+        return FloatDistribution(low, high, log=domain.log, step=domain.step)
     raise SpaceError(f"{where}: search_space.{name} is a {spec.kind} parameter: give choices")
+
+
+def _machine_range_note(name: str, domain: Domain, dist: Distribution, hardware: Hardware) -> str | None:
+    """What a range stated in multiples of vLLM's default is on this machine, said once at the start."""
+    if not domain.relative or isinstance(dist, CategoricalDistribution):
+        return None
+    return (
+        f"{name}: [{dist.low:g}, {dist.high:g}] on this machine ({_stated(domain.low)} to "
+        f"{_stated(domain.high)} vLLM's default here, {unset_value(name, hardware)})"
+    )
+
+
+def _stated(bound: float | RelativeToDefault | None) -> str:
+    return f"{bound.x_default:g}x" if isinstance(bound, RelativeToDefault) else f"{bound:g}"
 
 
 def _check_in_valid_range(name: str, dist: Distribution, ctx: LaunchContext, where: str) -> None:
@@ -50,8 +90,10 @@ def active_space(space: dict[str, Domain], ctx: LaunchContext, where: str) -> tu
     dists: dict[str, Distribution] = {}
     notes: list[str] = []
     for name, domain in space.items():
-        dist = distribution(name, domain, where)
+        dist = distribution(name, domain, where, ctx.hardware)
         _check_in_valid_range(name, dist, ctx, where)
+        if (said := _machine_range_note(name, domain, dist, ctx.hardware)) is not None:
+            notes.append(said)
         found = support(REGISTRY[name], ctx, given=space)
         if found.reason is None:
             dists[name] = dist

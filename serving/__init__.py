@@ -19,7 +19,7 @@ reset, the reconfiguration's request) is `vllm_http`'s, the package below every 
 from serving.checks import check_combination, describe_kv_check, kv_cache_check_at_start, memory_budget
 from serving.context import launch_context
 from serving.context import resolve_model as read_model_info
-from serving.defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, unset_value
+from serving.defaults import DEFAULT_MEMORY_UTILIZATION, MACHINE_DEFAULTED, default_batch, unset_value
 from serving.failures import DEFAULT_STARTUP_TIMEOUT_S, Failure, FailureClass, FailurePhase, classify
 from serving.machine import (
     OLDEST_SUPPORTED_VLLM,
@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_MEMORY_UTILIZATION",
     "DEFAULT_MODEL_SPEC",
     "DEFAULT_STARTUP_TIMEOUT_S",
+    "MACHINE_DEFAULTED",
     "OLDEST_SUPPORTED_VLLM",
     "PARAMS",
     "PASS_THROUGH",

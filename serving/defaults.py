@@ -1,7 +1,8 @@
 """What vLLM runs with on this machine when no flag sets a value: the batch limits it picks by the
 device (`default_batch`), the KV block size (`default_block_size`), the memory share the study
 sets itself, and every tunable parameter's value when unset (`unset_value`): the one place these
-default numbers live. A baseline is a point of the search space at these values."""
+default numbers live. A baseline is a point of the search space at these values, and a scenario
+may state its batch ranges in multiples of them (`MACHINE_DEFAULTED`)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ _UNSET = {
     "scheduler_delay_factor": lambda hw: 0.0,
     "prefill_schedule_interval": lambda hw: 1,  # every step: the substitute of a 0 delay factor
 }
+
+
+# The ranges a scenario may state in multiples of what vLLM runs when no flag sets them
+# (search.scenario.RelativeToDefault): the batch limits, which vLLM picks by the device, so that
+# one range is the same search on a CPU and on an H200. (block_size is picked by the device too,
+# but takes a few allowed values: choices, not a range.)
+MACHINE_DEFAULTED = ("max_num_batched_tokens", "max_num_seqs")
 
 
 def unset_value(name: str, hardware: Hardware):

@@ -116,7 +116,7 @@ def landscape(
     seed: int = 0,
 ) -> Landscape:
     """The synthetic counterpart of `benchmarks/bench_landscape.py`: the same design, invented numbers."""
-    dists = {k: distribution(k, d, scenario.name) for k, d in scenario.search_space.items()}
+    dists = {k: distribution(k, d, scenario.name, CPU) for k, d in scenario.search_space.items()}
     fraction = scenario.workload.arrival.capacity_fraction
     assert fraction is not None  # the replayed scenarios load at a share of the capacity
     target = CALIBRATION.capacity_rps * fraction

@@ -29,7 +29,7 @@ from search.scenario.sections import (
     Threshold,
     VerdictSection,
 )
-from serving import REGISTRY, scenario_flag_problem
+from serving import MACHINE_DEFAULTED, REGISTRY, scenario_flag_problem
 
 # Scenario and study names become directories under the runs directory: one path component
 # that cannot be '.', '..' or hidden.
@@ -94,6 +94,16 @@ class Scenario(Strict):
                 f"{', '.join(REGISTRY)} (`autotune params` shows them on the installed vLLM)"
             )
         return space
+
+    @model_validator(mode="after")
+    def _relative_ranges(self) -> Scenario:
+        for name, domain in self.search_space.items():
+            if domain.relative and name not in MACHINE_DEFAULTED:
+                raise ValueError(
+                    f"search_space.{name}: x_default applies to the parameters whose default vLLM picks "
+                    f"by the machine ({', '.join(MACHINE_DEFAULTED)}); give low/high as numbers"
+                )
+        return self
 
     @model_validator(mode="after")
     def _metric_names(self) -> Scenario:

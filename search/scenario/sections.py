@@ -94,14 +94,33 @@ class Selection(Strict):
         return f"the best {self.then} among the configurations within {self.tolerance * 100:g}% of the best {metric}"
 
 
-class Domain(Strict):
-    """A search range: low/high (log, step) for numbers, or an explicit list of choices."""
+class RelativeToDefault(Strict):
+    """A search bound as a multiple of what vLLM runs the parameter with when no flag sets it, on
+    the machine the study runs on (`serving.unset_value`). vLLM's batch defaults differ 4-8x
+    between its CPU build (2,048 batched tokens, 128 sequences) and an H100 or H200 (8,192 and
+    1,024): a range stated in numbers fitted to one is another search on the other, one stated
+    in multiples of the defaults is the same search on both (docs/scenarios.md, "Search space")."""
 
-    low: float | None = None
-    high: float | None = None
+    x_default: float = Field(gt=0)
+
+
+Bound = float | RelativeToDefault
+
+
+class Domain(Strict):
+    """A search range: low/high (log, step) for numbers, each a number or a multiple of vLLM's
+    default on the machine (`RelativeToDefault`), or an explicit list of choices."""
+
+    low: Bound | None = None
+    high: Bound | None = None
     log: bool = False
     step: float | None = None
     choices: list[Any] | None = None
+
+    @property
+    def relative(self) -> bool:
+        """Whether a bound is a multiple of vLLM's default: the range then depends on the machine."""
+        return isinstance(self.low, RelativeToDefault) or isinstance(self.high, RelativeToDefault)
 
     @model_validator(mode="after")
     def _shape(self) -> Domain:
@@ -110,11 +129,17 @@ class Domain(Strict):
                 raise ValueError("give either choices or low/high, not both")
             if not self.choices:
                 raise ValueError("choices must not be empty")
-        elif self.low is None or self.high is None:
+            return self
+        if self.low is None or self.high is None:
             raise ValueError("give low and high, or choices")
-        elif self.low > self.high:
-            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
-        elif self.log and self.low <= 0:
+        # Bounds of one kind compare here; a number against a multiple of the default compares
+        # once the machine is known (search.space.distribution).
+        low, high, unit = self.low, self.high, ""
+        if isinstance(low, RelativeToDefault) and isinstance(high, RelativeToDefault):
+            low, high, unit = low.x_default, high.x_default, "x vLLM's default"
+        if isinstance(low, float) and isinstance(high, float) and low > high:
+            raise ValueError(f"low ({low}{unit}) is greater than high ({high}{unit})")
+        if self.log and isinstance(self.low, float) and self.low <= 0:
             raise ValueError("a log range needs low > 0")
         return self
 

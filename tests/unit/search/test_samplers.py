@@ -8,7 +8,7 @@ from search.proposals import SpaceFillingStart
 from search.samplers import DEFAULT_SAMPLER, _TrialsWithEveryParameter
 from search.scenario import Domain, ScenarioError
 from search.space import distribution, effective_params
-from tests.support.fakes import H100, ctx
+from tests.support.fakes import CPU, H100, ctx
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor
 from tests.support.study_loop import optuna_trials, rows, runner
@@ -66,10 +66,10 @@ def test_gp_proposals_after_its_startup_are_model_guided_on_every_knob(tmp_path)
 
 def test_effective_params_take_the_configs_own_values_then_vllms_defaults_and_leave_out_what_the_space_cannot_hold():
     dists = {
-        "max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=128, log=True), "t"),
-        "max_num_batched_tokens": distribution("max_num_batched_tokens", Domain(low=256, high=4096), "t"),
-        "memory_utilization": distribution("memory_utilization", Domain(low=0.05, high=0.95), "t"),
-        "enable_prefix_caching": distribution("enable_prefix_caching", Domain(choices=[True, False]), "t"),
+        "max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=128, log=True), "t", CPU),
+        "max_num_batched_tokens": distribution("max_num_batched_tokens", Domain(low=256, high=4096), "t", CPU),
+        "memory_utilization": distribution("memory_utilization", Domain(low=0.05, high=0.95), "t", CPU),
+        "enable_prefix_caching": distribution("enable_prefix_caching", Domain(choices=[True, False]), "t", CPU),
     }
     assert effective_params({}, dists, ctx(), "t") == {
         "max_num_seqs": 128,
@@ -99,8 +99,8 @@ def test_the_sobol_design_covers_each_knob_evenly():
     from search.proposals import sobol_points
 
     dists = {
-        "max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=256, log=True), "t"),
-        "memory_utilization": distribution("memory_utilization", Domain(low=0.1, high=0.9), "t"),
+        "max_num_seqs": distribution("max_num_seqs", Domain(low=4, high=256, log=True), "t", CPU),
+        "memory_utilization": distribution("memory_utilization", Domain(low=0.1, high=0.9), "t", CPU),
     }
     for seed in range(5):
         points = sobol_points(dists, 4, seed)

@@ -93,6 +93,19 @@ def test_own_scenario_file_by_path(tmp_path):
         ),
         (("high: 64", "high: 2"), r"search_space.max_num_seqs: .*low \(4.0\) is greater than high \(2.0\)"),
         (
+            ("max_num_seqs: {low: 4, high: 64, log: true}", "memory_utilization: {low: 0.1, high: {x_default: 1}}"),
+            r"search_space.memory_utilization: x_default applies to the parameters whose default vLLM picks by "
+            r"the machine \(max_num_batched_tokens, max_num_seqs\); give low/high as numbers",
+        ),
+        (
+            ("high: 64", "high: {x_default: 0}"),
+            r"search_space.max_num_seqs.high.*x_default: Input should be greater than 0",
+        ),
+        (
+            ("low: 4, high: 64", "low: {x_default: 2}, high: {x_default: 1}"),
+            r"search_space.max_num_seqs: .*low \(2.0x vLLM's default\) is greater than high \(1.0x vLLM's default\)",
+        ),
+        (
             ("title: my scenario\n", "title: my scenario\ncost: {usd_per_hour: 0}\n"),
             r"cost.usd_per_hour: Input should be greater than 0",
         ),

@@ -4,10 +4,10 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from search import space
-from search.scenario import Domain
+from search import scenario, space
+from search.scenario import Domain, RelativeToDefault
 from search.space import SpaceError
-from tests.support.fakes import ctx
+from tests.support.fakes import CPU, H100, ctx
 
 SPACE = {
     "max_num_seqs": Domain(low=4, high=128, log=True),
@@ -65,3 +65,58 @@ def test_baseline_suggests_only_what_it_sets_and_search_trials_everything():
     assert space.suggest(t, dists, only=baseline) == {"max_num_seqs": 64}
     t2 = study.ask()
     assert set(space.suggest(t2, dists)) == set(dists)
+
+
+RELATIVE = {
+    "max_num_seqs": Domain(low=RelativeToDefault(x_default=1 / 32), high=RelativeToDefault(x_default=1), log=True),
+    "max_num_batched_tokens": Domain(
+        low=RelativeToDefault(x_default=0.125), high=RelativeToDefault(x_default=2), log=True
+    ),
+}
+
+
+def test_a_range_in_multiples_of_vllms_default_is_the_same_search_on_a_cpu_and_on_a_gpu():
+    """vLLM runs 128 sequences and 2,048 batched tokens on its CPU build, 1,024 and 8,192 on an
+    H100: the same multiples cover its defaults on both, and the start of the study says the range."""
+    on_cpu, cpu_notes = space.active_space(RELATIVE, ctx(hw=CPU), "x")
+    on_gpu, gpu_notes = space.active_space(RELATIVE, ctx(hw=H100), "x")
+    assert on_cpu["max_num_seqs"] == IntDistribution(4, 128, log=True)
+    assert on_cpu["max_num_batched_tokens"] == IntDistribution(256, 4096, log=True)
+    assert on_gpu["max_num_seqs"] == IntDistribution(32, 1024, log=True)
+    assert on_gpu["max_num_batched_tokens"] == IntDistribution(1024, 16384, log=True)
+    assert cpu_notes[0] == "max_num_seqs: [4, 128] on this machine (0.03125x to 1x vLLM's default here, 128)"
+    assert (
+        gpu_notes[1] == "max_num_batched_tokens: [1024, 16384] on this machine (0.125x to 2x vLLM's default here, 8192)"
+    )
+
+
+def test_an_integer_range_in_multiples_rounds_inward_and_an_empty_one_is_an_error():
+    inner = {"max_num_seqs": Domain(low=RelativeToDefault(x_default=0.11), high=RelativeToDefault(x_default=0.499))}
+    assert space.active_space(inner, ctx(), "x")[0]["max_num_seqs"] == IntDistribution(15, 63)  # 14.08, 63.87
+    mixed_kinds = {"max_num_seqs": Domain(low=200, high=RelativeToDefault(x_default=1))}
+    with pytest.raises(SpaceError, match=r"x: search_space.max_num_seqs: 200 to 1x vLLM's default is \[200, 128\]"):
+        space.active_space(mixed_kinds, ctx(), "x")
+    assert space.active_space(mixed_kinds, ctx(hw=H100), "x")[0]["max_num_seqs"] == IntDistribution(200, 1024)
+
+
+# The ranges each built-in scenario was fitted to on the 2-core CPU: (max_num_seqs, max_num_batched_tokens).
+CPU_RANGES = {
+    "mixed": ((4, 128), (256, 4096)),
+    "online_chat": ((4, 128), (256, 4096)),
+    "api_service": ((8, 256), (256, 8192)),
+    "batch_processing": ((8, 256), (512, 8192)),
+    "chat_sessions": ((4, 128), (512, 4096)),
+}
+
+
+def test_the_shipped_scenarios_search_the_cpu_ranges_on_the_cpu_and_vllms_defaults_on_a_gpu():
+    """On the CPU build each built-in scenario searches what its ranges were fitted to; on an H100
+    vLLM's own defaults are a point of the space, so that baseline is one the sampler can model."""
+    for name, (seqs, tokens) in CPU_RANGES.items():
+        sc, _, shown = scenario.load(name)
+        on_cpu, _ = space.active_space(sc.search_space, ctx(hw=CPU), shown)
+        assert (on_cpu["max_num_seqs"].low, on_cpu["max_num_seqs"].high) == seqs, name
+        assert (on_cpu["max_num_batched_tokens"].low, on_cpu["max_num_batched_tokens"].high) == tokens, name
+        on_gpu, _ = space.active_space(sc.search_space, ctx(hw=H100), shown)
+        defaults = space.effective_params({}, on_gpu, ctx(hw=H100), shown)
+        assert {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}.items() <= defaults.items(), name
