@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from loadgen import GoodputSLO, MetricName
 from objectives.practical import PracticalSpec
@@ -16,6 +26,22 @@ from serving import DEFAULT_STARTUP_TIMEOUT_S, scenario_flag_problem
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _number_or(allowed: str) -> WrapValidator:
+    """One error, naming what the field allows, for a field that takes a number or a mapping.
+    Pydantic reports a failed union once per member ("Input should be a valid number", then the
+    mapping's own complaint), two lines for one mistake; and it reads `true` as the number 1."""
+
+    def check(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"{allowed}; got {value!r}")
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(f"{allowed}; got {value!r}") from None
+
+    return WrapValidator(check)
 
 
 class RelativeThreshold(Strict):
@@ -32,7 +58,10 @@ class RelativeThreshold(Strict):
     of: str | None = None
 
 
-Threshold = float | RelativeThreshold
+Threshold = Annotated[
+    float | RelativeThreshold,
+    _number_or("a number, or {x_unloaded: k} with k > 0 (k times an unloaded median; `of: <class>` names its class)"),
+]
 
 
 def unloaded_reference(metric: str, of: str | None = None) -> str | None:
@@ -104,7 +133,10 @@ class RelativeToDefault(Strict):
     x_default: float = Field(gt=0)
 
 
-Bound = float | RelativeToDefault
+Bound = Annotated[
+    float | RelativeToDefault,
+    _number_or("a number, or {x_default: k} with k > 0 (k times vLLM's default for the parameter on the machine)"),
+]
 
 
 class Domain(Strict):

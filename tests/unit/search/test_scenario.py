@@ -1,5 +1,6 @@
 """Scenario files: the built-in four are valid; bad files fail with file, field and allowed values."""
 
+import re
 import textwrap
 
 import pytest
@@ -98,10 +99,6 @@ def test_own_scenario_file_by_path(tmp_path):
             r"the machine \(max_num_batched_tokens, max_num_seqs\); give low/high as numbers",
         ),
         (
-            ("high: 64", "high: {x_default: 0}"),
-            r"search_space.max_num_seqs.high.*x_default: Input should be greater than 0",
-        ),
-        (
             ("low: 4, high: 64", "low: {x_default: 2}, high: {x_default: 1}"),
             r"search_space.max_num_seqs: .*low \(2.0x vLLM's default\) is greater than high \(1.0x vLLM's default\)",
         ),
@@ -118,6 +115,55 @@ def test_bad_scenario_names_file_field_and_allowed(tmp_path, edit, expected):
     with pytest.raises(ScenarioError, match=expected) as err:
         scenario.load(path)
     assert str(err.value).startswith(f"{path}: invalid scenario")
+
+
+NUMBER_OR_X_DEFAULT = (
+    r"a number, or \{x_default: k\} with k > 0 \(k times vLLM's default for the parameter on the machine\)"
+)
+NUMBER_OR_X_UNLOADED = (
+    r"a number, or \{x_unloaded: k\} with k > 0 \(k times an unloaded median; `of: <class>` names its class\)"
+)
+
+
+@pytest.mark.parametrize(
+    "edit, field, allowed, got",
+    [
+        (
+            ("high: 64", "high: {x_default: 0}"),
+            "search_space.max_num_seqs.high",
+            NUMBER_OR_X_DEFAULT,
+            "{'x_default': 0}",
+        ),
+        (
+            ("low: 4", "low: {x_defualt: 0.5}"),
+            "search_space.max_num_seqs.low",
+            NUMBER_OR_X_DEFAULT,
+            "{'x_defualt': 0.5}",
+        ),
+        (("low: 4", "low: {x_default: 0.5, of: long}"), "search_space.max_num_seqs.low", NUMBER_OR_X_DEFAULT, ".*"),
+        (("low: 4", "low: four"), "search_space.max_num_seqs.low", NUMBER_OR_X_DEFAULT, "'four'"),
+        (("low: 4", "low: true"), "search_space.max_num_seqs.low", NUMBER_OR_X_DEFAULT, "True"),  # not the number 1
+        (("max: {x_unloaded: 4}", "max: {x_unloaded: -4}"), "slos.0.max", NUMBER_OR_X_UNLOADED, "{'x_unloaded': -4}"),
+        (("max: {x_unloaded: 4}", "max: {x_unloded: 4}"), "slos.0.max", NUMBER_OR_X_UNLOADED, "{'x_unloded': 4}"),
+        (("max: {x_unloaded: 4}", "max: [4]"), "slos.0.max", NUMBER_OR_X_UNLOADED, r"\[4\]"),
+        (
+            ("title: my scenario\n", "title: my scenario\ngoodput: {ttft_ms: {x_unloaded: 0}}\n"),
+            "goodput.ttft_ms",
+            NUMBER_OR_X_UNLOADED,
+            "{'x_unloaded': 0}",
+        ),
+    ],
+)
+def test_bad_number_or_multiple_is_one_error_naming_both_forms(tmp_path, edit, field, allowed, got):
+    """A bound that is a number or a mapping: one error naming both forms and what was given, not
+    pydantic's one per form ("Input should be a valid number", then the mapping's complaint)."""
+    path = write(tmp_path, GOOD.replace(*edit), "bad.yaml")
+    with pytest.raises(ScenarioError) as err:
+        scenario.load(path)
+    header, *errors = str(err.value).splitlines()
+    assert header == f"{path}: invalid scenario"
+    assert len(errors) == 1, errors
+    assert re.fullmatch(rf"  {re.escape(field)}: {allowed}; got {got}", errors[0]), errors[0]
 
 
 OWNED = r"cannot be set from a scenario .*; the tuner owns host, port, uds, model, trust_remote_code, config"
