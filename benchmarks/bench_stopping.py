@@ -37,7 +37,8 @@ from sqlalchemy.orm import Session
 
 from app.expected_errors import reported
 from loadgen import AbortCheck, RequestRecord, records_from_samples
-from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check, over_saturated, replay, waiting_proxy
+from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check, replay, waiting_proxy
+from objectives.saturation import over_saturated
 from objectives.scoring import SLOSpec
 from objectives.stages import CAPACITY, CapacitySpec, stage_slos
 from search.calibration import CalibrationResult, resolve

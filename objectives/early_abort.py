@@ -14,13 +14,8 @@ Pure: a rule looks at the requests sent so far and says whether the stage has al
   A request that failed (or was never answered) is over every bound: it has no latency, and
   the stage's percentile counts it above all it measured (`loadgen.metrics`).
 * An error-rate bound is lost once more requests have failed than it allows of the plan.
-* The server's waiting queue growing without bound (an open loop above capacity never reaches a
-  steady state, statistics.md): over the last window (`window_s`: 15 s, or as long as 30 arrivals
-  take at a lower rate, so that it holds more than a burst on any machine), the least-squares slope of
-  `vllm:num_requests_waiting` is at least `QUEUE_GROWTH_SHARE` of the offered rate and the
-  queue holds more than half the window's arrivals, and at least `QUEUE_MIN_DEPTH` requests (a
-  burst's queue drains; this one does not. Measured: gamma bursts at 0.74 req/s queued 5
-  requests within 9 s).
+* The server's waiting queue growing without bound (`objectives.saturation.queue_runaway`: an
+  open loop above capacity never reaches a steady state; a burst's queue drains, this one does not).
 Means, ITL (pooled per chunk, so its count is not known in advance) and throughputs have no
 certain early verdict and never abort a stage.
 
@@ -42,13 +37,10 @@ Four ways to run a stage (`STOP_RULES`, the scenario's `capacity.early_abort`):
   SLOs' miss probabilities, Boole's inequality), if every SLO it is held to has a rule here.
   When the percentile sits between two values, the undecided count is taken as a miss for a
   pass and as a pass for a miss: both stops lean to the full stage's verdict.
-  And over-saturation, its own reason: over the last window (`window_s`), the waiting queue and
-  the TTFT of the requests sent there both climb (least-squares slopes positive at one-sided
-  p < `SATURATION_P`), the queue by at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at
-  least `SATURATION_MIN_SLOPE` s per s of sending (arrivals 5 % above what is served): the rate
-  is above capacity and the stage is measuring its own backlog (as GuideLLM's over-saturation
-  stop reads it). The
-  stage's start (`settle_s`: 5 s, or 10 arrivals) is left out: an empty server fills up near capacity.
+  And over-saturation, its own reason (`objectives.saturation.over_saturated`): the waiting queue
+  and the TTFT of the requests sent over the last window both climbing, beyond a burst's: the
+  rate is above capacity and the stage is measuring its own backlog (as GuideLLM's
+  over-saturation stop reads it).
 * `decided` (the default): the certain rules, queue runaway and over-saturation as above (the
   certain percentile rule on a target stage only: a capacity stage's counts enter the capacity
   fit, and that rule's cut falls on a run of requests over the bound), and
@@ -86,11 +78,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
 from scipy import stats
 
 from loadgen import Abort, AbortCheck, GaugeSample, MetricName, RequestRecord
 from objectives.design_effect import OverCount
+from objectives.saturation import over_saturated, queue_runaway
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import (
     DEFAULT_CONFIDENCE,
@@ -110,16 +102,6 @@ __all__ = [
     "PASS_MIN_KNOWN",
     "PERCENTILE_RULE_FAMILIES",
     "PRIOR",
-    "QUEUE_GROWTH_SHARE",
-    "QUEUE_MIN_DEPTH",
-    "QUEUE_MIN_SAMPLES",
-    "QUEUE_WINDOW_REQUESTS",
-    "QUEUE_WINDOW_S",
-    "SATURATION_MIN_POINTS",
-    "SATURATION_MIN_SLOPE",
-    "SATURATION_P",
-    "SATURATION_SETTLE_REQUESTS",
-    "SATURATION_SETTLE_S",
     "STOP_RULES",
     "Abort",
     "AbortRule",
@@ -129,143 +111,16 @@ __all__ = [
     "abort_check",
     "decided_verdict",
     "likely_verdict",
-    "over_saturated",
-    "queue_runaway",
     "replay",
     "rules_for",
     "seen_at",
-    "settle_s",
     "violators_needed",
     "waiting_proxy",
-    "window_s",
 ]
 
 # The four ways to run a stage (the module docstring; the scenario's `capacity.early_abort`).
 DECIDED, LIKELY, CERTAIN, OFF = "decided", "likely", "certain", "off"
 STOP_RULES = (DECIDED, LIKELY, CERTAIN, OFF)
-
-
-# --- queue runaway and over-saturation: a rate above capacity measuring its own backlog -----------
-
-# The windows are read over time, but they must hold enough arrivals to tell a runaway from a
-# burst whatever the machine's speed: at least QUEUE_WINDOW_S, and as long as QUEUE_WINDOW_REQUESTS
-# arrivals take (what 15 s held at mixed's target on a 4.9 req/s machine). On a machine three
-# times slower a 15 s window held 10 arrivals, one gamma burst, and stopped stages at 40% of
-# capacity as over-saturated that ran out below their bounds in full (docs/results.md, "One
-# workload on any machine").
-QUEUE_WINDOW_S = 15.0
-QUEUE_WINDOW_REQUESTS = 30
-QUEUE_GROWTH_SHARE = 0.25
-QUEUE_MIN_SAMPLES = 8
-QUEUE_MIN_DEPTH = 8
-SATURATION_P = 0.01
-SATURATION_MIN_POINTS = 8
-# TTFT climbing by at least this many seconds per second of sending: arrivals at least 5 % above
-# what the server serves (a backlog grows at (arrivals - served) / served s per s).
-SATURATION_MIN_SLOPE = 0.05
-# Not read from a stage's first seconds: a stage starts on an empty server, whose queue and TTFT
-# climb to their steady level at any rate near capacity: read over the whole window, the rule
-# stopped capacity stages just below capacity that met the SLOs run in full (docs/results.md,
-# "Early abort").
-SATURATION_SETTLE_S = 5.0
-SATURATION_SETTLE_REQUESTS = 10  # ... and at least as long as this many arrivals take
-
-
-def window_s(rate: float | None) -> float:
-    """The window the queue and TTFT are read over at `rate` requests/s (see QUEUE_WINDOW_REQUESTS)."""
-    return max(QUEUE_WINDOW_S, QUEUE_WINDOW_REQUESTS / rate) if rate and rate > 0 else QUEUE_WINDOW_S
-
-
-def settle_s(rate: float | None) -> float:
-    """A stage's start left out of the over-saturation window at `rate` requests/s."""
-    return max(SATURATION_SETTLE_S, SATURATION_SETTLE_REQUESTS / rate) if rate and rate > 0 else SATURATION_SETTLE_S
-
-
-def _recent_queue(
-    samples: Sequence[GaugeSample], now: float, window: float = QUEUE_WINDOW_S
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(times, waiting) of the gauges over the last `window` s, if they span enough of it."""
-    recent = [s for s in samples if now - s.t <= window and not math.isnan(s.waiting)]
-    if len(recent) < QUEUE_MIN_SAMPLES:
-        return None
-    t = np.array([s.t for s in recent])
-    if np.ptp(t) < window / 2:
-        return None
-    return t, np.array([s.waiting for s in recent])
-
-
-def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Abort | None:
-    """The waiting queue has grown steadily over the last window (see the module docstring)."""
-    window = window_s(rate)
-    queue = _recent_queue(samples, now, window)
-    if queue is None or rate <= 0:
-        return None
-    t, waiting = queue
-    slope = float(np.polyfit(t - t[0], waiting, 1)[0])
-    # A burst queues a few seconds of arrivals and drains; a runaway keeps climbing: ask for a
-    # steady climb and a queue deeper than half the window's arrivals.
-    depth = max(QUEUE_MIN_DEPTH, 0.5 * rate * window)
-    if slope >= QUEUE_GROWTH_SHARE * rate and waiting[-1] >= depth:
-        return Abort(
-            f"waiting queue growing without bound: {waiting[0]:.0f} -> {waiting[-1]:.0f} in "
-            f"{t[-1] - t[0]:.0f} s (+{slope:.2f}/s at {rate:.3g} req/s offered)"
-        )
-    return None
-
-
-def _climbing(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
-    """(fitted y at the first x, at the last x) when y rises with x at one-sided p < SATURATION_P."""
-    if len(x) < SATURATION_MIN_POINTS or np.ptp(x) <= 0 or np.ptp(y) <= 0:
-        return None
-    fit = stats.linregress(x, y)
-    if not fit.slope > 0 or fit.pvalue / 2 >= SATURATION_P:
-        return None
-    return fit.intercept + fit.slope * x.min(), fit.intercept + fit.slope * x.max()
-
-
-def over_saturated(
-    samples: Sequence[GaugeSample], records: Sequence[RequestRecord], now: float, rate: float | None = None
-) -> Abort | None:
-    """The waiting queue and TTFT both climbing over the last window (see the module docstring;
-    `rate`, the stage's offered requests/s, sets how long the window and the settling are).
-
-    A request sent in the window counts with its TTFT, or, still waiting for its first token,
-    with its wait so far once that is longer than the last TTFT measured (a lower bound that
-    already shows the climb; shorter waits say nothing yet)."""
-    sent_at = [r.send_time for r in records if math.isfinite(r.send_time)]
-    if not sent_at:
-        return None
-    window = window_s(rate)
-    settled = min(sent_at) + settle_s(rate)
-    queue = _recent_queue([s for s in samples if s.t >= settled], now, window)
-    if queue is None:
-        return None
-    queued = _climbing(*queue)
-    if queued is None or queued[1] - queued[0] < QUEUE_MIN_DEPTH / 2:
-        return None
-    sent = sorted(
-        (r for r in records if max(now - window, settled) <= r.send_time <= now and r.error_kind is None),
-        key=lambda r: r.send_time,
-    )
-    points: list[tuple[float, float]] = []
-    last_ttft = math.inf
-    for r in sent:
-        if r.chunk_times:
-            last_ttft = r.chunk_times[0] - r.send_time
-            points.append((r.send_time, last_ttft))
-        elif now - r.send_time > last_ttft:
-            points.append((r.send_time, now - r.send_time))
-    if not points:
-        return None
-    x, y = (np.array(v) for v in zip(*points))
-    ttft = _climbing(x, y)
-    if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
-        return None
-    return Abort(
-        f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
-        f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
-        f"{window:.0f} s)"
-    )
 
 
 # --- the likely rule: a stage's verdict predicted from what it has measured -----------------------

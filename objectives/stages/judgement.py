@@ -10,14 +10,14 @@ request's wait for a first token grow for as long as it runs. A stage that ends 
 still growing has measured how far the backlog got in the time it had, not the server: on a
 short stage the requests over a TTFT bound can still be few, and the stage would read "met" at a
 rate the server cannot hold. So at its end every stage is judged over its window (after the first
-`SETTLE_SHARE` of it, at most `early_abort.settle_s`, 5 s or 10 arrivals: a stage starts on an
+`SETTLE_SHARE` of it, at most `saturation.settle_s`, 5 s or 10 arrivals: a stage starts on an
 empty server, whose queue fills to its level at any rate near capacity):
 
 * the first-token lag: each request's TTFT against its send time (a request without a first token
   enters with its wait so far, a lower bound), least squares;
 * the waiting queue: the server's `vllm:num_requests_waiting` samples against time.
 
-Either one climbing at one-sided p < `early_abort.SATURATION_P` by at least the rate of a 5%
+Either one climbing at one-sided p < `saturation.SATURATION_P` by at least the rate of a 5%
 overload (`SATURATION_MIN_SLOPE` s of lag per s; the queue by 5% of the offered rate per s, and
 by `QUEUE_MIN_DEPTH` / 2 requests in all) is sustained growth: the stage is **not steady** and
 its verdict is violated (over-saturated), whatever its counts say. A burst that queues and drains
@@ -44,7 +44,7 @@ from scipy import stats
 
 from loadgen import Abort, GaugeSample, LoadResult, request_samples
 from objectives import capacity as cap
-from objectives.early_abort import QUEUE_MIN_DEPTH, SATURATION_MIN_SLOPE, SATURATION_P, settle_s
+from objectives.saturation import QUEUE_MIN_DEPTH, SATURATION_MIN_SLOPE, SATURATION_P, settle_s
 from objectives.scoring import SLOSpec, slo_key
 from objectives.slo_verdict import (
     DEFAULT_CONFIDENCE,
@@ -58,7 +58,7 @@ from objectives.stages.plan import PlannedStage
 
 STEADY_STATE = "steady_state"
 CLASS_MIX = "class_mix"
-SETTLE_SHARE = 0.25  # of a stage's sending window, at most `early_abort.settle_s`, left out as its fill
+SETTLE_SHARE = 0.25  # of a stage's sending window, at most `saturation.settle_s`, left out as its fill
 MIN_POINTS = 6  # fewer requests or gauge samples in the window say nothing either way
 
 

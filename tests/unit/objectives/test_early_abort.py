@@ -15,19 +15,8 @@ import pytest
 from loadgen.metrics import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
 from loadgen.server_metrics import GaugeSample
 from objectives.capacity import SLO_CAPACITY_RPS
-from objectives.early_abort import (
-    QUEUE_MIN_DEPTH,
-    QUEUE_MIN_SAMPLES,
-    QUEUE_WINDOW_S,
-    Abort,
-    ErrorRateRule,
-    PercentileRule,
-    abort_check,
-    queue_runaway,
-    rules_for,
-    violators_needed,
-    window_s,
-)
+from objectives.early_abort import Abort, ErrorRateRule, PercentileRule, abort_check, rules_for, violators_needed
+from objectives.saturation import QUEUE_MIN_DEPTH, QUEUE_MIN_SAMPLES, QUEUE_WINDOW_S, queue_runaway, window_s
 from objectives.scoring import SLOSpec
 
 NAN = math.nan

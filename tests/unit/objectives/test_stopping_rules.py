@@ -13,17 +13,8 @@ import pytest
 from scipy.stats import norm
 
 from loadgen import GaugeSample, RequestRecord, records_from_samples
-from objectives.early_abort import (
-    LIKELY_P,
-    QUEUE_WINDOW_S,
-    abort_check,
-    likely_verdict,
-    over_saturated,
-    replay,
-    rules_for,
-    seen_at,
-    waiting_proxy,
-)
+from objectives.early_abort import LIKELY_P, abort_check, likely_verdict, replay, rules_for, seen_at, waiting_proxy
+from objectives.saturation import QUEUE_WINDOW_S, over_saturated
 from objectives.scoring import SLOSpec
 from tests.support.simulated_stages import done, saturated_stage
 
