@@ -5,8 +5,8 @@ The terminal (`progress` while a study runs, `summary` at its end), `best.yaml` 
 optuna-dashboard pages (`dashboard`). They all read one read model: `read_model` reads a study
 back from storage once (`LoadedStudy`), `trial_views` makes one view per stored trial of it, in
 exactly one category, and `confirmation_rows` the confirmation table's rows; `verdict_text`
-writes the confirmation phase's verdict in the words all of them quote, with what its numbers
-rest on, and `calibration_text` the calibration's references. `format` is the one
+writes the confirmation phase's verdict in the words all of them quote, `verdict_basis` what its
+numbers rest on, and `calibration_text` the calibration's references. `format` is the one
 number formatter. Nothing here starts a server (a contract in pyproject.toml says so). The
 study loop never imports this package; it reaches the terminal and the dashboard through
 `search.study.events` subscribers that the CLI wires in.

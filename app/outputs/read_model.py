@@ -15,7 +15,7 @@ import optuna
 import yaml
 from sqlalchemy.orm import Session
 
-from app.outputs import cost_text, verdict_text
+from app.outputs import cost_text, verdict_basis, verdict_text
 from app.outputs.trial_views import TrialView, view_of
 from app.outputs.verdict_text import VerdictText
 from loadgen import WorkloadSpec
@@ -112,7 +112,7 @@ class LoadedStudy:
     def screening_agreement(self) -> Agreement | None:
         """The search's screening against the confirmation, per confirmed candidate (None: no verdict)."""
         return (
-            verdict_text.screening_agreement(self.verdict, self.views, self.confirmation_runs)
+            verdict_basis.screening_agreement(self.verdict, self.views, self.confirmation_runs)
             if self.verdict is not None
             else None
         )

@@ -2,7 +2,7 @@
 
 import math
 
-from app.outputs import verdict_text
+from app.outputs import verdict_basis, verdict_text
 from app.outputs.format import fmt_bracket, fmt_difference, fmt_interval, fmt_ratio
 from objectives import statistics as st
 from objectives.capacity import SLO_CAPACITY_RPS
@@ -80,7 +80,7 @@ def test_bounds_brackets_and_absolute_differences_are_labelled():
 
 def test_each_runs_bracket_and_each_bound_is_named_in_the_notes():
     v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
-    notes = verdict_text.bound_notes(v, SCENARIO)
+    notes = verdict_basis.bound_notes(v, SCENARIO)
     assert any(n.startswith("trial 0: slo_capacity_rps run by run lies in [1.76, 2.53), ") for n in notes)
     assert any(
         "vllm_defaults (trial 1): slo_capacity_rps run by run lies in < 0.89, < 0.89, < 0.89" in n for n in notes
