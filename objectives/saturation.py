@@ -7,6 +7,15 @@ than a burst on any machine (`window_s`) and leave a stage's first seconds out (
 stage starts on an empty server, whose queue and TTFT climb to their steady level at any rate
 near capacity. `objectives.early_abort` stops a stage on them; `objectives.stages.judgement`
 reads the same thresholds over a finished stage for its steady-state verdict. Pure.
+
+* Queue runaway: over the last window the least-squares slope of `vllm:num_requests_waiting` is
+  at least `QUEUE_GROWTH_SHARE` of the offered rate, and the queue holds more than half the
+  window's arrivals and at least `QUEUE_MIN_DEPTH` requests (a burst's queue drains; this one
+  does not. Measured: gamma bursts at 0.74 req/s queued 5 requests within 9 s).
+* Over-saturation: over the last window the waiting queue and the TTFT of the requests sent
+  there both climb (least-squares slopes positive at one-sided p < `SATURATION_P`), the queue by
+  at least `QUEUE_MIN_DEPTH` / 2 requests and the TTFT by at least `SATURATION_MIN_SLOPE` s per
+  s of sending (arrivals 5 % above what is served).
 """
 
 from __future__ import annotations
