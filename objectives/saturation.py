@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -94,14 +95,37 @@ def queue_runaway(samples: Sequence[GaugeSample], rate: float, now: float) -> Ab
     return None
 
 
-def _climbing(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
-    """(fitted y at the first x, at the last x) when y rises with x at one-sided p < SATURATION_P."""
-    if len(x) < SATURATION_MIN_POINTS or np.ptp(x) <= 0 or np.ptp(y) <= 0:
+@dataclass(frozen=True)
+class Trend:
+    """A least-squares line through (time, value) over a judged window."""
+
+    start: float  # fitted value at the window's start
+    end: float  # ... at its end
+    slope: float  # per second
+    p: float  # one-sided p-value of slope > 0
+    points: int
+
+    def climbing(self, min_slope: float = 0.0, min_rise: float = 0.0) -> bool:
+        return self.p < SATURATION_P and self.slope >= min_slope and self.end - self.start >= min_rise
+
+
+def trend(x: np.ndarray, y: np.ndarray, min_points: int) -> Trend | None:
+    """The line through (x, y); None with fewer than `min_points` points or no spread in x (a
+    flat y is a line with no growth, p 1)."""
+    if len(x) < min_points or np.ptp(x) <= 0:
         return None
+    if np.ptp(y) <= 0:
+        return Trend(float(y[0]), float(y[0]), 0.0, 1.0, len(x))
     fit = stats.linregress(x, y)
-    if not fit.slope > 0 or fit.pvalue / 2 >= SATURATION_P:
-        return None
-    return fit.intercept + fit.slope * x.min(), fit.intercept + fit.slope * x.max()
+    p = fit.pvalue / 2 if fit.slope > 0 else 1.0 - fit.pvalue / 2
+    lo, hi = float(x.min()), float(x.max())
+    return Trend(fit.intercept + fit.slope * lo, fit.intercept + fit.slope * hi, float(fit.slope), float(p), len(x))
+
+
+def _climbing(x: np.ndarray, y: np.ndarray) -> Trend | None:
+    """The line through (x, y) when y rises with x at one-sided p < SATURATION_P."""
+    line = trend(x, y, SATURATION_MIN_POINTS)
+    return line if line is not None and line.climbing() else None
 
 
 def over_saturated(
@@ -122,7 +146,7 @@ def over_saturated(
     if queue is None:
         return None
     queued = _climbing(*queue)
-    if queued is None or queued[1] - queued[0] < QUEUE_MIN_DEPTH / 2:
+    if queued is None or queued.end - queued.start < QUEUE_MIN_DEPTH / 2:
         return None
     sent = sorted(
         (r for r in records if max(now - window, settled) <= r.send_time <= now and r.error_kind is None),
@@ -140,10 +164,10 @@ def over_saturated(
         return None
     x, y = (np.array(v) for v in zip(*points))
     ttft = _climbing(x, y)
-    if ttft is None or (ttft[1] - ttft[0]) < SATURATION_MIN_SLOPE * float(np.ptp(x)):
+    if ttft is None or ttft.end - ttft.start < SATURATION_MIN_SLOPE * float(np.ptp(x)):
         return None
     return Abort(
-        f"over-saturated: the queue and TTFT are both climbing (waiting {queued[0]:.0f} -> "
-        f"{queued[1]:.0f}, TTFT {ttft[0] * 1000:.0f} -> {ttft[1] * 1000:.0f} ms over the last "
+        f"over-saturated: the queue and TTFT are both climbing (waiting {queued.start:.0f} -> "
+        f"{queued.end:.0f}, TTFT {ttft.start * 1000:.0f} -> {ttft.end * 1000:.0f} ms over the last "
         f"{window:.0f} s)"
     )

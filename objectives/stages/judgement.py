@@ -44,7 +44,7 @@ from scipy import stats
 
 from loadgen import Abort, GaugeSample, LoadResult, request_samples
 from objectives import capacity as cap
-from objectives.saturation import QUEUE_MIN_DEPTH, SATURATION_MIN_SLOPE, SATURATION_P, settle_s
+from objectives.saturation import QUEUE_MIN_DEPTH, SATURATION_MIN_SLOPE, Trend, settle_s, trend
 from objectives.scoring import SLOSpec, slo_key
 from objectives.slo_verdict import (
     DEFAULT_CONFIDENCE,
@@ -282,31 +282,6 @@ def _steady_and_mix(
 
 
 @dataclass(frozen=True)
-class Trend:
-    """A least-squares line through (time, value) over the judged window."""
-
-    start: float  # fitted value at the window's start
-    end: float  # ... at its end
-    slope: float  # per second
-    p: float  # one-sided p-value of slope > 0
-    points: int
-
-    def climbing(self, min_slope: float, min_rise: float = 0.0) -> bool:
-        return self.p < SATURATION_P and self.slope >= min_slope and self.end - self.start >= min_rise
-
-
-def _trend(x: np.ndarray, y: np.ndarray) -> Trend | None:
-    if len(x) < MIN_POINTS or np.ptp(x) <= 0:
-        return None
-    if np.ptp(y) <= 0:  # flat: no growth at all
-        return Trend(float(y[0]), float(y[0]), 0.0, 1.0, len(x))
-    fit = stats.linregress(x, y)
-    p = fit.pvalue / 2 if fit.slope > 0 else 1.0 - fit.pvalue / 2
-    lo, hi = float(x.min()), float(x.max())
-    return Trend(fit.intercept + fit.slope * lo, fit.intercept + fit.slope * hi, float(fit.slope), float(p), len(x))
-
-
-@dataclass(frozen=True)
 class SteadyState:
     """What a stage's end says of its server: settled, or still filling its queue."""
 
@@ -354,9 +329,12 @@ def steady_state(
         elif ok or aborted:  # still waiting for its first token when the stage ended: at least that long
             x.append(sent)
             y.append(end_s - sent)
-    lag = _trend(np.array(x, dtype=float), np.array(y, dtype=float))
+    lag = trend(np.array(x, dtype=float), np.array(y, dtype=float), MIN_POINTS)
     waiting = [(g.t - start, g.waiting) for g in gauges if settle <= g.t - start <= end_s and not math.isnan(g.waiting)]
-    queue = _trend(*(np.array(v, dtype=float) for v in zip(*waiting))) if waiting else None
+    queue = None
+    if waiting:
+        t, depth = (np.array(v, dtype=float) for v in zip(*waiting))
+        queue = trend(t, depth, MIN_POINTS)
     lag_up = lag is not None and lag.climbing(SATURATION_MIN_SLOPE)
     queue_up = queue is not None and queue.climbing(SATURATION_MIN_SLOPE * rate, QUEUE_MIN_DEPTH / 2)
     if not (lag_up or queue_up):
