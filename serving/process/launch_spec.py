@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serving.failures import DEFAULT_STARTUP_TIMEOUT_S
-from serving.process import zygote
+from serving.process import zygote, zygote_process
 
 HOST = "127.0.0.1"
 API_MODULE = "vllm.entrypoints.openai.api_server"
@@ -38,7 +38,7 @@ def tuner_entry(api_module: str, forkserver: bool) -> str:
     where `PLUGIN_ENV` turns it on, and on the CPU build (`forkserver`) the EngineCore and its
     worker forked from a forkserver that imported vLLM beside the API server, not spawned afresh."""
     return (
-        f"import sys; sys.path.insert(0, {str(zygote.ENTRY_DIR)!r}); import autotune_vllm_entry; "
+        f"import sys; sys.path.insert(0, {str(zygote_process.ENTRY_DIR)!r}); import autotune_vllm_entry; "
         f"autotune_vllm_entry.main({api_module!r}, forkserver={forkserver!r})"
     )
 

@@ -15,7 +15,7 @@ a new zygote's import most of them, so the two cases share their servers and zyg
   by a new zygote or exec'd;
 - then the zygote is closed, and nothing is left: no server, no zygote.
 And a tuner SIGKILLed while its zygote is stopped leaves that zygote, which the next zygote
-started (by another tuner) kills first (`zygote.kill_orphans`).
+started (by another tuner) kills first (`zygote_process.kill_orphans`).
 
 Every process stopped or killed here is held as a `psutil.Process` (never signalled once its pid
 is another's) and SIGKILLed in a `finally` if it is still there; every wait is bounded and says
@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 import pytest
 
-from serving.process import zygote, zygote_pid, zygote_status
+from serving.process import zygote, zygote_pid, zygote_process, zygote_status
 from serving.process.launch_spec import API_MODULE
 from serving.process.server import PROCESSES_STOPPED, group_members
 from tests.support.paths import REPO
@@ -62,7 +62,7 @@ GONE_S = 15.0  # for what was stopped or closed to be gone (a zygote that does n
 TUNER_START_S = 30.0  # for a tuner subprocess to import the tuner and spawn its zygote
 # What a process of a server or a zygote has in its command line: the zygote's entry module, a
 # guard's module or title, vLLM's API server module, the titles vLLM gives its other processes.
-MARKS = (zygote.MARKER, "server_guard", "vllm.entrypoints", "VLLM")
+MARKS = (zygote_process.MARKER, "server_guard", "vllm.entrypoints", "VLLM")
 
 
 def workload(num_requests: int):
@@ -138,7 +138,7 @@ def marked() -> dict[tuple[int, float], str]:
         with contextlib.suppress(psutil.Error):
             if (
                 info["ppid"] == 1
-                or zygote.tuner_of(info["cmdline"] or []) == os.getpid()
+                or zygote_process.tuner_of(info["cmdline"] or []) == os.getpid()
                 or any(a.pid == os.getpid() for a in p.parents())
             ):
                 found[(p.pid, info["create_time"])] = line[:300]
@@ -424,11 +424,11 @@ def test_a_zygote_left_stopped_by_a_killed_tuner_is_killed_when_the_next_zygote_
         assert said.strip().isdigit(), f"the tuner said {said!r} (exit code {tuner.poll()})"
         orphan = psutil.Process(int(said))
         os.killpg(orphan.pid, signal.SIGSTOP)
-        assert wait_for(lambda: state(orphan) in zygote.STOPPED, 5), state(orphan)
-        assert zygote.tuner_of(orphan.cmdline()) == tuner.pid, orphan.cmdline()
+        assert wait_for(lambda: state(orphan) in zygote_process.STOPPED, 5), state(orphan)
+        assert zygote_process.tuner_of(orphan.cmdline()) == tuner.pid, orphan.cmdline()
         tuner.kill()
         tuner.wait(timeout=10)
-        assert state(orphan) in zygote.STOPPED, state(orphan)  # left behind, and nothing ends it
+        assert state(orphan) in zygote_process.STOPPED, state(orphan)  # left behind, and nothing ends it
         log = tmp_path / "next" / "zygote.log"
         fresh = zygote.start_zygote(sys.executable, dict(os.environ), API_MODULE, log, zygote.FORKSERVER)
         assert wait_for(lambda: not running(orphan), GONE_S), f"the stopped zygote {orphan.pid} is still there"

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from serving import FailureClass
-from serving.process import ServerFailed, VllmServer, zygote_pid, zygote_status
+from serving.process import ServerFailed, VllmServer, zygote_pid, zygote_process, zygote_status
 from serving.process import zygote as zygote_mod
 from serving.process.launch_spec import LaunchSpec
 from serving.process.zygote import Liveness, ZygoteGone
@@ -327,13 +327,13 @@ class Listed:
 
 
 def zygote_cmdline(tuner: int) -> list[str]:
-    return ["python", "-c", zygote_mod.ZYGOTE_ENTRY, "serve", "3", str(tuner), "api", "forkserver", "[]"]
+    return ["python", "-c", zygote_process.ZYGOTE_ENTRY, "serve", "3", str(tuner), "api", "forkserver", "[]"]
 
 
 def test_zygotes_whose_tuner_is_gone_are_killed_with_their_group_on_the_next_start(monkeypatch):
     """A zygote stopped when its tuner was SIGKILLed never reads the EOF that would end it."""
     killed: list[int] = []
-    monkeypatch.setattr(zygote_mod.os, "killpg", lambda pid, sig: killed.append(pid))
+    monkeypatch.setattr(zygote_process.os, "killpg", lambda pid, sig: killed.append(pid))
     us = psutil.Process().create_time()
     processes = [
         Listed(NO_SUCH_PID + 1, zygote_cmdline(NO_SUCH_PID), us),  # its tuner is gone
@@ -342,17 +342,17 @@ def test_zygotes_whose_tuner_is_gone_are_killed_with_their_group_on_the_next_sta
         Listed(NO_SUCH_PID + 4, ["python", "-c", "print()", "serve", "3", str(NO_SUCH_PID)], us),
         Listed(NO_SUCH_PID + 5, [], us),  # another user's: its command line unreadable
     ]
-    assert zygote_mod.kill_orphans(processes) == killed == [NO_SUCH_PID + 1, NO_SUCH_PID + 3]
+    assert zygote_process.kill_orphans(processes) == killed == [NO_SUCH_PID + 1, NO_SUCH_PID + 3]
 
 
 @pytest.fixture
 def entry_side(monkeypatch):
     """The zygote's own module, imported as the zygote imports it (by path, beside its siblings)."""
-    monkeypatch.syspath_prepend(str(zygote_mod.ENTRY_DIR))
+    monkeypatch.syspath_prepend(str(zygote_process.ENTRY_DIR))
     before = set(sys.modules)
-    yield importlib.import_module(zygote_mod.MARKER)
+    yield importlib.import_module(zygote_process.MARKER)
     for name in set(sys.modules) - before:  # its siblings, imported by their top-level names
-        if str(getattr(sys.modules[name], "__file__", "")).startswith(str(zygote_mod.ENTRY_DIR)):
+        if str(getattr(sys.modules[name], "__file__", "")).startswith(str(zygote_process.ENTRY_DIR)):
             del sys.modules[name]
 
 
