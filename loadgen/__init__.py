@@ -4,8 +4,8 @@ A workload (`workload`, its classes in `request_class` with their length distrib
 representative order its requests take them in; its arrivals and their schedule with it) becomes
 requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
 sends them on their schedule (`dispatch`) and records each (`metrics.RequestRecord`);
-`loadrun.run_load` is one measured run (made as its `LoadOptions` say, returning its
-`LoadResult`; what it prepares in `preparation`), watched for a hung server (`liveness`: the
+`loadrun.run_load` is one measured run (made as its `LoadOptions` say, `load_options`,
+returning its `LoadResult`, `load_result`; what it prepares in `preparation`), watched for a hung server (`liveness`: the
 stall watch, and the engine's gauges read to show it alive before a verdict and drained between
 load stages, `wait_idle`) and, where the caller gives one, by an abort check (`AbortCheck`, asked
 while an open loop runs); `metrics` computes the flat metrics from those records as `vllm bench
@@ -35,7 +35,9 @@ from loadgen.liveness import (
     traced,
     wait_idle,
 )
-from loadgen.loadrun import Abort, AbortCheck, LoadOptions, LoadResult, run_load, run_load_sync
+from loadgen.load_options import Abort, AbortCheck, LoadOptions
+from loadgen.load_result import LoadResult
+from loadgen.loadrun import run_load, run_load_sync
 from loadgen.metrics import (
     BASE_KEYS,
     CLASS_SEPARATOR,

@@ -6,9 +6,10 @@ there if the local count disagrees), warm up (the warm-up's requests, excluded),
 connections, scrape `/metrics`, dispatch the arrival schedule with a gauge sampler alongside,
 scrape again, collect the metrics and the notes (what the numbers alone do not say: requests
 that were not what was built, a client that fell behind its schedule). How a run is made,
-beside the server it runs against and the workload it sends, is its `LoadOptions`: the client,
-the tokenizer, what it scrapes and scores against, and who may stop or watch it. What it returns
-is its `LoadResult`: its records, metrics, the server's view, notes and the client's own cost.
+beside the server it runs against and the workload it sends, is its `LoadOptions`
+(`load_options`: the client, the tokenizer, what it scrapes and scores against, and who may stop
+or watch it). What it returns is its `LoadResult` (`load_result`: its records, metrics, the
+server's view, notes and the client's own cost).
 
 A caller may stop an open loop early with an abort check (`AbortCheck`): every
 ABORT_CHECK_PERIOD_S it is asked about the records so far (`await_or_abort`), and an `Abort` it
@@ -26,19 +27,18 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from loadgen.client import LoadClient, make_client
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.event_loop import off_engine_cpus, run_async
 from loadgen.liveness import ProgressWatch, liveness_before_verdict, traced
-from loadgen.metrics import GoodputSLO, RequestRecord, RunMetrics, compute_metrics
+from loadgen.load_options import Abort, AbortCheck, LoadOptions
+from loadgen.load_result import LoadResult, client_behind_note, request_notes
+from loadgen.metrics import RequestRecord, compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
 from loadgen.preparation import (
-    CLOSED_LOOP_BATCH,
     LazyTokenizer,
     LoadRunError,
     RequestPool,
@@ -48,10 +48,9 @@ from loadgen.preparation import (
     planned_requests,
 )
 from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
-from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, ServerDiagnostics, diagnose
+from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose
 from loadgen.session_dispatch import SessionRunner
 from loadgen.sessions import ScriptBook
-from loadgen.turn_metrics import SessionReport
 from loadgen.workload import WorkloadSpec
 from vllm_http import fetch_metrics_text
 
@@ -62,151 +61,6 @@ if TYPE_CHECKING:
 DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
 ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
-
-
-@dataclass(frozen=True)
-class Abort:
-    """Why a stage stopped early, and by how much it is certain to miss (a lower bound on the
-    normalized SLO violation, as `scoring.SLOSpec.violation`; NaN when no rule bounds it).
-    `passed`: stopped because every SLO is very likely met (a capacity stage), not missed.
-    `drain`: stop sending but let the requests in flight finish, so the run ends as one planned
-    to end here would (its verdict is decided: the rest of the schedule would not change it)."""
-
-    reason: str
-    margin: float = math.nan
-    metric: str | None = None  # the SLO's metric, and a certain lower bound on its final value
-    value: float = math.nan
-    passed: bool = False
-    drain: bool = False
-
-
-AbortCheck = Callable[[Sequence[RequestRecord], float, Sequence[GaugeSample]], "Abort | None"]
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """The defaults are a plain measured run: the aiohttp client, /metrics scraped, no abort.
-
-    `tokenizer_path`: a directory with the model's tokenizer; else the one the server names as
-    its model's root, or the model id, where either is a local directory.
-
-    `lag_limit_ms`: p99 schedule lag that flags `client_behind`; default: 10% of the mean gap
-    between arrivals, at least 5 ms (`metrics.lag_limit_ms`).
-
-    `requests`: prebuilt measured requests (a study reuses them across trials); built by the run
-    where absent or too few.
-
-    `abort` (open loops only): called twice a second with the records so far; an `Abort` returned
-    stops the run there (`LoadResult.abort`), its unfinished requests left out of the metrics
-    (one that drains stops the sending only: the requests in flight finish and count).
-
-    `avoid_engine_cpus`: while the client runs, keep its thread off the CPUs that a local vLLM
-    engine's workers are pinned to (`engine_pinned_cpus`), where it would wait behind them.
-    Default: on, unless the environment sets AUTOTUNE_AVOID_ENGINE_CPUS=0.
-
-    `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
-    every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
-    so a watcher can tell a hung server (`loadgen.liveness`) while the run is in progress. With a
-    watch, the run hands back nothing measured on a server that hung: before its result, the
-    server shows it is alive or `loadgen.liveness.ServerHung` is raised.
-    """
-
-    client: str = "aiohttp"
-    tokenizer_path: str | Path | None = None
-    scrape_metrics: bool = True
-    sample_period_s: float = 1.0  # how often the server's gauges are read during the run
-    goodput: GoodputSLO | None = None
-    lag_limit_ms: float | None = None
-    requests: Sequence[Request] | None = None
-    abort: AbortCheck | None = None
-    avoid_engine_cpus: bool | None = None
-    watch: ProgressWatch | None = None
-
-
-@dataclass
-class LoadResult:
-    base_url: str
-    model: str
-    client: str
-    spec: WorkloadSpec
-    records: list[RequestRecord]  # measured requests that were sent
-    warmup_records: list[RequestRecord]
-    metrics: RunMetrics
-    server: ServerDiagnostics | None
-    start: float  # perf_counter at the start of the arrival schedule
-    end: float  # ... when the last response ended
-    notes: list[str] = field(default_factory=list)
-    client_cpu_s: float = math.nan  # this process's CPU time over the measured window
-    abort: Abort | None = None  # why the run stopped sending early (its outcome was certain)
-    planned_s: float = math.nan  # the open loop's schedule: last arrival's offset
-    requests_planned: int = 0  # an open loop's scheduled requests (sent or not)
-    client_cpus: tuple[int, ...] | None = None  # the CPUs the client ran on, when restricted
-    gauges: list[GaugeSample] = field(default_factory=list)  # the server's gauges over the run (about 1 Hz)
-    sessions: SessionReport | None = None  # a session workload's turns and prefix reuse
-
-    @property
-    def client_cpu_share(self) -> float:
-        """Client CPU over the run, in cores: near 1.0, the client itself was the bottleneck."""
-        return self.client_cpu_s / self.duration_s if self.duration_s > 0 else math.nan
-
-    @property
-    def aborted(self) -> str | None:
-        return self.abort.reason if self.abort is not None else None
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
-
-    @property
-    def target_rate(self) -> float | None:
-        return self.spec.arrival.mean_rate()
-
-    @property
-    def achieved_send_rate(self) -> float:
-        """Requests sent per second over the sending window (first to last send)."""
-        sends = sorted(r.send_time for r in self.records)
-        if len(sends) < 2 or sends[-1] <= sends[0]:
-            return math.nan
-        return (len(sends) - 1) / (sends[-1] - sends[0])
-
-    def flat(self) -> dict[str, float]:
-        return self.metrics.flat()
-
-    flat_metrics = flat
-
-    def server_diagnostics(self) -> dict[str, float]:
-        """The server's view (deltas, gauge peaks); empty if /metrics was not scraped."""
-        return asdict(self.server) if self.server is not None else {}
-
-    def to_json(self, include_records: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "base_url": self.base_url,
-            "model": self.model,
-            "client": self.client,
-            "workload": self.spec.model_dump(mode="json"),
-            "target_rate": self.target_rate,
-            "achieved_send_rate": self.achieved_send_rate,
-            "metrics": self.flat(),
-            "error_kinds": self.metrics.error_kinds,
-            "total_input_tokens": self.metrics.total_input_tokens,
-            "total_output_tokens": self.metrics.total_output_tokens,
-            "notes": self.notes,
-            "client_cpu_s": self.client_cpu_s,
-            "client_cpu_share": self.client_cpu_share,
-            "client_cpu_s_per_request": self.client_cpu_s / max(1, len(self.records)),
-            "aborted": self.aborted,
-            "planned_s": self.planned_s,
-            # perf_counter is CLOCK_MONOTONIC on Linux: comparable with other processes' clocks.
-            "start_perf": self.start,
-            "end_perf": self.end,
-            "client_cpus": list(self.client_cpus) if self.client_cpus is not None else None,
-            "abort_margin": self.abort.margin if self.abort is not None else None,
-        }
-        if self.sessions is not None:
-            out["sessions"] = self.sessions.to_json()
-        if include_records:
-            out["records"] = [r.to_dict(self.start) for r in self.records]
-        return out
 
 
 @dataclass(frozen=True)
@@ -554,56 +408,6 @@ def _collect(
     if metrics.client_behind:
         run.notes.append(client_behind_note(result, lag_limit_ms))
     return result
-
-
-def request_notes(spec: WorkloadSpec, extended_batches: int, records: list[RequestRecord]) -> list[str]:
-    """Notes on the measured requests: the trace's clipped ones, those a duration-bounded closed
-    loop built during the run (`extended_batches` batches), and those whose prompt or output
-    length differs from what was built."""
-    notes = []
-    if spec.trace is not None and spec.trace.clipped_requests:
-        notes.append(
-            f"{spec.trace.clipped_requests} of the trace's {len(spec.trace.trace)} requests are clipped to "
-            f"{spec.trace.max_total_tokens} tokens (prompt + output, trace.max_total_tokens)"
-        )
-    if extended_batches:
-        notes.append(
-            f"closed loop built {extended_batches * CLOSED_LOOP_BATCH} extra requests during "
-            "the run (duration-bounded); their chat lengths were counted locally"
-        )
-    mismatched = sum(
-        1
-        for r in records
-        if r.session is None and r.prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens
-    )
-    if mismatched:
-        notes.append(f"{mismatched} requests: the server counted a different prompt length than built")
-    short = sum(
-        1
-        for r in records
-        if r.ok and r.completion_tokens is not None and r.completion_tokens != r.expected_output_tokens
-    )
-    if short:
-        notes.append(
-            f"{short} requests got a different output length than max_tokens "
-            "(prompt + output > max_model_len truncates silently)"
-        )
-    return notes
-
-
-def client_behind_note(result: LoadResult, lag_limit_ms: float) -> str:
-    """Why a run whose schedule lag passed `lag_limit_ms` offered less load than asked: the
-    client's own CPU, or CPU it did not get."""
-    share = result.client_cpu_share
-    if share > 0.8:
-        why = "the client itself is the bottleneck"
-    else:
-        why = "it was starved of CPU by other processes, or paused"
-    return (
-        f"client fell behind: p99 schedule lag {result.metrics.schedule_lag_p99_ms:.1f} ms > "
-        f"{lag_limit_ms:g} ms, so the offered load was lower than asked (client CPU "
-        f"{share:.0%} of a core: {why})"
-    )
 
 
 def _requests_planned(offsets: list[float] | None, records: list[RequestRecord], runner: SessionRunner | None) -> int:
