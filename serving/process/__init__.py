@@ -4,7 +4,8 @@ servers (the executor, its calibration, the benchmarks).
 `serving` describes a server (flags, installed vLLM, hardware, model, the facts a
 diagnosis needs) and starts nothing, so what only reads a stored study (the outputs) imports it
 without the process machinery; this module starts one (`launch`: a process group with its
-guard), watches a measurement against it (`while_serving`), lowers a drained one's scheduler
+guard, `process_group` its members and port as the tuner reads them), watches a measurement
+against it (`while_serving`, `serving_watch`), lowers a drained one's scheduler
 limits in place (`reconfigure`) and stops it. `zygote_status` says whether the study's zygote
 failed in this process, and whether its servers are exec'd since (for the study's summary);
 `zygote_pid` which process the zygote is (for a test that stops or kills it).
@@ -13,7 +14,6 @@ failed in this process, and whether its servers are exec'd since (for the study'
 from serving.process.reconfiguration import KNOBS as RECONFIGURABLE
 from serving.process.reconfiguration import Reconfiguration, reconfigure, within_start
 from serving.process.server import (
-    FirstTokenWatch,
     ServerFailed,
     StopReport,
     VllmServer,
@@ -21,8 +21,8 @@ from serving.process.server import (
     launch,
     launch_spec,
     set_aside,
-    while_serving,
 )
+from serving.process.serving_watch import FirstTokenWatch, while_serving
 from serving.process.zygote import ZygoteFailure, ZygoteStatus
 from serving.process.zygote import current_pid as zygote_pid
 from serving.process.zygote import status as zygote_status

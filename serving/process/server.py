@@ -1,18 +1,18 @@
 """Starts, watches and stops one vLLM server, and never leaves one behind.
 
 * starts what a `LaunchSpec` describes: forked by the study's zygote, or exec'd under its guard;
-* binds 127.0.0.1 on a free port held for it until vLLM binds it (`reserve_port`), in its
+* binds 127.0.0.1 on a free port held for it until vLLM binds it (`process_group.reserve_port`,
+  with what the tuner reads of the group: its members, their states, the port), in its
   own process group (see `server_guard`), log to a file of its own (a log left by an earlier
   start is kept beside it, see `set_aside`);
 * waits for `/health` == 200, noticing an early exit within a poll interval (0.25 s), not at
   the timeout, and classifying it from the log (`serving.failures`);
-* watches a measurement run against it once it is up (`while_serving`, the one watcher of
-  trials and calibration): the server's death, or its hang as the load generator's progress
-  watch and the server's stopped processes show it, ends the measurement at once with the
-  failure named, as an early exit ends the wait for `/health`;
+* is watched under a measurement once it is up (`serving_watch.while_serving`): its death or
+  its hang ends the measurement at once with the failure named, as an early exit ends the wait
+  for `/health`;
 * knows where its start's seconds went (`start_anatomy`: vLLM's log lines against the spawn,
   the health check and, from the first load run's records, the first token served:
-  `FirstTokenWatch`), and hands that over with its stop report;
+  `serving_watch.FirstTokenWatch`), and hands that over with its stop report;
 * stops the whole group (TERM, then KILL) and returns only once no process of the group is
   left, the port no longer listens and, on a GPU, the memory is back. A group with a stopped
   process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
@@ -25,25 +25,19 @@ calibration and benchmarks all start their servers there (`launch_spec`: what it
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, TypeVar
-
-import psutil
+from typing import BinaryIO
 
 import vllm_http
-from loadgen import ProgressWatch, RequestRecord, ServerHung, Stall
 from serving.failures import (
     DEFAULT_STARTUP_TIMEOUT_S,
     SIGKILL_CODES,
@@ -51,7 +45,6 @@ from serving.failures import (
     FailureClass,
     FailurePhase,
     classify,
-    oom_kill_in,
 )
 from serving.machine import gpu_memory_used_mib, server_cache_env
 from serving.process import zygote
@@ -64,6 +57,14 @@ from serving.process.launch_spec import (
     LaunchSpec,
     server_nice,
 )
+from serving.process.process_group import (
+    all_stopped,
+    group_members,
+    group_stopped,
+    kernel_oom_kill,
+    port_listening,
+    reserve_port,
+)
 from serving.registry import LaunchContext, ServerArgs
 from serving.start_anatomy import StartAnatomy, start_anatomy
 
@@ -72,27 +73,19 @@ __all__ = [  # the names the rest of the tuner and its tests take from here
     "HOST",
     "LEAN_ENTRY",
     "PLUGIN_ENV",
-    "PROCESSES_STOPPED",
     "WARM_ENTRY",
-    "FirstTokenWatch",
     "LaunchSpec",
     "ServerFailed",
     "StopReport",
     "VllmServer",
     "command_line",
-    "group_members",
-    "group_stopped",
     "launch",
     "launch_spec",
-    "port_listening",
-    "reserve_port",
     "server_nice",
     "set_aside",
-    "while_serving",
 ]
 
 POLL_S = 0.25
-T = TypeVar("T")
 
 
 # Set by scikit-learn for its own process when it is imported (Optuna's importances import it, after
@@ -121,21 +114,6 @@ class StopReport:
     start_anatomy: StartAnatomy | None = None  # of a server that answered /health
 
 
-# -- the process group and its port: a port held for the server, its group's members, whether
-# some are stopped, whether its port still listens, and what the kernel's log says of an OOM kill
-
-
-def reserve_port() -> socket.socket:
-    """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
-    listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
-    bind or another port-0 pick is refused it. Closing the socket and handing the number over
-    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((HOST, 0))
-    return s
-
-
 def set_aside(log_path: Path) -> Path | None:
     """Move an earlier start's log out of the way (server.log -> server.1.log, the first free
     number), so each start writes and is classified from its own file; where it went."""
@@ -146,60 +124,6 @@ def set_aside(log_path: Path) -> Path | None:
         n += 1
     log_path.rename(kept)
     return kept
-
-
-def kernel_oom_kill(pids: set[int], since_s: float) -> str | None:
-    """The kernel log's OOM-kill line for one of `pids` after `since_s` (seconds since boot);
-    "" when the log is readable and has none, None when it cannot be read."""
-    try:
-        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return oom_kill_in(out.stdout, pids, since_s) if out.returncode == 0 else None
-
-
-def port_listening(port: int) -> bool:
-    try:
-        conns = psutil.net_connections(kind="tcp")
-    except psutil.AccessDenied:  # pragma: no cover - non-root on some kernels
-        with socket.socket() as s:
-            return s.connect_ex((HOST, port)) == 0
-    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns)
-
-
-def group_stopped(members: list[psutil.Process]) -> bool:
-    """Some process of the group is stopped (SIGSTOP, SIGTSTP, a tracer)."""
-    for p in members:
-        try:
-            if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                return True
-        except psutil.NoSuchProcess:
-            continue
-    return False
-
-
-def all_stopped(pids: set[int]) -> bool:
-    """Every live process of `pids` is stopped (SIGSTOP, SIGTSTP, a tracer): none of them can
-    answer anything until it is continued."""
-    states = []
-    for pid in pids:
-        try:
-            states.append(psutil.Process(pid).status())
-        except psutil.NoSuchProcess:
-            continue
-    live = [s for s in states if s != psutil.STATUS_ZOMBIE]
-    return bool(live) and all(s in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) for s in live)
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    alive = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            continue
-    return alive
 
 
 _LIVE: set[VllmServer] = set()
@@ -482,96 +406,6 @@ class VllmServer:
                 return True
             time.sleep(POLL_S)
         return cond()
-
-
-# -- a measurement watched against the server: its death or its hang (with the load generator's
-# progress watch) ends it at once, and the first load run's records give the last phases of the
-# start's anatomy (the first token served, the first measured request)
-
-CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a failure
-# What a server whose every process is stopped shows (`loadgen.liveness`: evidence of a hang).
-PROCESSES_STOPPED = "every process of the server is stopped (SIGSTOP or a tracer)"
-
-
-class FirstTokenWatch(ProgressWatch):
-    """A `ProgressWatch` that keeps the first load run's records, its warm-up's and its measured
-    ones (`run_load` tracks them in that order, the warm-up's even when empty): the first token
-    the server served and the first measured request sent, the last phases of its start's
-    anatomy."""
-
-    def __init__(self, bound_s: float):
-        super().__init__(bound_s)
-        self._first_run: list[list[RequestRecord]] = []
-
-    def track(self, records: list[RequestRecord]) -> None:
-        super().track(records)
-        if len(self._first_run) < 2:
-            self._first_run.append(records)
-
-    def _first_run_records(self) -> list[RequestRecord]:
-        return [r for records in self._first_run for r in records]
-
-    def first_token_at(self) -> float | None:
-        """When the first token arrived (time.perf_counter, the load generator's clock)."""
-        firsts = [r.first_token_time for r in self._first_run_records() if r.first_token_time is not None]
-        return min(firsts) if firsts else None
-
-    def first_measured_at(self) -> float | None:
-        """When the first measured request (not a warm-up) was sent, on the same clock: the end
-        of the load's warm-up."""
-        sent = [r.send_time for r in self._first_run_records() if not r.warmup and r.send_time == r.send_time]
-        return min(sent) if sent else None
-
-
-def hang_failure(server: VllmServer, stall: Stall, phase: FailurePhase) -> Failure:
-    """A server that stopped making progress, with what was seen (and whether /health answers,
-    unless what showed the hang already says)."""
-    line = stall.describe()
-    if stall.evidence is None:
-        line += "; /health answered 200" if server.healthy(timeout=2.0) else "; /health did not answer"
-    return Failure(
-        FailureClass.HANG,
-        line,
-        phase=phase,
-        elapsed_s=server.elapsed(),
-        log_path=str(server.spec.log_path),
-    )
-
-
-async def while_serving(
-    server: VllmServer, measure: Awaitable[T], phase: FailurePhase, watch: ProgressWatch | None = None
-) -> T:
-    """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
-    `watch` the load generator reports to, hangs (`loadgen.liveness`'s rule: silent for the stall
-    bound, or silent with every process stopped, read here; or silent when a load run asked
-    before its result was scored): then the measurement is cancelled at
-    once and ServerFailed names why, with `phase`."""
-    task = asyncio.ensure_future(measure)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=2 * POLL_S)
-            if done:
-                try:
-                    return task.result()
-                except ServerHung as hung:  # a server that died meanwhile says more than its silence
-                    raise ServerFailed(
-                        server.poll_failure(phase=phase) or hang_failure(server, hung.stall, phase)
-                    ) from None
-            failure = server.poll_failure(phase=phase)
-            if failure is None and watch is not None:
-                now = time.perf_counter()
-                stall = watch.check(now) or (
-                    watch.check(now, PROCESSES_STOPPED) if server.processes_stopped() else None
-                )
-                failure = hang_failure(server, stall, phase) if stall is not None else None
-            if failure is not None:
-                raise ServerFailed(failure)
-    finally:  # a failure, or this coroutine cancelled (an interrupt): the measurement lets go too
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
-        if task.done() and not task.cancelled():
-            task.exception()  # seen here: never "Task exception was never retrieved"
 
 
 def launch_spec(

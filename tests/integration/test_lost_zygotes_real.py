@@ -43,7 +43,8 @@ import pytest
 
 from serving.process import zygote, zygote_pid, zygote_process, zygote_status
 from serving.process.launch_spec import API_MODULE
-from serving.process.server import PROCESSES_STOPPED, group_members
+from serving.process.process_group import group_members
+from serving.process.serving_watch import PROCESSES_STOPPED
 from tests.support.paths import REPO
 from tests.support.servers import HANG_LINE, quick_server_values, server_groups, zygotes
 

@@ -8,7 +8,8 @@ import urllib.request
 import pytest
 
 from serving import FailureClass, registry
-from serving.process.server import LaunchSpec, ServerFailed, VllmServer, group_members, port_listening
+from serving.process.process_group import group_members, port_listening
+from serving.process.server import LaunchSpec, ServerFailed, VllmServer
 from tests.support.servers import quick_server_values, server_groups
 
 pytestmark = pytest.mark.vllm

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from serving.process.server import group_members
+from serving.process.process_group import group_members
 from tests.support.servers import quick_server_values, server_groups
 
 pytestmark = pytest.mark.vllm

@@ -6,7 +6,7 @@ import re
 
 import psutil
 
-from serving.process.server import group_members
+from serving.process.process_group import group_members
 
 # A hang's line: what was silent, for how long, how many requests were in flight or cut off, then
 # what showed it (every process stopped, /health silent) or what /health said at the bound.

@@ -26,7 +26,8 @@ from objectives.stages import CapacitySpec
 from search.executor import StagedLoad, StageSearch, measured_before, run_stages
 from serving import FailureClass
 from serving.process import ServerFailed, while_serving
-from serving.process.server import LaunchSpec, VllmServer, group_members, group_stopped
+from serving.process.process_group import group_members, group_stopped
+from serving.process.server import LaunchSpec, VllmServer
 from tests.support.stub_server import StubConfig, StubServer
 
 BOUND_S = 1.5

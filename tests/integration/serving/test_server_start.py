@@ -9,7 +9,8 @@ import stat
 import pytest
 
 from serving import FailureClass
-from serving.process.server import LaunchSpec, ServerFailed, VllmServer, reserve_port
+from serving.process.process_group import reserve_port
+from serving.process.server import LaunchSpec, ServerFailed, VllmServer
 
 
 def fake_python(tmp_path, name: str, line: str, code: int = 1) -> str:

@@ -17,7 +17,8 @@ import pytest
 
 from serving.process import server as server_mod
 from serving.process import zygote
-from serving.process.server import LaunchSpec, VllmServer, group_members
+from serving.process.process_group import group_members
+from serving.process.server import LaunchSpec, VllmServer
 from tests.support.fake_engine import FAKE_ENGINE
 
 FAKE_API_SERVER = """

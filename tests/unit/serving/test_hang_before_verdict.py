@@ -20,7 +20,7 @@ from objectives.early_abort import CERTAIN, abort_check
 from objectives.scoring import SLOSpec
 from serving import FailureClass, FailurePhase
 from serving.process import ServerFailed, while_serving
-from serving.process.server import PROCESSES_STOPPED
+from serving.process.serving_watch import PROCESSES_STOPPED
 
 BOUND_S = 15.0
 URL = "http://server"
