@@ -179,7 +179,11 @@ class ConfirmationRunCost:
         return count * (stage.seconds + BETWEEN_STAGES_S)
 
     def seconds(
-        self, met_rps: float | None = None, violated_rps: float | None = None, beaten_at: float | None = None
+        self,
+        met_rps: float | None = None,
+        violated_rps: float | None = None,
+        beaten_at: float | None = None,
+        meets: bool | None = None,
     ) -> float:
         """A run of a candidate whose search met the SLOs at `met_rps` and missed them at
         `violated_rps` (either None where it found none); neither: a candidate not yet searched.
@@ -189,7 +193,8 @@ class ConfirmationRunCost:
         that took about 112 on the slow one, where each baseline searched down. A baseline whose
         search stops where the others beat it (`search.study.baseline_stop`) and whose
         screen missed there measures its target stage, and its bracket's two rates where it had
-        one (a confirmation run looks there first), and stops."""
+        one (a confirmation run looks there first), and stops. `meets` prices a candidate not yet
+        searched as one that meets the target (True) or misses it (False) instead of the blend."""
         stages = min(CONFIRM_STAGES, float(self.max_stages))
         if beaten_at is not None and violated_rps is not None and violated_rps <= beaten_at:
             return self.fixed_s + (self._stages_s(2, math.sqrt(met_rps * violated_rps)) if met_rps else 0.0)
@@ -199,7 +204,8 @@ class ConfirmationRunCost:
             return self.fixed_s + self._stages_s(stages, math.sqrt(met_rps * (violated_rps or met_rps)))
         if violated_rps is not None:  # it met no rate, not even the target's: down from there
             return searched_down
-        return PASS_SHARE * near_target + (1.0 - PASS_SHARE) * searched_down
+        share = PASS_SHARE if meets is None else float(meets)
+        return share * near_target + (1.0 - share) * searched_down
 
     def front_seconds(self) -> float:
         """A front member's run before the search: it met the SLOs at the target in its screen, so
@@ -209,12 +215,24 @@ class ConfirmationRunCost:
         rate = self.near_rps or self.target_rps
         return self.fixed_s + self._stages_s(min(CONFIRM_STAGES, float(self.max_stages)), rate)
 
-    def baseline_seconds(self) -> float:
+    def baseline_seconds(self, meets: bool | None = None) -> float:
         """A baseline's run before the search, whose search stops once the other candidates beat
         it: `PASS_SHARE` of a front member's run (it meets the target and searches above it), the
         rest its target stage alone (it misses there and stops: the others, feasible at the target,
-        carry more)."""
-        return PASS_SHARE * self.front_seconds() + (1.0 - PASS_SHARE) * self.fixed_s
+        carry more). `meets`: the one case or the other instead of the blend."""
+        share = PASS_SHARE if meets is None else float(meets)
+        return share * self.front_seconds() + (1.0 - share) * self.fixed_s
+
+    def round_s(self, shares: tuple[float, float], meets: bool | None = None) -> float:
+        """A confirmation run on average over the candidates: `shares` of them front members and
+        baselines whose search stops once beaten (`search.study.baseline_stop.run_shares`), the
+        rest candidates not yet searched; `meets`: the baselines' case (None: the blend)."""
+        front, stopped = shares
+        return (
+            front * self.front_seconds()
+            + stopped * self.baseline_seconds(meets)
+            + (1.0 - front - stopped) * self.seconds(meets=meets)
+        )
 
 
 @dataclass(frozen=True)
@@ -228,6 +246,14 @@ class StudyCost:
     confirmation_runs: int  # candidates x runs
     trials: int
     confirmation: ConfirmationRunCost | None = None  # a candidate's run, once its search is known
+    # A confirmation run on average if every baseline misses the SLOs at the target, and if every
+    # one meets them: the plan's least certain part, which the baselines' screens settle (None:
+    # no baseline to settle it, or already screened).
+    baseline_cases: tuple[float, float] | None = None
+
+    def total_if(self, run_s: float) -> float:
+        """The study's length with a confirmation run of `run_s` on average."""
+        return self.search_s + self.confirmation_runs * run_s
 
     @property
     def search_s(self) -> float:
@@ -281,6 +307,14 @@ class StudyCost:
             f"plan: a trial about {self.trial_s / 60:.1f} min; {self.trials} trials{confirm}: about "
             f"{self.total_s / 60:.0f} min"
         )
+        if self.confirmation_runs and self.baseline_cases is not None:
+            miss, meet = (self.total_if(s) / 60 for s in self.baseline_cases)
+            if round(miss) != round(meet):
+                out.append(
+                    f"plan: about {miss:.0f} min if the baselines miss the SLOs at the target, {meet:.0f} if "
+                    "they meet them; their screens, the study's first trials, say which, and the study says "
+                    "its length again then"
+                )
         return out
 
 
@@ -365,8 +399,15 @@ def study_cost(
         drain_s=drain,
         near_rps=searched.rate,
     )
-    front, stopped = shares
-    run_s = front * run.front_seconds() + stopped * run.baseline_seconds() + (1.0 - front - stopped) * run.seconds()
     return StudyCost(
-        size, cal.capacity_rps if cal else None, target, searched, trial, run_s, confirmation_runs, trials, run
+        size,
+        cal.capacity_rps if cal else None,
+        target,
+        searched,
+        trial,
+        run.round_s(shares),
+        confirmation_runs,
+        trials,
+        run,
+        baseline_cases=(run.round_s(shares, meets=False), run.round_s(shares, meets=True)),
     )

@@ -81,6 +81,8 @@ class StudyPlanning:
             gpu=opened.ctx.hardware.is_gpu,
             shares=run_shares(self.sc, self.baselines),
         )
+        if spent >= self.baselines or confirmed:  # the baselines' screens are in: no case left open
+            cost = replace(cost, baseline_cases=None)
         self._pace, self._ran_before = TrialPace(cost.trial_s, ran_s), len(ran_s)
         if ran_s:
             self.note(self._pace.resumed_text())

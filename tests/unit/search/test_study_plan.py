@@ -55,7 +55,7 @@ def test_the_plan_gives_each_stages_requests_and_seconds_at_the_calibrated_rates
     lines = cost.lines()
     assert lines[0] == "this machine serves 8 req/s (the calibrated saturation throughput)"
     assert "target stage: 98 requests at 4 req/s, about 25 s" in lines
-    assert lines[-1].startswith("plan: a trial about ") and "10 trials and the confirmation (3 runs" in lines[-1]
+    assert lines[-2].startswith("plan: a trial about ") and "10 trials and the confirmation (3 runs" in lines[-2]
 
 
 def test_the_dry_run_plans_from_the_stored_calibration_and_starts_nothing(tmp_path):
@@ -477,3 +477,55 @@ def test_the_study_says_its_length_again_once_the_baselines_are_screened(tmp_pat
     assert study - confirmation >= 1
     closing = next(x for x in notes if x.startswith("the plan said about "))
     assert " once the baselines were screened; it took " in closing
+
+
+def test_the_plan_says_the_studys_length_if_the_baselines_miss_and_if_they_meet():
+    """Whether the baselines meet the SLOs at the target moves a default study's length most (a
+    baseline that misses ends its confirmation runs at its target stage; one that meets searches
+    its capacity above it), and their screens settle it: the plan gives the study's length in
+    both cases beside its blend. With no baseline there is no case to give."""
+    sc = load(SCENARIO)[0]
+    cal = CAL(sc, None, None, None, lambda _: None)
+    full = Measurement.of(sc, cal)
+    cost = study_cost(full.screened(sc.screening), full, cal, trials=10, confirmation_runs=3, shares=(1 / 3, 2 / 3))
+    run = cost.confirmation
+    miss, meet = cost.baseline_cases
+    assert miss == pytest.approx((run.front_seconds() + 2 * run.fixed_s) / 3)
+    assert meet == pytest.approx(run.front_seconds())
+    assert miss < cost.confirmation_run_s < meet
+    said = f"plan: about {cost.total_if(miss) / 60:.0f} min if the baselines miss the SLOs at the target"
+    assert cost.lines()[-1].startswith(said)
+    assert f", {cost.total_if(meet) / 60:.0f} if they meet them; their screens" in cost.lines()[-1]
+    # Baselines searched in full (no front member's share): the case is that of a candidate not yet searched.
+    searched = study_cost(full.screened(sc.screening), full, cal, trials=10, confirmation_runs=3, shares=(0, 0))
+    assert searched.baseline_cases == (
+        pytest.approx(run.seconds(meets=False)),
+        pytest.approx(run.seconds(meets=True)),
+    )
+    alone = study_cost(full.screened(sc.screening), full, cal, trials=10, confirmation_runs=3, shares=(1.0, 0.0))
+    assert not any("if the baselines miss" in line for line in alone.lines())
+
+
+def test_a_study_gives_the_baselines_cases_until_their_screens_are_in(tmp_path):
+    """The study's first plan gives both cases; resumed once its baseline (trial 0) is screened,
+    its plan gives neither: the screens said which."""
+
+    def said(trials: int) -> list[str]:
+        executor, recorder = ScriptedExecutor(), Recorder()
+        executor.script = staged(executor)
+        calibrate = ScriptedCalibration(capacity_rps=8.0)
+        r = runner(
+            tmp_path,
+            executor,
+            scenario=SCENARIO,
+            trials=trials,
+            calibrate=calibrate,
+            confirm_runs=1,
+            observers=(recorder,),
+        )
+        r.run()
+        return [str(e) for name, e in recorder.events if name == "note"]
+
+    first = said(3)
+    assert any(n.startswith("plan: about ") and "if the baselines miss the SLOs" in n for n in first)
+    assert not any("if the baselines miss the SLOs" in n for n in said(4))
