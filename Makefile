@@ -37,7 +37,7 @@ STUDY_ARGS = $(STORAGE_ARG) $(call opt,--study,$(STUDY))
 # A built-in scenario's name, or a scenario file's stem.
 SCENARIO_NAME = $(basename $(notdir $(SCENARIO)))
 
-.PHONY: setup test test-system test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-calibration bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-trace-replay bench-start-anatomy clean
+.PHONY: setup test test-system test-fast lint lint-imports db db-stop search worker confirm export report dashboard load params bench bench-startup bench-load bench-trial-time bench-search bench-capacity bench-calibration bench-reconfigure bench-fidelity bench-landscape bench-stopping bench-screening bench-plan bench-trace-replay bench-start-anatomy clean
 
 setup:
 	@bash scripts/setup.sh
@@ -147,6 +147,9 @@ bench-stopping: setup   ## the early-abort rules replayed over stored load stage
 
 bench-screening: setup   ## how long the screening's target stage must be to agree with the confirmation; STORAGE=, STUDY=
 	$(BIN)/python -m benchmarks.bench_screening_length $(STORAGE_ARG) --study $(if $(STUDY),$(STUDY),$(SCENARIO))
+
+bench-plan: setup   ## this build's plan of a stored study (both of the baselines' cases, the re-plan) against what it took; STORAGE=, STUDY=
+	$(BIN)/python -m benchmarks.plan_check $(STORAGE_ARG) --study $(if $(STUDY),$(STUDY),$(SCENARIO))
 
 bench-trace-replay: setup   ## a trace replay's planned window against what the server received; SCENARIO=trace scenario, RECORDS= or STORAGE= STUDY=
 	$(BIN)/python -m benchmarks.bench_trace_replay $(SCENARIO) $(call opt,--load,$(RECORDS)) $(STUDY_ARGS)

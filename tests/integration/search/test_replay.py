@@ -64,6 +64,10 @@ def test_the_benchmark_scripts_refuse_bad_input_in_one_line_with_exit_code_2(tmp
             f"bench_fidelity.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
         ),
         (
+            ["benchmarks.plan_check", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
+            f"plan_check.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
+        ),
+        (
             ["benchmarks.stage_mix", "--storage", f"sqlite:///{tmp_path}/l.db", "--study", "nope"],
             f"stage_mix.py: error: no study named 'nope' in sqlite:///{tmp_path}/l.db; run `make search` first",
         ),
