@@ -19,7 +19,7 @@ def reserve_port() -> socket.socket:
     """A free port held until vLLM has bound it: a socket bound with SO_REUSEADDR that never
     listens. vLLM binds with SO_REUSEADDR too (and listens), which Linux allows beside it; a plain
     bind or another port-0 pick is refused it. Closing the socket and handing the number over
-    (`free_port()`, before) left a window in which another process could take it (port_busy)."""
+    would leave a window in which another process could take it (port_busy)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((HOST, 0))
