@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from search import trial_results
 from search.scenario import Scenario
 from search.study.baseline_stop import baseline_threshold, run_shares
 from search.study.confirmation_estimate import rescreened_round_s
@@ -53,6 +54,7 @@ class StudyPlanning:
         self._pace_said = math.nan  # the trial length the study last said
         self._ran_before = 0  # the trials of `_pace` that an earlier run of the study measured
         self._rescreened_s = math.nan  # the study's length said again once the baselines' screens were in
+        self._picked: tuple[str, float] | None = None  # the plan's case the baselines' screens picked, its length
 
     @property
     def candidates(self) -> int:
@@ -171,6 +173,7 @@ class StudyPlanning:
         if not self.awaits_screens or len(screens) < self.baselines or not self.candidates:
             return
         assert plan is not None and plan.confirmation is not None
+        self._picked = picked_case(plan, screens)
         round_s = rescreened_round_s(
             list(screens),
             opened.full,
@@ -209,10 +212,29 @@ class StudyPlanning:
             else ""
         )
         said_again = against_it = ""
+        if self._picked is not None:
+            case, case_s = self._picked
+            said_again = f", {case_s / 60:.0f} in the case the baselines' screens picked ({case})"
+            against_it = f", {took_s / case_s - 1:+.0%}"
         if math.isfinite(self._rescreened_s):  # said again once the baselines were screened
-            said_again = f", {self._rescreened_s / 60:.0f} once the baselines were screened"
-            against_it = f", {took_s / self._rescreened_s - 1:+.0%}"
+            said_again += f", {self._rescreened_s / 60:.0f} once the baselines were screened"
+            against_it += f", {took_s / self._rescreened_s - 1:+.0%}"
         self.note(
             f"the plan said about {plan.total_s / 60:.0f} min for {what}{said_again}; "
             f"it took {took_s / 60:.0f} min ({took_s / plan.total_s - 1:+.0%}{against_it}){per_trial}"
         )
+
+
+def picked_case(plan: StudyCost, screens: Sequence[TrialRecord]) -> tuple[str, float] | None:
+    """Which of the plan's two cases the baselines' `screens` picked, and the study's length in it:
+    every baseline met the SLOs at the target, or none did (None: some did, some did not, or the
+    plan gave no case)."""
+    if plan.baseline_cases is None or plan.target is None or not plan.confirmation_runs or not screens:
+        return None
+    target = plan.target.rate
+    met = [(c := trial_results.capacity_of(row)) is not None and (c.low or 0.0) >= target * 0.999 for row in screens]
+    if all(met):
+        return "they met the SLOs at the target", plan.total_if(plan.baseline_cases[1])
+    if not any(met):
+        return "they missed the SLOs at the target", plan.total_if(plan.baseline_cases[0])
+    return None

@@ -477,6 +477,9 @@ def test_the_study_says_its_length_again_once_the_baselines_are_screened(tmp_pat
     assert study - confirmation >= 1
     closing = next(x for x in notes if x.startswith("the plan said about "))
     assert " once the baselines were screened; it took " in closing
+    # The scripted baseline missed the SLOs at the target (it met them below): the closing line holds
+    # that case to account too.
+    assert " in the case the baselines' screens picked (they missed the SLOs at the target), " in closing
 
 
 def test_the_plan_says_the_studys_length_if_the_baselines_miss_and_if_they_meet():
@@ -529,3 +532,26 @@ def test_a_study_gives_the_baselines_cases_until_their_screens_are_in(tmp_path):
     first = said(3)
     assert any(n.startswith("plan: about ") and "if the baselines miss the SLOs" in n for n in first)
     assert not any("if the baselines miss the SLOs" in n for n in said(4))
+
+
+def test_the_baselines_screens_pick_the_plans_case_where_they_all_agree():
+    """Every baseline met the SLOs at the target (4 req/s): the case where they meet; none did
+    (one met only below the target, searching down): the case where they miss; some did: no case."""
+    from search.study.planning import picked_case
+
+    sc = load(SCENARIO)[0]
+    cal = CAL(sc, None, None, None, lambda _: None)
+    full = Measurement.of(sc, cal)
+    cost = study_cost(full.screened(sc.screening), full, cal, trials=10, confirmation_runs=3, shares=(1 / 3, 2 / 3))
+    miss, meet = (cost.total_if(s) for s in cost.baseline_cases)
+
+    def screen(low):
+        return SimpleNamespace(capacity={"rps": low or 0.0, "low": low, "high": 6.0}, stages=[])
+
+    assert picked_case(cost, [screen(5.0), screen(4.0)]) == ("they met the SLOs at the target", pytest.approx(meet))
+    assert picked_case(cost, [screen(None), screen(2.0)]) == (
+        "they missed the SLOs at the target",
+        pytest.approx(miss),
+    )
+    assert picked_case(cost, [screen(5.0), screen(None)]) is None
+    assert picked_case(dataclasses.replace(cost, baseline_cases=None), [screen(5.0)]) is None
