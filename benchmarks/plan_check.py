@@ -75,18 +75,20 @@ def plan_check(storage: str, study: str) -> PlanCheck | None:
             shares=run_shares(sc, len(screens)),
         )
         picked = picked_case(cost, screens)
+        first = min(t.started_at for t in trials)
+        last = max([t.finished_at for t in trials] + [r.finished_at for r in runs])
         replan = None
         if cost.confirmation is not None and screens and runs:
-            n_cands = sc.confirmation.front + len(screens)
             round_s = rescreened_round_s(
                 screens, full, screened, cost.confirmation, baseline_threshold(sc), sc.confirmation.front
             )
             if round_s is not None:  # as the study says it live: the baselines as they took, the rest planned
-                first = min(t.started_at for t in trials)
-                screened_s = (max(t.finished_at for t in screens) - first).total_seconds()
-                replan = screened_s + (len(trials) - len(screens)) * cost.trial_s + round_s * len(runs) / n_cands
-        first = min(t.started_at for t in trials)
-        last = max([t.finished_at for t in trials] + [r.finished_at for r in runs])
+                replan = cost.rescreened_s(
+                    (max(t.finished_at for t in screens) - first).total_seconds(),
+                    len(trials) - len(screens),
+                    round_s,
+                    sc.confirmation.front + len(screens),
+                )
         cases = cost.baseline_cases if screens else None
         return PlanCheck(
             study=study,

@@ -255,6 +255,12 @@ class StudyCost:
         """The study's length with a confirmation run of `run_s` on average."""
         return self.search_s + self.confirmation_runs * run_s
 
+    def rescreened_s(self, elapsed_s: float, trials_left: int, round_s: float, candidates: int) -> float:
+        """The study's length said again once the baselines are screened: `elapsed_s` since the
+        plan, the `trials_left` at the plan's length of a trial, and the confirmation at `round_s`
+        a round of its `candidates`."""
+        return elapsed_s + trials_left * self.trial_s + round_s * self.confirmation_runs / candidates
+
     @property
     def search_s(self) -> float:
         return self.trials * self.trial_s

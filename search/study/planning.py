@@ -185,8 +185,9 @@ class StudyPlanning:
         if round_s is None:
             return
         confirmation_s = round_s * plan.confirmation_runs / self.candidates
-        trials_s = max(self.budget - spent, 0) * plan.trial_s
-        self._rescreened_s = time.monotonic() - self._planned_at + trials_s + confirmation_s
+        self._rescreened_s = plan.rescreened_s(
+            time.monotonic() - self._planned_at, max(self.budget - spent, 0), round_s, self.candidates
+        )
         self.note(
             f"the baselines' screens re-plan the confirmation: about {confirmation_s / 60:.0f} min for its "
             f"{plan.confirmation_runs} runs (the plan said {plan.confirmation_s / 60:.0f}); the study about "
@@ -231,8 +232,8 @@ def picked_case(plan: StudyCost, screens: Sequence[TrialRecord]) -> tuple[str, f
     plan gave no case)."""
     if plan.baseline_cases is None or plan.target is None or not plan.confirmation_runs or not screens:
         return None
-    target = plan.target.rate
-    met = [(c := trial_results.capacity_of(row)) is not None and (c.low or 0.0) >= target * 0.999 for row in screens]
+    target = plan.target.rate * 0.999  # a screen met at the target stores the target's rate, to rounding
+    met = [(c := trial_results.capacity_of(row)) is not None and (c.low or 0.0) >= target for row in screens]
     if all(met):
         return "they met the SLOs at the target", plan.total_if(plan.baseline_cases[1])
     if not any(met):
