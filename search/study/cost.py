@@ -255,11 +255,20 @@ class StudyCost:
         """The study's length with a confirmation run of `run_s` on average."""
         return self.search_s + self.confirmation_runs * run_s
 
+    def rescreened_confirmation_s(self, round_s: float, candidates: int) -> float:
+        """The confirmation's length at `round_s` a round of its `candidates` (one run each)."""
+        return round_s * self.confirmation_runs / candidates
+
     def rescreened_s(self, elapsed_s: float, trials_left: int, round_s: float, candidates: int) -> float:
         """The study's length said again once the baselines are screened: `elapsed_s` since the
         plan, the `trials_left` at the plan's length of a trial, and the confirmation at `round_s`
         a round of its `candidates`."""
-        return elapsed_s + trials_left * self.trial_s + round_s * self.confirmation_runs / candidates
+        return elapsed_s + trials_left * self.trial_s + self.rescreened_confirmation_s(round_s, candidates)
+
+    def screened_baselines(self, trials_ran: int, baselines: int) -> StudyCost:
+        """The plan once `trials_ran` trials have run: the baselines are a study's first trials, so
+        once as many have run, their screens have said which case holds and the plan gives none."""
+        return replace(self, baseline_cases=None) if trials_ran >= baselines else self
 
     @property
     def search_s(self) -> float:

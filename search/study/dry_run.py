@@ -64,9 +64,7 @@ def plan_lines(prep: Prepared, opts: StudyOptions) -> list[str]:
         pace = TrialPace(cost.trial_s, ran_s)
         lines.append(pace.resumed_text())
         cost = replace(cost, trial_s=pace.expected_s)
-    if len(ran_s) >= len(prep.baselines):  # the baselines, the first trials, are screened
-        cost = replace(cost, baseline_cases=None)
-    lines += cost.lines()
+    lines += cost.screened_baselines(len(ran_s), len(prep.baselines)).lines()
     if opts.timeout_min:
         budgeted = cost.within(opts.timeout_min * 60)  # as the study decides it
         if budgeted.confirmation_dropped:

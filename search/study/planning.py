@@ -83,8 +83,8 @@ class StudyPlanning:
             gpu=opened.ctx.hardware.is_gpu,
             shares=run_shares(self.sc, self.baselines),
         )
-        if spent >= self.baselines or confirmed:  # the baselines' screens are in: no case left open
-            cost = replace(cost, baseline_cases=None)
+        # A stored confirmation run follows the search: the baselines' screens are in.
+        cost = cost.screened_baselines(self.baselines if confirmed else spent, self.baselines)
         self._pace, self._ran_before = TrialPace(cost.trial_s, ran_s), len(ran_s)
         if ran_s:
             self.note(self._pace.resumed_text())
@@ -184,7 +184,7 @@ class StudyPlanning:
         )
         if round_s is None:
             return
-        confirmation_s = round_s * plan.confirmation_runs / self.candidates
+        confirmation_s = plan.rescreened_confirmation_s(round_s, self.candidates)
         self._rescreened_s = plan.rescreened_s(
             time.monotonic() - self._planned_at, max(self.budget - spent, 0), round_s, self.candidates
         )
