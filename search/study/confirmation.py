@@ -33,7 +33,7 @@ from search.study import verdict as verdict_mod
 from search.study.baseline_stop import baseline_search_note, baseline_threshold, beaten_at
 from search.study.candidates import NEAR_MISS, Candidate, candidates, rerun_hint
 from search.study.confirmation_estimate import estimate_s, run_estimates, upfront_estimate_s
-from search.study.cost import ConfirmationPace, ConfirmationRunCost
+from search.study.cost import ConfirmationRunCost
 from search.study.events import (
     ConfirmationFinished,
     ConfirmationRunRecorded,
@@ -41,6 +41,7 @@ from search.study.events import (
     ConfirmationStarted,
 )
 from search.study.opening import OpenedStudy
+from search.study.pace import ConfirmationPace
 from search.study.recording import Recording
 from serving import LaunchContext
 from storage import queries

@@ -87,7 +87,7 @@ class ConfirmationRunStarted:
 class ConfirmationRunRecorded:
     row: ConfirmationRun
     label: str
-    ahead: str | None = None  # what the runs still to do will take (`cost.ConfirmationPace.text`)
+    ahead: str | None = None  # what the runs still to do will take (`pace.ConfirmationPace.text`)
 
 
 @dataclass

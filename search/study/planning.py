@@ -19,8 +19,9 @@ from search import trial_results
 from search.scenario import Scenario
 from search.study.baseline_stop import baseline_threshold, run_shares
 from search.study.confirmation_estimate import rescreened_round_s
-from search.study.cost import StudyCost, TrialPace, study_cost
+from search.study.cost import StudyCost, study_cost
 from search.study.opening import OpenedStudy
+from search.study.pace import TrialPace
 from storage.tables import TrialRecord
 
 

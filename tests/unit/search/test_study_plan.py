@@ -423,7 +423,7 @@ def test_a_budget_decides_the_trials_and_whether_the_confirmation_runs(trials, b
 def test_the_confirmations_pace_takes_each_candidates_measured_runs_over_its_plan():
     """Planned: the pick 6 min a run, a baseline 18. Once the baseline's first run took 27 min,
     its later runs are expected to take that; the pick's stay at its plan until measured."""
-    from search.study.cost import ConfirmationPace
+    from search.study.pace import ConfirmationPace
 
     pace = ConfirmationPace({2: 360.0, 0: 1080.0})
     assert pace.left_s([2, 0, 2, 0]) == pytest.approx(2 * 360 + 2 * 1080)
