@@ -186,14 +186,28 @@ class StudyPlanning:
         if round_s is None:
             return
         confirmation_s = plan.rescreened_confirmation_s(round_s, self.candidates)
+        trials_left, room = max(self.budget - spent, 0), ""
+        if self.deadline is not None:
+            trials_left, room = self._rebudgeted(confirmation_s, plan.trial_s, trials_left)
         self._rescreened_s = plan.rescreened_s(
-            time.monotonic() - self._planned_at, max(self.budget - spent, 0), round_s, self.candidates
+            time.monotonic() - self._planned_at, trials_left, round_s, self.candidates
         )
         self.note(
             f"the baselines' screens re-plan the confirmation: about {confirmation_s / 60:.0f} min for its "
-            f"{plan.confirmation_runs} runs (the plan said {plan.confirmation_s / 60:.0f}); the study about "
+            f"{plan.confirmation_runs} runs (the plan said {plan.confirmation_s / 60:.0f}){room}; the study about "
             f"{self._rescreened_s / 60:.0f} min in all (the plan said {plan.total_s / 60:.0f})"
         )
+
+    def _rebudgeted(self, confirmation_s: float, trial_s: float, trials_left: int) -> tuple[int, str]:
+        """Within a wall-time budget, the search's deadline moved to leave the re-planned
+        confirmation its time, not the plan's blend of two cases the screens have now told apart:
+        a confirmation shorter than the blend gives the search more trials, a longer one fewer.
+        The trials left that fit at the plan's length of a trial, and the line that says so."""
+        assert self.timeout_min
+        self.deadline = self.begun + self.timeout_min * 60 - confirmation_s
+        fit = min(trials_left, TrialPace(trial_s).trials_within(self.deadline - time.monotonic()))
+        room = f"room for about {fit} more trials" if fit else "no room for another trial"
+        return fit, f"; within the budget of {self.timeout_min:g} min the search has {room}"
 
     def kept(self, search: bool) -> None:
         """What the plan said beside what the search and the confirmation then took, and a trial

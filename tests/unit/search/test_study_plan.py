@@ -173,6 +173,22 @@ def test_trials_slower_than_planned_stop_before_one_would_overrun_the_budget(tmp
     )
 
 
+def test_the_baselines_screens_move_the_budgets_deadline_to_the_replanned_confirmation(tmp_path, monkeypatch):
+    """A 4-trial study in 12 minutes: the plan's blend reserves about 5 min for the confirmation,
+    so all 4 trials fit; the baseline's screen (it searched its capacity down) re-plans the
+    confirmation at about 9, and the search's deadline moves with it: 2 more trials fit, not 3,
+    and the study's length said again stays within the budget. The same rule gives the search
+    more trials where the screens shorten the confirmation."""
+    events, executor = budgeted_study(tmp_path, monkeypatch, timeout_min=12.0, confirm_runs=1)
+    said = next(n for n in events.notes if n.startswith("the baselines' screens re-plan the confirmation"))
+    confirmation = int(re.search(r"about (\d+) min for its 3 runs", said).group(1))
+    assert confirmation > 5  # the re-plan is longer than the blend the deadline was first set by
+    assert "; within the budget of 12 min the search has room for about 2 more trials;" in said
+    assert len(executor.plans) == 3  # the baseline and the 2 that fit beside the re-planned confirmation
+    assert int(re.search(r"the study about (\d+) min in all", said).group(1)) <= 12
+    assert any(n.startswith("wall-time budget reached") for n in events.notes)
+
+
 def test_a_confirmation_of_fewer_runs_than_the_cap_reads_at_least_the_screenings_cap():
     """98 requests a stage, run on to 147 while undecided: one confirmation run sends 147, so that
     it never reads fewer requests than a screened target stage could; three runs pool enough."""
