@@ -113,8 +113,7 @@ class StudyPlanning:
                 f"`{self.confirm_command}` runs it on what the search found"
             )
             self.confirm_runs = 0
-        reserve = budgeted.cost.confirmation_s if math.isfinite(budgeted.cost.confirmation_s) else 0.0
-        self.deadline = time.monotonic() + left_s - reserve
+        self._reserve(budgeted.cost.confirmation_s if math.isfinite(budgeted.cost.confirmation_s) else 0.0)
         if budgeted.trimmed:
             beside = (
                 f"and the confirmation (about {budgeted.cost.confirmation_s / 60:.0f} min)"
@@ -127,6 +126,13 @@ class StudyPlanning:
                 f"instead of {self.budget}; the search goes on while the next trial fits at the pace its trials measure"
             )
         return budgeted.cost
+
+    def _reserve(self, confirmation_s: float) -> float:
+        """The search's deadline, set and returned: the budget's end, less `confirmation_s` kept
+        for the confirmation."""
+        assert self.timeout_min
+        self.deadline = self.begun + self.timeout_min * 60 - confirmation_s
+        return self.deadline
 
     def paced(self, took_s: float, spent: int) -> None:
         """A trial's length measured; where the mean moved more than a fifth from what the study
@@ -204,8 +210,8 @@ class StudyPlanning:
         a confirmation shorter than the blend gives the search more trials, a longer one fewer.
         The trials left that fit at the plan's length of a trial, and the line that says so."""
         assert self.timeout_min
-        self.deadline = self.begun + self.timeout_min * 60 - confirmation_s
-        fit = min(trials_left, TrialPace(trial_s).trials_within(self.deadline - time.monotonic()))
+        deadline = self._reserve(confirmation_s)
+        fit = min(trials_left, TrialPace(trial_s).trials_within(deadline - time.monotonic()))
         room = f"room for about {fit} more trials" if fit else "no room for another trial"
         return fit, f"; within the budget of {self.timeout_min:g} min the search has {room}"
 
