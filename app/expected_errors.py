@@ -34,8 +34,8 @@ def user_errors() -> tuple[type[Exception], ...]:
     from search.space import SpaceError
     from search.study import StudyBusy, StudyMismatch
     from serving import ConfigError, ModelError, VllmNotInstalled
+    from storage.database import StorageError
     from storage.local_postgres import PostgresError
-    from storage.queries import StorageError
 
     return (
         ScenarioError,

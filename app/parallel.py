@@ -27,7 +27,8 @@ from search.study import StudyResult, StudyRunner
 from search.study.coordination import DEFAULT_BOUND_S, Coordination
 from search.study.events import StudyObserver
 from storage import queries
-from storage.queries import check_url, require_study
+from storage.database import check_url
+from storage.queries import require_study
 from storage.url import PasswordInArgv, redacted, single_writer
 
 

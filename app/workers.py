@@ -205,7 +205,8 @@ def joined_study(storage: str, study: str, runs_dir: Path) -> JoinedStudy:
 
     from search.study import BUDGET_ATTR
     from serving import pinned_model
-    from storage.queries import check_url, existing_study_check, open_db, require_study
+    from storage.database import check_url, open_db
+    from storage.queries import existing_study_check, require_study
 
     check_url(storage)  # one line for an empty, malformed or unreachable URL, before anything starts
     existing_study_check(

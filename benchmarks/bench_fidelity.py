@@ -26,7 +26,7 @@ from app.expected_errors import reported
 from app.outputs import fmt_value, load_study
 from search import pareto
 from search.study.verdict import stored_verdict
-from storage import queries
+from storage import database, queries
 
 
 def study_rows(session: Session, storage: str, name: str):
@@ -57,7 +57,7 @@ def study_rows(session: Session, storage: str, name: str):
 
 
 def report(console: Console, storage: str, name: str) -> None:
-    with Session(queries.open_db(storage)) as session:
+    with Session(database.open_db(storage)) as session:
         ls, verdict, rows = study_rows(session, storage, name)
     sc = ls.scenario
     table = Table(title=f"study {name}: screened ({sc.screening}) against confirmed (full, {verdict.runs_done} runs)")

@@ -43,7 +43,7 @@ from search.replay import Config, Landscape, LandscapeError, ScreenedRun, repeat
 from search.study import StudyRunner
 from search.trial_results import capacity_of
 from serving import DEFAULT_MEMORY_UTILIZATION, Hardware, default_batch
-from storage import queries
+from storage import database, queries
 
 DEFAULT_STORAGE = f"sqlite:///{REPO / 'runs' / 'landscape.db'}"
 
@@ -149,7 +149,7 @@ def repeated_in(earlier: Landscape, design: list[dict[str, Any]]) -> list[int]:
 
 
 def _stored_calibration(storage: str, study: str) -> CalibrationResult | None:
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         cal = queries.require_study(s, study).calibration
     return CalibrationResult.from_dict(cal) if cal else None
 
@@ -185,7 +185,7 @@ def export(
 ) -> Landscape:
     """The stored studies as a landscape: per config its params and every measurement (first
     pass, then the repeat rounds), with the provenance."""
-    with Session(queries.open_db(storage), expire_on_commit=False) as s:
+    with Session(database.open_db(storage), expire_on_commit=False) as s:
         rec = queries.require_study(s, study)
         rounds = [rec] + [r for r in (queries.find_study(s, f"{study}-r{i}") for i in range(2, 10)) if r is not None]
         rows = [[row for row in queries.trial_records(s, r) if row.counts_against_budget] for r in rounds]

@@ -111,9 +111,9 @@ def stored_runs(storage: str, study: str) -> list[StoredRun]:
     from search import scenario as scenario_mod
     from search import trial_results
     from search.study.verdict import stored_verdict
-    from storage import queries
+    from storage import database, queries
 
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         rec = queries.require_study(s, study)
         sc = scenario_mod.parse(rec.scenario_source, study, scenario_mod.CONFIG_DIR)
         verdict = stored_verdict(s, rec, sc)
@@ -193,9 +193,9 @@ def study_agreement(storage: str, study: str) -> Agreement | None:
     from sqlalchemy.orm import Session
 
     from app.outputs import load_study
-    from storage import queries
+    from storage import database
 
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         return load_study(s, storage, study).screening_agreement()
 
 

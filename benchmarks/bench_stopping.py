@@ -16,7 +16,7 @@ their full verdict is unknown. The rules:
   over-saturation     the queue and TTFT both climbing, alone
 
 The server's waiting-queue gauge is not stored with a stage, so the replay stands in for it with
-the requests sent and still without their first token (`early_abort.waiting_proxy`).
+the requests sent and still without their first token (`stage_replay.waiting_proxy`).
 
     .venv/bin/python -m benchmarks.bench_stopping [--storage runs/autotune.db] [--study NAME ...]
 """
@@ -37,13 +37,14 @@ from sqlalchemy.orm import Session
 
 from app.expected_errors import reported
 from loadgen import AbortCheck, RequestRecord, records_from_samples
-from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check, replay, waiting_proxy
+from objectives.early_abort import CERTAIN, DECIDED, LIKELY, abort_check
 from objectives.saturation import over_saturated
 from objectives.scoring import SLOSpec
+from objectives.stage_replay import replay, waiting_proxy
 from objectives.stages import CAPACITY, CapacitySpec, stage_slos
 from search.calibration import CalibrationResult, resolve
 from search.scenario import CONFIG_DIR, ScenarioError, parse
-from storage import queries
+from storage import database, queries
 from storage.tables import StudyRecord
 
 DEFAULT_STORAGE = Path("runs/autotune.db")
@@ -204,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
         console.print(f"no study database at {args.storage}")
         return 1
     url = storage_url(args.storage)
-    with Session(queries.open_db(url)) as session:
+    with Session(database.open_db(url)) as session:
         studies = (
             [queries.require_study(session, n) for n in args.study]
             if args.study

@@ -181,9 +181,9 @@ def stored_stages(storage: str, study: str) -> list[tuple[str, dict[str, Any]]]:
     """(label, target stage) of every confirmation run, else of every trial."""
     from sqlalchemy.orm import Session
 
-    from storage import queries
+    from storage import database, queries
 
-    with Session(queries.open_db(storage)) as session:
+    with Session(database.open_db(storage)) as session:
         rec = queries.require_study(session, study)
         runs = queries.confirmation_runs(session, rec)
         out = [(f"confirmation trial {r.trial_number} round {r.round}", r.stages[0]) for r in runs if r.stages]

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from app.outputs import fmt_value, load_study
 from serving import START_PHASES, describe_kv_check
-from storage import queries
+from storage import database, queries
 from storage.tables import TrialRecord
 
 DEFAULT_STORAGE = Path("runs/autotune.db")
@@ -199,7 +199,7 @@ def main() -> int:
     if path is not None and not path.exists():
         console.print(f"no study database at {path}: run a study first (make search)")
         return 0
-    with Session(queries.open_db(url)) as session:
+    with Session(database.open_db(url)) as session:
         study = queries.find_study(session, args.study)
         if study is None:
             console.print(f"no study {args.study!r} in {url}")

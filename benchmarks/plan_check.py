@@ -52,9 +52,9 @@ def plan_check(storage: str, study: str) -> PlanCheck | None:
     from search.study.confirmation_estimate import rescreened_round_s
     from search.study.cost import study_cost
     from search.study.planning import picked_case
-    from storage import queries
+    from storage import database, queries
 
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         rec = queries.require_study(s, study)
         trials = [t for t in queries.trial_records(s, rec) if t.counts_against_budget]
         runs = queries.confirmation_runs(s, rec)

@@ -1,6 +1,6 @@
 """The realised class mix of every stored load stage: how far each stage's requests, by class, lay
 from the scenario's weights times its requests (the representative order keeps every window
-within one request for two classes: `loadgen.request_class`). Read from stored studies; nothing
+within one request for two classes: `loadgen.class_order`). Read from stored studies; nothing
 is started.
 
     .venv/bin/python -m benchmarks.stage_mix --storage runs/autotune.db --study mixed [--study NAME@DB ...]
@@ -49,9 +49,9 @@ def study_mix(storage: str, study: str) -> dict[str, MixTally]:
 
     from search import scenario as scenario_mod
     from search import trial_results
-    from storage import queries
+    from storage import database, queries
 
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         rec = queries.require_study(s, study)
         sc = scenario_mod.parse(rec.scenario_source, study, scenario_mod.CONFIG_DIR)
         total = sum(c.weight for c in sc.workload.classes)

@@ -1,15 +1,17 @@
 """The load generator and what it measures, usable on its own (`autotune load`, benchmarks).
 
-A workload (`workload`, its classes in `request_class` with their length distributions and the
-representative order its requests take them in; its arrivals and their schedule with it) becomes
-requests (`prompts`, `tokenizer`) sent at the times its arrivals give; the client (`client`)
-sends them on their schedule (`dispatch`) and records each (`metrics.RequestRecord`);
+A workload (`workload`, its classes in `request_class` with their length distributions
+(`length_dist`) and the representative order its requests take them in (`class_order`); its
+arrivals and their schedule in `arrivals`) becomes
+requests (`prompts`, `tokenizer`; a ShareGPT file's prompts in `sharegpt`) sent at the times its
+arrivals give; the client (`client`, or the SDK's in `openai_client`, both reading a stream by
+`stream_record`'s rules) sends them on their schedule (`dispatch`) and records each (`request_record.RequestRecord`);
 `loadrun.run_load` is one measured run (made as its `LoadOptions` say, `load_options`,
-returning its `LoadResult`, `load_result`; what it prepares in `preparation`), watched for a hung server (`liveness`: the
-stall watch, and the engine's gauges read to show it alive before a verdict and drained between
-load stages, `wait_idle`) and, where the caller gives one, by an abort check (`AbortCheck`, asked
+returning its `LoadResult`, `load_result`; what it prepares in `preparation`; its phases sent
+in `run_phases`), watched for a hung server (`stall`: the stall watch; `liveness`: the engine's
+gauges read to show it alive before a verdict and drained between load stages, `wait_idle`) and, where the caller gives one, by an abort check (`AbortCheck`, asked
 while an open loop runs); `metrics` computes the flat metrics from those records as `vllm bench
-serve` defines them (keyed by `MetricName`) and `server_metrics` the server's own /metrics
+serve` defines them (keyed by `MetricName`, `metric_name`) and `server_metrics` the server's own /metrics
 deltas; `event_loop.run_async` runs a load run, or any other coroutine of the tuner, on a fresh
 event loop that takes interrupts between its callbacks, and keeps a load's client off the CPUs
 vLLM's engine threads are pinned to. Nothing here imports its parent package: the stages, the
@@ -24,44 +26,31 @@ scaling, its prompts and statistics, and the sessions a trace holds).
 Other packages import from here, never from the modules inside.
 """
 
+from loadgen.arrivals import ArrivalSpec, open_loop_offsets
+from loadgen.class_order import mix_deviation
 from loadgen.event_loop import AVOID_ENGINE_CPUS_ENV, engine_pinned_cpus, run_async
-from loadgen.liveness import (
-    ProgressWatch,
-    ServerHung,
-    Stall,
-    engine_answers,
-    liveness_before_verdict,
-    stall_bound_s,
-    traced,
-    wait_idle,
-)
+from loadgen.liveness import ServerHung, engine_answers, liveness_before_verdict, wait_idle
 from loadgen.load_options import Abort, AbortCheck, LoadOptions
 from loadgen.load_result import LoadResult
 from loadgen.loadrun import run_load, run_load_sync
+from loadgen.metric_name import CLASS_SEPARATOR, LATENCY_FAMILIES, MetricName, class_key
 from loadgen.metrics import (
     BASE_KEYS,
-    CLASS_SEPARATOR,
     CLIENT_BEHIND,
     DEFAULT_LAG_LIMIT_MS,
-    LATENCY_FAMILIES,
     PER_CLASS_KEYS,
-    SAMPLE_KEYS,
     Bound,
     GoodputSLO,
-    MetricName,
-    RequestRecord,
-    class_key,
     compute_metrics,
     json_safe,
-    records_from_samples,
-    request_samples,
     timed_tpot_median_ms,
 )
 from loadgen.preparation import LoadRunError, ServerTokenCounter, cached_requests, prepare_requests
 from loadgen.prompts import build_requests
-from loadgen.request_class import mix_deviation
+from loadgen.request_record import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
 from loadgen.server_metrics import SERVER_KEYS, GaugeSample, MetricsSnapshot, scan_gauges
 from loadgen.sessions import SessionScript, SessionSpec, ThinkTime, turn_messages
+from loadgen.stall import ProgressWatch, Stall, stall_bound_s, traced
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.trace import (
     Trace,
@@ -82,7 +71,7 @@ from loadgen.trace import (
     window_start,
 )
 from loadgen.turn_metrics import SessionReport, TurnStats, cached_prefix_share, turn_stats
-from loadgen.workload import ArrivalSpec, WorkloadSpec, open_loop_offsets
+from loadgen.workload import WorkloadSpec
 
 __all__ = [
     "AVOID_ENGINE_CPUS_ENV",

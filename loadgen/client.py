@@ -1,20 +1,17 @@
-"""Streaming clients that send one prepared request and fill in its `RequestRecord`.
+"""Streaming clients that send one prepared request and fill in its `RequestRecord`: what a load
+run asks of one (`LoadClient`), the client chosen by name (`make_client`), and the default.
 
 `AiohttpClient` (the default) reads the SSE stream itself with as little work per chunk as
 possible: one `perf_counter()` per socket read, and a byte test per message to tell token
 chunks from the role opener, the usage chunk and `[DONE]`; only those rare messages are
-JSON-parsed. `OpenAIClient` uses the official SDK (`max_retries=0`, no connection cap) and
-produces the same records, for cross-checking; it parses every chunk into objects and is
-slower (see docs/measurement.md for both clients' ceilings).
-
-Chunk classification follows `vllm bench serve` (0.33): a token-bearing chunk has a non-empty
-`choices`; on chat, the role-only opener (`delta: {role, content: ""}`) is not a token.
+JSON-parsed. `OpenAIClient` (`openai_client`) uses the official SDK and produces the same
+records, for cross-checking. Both classify chunks and close a stream by the same rules
+(`stream_record`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import os
 import re
@@ -22,29 +19,28 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loadgen.metrics import (
+from loadgen.openai_client import OpenAIClient
+from loadgen.prompts import Request
+from loadgen.request_record import (
     ABORTED,
     CLIENT_ERROR,
     CONNECTION,
     HTTP_ERROR,
-    NO_TOKEN,
     STREAM_ERROR,
     TIMEOUT,
     TRUNCATED,
     RequestRecord,
 )
-from loadgen.prompts import Request
+from loadgen.stream_record import TOKEN_DELTA_KEYS, apply_usage, close_stream
 from vllm_http import Unanswered, get_health
 
 if TYPE_CHECKING:
     import aiohttp
-    import openai
     import yarl
 
 READ_BUFSIZE = 4 * 2**20  # aiohttp's 64 KiB default throttles long streams
 PRECONNECT_TIMEOUT_S = 10.0  # for each GET /health that opens a keep-alive connection
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-_TOKEN_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call")
 _OTHER_DELTA_KEYS = (b'"reasoning', b'"tool_calls"', b'"function_call"')
 _USAGE_FIELD = re.compile(rb'"(prompt|completion)_tokens":\s*(\d+)')
 
@@ -67,7 +63,7 @@ def _auth_headers() -> dict[str, str]:
 
 
 def _chat_delta_has_token(delta: dict) -> bool:
-    if any(delta.get(k) for k in _TOKEN_DELTA_KEYS):
+    if any(delta.get(k) for k in TOKEN_DELTA_KEYS):
         return True
     return delta.get("content") == "" and not delta.get("role")
 
@@ -78,15 +74,6 @@ def _delta_text(payload: bytes, chat: bool) -> str:
     if chat:
         return (choices[0].get("delta") or {}).get("content") or ""
     return choices[0].get("text") or ""
-
-
-def _apply_usage(usage: dict | None, rec: RequestRecord) -> None:
-    if not usage:
-        return
-    if usage.get("completion_tokens") is not None:
-        rec.completion_tokens = int(usage["completion_tokens"])
-    if usage.get("prompt_tokens") is not None:
-        rec.prompt_tokens = int(usage["prompt_tokens"])
 
 
 class AiohttpClient:
@@ -188,7 +175,7 @@ class AiohttpClient:
             rec.error_kind = STREAM_ERROR
             rec.error_text = str(msg)[:500]
             return
-        _apply_usage(obj.get("usage"), rec)
+        apply_usage(obj.get("usage"), rec)
 
     @staticmethod
     def _role_only(payload: bytes) -> bool:
@@ -240,7 +227,7 @@ class AiohttpClient:
         if rec.error_kind is not None:  # an error event inside the stream
             rec.end_time = end
         else:
-            _close_stream(
+            close_stream(
                 rec, times, end, None if done else f"stream ended before [DONE] after {len(times)} token chunks"
             )
 
@@ -292,119 +279,6 @@ class AiohttpClient:
                     rec.answer.append(_delta_text(payload, chat))
                 if b'"usage":{' in payload or b'"usage": {' in payload:
                     self._control(payload, rec)  # continuous_usage_stats
-
-
-def sdk_http_library(openai: Any) -> Any:
-    """The HTTP library the `openai` SDK is built on (httpx, or httpx2 in later SDKs), read from
-    the SDK's own defaults: a stream cut short raises that library's transport errors unwrapped,
-    and they need not be those of the httpx installed beside it."""
-    return importlib.import_module(type(openai.DEFAULT_CONNECTION_LIMITS).__module__.partition(".")[0])
-
-
-class OpenAIClient:
-    """The official `openai` SDK, same records. Slower per chunk; for cross-checking."""
-
-    name = "openai"
-
-    def __init__(self, base_url: str, endpoint: str, request_timeout_s: float):
-        self.base_url = base_url.rstrip("/")
-        self.chat = endpoint == "chat"
-        self.request_timeout_s = request_timeout_s
-        self.client: openai.AsyncOpenAI | None = None
-
-    async def __aenter__(self) -> OpenAIClient:
-        import openai
-
-        self._openai, self._httpx = openai, sdk_http_library(openai)
-        limits = type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=None, max_keepalive_connections=None)
-        http_client = openai.DefaultAsyncHttpxClient(limits=limits, timeout=openai.Timeout(self.request_timeout_s))
-        client = self.client = openai.AsyncOpenAI(
-            base_url=self.base_url + "/v1",
-            api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"),
-            max_retries=0,
-            timeout=self.request_timeout_s,
-            http_client=http_client,
-        )
-        # The SDK's first request pays for lazy setup (~100 ms); pay it here, not in a TTFT.
-        await client.models.list()
-        self._create = client.chat.completions.create if self.chat else client.completions.create
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
-
-    def prepare(self, request: Request, model: str, temperature: float | None) -> dict:
-        body = request.body(model, temperature)
-        extra = {"ignore_eos": body.pop("ignore_eos")}
-        return {**body, "extra_body": extra}
-
-    async def send(self, kwargs: dict, rec: RequestRecord) -> None:
-        openai, httpx = self._openai, self._httpx
-        perf = time.perf_counter
-        times = rec.chunk_times
-        got_usage = False
-        rec.send_time = perf()
-        try:
-            create = self._create
-            # asyncio.timeout bounds the whole stream, like aiohttp's total timeout.
-            async with asyncio.timeout(self.request_timeout_s):
-                stream = await create(**kwargs)
-                rec.status = 200
-                async for chunk in stream:
-                    now = perf()
-                    if chunk.choices:
-                        if self.chat:
-                            delta = chunk.choices[0].delta
-                            if delta is None or not (
-                                any(getattr(delta, k, None) for k in _TOKEN_DELTA_KEYS)
-                                or (delta.content == "" and not delta.role)
-                            ):
-                                continue
-                        times.append(now)
-                        if rec.answer is not None:
-                            choice = chunk.choices[0]
-                            rec.answer.append((choice.delta.content if self.chat else choice.text) or "")
-                    if chunk.usage is not None:
-                        _apply_usage(chunk.usage.model_dump(), rec)
-                        got_usage = True
-            end = perf()
-        except asyncio.CancelledError:
-            rec.fail(ABORTED, "stopped by the load generator", perf())
-            raise
-        except (TimeoutError, openai.APITimeoutError, httpx.TimeoutException):
-            rec.fail(TIMEOUT, f"no complete response within {self.request_timeout_s:g} s", perf())
-            return
-        except openai.APIStatusError as e:
-            rec.status = e.status_code
-            rec.fail(HTTP_ERROR, f"HTTP {e.status_code}: {e.message}", perf())
-            return
-        except (openai.APIConnectionError, httpx.TransportError) as e:
-            rec.fail(CONNECTION if rec.status is None else TRUNCATED, repr(e), perf())
-            return
-        except openai.APIError as e:  # an error event inside the stream
-            rec.fail(STREAM_ERROR, str(e), perf())
-            return
-        except Exception as e:
-            rec.fail(CLIENT_ERROR, repr(e), perf())
-            return
-        # The SDK swallows [DONE]; the usage chunk (requested) is the end-of-stream evidence.
-        _close_stream(
-            rec, times, end, None if got_usage else f"stream ended without usage after {len(times)} token chunks"
-        )
-
-
-def _close_stream(rec, times: list[float], end: float, truncated: str | None) -> None:
-    """A stream that ended without an error event: cut short (``truncated`` says how), without a
-    single token, or complete."""
-    if truncated is not None:
-        rec.fail(TRUNCATED, truncated, end)
-    elif not times:
-        rec.fail(NO_TOKEN, "complete stream without a token-bearing chunk", end)
-    else:
-        rec.end_time = end
-        rec.first_token_time = times[0]
 
 
 CLIENTS: dict[str, Callable[[str, str, float], LoadClient]] = {"aiohttp": AiohttpClient, "openai": OpenAIClient}

@@ -11,10 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.liveness import ProgressWatch
-from loadgen.metrics import GoodputSLO, RequestRecord
+from loadgen.metrics import GoodputSLO
 from loadgen.prompts import Request
+from loadgen.request_record import RequestRecord
 from loadgen.server_metrics import GaugeSample
+from loadgen.stall import ProgressWatch
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class LoadOptions:
 
     `watch`: handed the warm-up's records, then the measured ones, as each phase starts, and
     every request of the run's own (the model, /tokenize, /metrics, the connections' /health),
-    so a watcher can tell a hung server (`loadgen.liveness`) while the run is in progress. With a
+    so a watcher can tell a hung server (`loadgen.stall`) while the run is in progress. With a
     watch, the run hands back nothing measured on a server that hung: before its result, the
     server shows it is alive or `loadgen.liveness.ServerHung` is raised.
     """

@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loadgen.load_options import Abort
-from loadgen.metrics import RequestRecord, RunMetrics
+from loadgen.metrics import RunMetrics
 from loadgen.preparation import CLOSED_LOOP_BATCH
+from loadgen.request_record import RequestRecord
 from loadgen.server_metrics import GaugeSample, ServerDiagnostics
 from loadgen.turn_metrics import SessionReport
 from loadgen.workload import WorkloadSpec

@@ -11,107 +11,40 @@ beside the server it runs against and the workload it sends, is its `LoadOptions
 or watch it). What it returns is its `LoadResult` (`load_result`: its records, metrics, the
 server's view, notes and the client's own cost).
 
-A caller may stop an open loop early with an abort check (`AbortCheck`): every
-ABORT_CHECK_PERIOD_S it is asked about the records so far (`await_or_abort`), and an `Abort` it
-returns stops the loop there, with or without the requests in flight. The rules that decide it
-live in `objectives.early_abort`; the load run knows only this shape.
-
-Client hygiene during the measured window: everything is prepared beforehand (JSON bodies,
-due times, records), the garbage collector's existing objects are frozen (`gc.freeze`, as
-`vllm bench serve`), and nothing heavier than a /metrics fetch per second shares the loop.
+What it sends, phase by phase (and the abort check that may stop an open loop early), is
+`run_phases`'.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from loadgen.client import LoadClient, make_client
-from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
 from loadgen.event_loop import off_engine_cpus, run_async
-from loadgen.liveness import ProgressWatch, liveness_before_verdict, traced
-from loadgen.load_options import Abort, AbortCheck, LoadOptions
+from loadgen.liveness import liveness_before_verdict
+from loadgen.load_options import LoadOptions
 from loadgen.load_result import LoadResult, client_behind_note, request_notes
-from loadgen.metrics import RequestRecord, compute_metrics
+from loadgen.metrics import compute_metrics
 from loadgen.metrics import lag_limit_ms as default_lag_limit_ms
 from loadgen.preparation import (
     LazyTokenizer,
     LoadRunError,
-    RequestPool,
     ServerTokenCounter,
     cached_requests,
     discover_model,
     planned_requests,
 )
-from loadgen.prompts import MEASURED_STREAM, WARMUP_STREAM, Request
-from loadgen.server_metrics import GaugeSample, GaugeSampler, MetricsSnapshot, diagnose
+from loadgen.request_record import RequestRecord
+from loadgen.run_phases import Built, Phase, Run, Window, measured_window, prepared_phase, warm_up
+from loadgen.server_metrics import GaugeSampler, MetricsSnapshot, diagnose
 from loadgen.session_dispatch import SessionRunner
-from loadgen.sessions import ScriptBook
+from loadgen.stall import ProgressWatch, traced
 from loadgen.workload import WorkloadSpec
 from vllm_http import fetch_metrics_text
 
-if TYPE_CHECKING:
-    import aiohttp
-
-
-DEFAULT_WARMUP_CONCURRENCY = 16
 MAX_PRECONNECT = 1000  # below the usual 1024 open-files limit
-ABORT_CHECK_PERIOD_S = 0.5  # how often an open loop with an abort check looks at its records
-
-
-@dataclass(frozen=True)
-class _Run:
-    """What every step of one run reads: the server (its URL, and the session of the run's own
-    requests to it), the workload and its schedule (None: a closed loop), the options, and the
-    notes the steps add to, in the order they happen."""
-
-    base_url: str
-    control: aiohttp.ClientSession
-    spec: WorkloadSpec
-    offsets: list[float] | None
-    options: LoadOptions
-    notes: list[str]
-
-
-@dataclass(frozen=True)
-class _Built:
-    """What a run builds before its client opens: the served model, its tokenizer, and the
-    requests of the warm-up and of the measured run (none for sessions: their turns are built
-    as they are sent)."""
-
-    model: str
-    tokenizer: LazyTokenizer
-    warm: list[Request]
-    measured: list[Request]
-
-
-@dataclass(frozen=True)
-class _Phase:
-    """One phase (the warm-up, or the measured run) as its client sends it: prepared bodies and
-    their records, and, for a session workload, the sessions whose turns fill those records."""
-
-    pool: RequestPool
-    runner: SessionRunner | None
-
-    @property
-    def records(self) -> list[RequestRecord]:
-        return self.pool.records
-
-
-@dataclass(frozen=True)
-class _Window:
-    """The measured window: its perf_counter bounds, why it stopped early (None: it did not),
-    the client's CPU time over it, and the server's gauges sampled during it."""
-
-    start: float
-    end: float
-    aborted: Abort | None
-    client_cpu_s: float
-    samples: list[GaugeSample]
 
 
 @dataclass(frozen=True)
@@ -119,8 +52,8 @@ class _Measured:
     """The measured phase once it ended: its window and the server's /metrics around it (None:
     not scraped, or not served)."""
 
-    phase: _Phase
-    window: _Window
+    phase: Phase
+    window: Window
     before: MetricsSnapshot | None
     after: MetricsSnapshot | None
 
@@ -142,11 +75,11 @@ async def run_load(
     offsets = _schedule(spec)
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(timeout=timeout, trace_configs=traced(options.watch)) as control:
-        run = _Run(base_url.rstrip("/"), control, spec, offsets, options, [])
+        run = Run(base_url.rstrip("/"), control, spec, offsets, options, [])
         built = await _prepare(run, model)
         with off_engine_cpus(options.avoid_engine_cpus, run.notes) as client_cpus:
             async with make_client(options.client, run.base_url, spec.endpoint, spec.request_timeout_s) as lc:
-                warm = await _warm_up(run, built, lc)
+                warm = await warm_up(run, built, lc)
                 measured = await _measure(run, built, lc, warm)
     return _collect(run, built, warm, measured, client_cpus)
 
@@ -161,7 +94,7 @@ def _schedule(spec: WorkloadSpec) -> list[float] | None:
     return offsets
 
 
-async def _prepare(run: _Run, model: str | None) -> _Built:
+async def _prepare(run: Run, model: str | None) -> Built:
     """The served model, its tokenizer, and the requests the run sends (the options' prebuilt
     measured ones where they are enough), counted with the server where it can count them."""
     spec, prebuilt = run.spec, run.options.requests
@@ -169,7 +102,7 @@ async def _prepare(run: _Run, model: str | None) -> _Built:
     counter = ServerTokenCounter(run.control, run.base_url, served) if spec.endpoint == "chat" else None
     tokenizer = LazyTokenizer(run.options.tokenizer_path, served, root)
     if spec.sessions is not None:
-        return _Built(served, tokenizer, [], [])
+        return Built(served, tokenizer, [], [])
     needed = planned_requests(spec, run.offsets)
     if prebuilt is None or len(prebuilt) < needed:
         prebuilt = await cached_requests(spec, tokenizer.get(), needed, False, counter, run.notes)
@@ -178,65 +111,19 @@ async def _prepare(run: _Run, model: str | None) -> _Built:
         if spec.warmup_requests
         else []
     )
-    return _Built(served, tokenizer, warm, list(prebuilt[:needed]))
+    return Built(served, tokenizer, warm, list(prebuilt[:needed]))
 
 
-def _phase(spec: WorkloadSpec, built: _Built, lc: LoadClient, *, warmup: bool) -> _Phase:
-    """The warm-up's or the measured run's requests prepared for `lc`; a session workload's
-    records are its sessions' turns."""
-    requests = built.warm if warmup else built.measured
-    pool = RequestPool(spec, built.tokenizer, lc, built.model, requests, warmup=warmup)
-    if spec.sessions is None:
-        return _Phase(pool, None)
-    # sessions: each turn built when the answer before it is in
-    runner = _session_runner(spec, built.tokenizer, lc, built.model, warmup=warmup)
-    pool.records = runner.records
-    return _Phase(pool, runner)
-
-
-def _session_runner(
-    spec: WorkloadSpec, tokenizer: LazyTokenizer, lc: LoadClient, model: str, *, warmup: bool
-) -> SessionRunner:
-    """The warm-up's sessions (their own stream, from its start) or the run's (its slice)."""
-    assert spec.sessions is not None
-    stream = WARMUP_STREAM if warmup else MEASURED_STREAM
-    book = ScriptBook(spec.sessions, spec.seed, stream, tokenizer.get())
-    first = 0 if warmup else spec.first_request
-    return SessionRunner(spec.sessions, book, lc, model, spec.temperature, first=first, warmup=warmup)
-
-
-async def _warm_up(run: _Run, built: _Built, lc: LoadClient) -> _Phase:
-    """Send the warm-up's requests (or sessions), side by side, and wait for them.
-
-    The warm-up is there so that no measured request pays for a first time (the API server's
-    first chat template and detokenizer, the engine's first prefill of each kind and first
-    decode batch) and to size the connections opened before the measured run. So a workload
-    needs as many as it takes to send each of its kinds of request once: sent side by side they
-    cost about the longest one's latency, not their sum (mixed's 6: docs/gpu.md, "The warm-up
-    requests")."""
-    spec = run.spec
-    warm = _phase(spec, built, lc, warmup=True)
-    if run.options.watch is not None:
-        run.options.watch.track(warm.records)
-    users = spec.arrival.concurrency or DEFAULT_WARMUP_CONCURRENCY
-    if built.warm:
-        await run_closed_loop(lc.send, warm.pool.get, min(len(built.warm), users), len(built.warm), None)
-    elif warm.runner is not None and spec.warmup_requests:
-        n = spec.sessions_for(spec.warmup_requests)
-        await warm.runner.closed_loop(min(n, users), n, None)
-    return warm
-
-
-async def _measure(run: _Run, built: _Built, lc: LoadClient, warm: _Phase) -> _Measured:
+async def _measure(run: Run, built: Built, lc: LoadClient, warm: Phase) -> _Measured:
     """The measured phase: its requests prepared and connections opened, then its window between
     two scrapes of the server's /metrics, once the server showed it is alive."""
     watch = run.options.watch
-    phase = _phase(run.spec, built, lc, warmup=False)
+    phase = prepared_phase(run.spec, built, lc, warmup=False)
     if watch is not None:
         watch.track(phase.records)
     await _preconnect(lc, _expected_concurrency(run.spec, warm.records), watch)
     before, sampler = await _scrape_before(run)
-    window = await _window(run, lc, phase, sampler)
+    window = await measured_window(run, lc, phase, sampler)
     # A hung server looks like a slow one to what scores this run: not before it shows it lives.
     await liveness_before_verdict(watch, run.base_url, run.control)
     after = None
@@ -272,7 +159,7 @@ def _expected_concurrency(spec: WorkloadSpec, warm: list[RequestRecord]) -> int:
     return max(1, min(MAX_PRECONNECT, math.ceil(1.5 * rate * latency) + 8))
 
 
-async def _scrape_before(run: _Run) -> tuple[MetricsSnapshot | None, GaugeSampler | None]:
+async def _scrape_before(run: Run) -> tuple[MetricsSnapshot | None, GaugeSampler | None]:
     """The server's /metrics before the window, and its gauges' sampler started (None, None:
     not asked for, or not served)."""
     if not run.options.scrape_metrics:
@@ -286,85 +173,8 @@ async def _scrape_before(run: _Run) -> tuple[MetricsSnapshot | None, GaugeSample
     return MetricsSnapshot.parse(text), sampler
 
 
-async def _window(run: _Run, lc: LoadClient, phase: _Phase, sampler: GaugeSampler | None) -> _Window:
-    """The measured window, the garbage collector's existing objects frozen (as `vllm bench
-    serve`), the client's CPU time counted over it."""
-    gc.collect()
-    gc.freeze()
-    cpu0 = time.process_time()
-    try:
-        start, end, aborted = await _dispatch(run, lc, phase, sampler)
-    finally:
-        client_cpu_s = time.process_time() - cpu0
-        gc.unfreeze()
-        samples = await sampler.stop() if sampler is not None else []
-    return _Window(start, end, aborted, client_cpu_s, samples)
-
-
-async def _dispatch(
-    run: _Run, lc: LoadClient, phase: _Phase, sampler: GaugeSampler | None
-) -> tuple[float, float, Abort | None]:
-    """Send the measured requests (or sessions) on the workload's arrivals; an open loop with an
-    abort check is watched by it. (start, end, why stopped early)."""
-    spec, offsets, abort, runner, pool = run.spec, run.offsets, run.options.abort, phase.runner, phase.pool
-    if offsets is None:  # a closed loop
-        users = spec.arrival.users()
-        if runner is not None:
-            n = spec.sessions_for(spec.num_requests) if spec.num_requests is not None else None
-            start, end, _sent = await runner.closed_loop(users, n, spec.duration_s)
-        else:
-            start, end, _sent = await run_closed_loop(lc.send, pool.get, users, spec.num_requests, spec.duration_s)
-        return start, end, None
-    if abort is None:
-        if runner is not None:
-            start, end = await runner.open_loop(offsets)
-        else:
-            start, end = await run_open_loop(lc.send, pool.prepared, pool.records, offsets)
-        return start, end, None
-    draining = Draining()
-    dispatch = asyncio.ensure_future(
-        run_open_loop(lc.send, pool.prepared, pool.records, offsets, draining)
-        if runner is None
-        else runner.open_loop(offsets, draining)
-    )
-    return await await_or_abort(dispatch, abort, pool.records, offsets, sampler, draining)
-
-
-async def await_or_abort(
-    dispatch: asyncio.Future[tuple[float, float]],
-    check: AbortCheck,
-    records: list[RequestRecord],
-    offsets: list[float],
-    sampler: GaugeSampler | None,
-    draining: Draining,
-) -> tuple[float, float, Abort | None]:
-    """Await the open loop, asking `check` every ABORT_CHECK_PERIOD_S whether its outcome is
-    already certain; if so, stop it (and the requests in flight, unless the `Abort` drains:
-    then they finish). (start, end, why stopped)."""
-    try:
-        while True:
-            done, _ = await asyncio.wait({dispatch}, timeout=ABORT_CHECK_PERIOD_S)
-            if done:
-                start, end = dispatch.result()
-                return start, end, None
-            verdict = check(records, time.perf_counter(), sampler.samples if sampler is not None else ())
-            if verdict is not None and verdict.drain:
-                draining.on = True
-                dispatch.cancel()
-                start, end = await dispatch
-                return start, end, verdict
-            if verdict is not None:
-                dispatch.cancel()
-                await asyncio.gather(dispatch, return_exceptions=True)
-                start = records[0].scheduled_time - offsets[0]
-                return start, time.perf_counter(), verdict
-    finally:
-        if not dispatch.done():
-            dispatch.cancel()
-
-
 def _collect(
-    run: _Run, built: _Built, warm: _Phase, measured: _Measured, client_cpus: tuple[int, ...] | None
+    run: Run, built: Built, warm: Phase, measured: _Measured, client_cpus: tuple[int, ...] | None
 ) -> LoadResult:
     """The run's result: its sent requests, their metrics, the server's view, and the notes
     that say what the numbers alone do not."""

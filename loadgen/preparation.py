@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from loadgen.metrics import RequestRecord
 from loadgen.prompts import Request, build_requests, plan_requests, realize_async
+from loadgen.request_record import RequestRecord
 from loadgen.tokenizer import PromptTokenizer, TokenizerError
 from loadgen.workload import WorkloadSpec
 from vllm_http import BadStatus, Unanswered, count_chat_tokens, served_models

@@ -1,10 +1,11 @@
 """The deterministic request builder: same workload and seed => the same requests, byte for byte.
 
 Request i's class, lengths and shared prefix come from the workload's representative order
-(`loadgen.request_class`: a quota order of the classes, stratified lengths within each), its
+(`loadgen.class_order`: a quota order of the classes, stratified lengths within each), its
 prompt's own tokens from a generator seeded with (seed, stream, i); all of it depends on (seed,
 stream, i) alone, not on how many requests are built, the process or hash randomization.
-Warm-up requests use another stream.
+Warm-up requests use another stream. A ShareGPT class's prompts are its file's exchanges
+(`sharegpt`), taken in a seeded order.
 
 Completions prompts are token ids: exact lengths, no template. Chat prompts are text decoded
 from random token ids, trimmed or extended until the templated prompt has exactly the target
@@ -17,28 +18,18 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from loadgen.request_class import (
-    SHAREGPT_MAX_PROMPT_TOKENS,
-    SHAREGPT_MAX_TOTAL_TOKENS,
-    SHAREGPT_MIN_TOKENS,
-    ClassOrder,
-    RequestClass,
-    unit_points,
-)
+from loadgen import random_streams
+from loadgen.class_order import ClassOrder, unit_points
+from loadgen.request_class import RequestClass
+from loadgen.sharegpt import ShareGPTSource
 from loadgen.tokenizer import PromptTokenizer
 from loadgen.trace import trace_drafts
 from loadgen.workload import WorkloadSpec
 
-MEASURED_STREAM = 0
-WARMUP_STREAM = 1
-_PREFIX_STREAM = 2
-_SHAREGPT_STREAM = 3
 MAX_ALIGN_STEPS = 6
 _POOL_EXTRA = 128  # spare ids beyond the target, for chat prompts that re-encode shorter
 
@@ -99,86 +90,12 @@ class _Plan:
         return self.target_prompt, self.pool
 
 
-def _rng(*key: int) -> np.random.Generator:
-    return np.random.default_rng([int(k) for k in key])
-
-
 def _prefix_ids(
     spec: WorkloadSpec, cls_index: int, prefix_id: int, tokens: int, tokenizer: PromptTokenizer
 ) -> np.ndarray:
-    rng = _rng(spec.seed, _PREFIX_STREAM, cls_index, prefix_id)
+    rng = random_streams.seeded(spec.seed, random_streams.PREFIX, cls_index, prefix_id)
     ids = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
     return rng.choice(ids, size=tokens)
-
-
-# -- ShareGPT ---------------------------------------------------------------------------------
-
-
-def _first_exchange(entry: dict) -> tuple[str, str] | None:
-    turns = entry.get("conversations") or entry.get("conversation") or entry.get("messages") or []
-    if len(turns) < 2:
-        return None
-
-    def role(t: dict) -> str:
-        return str(t.get("from") or t.get("role") or "").lower()
-
-    def text(t: dict) -> str:
-        return str(t.get("value") if "value" in t else t.get("content", ""))
-
-    if role(turns[0]) not in ("human", "user") or role(turns[1]) not in ("gpt", "assistant", "chatgpt"):
-        return None
-    return text(turns[0]), text(turns[1])
-
-
-@lru_cache(maxsize=8)
-def _sharegpt_pairs(path: str) -> tuple[tuple[str, str], ...]:
-    raw = Path(path).read_text()
-    stripped = raw.lstrip()
-    if stripped.startswith("["):
-        entries = json.loads(raw)
-    else:
-        entries = [json.loads(line) for line in raw.splitlines() if line.strip()]
-    pairs = tuple(p for p in (_first_exchange(e) for e in entries if isinstance(e, dict)) if p)
-    if not pairs:
-        raise ValueError(f"{path}: no conversation with a human turn followed by an answer")
-    return pairs
-
-
-class _ShareGPTSource:
-    """The file's valid exchanges in a seeded order, tokenized on demand, cycling when used up."""
-
-    def __init__(
-        self, path: Path, seed: int, stream: int, cls_index: int, tokenizer: PromptTokenizer, need_output: bool
-    ):
-        self.pairs = _sharegpt_pairs(str(path))
-        self.order = _rng(seed, _SHAREGPT_STREAM, stream, cls_index).permutation(len(self.pairs))
-        self.tokenizer = tokenizer
-        self.need_output = need_output
-        self.valid: list[tuple[str, list[int], int]] = []
-        self._next = 0
-        self.path = path
-
-    def get(self, k: int) -> tuple[str, list[int], int]:
-        while len(self.valid) <= k and self._next < len(self.order):
-            prompt, answer = self.pairs[self.order[self._next]]
-            self._next += 1
-            ids = self.tokenizer.encode(prompt)
-            out = len(self.tokenizer.encode(answer)) if self.need_output else SHAREGPT_MIN_TOKENS
-            if (
-                SHAREGPT_MIN_TOKENS <= len(ids) <= SHAREGPT_MAX_PROMPT_TOKENS
-                and out >= SHAREGPT_MIN_TOKENS
-                and (not self.need_output or len(ids) + out <= SHAREGPT_MAX_TOTAL_TOKENS)
-            ):
-                self.valid.append((prompt, ids, out))
-        if not self.valid:
-            raise ValueError(
-                f"{self.path}: no exchange passes the ShareGPT length filters "
-                f"(prompt and answer >= {SHAREGPT_MIN_TOKENS} tokens, prompt <= "
-                f"{SHAREGPT_MAX_PROMPT_TOKENS}, both <= {SHAREGPT_MAX_TOTAL_TOKENS})"
-            )
-        if len(self.valid) <= k:  # the file is used up: cycle
-            return self.valid[k % len(self.valid)]
-        return self.valid[k]
 
 
 # -- planning (all random draws) --------------------------------------------------------------
@@ -188,16 +105,16 @@ def plan_requests(
     spec: WorkloadSpec, tokenizer: PromptTokenizer, n: int, *, warmup: bool = False, start: int = 0
 ) -> list[_Plan]:
     """Plans of requests start .. start+n-1 of the workload's measured (or warm-up) sequence:
-    each one's class and lengths from the representative order (`loadgen.request_class`), its
+    each one's class and lengths from the representative order (`loadgen.class_order`), its
     prompt's own tokens from its own generator."""
-    stream = WARMUP_STREAM if warmup else MEASURED_STREAM
+    stream = random_streams.WARMUP if warmup else random_streams.MEASURED
     trace = spec.replayed_trace()
     if trace is not None:  # each request a row of the trace: its lengths, its shared tokens
         vocabulary = tokenizer.text_safe_ids if spec.endpoint == "chat" else tokenizer.allowed_ids
         out = []
         for d in trace_drafts(trace, spec.seed, spec.endpoint, vocabulary, start, n, warmup=warmup):
             body = d.prompt_tokens - (len(d.shared_ids) if d.shared_ids is not None else 0)
-            pool = _rng(spec.seed, stream, d.index).choice(vocabulary, size=body + _POOL_EXTRA)
+            pool = random_streams.seeded(spec.seed, stream, d.index).choice(vocabulary, size=body + _POOL_EXTRA)
             out.append(
                 _Plan(
                     d.index,
@@ -212,7 +129,7 @@ def plan_requests(
             )
         return out
     order = ClassOrder([c.weight for c in spec.classes], spec.seed, stream)
-    sources: dict[int, _ShareGPTSource] = {}
+    sources: dict[int, ShareGPTSource] = {}
     prefix_cache: dict[tuple[int, int], np.ndarray] = {}
     plans = []
     for index in range(start, start + n):
@@ -230,10 +147,10 @@ def plan_requests(
                 prefix_cache[key] = _prefix_ids(spec, ci, prefix_id, cls.shared_prefix.tokens, tokenizer)
             prefix = prefix_cache[key]
         output = int(cls.output_tokens.quantile(u_output)[0]) if cls.output_tokens is not None else None
-        rng = _rng(spec.seed, stream, index)  # the request's own tokens
+        rng = random_streams.seeded(spec.seed, stream, index)  # the request's own tokens
         if cls.sharegpt is not None:
             if ci not in sources:
-                sources[ci] = _ShareGPTSource(
+                sources[ci] = ShareGPTSource(
                     cls.sharegpt, spec.seed, stream, ci, tokenizer, need_output=cls.output_tokens is None
                 )
             # the class's j-th request takes the j-th valid exchange of the seeded order

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.dispatch import Draining, run_closed_loop, run_open_loop
-from loadgen.metrics import RequestRecord
 from loadgen.prompts import Request
+from loadgen.request_record import RequestRecord
 from loadgen.server_metrics import MetricsSnapshot
 from loadgen.sessions import Messages, ScriptBook, SessionScript, SessionSpec, turn_messages
 from loadgen.tokenizer import PromptTokenizer

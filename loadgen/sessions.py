@@ -12,7 +12,7 @@ A turn's request class is named for its turn range (`turn_classes`; by default `
 and `later` every turn after it), so every per-class metric, SLO and objective reads a turn range:
 `ttft_p95_ms@later` is the TTFT p95 of turns 2 and later.
 
-Session lengths are stratified as request lengths are (`request_class.unit_points`): any run of
+Session lengths are stratified as request lengths are (`class_order.unit_points`): any run of
 consecutive sessions spans the turn-count distribution, its long tail included.
 """
 
@@ -27,7 +27,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loadgen.request_class import CHAT_TEMPLATE_MARGIN_TOKENS, LengthDist, RequestClass, unit_points
+from loadgen import random_streams
+from loadgen.class_order import unit_points
+from loadgen.length_dist import LengthDist
+from loadgen.request_class import CHAT_TEMPLATE_MARGIN_TOKENS, RequestClass
 from loadgen.tokenizer import PromptTokenizer
 
 Messages = list[dict[str, str]]
@@ -35,8 +38,6 @@ Messages = list[dict[str, str]]
 # The chat template's own tokens around one message (role header, end of turn): a bound for
 # `longest_request_tokens`, which the study checks against max_model_len.
 MESSAGE_TEMPLATE_TOKENS = 8
-_SESSION_STREAM = 30  # a session's own draws: its messages' tokens and think times
-_SYSTEM_STREAM = 31  # the shared system prompt's tokens
 _GRID = (np.arange(4096) + 0.5) / 4096  # quantile points for a distribution's expectations
 
 
@@ -158,10 +159,6 @@ class SessionScript:
     turns: tuple[Turn, ...]
 
 
-def _rng(*key: int) -> np.random.Generator:
-    return np.random.default_rng([int(k) for k in key])
-
-
 class ScriptBook:
     """The scripts of one workload's sessions, built on demand: session i depends on (seed,
     stream, i) alone, so a stage's slice holds the same sessions in every trial."""
@@ -173,14 +170,16 @@ class ScriptBook:
     def system(self) -> str | None:
         if not self.spec.system_prompt_tokens:
             return None
-        ids = _rng(self.seed, _SYSTEM_STREAM).choice(self.tokenizer.text_safe_ids, size=self.spec.system_prompt_tokens)
+        ids = random_streams.seeded(self.seed, random_streams.SYSTEM_PROMPT).choice(
+            self.tokenizer.text_safe_ids, size=self.spec.system_prompt_tokens
+        )
         return self.tokenizer.decode(ids)
 
     def script(self, index: int) -> SessionScript:
         spec = self.spec
         u_turns, u_user, u_output = unit_points(self.seed, self.stream, 0, index)[0]
         n = int(spec.turns.quantile(u_turns)[0])
-        rng = _rng(self.seed, _SESSION_STREAM, self.stream, index)
+        rng = random_streams.seeded(self.seed, random_streams.SESSION, self.stream, index)
         # the first turn takes the session's stratified points, later ones their own draws
         users = [int(spec.user_tokens.quantile(u_user)[0])] + [int(x) for x in spec.user_tokens.sample(rng, n - 1)]
         outputs = [int(spec.output_tokens.quantile(u_output)[0])] + [

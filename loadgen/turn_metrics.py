@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.metrics import RequestRecord
+from loadgen.request_record import RequestRecord
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from search.executor import plan_trial
 from search.samplers import DEFAULT_SAMPLER, SAMPLERS, scenario_default
 from search.scenario import Scenario
 from serving import DEFAULT_MEMORY_UTILIZATION, LaunchContext, launch_context, model_study_label
-from storage.queries import check_url, check_writable_dir, existing_engine
+from storage.database import check_url, check_writable_dir, existing_engine
 from storage.tables import StudyRecord
 from storage.url import redacted
 

@@ -1,7 +1,7 @@
 """Serving: everything about one vLLM server and nothing about studies.
 
-This facade describes a server and starts none: which flags a scenario may set and how a
-configuration becomes a server's flags on the installed vLLM (`registry`), what is rejected
+This facade describes a server and starts none: which flags a scenario may set (`parameters`) and
+how a configuration becomes a server's flags on the installed vLLM (`server_flags`), what is rejected
 before a start and the KV cache a started one allocated against the arithmetic's (`checks`), the
 machine: its devices and the installed vLLM, that vLLM's parser, whether the tuner supports it,
 and the tuner's cache on it (`machine`), what that vLLM runs with there when no flag sets a
@@ -38,23 +38,17 @@ from serving.model.local import DEFAULT_SPEC as DEFAULT_MODEL_SPEC
 from serving.model.local import TinyLlamaSpec, build_dummy_architecture, default_model_dir
 from serving.model.local import build as build_default_model
 from serving.model.memory import KvBudget, ModelShape
-from serving.registry import (
-    PARAMS,
-    PASS_THROUGH,
-    REGISTRY,
-    TUNER_OWNED,
+from serving.parameters import PARAMS, PASS_THROUGH, REGISTRY, TUNER_OWNED, CpuRule, ParamSpec, scenario_flag_problem
+from serving.server_flags import (
     Adjustment,
     ConfigError,
-    CpuRule,
     LaunchContext,
-    ParamSpec,
     ServerArgs,
     Support,
-    scenario_flag_problem,
     support,
     unsupported_reason,
 )
-from serving.registry import resolve as resolve_server_args
+from serving.server_flags import resolve as resolve_server_args
 from serving.start_anatomy import PHASES as START_PHASES
 from serving.start_anatomy import StartAnatomy, describe_start_anatomy, start_anatomy
 

@@ -25,7 +25,7 @@ from typing import Any
 from serving.defaults import DEFAULT_MEMORY_UTILIZATION, default_batch, default_block_size
 from serving.model import memory
 from serving.model.memory import GIB, KvBudget
-from serving.registry import LaunchContext
+from serving.server_flags import LaunchContext
 
 
 def _batch(values: dict[str, Any], ctx: LaunchContext, max_model_len: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from serving.machine import InstalledVllm, check_supported, load_installed
 from serving.model import hub, memory
 from serving.model import info as model_info
 from serving.model import local as local_model
-from serving.registry import LaunchContext
+from serving.server_flags import LaunchContext
 
 # What memory_utilization = 1.0 means on the CPU build (docs/serving.md, "Memory on the CPU build").
 DEFAULT_CPU_KV_BUDGET_GIB = 1.0

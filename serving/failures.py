@@ -48,7 +48,7 @@ class FailureClass(StrEnum):
     PORT_BUSY = "port_busy"
     START_TIMEOUT = "start_timeout"
     LOAD_ERROR = "load_error"  # the load generator failed, not the server (its error is the line)
-    HANG = "hang"  # alive, but no token and no finished request for the stall bound (loadgen.liveness)
+    HANG = "hang"  # alive, but no token and no finished request for the stall bound (loadgen.stall)
     ZYGOTE = "zygote"  # the study's zygote, not the server: it did not fork the server in time
     OTHER = "other"
 

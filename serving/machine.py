@@ -9,7 +9,7 @@ with every release; the parser cannot. We build the API server's parser in a sub
 every option, and cache the dump per installed build. What that build does on these devices
 when a flag is not given is in `serving.defaults`.
 
-Flags vLLM removed live with their parameter in `registry.PARAMS` (`removed_in`)."""
+Flags vLLM removed live with their parameter in `parameters.PARAMS` (`removed_in`)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,8 @@ def stored_study(opts: StudyOptions, whole_database: bool = False) -> tuple[str,
     dashboard serves, that study or not): its storage URL and name; refused, creating no
     database file (as a mistyped --storage would), unless it is there."""
     from search.prepare import default_storage, default_study_name
-    from storage.queries import check_url, existing_database_check, existing_study_check
+    from storage.database import check_url, existing_database_check
+    from storage.queries import existing_study_check
 
     storage = default_storage(opts.runs_dir) if opts.storage is None else opts.storage  # "" is refused
     check_url(storage)

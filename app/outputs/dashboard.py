@@ -55,7 +55,7 @@ from search.proposals import origin
 from search.scenario import Scenario
 from search.study.events import StudyObserver, StudyStarted, TrialRecorded, TrialScored
 from search.trial_results import diagnosis_of
-from storage import queries
+from storage import database, queries
 from storage.tables import ParetoSnapshot, TrialRecord
 from storage.url import redacted
 
@@ -279,7 +279,7 @@ def publish(storage_url: str, study_name: str, report_path: str | None = None) -
     """Figures, study note and trial notes for optuna-dashboard. Idempotent."""
     from optuna_dashboard import save_plotly_graph_object
 
-    with Session(queries.open_db(storage_url), expire_on_commit=False) as session:
+    with Session(database.open_db(storage_url), expire_on_commit=False) as session:
         ls = load_study(session, storage_url, study_name)
         snapshots = queries.front_history(session, ls.record)
     study, views = ls.study, ls.views
@@ -301,7 +301,7 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
 
     storage = optuna.storages.RDBStorage(
         storage_url,
-        engine_kwargs=queries.engine_kwargs(storage_url),
+        engine_kwargs=database.engine_kwargs(storage_url),
         skip_compatibility_check=True,
         skip_table_creation=True,
     )

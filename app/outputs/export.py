@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from sqlalchemy.orm import Session
 
-from app.outputs import calibration_text, verdict_text
+from app.outputs import calibration_text, verdict_headline, verdict_text
 from app.outputs.format import fmt_value
 from app.outputs.read_model import Deployment, LoadedStudy, load_study
 from objectives.capacity import CapacityEstimate
@@ -183,7 +183,7 @@ def pareto_yaml(ls: LoadedStudy) -> str:
 def why_none(ls: LoadedStudy) -> str:
     """Why no configuration is recommended (the deployment has none)."""
     if (v := ls.complete_verdict()) is not None:
-        return verdict_text.headline(v, ls.scenario, ls.record.study_name)
+        return verdict_headline.headline(v, ls.scenario, ls.record.study_name)
     return (
         "no configuration is recommended: no trial met every SLO in the search "
         f"({verdict_text.unconfirmed(ls.scenario, ls.record.study_name)})"

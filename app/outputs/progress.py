@@ -19,8 +19,9 @@ from rich.panel import Panel
 from rich.table import Table
 
 from app.outputs.format import fmt_value
+from app.outputs.gain_text import gain_headline
 from app.outputs.trial_views import measured_text
-from app.outputs.verdict_text import gain_headline, headline
+from app.outputs.verdict_headline import headline
 from objectives.scoring import penalty_values
 from search.scenario import Scenario
 from search.study.events import (

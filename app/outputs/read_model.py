@@ -15,7 +15,7 @@ import optuna
 import yaml
 from sqlalchemy.orm import Session
 
-from app.outputs import cost_text, verdict_basis, verdict_text
+from app.outputs import cost_text, verdict_basis, verdict_headline, verdict_text
 from app.outputs.trial_views import TrialView, view_of
 from app.outputs.verdict_text import VerdictText
 from loadgen import WorkloadSpec
@@ -28,7 +28,7 @@ from search.scenario import Scenario, unloaded_reference
 from search.study.price import Price, study_price
 from search.study.verdict import Outcome, Verdict, stored_verdict
 from search.trial_results import diagnosis_of
-from storage import queries
+from storage import database, queries
 from storage.tables import ConfirmationRun, StudyRecord, TrialRecord
 
 
@@ -135,7 +135,7 @@ class LoadedStudy:
         note = self.unconfirmed_note()
         best = None if self.confirmed else self.chosen()
         behind = best is not None and best.number in self.clients_behind()
-        suspect = [verdict_text.chosen_behind(f"trial {best.number}")] if best and behind else []
+        suspect = [verdict_headline.chosen_behind(f"trial {best.number}")] if best and behind else []
         cost = self.cost_note()
         return (text.summary_lines() if text is not None else []) + ([note] if note else []) + cost + suspect
 
@@ -164,7 +164,7 @@ def load_study(session: Session, storage_url: str, study_name: str) -> LoadedStu
     scenario = Scenario.model_validate(yaml.safe_load(rec.scenario_source))
     study = optuna.load_study(
         study_name=study_name,
-        storage=optuna.storages.RDBStorage(storage_url, engine_kwargs=queries.engine_kwargs(storage_url)),
+        storage=optuna.storages.RDBStorage(storage_url, engine_kwargs=database.engine_kwargs(storage_url)),
     )
     trials = {r.trial_number: r for r in queries.trial_records(session, rec)}
     ls = LoadedStudy(

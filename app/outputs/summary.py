@@ -23,7 +23,7 @@ from app.outputs.report import REPORT_NAME, write_report
 from app.outputs.trial_views import FAILED, StageView, TrialView, baseline_views, measured_text
 from loadgen import mix_deviation
 from objectives.statistics import Call, beyond_noise
-from storage.queries import open_db
+from storage.database import open_db
 
 WITHIN_NOISE = "~"
 _CALL_COLOURS = {"win": "green", "loss": "red", "tie": "default", "equal": "default"}

@@ -30,11 +30,11 @@ def target_stages(storage: str) -> list[tuple[str, dict, float, bool, tuple]]:
     from sqlalchemy.orm import Session
 
     from search import trial_results
-    from storage import queries
+    from storage import database, queries
     from storage.tables import StudyRecord
 
     out = []
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         for study in s.scalars(select(StudyRecord)):
             for row in queries.trial_records(s, study):
                 stages = trial_results.stages_of(row)

@@ -7,7 +7,7 @@ the rows of a shorter one and then more, and trials of a study replay the same t
 
 The window keeps the trace's own gaps between requests, scaled by one factor so that the
 window's mean rate is the run's rate: the last of n requests is due at n/rate, as the
-Poisson and gamma schedules (`loadgen.workload`) are rescaled. A burst stays a burst and a lull a
+Poisson and gamma schedules (`loadgen.arrivals`) are rescaled. A burst stays a burst and a lull a
 lull, so the coefficient of variation of the gaps is the trace's; the capacity search and
 `capacity_fraction` move the rate as they do for any other arrival process.
 
@@ -20,14 +20,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from loadgen import random_streams
 from loadgen.trace.formats import Trace, TraceError
-
-_WINDOW_STREAM = 11
 
 
 def window_start(n_rows: int, seed: int) -> int:
     """The row a run's window starts at: drawn from the seed, so the same seed replays the same traffic."""
-    return int(np.random.default_rng([seed, _WINDOW_STREAM]).integers(n_rows))
+    return int(random_streams.seeded(seed, random_streams.TRACE_WINDOW).integers(n_rows))
 
 
 def window_rows(n_rows: int, start: int, first: int, n: int) -> np.ndarray:

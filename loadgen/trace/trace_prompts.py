@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen import random_streams
 from loadgen.trace.formats import Segments, Trace
 from loadgen.trace.replay_plan import warmup_rows, window_rows, window_start
 
-_SEGMENT_STREAM = 12
 CHAT_RESERVE_TOKENS = 64
 
 
@@ -40,7 +40,7 @@ class TraceDraft:
 def segment_ids(seed: int, key: int, tokens: int, vocabulary: np.ndarray) -> np.ndarray:
     """A segment's tokens: the same for every request naming it (and a shorter use of a key is
     a prefix of a longer one, as two requests sharing a prefix id with different lengths are)."""
-    rng = np.random.default_rng([seed, _SEGMENT_STREAM, key])
+    rng = random_streams.seeded(seed, random_streams.TRACE_SEGMENT, key)
     return vocabulary[rng.integers(0, len(vocabulary), size=tokens)]
 
 

@@ -23,15 +23,19 @@ against, saying for each whether it still applies on vLLM V1.
 
 Modules: `facts` (what the caller says about vLLM and the machine, those facts filled from
 `serving`, and the readings of a trial's metrics and workload sizes), `thresholds`,
-`antipatterns` (the rule type, what a rule sees, the rules and the `Finding` each gives), and
-`tree` (with its scheduler and compute branches, the `Diagnosis` it returns and `summarize`; and
-`diagnose_trial`, the tree and the anti-patterns together, as the study stores them).
+`antipattern_rule` (the rule type, what a rule sees and the `Finding` it gives), `antipatterns`
+(the rules and their table), `bottleneck` (the `Diagnosis` the tree returns and `summarize`),
+`causes` (the scheduler and compute branches of a trial that served) and `tree` (the order the
+branches are asked in, the failure and measurement branches, and `diagnose_trial`, the tree and
+the anti-patterns together, as the study stores them).
 """
 
-from objectives.diagnosis.antipatterns import Finding, antipatterns
+from objectives.diagnosis.antipattern_rule import Finding
+from objectives.diagnosis.antipatterns import antipatterns
+from objectives.diagnosis.bottleneck import BOTTLENECKS, Bottleneck, Diagnosis, summarize
 from objectives.diagnosis.facts import ServingFacts, facts_for_launch, serving_facts, violated_metrics
 from objectives.diagnosis.thresholds import ITL_STALL_RATIO, KV_FULL
-from objectives.diagnosis.tree import BOTTLENECKS, Bottleneck, Diagnosis, diagnose, diagnose_trial, summarize
+from objectives.diagnosis.tree import diagnose, diagnose_trial
 
 __all__ = [
     "BOTTLENECKS",

@@ -27,7 +27,7 @@ Each stage's SLOs get a verdict from its requests' counts (`objectives.slo_verdi
 violated or undecided, with the count over each bound and its interval); beside them the stage's
 steady state (`judgement`: a stage still filling its queue at its end is over-saturated, violated)
 and whether the requests it counted hold its class mix (a stage that fails it is never met). The
-capacity is read from every stage together (`objectives.capacity`'s fit), the bracket kept as the
+capacity is read from every stage together (`objectives.capacity_fit`), the bracket kept as the
 evidence, and above the calibrated saturation throughput only where a steady stage there met
 every SLO. With `early_abort: decided` (the default) a stage is planned to its cap and looked at
 in slices: a decided violation stops it, a decided verdict from its planned length on ends it

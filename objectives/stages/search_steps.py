@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from loadgen import LoadResult
 from objectives import capacity as cap
 from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED
+from objectives.capacity_fit import CapacityFit, Exceedance, fit_capacity
 from objectives.slo_verdict import DEFAULT_CONFIDENCE, MET, VIOLATED, SLOVerdict
 from objectives.stages.judgement import StageResult
 
@@ -154,11 +155,11 @@ def fit_stages(
     *,
     floor: float | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
-) -> cap.CapacityFit:
+) -> CapacityFit:
     """The capacity from a run's stages, each (rate, its SLO verdicts, cut short by a miss): the
     counted SLOs by their counts, the others by their margins (a cut stage's margin is only a
     lower bound: it enters as a miss by an unknown margin, as in the bracket)."""
-    counted: dict[str, tuple[float, list[cap.Exceedance]]] = {}
+    counted: dict[str, tuple[float, list[Exceedance]]] = {}
     margins: dict[str, list[cap.Probe]] = {}
     for rate, verdicts, cut in stages:
         for v in verdicts:
@@ -166,14 +167,14 @@ def fit_stages(
                 continue
             if v.counted and v.limit is not None and v.over is not None and v.known is not None:
                 deff = v.deff or 1.0  # clustered requests count as fewer independent ones
-                counted.setdefault(v.slo, (v.limit, []))[1].append(cap.Exceedance(rate, v.over / deff, v.known / deff))
+                counted.setdefault(v.slo, (v.limit, []))[1].append(Exceedance(rate, v.over / deff, v.known / deff))
             else:
                 # A cut stage's margin is a lower bound of a miss; its steady state was judged on
                 # what it ran, and stands (a stage cut by another SLO's miss settled or did not).
                 lower_bound = cut and v.basis != "steady"
                 probe = cap.Probe(rate, math.nan) if lower_bound else cap.Probe(rate, v.margin, v.verdict == MET)
                 margins.setdefault(v.slo, []).append(probe)
-    fit = cap.fit_capacity(counted, margins, floor=floor, confidence=confidence)
+    fit = fit_capacity(counted, margins, floor=floor, confidence=confidence)
     # Decided stages bound the estimate: not above a rate where an SLO was decidedly violated,
     # not below one where every SLO was decidedly met (the fit's shape can lean past them).
     # An over-saturated stage (`steady_state` violated) is as decided a miss as an interval's.

@@ -2,7 +2,7 @@
 
 Pure: a trial's diagnosis (`objectives.diagnosis.Diagnosis`), the trial's configuration
 and its flat metrics in, a `Move` out. Each rule follows the diagnosis' own next steps for its
-bottleneck (objectives/diagnosis/tree.py), reduced to knobs the search space can turn:
+bottleneck (objectives/diagnosis/causes.py), reduced to knobs the search space can turn:
 
     queueing, the batch full (running = max_num_seqs)   -> raise max_num_seqs
     queueing, the KV cache full                          -> raise memory_utilization

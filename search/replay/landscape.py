@@ -40,7 +40,7 @@ class ScreenedRun:
     feasible: bool = False
     capacity_low: float | None = None  # the highest rate that met the SLOs (None: none did)
     capacity_high: float | None = None  # the lowest rate that missed them (None: none did: censored)
-    # The capacity fitted on every stage's counts (`objectives.capacity.fit_capacity`) and its interval
+    # The capacity fitted on every stage's counts (`objectives.capacity_fit.fit_capacity`) and its interval
     # (high None: censored); None in a landscape recorded before the fit.
     capacity: float | None = None
     capacity_fit_low: float | None = None

@@ -3,7 +3,7 @@ metrics), one classifier for whether a configuration serves at all, and the nois
 measured. What the replay executor answers from, and how well it predicts held-out configs.
 
 Capacity is an interval in the landscape: the fit over every stage's counts and its interval
-(`objectives.capacity.fit_capacity`), or in a landscape recorded before the fit the bracket (the highest
+(`objectives.capacity_fit.fit_capacity`), or in a landscape recorded before the fit the bracket (the highest
 rate met, the lowest missed). Its model is fitted on the fit's estimate (the bracket's geometric
 middle before), and a replayed capacity is drawn around the prediction with the repeats' spread,
 its interval as wide as the landscape's typical one.

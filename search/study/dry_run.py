@@ -16,7 +16,8 @@ from search.prepare import Prepared, StudyOptions
 from search.study.baseline_stop import run_shares
 from search.study.cost import study_cost
 from search.study.pace import TrialPace
-from storage.queries import existing_engine, find_study, trial_seconds
+from storage.database import existing_engine
+from storage.queries import find_study, trial_seconds
 from storage.url import redacted
 
 

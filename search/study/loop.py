@@ -59,7 +59,7 @@ from search.study.study_context import StudyContext
 from search.study.warm_start import WarmStart, enqueue_winner, open_warm_start, require_stored
 from serving import FailureClass, LaunchContext
 from serving.process import zygote_status
-from storage import queries
+from storage import database, queries
 from storage.tables import TrialRecord
 from storage.url import redacted
 
@@ -117,10 +117,10 @@ class StudyRunner:
         self.events = Subscribers(observers)
         if opts.warm_start:
             require_stored(prep, opts.warm_start)
-        self.engine = queries.open_db(prep.storage_url)
+        self.engine = database.open_db(prep.storage_url)
         self.coordination = coordination or coord.Coordination()
         self.storage = storage or coord.storage(
-            prep.storage_url, self.coordination, queries.engine_kwargs(prep.storage_url)
+            prep.storage_url, self.coordination, database.engine_kwargs(prep.storage_url)
         )
         # Refused here, before the study is created or anything runs, when it is from elsewhere.
         self.warm: WarmStart | None = (

@@ -11,21 +11,14 @@ failed in this process, and whether its servers are exec'd since (for the study'
 `zygote_pid` which process the zygote is (for a test that stops or kills it).
 """
 
+from serving.process.launcher import command_line, launch, launch_spec
 from serving.process.reconfiguration import KNOBS as RECONFIGURABLE
 from serving.process.reconfiguration import Reconfiguration, reconfigure, within_start
-from serving.process.server import (
-    ServerFailed,
-    StopReport,
-    VllmServer,
-    command_line,
-    launch,
-    launch_spec,
-    set_aside,
-)
+from serving.process.server import ServerFailed, StopReport, VllmServer, set_aside
 from serving.process.serving_watch import FirstTokenWatch, while_serving
-from serving.process.zygote import ZygoteFailure, ZygoteStatus
-from serving.process.zygote import current_pid as zygote_pid
-from serving.process.zygote import status as zygote_status
+from serving.process.zygote_pool import ZygoteFailure, ZygoteStatus
+from serving.process.zygote_pool import current_pid as zygote_pid
+from serving.process.zygote_pool import status as zygote_status
 
 __all__ = [
     "RECONFIGURABLE",

@@ -18,10 +18,7 @@
   process (SIGSTOP: TERM stays pending until it is continued) or one the caller knows is hung
   gets KILL at once, which the kernel delivers to stopped processes too.
 
-`launch` is the one way to a vLLM server for a set of flags: on the context's model, bound to
-127.0.0.1, with the GPU-memory-release check wherever the context is a GPU host. Study,
-calibration and benchmarks all start their servers there (`launch_spec`: what it starts;
-`command_line`: the command a user would type)."""
+How the tuner gets a server for a set of flags (`launch`) is `serving.process.launcher`."""
 
 from __future__ import annotations
 
@@ -39,7 +36,6 @@ from typing import BinaryIO
 
 import vllm_http
 from serving.failures import (
-    DEFAULT_STARTUP_TIMEOUT_S,
     SIGKILL_CODES,
     Failure,
     FailureClass,
@@ -47,7 +43,7 @@ from serving.failures import (
     classify,
 )
 from serving.machine import gpu_memory_used_mib, server_cache_env
-from serving.process import zygote
+from serving.process import zygote, zygote_pool
 from serving.process.launch_spec import (
     API_MODULE,
     HOST,
@@ -65,7 +61,6 @@ from serving.process.process_group import (
     port_listening,
     reserve_port,
 )
-from serving.registry import LaunchContext, ServerArgs
 from serving.start_anatomy import StartAnatomy, start_anatomy
 
 __all__ = [  # the names the rest of the tuner and its tests take from here
@@ -78,9 +73,6 @@ __all__ = [  # the names the rest of the tuner and its tests take from here
     "ServerFailed",
     "StopReport",
     "VllmServer",
-    "command_line",
-    "launch",
-    "launch_spec",
     "server_nice",
     "set_aside",
 ]
@@ -238,13 +230,13 @@ class VllmServer:
     def _fork_from_zygote(self, env: dict[str, str], pipe_fd: int) -> zygote.ForkedServer | None:
         """The server forked by the study's zygote (the same command, without importing vLLM
         again); None, with the reason in the log, where it cannot be. A zygote that fails is
-        replaced within this start (`zygote.fork_server`): one line here says so."""
+        replaced within this start (`zygote_pool.fork_server`): one line here says so."""
         assert self.port is not None  # `start` reserved it first
         argv, api_module = self.spec.server_argv(self.port), self.spec.api_module
         # Before the fork, so that it comes before the server's own lines.
         self.note("the command above is forked by the study's zygote (vLLM imported once per study)")
         try:
-            server = zygote.ServerFork(
+            server = zygote_pool.ServerFork(
                 self.spec.python,
                 env,
                 api_module,
@@ -255,7 +247,7 @@ class VllmServer:
                 title=shlex.join(["python", "-m", api_module, *argv]),
                 mode=self.spec.children,
             )
-            forked = zygote.fork_server(server, timeout_s=self.spec.startup_timeout_s)
+            forked = zygote_pool.fork_server(server, timeout_s=self.spec.startup_timeout_s)
         except zygote.ZygoteTimeout as e:
             self.zygote_failure = "; ".join(e.failures) or None
             raise ServerFailed(
@@ -406,39 +398,3 @@ class VllmServer:
                 return True
             time.sleep(POLL_S)
         return cond()
-
-
-def launch_spec(
-    ctx: LaunchContext,
-    args: ServerArgs,
-    log_path: Path,
-    *,
-    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-    env: dict[str, str] | None = None,
-) -> LaunchSpec:
-    return LaunchSpec(
-        model=ctx.model.path,
-        args=args.cli(ctx.installed),
-        log_path=log_path,
-        env=dict(env or {}),
-        startup_timeout_s=startup_timeout_s,
-        gpu=ctx.hardware.is_gpu,
-    )
-
-
-def launch(
-    ctx: LaunchContext,
-    args: ServerArgs,
-    log_path: Path,
-    *,
-    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-    env: dict[str, str] | None = None,
-) -> VllmServer:
-    """A server not yet started: `with launch(...) as server:` or `.start()` / `.stop()`."""
-    return VllmServer(launch_spec(ctx, args, log_path, startup_timeout_s=startup_timeout_s, env=env))
-
-
-def command_line(ctx: LaunchContext, args: ServerArgs) -> str:
-    """The server's command as a user would type it (on port 8000 rather than a random one)."""
-    spec = launch_spec(ctx, args, Path("-"))
-    return shlex.join(["python", *spec.command(port=8000, lean=False)[1:]])

@@ -18,7 +18,7 @@ from serving.process.server import POLL_S, ServerFailed, VllmServer
 T = TypeVar("T")
 
 CANCEL_WAIT_S = 5.0  # for the load generator to let go of its requests after a failure
-# What a server whose every process is stopped shows (`loadgen.liveness`: evidence of a hang).
+# What a server whose every process is stopped shows (`loadgen.stall`: evidence of a hang).
 PROCESSES_STOPPED = "every process of the server is stopped (SIGSTOP or a tracer)"
 
 
@@ -71,7 +71,7 @@ async def while_serving(
     server: VllmServer, measure: Awaitable[T], phase: FailurePhase, watch: ProgressWatch | None = None
 ) -> T:
     """`measure`'s result, unless the server dies under it (OOM under load, say) or, with a
-    `watch` the load generator reports to, hangs (`loadgen.liveness`'s rule: silent for the stall
+    `watch` the load generator reports to, hangs (`loadgen.stall`'s rule: silent for the stall
     bound, or silent with every process stopped, read here; or silent when a load run asked
     before its result was scored): then the measurement is cancelled at
     once and ServerFailed names why, with `phase`."""

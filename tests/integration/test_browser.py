@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.outputs.trial_views import category_of
-from storage import queries
+from storage import database, queries
 from tests.support.cli import autotune_forked, spawn_forked
 from tests.support.paths import E2E_SCENARIO
 
@@ -77,7 +77,7 @@ def browser():
 
 
 def expected_categories(finished_study) -> dict[int, str]:
-    with Session(queries.open_db(finished_study["storage"])) as s:
+    with Session(database.open_db(finished_study["storage"])) as s:
         rec = queries.require_study(s, finished_study["study"])
         return {r.trial_number: category_of(r) for r in queries.trial_records(s, rec) if r.status != "interrupted"}
 

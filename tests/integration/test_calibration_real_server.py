@@ -38,10 +38,10 @@ SCENARIO = {
 def test_each_round_measures_a_cold_prefix_cache(launch_ctx, tmp_path):
     from search.executor import calibrate
     from search.scenario import Scenario
-    from serving import registry
+    from serving import server_flags
 
     scenario = Scenario.model_validate(SCENARIO)
-    args = registry.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
+    args = server_flags.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
     cal = calibrate(scenario, launch_ctx, args, tmp_path)
     # Both rounds follow a load (the warm-up's, then the first round's) and its reset.
     assert cal.warmup_rounds == 1

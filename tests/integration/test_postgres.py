@@ -19,7 +19,7 @@ from sqlalchemy import MetaData, create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from storage import queries
+from storage import database, queries
 from storage.local_postgres import LocalPostgres
 from tests.support.cli import autotune_forked
 from tests.support.paths import REPO
@@ -70,7 +70,7 @@ def test_a_study_on_postgres_keeps_every_trial_and_snapshot_and_resumes(tmp_path
     numbers = [t.trial_number for t in stored]
     assert numbers == list(range(len(numbers))) and sum(t.status != "duplicate" for t in stored) == 4
     assert {t.state for t in optuna_trials(r)} == {optuna.trial.TrialState.COMPLETE}
-    with Session(queries.open_db(url)) as session:
+    with Session(database.open_db(url)) as session:
         history = queries.front_history(session, queries.require_study(session, "loop"))
         assert [s.after_trial_number for s in history] == numbers  # one snapshot per finished trial
 

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from serving import FailureClass, registry
+from serving import FailureClass, server_flags
 from serving.process.process_group import group_members, port_listening
 from serving.process.server import LaunchSpec, ServerFailed, VllmServer
 from tests.support.servers import quick_server_values, server_groups
@@ -44,7 +44,7 @@ def stream_completion(base_url: str, model: str, max_tokens: int) -> tuple[int, 
 
 
 def spec_for(ctx, tmp_path, name, **values) -> LaunchSpec:
-    args = registry.resolve(quick_server_values(ctx, **values), ctx)
+    args = server_flags.resolve(quick_server_values(ctx, **values), ctx)
     return LaunchSpec(model=ctx.model.path, args=args.cli(ctx.installed), log_path=tmp_path / f"{name}.log")
 
 

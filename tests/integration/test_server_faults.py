@@ -44,10 +44,10 @@ def _member(pgid: int, name_part: str, cmd_part: str = ""):
 
 
 def test_a_killed_engine_core_is_named_by_engine_dead_error_and_leaves_nothing(launch_ctx, tmp_path, artifacts_dir):
-    from serving import FailureClass, registry
+    from serving import FailureClass, server_flags
     from serving.process import launch
 
-    args = registry.resolve(quick_server_values(launch_ctx), launch_ctx)
+    args = server_flags.resolve(quick_server_values(launch_ctx), launch_ctx)
     server = launch(launch_ctx, args, tmp_path / "server.log")
     server.start()
     stop = threading.Event()

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from serving import registry
+from serving import server_flags
 from serving.process import reconfigure
 from serving.process.server import LaunchSpec, VllmServer
 from tests.support.servers import quick_server_values
@@ -62,7 +62,7 @@ def test_a_drained_server_lowers_its_limits_and_keeps_them(launch_ctx, tmp_path,
     values = quick_server_values(
         launch_ctx, max_num_seqs=8, max_num_batched_tokens=1024, long_prefill_token_threshold=0
     )
-    args = registry.resolve(values, launch_ctx)
+    args = server_flags.resolve(values, launch_ctx)
     spec = LaunchSpec(
         model=launch_ctx.model.path, args=args.cli(launch_ctx.installed), log_path=tmp_path / "s.log", zygote=zygote
     )

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from serving import FailureClass
 from serving.process.server import LaunchSpec, VllmServer
-from storage import queries
+from storage import database, queries
 from tests.support.cli import autotune_forked, spawn_forked
 from tests.support.paths import E2E_SCENARIO
 from tests.support.servers import alive, leftovers, server_groups, zygotes
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.vllm
 
 
 def records(storage, study="e2e"):
-    with Session(queries.open_db(storage)) as s:
+    with Session(database.open_db(storage)) as s:
         rec = queries.require_study(s, study)
         return queries.trial_records(s, rec), queries.front_history(s, rec)
 
@@ -202,7 +202,7 @@ def test_resume_after_sigkill_mid_trial(tmp_path):
 
 
 def test_confirmation_reruns_the_front_and_the_baseline_interleaved_on_fresh_servers(finished_study):
-    with Session(queries.open_db(finished_study["storage"])) as s:
+    with Session(database.open_db(finished_study["storage"])) as s:
         rec = queries.require_study(s, "e2e")
         runs = queries.confirmation_runs(s, rec)
         rows = {r.trial_number: r for r in queries.trial_records(s, rec)}

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from app.workers import DEVICE_LOCK_DIR_ENV, Slot, available_cpus, run_all_on_ray
-from storage import queries
+from storage import database, queries
 from tests.support.cli import ForkedProcess, spawn_forked
 from tests.support.paths import REPO
 from tests.support.postgres import REQUIRES_POSTGRES, with_password
@@ -92,7 +92,7 @@ def _study(url: str) -> optuna.Study:
 
 
 def _stored(url: str):
-    with Session(queries.open_db(url), expire_on_commit=False) as session:
+    with Session(database.open_db(url), expire_on_commit=False) as session:
         rec = queries.require_study(session, STUDY)
         return queries.trial_records(session, rec), queries.front_history(session, rec), rec
 

@@ -18,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy.orm import Session
 
-from storage import queries
+from storage import database, queries
 from tests.support.cli import ForkedProcess, spawn_forked
 from tests.support.paths import FIXTURES, REPO
 from tests.support.postgres import REQUIRES_POSTGRES
@@ -102,7 +102,7 @@ def test_two_real_workers_one_killed_mid_trial(postgres_url, tmp_path):
     assert trials[killed].state == TrialState.FAIL
     [retry] = [t for t in trials if t.user_attrs.get("retry_of") == killed]
     assert retry.state == TrialState.COMPLETE and retry.params == trials[killed].params
-    with Session(queries.open_db(url)) as session:
+    with Session(database.open_db(url)) as session:
         rec = queries.require_study(session, "workers")
         rows = queries.trial_records(session, rec)
         snapshots = queries.front_history(session, rec)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from serving.machine import FlagInfo, Gpu, Hardware, InstalledVllm
 from serving.model.info import ModelInfo
-from serving.registry import LaunchContext
+from serving.server_flags import LaunchContext
 
 CPU = Hardware(device="cpu", cpu_model="test", cpu_cores=2, ram_gib=24)
 H100 = Hardware(device="cuda", cpu_model="test", cpu_cores=16, ram_gib=128, gpus=(Gpu("NVIDIA H100 80GB HBM3", 79.6),))

@@ -10,7 +10,7 @@ from pathlib import Path
 from serving.machine import Gpu, Hardware
 from serving.model.info import ModelInfo
 from serving.model.memory import ModelShape
-from serving.registry import LaunchContext
+from serving.server_flags import LaunchContext
 from tests.support.fakes import CPU, H100, installed
 from tests.support.paths import REPO
 

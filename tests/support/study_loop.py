@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from search.prepare import StudyOptions, prepare
 from search.study import StudyRunner
 from search.study.events import StudyFinished, StudyObserver, StudyStarted, TrialRecorded, TrialScored, TrialStarted
-from storage import queries
+from storage import database, queries
 from storage.tables import TrialRecord
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
@@ -117,7 +117,7 @@ def runner(
 
 
 def rows(r: StudyRunner) -> list[TrialRecord]:
-    with Session(queries.open_db(r.prep.storage_url), expire_on_commit=False) as session:
+    with Session(database.open_db(r.prep.storage_url), expire_on_commit=False) as session:
         return queries.trial_records(session, queries.require_study(session, r.prep.study_name))
 
 

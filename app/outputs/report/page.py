@@ -21,7 +21,7 @@ from app.outputs.trace_figure import trace_figure
 from app.outputs.trial_views import FAILED, FEASIBLE, INFEASIBLE, TrialView
 from objectives.diagnosis import Finding
 from search.disk import DEFAULT_RUNS_DIR, write_atomic
-from storage import queries
+from storage import database, queries
 from storage.tables import ParetoSnapshot
 from storage.url import redacted
 
@@ -213,7 +213,7 @@ written {created}.</p>
 
 def write_report(storage_url: str, study_name: str, out_path: Path | str | None = None) -> Path:
     """Write the study's report; default path: runs/<study>/report.html beside best.yaml."""
-    with Session(queries.open_db(storage_url), expire_on_commit=False) as session:
+    with Session(database.open_db(storage_url), expire_on_commit=False) as session:
         ls = load_study(session, storage_url, study_name)
         snapshots = queries.front_history(session, ls.record)
         page = build_html(ls, snapshots, storage_url)

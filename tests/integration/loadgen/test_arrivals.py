@@ -9,7 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from loadgen.workload import ArrivalSpec, open_loop_offsets
+from loadgen.arrivals import ArrivalSpec, open_loop_offsets
 
 
 @pytest.mark.vllm

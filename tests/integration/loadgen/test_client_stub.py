@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from loadgen import CLIENT_BEHIND, LoadOptions
+from loadgen.arrivals import open_loop_offsets
 from loadgen.loadrun import run_load_sync
-from loadgen.metrics import CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR, TIMEOUT, TRUNCATED
 from loadgen.prompts import build_requests
+from loadgen.request_record import CONNECTION, HTTP_ERROR, NO_TOKEN, STREAM_ERROR, TIMEOUT, TRUNCATED
 from loadgen.tokenizer import PromptTokenizer
-from loadgen.workload import WorkloadSpec, open_loop_offsets
+from loadgen.workload import WorkloadSpec
 from tests.support.stub_server import StubConfig, StubServer
 from tests.support.tiny_tokenizer import build_tiny_tokenizer
 

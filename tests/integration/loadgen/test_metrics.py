@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.metrics import HTTP_ERROR, GoodputSLO, RequestRecord, compute_metrics
+from loadgen.metrics import GoodputSLO, compute_metrics
+from loadgen.request_record import HTTP_ERROR, RequestRecord
 
 
 def rec(

@@ -17,7 +17,7 @@ import pytest
 
 from loadgen import LoadOptions
 from loadgen.loadrun import run_load
-from loadgen.metrics import ABORTED
+from loadgen.request_record import ABORTED
 from loadgen.workload import WorkloadSpec
 from objectives import stages as st
 from objectives.capacity import SLO_CAPACITY_RPS, TARGET_ABORTED, interpolate

@@ -1,5 +1,5 @@
 """A hung server under load fails the trial as `hang` in bounded time (search.executor's watch
-over loadgen.liveness), keeping what was measured; a stopped process group is killed at once."""
+over loadgen.stall), keeping what was measured; a stopped process group is killed at once."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 
 from loadgen import LoadOptions
 from loadgen.event_loop import run_async
-from loadgen.liveness import ProgressWatch
 from loadgen.loadrun import run_load
+from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
 from objectives.scoring import SLOSpec
 from objectives.stages import CapacitySpec

@@ -13,8 +13,8 @@ import pytest
 
 from loadgen import LoadOptions
 from loadgen.event_loop import run_async
-from loadgen.liveness import ProgressWatch
 from loadgen.loadrun import run_load
+from loadgen.stall import ProgressWatch
 from loadgen.workload import WorkloadSpec
 from serving.process import while_serving
 from tests.support.stub_server import StubConfig, StubServer

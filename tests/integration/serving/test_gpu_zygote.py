@@ -8,7 +8,7 @@ import json
 import sys
 
 from serving.process import server as server_mod
-from serving.process import zygote
+from serving.process import zygote, zygote_pool
 from serving.process.entry.autotune_vllm_plugin import CONCERNS
 from serving.process.server import LaunchSpec, VllmServer
 
@@ -61,7 +61,7 @@ def gpu_server(tmp_path, monkeypatch, cuda_initialized: bool, torch: str | None 
         forked = isinstance(server.proc, zygote.ForkedServer)
     finally:
         server.stop()
-        zygote.close()
+        zygote_pool.close()
     return forked, [json.loads(x) for x in (tmp_path / "ran.log").read_text().splitlines()]
 
 

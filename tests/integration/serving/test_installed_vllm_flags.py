@@ -1,9 +1,9 @@
 """The installed vLLM's own argument parser (read in a subprocess, then cached): the flags it
 accepts decide what the tuner passes."""
 
-from serving import registry
+from serving import parameters
 from serving.machine import load_installed
-from serving.registry import LaunchContext, resolve
+from serving.server_flags import LaunchContext, resolve
 from tests.support.fakes import CPU, MODEL
 
 
@@ -23,5 +23,5 @@ def test_real_installed_vllm_parser_decides_support():
 
 def test_every_allowed_flag_is_a_flag_of_the_installed_vllm():
     real = load_installed()
-    assert [name for name in registry.PASS_THROUGH if not real.accepts("--" + name.replace("_", "-"))] == []
-    assert not set(registry.PASS_THROUGH) & (set(registry.REGISTRY) | set(registry.TUNER_OWNED))  # each fact once
+    assert [name for name in parameters.PASS_THROUGH if not real.accepts("--" + name.replace("_", "-"))] == []
+    assert not set(parameters.PASS_THROUGH) & (set(parameters.REGISTRY) | set(parameters.TUNER_OWNED))  # each fact once

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from serving.process import server as server_mod
-from serving.process import zygote
+from serving.process import zygote, zygote_pool
 from serving.process.process_group import group_members
 from serving.process.server import LaunchSpec, VllmServer
 from tests.support.fake_engine import FAKE_ENGINE
@@ -101,7 +101,7 @@ def two_servers(stand_in):
         yield {"seen": seen, "ran": ran, "failed": failed.value.failure, "work": stand_in}
     finally:
         mp.undo()
-        zygote.close()
+        zygote_pool.close()
 
 
 def test_the_api_server_module_is_imported_once_and_run_as_main_in_each_server(two_servers):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.workload import ArrivalSpec, UnresolvedRateError, burst_offsets, gamma_offsets, open_loop_offsets
+from loadgen.arrivals import ArrivalSpec, UnresolvedRateError, burst_offsets, gamma_offsets, open_loop_offsets
 
 
 def vllm_recipe(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:

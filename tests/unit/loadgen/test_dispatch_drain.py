@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from loadgen.dispatch import Draining, run_open_loop
-from loadgen.metrics import RequestRecord
+from loadgen.request_record import RequestRecord
 
 
 async def stopped(draining: Draining | None):

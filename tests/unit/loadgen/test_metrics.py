@@ -8,17 +8,8 @@ import numpy as np
 import pytest
 
 from loadgen import CLIENT_BEHIND
-from loadgen.metrics import (
-    BASE_KEYS,
-    HTTP_ERROR,
-    PER_CLASS_KEYS,
-    TRUNCATED,
-    GoodputSLO,
-    RequestRecord,
-    compute_metrics,
-    lag_limit_ms,
-    metric_names,
-)
+from loadgen.metrics import BASE_KEYS, PER_CLASS_KEYS, GoodputSLO, compute_metrics, lag_limit_ms, metric_names
+from loadgen.request_record import HTTP_ERROR, TRUNCATED, RequestRecord
 from loadgen.server_metrics import SERVER_KEYS, ServerDiagnostics
 
 

@@ -6,8 +6,8 @@ import importlib
 
 import openai
 
-from loadgen.client import OpenAIClient, sdk_http_library
-from loadgen.metrics import CONNECTION, TRUNCATED, RequestRecord
+from loadgen.openai_client import OpenAIClient, sdk_http_library
+from loadgen.request_record import CONNECTION, TRUNCATED, RequestRecord
 
 # What the SDK's streams raise, found independently of the client's own lookup.
 SDK_HTTP = importlib.import_module(type(openai.DEFAULT_CONNECTION_LIMITS).__module__.split(".")[0])

@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from loadgen.class_order import ClassOrder, unit_points, window_bound
 from loadgen.prompts import plan_requests
-from loadgen.request_class import ClassOrder, unit_points, window_bound
 from loadgen.workload import WorkloadSpec
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from loadgen import SessionSpec, WorkloadSpec, cached_prefix_share, turn_messages, turn_stats
 from loadgen.client import _delta_text
-from loadgen.metrics import HTTP_ERROR, RequestRecord
+from loadgen.request_record import HTTP_ERROR, RequestRecord
 from loadgen.session_dispatch import SessionRunner, SessionStart
 from loadgen.sessions import ScriptBook, SessionScript, Turn
 

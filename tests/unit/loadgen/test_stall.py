@@ -1,11 +1,11 @@
-"""The stall watchdog's rule (loadgen.liveness) on hand-made records, and its bound."""
+"""The stall watchdog's rule (loadgen.stall) on hand-made records, and its bound."""
 
 from __future__ import annotations
 
 import math
 
-from loadgen.liveness import STALL_FLOOR_S, STALL_TTFT_FACTOR, Ask, ProgressWatch, stall_bound_s, stalled
-from loadgen.metrics import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from loadgen.request_record import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from loadgen.stall import STALL_FLOOR_S, STALL_TTFT_FACTOR, Ask, ProgressWatch, stall_bound_s, stalled
 
 
 def rec(sent: float, chunks=(), end: float = math.nan, error: str | None = None) -> RequestRecord:

@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from benchmarks.trace_synthetic import mooncake_jsonl, synthetic_trace
+from loadgen.arrivals import open_loop_offsets
 from loadgen.prompts import build_requests
 from loadgen.trace import (
     interarrival_cv,
@@ -19,7 +20,7 @@ from loadgen.trace import (
     window_rows,
     window_start,
 )
-from loadgen.workload import WorkloadSpec, open_loop_offsets
+from loadgen.workload import WorkloadSpec
 
 OWN = [
     {

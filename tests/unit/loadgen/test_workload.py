@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from loadgen.arrivals import ArrivalSpec, UnresolvedRateError
+from loadgen.length_dist import LengthDist
 from loadgen.prompts import build_requests, requests_digest
-from loadgen.request_class import LengthDist
-from loadgen.workload import ArrivalSpec, UnresolvedRateError, WorkloadSpec
+from loadgen.workload import WorkloadSpec
 
 
 def spec(**kw) -> WorkloadSpec:

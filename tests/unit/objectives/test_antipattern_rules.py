@@ -5,7 +5,8 @@ import pytest
 
 from loadgen.workload import WorkloadSpec
 from objectives.diagnosis import ServingFacts, antipatterns
-from objectives.diagnosis.antipatterns import RULES, Subject
+from objectives.diagnosis.antipattern_rule import Subject
+from objectives.diagnosis.antipatterns import RULES
 
 CHAT = WorkloadSpec.model_validate(
     {  # requests up to 600 tokens, prompts up to 400, shared prefixes

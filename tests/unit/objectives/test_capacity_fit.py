@@ -1,4 +1,4 @@
-"""objectives.capacity's fit: the capacity read from every stage's counts, with its interval.
+"""objectives.capacity_fit: the capacity read from every stage's counts, with its interval.
 
 Stages are scripted as (rate, over, known): what `objectives.slo_verdict` counts of a stage."""
 
@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from objectives.capacity import Exceedance, Probe, combine, estimate, fit_capacity, fit_crossing, margin_crossing
+from objectives.abort_rules import violators_needed
+from objectives.capacity import Probe, estimate
+from objectives.capacity_fit import Exceedance, combine, fit_capacity, fit_crossing, margin_crossing
 from objectives.design_effect import OverCount
-from objectives.early_abort import violators_needed
 
 P95 = 0.05
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from objectives.early_abort import abort_check, replay
+from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import StageLength
+from objectives.stage_replay import replay
 from tests.support.simulated_stages import done
 
 P95 = [SLOSpec(metric="ttft_p95_ms", max=500.0)]

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from objectives.design_effect import OverCount, design_effect
-from objectives.early_abort import abort_check, replay
+from objectives.early_abort import abort_check
 from objectives.scoring import SLOSpec
 from objectives.slo_verdict import UNDECIDED, VIOLATED, SLOVerdict, StageLength, counted_verdict, slo_verdicts
+from objectives.stage_replay import replay
 from tests.support.simulated_stages import done
 
 P95 = 0.05

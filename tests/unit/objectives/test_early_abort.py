@@ -12,10 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.metrics import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
+from loadgen.request_record import ABORTED, HTTP_ERROR, TIMEOUT, RequestRecord
 from loadgen.server_metrics import GaugeSample
+from objectives.abort_rules import ErrorRateRule, PercentileRule, rules_for, violators_needed
 from objectives.capacity import SLO_CAPACITY_RPS
-from objectives.early_abort import Abort, ErrorRateRule, PercentileRule, abort_check, rules_for, violators_needed
+from objectives.early_abort import Abort, abort_check
 from objectives.saturation import QUEUE_MIN_DEPTH, QUEUE_MIN_SAMPLES, QUEUE_WINDOW_S, queue_runaway, window_s
 from objectives.scoring import SLOSpec
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy.orm import Session
 
 from loadgen import SAMPLE_KEYS, RequestRecord, records_from_samples, request_samples
-from loadgen.metrics import ABORTED, HTTP_ERROR
+from loadgen.request_record import ABORTED, HTTP_ERROR
 from objectives.stages import CapacitySpec
-from storage import queries
+from storage import database, queries
 from storage.tables import StageRecord, StudyRecord, TrialRecord
 
 T0 = 100.0
@@ -70,7 +70,7 @@ def test_records_rebuilt_from_samples_keep_the_latencies():
 
 
 def test_stage_rows_store_their_samples(tmp_path):
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     samples = {
         "class": ["a"],
         "sent_s": [0.5],

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from benchmarks import bench_stopping as sr
 from loadgen import request_samples
-from storage import queries
+from storage import database, queries
 from storage.tables import StageRecord, StudyRecord, TrialRecord
 from tests.support.simulated_stages import done, saturated_stage
 
@@ -50,7 +50,7 @@ def build_study(path: Path) -> None:
         stage_row(2, "capacity", flooded, passed=False),
         stage_row(3, "capacity", slow, passed=False, aborted="certain"),
     ]  # cut short: not replayed
-    with Session(queries.open_db(f"sqlite:///{path}")) as session:
+    with Session(database.open_db(f"sqlite:///{path}")) as session:
         study = StudyRecord(
             study_name="built",
             scenario_name="loop_capacity",
@@ -94,7 +94,7 @@ def build_study(path: Path) -> None:
 def test_the_replay_counts_stops_savings_and_wrong_stops_per_rule(tmp_path):
     path = tmp_path / "s.db"
     build_study(path)
-    with Session(queries.open_db(f"sqlite:///{path}")) as session:
+    with Session(database.open_db(f"sqlite:///{path}")) as session:
         study = queries.require_study(session, "built")
         stages = sr.stored_stages(study)
         assert [s.passed for s in stages] == [True, False, False]  # the aborted one left out

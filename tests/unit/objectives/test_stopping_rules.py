@@ -13,9 +13,12 @@ import pytest
 from scipy.stats import norm
 
 from loadgen import GaugeSample, RequestRecord, records_from_samples
-from objectives.early_abort import LIKELY_P, abort_check, likely_verdict, replay, rules_for, seen_at, waiting_proxy
+from objectives.abort_rules import rules_for
+from objectives.early_abort import abort_check
+from objectives.likely_stop import LIKELY_P, likely_verdict
 from objectives.saturation import QUEUE_WINDOW_S, over_saturated
 from objectives.scoring import SLOSpec
+from objectives.stage_replay import replay, seen_at, waiting_proxy
 from tests.support.simulated_stages import done, saturated_stage
 
 NAN = math.nan

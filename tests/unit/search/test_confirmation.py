@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy.orm import Session
 
-from app.outputs import verdict_text
+from app.outputs import verdict_headline, verdict_text
 from loadgen import CLIENT_BEHIND
 from objectives.capacity import CapacityEstimate
 from search.study.verdict import Outcome, decide
-from storage import queries
+from storage import database, queries
 from tests.support.confirmation_world import (
     BASELINE,
     LUCKY_16,
@@ -45,7 +45,7 @@ def trial_of(r, max_num_seqs) -> int:
 
 
 def confirmation_runs(r):
-    with Session(queries.open_db(r.prep.storage_url)) as s:
+    with Session(database.open_db(r.prep.storage_url)) as s:
         return queries.confirmation_runs(s, queries.require_study(s, "loop"))
 
 
@@ -131,7 +131,7 @@ def test_a_candidate_that_misses_the_slo_in_confirmation_loses_its_feasibility(t
 def test_the_noise_of_each_objective_is_stored_with_the_study(tmp_path):
     r, _, _ = study(tmp_path, noisy_world(TRUTH, LUCKY_16))
     r.run()
-    with Session(queries.open_db(r.prep.storage_url)) as s:
+    with Session(database.open_db(r.prep.storage_url)) as s:
         noise = queries.require_study(s, "loop").noise
     assert noise["ttft_p95_ms"] == pytest.approx(0.02) and noise["output_throughput"] == pytest.approx(0.02)
 
@@ -261,7 +261,7 @@ def test_with_nothing_feasible_in_the_search_the_closest_miss_is_confirmed_and_a
     r, _, _events = study(tmp_path, noisy_world(TRUTH, screened))
     result = r.run()
     assert [c.trial_number for c in result.verdict.candidates] == [trial_of(r, 8), BASELINE]
-    with Session(queries.open_db(r.prep.storage_url)) as s:
+    with Session(database.open_db(r.prep.storage_url)) as s:
         notes = queries.require_study(s, "loop").confirmation["notes"]
     assert any("confirming the closest" in n and f"trial {trial_of(r, 8)} (missed by 5.0%)" in n for n in notes)
     assert result.verdict.outcome == Outcome.RECOMMEND and result.chosen == trial_of(r, 8)
@@ -329,11 +329,11 @@ def test_a_candidate_whose_load_client_fell_behind_is_not_recommended_over_one_m
     assert by_trial[better].behind == [2] and by_trial[better].feasible and by_trial[better].rank is None
     assert verdict.outcome == Outcome.RECOMMEND and verdict.recommended.trial_number == lucky  # 700 ms, measured right
     text = verdict_text.describe(verdict, r.sc)
-    assert verdict_text.SUSPECT.startswith(
+    assert verdict_headline.SUSPECT.startswith(
         "its load client fell behind its schedule, so the server got less load than planned and its numbers are suspect"
     )
     assert (
-        f"warning: trial {better}: in round 2 {verdict_text.SUSPECT}; not considered for the recommendation"
+        f"warning: trial {better}: in round 2 {verdict_headline.SUSPECT}; not considered for the recommendation"
         in text.lines()
     )
     assert "warning" not in text.headline
@@ -344,8 +344,8 @@ def test_when_every_candidate_lagged_the_verdict_recommends_with_a_warning(tmp_p
     verdict = r.run().verdict
     better = trial_of(r, 8)
     assert verdict.recommended.trial_number == better  # nothing measured right to prefer: the rule's pick
-    assert verdict_text.headline(verdict, r.sc).endswith(
-        f"; warning: trial {better} was chosen although {verdict_text.SUSPECT}; every alternative was measured so too"
+    assert verdict_headline.headline(verdict, r.sc).endswith(
+        f"; warning: trial {better} was chosen although {verdict_headline.SUSPECT}; every alternative was measured so too"
     )
 
 

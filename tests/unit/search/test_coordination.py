@@ -53,9 +53,9 @@ def test_a_trial_killed_between_tell_and_snapshot_gets_its_snapshot_on_resume(tm
     r.run()
     from sqlalchemy.orm import Session
 
-    from storage import queries
+    from storage import database, queries
 
-    with Session(queries.open_db(r.prep.storage_url)) as session:
+    with Session(database.open_db(r.prep.storage_url)) as session:
         history = queries.front_history(session, queries.require_study(session, "loop"))
     numbers = [row.trial_number for row in rows(r)]
     assert calls[1] in numbers and [s.after_trial_number for s in history] == numbers

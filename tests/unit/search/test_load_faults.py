@@ -9,9 +9,9 @@ import pytest
 
 import search.executor.calibration_run
 import search.executor.vllm
-from loadgen.liveness import stall_bound_s
 from loadgen.loadrun import LoadRunError
-from loadgen.metrics import RequestRecord
+from loadgen.request_record import RequestRecord
+from loadgen.stall import stall_bound_s
 from search import scenario as scenario_mod
 from search.executor import CalibrationFailed, Measurement, VllmExecutor, calibrate, plan_trial
 from serving import FailureClass

@@ -15,7 +15,7 @@ from app.outputs import DashboardPublisher, StudyProgress, load_study, summary_t
 from app.outputs.figures import pareto_figure
 from app.outputs.figures.style import hover
 from app.outputs.read_model import trial_views
-from storage import queries
+from storage import database
 from tests.support.scripted_executor import ScriptedExecutor, measured
 from tests.support.study_loop import optuna_trials, rows, runner
 
@@ -48,7 +48,7 @@ def test_a_penalty_told_to_the_sampler_is_shown_as_no_value_never_as_a_measureme
     assert "| ttft_p95_ms | no value (3 failed requests) |" in note
     assert "Optuna's value for ttft_p95_ms is the penalty told to the sampler" in note
 
-    with Session(queries.open_db(r.prep.storage_url)) as session:
+    with Session(database.open_db(r.prep.storage_url)) as session:
         ls = load_study(session, r.prep.storage_url, "loop")
         [view] = trial_views(ls)
         names = ls.scenario.objective_names

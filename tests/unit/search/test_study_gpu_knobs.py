@@ -19,7 +19,7 @@ from loadgen import CLIENT_BEHIND
 from search.executor import VllmExecutor
 from search.executor import vllm as executor_mod
 from serving.process import StopReport
-from storage import queries
+from storage import database, queries
 from tests.support.fakes import CPU, ctx
 from tests.support.gpu_contexts import GPU_FLAGS, h100s, model_ctx
 from tests.support.paths import FIXTURES
@@ -127,7 +127,7 @@ def test_on_gpus_what_cannot_fit_is_rejected_before_any_start_and_every_start_ch
         kv = row.server_diagnostics
         assert kv["kv_cache_tokens_vllm"] == 480_000
         assert kv["kv_cache_tokens_error"] == pytest.approx(kv["kv_cache_tokens_predicted"] / 480_000 - 1)
-    with Session(queries.open_db(r.prep.storage_url)) as session:  # make bench-trial-time's view of the study
+    with Session(database.open_db(r.prep.storage_url)) as session:  # make bench-trial-time's view of the study
         shown = [trial_time(row) for row in queries.trial_records(session, queries.require_study(session, "loop"))]
     expected = [
         f"{d['kv_cache_tokens_predicted']:,} predicted, 480,000 by vLLM ({d['kv_cache_tokens_error']:+.1%})"

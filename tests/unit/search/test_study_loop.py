@@ -30,9 +30,8 @@ from search.study.events import StudyObserver
 from search.study.recording import Recording
 from search.trial_results import retried_of
 from serving import Failure, FailureClass
-from serving.process import ZygoteFailure, zygote_status
-from serving.process import zygote as zygote_mod
-from storage import queries
+from serving.process import ZygoteFailure, zygote_pool, zygote_status
+from storage import database, queries
 from storage.tables import TrialStatus
 from tests.support.fakes import H100
 from tests.support.fakes import ctx as fake_ctx
@@ -576,7 +575,7 @@ def test_a_calibration_that_measured_nothing_usable_is_not_stored(tmp_path, cali
     ):
         runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=calibration).run()
     assert executor.plans == [] and calibration.calls == 1
-    with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
+    with Session(database.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
         assert queries.require_study(session, "loop").calibration is None
     good = ScriptedCalibration()
     runner(tmp_path, executor, scenario=CALIBRATED, trials=1, calibrate=good).run()  # measured again
@@ -601,7 +600,9 @@ def test_a_calibration_whose_server_died_is_named_and_not_stored(tmp_path):
 
 def test_a_stored_calibration_that_cannot_scale_the_scenario_is_refused_on_resume(tmp_path):
     runner(tmp_path, ScriptedExecutor(), scenario=CALIBRATED, trials=1, calibrate=ScriptedCalibration()).run()
-    with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:  # NaN, as an older version stored it
+    with Session(
+        database.open_db(f"sqlite:///{tmp_path / 'loop.db'}")
+    ) as session:  # NaN, as an older version stored it
         rec = queries.require_study(session, "loop")
         rec.calibration = {**rec.calibration, "unloaded": {**rec.calibration["unloaded"], "ttft_median_ms": None}}
         session.commit()
@@ -791,7 +792,7 @@ def test_the_study_says_its_zygotes_failures_at_its_end(tmp_path, monkeypatch):
         ),
         ZygoteFailure(datetime(2026, 1, 2, 10, 9, 30), "the study's zygote (pid 977) did not answer a ping within 5 s"),
     ]
-    monkeypatch.setattr(zygote_mod, "_failures", failures)  # what this process's zygotes did, as zygote_status says
+    monkeypatch.setattr(zygote_pool, "_failures", failures)  # what this process's zygotes did, as zygote_status says
     events = Recorder()
     r = runner(tmp_path, ScriptedExecutor(), trials=2, confirm_runs=1, observers=[events])
     r.run()
@@ -805,7 +806,7 @@ def test_the_study_says_its_zygotes_failures_at_its_end(tmp_path, monkeypatch):
     assert events.names.index("confirmation_finished") < events.events.index(("note", said))
     assert events.names[-1] == "study_finished"
 
-    monkeypatch.setattr(zygote_mod, "_failures", [])
+    monkeypatch.setattr(zygote_pool, "_failures", [])
     quiet = Recorder()
     runner(tmp_path / "quiet", ScriptedExecutor(), trials=1, observers=[quiet]).run()
     assert not any("zygote" in n for n in quiet.notes)

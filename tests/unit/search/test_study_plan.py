@@ -22,7 +22,7 @@ from search.prepare import StudyOptions, prepare
 from search.scenario import load
 from search.study.cost import PASS_SHARE, START_STOP_S, ConfirmationRunCost, StudyCost, study_cost
 from search.study.dry_run import plan_lines
-from storage import queries
+from storage import database
 from storage.tables import TrialRecord
 from tests.support.fakes import ctx
 from tests.support.paths import FIXTURES
@@ -95,7 +95,7 @@ def test_the_dry_run_plans_from_the_stored_calibration_and_starts_nothing(tmp_pa
 
 def stored_trials_took(db: Path, *, minutes: float) -> None:
     """Each stored trial's start set `minutes` before its end: trials that took that long."""
-    with Session(queries.open_db(f"sqlite:///{db}")) as session:
+    with Session(database.open_db(f"sqlite:///{db}")) as session:
         for row in session.scalars(select(TrialRecord)):
             row.started_at = row.finished_at - datetime.timedelta(minutes=minutes)
         session.commit()

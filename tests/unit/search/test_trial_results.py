@@ -18,7 +18,7 @@ from objectives.stages import StageResult
 from search import trial_results as tr
 from search.executor import TrialPlan
 from serving import Failure, FailureClass, FailurePhase, StartAnatomy, resolve_server_args
-from storage import queries
+from storage import database, queries
 from storage.tables import StudyRecord, TrialRecord, TrialStatus
 from tests.support import fakes
 
@@ -94,7 +94,7 @@ def stored_trial(tmp_path, outcome: tr.TrialOutcome):
     plan = TrialPlan(1, "vllm_defaults", {}, {"max_num_seqs": 8}, resolve_server_args({"max_num_seqs": 8}, ctx), [])
     placement: tr.Placement = {"host": "h", "pid": 7, "slot": None, "neighbours": []}
     record = tr.trial_record(1, plan, outcome, Score([1.0], {"ttft<=2000": -0.5}, True), DIAGNOSIS, placement)
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     session = Session(engine, expire_on_commit=False)
     study = StudyRecord(
         study_name="s",

@@ -21,7 +21,7 @@ from app.workers import (
     worker_argv,
     worker_env,
 )
-from storage import queries
+from storage import database, queries
 from tests.support.paths import FIXTURES
 
 FIXTURES_CALIBRATED = FIXTURES / "scenarios" / "loop_calibrated.yaml"
@@ -251,7 +251,7 @@ def _search_on_two_workers(tmp_path, monkeypatch, *flags: str) -> tuple[int, lis
     found = []
 
     def run_all(commands, show, env):
-        with Session(queries.open_db(storage)) as session:
+        with Session(database.open_db(storage)) as session:
             found.append(queries.require_study(session, "loop").calibration)
         return [130] * len(commands)
 
@@ -305,5 +305,5 @@ def _interrupt(plan) -> None:
 
 
 def _stored_calibration(tmp_path: Path) -> dict | None:
-    with Session(queries.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
+    with Session(database.open_db(f"sqlite:///{tmp_path / 'loop.db'}")) as session:
         return queries.require_study(session, "loop").calibration

@@ -10,7 +10,8 @@ def test_every_start_timeout_defaults_to_the_one_constant(tmp_path):
     from search.executor import VllmExecutor
     from search.scenario import ServerSection
     from serving import DEFAULT_STARTUP_TIMEOUT_S
-    from serving.process.server import LaunchSpec, launch, launch_spec
+    from serving.process.launcher import launch, launch_spec
+    from serving.process.server import LaunchSpec
 
     defaults = {
         "scenario server.startup_timeout_s": ServerSection().startup_timeout_s,

@@ -8,10 +8,10 @@ import pytest
 
 from search import space
 from search.scenario import Domain
-from serving import registry
+from serving import parameters, server_flags
 from serving.checks import check_combination, memory_budget
 from serving.machine import FlagInfo
-from serving.registry import ConfigError, resolve
+from serving.server_flags import ConfigError, resolve
 from tests.support.fakes import CPU, ctx
 from tests.support.gpu_contexts import GPU_FLAGS, H100, config, h100s, model_ctx
 
@@ -38,9 +38,9 @@ EVERY_KNOB = {
 
 
 def test_the_gpu_knobs_are_registry_parameters_each_said_once():
-    assert set(GPU_KNOBS) <= set(registry.REGISTRY)
-    assert not set(GPU_KNOBS) & set(registry.PASS_THROUGH)
-    assert registry.scenario_flag_problem(GPU_KNOBS) is None
+    assert set(GPU_KNOBS) <= set(parameters.REGISTRY)
+    assert not set(GPU_KNOBS) & set(parameters.PASS_THROUGH)
+    assert parameters.scenario_flag_problem(GPU_KNOBS) is None
 
 
 def test_a_gpu_passes_every_knob_as_asked():
@@ -99,7 +99,7 @@ def test_the_search_space_leaves_out_what_the_cpu_build_drops_or_forces_in_the_s
     dists, notes = space.active_space(domains, c, "x")
     assert set(dists) == {"kv_cache_dtype", "enforce_eager"}
     for name in ("tensor_parallel_size", "async_scheduling"):
-        found = registry.support(registry.REGISTRY[name], c, domains)
+        found = server_flags.support(parameters.REGISTRY[name], c, domains)
         assert f"{name}: {found.dropped('not searched')}" in notes
     assert set(space.active_space(domains, model_ctx(hw=h100s(2)), "x")[0]) == set(domains)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loadgen import ProgressWatch, RequestRecord, ServerHung, liveness_before_verdict
-from loadgen.metrics import ABORTED
+from loadgen.request_record import ABORTED
 from objectives.early_abort import CERTAIN, abort_check
 from objectives.scoring import SLOSpec
 from serving import FailureClass, FailurePhase

@@ -3,9 +3,9 @@
 import pytest
 from optuna.distributions import IntDistribution
 
-from serving import registry
+from serving import parameters, server_flags
 from serving.checks import check_combination
-from serving.registry import ConfigError, resolve
+from serving.server_flags import ConfigError, resolve
 from tests.support.fakes import H100, ctx
 
 
@@ -55,7 +55,7 @@ def test_performance_mode_is_dropped_with_the_release_that_added_it_on_an_older_
 
 def test_performance_mode_is_kept_where_the_installed_parser_has_it():
     c = ctx("0.32.0", extra=["--performance-mode"])
-    assert registry.unsupported_reason(registry.REGISTRY["performance_mode"], c) is None
+    assert server_flags.unsupported_reason(parameters.REGISTRY["performance_mode"], c) is None
     args = resolve({"performance_mode": "throughput"}, c)
     assert args.cli(c.installed) == ["--performance-mode", "throughput"] and args.adjustments == []
     with pytest.raises(ConfigError, match=r"performance_mode='fast' is not allowed; allowed: balanced, interactivity"):
@@ -63,11 +63,11 @@ def test_performance_mode_is_kept_where_the_installed_parser_has_it():
 
 
 def test_the_parser_not_the_release_decides_whether_performance_mode_is_taken():
-    spec = registry.REGISTRY["performance_mode"]
+    spec = parameters.REGISTRY["performance_mode"]
     # A build that reports an older release but parses the flag (a backport) takes it ...
-    assert registry.unsupported_reason(spec, ctx("0.16.0", extra=["--performance-mode"])) is None
+    assert server_flags.unsupported_reason(spec, ctx("0.16.0", extra=["--performance-mode"])) is None
     # ... and one past the release whose parser lacks it (a fork) drops it, without blaming the release.
-    reason = registry.unsupported_reason(spec, ctx("0.32.0"))
+    reason = server_flags.unsupported_reason(spec, ctx("0.32.0"))
     assert reason == "--performance-mode is not a flag; the installed vllm 0.32.0 does not accept it"
 
 
@@ -145,7 +145,7 @@ def test_valid_combination_and_workload_fit():
 
 
 def test_every_registry_flag_is_spelled_as_vllm_spells_flags():
-    for spec in registry.PARAMS:
+    for spec in parameters.PARAMS:
         if spec.flag:
             assert spec.flag.startswith("--") and "_" not in spec.flag
 
@@ -221,7 +221,7 @@ def test_allowed_pass_through_flags_pass_where_the_installed_vllm_has_them():
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
 def test_the_flags_and_the_search_space_follow_one_substitution_rule(version, successor_set):
     # What a server gets for scheduler_delay_factor and what the study samples for it are decided
-    # by one rule (registry.support), and said in the same words.
+    # by one rule (server_flags.support), and said in the same words.
     from search import space
     from search.scenario import Domain
 
@@ -236,7 +236,7 @@ def test_the_flags_and_the_search_space_follow_one_substitution_rule(version, su
     dists, notes = space.active_space(domains, c, "x")
     note = notes[0]
     assert adj.param == "scheduler_delay_factor" and note.startswith("scheduler_delay_factor: ")
-    found = registry.support(registry.REGISTRY["scheduler_delay_factor"], c, values)
+    found = server_flags.support(parameters.REGISTRY["scheduler_delay_factor"], c, values)
     if version == "0.33.0" and not successor_set:
         assert adj.action == "substituted" and adj.detail == found.substituted("using --prefill-schedule-interval 6")
         assert note == "scheduler_delay_factor: " + found.substituted("searching --prefill-schedule-interval in [1, 6]")

@@ -1,11 +1,11 @@
 """What a server inherits from the tuner's environment (no database password), and why a zygote
-was replaced: names only, never values (serving.process.server, serving.process.zygote).
+was replaced: names only, never values (serving.process.server, serving.process.zygote_pool).
 """
 
 from pathlib import Path
 
 from serving.process import server as server_mod
-from serving.process import zygote
+from serving.process import zygote, zygote_pool
 from serving.process.server import LaunchSpec, VllmServer
 
 
@@ -33,7 +33,7 @@ def test_the_database_password_a_worker_was_given_does_not_reach_its_servers(mon
 def test_a_replaced_zygote_is_explained_by_names_never_values(tmp_path):
     old = zygote.Zygote.__new__(zygote.Zygote)
     old.key, old.gone = zygote.zygote_key("py", {"A": "1", "TOKEN": "secret-1"}), False
-    why = zygote._replaced_because(old, zygote.zygote_key("py", {"A": "1", "TOKEN": "secret-2", "B": "x"}))
+    why = zygote_pool._replaced_because(old, zygote.zygote_key("py", {"A": "1", "TOKEN": "secret-2", "B": "x"}))
     assert why == "the environment differs from the last one's in B, TOKEN" and "secret" not in why
 
 
@@ -52,21 +52,21 @@ class FakeZygote:
 
 
 def test_the_zygote_logs_beside_the_server_that_started_it_never_above_its_directory(monkeypatch):
-    monkeypatch.setattr(zygote, "start_zygote", FakeZygote)
-    monkeypatch.setattr(zygote, "_current", None)
+    monkeypatch.setattr(zygote_pool, "start_zygote", FakeZygote)
+    monkeypatch.setattr(zygote_pool, "_current", None)
     # A real-server test's log sits in test-artifacts/ of the working directory: the zygote's
     # log went one level up, into the working directory (the repository's root).
-    forked = zygote.fork_server(
-        zygote.ServerFork("py", {}, "api", [], Path("test-artifacts/real-server.log"), 0, 0, "t"), 1.0
+    forked = zygote_pool.fork_server(
+        zygote_pool.ServerFork("py", {}, "api", [], Path("test-artifacts/real-server.log"), 0, 0, "t"), 1.0
     )
     assert forked.zygote.log_path == Path("test-artifacts/zygote.log")
     # A study: the calibration's server starts it, every trial's server reuses it.
-    monkeypatch.setattr(zygote, "_current", None)
+    monkeypatch.setattr(zygote_pool, "_current", None)
     run_dir = Path("/runs/study")
-    first = zygote.fork_server(
-        zygote.ServerFork("py", {}, "api", [], run_dir / "calibration" / "server.log", 0, 0, "t"), 1.0
+    first = zygote_pool.fork_server(
+        zygote_pool.ServerFork("py", {}, "api", [], run_dir / "calibration" / "server.log", 0, 0, "t"), 1.0
     )
-    again = zygote.fork_server(
-        zygote.ServerFork("py", {}, "api", [], run_dir / "trial-0001" / "server.log", 0, 0, "t"), 1.0
+    again = zygote_pool.fork_server(
+        zygote_pool.ServerFork("py", {}, "api", [], run_dir / "trial-0001" / "server.log", 0, 0, "t"), 1.0
     )
     assert first.zygote is again.zygote and again.zygote.log_path == run_dir / "calibration" / "zygote.log"

@@ -1,6 +1,6 @@
-"""The study's zygote watched like a server (serving.process.zygote): a zygote
-that does not answer, is stopped, or stops making progress while it imports is killed with its
-group and replaced within the same start; after two such failures every later server is exec'd,
+"""The study's zygote watched like a server (serving.process.zygote, serving.process.zygote_pool):
+a zygote that does not answer, is stopped, or stops making progress while it imports is killed with
+its group and replaced within the same start; after two such failures every later server is exec'd,
 and the status says so. The zygote is played by a thread on the other end of a socketpair, its
 process by a stand-in: no process starts.
 """
@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from serving import FailureClass
-from serving.process import ServerFailed, VllmServer, zygote_pid, zygote_process, zygote_status
+from serving.process import ServerFailed, VllmServer, zygote_pid, zygote_pool, zygote_process, zygote_status
 from serving.process import zygote as zygote_mod
 from serving.process.launch_spec import LaunchSpec
 from serving.process.zygote import Liveness, ZygoteGone
@@ -124,19 +124,19 @@ def zygotes(monkeypatch):
             zygote_mod.zygote_key(python, env, mode), log_path, played.tuner_end, played.proc, FAST
         )
 
-    monkeypatch.setattr(zygote_mod, "start_zygote", start_zygote)
-    monkeypatch.setattr(zygote_mod, "_current", None)
-    monkeypatch.setattr(zygote_mod, "_failed", set())
-    monkeypatch.setattr(zygote_mod, "_failures", [])
+    monkeypatch.setattr(zygote_pool, "start_zygote", start_zygote)
+    monkeypatch.setattr(zygote_pool, "_current", None)
+    monkeypatch.setattr(zygote_pool, "_failed", set())
+    monkeypatch.setattr(zygote_pool, "_failures", [])
     yield queue, started
-    zygote_mod.close()
+    zygote_pool.close()
 
 
 def fork(tmp_path: Path, timeout_s: float = START_TIMEOUT_S) -> zygote_mod.ForkedServer:
     read_fd, write_fd = os.pipe()
     try:
-        server = zygote_mod.ServerFork("py", {}, "api", ["--port", "1"], tmp_path / "server.log", read_fd, 0, "t")
-        return zygote_mod.fork_server(server, timeout_s)
+        server = zygote_pool.ServerFork("py", {}, "api", ["--port", "1"], tmp_path / "server.log", read_fd, 0, "t")
+        return zygote_pool.fork_server(server, timeout_s)
     finally:
         os.close(read_fd)
         os.close(write_fd)
@@ -254,11 +254,11 @@ def test_the_zygotes_pid_is_the_current_ones_and_a_test_may_forget_the_failures(
     assert zygote_pid() is None
     fork(tmp_path)
     assert zygote_pid() == NO_SUCH_PID + 1 and len(zygote_status().failures) == 1
-    zygote_mod._failed.add(zygote_mod.zygote_key("py", {"OTHER": "1"}))
-    zygote_mod.forget_failures()
-    assert zygote_status().failures == () and zygote_mod._failed == set()
+    zygote_pool._failed.add(zygote_mod.zygote_key("py", {"OTHER": "1"}))
+    zygote_pool.forget_failures()
+    assert zygote_status().failures == () and zygote_pool._failed == set()
     assert zygote_pid() == NO_SUCH_PID + 1 and fork(tmp_path).zygote.proc is started[1].proc
-    zygote_mod.close()
+    zygote_pool.close()
     assert zygote_pid() is None
 
 

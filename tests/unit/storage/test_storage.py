@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import inspect
 from sqlalchemy.orm import Session
 
-from storage import queries
+from storage import database, queries
 from storage.tables import (
     BUILD,
     FIRST_STAMPED_BUILD,
@@ -68,7 +68,7 @@ def trial(number, **kw) -> TrialRecord:
 def test_tables_live_beside_optunas_in_one_sqlite_file(tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     optuna.create_study(storage=url, study_name="s", directions=["maximize"])
-    engine = queries.open_db(url)
+    engine = database.open_db(url)
     tables = set(inspect(engine).get_table_names())
     assert {
         "autotune_studies",
@@ -81,7 +81,7 @@ def test_tables_live_beside_optunas_in_one_sqlite_file(tmp_path):
 
 
 def test_trials_upsert_and_earlier_runs_are_found_by_fingerprint(tmp_path):
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
         queries.save_trial(session, rec, trial(0, status="failed", fingerprint="bad", failure_class="invalid_config"))
@@ -99,7 +99,7 @@ def test_trials_upsert_and_earlier_runs_are_found_by_fingerprint(tmp_path):
 
 
 def test_the_trials_whose_load_client_fell_behind_are_read_from_their_rows_of_their_study(tmp_path):
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec, other = new_study(session), new_study(session, "other")
         queries.save_trial(session, rec, trial(0, client_behind=True))
@@ -113,7 +113,7 @@ def test_the_trials_whose_load_client_fell_behind_are_read_from_their_rows_of_th
 
 
 def test_pareto_snapshots_keep_history(tmp_path):
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
         for after, members, hv in [(0, [(0, [1.0])], 1.0), (1, [(1, [2.0])], 2.0), (2, [(1, [2.0]), (2, [2.0])], 2.5)]:
@@ -143,7 +143,7 @@ def test_pareto_snapshots_keep_history(tmp_path):
 
 
 def test_unknown_study_lists_the_ones_there(tmp_path):
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         new_study(session, "mixed")
         try:
@@ -184,7 +184,7 @@ def test_what_a_trial_costs_and_whether_it_may_stand_for_a_repeat(fields, counts
 
 
 def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_trial_that_judged_the_flags(tmp_path):
-    engine = queries.open_db(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = database.open_db(f"sqlite:///{tmp_path / 'x.db'}")
     with Session(engine) as session:
         rec = new_study(session)
         queries.save_trial(
@@ -230,8 +230,8 @@ def test_the_budget_spent_counts_server_starts_and_a_repeat_reuses_the_first_tri
 
 def test_a_new_database_is_stamped_with_this_build_and_opens_again(tmp_path):
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    queries.open_db(url).dispose()
-    engine = queries.open_db(url)  # this build's own: opens
+    database.open_db(url).dispose()
+    engine = database.open_db(url)  # this build's own: opens
     with Session(engine) as session:
         stamp = session.get(SchemaRecord, 1)
         assert (stamp.schema_version, stamp.build) == (SCHEMA_VERSION, BUILD)
@@ -251,26 +251,26 @@ def test_a_database_from_a_build_before_the_stamp_is_refused_in_one_line(tmp_pat
     path = tmp_path / "old.db"
     _older_build_database(path)
     url = f"sqlite:///{path}"
-    with pytest.raises(queries.StorageError) as refused:
-        queries.open_db(url)
+    with pytest.raises(database.StorageError) as refused:
+        database.open_db(url)
     line = str(refused.value)
     assert "\n" not in line and f"made by a vllm-autotune build before {FIRST_STAMPED_BUILD}" in line
-    with pytest.raises(queries.StorageError, match="build before"):  # readers refuse it too
-        with queries.existing_engine(url):
+    with pytest.raises(database.StorageError, match="build before"):  # readers refuse it too
+        with database.existing_engine(url):
             pass
-    assert "autotune_schema" not in inspect(queries.create_engine(url)).get_table_names()  # left as it was
+    assert "autotune_schema" not in inspect(database.create_engine(url)).get_table_names()  # left as it was
 
 
 def test_a_database_stamped_by_another_schema_is_refused_naming_its_build(tmp_path):
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    engine = queries.open_db(url)
+    engine = database.open_db(url)
     with Session(engine) as session:
         stamp = session.get(SchemaRecord, 1)
         stamp.schema_version, stamp.build = SCHEMA_VERSION - 1, "0.0.9"
         session.commit()
     engine.dispose()
-    with pytest.raises(queries.StorageError) as refused:
-        queries.open_db(url)
+    with pytest.raises(database.StorageError) as refused:
+        database.open_db(url)
     assert f"made by vllm-autotune 0.0.9 (schema {SCHEMA_VERSION - 1})" in str(refused.value)
     assert f"this build ({BUILD}, schema {SCHEMA_VERSION})" in str(refused.value)
 

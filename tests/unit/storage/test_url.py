@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.queries import StorageError, check_url
+from storage.database import StorageError, check_url
 from storage.url import PasswordInArgv, for_child, redacted
 
 

@@ -22,7 +22,7 @@ from app.outputs.confirmation_rows import confirmation_rows
 from app.outputs.read_model import trial_views
 from app.outputs.summary import confirmation_table, summary_table, verdict_lines
 from search.calibration import CalibrationResult
-from storage import queries
+from storage import database, queries
 from tests.support.confirmation_world import LUCKY_16, TRUTH, enqueued
 from tests.support.confirmation_world import world as _world
 from tests.support.paths import FIXTURES
@@ -93,12 +93,12 @@ def none_feasible(tmp_path_factory):
 
 
 def loaded(url):
-    with Session(queries.open_db(url), expire_on_commit=False) as session:
+    with Session(database.open_db(url), expire_on_commit=False) as session:
         return load_study(session, url, "loop")
 
 
 def exported(url, out_dir):
-    with Session(queries.open_db(url)) as session:
+    with Session(database.open_db(url)) as session:
         return export.export(session, url, "loop", out_dir)
 
 
@@ -350,7 +350,7 @@ def test_report_of_an_unconfirmed_study_says_its_numbers_are_single_measurements
 
 def test_dashboard_study_note_quotes_the_verdict_and_the_noise_and_draws_the_runs(recommended):
     url = recommended[0]
-    with Session(queries.open_db(url), expire_on_commit=False) as session:
+    with Session(database.open_db(url), expire_on_commit=False) as session:
         ls = load_study(session, url, "loop")
         views = trial_views(ls)
         note = dashboard.study_note(ls, views, None)
@@ -437,7 +437,7 @@ def test_a_goodput_scenario_reads_each_confirmed_capacity_from_its_runs(tmp_path
     with gzip.open(REPO / "benchmarks" / "data" / "study-api_service-xfast-cpu.db.gz") as src:
         db.write_bytes(src.read())
     url = f"sqlite:///{db}"
-    with Session(queries.open_db(url), expire_on_commit=False) as session:
+    with Session(database.open_db(url), expire_on_commit=False) as session:
         lines = load_study(session, url, "api-2").verdict_text().agreement
     assert "trial 5: screened feasible, 5.98 req/s [5.14, 6.71]; confirmed feasible, 5.98 req/s [5.81, 6.33]" in lines
     assert not any("no capacity" in line for line in lines), lines

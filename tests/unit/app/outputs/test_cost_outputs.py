@@ -19,7 +19,7 @@ from app.outputs.summary import verdict_lines
 from objectives import statistics as st
 from objectives.capacity import SLO_CAPACITY_RPS
 from objectives.serving_cost import CostInterval, usd_per_million
-from storage import queries
+from storage import database
 from tests.support.confirmation_world import TRUTH, enqueued, world
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor, staged
@@ -48,7 +48,7 @@ def run_study(tmp_path, scenario, usd_per_hour=None) -> str:
 
 def outputs(url, out_dir):
     """(the summary's verdict lines, best.yaml, report.html, the loaded study)."""
-    with Session(queries.open_db(url), expire_on_commit=False) as session:
+    with Session(database.open_db(url), expire_on_commit=False) as session:
         ls = load_study(session, url, "loop")
         lines = verdict_lines(ls)
         best = export_study(session, url, "loop", out_dir).best.path.read_text()

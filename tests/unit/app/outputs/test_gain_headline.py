@@ -2,7 +2,7 @@
 
 import math
 
-from app.outputs import verdict_basis, verdict_text
+from app.outputs import gain_text, verdict_basis, verdict_text
 from app.outputs.format import fmt_bracket, fmt_difference, fmt_interval, fmt_ratio
 from objectives import statistics as st
 from objectives.capacity import SLO_CAPACITY_RPS
@@ -43,12 +43,12 @@ def test_a_session_workloads_capacity_is_stated_in_sessions_per_second_too():
         }
     )
     scenario = SCENARIO.model_copy(update={"workload": sessions})
-    line = verdict_text.gain_headline(v, scenario)
+    line = gain_text.gain_headline(v, scenario)
     assert line.startswith(
         "trial 0: capacity under the SLO: 2.20 req/s [1.67, 2.88] (0.550 sessions/s [0.417, 0.720] of"
     )
     assert " of 4 turns) vs vLLM defaults 0.700 [" in line
-    assert "sessions/s" not in verdict_text.gain_headline(v, SCENARIO)
+    assert "sessions/s" not in gain_text.gain_headline(v, SCENARIO)
 
 
 def test_against_a_baseline_that_met_no_rate_tried_the_gain_is_a_lower_bound():
@@ -57,7 +57,7 @@ def test_against_a_baseline_that_met_no_rate_tried_the_gain_is_a_lower_bound():
     only below, the candidate's interval's low end over that bound. The comparison itself is the
     absolute difference, a win."""
     v = _verdict((2.11, 2.03, 2.31), (0.0, 0.0, 0.0))
-    line = verdict_text.gain_headline(v, SCENARIO)
+    line = gain_text.gain_headline(v, SCENARIO)
     assert "capacity under the SLO: 2.11 req/s [1.69, 2.77] vs vLLM defaults below 0.89: at least 1.9x;" in line
     assert v.comparison(0, 1).calls[SLO_CAPACITY_RPS] == "win"
     assert v.comparison(0, 1).diffs[SLO_CAPACITY_RPS].kind == "absolute"

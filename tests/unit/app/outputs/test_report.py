@@ -25,7 +25,7 @@ from search.study.attributes import diagnosis_attrs
 from search.trial_results import diagnosis_of
 from serving import Failure
 from serving.failures import classify
-from storage import queries
+from storage import database, queries
 from storage.tables import TrialStatus
 from tests.support.fakes import ctx as fake_ctx
 from tests.support.paths import FIXTURES
@@ -160,7 +160,7 @@ def test_publish_trial_notes_one_trial_as_the_study_tells_it(study):
     from optuna_dashboard import get_note
 
     st = optuna.load_study(study_name="recorded", storage=study)
-    with Session(queries.open_db(study)) as s:
+    with Session(database.open_db(study)) as s:
         rec = queries.require_study(s, "recorded")
         row = queries.trial_records(s, rec)[1]
         scenario = Scenario.model_validate(SCENARIO)
@@ -172,7 +172,7 @@ def test_publish_trial_notes_one_trial_as_the_study_tells_it(study):
 
 def test_best_yaml_and_report_state_the_selection_rule_in_the_same_words(study, tmp_path):
     rule = "the best ttft_p95_ms among the configurations within 10% of the best request_throughput"
-    with Session(queries.open_db(study)) as s:
+    with Session(database.open_db(study)) as s:
         assert export.load_study(s, study, "recorded").scenario.selection.describe() == rule
         best_yaml = export.export(s, study, "recorded", tmp_path).best.path
     assert f", trial 0, picked by: {rule}\n" in best_yaml.read_text()

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.outputs import DashboardPublisher, StudyProgress, dashboard, export, load_study, summary_table, write_report
 from app.outputs.read_model import trial_views
-from storage import queries
+from storage import database, queries
 from tests.support.paths import FIXTURES
 from tests.support.scripted_executor import ScriptedExecutor, staged
 from tests.support.study_loop import runner
@@ -39,7 +39,7 @@ def study(tmp_path_factory):
 @pytest.fixture(scope="module")
 def loaded(study):
     url = study[0]
-    with Session(queries.open_db(url), expire_on_commit=False) as session:
+    with Session(database.open_db(url), expire_on_commit=False) as session:
         ls = load_study(session, url, "loop")
         yield ls, trial_views(ls)
 
@@ -90,7 +90,7 @@ def test_report_draws_latency_against_rate_with_the_slo_bounds_and_each_capacity
 def test_a_loaded_study_carries_its_trial_views_past_its_session(study, loaded):
     """The read model is read once: after its session closed, each trial's view, load stages
     included, is there for the terminal summary as for the report and the dashboard."""
-    with Session(queries.open_db(study[0]), expire_on_commit=False) as session:
+    with Session(database.open_db(study[0]), expire_on_commit=False) as session:
         ls = load_study(session, study[0], "loop")
     assert [v.number for v in ls.views] == sorted(ls.trials)
     assert ls.views == loaded[1]  # what `trial_views` builds inside the session
@@ -132,7 +132,7 @@ def test_dashboard_note_tables_the_stages_and_states_the_capacity(study, loaded)
 
 def test_dashboard_figures_include_latency_against_rate(study, loaded):
     ls, views = loaded
-    with Session(queries.open_db(study[0])) as session:
+    with Session(database.open_db(study[0])) as session:
         figs = dashboard.build_figures(ls, views, queries.front_history(session, ls.record))
     assert "latency-vs-rate" in figs
     assert {s.y0 for s in figs["latency-vs-rate"].layout.shapes} == {100, 2000}
@@ -141,7 +141,7 @@ def test_dashboard_figures_include_latency_against_rate(study, loaded):
 def test_best_yaml_quotes_the_chosen_capacity_beside_each_baselines(study, loaded):
     _ls, views = loaded
     chosen = next(v for v in views if v.chosen)
-    with Session(queries.open_db(study[0])) as session:
+    with Session(database.open_db(study[0])) as session:
         best = export.export(session, study[0], "loop", study[1] / "export").best.path.read_text()
     new, old = chosen.capacity.rps, views[0].capacity.rps
     gain = f"{(new - old) / old * 100:+.0f}%"
