@@ -54,7 +54,7 @@ test-system:   ## in the background until `make test` waits for them: Debian chr
 test-fast: setup lint   ## the checks, then tests/unit (in-process: no vLLM, network, browser, PostgreSQL, subprocess or make) on every core
 	$(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit $(PYTEST_ARGS)
 
-lint: setup   ## ruff (lint and format, a product function's parameters), mypy and the package layering, configured in pyproject.toml; a product function's length, mypy's coverage of every product module
+lint: setup   ## ruff (lint and format, a product function's parameters), mypy and the package layering, configured in pyproject.toml; a product function's and module's length, mypy's coverage of every product module
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -2,6 +2,8 @@
 
 - No function over MAX_LINES lines (ruff has no rule for a function's length; the parameter
   limit is ruff's PLR0913, pyproject.toml). A longer function is steps waiting to be named.
+- No module over MAX_MODULE_LINES lines: a longer one holds more than one concern, each of which
+  deserves a name and a file of its own.
 - No two product modules share a file name (`__init__.py` aside): a name says which module it is
   in a traceback, a log line or a conversation without its package.
 - With --mypy-coverage, besides: every product module checked by mypy, that is under a path of
@@ -24,6 +26,7 @@ from pathlib import Path
 
 PRODUCT_PACKAGES = ("app", "search", "serving", "objectives", "loadgen", "storage", "vllm_http")
 MAX_LINES = 80
+MAX_MODULE_LINES = 400
 
 # Functions allowed over the limit: (path, qualified name). Empty: every product function is
 # within it. An entry whose function is back within the limit is said (a note, not a failure).
@@ -80,6 +83,19 @@ def check_lengths(root: Path, limit: int = MAX_LINES, allowed: frozenset[tuple[s
     for path, name in sorted(allowed - {(f.path, f.name) for f in long}):
         print(f"note: {path} {name} is allowed over {limit} lines but no longer is: drop it from ALLOWED_LONG")
     return 1 if failing else 0
+
+
+def long_modules(root: Path, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """One line per product module over `limit` lines."""
+    lines = {file.relative_to(root).as_posix(): len(file.read_text().splitlines()) for file in product_files(root)}
+    return [f"{path}: {n} lines (module limit {limit})" for path, n in lines.items() if n > limit]
+
+
+def check_module_lengths(root: Path, limit: int = MAX_MODULE_LINES) -> int:
+    long = long_modules(root, limit)
+    for line in long:
+        print(line)
+    return 1 if long else 0
 
 
 def shared_module_names(root: Path) -> list[str]:
@@ -146,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--mypy-coverage", action="store_true", help="check mypy's coverage too")
     args = parser.parse_args(argv)
-    found = max(check_lengths(args.root), check_module_names(args.root))
+    found = max(check_lengths(args.root), check_module_lengths(args.root), check_module_names(args.root))
     return max(found, check_mypy_coverage(args.root)) if args.mypy_coverage else found
 
 

@@ -1,5 +1,5 @@
 """The limits `make lint` holds the product packages to beyond ruff's own rules
-(scripts/check_code_limits.py): a function's length, module names, and mypy's coverage; and the parameter
+(scripts/check_code_limits.py): a function's and a module's length, module names, and mypy's coverage; and the parameter
 limit as pyproject.toml gives it to ruff (ruff itself runs on a violator in
 tests/integration/test_lint_limits.py: it is a process of its own)."""
 
@@ -70,6 +70,14 @@ def test_an_allowed_function_passes_and_one_back_within_the_limit_is_said(tmp_pa
     assert capsys.readouterr().out == (
         "note: loadgen/client.py send is allowed over 80 lines but no longer is: drop it from ALLOWED_LONG\n"
     )
+
+
+def test_a_product_module_of_401_lines_fails_with_one_line_naming_it(tmp_path, capsys):
+    write(tmp_path, "loadgen/ok.py", "x = 0\n" * 400)
+    write(tmp_path, "loadgen/long.py", "x = 0\n" * 401)
+    write(tmp_path, "tests/unit/test_long.py", "x = 0\n" * 900)
+    assert checker.check_module_lengths(tmp_path) == 1
+    assert capsys.readouterr().out == "loadgen/long.py: 401 lines (module limit 400)\n"
 
 
 def test_the_repository_passes(capsys):
