@@ -7,7 +7,7 @@ import sys
 
 from tests.support.paths import REPO
 
-STARTS_A_SERVER = ("serving.process.server", "search.executor")
+STARTS_A_SERVER = ("serving.process", "search.executor")  # the package: its server, launcher and zygotes
 
 
 def test_describing_a_server_and_reading_a_calibration_load_nothing_that_starts_one():
