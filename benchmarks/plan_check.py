@@ -1,7 +1,8 @@
 """This build's plan of a stored study beside what the study took: the plan before its first trial
 (the blend, and the study's length if the baselines miss the SLOs at the target and if they meet
 them), the re-plan once the baselines' screens are in, and the wall time from the first trial's
-start to the last run's end. Read from stored studies, with the scenario and the calibration they
+start to the last run's end; and the confirmation's own estimate at its start (a run of each
+candidate from its search trial) beside the phase's wall time. Read from stored studies, with the scenario and the calibration they
 stored; nothing is started.
 
     .venv/bin/python -m benchmarks.plan_check --storage runs/autotune.db --study mixed [--study NAME@DB ...]
@@ -39,6 +40,8 @@ class PlanCheck:
     case_min: float | None  # the study's length in the case they picked
     replan_min: float | None
     took_min: float
+    confirmation_said_min: float | None = None  # the confirmation's estimate at its start
+    confirmation_took_min: float | None = None  # from its first run's start to its last run's end
 
 
 def plan_check(storage: str, study: str) -> PlanCheck | None:
@@ -49,7 +52,8 @@ def plan_check(storage: str, study: str) -> PlanCheck | None:
     from search.calibration import CalibrationResult
     from search.executor import Measurement
     from search.study.baseline_stop import baseline_threshold, run_shares
-    from search.study.confirmation_estimate import rescreened_round_s
+    from search.study.candidates import Candidate
+    from search.study.confirmation_estimate import estimate_s, rescreened_round_s
     from search.study.cost import study_cost
     from search.study.planning import picked_case
     from storage import database, queries
@@ -90,6 +94,13 @@ def plan_check(storage: str, study: str) -> PlanCheck | None:
                     sc.confirmation.front + len(screens),
                 )
         cases = cost.baseline_cases if screens else None
+        said = took = None
+        if runs:  # the candidates as they ran, each once a round
+            cands = [Candidate(n, b, {}, {}) for n, b in dict.fromkeys((r.trial_number, r.baseline) for r in runs)]
+            rows = {t.trial_number: t for t in trials}
+            per_round = estimate_s(cands, rows, full, screened, cost.confirmation, baseline_threshold(sc))
+            said = per_round * len(runs) / len(cands) if per_round is not None else None
+            took = (max(r.finished_at for r in runs) - min(r.started_at for r in runs)).total_seconds()
         return PlanCheck(
             study=study,
             trials=len(trials),
@@ -101,6 +112,8 @@ def plan_check(storage: str, study: str) -> PlanCheck | None:
             case_min=picked[1] / 60 if picked else None,
             replan_min=replan / 60 if replan is not None else None,
             took_min=(last - first).total_seconds() / 60,
+            confirmation_said_min=said / 60 if said is not None else None,
+            confirmation_took_min=took / 60 if took is not None else None,
         )
 
 
@@ -128,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the case they picked",
         "re-plan",
         "took",
+        "confirmation at its start",
+        "it took",
     ):
         table.add_column(col, justify="left" if col == "study" else "right")
 
@@ -140,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for storage, study in refs:
             c = plan_check(storage, study)
             if c is None:
-                table.add_row(study, *["-"] * 9)
+                table.add_row(study, *["-"] * 11)
                 continue
             table.add_row(
                 c.study,
@@ -153,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _against(c.case_min, c.took_min),
                 _against(c.replan_min, c.took_min),
                 f"{c.took_min:.0f}",
+                _against(c.confirmation_said_min, c.confirmation_took_min) if c.confirmation_took_min else "-",
+                f"{c.confirmation_took_min:.0f}" if c.confirmation_took_min else "-",
             )
-        Console(width=160).print(table)
+        Console(width=200).print(table)
         return 0
 
     from app.expected_errors import reported

@@ -33,3 +33,4 @@ def test_a_stored_study_is_planned_for_the_trials_and_runs_it_ran(tmp_path):
     assert check.plan_min == pytest.approx(cost.total_s / 60) == pytest.approx(3 * cost.trial_s / 60)
     assert (check.picked, check.case_min) == ("", None)  # no confirmation run: the cases do not differ
     assert check.replan_min is None and 0 <= check.took_min < 1  # scripted trials take no time
+    assert check.confirmation_said_min is None and check.confirmation_took_min is None  # it ran no run

@@ -306,10 +306,9 @@ def test_a_baseline_that_stops_where_the_others_beat_it_is_planned_without_its_s
 
 
 def test_a_candidates_run_is_its_search_trial_with_the_confirmations_target_stage_swapped_in():
-    """The screening allows 2 capacity stages, the confirmation 4: a candidate's confirmation run
-    looks where its search bracketed the capacity, and took about as long as its screen (the
-    pick's 4.1 min a run against its 4.6 min trial in docs/results.md, "Confirmation runs that
-    stop once beaten"), so its capacity stages stand. Its target stage is the confirmation's in
+    """The screening allows 4 capacity stages, the confirmation 4: a candidate's confirmation run
+    looks where its search bracketed the capacity, and its screen stopped within its budget (its
+    bracket narrowed to the precision), so its capacity stages stand. Its target stage is the confirmation's in
     full: the screened one ran on undecided to 117 s where the full one sends its 98 requests in 24.5.
     A target stage lengthened 1.5x lengthens that stage alone, not the capacity stages after it
     (the slowed study's pick: 14.8 min a trial, 12.9 a run, which scaling the whole load made 22)."""
@@ -321,8 +320,8 @@ def test_a_candidates_run_is_its_search_trial_with_the_confirmations_target_stag
 
     sc = load(SCENARIO)[0]
     full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
-    screened = full.screened(Screening(max_stages=2))
-    assert full.planned_s() > screened.planned_s()  # more stages allowed
+    screened = full.screened(Screening(max_stages=4))
+    assert full.capacity.max_stages == 4
     target = SimpleNamespace(kind="target", elapsed_s=117.0)
     probes = [SimpleNamespace(kind="capacity", elapsed_s=50.0) for _ in range(3)]
     rows = {
@@ -341,6 +340,48 @@ def test_a_candidates_run_is_its_search_trial_with_the_confirmations_target_stag
     assert estimate_s(cands, rows, full, screened) == pytest.approx(280.0)
     lengthened = dataclasses.replace(full, target_requests=math.ceil(1.5 * full.stage_size().requests))
     assert estimate_s(cands, rows, lengthened, screened) == pytest.approx(10.0 + 270.0 * 147 / 98)
+
+
+def test_a_screen_cut_by_its_stage_budget_leaves_the_confirmation_more_stages_to_run():
+    """The screening allows 3 capacity stages, the confirmation 4, and the pick's screen ran all 3:
+    its bracket is wider than the precision, and the confirmation's runs (measured afresh, seldom
+    re-finding the screen's verdicts) run `CONFIRM_STAGES` of them on average, each about as
+    long as the screen's: half a stage more here. A baseline whose search stops once the others
+    beat it runs none beyond its screen's; neither does a candidate whose screen stopped within its budget."""
+    from types import SimpleNamespace
+
+    from search.scenario import Screening
+    from search.study.candidates import Candidate
+    from search.study.confirmation_estimate import estimate_s, rescreened_round_s
+    from search.study.cost import BETWEEN_STAGES_S, CONFIRM_STAGES
+
+    sc = load(SCENARIO)[0]
+    full = Measurement.of(sc, CAL(sc, None, None, None, lambda _: None))
+    screened = full.screened(Screening(max_stages=3))
+    target = SimpleNamespace(kind="target", elapsed_s=117.0)
+    probes = [SimpleNamespace(kind="capacity", elapsed_s=50.0) for _ in range(3)]
+    row = SimpleNamespace(
+        status="ok",
+        trial_number=1,
+        baseline=None,
+        timings={"total_s": 280.0, "load_s": 270.0},
+        capacity={"rps": 1.1, "low": 1.0, "high": 1.2},
+        stages=[target, *probes],
+    )
+    run = dataclasses.replace(RUN, fixed_s=0.0, stage_requests=1, drain_s=0.5)
+    swapped = 280.0 - 117.0 + 24.5 + 0.5
+    more = (min(CONFIRM_STAGES, 4) - 3) * (50.0 + BETWEEN_STAGES_S)
+    assert more > 0
+    assert estimate_s([Candidate(1, None, {}, {})], {1: row}, full, screened, run) == pytest.approx(swapped + more)
+
+    # The same screen as a baseline's that stops once beaten (a threshold): its stages stand.
+    baseline = SimpleNamespace(**{**vars(row), "baseline": "vllm_defaults"})
+    assert rescreened_round_s([baseline], full, screened, run, 0.05, front=0) == pytest.approx(swapped)
+    assert rescreened_round_s([baseline], full, screened, run, None, front=0) == pytest.approx(swapped + more)
+
+    # A screen that stopped after 2 of its 3 stages narrowed its bracket: they stand.
+    row.stages = [target, *probes[:2]]
+    assert estimate_s([Candidate(1, None, {}, {})], {1: row}, full, screened, run) == pytest.approx(swapped)
 
 
 def test_a_session_stage_is_planned_to_end_with_its_last_session():
