@@ -50,8 +50,8 @@ import numpy as np
 from scipy import stats
 
 from objectives.capacity import Probe, estimate
+from objectives.slo_verdict import DEFAULT_CONFIDENCE  # the stage verdicts' and the fit's, one setting
 
-DEFAULT_CONFIDENCE = 0.90
 # The prior of b: log b ~ Normal(log SLOPE_MEDIAN, SLOPE_SPREAD). b = 15: a p95's proportion goes
 # from 1% to 50% over 20% more rate.
 SLOPE_MEDIAN = 15.0
